@@ -1,0 +1,52 @@
+# Shale: `make demo` runs the main pipeline on embedded defaults; `make test` runs lint, types and every test.
+# Both install what they need: a virtual environment in .venv, jars and binaries in .cache (git-ignored).
+
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
+export SHALE_CACHE_DIR ?= $(CURDIR)/.cache
+
+.PHONY: demo test unit integration lint typecheck bench env deps venv clean
+
+demo: env
+	$(BIN)/shale demo
+
+test: env
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
+	$(BIN)/pytest
+
+unit: venv
+	$(BIN)/pytest tests/unit
+
+integration: env
+	$(BIN)/pytest tests/integration
+
+lint: venv
+	$(BIN)/ruff check src tests bench
+
+typecheck: venv
+	$(BIN)/mypy
+
+bench: env
+	$(BIN)/python -m bench
+
+# The virtual environment and the services are independent: build them side by side.
+env:
+	@$(MAKE) --no-print-directory -j2 venv deps
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+# Kafka and Spark-connector jars from Maven Central, MinIO built with go install; each fetched once.
+deps:
+	$(PY) src/shale/dev/fetch.py all
+
+clean:
+	rm -rf $(VENV) .shale .pytest_cache .mypy_cache .ruff_cache test-output

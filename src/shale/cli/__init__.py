@@ -1,0 +1,56 @@
+"""The ``shale`` command. Subcommands are imported lazily so that ``shale --help`` stays fast."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+
+from shale.errors import ShaleError
+
+# name -> (module, attribute, one-line help)
+_COMMANDS: dict[str, tuple[str, str, str]] = {
+    "config": ("shale.cli.config_cmd", "config", "Check and show the configuration."),
+    "dev": ("shale.cli.dev_cmd", "dev", "Start, inspect and stop the local Kafka broker and MinIO server."),
+    "demo": ("shale.cli.demo_cmd", "demo", "Run the main pipeline on embedded defaults and print what it did."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in _COMMANDS:
+            return None
+        module, attr, _ = _COMMANDS[cmd_name]
+        command = getattr(importlib.import_module(module), attr)
+        assert isinstance(command, click.Command)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, _COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), envvar="SHALE_CONFIG",
+              help="TOML config file (default: ./shale.toml if present, else embedded defaults).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override one setting, e.g. --set bucket.url=memory://x (repeatable).")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default=None, help="Log line format.")
+@click.pass_context
+def cli(ctx: click.Context, config_path: str | None, overrides: tuple[str, ...], log_format: str | None) -> None:
+    """Shale keeps Kafka topics in object storage as immutable, queryable blocks, exactly once."""
+    ctx.obj = {"config_path": config_path, "overrides": list(overrides), "log_format": log_format}
+
+
+def main(argv: list[str] | None = None) -> Any:
+    try:
+        return cli.main(args=argv, prog_name="shale", standalone_mode=True)
+    except ShaleError as exc:  # pragma: no cover - click's standalone mode handles most exits
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)

@@ -1,0 +1,53 @@
+"""``shale config check | show``."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from shale.cli.common import get_config, shale_errors
+from shale.config import ShaleConfig
+
+
+@click.group()
+def config() -> None:
+    """Check and show the configuration."""
+
+
+@config.command()
+@click.option("--defaults", is_flag=True, help="Print every key with its default value and description.")
+@click.pass_context
+@shale_errors
+def check(ctx: click.Context, defaults: bool) -> None:
+    """Validate the configuration (file, environment, --set); exit 1 naming every bad key."""
+    if defaults:
+        _print_defaults()
+        return
+    get_config(ctx)
+    click.echo("configuration is valid")
+
+
+@config.command()
+@click.pass_context
+@shale_errors
+def show(ctx: click.Context) -> None:
+    """Print the effective configuration as JSON (secrets masked)."""
+    data = get_config(ctx).model_dump(mode="json")
+    bucket = data.get("bucket", {})
+    if bucket.get("secret_access_key"):
+        bucket["secret_access_key"] = "***"  # noqa: S105 - a mask, not a secret
+    click.echo(json.dumps(data, indent=2))
+
+
+def _print_defaults(model: type | None = None, prefix: str = "") -> None:
+    model = model or ShaleConfig
+    for name, field in model.model_fields.items():  # type: ignore[attr-defined]
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, ShaleConfig.__mro__[1]):
+            click.echo(f"[{prefix}{name}]")
+            _print_defaults(annotation, f"{prefix}{name}.")
+            continue
+        default = field.get_default(call_default_factory=True)
+        note = f"  # {field.description}" if field.description else ""
+        click.echo(f"{name} = {json.dumps(default, default=str)}{note}")

@@ -1,0 +1,225 @@
+"""Fetch the real services Shale develops and tests against, into a git-ignored cache.
+
+This module uses the standard library only, so that `make` can run it with the system Python
+while the virtual environment is still being built:
+
+    python3 src/shale/dev/fetch.py all      # Kafka jars, Spark's Kafka connector jars, MinIO binary
+
+What is fetched, and from where (the machines reach Maven Central and the Go module proxy only):
+
+* Apache Kafka (KRaft broker): ``org.apache.kafka:kafka_2.13`` and its runtime dependencies, plus an
+  SLF4J binding, resolved by ``mvn dependency:copy-dependencies``.
+* Spark's Kafka connector for the exact pyspark version: ``spark-sql-kafka-0-10_2.13``,
+  ``spark-token-provider-kafka-0-10_2.13``, ``kafka-clients`` and ``commons-pool2``, four jars and nothing
+  else (everything else is inside pyspark), passed to Spark with ``spark.jars``.
+* MinIO: ``go install github.com/minio/minio@<pinned pseudo-version>``.
+
+Every fetch is idempotent: a ``.complete`` marker is written last, so an interrupted fetch is redone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+KAFKA_VERSION = "4.1.1"
+SLF4J_VERSION = "1.7.36"  # kafka_2.13 4.1 depends on slf4j-api 1.7.x; the binding must match it.
+# The connector must match pyspark exactly. 4.0.0 is the newest release whose four connector jars are all
+# published on the Maven Central this project can reach (checked 2026-11-22; see docs/DESIGN.md).
+SPARK_VERSION = "4.0.0"
+SPARK_KAFKA_CLIENTS_VERSION = "3.9.0"  # as declared by spark-sql-kafka-0-10_2.13:4.0.0
+SPARK_COMMONS_POOL2_VERSION = "2.12.0"  # as declared by spark-sql-kafka-0-10_2.13:4.0.0
+MINIO_MODULE = "github.com/minio/minio"
+MINIO_VERSION = "v0.0.0-20260212201848-7aac2a2c5b7c"
+
+SPARK_CONNECTOR_ARTIFACTS = (
+    ("org.apache.spark", "spark-sql-kafka-0-10_2.13", SPARK_VERSION),
+    ("org.apache.spark", "spark-token-provider-kafka-0-10_2.13", SPARK_VERSION),
+    ("org.apache.kafka", "kafka-clients", SPARK_KAFKA_CLIENTS_VERSION),
+    ("org.apache.commons", "commons-pool2", SPARK_COMMONS_POOL2_VERSION),
+)
+
+
+class FetchError(RuntimeError):
+    """A component could not be fetched; the message names the command and its output."""
+
+
+def cache_dir() -> Path:
+    """The cache folder: ``$SHALE_CACHE_DIR``, else ``.cache`` in the current directory."""
+    return Path(os.environ.get("SHALE_CACHE_DIR", ".cache")).resolve()
+
+
+def kafka_jars_dir(cache: Path | None = None) -> Path:
+    return (cache or cache_dir()) / "jars" / f"kafka-{KAFKA_VERSION}"
+
+
+def spark_jars_dir(cache: Path | None = None) -> Path:
+    return (cache or cache_dir()) / "jars" / f"spark-kafka-connector-{SPARK_VERSION}"
+
+
+def minio_binary(cache: Path | None = None) -> Path:
+    return (cache or cache_dir()) / "bin" / f"minio-{MINIO_VERSION}" / "minio"
+
+
+def _log(message: str) -> None:
+    print(f"[shale fetch] {time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _locked(target: Path) -> Iterator[None]:
+    """Serialises fetches of one component across processes (make -j, pytest, shale dev up)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _run(cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-30:])
+        raise FetchError(f"command failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}")
+
+
+def _dependency(group: str, artifact: str, version: str, exclude_all: bool) -> str:
+    exclusions = (
+        "<exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion></exclusions>"
+        if exclude_all
+        else ""
+    )
+    return (
+        f"<dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>"
+        f"<version>{version}</version>{exclusions}</dependency>"
+    )
+
+
+def _maven_copy(target: Path, dependencies: list[str]) -> None:
+    """Resolve ``dependencies`` from Maven Central and copy their runtime jars into ``target``."""
+    if shutil.which("mvn") is None:
+        raise FetchError("mvn is not on PATH: install Maven (Debian package 'maven') and retry")
+    pom = (
+        '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+        "<groupId>dev.shale</groupId><artifactId>fetch</artifactId><version>1</version>"
+        f"<dependencies>{''.join(dependencies)}</dependencies></project>"
+    )
+    with tempfile.TemporaryDirectory(prefix="shale-mvn-") as work:
+        Path(work, "pom.xml").write_text(pom)
+        staging = Path(work, "jars")
+        _run(
+            [
+                "mvn", "-q", "-B", "dependency:copy-dependencies",
+                "-DincludeScope=runtime", f"-DoutputDirectory={staging}",
+            ],
+            cwd=Path(work),
+        )
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.copytree(staging, target)
+
+
+def fetch_kafka(cache: Path | None = None) -> Path:
+    """The Kafka broker's classpath folder, fetched if missing."""
+    target = kafka_jars_dir(cache)
+    with _locked(target):
+        if (target / ".complete").exists():
+            return target
+        _log(f"fetching Apache Kafka {KAFKA_VERSION} jars from Maven Central")
+        _maven_copy(
+            target,
+            [
+                _dependency("org.apache.kafka", "kafka_2.13", KAFKA_VERSION, exclude_all=False),
+                _dependency("org.slf4j", "slf4j-api", SLF4J_VERSION, exclude_all=False),
+                _dependency("org.slf4j", "slf4j-simple", SLF4J_VERSION, exclude_all=False),
+            ],
+        )
+        (target / ".complete").write_text(KAFKA_VERSION)
+        _log(f"Kafka jars ready in {target}")
+    return target
+
+
+def fetch_spark_connector(cache: Path | None = None) -> Path:
+    """The folder holding exactly the four connector jars, fetched if missing."""
+    target = spark_jars_dir(cache)
+    with _locked(target):
+        if (target / ".complete").exists():
+            return target
+        _log(f"fetching Spark {SPARK_VERSION} Kafka connector jars from Maven Central")
+        _maven_copy(target, [_dependency(g, a, v, exclude_all=True) for g, a, v in SPARK_CONNECTOR_ARTIFACTS])
+        found = sorted(p.name for p in target.glob("*.jar"))
+        if len(found) != len(SPARK_CONNECTOR_ARTIFACTS):
+            raise FetchError(f"expected {len(SPARK_CONNECTOR_ARTIFACTS)} connector jars, got {found}")
+        (target / ".complete").write_text(SPARK_VERSION)
+        _log(f"Spark Kafka connector jars ready in {target}")
+    return target
+
+
+def spark_connector_jars(cache: Path | None = None) -> list[Path]:
+    return sorted(fetch_spark_connector(cache).glob("*.jar"))
+
+
+def fetch_minio(cache: Path | None = None) -> Path:
+    """The MinIO server binary, built with ``go install`` at the pinned version if missing."""
+    binary = minio_binary(cache)
+    with _locked(binary.parent):
+        if binary.exists() and (binary.parent / ".complete").exists():
+            return binary
+        if shutil.which("go") is None:
+            raise FetchError("go is not on PATH: install Go 1.24 or newer and retry")
+        _log(f"building MinIO {MINIO_VERSION} with go install (several minutes on a fresh machine)")
+        binary.parent.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, GOBIN=str(binary.parent), CGO_ENABLED="0")
+        _run(["go", "install", f"{MINIO_MODULE}@{MINIO_VERSION}"], env=env)
+        if not binary.exists():
+            raise FetchError(f"go install finished but {binary} is missing")
+        (binary.parent / ".complete").write_text(MINIO_VERSION)
+        _log(f"MinIO ready at {binary}")
+    return binary
+
+
+FETCHERS = {"kafka": fetch_kafka, "spark": fetch_spark_connector, "minio": fetch_minio}
+
+
+def fetch_all(names: list[str]) -> None:
+    """Fetch the named components concurrently; raise the first failure after all have finished."""
+    errors: list[str] = []
+
+    def worker(name: str) -> None:
+        try:
+            FETCHERS[name]()
+        except FetchError as exc:
+            errors.append(f"{name}: {exc}")
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise FetchError("\n".join(errors))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("components", nargs="*", default=["all"], choices=[*FETCHERS, "all"])
+    args = parser.parse_args(argv)
+    names = list(FETCHERS) if "all" in args.components else args.components
+    try:
+        fetch_all(names)
+    except FetchError as exc:
+        _log(f"FAILED\n{exc}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

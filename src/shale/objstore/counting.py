@@ -1,0 +1,42 @@
+"""Counting of object-store requests: per bucket instance for tests and benchmarks, and as Prometheus metrics."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+from prometheus_client import Counter as PromCounter
+
+REQUESTS = PromCounter(
+    "shale_objstore_requests_total",
+    "Object-store requests sent, by operation and outcome (ok, not_found, conflict, error, retried).",
+    ["operation", "outcome"],
+)
+
+OPERATIONS = ("get", "get_range", "head", "list", "put", "delete")
+
+
+class CallCounter:
+    """Thread-safe counts of requests by operation. ``list`` counts one request per page of 1,000 keys,
+    which is what S3, GCS and MinIO return per ListObjects call."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+
+    def add(self, operation: str, outcome: str = "ok", n: int = 1) -> None:
+        with self._lock:
+            self._counts[operation] += n
+        REQUESTS.labels(operation, outcome).inc(n)
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return {op: self._counts.get(op, 0) for op in OPERATIONS}
+
+    def total(self) -> int:
+        with self._lock:
+            return sum(self._counts.values())
+
+    def reset(self) -> None:
+        with self._lock:
+            self._counts.clear()

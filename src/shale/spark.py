@@ -1,0 +1,61 @@
+"""SparkSession factory: local mode on loopback, the project's interpreter for Python workers, and the Kafka
+connector jars (fetched from Maven Central at the exact pyspark version) on ``spark.jars``."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from shale.config import SparkConfig
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def _local(master: str) -> bool:
+    return master.startswith("local")
+
+
+def spark_session(
+    app_name: str,
+    config: SparkConfig | None = None,
+    *,
+    kafka: bool = True,
+    extra_conf: dict[str, str] | None = None,
+) -> SparkSession:
+    """Return the process's SparkSession, creating it on first use.
+
+    With ``kafka`` the four connector jars are added to ``spark.jars`` (they are fetched into the cache if
+    missing). Local masters bind the driver to 127.0.0.1; the Python workers run the interpreter running
+    this code, so that they see the same packages.
+    """
+    from pyspark.sql import SparkSession
+
+    config = config or SparkConfig()
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    conf: dict[str, str] = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.python.worker.reuse": "true",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
+        "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+    }
+    if _local(config.master):
+        conf["spark.driver.host"] = "127.0.0.1"
+        conf["spark.driver.bindAddress"] = "127.0.0.1"
+    if kafka:
+        from shale.dev.fetch import spark_connector_jars
+
+        conf["spark.jars"] = ",".join(str(p) for p in spark_connector_jars())
+    conf.update(config.conf)
+    conf.update(extra_conf or {})
+    builder = SparkSession.builder.appName(app_name).master(config.master)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session

@@ -1,0 +1,74 @@
+"""Shared fixtures. Real services (Kafka, MinIO, Spark) start once per session, on free loopback ports, when a
+test first asks for them. If one cannot start, the fixture raises and every test that needs it errors: nothing
+is skipped."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from shale.config import BucketConfig, SparkConfig
+from shale.dev import KafkaBroker, MinioServer
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = Path(str(item.fspath)).parts
+        if "integration" in parts:
+            item.add_marker(pytest.mark.integration)
+        elif "unit" in parts:
+            item.add_marker(pytest.mark.unit)
+
+
+@pytest.fixture(scope="session")
+def services_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("services")
+
+
+@pytest.fixture(scope="session")
+def kafka(services_dir: Path) -> Iterator[KafkaBroker]:
+    broker = KafkaBroker(services_dir / "kafka").start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="session")
+def minio(services_dir: Path) -> Iterator[MinioServer]:
+    server = MinioServer(services_dir / "minio").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def minio_bucket(minio: MinioServer) -> BucketConfig:
+    """A fresh, empty MinIO bucket for one test."""
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    minio.create_bucket(name)
+    return BucketConfig(url=f"s3://{name}", endpoint=minio.endpoint, access_key_id=minio.access_key,
+                        secret_access_key=minio.secret_key, allow_http=True)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    from shale.spark import spark_session
+
+    session = spark_session("shale-tests", SparkConfig(master="local[2]"))
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def output_dir(request: pytest.FixtureRequest) -> Path:
+    """A folder kept after the run (screenshots, reports): test-output/<test name>/."""
+    path = ROOT / "test-output" / request.node.name.replace("/", "_")
+    path.mkdir(parents=True, exist_ok=True)
+    return path

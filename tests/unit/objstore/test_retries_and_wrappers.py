@@ -1,0 +1,105 @@
+"""Retries (transient only, jittered), the conditional-put recovery, and the test wrappers."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from shale.errors import ConflictError, NotFoundError, StoreUnavailableError
+from shale.objstore import ObstoreBucket, open_bucket_url
+from shale.objstore.obstore_bucket import RetryPolicy
+from shale.objstore.testing import DelayedVisibilityBucket, Fault, FaultyBucket
+
+
+def _bucket() -> ObstoreBucket:
+    b = open_bucket_url(f"memory://retries-{uuid.uuid4().hex}")
+    sleeps: list[float] = []
+    b.retry = RetryPolicy(sleep=sleeps.append)  # no real waiting in unit tests
+    b.sleeps = sleeps  # type: ignore[attr-defined]
+    return b
+
+
+def test_transient_errors_are_retried_with_bounded_jittered_backoff() -> None:
+    b = _bucket()
+    attempts: list[int] = []
+
+    def flaky() -> str:
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise OSError("Server returned non-2xx status code: 503 Service Unavailable")
+        return "ok"
+
+    assert b._call("get", "k", flaky) == "ok"
+    assert len(attempts) == 3
+    assert len(b.sleeps) == 2  # type: ignore[attr-defined]
+    assert all(0 <= s <= 5.0 for s in b.sleeps)  # type: ignore[attr-defined]
+    assert b.calls.snapshot()["get"] == 3
+
+
+def test_exhausted_retries_raise_store_unavailable_naming_the_call() -> None:
+    b = _bucket()
+
+    def down() -> None:
+        raise OSError("error sending request: connection refused")
+
+    with pytest.raises(StoreUnavailableError, match="get 'tenant/x' failed 5 times"):
+        b._call("get", "tenant/x", down)
+
+
+def test_permanent_errors_are_not_retried() -> None:
+    b = _bucket()
+    attempts: list[int] = []
+
+    def forbidden() -> None:
+        attempts.append(1)
+        raise PermissionError("Server returned non-2xx status code: 403 Forbidden")
+
+    with pytest.raises(PermissionError):
+        b._call("get", "k", forbidden)
+    assert len(attempts) == 1
+
+
+def test_conditional_put_whose_first_attempt_landed_succeeds_on_retry() -> None:
+    b = _bucket()
+    state = {"n": 0}
+
+    def landed_then_timed_out():  # type: ignore[no-untyped-def]
+        state["n"] += 1
+        if state["n"] == 1:
+            b.put("k", b"mine")  # the write lands ...
+            raise OSError("operation timed out")  # ... but the answer is lost
+        raise ConflictError("exists")
+
+    result = b._conditional("put", "k", b"mine", landed_then_timed_out)
+    assert result.etag is not None
+    with pytest.raises(ConflictError):  # someone else's content is still a conflict
+        b._conditional("put", "k", b"other", landed_then_timed_out)
+
+
+def test_delayed_visibility_hides_new_objects_until_the_delay_passes() -> None:
+    now = [100.0]
+    inner = _bucket()
+    inner.put("old", b"o")
+    b = DelayedVisibilityBucket(inner, delay=10, clock=lambda: now[0])
+    b.put("t/new", b"n")
+    assert [i.key for i in b.list("")] == ["old"]
+    with pytest.raises(NotFoundError):
+        b.get("t/new")
+    now[0] += 10
+    assert b.get("t/new") == b"n"
+    assert [i.key for i in b.list("")] == ["old", "t/new"]
+
+
+def test_faulty_bucket_fails_chosen_calls_and_can_lose_answers() -> None:
+    inner = _bucket()
+    b = FaultyBucket(inner, [Fault("put", key=r"meta\.json$", times=1, after=True), Fault("get", times=2)])
+    b.put("t/data.parquet", b"d")
+    with pytest.raises(StoreUnavailableError, match="injected"):
+        b.put("t/meta.json", b"m")
+    assert inner.get("t/meta.json") == b"m"  # the write landed; only the answer was lost
+    for _ in range(2):
+        with pytest.raises(StoreUnavailableError):
+            b.get("t/data.parquet")
+    assert b.get("t/data.parquet") == b"d"
+    assert b.injected == [("put", "t/meta.json"), ("get", "t/data.parquet"), ("get", "t/data.parquet")]

@@ -1,0 +1,19 @@
+"""The Spark connector jars must match pyspark exactly, or Spark fails at the first Kafka read."""
+
+from __future__ import annotations
+
+import pyspark
+
+from shale.dev import fetch
+
+
+def test_connector_version_is_the_installed_pyspark_version() -> None:
+    assert pyspark.__version__ == fetch.SPARK_VERSION
+    names = [artifact for _, artifact, _ in fetch.SPARK_CONNECTOR_ARTIFACTS]
+    assert names == ["spark-sql-kafka-0-10_2.13", "spark-token-provider-kafka-0-10_2.13", "kafka-clients",
+                     "commons-pool2"]
+
+
+def test_minio_is_pinned_to_an_exact_module_version() -> None:
+    assert fetch.MINIO_VERSION.startswith("v")
+    assert "latest" not in fetch.MINIO_VERSION
