@@ -21,7 +21,7 @@ import random
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -183,6 +183,16 @@ class ObstoreBucket:
             self.calls.add("list", "ok", (len(items) - 1) // LIST_PAGE_SIZE)
         items.sort(key=lambda i: i.key)
         yield from (i for i in items if not i.key.startswith(LOCAL_TMP_DIR + "/"))
+
+    def list_dirs(self, prefix: str = "") -> Sequence[str]:
+        check_prefix(prefix)
+
+        def run() -> list[str]:
+            result = obstore.list_with_delimiter(self._store, prefix or None)
+            return sorted(p.rstrip("/") + "/" for p in result["common_prefixes"])
+
+        dirs = self._call("list", prefix, run)
+        return [d for d in dirs if d != LOCAL_TMP_DIR + "/"]
 
     # -- writes ----------------------------------------------------------------------------------
 

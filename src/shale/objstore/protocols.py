@@ -7,7 +7,7 @@ filesystem and MinIO):
 
 * ``get`` / ``get_range`` / ``head`` of a missing key raise ``NotFoundError``.
 * ``list(prefix, start_after)`` yields every object under ``prefix`` whose key sorts after ``start_after``,
-  in lexicographic key order.
+  in lexicographic key order; ``list_dirs(prefix)`` returns the sorted common prefixes one level down.
 * ``put_if_absent`` raises ``ConflictError`` when the key exists (and does not change it).
 * ``put_if_match`` replaces an object only if its etag still equals the given one, else ``ConflictError``.
 * ``delete`` of a missing key succeeds (deletes are idempotent).
@@ -16,7 +16,7 @@ filesystem and MinIO):
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 from shale.objstore.types import ObjectInfo, PutResult
@@ -34,6 +34,10 @@ class ObjectReader(Protocol):
 
 class ObjectLister(Protocol):
     def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectInfo]: ...
+
+    def list_dirs(self, prefix: str = "") -> Sequence[str]:
+        """The "folders" directly under ``prefix`` (common prefixes with delimiter ``/``), each ending in ``/``."""
+        ...
 
 
 class ObjectWriter(Protocol):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from shale.errors import NotFoundError, StoreUnavailableError
@@ -60,6 +60,11 @@ class DelayedVisibilityBucket:
 
     def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectInfo]:
         return (i for i in self.inner.list(prefix, start_after) if self._visible(i.key))
+
+    def list_dirs(self, prefix: str = "") -> Sequence[str]:
+        dirs = {prefix + i.key[len(prefix):].split("/", 1)[0] + "/" for i in self.list(prefix)
+                if "/" in i.key[len(prefix):]}
+        return sorted(dirs)
 
     def put(self, key: str, data: bytes) -> PutResult:
         return self._written(key, self.inner.put(key, data))
@@ -137,6 +142,11 @@ class FaultyBucket:
         result = self._run("list", prefix, lambda: list(self.inner.list(prefix, start_after)))
         assert isinstance(result, list)
         return iter(result)
+
+    def list_dirs(self, prefix: str = "") -> Sequence[str]:
+        result = self._run("list", prefix, lambda: self.inner.list_dirs(prefix))
+        assert isinstance(result, list)
+        return result
 
     def put(self, key: str, data: bytes) -> PutResult:
         result = self._run("put", key, lambda: self.inner.put(key, data))

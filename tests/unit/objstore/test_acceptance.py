@@ -124,3 +124,11 @@ def test_every_call_is_counted(bucket: ObstoreBucket) -> None:
         bucket.get("t/missing")
     counts = bucket.calls.snapshot()
     assert counts == {"get": 2, "get_range": 0, "head": 1, "list": 1, "put": 1, "delete": 0}
+
+
+def test_list_dirs_returns_one_level_of_common_prefixes(bucket: ObstoreBucket) -> None:
+    for key in ("acme/blocks/A/meta.json", "acme/markers/A-deletion-mark.json", "beta/blocks/B/x", "_shale/dlq/g/1"):
+        bucket.put(key, b"x")
+    assert bucket.list_dirs("") == ["_shale/", "acme/", "beta/"]
+    assert bucket.list_dirs("acme/") == ["acme/blocks/", "acme/markers/"]
+    assert bucket.list_dirs("nobody/") == []

@@ -1,0 +1,198 @@
+"""The block fetcher: a tenant's blocks and their states, from the bucket alone (seed 000).
+
+One sync costs one LIST of ``<tenant>/blocks/`` (every object, 1,000 keys per page), one LIST of
+``<tenant>/markers/``, and a GET of each meta.json and deletion mark not seen before. Both are immutable, so they
+are cached for the fetcher's lifetime: a steady-state sync costs the two LISTs only.
+
+States::
+
+    Fresh               younger than the sync delay: may still be uploading; not trusted by bucket scanners
+    Healthy             complete (loadable meta.json) and older than the sync delay (or ignore_delay)
+    Partial             no loadable meta.json after the sync delay: crashed upload or interrupted delete
+    MarkedForDeletion   has a deletion mark; readers skip it, the cleaner removes it after the delete delay
+    HealthyOverlapped   healthy, but a newer healthy block's compaction sources include all of its sources
+
+A block's age counts from the later of its ULID time and its newest object's last-modified time, so a block
+whose id carries an old time (a deterministic id from old Kafka timestamps) is not judged Partial while it is
+still being uploaded (the risk the seed names for writers that were partitioned from the store).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TypeVar
+
+from shale.block.ids import ulid_time_ms
+from shale.block.layout import (
+    META_FILENAME,
+    blocks_prefix,
+    markers_prefix,
+    parse_block_key,
+    parse_mark_key,
+)
+from shale.block.marks import DeletionMark, parse_mark
+from shale.block.meta import BlockMeta, parse_meta
+from shale.errors import CorruptObjectError, NotFoundError
+from shale.objstore import BucketReader, ObjectInfo
+
+A = TypeVar("A")
+R = TypeVar("R")
+
+
+class BlockState(StrEnum):
+    FRESH = "fresh"
+    HEALTHY = "healthy"
+    PARTIAL = "partial"
+    MARKED_FOR_DELETION = "marked-for-deletion"
+    HEALTHY_OVERLAPPED = "healthy-overlapped"
+
+
+@dataclass
+class BlockView:
+    tenant: str
+    id: str
+    state: BlockState
+    age: float
+    objects: list[ObjectInfo] = field(default_factory=list)
+    meta: BlockMeta | None = None
+    mark: DeletionMark | None = None
+    error: str | None = None
+    overlapped_by: str | None = None
+
+    @property
+    def readable(self) -> bool:
+        """Whether a bucket-scanning reader may read it."""
+        return self.state is BlockState.HEALTHY
+
+
+@dataclass
+class FetchResult:
+    tenant: str
+    synced_at: float
+    blocks: dict[str, BlockView]
+    orphan_marks: dict[str, DeletionMark]
+    """Deletion marks whose block has no objects left: a delete that stopped before removing its mark."""
+
+    def in_state(self, *states: BlockState) -> list[BlockView]:
+        return [b for b in self.blocks.values() if b.state in states]
+
+    def metas(self, *states: BlockState) -> list[BlockMeta]:
+        return [b.meta for b in self.in_state(*states) if b.meta is not None]
+
+
+class BlockFetcher:
+    """Computes block states for tenants. Thread-safe for distinct tenants; caches immutable objects."""
+
+    def __init__(self, bucket: BucketReader, sync_delay: float, clock: Callable[[], float] = time.time,
+                 concurrency: int = 16) -> None:
+        self.bucket = bucket
+        self.sync_delay = sync_delay
+        self.clock = clock
+        self.concurrency = concurrency
+        self._metas: dict[tuple[str, str], BlockMeta] = {}
+        self._marks: dict[str, DeletionMark] = {}
+
+    def tenants(self) -> list[str]:
+        return [d.rstrip("/") for d in self.bucket.list_dirs("") if not d.startswith("_")]
+
+    def sync(self, tenant: str) -> FetchResult:
+        now = self.clock()
+        objects: dict[str, list[ObjectInfo]] = defaultdict(list)
+        for info in self.bucket.list(blocks_prefix(tenant)):
+            parsed = parse_block_key(info.key)
+            if parsed is not None:
+                objects[parsed.block_id].append(info)
+        marks = self._load_marks(tenant)
+        with_meta = [bid for bid, objs in objects.items() if any(o.key.endswith("/" + META_FILENAME) for o in objs)]
+        metas, errors = self._load_metas(tenant, with_meta)
+        views: dict[str, BlockView] = {}
+        for block_id, objs in objects.items():
+            newest = max(o.last_modified for o in objs)
+            age = now - max(ulid_time_ms(block_id) / 1000.0, newest)
+            meta = metas.get(block_id)
+            view = BlockView(tenant, block_id, BlockState.HEALTHY, age, sorted(objs, key=lambda o: o.key), meta,
+                             marks.get(block_id), errors.get(block_id))
+            if view.mark is not None:
+                view.state = BlockState.MARKED_FOR_DELETION
+            elif age < self.sync_delay and not (meta is not None and meta.ignore_delay):
+                view.state = BlockState.FRESH
+            elif meta is None:
+                view.state = BlockState.PARTIAL
+            views[block_id] = view
+        _judge_overlaps(views.values())
+        orphans = {bid: m for bid, m in marks.items() if bid not in objects}
+        return FetchResult(tenant, now, views, orphans)
+
+    def _load_marks(self, tenant: str) -> dict[str, DeletionMark]:
+        keys = []
+        for info in self.bucket.list(markers_prefix(tenant)):
+            parsed = parse_mark_key(info.key)
+            if parsed is not None:
+                keys.append((parsed[1], info.key))
+        missing = [key for _, key in keys if key not in self._marks]
+
+        def load(key: str) -> tuple[str, DeletionMark | None]:
+            try:
+                return key, parse_mark(self.bucket.get(key), key)
+            except (NotFoundError, CorruptObjectError):
+                return key, None  # deleted since the LIST, or unreadable: not a mark we can act on
+
+        for key, mark in self._map(load, missing):
+            if mark is not None:
+                self._marks[key] = mark
+        return {bid: self._marks[key] for bid, key in keys if key in self._marks}
+
+    def _load_metas(self, tenant: str, block_ids: list[str]) -> tuple[dict[str, BlockMeta], dict[str, str]]:
+        metas = {bid: self._metas[(tenant, bid)] for bid in block_ids if (tenant, bid) in self._metas}
+        errors: dict[str, str] = {}
+
+        def load(block_id: str) -> tuple[str, BlockMeta | str | None]:
+            key = f"{blocks_prefix(tenant)}{block_id}/{META_FILENAME}"
+            try:
+                return block_id, parse_meta(self.bucket.get(key), where=key, block_id=block_id)
+            except NotFoundError:
+                return block_id, None  # deleted since the LIST (a delete removes meta.json first)
+            except CorruptObjectError as exc:
+                return block_id, str(exc)
+
+        for block_id, result in self._map(load, [b for b in block_ids if b not in metas]):
+            if isinstance(result, BlockMeta):
+                metas[block_id] = self._metas[(tenant, block_id)] = result
+            elif isinstance(result, str):
+                errors[block_id] = result
+        return metas, errors
+
+    def _map(self, fn: Callable[[A], R], items: list[A]) -> Iterable[R]:
+        if len(items) <= 1:
+            return [fn(i) for i in items]
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(items))) as pool:
+            return list(pool.map(fn, items))
+
+
+def _judge_overlaps(views: Iterable[BlockView]) -> None:
+    """Seed 000's full-overlap rule: a healthy block whose sources are all inside a newer healthy block's sources
+    is HealthyOverlapped. Equal source sets (the same compaction done twice) keep the greater id."""
+    healthy = [v for v in views if v.state is BlockState.HEALTHY and v.meta is not None]
+    by_source: dict[str, list[BlockView]] = defaultdict(list)
+    for view in healthy:
+        assert view.meta is not None
+        for source in view.meta.compaction.sources:
+            by_source[source].append(view)
+    for view in healthy:
+        assert view.meta is not None
+        mine = set(view.meta.compaction.sources)
+        if not mine:
+            continue
+        for other in by_source[next(iter(mine))]:
+            if other is view or other.meta is None:
+                continue
+            theirs = set(other.meta.compaction.sources)
+            if mine < theirs or (mine == theirs and other.id > view.id):
+                view.state = BlockState.HEALTHY_OVERLAPPED
+                view.overlapped_by = other.id
+                break

@@ -1,0 +1,173 @@
+"""``BlockMeta``: the versioned, validated record in every block's meta.json (and in its Parquet footers).
+
+A block holds one or more *datasets* (seed 004): independent sets of rows of one kind and one Kafka topic, each
+in its own Parquet object. A dataset carries *label sets*, the distinct label combinations of its rows, so that
+the index can prune by label without reading data.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from shale.block.ids import check_block_id, ulid_time_ms
+from shale.block.names import check_label_name, check_tenant, check_topic
+from shale.errors import CorruptObjectError
+
+META_VERSION = 1
+GROUPS = ("backup", "partition")
+DatasetKind = Literal["records", "quarantine"]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KafkaRange(_Record):
+    """Offsets ``[start, end)`` of one topic-partition that the block accounts for."""
+
+    topic: str
+    partition: int = Field(ge=0)
+    start: int = Field(ge=0)
+    end: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> KafkaRange:
+        check_topic(self.topic)
+        if self.end < self.start:
+            raise ValueError(f"kafka range end {self.end} is before start {self.start}")
+        return self
+
+
+class Dataset(_Record):
+    name: str = Field(description="unique in the block: '<kind>/<topic>'")
+    kind: DatasetKind
+    topic: str
+    file: str = Field(description="the data object holding the rows, listed in files")
+    rows: int = Field(ge=0)
+    bytes: int = Field(ge=0, description="uncompressed in-memory size of the rows (Arrow)")
+    min_time: int
+    max_time: int
+    labels: list[dict[str, str]] = Field(default_factory=list, description="distinct label sets of the rows")
+    row_groups: list[tuple[int, int, int]] = Field(
+        default_factory=list, description="table of contents: (rows, min_time, max_time) per Parquet row group"
+    )
+
+    @field_validator("labels")
+    @classmethod
+    def _label_names(cls, value: list[dict[str, str]]) -> list[dict[str, str]]:
+        for label_set in value:
+            for name in label_set:
+                check_label_name(name)
+        return value
+
+
+class FileInfo(_Record):
+    name: str
+    size: int = Field(ge=0)
+    crc32: str = Field(pattern=r"^[0-9a-f]{8}$")
+
+
+class Compaction(_Record):
+    """Which level-0 blocks' records this block holds (``sources``) and which blocks it replaced (``parents``)."""
+
+    sources: list[str]
+    parents: list[str] = Field(default_factory=list)
+
+
+class ParserInfo(_Record):
+    name: str
+    version: str
+    options_digest: str = ""
+
+
+class BlockMeta(_Record):
+    version: Literal[1] = 1
+    id: str
+    tenant: str
+    shard: int = Field(default=0, ge=0)
+    level: int = Field(default=0, ge=0)
+    group: str
+    generation: int = Field(default=1, ge=0)
+    min_time: int = Field(description="smallest event time in the block, ms since the epoch")
+    max_time: int = Field(description="largest event time in the block, ms since the epoch")
+    kafka: list[KafkaRange] = Field(default_factory=list)
+    partition_values: dict[str, str] = Field(default_factory=dict, description="dt (and hour) of the block")
+    datasets: list[Dataset]
+    files: list[FileInfo] = Field(default_factory=list)
+    compaction: Compaction
+    parser: ParserInfo | None = None
+    derived_from: list[str] = Field(default_factory=list, description="backup blocks a reprocessed block came from")
+    ignore_delay: bool = Field(default=False, description="trust the block before the sync delay (repairs)")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BlockMeta:
+        check_block_id(self.id)
+        check_tenant(self.tenant)
+        if self.group not in GROUPS:
+            raise ValueError(f"group {self.group!r} is not one of {GROUPS}")
+        if self.max_time < self.min_time:
+            raise ValueError(f"max_time {self.max_time} is before min_time {self.min_time}")
+        names = [d.name for d in self.datasets]
+        if len(set(names)) != len(names):
+            raise ValueError(f"dataset names repeat: {names}")
+        if self.files:
+            listed = {f.name for f in self.files}
+            missing = sorted({d.file for d in self.datasets} - listed)
+            if missing:
+                raise ValueError(f"datasets refer to files not listed in files: {missing}")
+        for source in (*self.compaction.sources, *self.compaction.parents, *self.derived_from):
+            check_block_id(source)
+        return self
+
+    @property
+    def time_ms(self) -> int:
+        """The block's creation time: the time inside its ULID."""
+        return ulid_time_ms(self.id)
+
+    @property
+    def rows(self) -> int:
+        return sum(d.rows for d in self.datasets)
+
+    @property
+    def size(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def file(self, name: str) -> FileInfo:
+        for info in self.files:
+            if info.name == name:
+                return info
+        raise KeyError(name)
+
+    def to_json(self) -> bytes:
+        return self.model_dump_json(exclude_none=True).encode()
+
+    def logical_key(self) -> tuple[object, ...]:
+        """What makes two metas the same block, independent of byte-level encoding of its files."""
+        return (self.id, self.tenant, self.group, self.generation, tuple(self.kafka),
+                tuple((d.name, d.rows) for d in self.datasets), tuple(self.compaction.sources))
+
+
+def parse_meta(data: bytes, *, where: str, block_id: str = "") -> BlockMeta:
+    """Parse and validate meta.json; any problem is a ``CorruptObjectError`` naming the block."""
+    try:
+        raw = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptObjectError(f"{where}: meta.json of block {block_id} is not JSON ({exc})",
+                                 key=where, block_id=block_id) from None
+    if isinstance(raw, dict) and raw.get("version") not in (None, META_VERSION):
+        raise CorruptObjectError(
+            f"{where}: meta.json of block {block_id} has version {raw.get('version')!r}; this Shale reads version "
+            f"{META_VERSION}. Upgrade Shale to read it.", key=where, block_id=block_id)
+    try:
+        meta = BlockMeta.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors())
+        raise CorruptObjectError(f"{where}: meta.json of block {block_id} is invalid: {problems}",
+                                 key=where, block_id=block_id) from None
+    if block_id and meta.id != block_id:
+        raise CorruptObjectError(f"{where}: meta.json says block {meta.id} but lives in folder {block_id}",
+                                 key=where, block_id=block_id)
+    return meta

@@ -1,0 +1,112 @@
+"""Reading blocks: metadata, and datasets with their checksums checked.
+
+Whole-object reads check the CRC32 in meta.json. Ranged reads (only the columns and row groups a query needs)
+cannot check a whole-object checksum, so they check Parquet's page checksums instead, which the writer always
+writes.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from shale.block.layout import block_file_key, meta_key
+from shale.block.meta import BlockMeta, Dataset, parse_meta
+from shale.block.writer import FOOTER_META_KEY, crc32_hex
+from shale.errors import CorruptObjectError
+from shale.objstore import BucketReader
+
+
+def read_meta(bucket: BucketReader, tenant: str, block_id: str) -> BlockMeta:
+    key = meta_key(tenant, block_id)
+    return parse_meta(bucket.get(key), where=key, block_id=block_id)
+
+
+class BucketFile(io.RawIOBase):
+    """A read-only, seekable file over one object, reading byte ranges on demand (for pyarrow)."""
+
+    def __init__(self, bucket: BucketReader, key: str, size: int) -> None:
+        self._bucket, self._key, self._size, self._pos = bucket, key, size, 0
+        self.bytes_read = 0
+        self.requests = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer)
+        end = min(self._size, self._pos + len(view))
+        if end <= self._pos:
+            return 0
+        data = self._bucket.get_range(self._key, self._pos, end)
+        view[: len(data)] = data
+        self._pos += len(data)
+        self.bytes_read += len(data)
+        self.requests += 1
+        return len(data)
+
+
+def _dataset(meta: BlockMeta, dataset: str | Dataset) -> Dataset:
+    if isinstance(dataset, Dataset):
+        return dataset
+    for entry in meta.datasets:
+        if entry.name == dataset:
+            return entry
+    raise KeyError(f"block {meta.tenant}/{meta.id} has no dataset {dataset!r}")
+
+
+def read_dataset(
+    bucket: BucketReader,
+    meta: BlockMeta,
+    dataset: str | Dataset,
+    *,
+    columns: Sequence[str] | None = None,
+    filters: Any = None,
+    whole_object: bool = True,
+) -> pa.Table:
+    """One dataset's rows. ``whole_object`` fetches the object in one GET and checks its CRC32; otherwise only
+    the needed byte ranges are fetched and Parquet page checksums are checked."""
+    entry = _dataset(meta, dataset)
+    key = block_file_key(meta.tenant, meta.id, entry.file)
+    info = meta.file(entry.file)
+    try:
+        if whole_object:
+            data = bucket.get(key)
+            if len(data) != info.size or crc32_hex(data) != info.crc32:
+                raise CorruptObjectError(
+                    f"{key}: block {meta.tenant}/{meta.id} file {entry.file} is corrupt: {len(data)} bytes with "
+                    f"CRC32 {crc32_hex(data)}, meta.json says {info.size} bytes with CRC32 {info.crc32}. "
+                    "Run `shale bucket verify` and restore or re-ingest the block.",
+                    key=key, block_id=meta.id)
+            source: Any = pa.BufferReader(data)
+        else:
+            source = BucketFile(bucket, key, info.size)
+        return pq.read_table(source, columns=list(columns) if columns is not None else None, filters=filters,
+                             page_checksum_verification=True, pre_buffer=whole_object)
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise CorruptObjectError(f"{key}: block {meta.tenant}/{meta.id} file {entry.file} cannot be read: {exc}",
+                                 key=key, block_id=meta.id) from exc
+
+
+def read_footer_meta(bucket: BucketReader, key: str, size: int) -> BlockMeta:
+    """The block metadata embedded in a data object's Parquet footer (two small ranged reads)."""
+    metadata = pq.read_metadata(BucketFile(bucket, key, size))
+    raw = (metadata.metadata or {}).get(FOOTER_META_KEY)
+    if raw is None:
+        raise CorruptObjectError(f"{key}: no Shale metadata in the Parquet footer", key=key)
+    return parse_meta(raw, where=key)

@@ -1,0 +1,154 @@
+"""Writing a block: data objects first, meta.json last with put-if-absent (seed 000, rule 3).
+
+The metadata is computed before any byte is written, so that it can ride in every Parquet footer too (seed 004:
+a data object describes itself). A block id may be written again (a replayed ingest batch, a retried compaction
+job): if a complete block with that id exists and holds the same records, the write is a no-op that returns the
+existing metadata; if it holds different records, that is a ``ConflictError`` (two writers disagree on a
+deterministic id, which is a bug to report, never to paper over).
+"""
+
+from __future__ import annotations
+
+import io
+import zlib
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from shale.block.layout import block_file_key, meta_key
+from shale.block.meta import BlockMeta, Compaction, Dataset, DatasetKind, FileInfo, KafkaRange, ParserInfo, parse_meta
+from shale.errors import ConflictError, NotFoundError
+from shale.failpoints import failpoint
+from shale.objstore import Bucket
+
+FOOTER_META_KEY = b"shale.meta"
+DEFAULT_ROW_GROUP_ROWS = 65_536
+MAX_LABEL_SETS = 512
+
+
+@dataclass
+class DatasetInput:
+    """Rows of one dataset, with the column that holds their time (a timestamp column)."""
+
+    kind: DatasetKind
+    topic: str
+    table: pa.Table
+    time_column: str
+    labels: list[dict[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class BlockSpec:
+    """Everything about a block except what is computed from its rows and files."""
+
+    id: str
+    tenant: str
+    group: str
+    generation: int = 1
+    shard: int = 0
+    level: int = 0
+    kafka: list[KafkaRange] = field(default_factory=list)
+    partition_values: dict[str, str] = field(default_factory=dict)
+    sources: list[str] | None = None
+    parents: list[str] = field(default_factory=list)
+    parser: ParserInfo | None = None
+    derived_from: list[str] = field(default_factory=list)
+    ignore_delay: bool = False
+
+
+def _time_bounds(column: pa.ChunkedArray | pa.Array) -> tuple[int, int]:
+    bounds = pc.min_max(column.cast(pa.timestamp("ms", tz="UTC")).cast(pa.int64()))
+    low, high = bounds["min"].as_py(), bounds["max"].as_py()
+    if low is None or high is None:
+        return 0, 0
+    return int(low), int(high)
+
+
+def encode_parquet(table: pa.Table, footer: bytes | None = None, row_group_rows: int = DEFAULT_ROW_GROUP_ROWS) -> bytes:
+    """Parquet with zstd, statistics and page checksums (checked by ranged readers)."""
+    if footer is not None:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), FOOTER_META_KEY: footer})
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="zstd", row_group_size=row_group_rows, write_statistics=True,
+                   write_page_checksum=True, use_dictionary=True)
+    return sink.getvalue()
+
+
+def crc32_hex(data: bytes) -> str:
+    return f"{zlib.crc32(data) & 0xFFFFFFFF:08x}"
+
+
+def plan_block(spec: BlockSpec, datasets: list[DatasetInput],
+               row_group_rows: int = DEFAULT_ROW_GROUP_ROWS) -> BlockMeta:
+    """The block's metadata before its files are written (``files`` is empty)."""
+    entries: list[Dataset] = []
+    for index, ds in enumerate(datasets):
+        time_col = ds.table.column(ds.time_column)
+        low, high = _time_bounds(time_col)
+        groups = []
+        for offset in range(0, ds.table.num_rows, row_group_rows):
+            piece = time_col.slice(offset, row_group_rows)
+            g_low, g_high = _time_bounds(piece)
+            groups.append((len(piece), g_low, g_high))
+        labels = ds.labels[:MAX_LABEL_SETS]
+        entries.append(Dataset(name=f"{ds.kind}/{ds.topic}", kind=ds.kind, topic=ds.topic,
+                               file=f"{ds.kind}-{index}.parquet", rows=ds.table.num_rows, bytes=ds.table.nbytes,
+                               min_time=low, max_time=high, labels=labels, row_groups=groups))
+    nonempty = [d for d in entries if d.rows]
+    return BlockMeta(
+        id=spec.id, tenant=spec.tenant, shard=spec.shard, level=spec.level, group=spec.group,
+        generation=spec.generation,
+        min_time=min((d.min_time for d in nonempty), default=0),
+        max_time=max((d.max_time for d in nonempty), default=0),
+        kafka=spec.kafka, partition_values=spec.partition_values, datasets=entries,
+        compaction=Compaction(sources=spec.sources if spec.sources is not None else [spec.id], parents=spec.parents),
+        parser=spec.parser, derived_from=spec.derived_from, ignore_delay=spec.ignore_delay,
+    )
+
+
+def existing_block(bucket: Bucket, tenant: str, block_id: str) -> BlockMeta | None:
+    key = meta_key(tenant, block_id)
+    try:
+        return parse_meta(bucket.get(key), where=key, block_id=block_id)
+    except NotFoundError:
+        return None
+
+
+def _same_or_conflict(existing: BlockMeta, planned: BlockMeta) -> BlockMeta:
+    if existing.logical_key() != planned.logical_key():
+        raise ConflictError(
+            f"block {planned.tenant}/{planned.id} already exists with different contents "
+            f"({existing.rows} rows in {[d.name for d in existing.datasets]}, this write has {planned.rows} in "
+            f"{[d.name for d in planned.datasets]}); deterministic ids must not collide: report this as a bug"
+        )
+    return existing
+
+
+def write_block(bucket: Bucket, spec: BlockSpec, datasets: list[DatasetInput],
+                row_group_rows: int = DEFAULT_ROW_GROUP_ROWS) -> BlockMeta:
+    """Upload the data objects, then meta.json (put-if-absent). Returns the block's metadata.
+
+    Data objects are overwritten freely while meta.json is absent: nobody trusts a block without it, and a
+    repeated write of a deterministic id carries the same rows.
+    """
+    planned = plan_block(spec, datasets, row_group_rows)
+    done = existing_block(bucket, spec.tenant, spec.id)
+    if done is not None:
+        return _same_or_conflict(done, planned)
+    footer = planned.to_json()
+    files: list[FileInfo] = []
+    for entry, ds in zip(planned.datasets, datasets, strict=True):
+        data = encode_parquet(ds.table, footer, row_group_rows)
+        bucket.put(block_file_key(spec.tenant, spec.id, entry.file), data)
+        files.append(FileInfo(name=entry.file, size=len(data), crc32=crc32_hex(data)))
+    meta = planned.model_copy(update={"files": files})
+    failpoint("block.before-meta")
+    key = meta_key(spec.tenant, spec.id)
+    try:
+        bucket.put_if_absent(key, meta.to_json())
+    except ConflictError:
+        existing = parse_meta(bucket.get(key), where=key, block_id=spec.id)
+        return _same_or_conflict(existing, meta)
+    return meta

@@ -1,0 +1,141 @@
+"""``shale bucket ls | inspect | verify | mark-delete | cleanup``: the object-storage contract, from the bucket."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+
+import click
+
+from shale.cli.common import get_config, shale_errors
+
+
+def _fetcher(ctx: click.Context):  # type: ignore[no-untyped-def]
+    from shale.block import BlockFetcher
+    from shale.objstore import open_bucket
+
+    config = get_config(ctx)
+    bucket = open_bucket(config.bucket)
+    return bucket, BlockFetcher(bucket, config.block.sync_delay)
+
+
+def _ts(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+@click.group()
+def bucket() -> None:
+    """Inspect and maintain blocks directly in the bucket (no metastore needed)."""
+
+
+@bucket.command("ls")
+@click.option("--tenant", help="List this tenant's blocks (default: list tenants).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.pass_context
+@shale_errors
+def ls(ctx: click.Context, tenant: str | None, as_json: bool) -> None:
+    """List tenants, or one tenant's blocks with their states."""
+    _, fetcher = _fetcher(ctx)
+    if tenant is None:
+        for name in fetcher.tenants():
+            click.echo(json.dumps({"tenant": name}) if as_json else name)
+        return
+    result = fetcher.sync(tenant)
+    for view in sorted(result.blocks.values(), key=lambda v: v.id):
+        meta = view.meta
+        row = {"id": view.id, "state": view.state.value, "level": meta.level if meta else None,
+               "group": meta.group if meta else None, "rows": meta.rows if meta else None,
+               "bytes": sum(o.size for o in view.objects),
+               "min_time": _ts(meta.min_time) if meta else None, "max_time": _ts(meta.max_time) if meta else None}
+        if as_json:
+            click.echo(json.dumps(row))
+        else:
+            click.echo(f"{view.id}  {view.state.value:<20} L{row['level'] if meta else '-'}  "
+                       f"{row['group'] or '-':<9} {row['rows'] if meta else '-':>9} rows  {row['bytes']:>11} B  "
+                       f"{row['min_time'] or ''} .. {row['max_time'] or ''}")
+
+
+@bucket.command()
+@click.argument("tenant")
+@click.argument("block_id")
+@click.pass_context
+@shale_errors
+def inspect(ctx: click.Context, tenant: str, block_id: str) -> None:
+    """Print a block's state, objects and metadata as JSON."""
+    from shale.block import check_block_id
+
+    check_block_id(block_id)
+    _, fetcher = _fetcher(ctx)
+    view = fetcher.sync(tenant).blocks.get(block_id)
+    if view is None:
+        raise click.ClickException(f"tenant {tenant} has no block {block_id} in the bucket")
+    out = {"id": view.id, "state": view.state.value, "age_seconds": round(view.age, 1), "error": view.error,
+           "overlapped_by": view.overlapped_by, "mark": view.mark.model_dump() if view.mark else None,
+           "objects": [{"key": o.key, "size": o.size, "last_modified": o.last_modified} for o in view.objects],
+           "meta": view.meta.model_dump(mode="json") if view.meta else None}
+    click.echo(json.dumps(out, indent=2))
+
+
+@bucket.command()
+@click.option("--tenant", multiple=True, help="Verify these tenants (default: all).")
+@click.option("--no-data", is_flag=True, help="Skip reading data objects to check their checksums.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON report per tenant.")
+@click.pass_context
+@shale_errors
+def verify(ctx: click.Context, tenant: tuple[str, ...], no_data: bool, as_json: bool) -> None:
+    """Check metadata, checksums, Kafka-offset overlaps, partial blocks and marks. Exits 1 on a problem."""
+    from shale.block.verify import verify_tenant
+
+    bucket_, fetcher = _fetcher(ctx)
+    ok = True
+    for name in tenant or fetcher.tenants():
+        report = verify_tenant(bucket_, fetcher.sync(name), check_data=not no_data)
+        ok = ok and report.ok
+        if as_json:
+            click.echo(report.to_json())
+            continue
+        states = ", ".join(f"{k} {v}" for k, v in sorted(report.states.items()))
+        click.echo(f"tenant {name}: {report.blocks} blocks ({states or 'none'}): {'OK' if report.ok else 'PROBLEMS'}")
+        for problem in report.problems:
+            click.echo(f"  {'ERROR' if problem.severe else 'note '} {problem.kind:<18} {problem.block_id}  "
+                       f"{problem.detail}")
+    if not ok:
+        raise SystemExit(1)
+
+
+@bucket.command("mark-delete")
+@click.argument("tenant")
+@click.argument("block_id")
+@click.option("--reason", required=True, help="Why (kept in the mark).")
+@click.pass_context
+@shale_errors
+def mark_delete(ctx: click.Context, tenant: str, block_id: str, reason: str) -> None:
+    """Mark a block for deletion; the cleaner removes it after the delete delay."""
+    from shale.block import write_deletion_mark
+
+    bucket_, _ = _fetcher(ctx)
+    mark = write_deletion_mark(bucket_, tenant, block_id, time.time(), reason)
+    click.echo(f"marked {tenant}/{block_id} for deletion at {mark.deletion_time:.0f} ({mark.reason})")
+
+
+@bucket.command()
+@click.option("--tenant", multiple=True, help="Clean these tenants (default: all).")
+@click.option("--dry-run", is_flag=True, help="Print what would be done, change nothing.")
+@click.pass_context
+@shale_errors
+def cleanup(ctx: click.Context, tenant: tuple[str, ...], dry_run: bool) -> None:
+    """Mark partial and overlapped blocks, remove marked blocks after the delete delay, remove orphan marks."""
+    from shale.block import Cleaner
+
+    config = get_config(ctx)
+    bucket_, fetcher = _fetcher(ctx)
+    cleaner = Cleaner(bucket_, fetcher, config.block.delete_delay)
+    for name in tenant or fetcher.tenants():
+        report = cleaner.run(name, dry_run=dry_run)
+        for action in report.actions:
+            click.echo(f"{'would ' if dry_run else ''}{action.kind} {name}/{action.block_id}: {action.reason}")
+        for block_id in report.protected:
+            click.echo(f"kept {name}/{block_id}: the metastore knows it")
+        if not report.actions:
+            click.echo(f"tenant {name}: nothing to do")

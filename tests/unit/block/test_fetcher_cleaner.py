@@ -1,0 +1,236 @@
+"""Block states (seed 000) and lazy deletion, with an injectable clock."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from shale.block import (
+    BlockFetcher,
+    BlockSpec,
+    BlockState,
+    Cleaner,
+    DatasetInput,
+    block_file_key,
+    deletion_mark_key,
+    deterministic_block_id,
+    meta_key,
+    write_block,
+    write_deletion_mark,
+)
+from shale.objstore import ObstoreBucket, open_bucket_url
+from shale.objstore.testing import DelayedVisibilityBucket
+from tests.factories import BASE_MS, backup_table, write_backup_block
+
+SYNC, DELETE = 60.0, 120.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        """Move ``seconds`` past the later of this clock and the real time (objects carry real upload times)."""
+        self.now = max(self.now, time.time()) + seconds
+
+
+@pytest.fixture
+def bucket() -> ObstoreBucket:
+    return open_bucket_url(f"memory://fetch-{uuid.uuid4().hex}")
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def _fetcher(bucket: ObstoreBucket, clock: Clock) -> BlockFetcher:
+    return BlockFetcher(bucket, SYNC, clock=clock)
+
+
+def _states(fetcher: BlockFetcher) -> dict[str, BlockState]:
+    return {b.id: b.state for b in fetcher.sync("acme").blocks.values()}
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def test_fresh_then_healthy(bucket: ObstoreBucket, clock: Clock) -> None:
+    meta = write_backup_block(bucket, "acme", "app", 0, 0, 10, block_time_ms=_now_ms())
+    fetcher = _fetcher(bucket, clock)
+    assert _states(fetcher) == {meta.id: BlockState.FRESH}
+    clock.advance(SYNC)
+    assert _states(fetcher) == {meta.id: BlockState.HEALTHY}
+    assert fetcher.sync("acme").metas(BlockState.HEALTHY) == [meta]
+
+
+def test_ignore_delay_makes_a_block_healthy_at_once(bucket: ObstoreBucket, clock: Clock) -> None:
+    meta = write_backup_block(bucket, "acme", "app", 0, 0, 10, block_time_ms=_now_ms(), ignore_delay=True)
+    assert _states(_fetcher(bucket, clock)) == {meta.id: BlockState.HEALTHY}
+
+
+def test_missing_meta_is_fresh_then_partial(bucket: ObstoreBucket, clock: Clock) -> None:
+    block = deterministic_block_id(_now_ms(), "partial")
+    bucket.put(block_file_key("acme", block, "records-0.parquet"), b"half an upload")
+    fetcher = _fetcher(bucket, clock)
+    assert _states(fetcher) == {block: BlockState.FRESH}
+    clock.advance(SYNC)
+    assert _states(fetcher) == {block: BlockState.PARTIAL}
+
+
+def test_old_ulid_time_with_a_recent_upload_is_not_partial(bucket: ObstoreBucket, clock: Clock) -> None:
+    # A deterministic id carrying last week's Kafka time, uploaded just now: still Fresh, not Partial.
+    block = deterministic_block_id(BASE_MS, "old-time")
+    bucket.put(block_file_key("acme", block, "records-0.parquet"), b"uploading")
+    assert _states(_fetcher(bucket, clock)) == {block: BlockState.FRESH}
+
+
+def test_deletion_mark_wins_over_every_other_state(bucket: ObstoreBucket, clock: Clock) -> None:
+    meta = write_backup_block(bucket, "acme", "app", 0, 0, 10)
+    write_deletion_mark(bucket, "acme", meta.id, clock(), "test")
+    view = _fetcher(bucket, clock).sync("acme").blocks[meta.id]
+    assert view.state is BlockState.MARKED_FOR_DELETION
+    assert view.mark is not None
+    assert view.mark.reason == "test"
+    assert not view.readable
+
+
+def test_full_overlap_rule_from_the_seed(bucket: ObstoreBucket, clock: Clock) -> None:
+    a = write_backup_block(bucket, "acme", "app", 0, 0, 10)
+    b = write_backup_block(bucket, "acme", "app", 0, 10, 10)
+    e = write_backup_block(bucket, "acme", "app", 0, 20, 10)
+    table = backup_table("app", 0, 0, 20)
+    merged = write_block(bucket, BlockSpec(id=deterministic_block_id(BASE_MS, "ab"), tenant="acme", group="backup",
+                                           level=1, sources=[a.id, b.id], parents=[a.id, b.id]),
+                         [DatasetInput("records", "app", table, "timestamp")])
+    clock.advance(SYNC)
+    states = _states(_fetcher(bucket, clock))
+    assert states[a.id] is BlockState.HEALTHY_OVERLAPPED
+    assert states[b.id] is BlockState.HEALTHY_OVERLAPPED
+    assert states[merged.id] is BlockState.HEALTHY
+    assert states[e.id] is BlockState.HEALTHY  # not in the merged block's sources: never overlapped
+
+
+def test_partial_overlap_is_not_full_overlap(bucket: ObstoreBucket, clock: Clock) -> None:
+    # The seed's second example: F holds A..D, but the older block holds A..E: F does not cover it.
+    ids = [deterministic_block_id(BASE_MS, f"src-{c}") for c in "ABCDE"]
+    table = backup_table("app", 0, 0, 5)
+    older = write_block(bucket, BlockSpec(id=deterministic_block_id(BASE_MS, "ABCDE"), tenant="acme", group="backup",
+                                          level=1, sources=ids), [DatasetInput("records", "app", table, "timestamp")])
+    newer = write_block(bucket, BlockSpec(id=deterministic_block_id(BASE_MS + 1, "ABCD"), tenant="acme",
+                                          group="backup", level=1, sources=ids[:4]),
+                        [DatasetInput("records", "app", table, "timestamp")])
+    clock.advance(SYNC)
+    states = _states(_fetcher(bucket, clock))
+    assert states[older.id] is BlockState.HEALTHY
+    assert states[newer.id] is BlockState.HEALTHY_OVERLAPPED  # all of its sources are inside the older one
+
+
+def test_corrupt_meta_is_reported_and_kept_until_the_delays(bucket: ObstoreBucket, clock: Clock) -> None:
+    block = deterministic_block_id(_now_ms(), "corrupt")
+    bucket.put(block_file_key("acme", block, "records-0.parquet"), b"data")
+    bucket.put(meta_key("acme", block), b"{not json")
+    fetcher = _fetcher(bucket, clock)
+    cleaner = Cleaner(bucket, fetcher, DELETE, clock=clock)
+    view = fetcher.sync("acme").blocks[block]
+    assert view.state is BlockState.FRESH
+    assert view.error is not None
+    assert f"meta.json of block {block} is not JSON" in view.error
+    assert cleaner.run("acme").actions == []
+    clock.advance(SYNC)
+    assert fetcher.sync("acme").blocks[block].state is BlockState.PARTIAL
+    report = cleaner.run("acme")
+    assert [(a.kind, a.block_id) for a in report.actions] == [("mark", block)]
+    assert "not JSON" in report.actions[0].reason
+    clock.advance(DELETE - 1)
+    assert cleaner.run("acme").actions == []  # nothing deleted before the delete delay
+    assert bucket.get(block_file_key("acme", block, "records-0.parquet")) == b"data"
+    clock.advance(1)
+    assert [a.kind for a in cleaner.run("acme").actions] == ["delete"]
+    assert list(bucket.list("acme/")) == []
+
+
+def test_cleaner_removes_marked_blocks_only_after_the_delete_delay(bucket: ObstoreBucket, clock: Clock) -> None:
+    keep = write_backup_block(bucket, "acme", "app", 0, 0, 10)
+    drop = write_backup_block(bucket, "acme", "app", 0, 10, 10)
+    write_deletion_mark(bucket, "acme", drop.id, clock(), "retention")
+    cleaner = Cleaner(bucket, _fetcher(bucket, clock), DELETE, clock=clock)
+    assert cleaner.run("acme").actions == []
+    clock.advance(DELETE)
+    dry = cleaner.run("acme", dry_run=True)
+    assert [(a.kind, a.block_id) for a in dry.actions] == [("delete", drop.id)]
+    assert bucket.head(meta_key("acme", drop.id))  # dry run changed nothing
+    cleaner.run("acme")
+    assert {i.key.split("/")[2] for i in bucket.list("acme/")} == {keep.id}
+
+
+def test_an_interrupted_delete_is_finished_later(bucket: ObstoreBucket, clock: Clock) -> None:
+    meta = write_backup_block(bucket, "acme", "app", 0, 0, 10)
+    write_deletion_mark(bucket, "acme", meta.id, clock(), "compacted")
+    clock.advance(DELETE)
+    bucket.delete(meta_key("acme", meta.id))  # the delete stopped right after removing meta.json
+    fetcher = _fetcher(bucket, clock)
+    assert _states(fetcher) == {meta.id: BlockState.MARKED_FOR_DELETION}
+    Cleaner(bucket, fetcher, DELETE, clock=clock).run("acme")
+    assert list(bucket.list("acme/")) == []
+
+
+def test_a_delete_that_stopped_before_its_mark_leaves_an_orphan_mark_that_is_removed(
+        bucket: ObstoreBucket, clock: Clock) -> None:
+    meta = write_backup_block(bucket, "acme", "app", 0, 0, 10)
+    write_deletion_mark(bucket, "acme", meta.id, clock(), "compacted")
+    for info in list(bucket.list(f"acme/blocks/{meta.id}/")):
+        bucket.delete(info.key)
+    result = _fetcher(bucket, clock).sync("acme")
+    assert list(result.orphan_marks) == [meta.id]
+    report = Cleaner(bucket, _fetcher(bucket, clock), DELETE, clock=clock).run("acme")
+    assert [(a.kind, a.block_id) for a in report.actions] == [("delete-orphan-mark", meta.id)]
+    assert list(bucket.list("acme/markers/")) == []
+
+
+def test_protected_blocks_are_never_marked_or_deleted(bucket: ObstoreBucket, clock: Clock) -> None:
+    block = deterministic_block_id(_now_ms(), "protected")
+    bucket.put(block_file_key("acme", block, "records-0.parquet"), b"data")
+    clock.advance(SYNC + DELETE)
+    report = Cleaner(bucket, _fetcher(bucket, clock), DELETE, clock=clock).run("acme", protected={block})
+    assert report.actions == []
+    assert report.protected == [block]
+    assert bucket.get(block_file_key("acme", block, "records-0.parquet")) == b"data"
+
+
+def test_delayed_visibility_never_makes_a_fresh_block_partial_or_missing_too_early(clock: Clock) -> None:
+    # The store shows new objects 20s late; the sync delay is 60s. At no point before the sync delay may
+    # the block be judged Partial, and once the sync delay has passed it is Healthy, not Partial.
+    inner = open_bucket_url(f"memory://delayed-{uuid.uuid4().hex}")
+    delayed = DelayedVisibilityBucket(inner, delay=20, clock=clock)
+    fetcher = BlockFetcher(delayed, SYNC, clock=clock)
+    meta = write_backup_block(delayed, "acme", "app", 0, 0, 10, block_time_ms=int(clock() * 1000))  # type: ignore[arg-type]
+    seen = []
+    clock.advance(1)
+    for _ in range(8):
+        states = {b.id: b.state for b in fetcher.sync("acme").blocks.values()}
+        seen.append(states.get(meta.id))
+        clock.advance(10)
+    assert BlockState.PARTIAL not in seen
+    assert seen[:2] == [None, None]  # invisible at first: not judged at all
+    assert seen[2:6] == [BlockState.FRESH] * 4
+    assert seen[6:] == [BlockState.HEALTHY] * 2
+
+
+def test_a_steady_state_sync_costs_two_lists(bucket: ObstoreBucket, clock: Clock) -> None:
+    for i in range(30):
+        write_backup_block(bucket, "acme", "app", 0, i * 10, 10)
+    write_deletion_mark(bucket, "acme", deterministic_block_id(BASE_MS, "backup/1/app/0/0/10"), clock(), "x")
+    fetcher = _fetcher(bucket, clock)
+    bucket.calls.reset()
+    fetcher.sync("acme")
+    assert bucket.calls.snapshot()["get"] == 31  # 30 meta.json + 1 mark, once
+    bucket.calls.reset()
+    fetcher.sync("acme")
+    assert bucket.calls.snapshot() == {"get": 0, "get_range": 0, "head": 0, "list": 2, "put": 0, "delete": 0}

@@ -1,0 +1,132 @@
+"""Writing and reading blocks: meta.json last, checksums, footers, idempotent rewrites."""
+
+from __future__ import annotations
+
+import uuid
+
+import pyarrow as pa
+import pytest
+
+from shale.block import (
+    BlockSpec,
+    DatasetInput,
+    KafkaRange,
+    block_file_key,
+    deterministic_block_id,
+    meta_key,
+    read_dataset,
+    read_footer_meta,
+    read_meta,
+    write_block,
+)
+from shale.errors import ConflictError, CorruptObjectError
+from shale.objstore import ObstoreBucket, open_bucket_url
+from shale.objstore.testing import Fault, FaultyBucket
+from tests.factories import BASE_MS, backup_table, write_backup_block
+
+
+@pytest.fixture
+def bucket() -> ObstoreBucket:
+    return open_bucket_url(f"memory://block-{uuid.uuid4().hex}")
+
+
+class RecordingBucket(FaultyBucket):
+    """Records the order of writes."""
+
+    def __init__(self, inner: ObstoreBucket) -> None:
+        super().__init__(inner)
+        self.writes: list[str] = []
+
+    def put(self, key: str, data: bytes):  # type: ignore[no-untyped-def]
+        self.writes.append(key)
+        return super().put(key, data)
+
+    def put_if_absent(self, key: str, data: bytes):  # type: ignore[no-untyped-def]
+        self.writes.append(key)
+        return super().put_if_absent(key, data)
+
+
+def test_meta_json_is_written_last_and_everything_reads_back(bucket: ObstoreBucket) -> None:
+    recording = RecordingBucket(bucket)
+    meta = write_backup_block(recording, "acme", "app", 0, 100, 250)  # type: ignore[arg-type]
+    assert recording.writes[-1] == meta_key("acme", meta.id)
+    assert recording.writes[:-1] == [block_file_key("acme", meta.id, "records-0.parquet")]
+    assert meta.rows == 250
+    assert meta.kafka == [KafkaRange(topic="app", partition=0, start=100, end=350)]
+    assert meta.min_time == BASE_MS
+    assert meta.max_time == BASE_MS + 249_000
+    assert meta.compaction.sources == [meta.id]
+    assert read_meta(bucket, "acme", meta.id) == meta
+    table = read_dataset(bucket, meta, "records/app")
+    assert table.equals(backup_table("app", 0, 100, 250))
+    ranged = read_dataset(bucket, meta, "records/app", columns=["offset"], whole_object=False,
+                          filters=[("offset", ">=", 300)])
+    assert ranged.column("offset").to_pylist() == list(range(300, 350))
+    info = meta.file("records-0.parquet")
+    footer = read_footer_meta(bucket, block_file_key("acme", meta.id, info.name), info.size)
+    assert footer == meta.model_copy(update={"files": []})
+
+
+def test_row_group_table_of_contents(bucket: ObstoreBucket) -> None:
+    table = backup_table("app", 0, 0, 1000)
+    spec = BlockSpec(id=deterministic_block_id(BASE_MS, "toc"), tenant="acme", group="backup")
+    meta = write_block(bucket, spec, [DatasetInput("records", "app", table, "timestamp")], row_group_rows=300)
+    assert meta.datasets[0].row_groups == [
+        (300, BASE_MS, BASE_MS + 299_000), (300, BASE_MS + 300_000, BASE_MS + 599_000),
+        (300, BASE_MS + 600_000, BASE_MS + 899_000), (100, BASE_MS + 900_000, BASE_MS + 999_000)]
+
+
+def test_rewriting_the_same_block_is_a_no_op(bucket: ObstoreBucket) -> None:
+    first = write_backup_block(bucket, "acme", "app", 0, 0, 10)
+    bucket.calls.reset()
+    again = write_backup_block(bucket, "acme", "app", 0, 0, 10)
+    assert again == first
+    assert bucket.calls.snapshot()["put"] == 0  # found complete: nothing uploaded again
+
+
+def test_a_different_block_under_the_same_id_is_a_conflict(bucket: ObstoreBucket) -> None:
+    first = write_backup_block(bucket, "acme", "app", 0, 0, 10)
+    spec = BlockSpec(id=first.id, tenant="acme", group="backup",
+                     kafka=[KafkaRange(topic="app", partition=0, start=0, end=11)])
+    with pytest.raises(ConflictError, match="already exists with different contents"):
+        write_block(bucket, spec, [DatasetInput("records", "app", backup_table("app", 0, 0, 11), "timestamp")])
+
+
+def test_a_lost_meta_json_answer_is_recovered_by_reading_it_back(bucket: ObstoreBucket) -> None:
+    faulty = FaultyBucket(bucket, [Fault("put", key=r"meta\.json$", after=True)])
+    table = backup_table("app", 0, 0, 5)
+    spec = BlockSpec(id=deterministic_block_id(BASE_MS, "lost"), tenant="acme", group="backup")
+    with pytest.raises(Exception, match="injected"):
+        write_block(faulty, spec, [DatasetInput("records", "app", table, "timestamp")])  # type: ignore[arg-type]
+    again = write_block(faulty, spec, [DatasetInput("records", "app", table, "timestamp")])  # type: ignore[arg-type]
+    assert again.rows == 5
+
+
+def test_corrupt_data_is_detected_naming_the_block_and_file(bucket: ObstoreBucket) -> None:
+    meta = write_backup_block(bucket, "acme", "app", 0, 0, 20)
+    key = block_file_key("acme", meta.id, "records-0.parquet")
+    data = bytearray(bucket.get(key))
+    data[len(data) // 2] ^= 0xFF
+    bucket.put(key, bytes(data))
+    with pytest.raises(CorruptObjectError, match=f"block acme/{meta.id} file records-0.parquet is corrupt"):
+        read_dataset(bucket, meta, "records/app")
+
+
+def test_truncated_data_fails_ranged_reads_too(bucket: ObstoreBucket) -> None:
+    meta = write_backup_block(bucket, "acme", "app", 0, 0, 20)
+    key = block_file_key("acme", meta.id, "records-0.parquet")
+    bucket.put(key, b"PAR1" + b"\x00" * (meta.file("records-0.parquet").size - 4))
+    with pytest.raises(CorruptObjectError, match="cannot be read"):
+        read_dataset(bucket, meta, "records/app", whole_object=False)
+
+
+def test_multiple_datasets_and_empty_tables(bucket: ObstoreBucket) -> None:
+    spec = BlockSpec(id=deterministic_block_id(BASE_MS, "multi"), tenant="acme", group="backup")
+    empty = backup_table("b", 0, 0, 0)
+    meta = write_block(bucket, spec, [DatasetInput("records", "a", backup_table("a", 0, 0, 3), "timestamp"),
+                                      DatasetInput("records", "b", empty, "timestamp")])
+    assert [d.name for d in meta.datasets] == ["records/a", "records/b"]
+    assert [f.name for f in meta.files] == ["records-0.parquet", "records-1.parquet"]
+    assert read_dataset(bucket, meta, "records/b").num_rows == 0
+    assert (meta.min_time, meta.max_time) == (BASE_MS, BASE_MS + 2000)
+    assert isinstance(read_dataset(bucket, meta, "records/a"), pa.Table)
