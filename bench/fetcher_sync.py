@@ -11,11 +11,12 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from tests.factories import write_backup_block
+
 from bench.common import progress, timed, write_result
 from bench.services import minio_bucket
 from shale.block import BlockFetcher, blocks_prefix, parse_meta
 from shale.objstore import ObstoreBucket, open_bucket
-from tests.factories import write_backup_block
 
 BLOCKS = 10_000
 TENANT = "bench"

@@ -6,6 +6,7 @@ import time
 import uuid
 
 import pytest
+from tests.factories import BASE_MS, backup_table, write_backup_block
 
 from shale.block import (
     BlockFetcher,
@@ -14,7 +15,6 @@ from shale.block import (
     Cleaner,
     DatasetInput,
     block_file_key,
-    deletion_mark_key,
     deterministic_block_id,
     meta_key,
     write_block,
@@ -22,7 +22,6 @@ from shale.block import (
 )
 from shale.objstore import ObstoreBucket, open_bucket_url
 from shale.objstore.testing import DelayedVisibilityBucket
-from tests.factories import BASE_MS, backup_table, write_backup_block
 
 SYNC, DELETE = 60.0, 120.0
 

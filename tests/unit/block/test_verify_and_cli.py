@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from tests.factories import BASE_MS, backup_table, write_backup_block
 
 from shale.block import (
     BlockFetcher,
@@ -20,7 +21,6 @@ from shale.block import (
 from shale.block.verify import verify_tenant
 from shale.cli import cli
 from shale.objstore import ObstoreBucket, open_bucket_url
-from tests.factories import BASE_MS, backup_table, write_backup_block
 
 
 @pytest.fixture

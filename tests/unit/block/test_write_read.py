@@ -6,6 +6,7 @@ import uuid
 
 import pyarrow as pa
 import pytest
+from tests.factories import BASE_MS, backup_table, write_backup_block
 
 from shale.block import (
     BlockSpec,
@@ -22,7 +23,6 @@ from shale.block import (
 from shale.errors import ConflictError, CorruptObjectError
 from shale.objstore import ObstoreBucket, open_bucket_url
 from shale.objstore.testing import Fault, FaultyBucket
-from tests.factories import BASE_MS, backup_table, write_backup_block
 
 
 @pytest.fixture
