@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ["fetcher_sync"]
+BENCHMARKS = ["fetcher_sync", "metastore"]
 
 
 def main(argv: list[str]) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from shale.block.ids import check_block_id, ulid_time_ms
 from shale.block.names import check_label_name, check_tenant, check_topic
@@ -102,9 +102,11 @@ class BlockMeta(_Record):
     derived_from: list[str] = Field(default_factory=list, description="backup blocks a reprocessed block came from")
     ignore_delay: bool = Field(default=False, description="trust the block before the sync delay (repairs)")
 
+    _time_ms: int = PrivateAttr(0)
+
     @model_validator(mode="after")
     def _consistent(self) -> BlockMeta:
-        check_block_id(self.id)
+        self._time_ms = ulid_time_ms(self.id)  # checks the id too
         check_tenant(self.tenant)
         if self.group not in GROUPS:
             raise ValueError(f"group {self.group!r} is not one of {GROUPS}")
@@ -124,8 +126,8 @@ class BlockMeta(_Record):
 
     @property
     def time_ms(self) -> int:
-        """The block's creation time: the time inside its ULID."""
-        return ulid_time_ms(self.id)
+        """The block's creation time: the time inside its ULID (decoded once, at validation)."""
+        return self._time_ms
 
     @property
     def rows(self) -> int:

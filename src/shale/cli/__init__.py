@@ -15,6 +15,7 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "bucket": ("shale.cli.bucket_cmd", "bucket", "Inspect and maintain blocks directly in the bucket."),
     "config": ("shale.cli.config_cmd", "config", "Check and show the configuration."),
     "dev": ("shale.cli.dev_cmd", "dev", "Start, inspect and stop the local Kafka broker and MinIO server."),
+    "metastore": ("shale.cli.metastore_cmd", "metastore", "Run and administer the metastore."),
     "demo": ("shale.cli.demo_cmd", "demo", "Run the main pipeline on embedded defaults and print what it did."),
 }
 

@@ -84,6 +84,48 @@ class LoggingConfig(_Section):
     format: Literal["text", "json"] = Field(default="text", description="json writes one object per line")
 
 
+class MetastoreMember(_Section):
+    raft: str = Field(description="the member's Raft address, host:port")
+    http: str = Field(description="the member's HTTP API, http://host:port")
+
+
+class MetastoreConfig(_Section):
+    """The metadata index service (seed 004). ``embedded`` runs it inside the calling process on a local SQLite
+    file (no network); ``remote`` talks to ``shale metastore serve`` nodes over HTTP."""
+
+    mode: Literal["embedded", "remote"] = "embedded"
+    addresses: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:7070"],
+                                 description="HTTP addresses of the metastore nodes (remote mode)")
+    data_dir: str = Field(default=".shale/metastore", description="state, Raft journal and snapshots")
+    listen: str = Field(default="127.0.0.1:7070", description="HTTP listen address of `shale metastore serve`")
+    raft_address: str = Field(default="", description="this node's Raft address; empty runs a single node")
+    members: list[MetastoreMember] = Field(default_factory=list, description="every Raft member, this one included")
+    secret: str = Field(default="", repr=False, description="encrypts Raft traffic between members when set")
+    request_timeout: Duration = Field(default=10.0, description="one HTTP request")
+    client_deadline: Duration = Field(default=60.0, description="a client call's total time, retries included")
+    dlq_interval: Duration = Field(default=15.0, description="how often the leader replays the dead letter queue")
+    maintenance_interval: Duration = Field(default=30.0, description="retention and tombstone collection period")
+    snapshot_entries: int = Field(default=20_000, ge=10, description="Raft log entries between snapshots")
+
+    @field_validator("addresses")
+    @classmethod
+    def _check_addresses(cls, value: list[str]) -> list[str]:
+        for address in value:
+            if not address.startswith(("http://", "https://")):
+                raise ValueError(f"{address!r} is not an http:// or https:// address")
+        return value
+
+
+class RetentionConfig(_Section):
+    """Time-based retention per tenant (seed 004): index partitions older than this are removed. 0 keeps forever."""
+
+    default: Duration = Field(default=0.0, description="retention of tenants not listed in `tenants`")
+    tenants: dict[str, Duration] = Field(default_factory=dict, description="per-tenant retention, e.g. acme = '30d'")
+
+    def for_tenant(self, tenant: str) -> float:
+        return self.tenants.get(tenant, self.default)
+
+
 class ShaleConfig(_Section):
     """The whole configuration. Sections are documented field by field; see ``shale config check``."""
 
@@ -92,3 +134,5 @@ class ShaleConfig(_Section):
     kafka: KafkaConfig = Field(default_factory=KafkaConfig)
     spark: SparkConfig = Field(default_factory=SparkConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    metastore: MetastoreConfig = Field(default_factory=MetastoreConfig)
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)

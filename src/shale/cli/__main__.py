@@ -1,0 +1,3 @@
+from shale.cli import main
+
+main()

@@ -1,0 +1,198 @@
+"""Queries on the index: blocks by tenant, data time range and label matchers; label names and values
+(seed 004's two query APIs); offsets, tombstones and partitions.
+
+A query first selects the partitions of the tenants whose data-time range overlaps the query, then the blocks
+of those partitions that overlap it, then matches label sets. Blocks are returned with only the datasets whose
+labels match, so a reader fetches only those objects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Sequence
+
+import msgpack
+
+from shale.block import BlockMeta
+from shale.index.matchers import Matcher, match_label_sets
+from shale.index.records import OffsetRow, PartitionRow, TombstoneRow, decode_meta
+from shale.index.schema import PARTITION_WINDOW_MS
+
+HASHED_TABLES = ("state", "strings", "partitions", "blocks", "tombstones", "offsets", "commits")
+
+
+class IndexReader:
+    """Read-only queries. Thread-safe: each thread gets its own connection from ``connect``."""
+
+    def __init__(self, connect: Callable[[], sqlite3.Connection]) -> None:
+        self._connect = connect
+        self._local = threading.local()
+        self._strings: dict[int, str] = {}
+        self._strings_lock = threading.Lock()
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = self._connect()
+        assert isinstance(conn, sqlite3.Connection)
+        return conn
+
+    def _string(self, sid: int) -> str:
+        value = self._strings.get(sid)
+        if value is None:
+            # Strings are never changed once written, so the cache never goes stale.
+            row = self.conn.execute("SELECT value FROM strings WHERE id = ?", (sid,)).fetchone()
+            value = str(row[0])
+            with self._strings_lock:
+                self._strings[sid] = value
+        return value
+
+    def _sid(self, value: str) -> int | None:
+        row = self.conn.execute("SELECT id FROM strings WHERE value = ?", (value,)).fetchone()
+        return int(row[0]) if row else None
+
+    def applied(self) -> tuple[int, int]:
+        rows = dict(self.conn.execute("SELECT key, value FROM state WHERE key IN ('applied_index', 'applied_term')"))
+        return int(rows.get("applied_index", 0)), int(rows.get("applied_term", 0))
+
+    # -- blocks -----------------------------------------------------------------------------------
+
+    def _candidates(self, tenants: Sequence[str], start: int, end: int, group: str | None,
+                    ) -> Iterator[tuple[str, int, bytes, bytes]]:
+        sids = [s for s in (self._sid(t) for t in tenants) if s is not None]
+        if not sids:
+            return
+        marks = ",".join("?" * len(sids))
+        partitions = [r[0] for r in self.conn.execute(
+            f"SELECT id FROM partitions WHERE tenant IN ({marks}) AND max_time >= ? AND min_time <= ?",
+            (*sids, start, end))]
+        if not partitions:
+            return
+        group_sql, params = "", []
+        if group is not None:
+            gsid = self._sid(group)
+            if gsid is None:
+                return
+            group_sql, params = " AND grp = ?", [gsid]
+        pmarks = ",".join("?" * len(partitions))
+        yield from self.conn.execute(
+            f"SELECT id, grp, labels, meta FROM blocks WHERE partition_id IN ({pmarks}) AND min_time <= ? "
+            f"AND max_time >= ?{group_sql} ORDER BY id", (*partitions, end, start, *params))
+
+    def _datasets(self, group_sid: int, labels_blob: bytes) -> list[tuple[int, int, int, list[dict[str, str]]]]:
+        """Per dataset: (min_time, max_time, index, label sets with the implicit topic, kind and group labels)."""
+        group = self._string(group_sid)
+        out = []
+        for i, (topic, kind, low, high, sets) in enumerate(msgpack.unpackb(labels_blob)):
+            implicit = {"topic": self._string(topic), "kind": self._string(kind), "group": group}
+            label_sets = [implicit | {self._string(f[j]): self._string(f[j + 1]) for j in range(0, len(f), 2)}
+                          for f in sets] or [implicit]
+            out.append((low, high, i, label_sets))
+        return out
+
+    def query_blocks(self, tenants: Sequence[str], start: int, end: int, matchers: Sequence[Matcher] = (),
+                     group: str | None = None) -> list[BlockMeta]:
+        """Blocks of ``tenants`` whose data overlaps ``[start, end]`` (ms, inclusive) with at least one dataset
+        matching ``matchers``; each returned with only its matching datasets. Labels are matched first, from
+        the compact label column; only matching blocks' metadata is decoded."""
+        out: list[BlockMeta] = []
+        for _, group_sid, labels_blob, meta_blob in self._candidates(tenants, start, end, group):
+            keep = [i for low, high, i, sets in self._datasets(group_sid, labels_blob)
+                    if high >= start and low <= end and match_label_sets(sets, matchers)]
+            if not keep:
+                continue
+            meta = decode_meta(meta_blob)
+            if len(keep) != len(meta.datasets):
+                meta = meta.model_copy(update={"datasets": [meta.datasets[i] for i in keep]})
+            out.append(meta)
+        return out
+
+    def label_names(self, tenants: Sequence[str], start: int, end: int,
+                    matchers: Sequence[Matcher] = ()) -> list[str]:
+        names: set[str] = set()
+        for _, group_sid, labels_blob, _ in self._candidates(tenants, start, end, None):
+            for _, _, _, sets in self._datasets(group_sid, labels_blob):
+                for ls in sets:
+                    if match_label_sets([ls], matchers):
+                        names.update(ls)
+        return sorted(names)
+
+    def label_values(self, name: str, tenants: Sequence[str], start: int, end: int,
+                     matchers: Sequence[Matcher] = ()) -> list[str]:
+        values: set[str] = set()
+        for _, group_sid, labels_blob, _ in self._candidates(tenants, start, end, None):
+            for _, _, _, sets in self._datasets(group_sid, labels_blob):
+                for ls in sets:
+                    if name in ls and match_label_sets([ls], matchers):
+                        values.add(ls[name])
+        return sorted(values)
+
+    def get_block(self, block_id: str) -> BlockMeta | None:
+        row = self.conn.execute("SELECT meta FROM blocks WHERE id = ?", (block_id,)).fetchone()
+        return decode_meta(row[0]) if row else None
+
+    def tenant_blocks(self, tenant: str) -> list[BlockMeta]:
+        sid = self._sid(tenant)
+        if sid is None:
+            return []
+        return [decode_meta(r[0]) for r in self.conn.execute(
+            "SELECT meta FROM blocks WHERE tenant = ? ORDER BY id", (sid,))]
+
+    def tenants(self) -> list[str]:
+        return sorted({self._string(r[0]) for r in self.conn.execute("SELECT DISTINCT tenant FROM partitions")})
+
+    def count_blocks(self, tenant: str | None = None) -> int:
+        if tenant is None:
+            return int(self.conn.execute("SELECT count(*) FROM blocks").fetchone()[0])
+        sid = self._sid(tenant)
+        return 0 if sid is None else int(
+            self.conn.execute("SELECT count(*) FROM blocks WHERE tenant = ?", (sid,)).fetchone()[0])
+
+    def partitions(self, tenant: str | None = None) -> list[PartitionRow]:
+        rows = self.conn.execute(
+            "SELECT s.value, p.shard, p.window_start, p.min_time, p.max_time, p.blocks FROM partitions p "
+            "JOIN strings s ON p.tenant = s.id ORDER BY s.value, p.shard, p.window_start")
+        return [PartitionRow(tenant=r[0], shard=r[1], window_start=r[2], window_end=r[2] + PARTITION_WINDOW_MS,
+                             min_time=r[3], max_time=r[4], blocks=r[5])
+                for r in rows if tenant is None or r[0] == tenant]
+
+    def partition_blocks(self, tenant: str, shard: int, window_start: int) -> list[str]:
+        return [r[0] for r in self.conn.execute(
+            "SELECT b.id FROM blocks b JOIN partitions p ON b.partition_id = p.id JOIN strings s ON p.tenant = s.id "
+            "WHERE s.value = ? AND p.shard = ? AND p.window_start = ? ORDER BY b.id", (tenant, shard, window_start))]
+
+    # -- offsets and tombstones ------------------------------------------------------------------
+
+    def offsets(self, group: str | None = None, generation: int | None = None) -> list[OffsetRow]:
+        rows = self.conn.execute(
+            "SELECT grp, generation, topic, partition, committed_end, max_event_time, updated_at FROM offsets "
+            "ORDER BY grp, generation, topic, partition")
+        return [OffsetRow(group=r[0], generation=r[1], topic=r[2], partition=r[3], committed_end=r[4],
+                          max_event_time=r[5], updated_at=r[6])
+                for r in rows if (group is None or r[0] == group) and (generation is None or r[1] == generation)]
+
+    def tombstones(self, created_before: int | None = None, limit: int = 1000) -> list[TombstoneRow]:
+        rows = self.conn.execute(
+            "SELECT seq, block_id, tenant, shard, created_at, reason, meta FROM tombstones "
+            "WHERE created_at <= ? ORDER BY seq LIMIT ?", (created_before if created_before is not None else 2**62,
+                                                             limit))
+        return [TombstoneRow(seq=r[0], block_id=r[1], tenant=r[2], shard=r[3], created_at=r[4], reason=r[5],
+                             files=[f.name for f in decode_meta(r[6]).files]) for r in rows]
+
+    def is_tombstoned(self, block_id: str) -> bool:
+        return self.conn.execute("SELECT 1 FROM tombstones WHERE block_id = ?", (block_id,)).fetchone() is not None
+
+    # -- whole-state checks ----------------------------------------------------------------------
+
+    def state_hash(self) -> str:
+        """SHA-256 of every table's rows in primary-key order: equal on replicas that applied the same log."""
+        digest = hashlib.sha256()
+        for table in HASHED_TABLES:
+            digest.update(table.encode())
+            columns = ", ".join(f'"{r[1]}"' for r in self.conn.execute(f"PRAGMA table_info({table})"))
+            for row in self.conn.execute(f"SELECT * FROM {table} ORDER BY {columns}"):
+                digest.update(repr(row).encode())
+        return digest.hexdigest()

@@ -1,0 +1,54 @@
+"""Rows the index returns besides block metadata."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from shale.block import BlockMeta
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class OffsetRow(_Row):
+    """The committed end of one topic-partition for one ingest group and generation."""
+
+    group: str
+    generation: int
+    topic: str
+    partition: int
+    committed_end: int
+    max_event_time: int
+    updated_at: int
+
+
+class TombstoneRow(_Row):
+    """A block removed from the index whose objects are still to be deleted from the bucket."""
+
+    seq: int
+    block_id: str
+    tenant: str
+    shard: int
+    created_at: int
+    reason: str
+    files: list[str]
+
+
+class PartitionRow(_Row):
+    tenant: str
+    shard: int
+    window_start: int
+    window_end: int
+    min_time: int
+    max_time: int
+    blocks: int
+
+
+def encode_meta(meta: BlockMeta) -> bytes:
+    # Plain JSON: compressing it costs more time per write than the space it saves is worth here.
+    return meta.to_json()
+
+
+def decode_meta(blob: bytes) -> BlockMeta:
+    return BlockMeta.model_validate_json(blob)

@@ -1,0 +1,103 @@
+"""The SQLite schema of the metadata index (seed 004), with Shale's ingest offsets and compaction state.
+
+Entries are partitioned by 6-hour window of block creation time (the ULID time), tenant and shard; each
+partition keeps the data-time range of its blocks (seed 004's shard index) so a query skips partitions whose
+data cannot match. Strings that repeat across entries (tenants, groups, label names and values) are stored once
+in ``strings``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+SCHEMA_VERSION = 1
+PARTITION_WINDOW_MS = 6 * 3600 * 1000
+
+DDL = """
+CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+
+CREATE TABLE IF NOT EXISTS strings (id INTEGER PRIMARY KEY, value TEXT NOT NULL UNIQUE);
+
+CREATE TABLE IF NOT EXISTS partitions (
+    id INTEGER PRIMARY KEY,
+    window_start INTEGER NOT NULL,
+    tenant INTEGER NOT NULL,
+    shard INTEGER NOT NULL,
+    min_time INTEGER NOT NULL,
+    max_time INTEGER NOT NULL,
+    blocks INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (tenant, shard, window_start)
+);
+
+CREATE TABLE IF NOT EXISTS blocks (
+    id TEXT NOT NULL UNIQUE,
+    partition_id INTEGER NOT NULL REFERENCES partitions(id),
+    tenant INTEGER NOT NULL,
+    shard INTEGER NOT NULL,
+    level INTEGER NOT NULL,
+    grp INTEGER NOT NULL,
+    generation INTEGER NOT NULL,
+    min_time INTEGER NOT NULL,
+    max_time INTEGER NOT NULL,
+    size INTEGER NOT NULL,
+    rows INTEGER NOT NULL,
+    added_at INTEGER NOT NULL,
+    labels BLOB NOT NULL,
+    meta BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS blocks_by_partition_time ON blocks (partition_id, min_time);
+
+CREATE TABLE IF NOT EXISTS tombstones (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    block_id TEXT NOT NULL UNIQUE,
+    tenant TEXT NOT NULL,
+    shard INTEGER NOT NULL,
+    created_at INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    meta BLOB NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS offsets (
+    grp TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    topic TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    committed_end INTEGER NOT NULL,
+    max_event_time INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (grp, generation, topic, partition)
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS commits (
+    grp TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    topic TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    start INTEGER NOT NULL,
+    "end" INTEGER NOT NULL,
+    digest TEXT NOT NULL,
+    committed_at INTEGER NOT NULL,
+    PRIMARY KEY (grp, generation, topic, partition, start)
+) WITHOUT ROWID;
+"""
+
+
+def connect(path: str, *, readonly: bool = False) -> sqlite3.Connection:
+    """A connection with the settings every user of the index needs (WAL, foreign keys off, no autocommit)."""
+    if readonly:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False, isolation_level=None)
+    else:
+        conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA busy_timeout=30000")
+    conn.execute("PRAGMA cache_size=-131072")
+    conn.execute("PRAGMA mmap_size=2147483648")
+    return conn
+
+
+def create(conn: sqlite3.Connection) -> None:
+    conn.executescript(DDL)
+    conn.execute("INSERT OR IGNORE INTO state (key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
+    conn.execute("INSERT OR IGNORE INTO state (key, value) VALUES ('applied_index', 0)")
+    conn.execute("INSERT OR IGNORE INTO state (key, value) VALUES ('applied_term', 0)")

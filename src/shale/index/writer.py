@@ -1,0 +1,199 @@
+"""Changes to the index. Used only by the metastore's command handlers, inside their transaction.
+
+Every method is deterministic: times come from the caller (the log entry), never from the clock.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+import msgpack
+
+from shale.block import BlockMeta
+from shale.index.records import decode_meta, encode_meta
+from shale.index.schema import PARTITION_WINDOW_MS
+
+
+class IndexWriter:
+    """Not thread-safe: one writer per connection, used by the thread that applies the log."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self._sids: dict[str, int] = {}
+        self._partitions: dict[tuple[int, int, int], int] = {}
+
+    # -- strings ------------------------------------------------------------------------------
+
+    def intern(self, value: str) -> int:
+        sid = self._sids.get(value)
+        if sid is not None:
+            return sid
+        row = self.conn.execute("SELECT id FROM strings WHERE value = ?", (value,)).fetchone()
+        if row is None:
+            sid = int(self.conn.execute("INSERT INTO strings (value) VALUES (?)", (value,)).lastrowid or 0)
+        else:
+            sid = int(row[0])
+        self._sids[value] = sid
+        return sid
+
+    def forget_cache(self) -> None:
+        """After a rollback, ids created by the rolled-back transaction are gone."""
+        self._sids.clear()
+        self._partitions.clear()
+
+    # -- state ----------------------------------------------------------------------------------
+
+    def applied(self) -> tuple[int, int]:
+        rows = dict(self.conn.execute("SELECT key, value FROM state WHERE key IN ('applied_index', 'applied_term')"))
+        return int(rows["applied_index"]), int(rows["applied_term"])
+
+    def set_applied(self, index: int, term: int) -> None:
+        self.conn.executemany("UPDATE state SET value = ? WHERE key = ?",
+                              [(index, "applied_index"), (term, "applied_term")])
+
+    # -- blocks ---------------------------------------------------------------------------------
+
+    def has_block(self, block_id: str) -> bool:
+        return self.conn.execute("SELECT 1 FROM blocks WHERE id = ?", (block_id,)).fetchone() is not None
+
+    def get_block(self, block_id: str) -> BlockMeta | None:
+        row = self.conn.execute("SELECT meta FROM blocks WHERE id = ?", (block_id,)).fetchone()
+        return decode_meta(row[0]) if row else None
+
+    def tombstoned(self, block_id: str) -> bool:
+        return self.conn.execute("SELECT 1 FROM tombstones WHERE block_id = ?", (block_id,)).fetchone() is not None
+
+    def add_block(self, meta: BlockMeta, added_at: int) -> bool:
+        """Insert a block (False if it is already there)."""
+        return bool(self.add_blocks([meta], added_at))
+
+    def _ids_in(self, table_sql: str, ids: list[str]) -> set[str]:
+        found: set[str] = set()
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            found.update(r[0] for r in self.conn.execute(table_sql.format(",".join("?" * len(chunk))), chunk))
+        return found
+
+    def existing(self, block_ids: list[str]) -> set[str]:
+        return self._ids_in("SELECT id FROM blocks WHERE id IN ({})", block_ids)
+
+    def tombstoned_among(self, block_ids: list[str]) -> set[str]:
+        return self._ids_in("SELECT block_id FROM tombstones WHERE block_id IN ({})", block_ids)
+
+    def _partition(self, tenant: int, shard: int, window: int, min_time: int, max_time: int) -> int:
+        key = (tenant, shard, window)
+        partition_id = self._partitions.get(key)
+        if partition_id is None:
+            self.conn.execute(
+                "INSERT INTO partitions (window_start, tenant, shard, min_time, max_time, blocks) "
+                "VALUES (?, ?, ?, ?, ?, 0) ON CONFLICT (tenant, shard, window_start) DO NOTHING",
+                (window, tenant, shard, min_time, max_time))
+            (partition_id,) = self.conn.execute(
+                "SELECT id FROM partitions WHERE tenant = ? AND shard = ? AND window_start = ?", key).fetchone()
+            self._partitions[key] = partition_id
+        return int(partition_id)
+
+    def add_blocks(self, metas: list[BlockMeta], added_at: int) -> list[str]:
+        """Insert the blocks not yet present, in a few statements for the whole batch; return their ids.
+        The caller has checked tombstones.
+
+        Fast path: insert everything, assuming no block is present yet (the usual case); if one is, roll back
+        to a savepoint and insert only the missing ones."""
+        self.conn.execute("SAVEPOINT add_blocks")
+        try:
+            added = self._insert(metas, added_at, set())
+        except sqlite3.IntegrityError:
+            self.conn.execute("ROLLBACK TO add_blocks")
+            self._partitions.clear()
+            added = self._insert(metas, added_at, self.existing([m.id for m in metas]))
+        self.conn.execute("RELEASE add_blocks")
+        return added
+
+    def _insert(self, metas: list[BlockMeta], added_at: int, present: set[str]) -> list[str]:
+        rows = []
+        bounds: dict[int, list[int]] = {}
+        for meta in metas:
+            if meta.id in present:
+                continue
+            present.add(meta.id)
+            tenant = self.intern(meta.tenant)
+            window = meta.time_ms - meta.time_ms % PARTITION_WINDOW_MS
+            pid = self._partition(tenant, meta.shard, window, meta.min_time, meta.max_time)
+            b = bounds.setdefault(pid, [0, meta.min_time, meta.max_time])
+            b[0] += 1
+            b[1], b[2] = min(b[1], meta.min_time), max(b[2], meta.max_time)
+            # Per dataset: topic, kind, time range, and its label sets as flat [name, value, name, value, ...]
+            # lists of string ids (seed 004), so a query matches labels without decoding the metadata.
+            labels = [[self.intern(ds.topic), self.intern(ds.kind), ds.min_time, ds.max_time,
+                       [[sid for k, v in ls.items() for sid in (self.intern(k), self.intern(v))] for ls in ds.labels]]
+                      for ds in meta.datasets]
+            rows.append((meta.id, pid, tenant, meta.shard, meta.level, self.intern(meta.group), meta.generation,
+                         meta.min_time, meta.max_time, meta.size, meta.rows, added_at, msgpack.packb(labels),
+                         encode_meta(meta)))
+        self.conn.executemany(
+            "INSERT INTO blocks (id, partition_id, tenant, shard, level, grp, generation, min_time, max_time, size, "
+            "rows, added_at, labels, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        self.conn.executemany(
+            "UPDATE partitions SET blocks = blocks + ?, min_time = min(min_time, ?), max_time = max(max_time, ?) "
+            "WHERE id = ?", [(n, low, high, pid) for pid, (n, low, high) in sorted(bounds.items())])
+        return [r[0] for r in rows]
+
+    def remove_block(self, block_id: str) -> BlockMeta | None:
+        row = self.conn.execute("SELECT partition_id, meta FROM blocks WHERE id = ?", (block_id,)).fetchone()
+        if row is None:
+            return None
+        self.conn.execute("DELETE FROM blocks WHERE id = ?", (block_id,))
+        self.conn.execute("UPDATE partitions SET blocks = blocks - 1 WHERE id = ?", (row[0],))
+        if self.conn.execute("DELETE FROM partitions WHERE id = ? AND blocks <= 0", (row[0],)).rowcount:
+            self._partitions = {k: v for k, v in self._partitions.items() if v != row[0]}
+        return decode_meta(row[1])
+
+    def partition_blocks(self, tenant: str, shard: int, window_start: int) -> list[str]:
+        return [r[0] for r in self.conn.execute(
+            "SELECT b.id FROM blocks b JOIN partitions p ON b.partition_id = p.id JOIN strings s ON p.tenant = s.id "
+            "WHERE s.value = ? AND p.shard = ? AND p.window_start = ? ORDER BY b.id", (tenant, shard, window_start))]
+
+    # -- tombstones -----------------------------------------------------------------------------
+
+    def add_tombstone(self, meta: BlockMeta, created_at: int, reason: str) -> None:
+        self.conn.execute(
+            "INSERT OR IGNORE INTO tombstones (block_id, tenant, shard, created_at, reason, meta) "
+            "VALUES (?, ?, ?, ?, ?, ?)", (meta.id, meta.tenant, meta.shard, created_at, reason, encode_meta(meta)))
+
+    def delete_tombstones(self, block_ids: list[str]) -> int:
+        cur = self.conn.executemany("DELETE FROM tombstones WHERE block_id = ?", [(b,) for b in block_ids])
+        return cur.rowcount
+
+    # -- ingest offsets -------------------------------------------------------------------------
+
+    def committed_end(self, group: str, generation: int, topic: str, partition: int) -> int | None:
+        row = self.conn.execute(
+            "SELECT committed_end FROM offsets WHERE grp = ? AND generation = ? AND topic = ? AND partition = ?",
+            (group, generation, topic, partition)).fetchone()
+        return int(row[0]) if row else None
+
+    def set_committed_end(self, group: str, generation: int, topic: str, partition: int, end: int,
+                          event_time: int, now: int) -> None:
+        self.conn.execute(
+            "INSERT INTO offsets (grp, generation, topic, partition, committed_end, max_event_time, updated_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (grp, generation, topic, partition) DO UPDATE SET "
+            "committed_end = excluded.committed_end, max_event_time = max(max_event_time, excluded.max_event_time), "
+            "updated_at = excluded.updated_at", (group, generation, topic, partition, end, event_time, now))
+
+    def find_commit(self, group: str, generation: int, topic: str, partition: int,
+                    start: int) -> tuple[int, str] | None:
+        row = self.conn.execute(
+            'SELECT "end", digest FROM commits WHERE grp = ? AND generation = ? AND topic = ? AND partition = ? '
+            "AND start = ?", (group, generation, topic, partition, start)).fetchone()
+        return (int(row[0]), str(row[1])) if row else None
+
+    def record_commit(self, group: str, generation: int, topic: str, partition: int, start: int, end: int,
+                      digest: str, now: int, keep: int) -> None:
+        self.conn.execute(
+            'INSERT OR REPLACE INTO commits (grp, generation, topic, partition, start, "end", digest, committed_at) '
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (group, generation, topic, partition, start, end, digest, now))
+        self.conn.execute(
+            "DELETE FROM commits WHERE grp = ? AND generation = ? AND topic = ? AND partition = ? AND start < ("
+            "SELECT start FROM commits WHERE grp = ? AND generation = ? AND topic = ? AND partition = ? "
+            "ORDER BY start DESC LIMIT 1 OFFSET ?)",
+            (group, generation, topic, partition, group, generation, topic, partition, keep - 1))

@@ -1,0 +1,51 @@
+"""The metastore (seeds 004 and 003): the replicated service around the index.
+
+Components: ``commands`` (typed records), ``fsm`` (the handler registry and state machine), ``log`` (single node
+or Raft via pysyncobj), ``service`` (reads and writes), ``http``/``client`` (the API), ``dlq`` (dead letter
+queue), ``maintenance`` (retention, tombstones), ``rebuild`` (from the bucket), ``server`` (one process).
+"""
+
+from shale.metastore.api import Metastore
+from shale.metastore.client import MetastoreClient
+from shale.metastore.commands import (
+    AddBlocks,
+    CommitIngestBatch,
+    DeleteTombstones,
+    Noop,
+    OffsetRange,
+    PartitionKey,
+    ReplaceBlocks,
+    Result,
+    TruncateIndex,
+    decode,
+    encode,
+)
+from shale.metastore.dlq import DeadLetterQueue
+from shale.metastore.fsm import Entry, StateMachine
+from shale.metastore.log import RaftLog, SingleNodeLog
+from shale.metastore.server import MetastoreNode, open_metastore
+from shale.metastore.service import MetastoreService
+
+__all__ = [
+    "AddBlocks",
+    "CommitIngestBatch",
+    "DeadLetterQueue",
+    "DeleteTombstones",
+    "Entry",
+    "Metastore",
+    "MetastoreClient",
+    "MetastoreNode",
+    "MetastoreService",
+    "Noop",
+    "OffsetRange",
+    "PartitionKey",
+    "RaftLog",
+    "ReplaceBlocks",
+    "Result",
+    "SingleNodeLog",
+    "StateMachine",
+    "TruncateIndex",
+    "decode",
+    "encode",
+    "open_metastore",
+]

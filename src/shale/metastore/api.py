@@ -1,0 +1,44 @@
+"""The metastore as its users see it: one protocol, served in-process (``MetastoreService``, the embedded
+default) or over HTTP (``MetastoreClient``). Ingest, compaction, queries and the bucket-index writer take a
+``Metastore`` and never know which one they got."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from shale.block import BlockMeta
+from shale.index import OffsetRow, TombstoneRow
+from shale.metastore.commands import Result, _Command
+
+
+class Metastore(Protocol):
+    def submit(self, command: _Command) -> Result:
+        """Propose a command and wait until it is applied. Rejections are results (``ok`` false)."""
+        ...
+
+    def query_blocks(self, tenants: Sequence[str], start: int, end: int, selector: str = "",
+                     group: str | None = None) -> list[BlockMeta]:
+        """Blocks overlapping ``[start, end]`` ms whose datasets match ``selector``. Linearizable."""
+        ...
+
+    def get_block(self, block_id: str) -> BlockMeta | None: ...
+
+    def label_names(self, tenants: Sequence[str], start: int, end: int, selector: str = "") -> list[str]: ...
+
+    def label_values(self, name: str, tenants: Sequence[str], start: int, end: int,
+                     selector: str = "") -> list[str]: ...
+
+    def offsets(self, group: str | None = None, generation: int | None = None) -> list[OffsetRow]:
+        """Committed ingest offsets. Linearizable."""
+        ...
+
+    def tombstones(self, created_before: int | None = None, limit: int = 1000) -> list[TombstoneRow]: ...
+
+    def tenants(self) -> list[str]: ...
+
+    def tenant_blocks(self, tenant: str) -> list[BlockMeta]:
+        """Every block of a tenant (for the bucket-index writer and the status page)."""
+        ...
+
+    def status(self) -> dict[str, Any]: ...

@@ -1,0 +1,147 @@
+"""``MetastoreClient``: the HTTP client. It finds and follows the leader, retries what is safe to retry and
+gives up with ``MetastoreUnavailableError`` after its deadline.
+
+Every command is idempotent (see fsm.py), so a write whose answer was lost is simply sent again.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from shale.block import BlockMeta
+from shale.errors import CommandRejectedError, InvalidNameError, MetastoreUnavailableError
+from shale.index import OffsetRow, TombstoneRow
+from shale.metastore.commands import Result, _Command, encode
+
+log = logging.getLogger(__name__)
+
+
+class MetastoreClient:
+    def __init__(self, addresses: Sequence[str], *, timeout: float = 10.0, deadline: float = 60.0,
+                 command_format: str = "json") -> None:
+        if not addresses:
+            raise ValueError("a metastore client needs at least one address")
+        self.addresses = [a.rstrip("/") for a in addresses]
+        self.deadline = deadline
+        self.command_format = command_format
+        self._leader: str | None = None
+        self._http = httpx.Client(timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _order(self) -> list[str]:
+        rest = [a for a in self.addresses if a != self._leader]
+        random.shuffle(rest)
+        return ([self._leader] if self._leader else []) + rest
+
+    def _call(self, method: str, path: str, *, params: Any = None, content: bytes | None = None) -> httpx.Response:
+        """Send to the leader if known, else to each node in turn; follow not-leader hints; back off and retry
+        unavailable answers and connection errors until the deadline."""
+        deadline = time.monotonic() + self.deadline
+        attempt = 0
+        last = "no node answered"
+        while True:
+            for address in self._order():
+                try:
+                    response = self._http.request(method, address + path, params=params, content=content,
+                                                  headers={"content-type": "application/json"})
+                except httpx.HTTPError as exc:
+                    last = f"{address}: {type(exc).__name__}: {exc}"
+                    if address == self._leader:
+                        self._leader = None
+                    continue
+                if response.status_code == 503:
+                    body = _json(response)
+                    last = f"{address}: {body.get('message', response.text)}"
+                    hint = body.get("leader")
+                    if body.get("error") == "not_leader" and hint and hint.rstrip("/") != address:
+                        self._leader = hint.rstrip("/")
+                        if self._leader not in self.addresses:
+                            self.addresses.append(self._leader)
+                    continue
+                if method == "POST" and response.status_code in (200, 409):
+                    self._leader = address
+                return response
+            attempt += 1
+            if time.monotonic() >= deadline:
+                raise MetastoreUnavailableError(
+                    f"no metastore node could serve {method} {path} within {self.deadline:.0f}s "
+                    f"(tried {', '.join(self.addresses)}); last answer: {last}")
+            time.sleep(min(2.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.0))
+
+    def _get(self, path: str, **params: Any) -> Any:
+        response = self._call("GET", path, params={k: v for k, v in params.items() if v is not None})
+        if response.status_code == 400:
+            raise InvalidNameError(_json(response).get("message", response.text))
+        response.raise_for_status()
+        return response.json()
+
+    # -- the Metastore protocol ---------------------------------------------------------------------
+
+    def submit(self, command: _Command) -> Result:
+        response = self._call("POST", "/v1/commands", content=encode(command, self.command_format))
+        if response.status_code == 400:
+            body = _json(response)
+            raise CommandRejectedError(body.get("message", response.text), reason=body.get("error", "malformed"))
+        if response.status_code not in (200, 409):
+            raise MetastoreUnavailableError(f"unexpected answer {response.status_code}: {response.text[:300]}")
+        return Result.model_validate_json(response.content)
+
+    def query_blocks(self, tenants: Sequence[str], start: int, end: int, selector: str = "",
+                     group: str | None = None) -> list[BlockMeta]:
+        body = self._get("/v1/blocks", tenant=list(tenants), start=start, end=end, selector=selector, group=group)
+        return [BlockMeta.model_validate(b) for b in body["blocks"]]
+
+    def get_block(self, block_id: str) -> BlockMeta | None:
+        response = self._call("GET", f"/v1/blocks/{block_id}")
+        if response.status_code == 404:
+            return None
+        response.raise_for_status()
+        return BlockMeta.model_validate_json(response.content)
+
+    def label_names(self, tenants: Sequence[str], start: int, end: int, selector: str = "") -> list[str]:
+        return list(self._get("/v1/labels", tenant=list(tenants), start=start, end=end, selector=selector)["names"])
+
+    def label_values(self, name: str, tenants: Sequence[str], start: int, end: int, selector: str = "") -> list[str]:
+        return list(self._get(f"/v1/labels/{name}/values", tenant=list(tenants), start=start, end=end,
+                              selector=selector)["values"])
+
+    def offsets(self, group: str | None = None, generation: int | None = None) -> list[OffsetRow]:
+        body = self._get("/v1/offsets", group=group, generation=generation)
+        return [OffsetRow.model_validate(o) for o in body["offsets"]]
+
+    def tombstones(self, created_before: int | None = None, limit: int = 1000) -> list[TombstoneRow]:
+        body = self._get("/v1/tombstones", created_before=created_before, limit=limit)
+        return [TombstoneRow.model_validate(t) for t in body["tombstones"]]
+
+    def tenants(self) -> list[str]:
+        return list(self._get("/v1/tenants")["tenants"])
+
+    def tenant_blocks(self, tenant: str) -> list[BlockMeta]:
+        return [BlockMeta.model_validate(b) for b in self._get(f"/v1/tenants/{tenant}/blocks")["blocks"]]
+
+    def status(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._get("/v1/status")
+        return result
+
+    def state_hash(self, address: str) -> dict[str, Any]:
+        """One node's state hash (no leader following): for checking that replicas converged."""
+        response = self._http.get(address.rstrip("/") + "/v1/state-hash")
+        response.raise_for_status()
+        result: dict[str, Any] = response.json()
+        return result
+
+
+def _json(response: httpx.Response) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}

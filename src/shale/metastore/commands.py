@@ -1,0 +1,155 @@
+"""Commands: typed, versioned records of every change to the metastore's state.
+
+Each command is a pydantic model with a literal ``kind``; it crosses the wire (and the Raft log) as our own
+bytes, JSON or msgpack, never as a pickle of a client object. ``decode`` refuses unknown kinds and versions.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+import msgpack
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from shale.block import BlockMeta
+from shale.errors import CommandRejectedError
+
+
+class _Command(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    version: Literal[1] = 1
+
+
+class OffsetRange(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    topic: str
+    partition: int = Field(ge=0)
+    start: int = Field(ge=0)
+    end: int = Field(ge=0)
+
+
+class PartitionKey(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    tenant: str
+    shard: int
+    window_start: int
+
+
+class Noop(_Command):
+    """Changes nothing. Committing one proves leadership (the read barrier of linearizable reads)."""
+
+    kind: Literal["Noop"] = "Noop"
+
+
+class AddBlocks(_Command):
+    """Add blocks to the index. A block that was already compacted or deleted (tombstoned) is rejected; a block
+    already present is left as it is."""
+
+    kind: Literal["AddBlocks"] = "AddBlocks"
+    blocks: list[BlockMeta]
+
+
+class CommitIngestBatch(_Command):
+    """Atomically add one micro-batch's blocks and advance its committed offsets. Accepted only when every range
+    starts at its partition's committed end, or when the whole batch is an exact replay (a no-op)."""
+
+    kind: Literal["CommitIngestBatch"] = "CommitIngestBatch"
+    group: str
+    generation: int = 1
+    batch: str = Field(default="", description="the writer's batch id, for logs")
+    ranges: list[OffsetRange]
+    blocks: list[BlockMeta]
+
+
+class ReplaceBlocks(_Command):
+    """Atomically replace ``sources`` by ``blocks`` and tombstone the sources (compaction)."""
+
+    kind: Literal["ReplaceBlocks"] = "ReplaceBlocks"
+    tenant: str
+    sources: list[str]
+    blocks: list[BlockMeta]
+    reason: str = "compacted"
+
+
+class TruncateIndex(_Command):
+    """Remove whole partitions (retention) and tombstone their blocks. Prepared by the leader's read of its own
+    state; rejected if leadership changed since (``prepared_term`` must equal the log entry's term)."""
+
+    kind: Literal["TruncateIndex"] = "TruncateIndex"
+    prepared_term: int
+    partitions: list[PartitionKey]
+    reason: str = "retention"
+
+
+class DeleteTombstones(_Command):
+    """Forget tombstones whose objects have been deleted from the bucket."""
+
+    kind: Literal["DeleteTombstones"] = "DeleteTombstones"
+    block_ids: list[str]
+
+
+Command = Annotated[Noop | AddBlocks | CommitIngestBatch | ReplaceBlocks | TruncateIndex | DeleteTombstones,
+                    Field(discriminator="kind")]
+_ADAPTER: TypeAdapter[Command] = TypeAdapter(Command)
+COMMAND_KINDS = ("Noop", "AddBlocks", "CommitIngestBatch", "ReplaceBlocks", "TruncateIndex", "DeleteTombstones")
+
+
+class Result(BaseModel):
+    """What applying a command produced. A rejection is a result too: deterministic on every replica."""
+
+    model_config = ConfigDict(frozen=True)
+    ok: bool
+    reason: str = ""
+    message: str = ""
+    data: dict[str, Any] = Field(default_factory=dict)
+
+    def raise_for_rejection(self) -> Result:
+        if not self.ok:
+            raise CommandRejectedError(self.message, reason=self.reason)
+        return self
+
+
+def encode(command: _Command, fmt: str = "json") -> bytes:
+    """Bytes of a command: JSON (``{``...) or msgpack (a map, first byte 0x8_ or 0xde/0xdf)."""
+    if fmt == "msgpack":
+        packed: bytes = msgpack.packb(command.model_dump(mode="json"))
+        return packed
+    return command.model_dump_json().encode()
+
+
+def decode(data: bytes) -> Command:
+    """The command in ``data`` (JSON or msgpack); a ``CommandRejectedError`` if it is not a known command."""
+    if data[:1] == b"{":
+        try:
+            return _ADAPTER.validate_json(data)  # parsed in pydantic's Rust core, the fast path
+        except ValidationError as exc:
+            first = exc
+        try:
+            raw = json.loads(data)
+        except ValueError as err:
+            raise CommandRejectedError(f"command is not valid JSON: {err}", reason="malformed") from None
+    else:
+        try:
+            raw = msgpack.unpackb(data)
+        except (ValueError, msgpack.UnpackException) as err:
+            raise CommandRejectedError(f"command is neither JSON nor msgpack: {err}", reason="malformed") from None
+        try:
+            _check_kind(raw)
+            return _ADAPTER.validate_python(raw)
+        except ValidationError as exc:
+            first = exc
+    _check_kind(raw)
+    error = first.errors()[0]
+    raise CommandRejectedError(f"invalid {raw['kind']}: {error['msg']} at {'.'.join(str(p) for p in error['loc'])}",
+                               reason="malformed")
+
+
+def _check_kind(raw: object) -> None:
+    if not isinstance(raw, dict) or raw.get("kind") not in COMMAND_KINDS:
+        kind = raw.get("kind") if isinstance(raw, dict) else None
+        raise CommandRejectedError(f"unknown command kind {kind!r}; known: {', '.join(COMMAND_KINDS)}",
+                                   reason="unknown-command")
+    if raw.get("version", 1) != 1:
+        raise CommandRejectedError(f"{raw['kind']} version {raw['version']} is not supported by this metastore; "
+                                   "upgrade it before its clients", reason="unknown-version")

@@ -1,0 +1,106 @@
+"""The dead letter queue (seed 004): commands that could not reach the metastore, kept in the bucket.
+
+A writer that cannot commit puts the command's bytes at ``_shale/dlq/<stream>/<ms>-<seq>-<writer>.json`` with
+put-if-absent and only then treats it as durable. Keys sort by the writer's (monotonic) clock, so replaying a
+stream in key order replays its commands in the order they were written, which keeps a stream of ingest
+commits contiguous. The leader replays every stream every 15 seconds; commands are idempotent, so a command
+replayed twice (by the leader and by its writer) is harmless.
+
+A command the state machine rejects on replay is moved to ``_shale/dlq-rejected/`` with the rejection, logged
+and counted: it will never apply, and an operator must look at it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from prometheus_client import Counter, Gauge
+
+from shale.block.layout import DLQ_PREFIX
+from shale.block.names import check_tenant
+from shale.errors import MetastoreUnavailableError, NotFoundError, RetryableError
+from shale.metastore.commands import Result, _Command, encode
+from shale.objstore import Bucket
+
+log = logging.getLogger(__name__)
+REJECTED_PREFIX = "_shale/dlq-rejected/"
+DLQ_DEPTH = Gauge("shale_metastore_dlq_depth", "Commands waiting in the dead letter queue (at the last scan).")
+DLQ_EVENTS = Counter("shale_metastore_dlq_events_total", "Dead letter queue events: enqueued, replayed, rejected.",
+                     ["event"])
+
+
+@dataclass
+class ReplayReport:
+    replayed: list[str] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)
+
+
+class DeadLetterQueue:
+    def __init__(self, bucket: Bucket, clock: Callable[[], float] = time.time) -> None:
+        self.bucket = bucket
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._last_ms = 0
+        self._seq = 0
+        self._writer = f"{os.getpid():x}{os.urandom(3).hex()}"
+
+    def enqueue(self, stream: str, command: _Command) -> str:
+        """Write a command durably; return its key. ``stream`` is the writer's name (e.g. the ingest group)."""
+        check_tenant(stream)  # the same strict syntax as tenants: it becomes a key segment
+        with self._lock:
+            ms = max(int(self.clock() * 1000), self._last_ms)
+            self._seq = self._seq + 1 if ms == self._last_ms else 0
+            self._last_ms = ms
+            key = f"{DLQ_PREFIX}{stream}/{ms:013d}-{self._seq:06d}-{self._writer}.json"
+        self.bucket.put_if_absent(key, encode(command))
+        DLQ_EVENTS.labels("enqueued").inc()
+        log.warning("metastore unreachable: command written to the dead letter queue",
+                    extra={"key": key, "command": getattr(command, "kind", "?")})
+        return key
+
+    def pending(self, stream: str | None = None) -> list[str]:
+        prefix = DLQ_PREFIX + (f"{stream}/" if stream else "")
+        keys = [i.key for i in self.bucket.list(prefix) if i.key.endswith(".json")]
+        if stream is None:
+            DLQ_DEPTH.set(len(keys))
+        return keys
+
+    def replay(self, submit: Callable[[bytes], Result], stream: str | None = None) -> ReplayReport:
+        """Replay pending commands in key order. Stops a stream at its first command the metastore cannot take
+        right now (so later commands of that stream never jump ahead of it)."""
+        report = ReplayReport()
+        blocked: set[str] = set()
+        for key in self.pending(stream):
+            name = key[len(DLQ_PREFIX):].split("/", 1)[0]
+            if name in blocked:
+                report.pending.append(key)
+                continue
+            try:
+                data = self.bucket.get(key)
+            except NotFoundError:
+                continue  # replayed and deleted by someone else meanwhile
+            try:
+                result = submit(data)
+            except (MetastoreUnavailableError, RetryableError):
+                blocked.add(name)
+                report.pending.append(key)
+                continue
+            if result.ok:
+                self.bucket.delete(key)
+                report.replayed.append(key)
+                DLQ_EVENTS.labels("replayed").inc()
+                continue
+            self.bucket.put(REJECTED_PREFIX + key[len(DLQ_PREFIX):],
+                            data + b"\n" + result.model_dump_json().encode())
+            self.bucket.delete(key)
+            report.rejected.append(key)
+            DLQ_EVENTS.labels("rejected").inc()
+            log.error("dead letter queue command rejected on replay; moved aside for an operator",
+                      extra={"key": key, "reason": result.reason, "detail": result.message})
+        return report

@@ -1,0 +1,282 @@
+"""The state machine: one registry of command handlers applied to the index, deterministically.
+
+Every handler takes the index writer, the command and the log entry (index, term and the leader's timestamp),
+and returns a ``Result`` or raises ``CommandRejectedError``. Handlers never read the clock or draw random
+numbers: two replicas that apply the same log reach the same state (checked by ``state_hash``). Every handler
+is idempotent: applied twice, a command leaves the state as applied once.
+
+The applied index is written in the same transaction as the change. A rejected command still advances it
+(the rejection is the entry's deterministic outcome), in a transaction of its own after the rollback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from shale.errors import CommandRejectedError
+from shale.index import IndexReader, IndexWriter, connect, create
+from shale.metastore.commands import (
+    AddBlocks,
+    Command,
+    CommitIngestBatch,
+    DeleteTombstones,
+    Noop,
+    ReplaceBlocks,
+    Result,
+    TruncateIndex,
+    decode,
+)
+
+COMMITS_KEPT_PER_PARTITION = 100
+C = TypeVar("C")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """The log entry a command arrived in: its position, the leader's term, and the leader's clock."""
+
+    index: int
+    term: int
+    time_ms: int
+
+
+Handler = Callable[[IndexWriter, Any, Entry], Result]
+HANDLERS: dict[str, Handler] = {}
+
+
+def handles(kind: type[C]) -> Callable[[Callable[[IndexWriter, C, Entry], Result]], Callable[..., Result]]:
+    def register(fn: Callable[[IndexWriter, C, Entry], Result]) -> Callable[..., Result]:
+        HANDLERS[str(kind.model_fields["kind"].default)] = fn  # type: ignore[attr-defined]
+        return fn
+    return register
+
+
+@handles(Noop)
+def _noop(w: IndexWriter, cmd: Noop, entry: Entry) -> Result:
+    return Result(ok=True, data={"index": entry.index})
+
+
+@handles(AddBlocks)
+def _add_blocks(w: IndexWriter, cmd: AddBlocks, entry: Entry) -> Result:
+    ids = [m.id for m in cmd.blocks]
+    tombstoned = w.tombstoned_among(ids)
+    added = set(w.add_blocks([m for m in cmd.blocks if m.id not in tombstoned], entry.time_ms))
+    return Result(ok=True, data={"added": [i for i in ids if i in added],
+                                 "existing": [i for i in ids if i not in added and i not in tombstoned],
+                                 "rejected": [i for i in ids if i in tombstoned]})
+
+
+def _batch_digest(cmd: CommitIngestBatch) -> str:
+    parts = sorted(b.id for b in cmd.blocks) + [f"{r.topic}/{r.partition}/{r.start}/{r.end}" for r in cmd.ranges]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+
+def _check_batch(cmd: CommitIngestBatch) -> None:
+    seen: dict[tuple[str, int], tuple[int, int]] = {}
+    for r in cmd.ranges:
+        if r.end < r.start:
+            raise CommandRejectedError(f"{r.topic}[{r.partition}] range [{r.start},{r.end}) ends before it starts",
+                                       reason="malformed")
+        if (r.topic, r.partition) in seen:
+            raise CommandRejectedError(f"{r.topic}[{r.partition}] appears twice in one batch", reason="malformed")
+        seen[(r.topic, r.partition)] = (r.start, r.end)
+    for meta in cmd.blocks:
+        if meta.group != cmd.group or meta.generation != cmd.generation:
+            raise CommandRejectedError(
+                f"block {meta.id} is group {meta.group} generation {meta.generation}, the batch is {cmd.group} "
+                f"generation {cmd.generation}", reason="malformed")
+        for kr in meta.kafka:
+            span = seen.get((kr.topic, kr.partition))
+            if span is None or kr.start < span[0] or kr.end > span[1]:
+                raise CommandRejectedError(
+                    f"block {meta.id} holds {kr.topic}[{kr.partition}] [{kr.start},{kr.end}) outside the batch's "
+                    f"ranges", reason="malformed")
+
+
+@handles(CommitIngestBatch)
+def _commit_ingest_batch(w: IndexWriter, cmd: CommitIngestBatch, entry: Entry) -> Result:
+    _check_batch(cmd)
+    digest = _batch_digest(cmd)
+    ranges = [r for r in cmd.ranges if r.end > r.start]
+    known = [w.find_commit(cmd.group, cmd.generation, r.topic, r.partition, r.start) for r in ranges]
+    if ranges and all(k == (r.end, digest) for k, r in zip(known, ranges, strict=True)):
+        return Result(ok=True, data={"replay": True, "blocks": len(cmd.blocks)})
+    for r in ranges:
+        end = w.committed_end(cmd.group, cmd.generation, r.topic, r.partition)
+        if end is None or r.start == end:
+            continue
+        where = f"{cmd.group} generation {cmd.generation} {r.topic}[{r.partition}]"
+        if r.start < end:
+            raise CommandRejectedError(
+                f"{where}: the batch starts at offset {r.start} but offsets up to {end} are committed already "
+                f"(overlap [{r.start},{min(end, r.end)})). The writer must skip records below the committed end; "
+                "a second ingest process of the same group is the usual cause.", reason="offset-overlap")
+        raise CommandRejectedError(
+            f"{where}: the batch starts at offset {r.start} but the committed end is {end}, so offsets "
+            f"[{end},{r.start}) would never be stored. Restart the ingest group so it resumes from the metastore's "
+            "committed offsets.", reason="offset-gap")
+    tombstoned = w.tombstoned_among([m.id for m in cmd.blocks])
+    if tombstoned:
+        raise CommandRejectedError(f"blocks {sorted(tombstoned)} were already compacted or deleted",
+                                   reason="tombstoned")
+    w.add_blocks(cmd.blocks, entry.time_ms)
+    for r in ranges:
+        event_time = max((b.max_time for b in cmd.blocks
+                          if any(k.topic == r.topic and k.partition == r.partition for k in b.kafka)), default=0)
+        w.set_committed_end(cmd.group, cmd.generation, r.topic, r.partition, r.end, event_time, entry.time_ms)
+        w.record_commit(cmd.group, cmd.generation, r.topic, r.partition, r.start, r.end, digest, entry.time_ms,
+                        COMMITS_KEPT_PER_PARTITION)
+    return Result(ok=True, data={"replay": False, "blocks": len(cmd.blocks), "ranges": len(ranges)})
+
+
+@handles(ReplaceBlocks)
+def _replace_blocks(w: IndexWriter, cmd: ReplaceBlocks, entry: Entry) -> Result:
+    for meta in cmd.blocks:
+        if meta.tenant != cmd.tenant:
+            raise CommandRejectedError(f"block {meta.id} belongs to {meta.tenant}, not {cmd.tenant}",
+                                       reason="malformed")
+    missing = [s for s in cmd.sources if not w.has_block(s)]
+    if missing:
+        if all(w.has_block(b.id) for b in cmd.blocks) and all(w.tombstoned(s) for s in cmd.sources):
+            return Result(ok=True, data={"replay": True})
+        raise CommandRejectedError(
+            f"sources {missing} are no longer in the index (retention or another replacement removed them); the "
+            "new blocks must not bring their records back", reason="sources-missing")
+    for meta in cmd.blocks:
+        if w.tombstoned(meta.id):
+            raise CommandRejectedError(f"block {meta.id} was already deleted", reason="tombstoned")
+    outputs = ",".join(b.id for b in cmd.blocks)
+    for source in cmd.sources:
+        old = w.remove_block(source)
+        assert old is not None
+        w.add_tombstone(old, entry.time_ms, f"{cmd.reason} into {outputs}" if outputs else cmd.reason)
+    for meta in cmd.blocks:
+        w.add_block(meta, entry.time_ms)
+    return Result(ok=True, data={"replay": False, "removed": len(cmd.sources), "added": len(cmd.blocks)})
+
+
+@handles(TruncateIndex)
+def _truncate_index(w: IndexWriter, cmd: TruncateIndex, entry: Entry) -> Result:
+    if cmd.prepared_term != entry.term:
+        raise CommandRejectedError(
+            f"TruncateIndex was prepared in term {cmd.prepared_term} but committed in term {entry.term}: leadership "
+            "changed in between, so the new leader prepares its own", reason="stale-term")
+    removed = 0
+    for key in cmd.partitions:
+        for block_id in w.partition_blocks(key.tenant, key.shard, key.window_start):
+            meta = w.remove_block(block_id)
+            assert meta is not None
+            w.add_tombstone(meta, entry.time_ms, cmd.reason)
+            removed += 1
+    return Result(ok=True, data={"removed": removed})
+
+
+@handles(DeleteTombstones)
+def _delete_tombstones(w: IndexWriter, cmd: DeleteTombstones, entry: Entry) -> Result:
+    return Result(ok=True, data={"deleted": w.delete_tombstones(cmd.block_ids)})
+
+
+class StateMachine:
+    """The index plus the handlers. ``apply`` must be called by one thread at a time (the log's)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.conn = connect(str(path))
+        create(self.conn)
+        self.writer = IndexWriter(self.conn)
+        self.reader = IndexReader(lambda: connect(str(path)))
+        self.lock = threading.RLock()
+
+    def applied(self) -> tuple[int, int]:
+        with self.lock:
+            return self.writer.applied()
+
+    def apply(self, entry: Entry, data: bytes) -> Result:
+        """Apply the command in ``data`` at ``entry``; an entry at or below the applied index is skipped."""
+        with self.lock:
+            self.conn.execute("BEGIN IMMEDIATE")
+            return self._apply_in_transaction(lambda _: entry, lambda: decode(data))
+
+    def apply_next(self, term: int, time_ms: int, command: Command) -> Result:
+        """Apply an already-validated command at the next index, chosen inside the write transaction (so that
+        processes sharing one state file agree on the order). The single-node log's path: no bytes at all."""
+        with self.lock:
+            self.conn.execute("BEGIN IMMEDIATE")
+            return self._apply_in_transaction(lambda applied: Entry(applied + 1, term, time_ms), lambda: command)
+
+    def _apply_in_transaction(self, entry_for: Callable[[int], Entry], command_for: Callable[[], Command]) -> Result:
+        try:
+            applied, _ = self.writer.applied()
+            entry = entry_for(applied)
+            if entry.index <= applied:
+                self.conn.execute("ROLLBACK")
+                return Result(ok=True, reason="already-applied", data={"index": entry.index})
+            command = command_for()
+            result = HANDLERS[command.kind](self.writer, command, entry)
+            self.writer.set_applied(entry.index, entry.term)
+            self.conn.execute("COMMIT")
+            return result
+        except CommandRejectedError as exc:
+            self.conn.execute("ROLLBACK")
+            self.writer.forget_cache()
+            self.conn.execute("BEGIN IMMEDIATE")
+            self.writer.set_applied(entry.index, entry.term)
+            self.conn.execute("COMMIT")
+            return Result(ok=False, reason=exc.reason, message=str(exc))
+        except BaseException:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            self.writer.forget_cache()
+            raise
+
+    def close(self) -> None:
+        """Checkpoint the write-ahead log into the file and close (the file is then complete on its own)."""
+        with self.lock:
+            self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self.conn.close()
+
+    def state_hash(self) -> str:
+        with self.lock:
+            return self.reader.state_hash()
+
+    def backup_to(self, target: Path) -> None:
+        """A consistent copy of the whole state (SQLite's online backup API)."""
+        with self.lock:
+            target.unlink(missing_ok=True)
+            dest = sqlite3.connect(str(target))
+            try:
+                self.conn.backup(dest)
+            finally:
+                dest.close()
+
+    def restore_from(self, source: Path) -> None:
+        """Replace the whole state with a backup taken by ``backup_to``."""
+        with self.lock:
+            src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+            try:
+                src.backup(self.conn)
+            finally:
+                src.close()
+            self.writer.forget_cache()
+
+
+def restore_file(backup: Path, target: Path) -> None:
+    """Offline restore of a stopped node's state file, through SQLite's backup API (which also reads a
+    write-ahead log the backup file may still have beside it)."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(target) + suffix).unlink(missing_ok=True)
+    source = sqlite3.connect(str(backup))
+    dest = sqlite3.connect(str(target))
+    try:
+        source.backup(dest)
+    finally:
+        dest.close()
+        source.close()
+

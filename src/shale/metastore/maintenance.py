@@ -1,0 +1,129 @@
+"""The leader's periodic work: retention (``TruncateIndex``), deletion marks and object removal for tombstones
+(``DeleteTombstones``), and dead letter queue replay.
+
+Retention and tombstone collection follow seed 004's two-phase pattern: read the leader's own state, then
+propose a command; ``TruncateIndex`` carries the term it was prepared in, and is rejected if leadership changed.
+Marks come before tombstones' object removal, and removal goes meta.json first, data, mark last (seed 000).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from prometheus_client import Counter, Gauge
+
+from shale.block import block_file_key, deletion_mark_key, meta_key, write_deletion_mark
+from shale.config import RetentionConfig
+from shale.index import PartitionRow, TombstoneRow
+from shale.metastore.commands import DeleteTombstones, PartitionKey, TruncateIndex
+from shale.metastore.dlq import DeadLetterQueue
+from shale.metastore.service import MetastoreService
+from shale.objstore import Bucket
+
+log = logging.getLogger(__name__)
+TOMBSTONES = Gauge("shale_metastore_tombstones", "Tombstones whose objects are not yet deleted.")
+DELETED = Counter("shale_metastore_deleted_blocks_total", "Blocks whose objects were removed after the delay.")
+RETENTION = Counter("shale_metastore_retention_blocks_total", "Blocks removed from the index by retention.")
+
+
+def expired_partitions(partitions: list[PartitionRow], retention: RetentionConfig, now_ms: int) -> list[PartitionRow]:
+    """Partitions past their tenant's retention: by creation window *and* by data time (seed 004), so that
+    backfilled old data is kept for the full period after it was written."""
+    out = []
+    for p in partitions:
+        keep_ms = int(retention.for_tenant(p.tenant) * 1000)
+        if keep_ms > 0 and p.window_end <= now_ms - keep_ms and p.max_time <= now_ms - keep_ms:
+            out.append(p)
+    return out
+
+
+@dataclass
+class Maintenance:
+    service: MetastoreService
+    bucket: Bucket
+    retention: RetentionConfig
+    delete_delay: float
+    is_leader: Callable[[], bool]
+    term: Callable[[], int]
+    clock: Callable[[], float] = time.time
+
+    def __post_init__(self) -> None:
+        self.dlq = DeadLetterQueue(self.bucket)
+        self._marked: set[str] = set()
+
+    def apply_retention(self) -> int:
+        now_ms = int(self.clock() * 1000)
+        expired = expired_partitions(self.service.state.reader.partitions(), self.retention, now_ms)
+        if not expired:
+            return 0
+        term = self.term()
+        for p in expired:  # marks first: a bucket reader never sees a tombstoned block without its mark
+            for block_id in self.service.state.reader.partition_blocks(p.tenant, p.shard, p.window_start):
+                write_deletion_mark(self.bucket, p.tenant, block_id, self.clock(), "retention")
+        result = self.service.submit(TruncateIndex(
+            prepared_term=term, partitions=[PartitionKey(tenant=p.tenant, shard=p.shard, window_start=p.window_start)
+                                            for p in expired]))
+        if not result.ok:
+            log.warning("retention proposal rejected", extra={"reason": result.reason})
+            return 0
+        removed = int(result.data.get("removed", 0))
+        RETENTION.inc(removed)
+        log.info("retention removed blocks from the index", extra={"blocks": removed, "partitions": len(expired)})
+        return removed
+
+    def collect_tombstones(self) -> int:
+        """Mark every tombstoned block in the bucket; remove the objects of those past the delete delay."""
+        now = self.clock()
+        rows = self.service.tombstones(limit=10_000)
+        TOMBSTONES.set(len(rows))
+        for row in rows:
+            if row.block_id not in self._marked:
+                write_deletion_mark(self.bucket, row.tenant, row.block_id, row.created_at / 1000, row.reason)
+                self._marked.add(row.block_id)
+        due = [r for r in rows if r.created_at / 1000 + self.delete_delay <= now]
+        for row in due:
+            remove_block_objects(self.bucket, row)
+        if due:
+            self.service.submit(DeleteTombstones(block_ids=[r.block_id for r in due])).raise_for_rejection()
+            self._marked.difference_update(r.block_id for r in due)
+            DELETED.inc(len(due))
+            log.info("removed tombstoned blocks from the bucket", extra={"blocks": len(due)})
+        return len(due)
+
+    def replay_dlq(self) -> int:
+        report = self.dlq.replay(self.service.submit_bytes)
+        return len(report.replayed)
+
+    def run_once(self) -> None:
+        if not self.is_leader():
+            return
+        self.replay_dlq()
+        self.apply_retention()
+        self.collect_tombstones()
+
+    def loop(self, stop: threading.Event, interval: float, dlq_interval: float) -> None:
+        """Run until ``stop``: the DLQ every ``dlq_interval``, the rest every ``interval``."""
+        next_full = 0.0
+        while not stop.is_set():
+            try:
+                if self.is_leader():
+                    self.replay_dlq()
+                    if time.monotonic() >= next_full:
+                        self.apply_retention()
+                        self.collect_tombstones()
+                        next_full = time.monotonic() + interval
+            except Exception:
+                log.exception("metastore maintenance pass failed; retrying next period")
+            stop.wait(dlq_interval)
+
+
+def remove_block_objects(bucket: Bucket, row: TombstoneRow) -> None:
+    """Delete a tombstoned block: meta.json first, then its data objects, then its deletion mark."""
+    bucket.delete(meta_key(row.tenant, row.block_id))
+    for name in row.files:
+        bucket.delete(block_file_key(row.tenant, row.block_id, name))
+    bucket.delete(deletion_mark_key(row.tenant, row.block_id))

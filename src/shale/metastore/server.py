@@ -1,0 +1,153 @@
+"""One metastore process (``shale metastore serve``), and the factory every component uses to reach the
+metastore (``open_metastore``)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import uvicorn
+from prometheus_client import Gauge
+
+from shale.config import ShaleConfig
+from shale.errors import MetastoreUnavailableError, NotLeaderError
+from shale.metastore.api import Metastore
+from shale.metastore.client import MetastoreClient
+from shale.metastore.fsm import StateMachine
+from shale.metastore.http import create_app
+from shale.metastore.log import CommandLog, RaftLog, SingleNodeLog
+from shale.metastore.maintenance import Maintenance
+from shale.metastore.service import MetastoreService
+from shale.objstore import open_bucket
+
+log = logging.getLogger(__name__)
+STATE_FILE = "state.db"
+RAFT_ROLE = Gauge("shale_metastore_raft_leader", "1 on the Raft leader (or a single node), 0 elsewhere.")
+RAFT_TERM = Gauge("shale_metastore_raft_term", "The node's current Raft term.")
+APPLIED = Gauge("shale_metastore_applied_index", "The last log index applied to the state.")
+HAS_LEADER = Gauge("shale_metastore_raft_has_leader", "1 when this node knows a leader with a quorum, else 0.")
+
+
+def state_path(config: ShaleConfig) -> Path:
+    return Path(config.metastore.data_dir) / STATE_FILE
+
+
+def open_metastore(config: ShaleConfig) -> Metastore:
+    """The embedded service (a local single-node state, no network) or a client of remote nodes."""
+    m = config.metastore
+    if m.mode == "embedded":
+        state = StateMachine(state_path(config))
+        return MetastoreService(state, SingleNodeLog(state))
+    return MetastoreClient(m.addresses, timeout=m.request_timeout, deadline=m.client_deadline)
+
+
+class MetastoreNode:
+    """A single node or one Raft member, its HTTP API, and (when leader) its maintenance loop."""
+
+    def __init__(self, config: ShaleConfig) -> None:
+        self.config = config
+        m = config.metastore
+        self.state = StateMachine(state_path(config))
+        self.http_of = {member.raft: member.http.rstrip("/") for member in m.members}
+        self.self_http = self.http_of.get(m.raft_address, f"http://{m.listen}")
+        self.raft: RaftLog | None = None
+        self.log: CommandLog
+        if m.raft_address:
+            peers = [member.raft for member in m.members if member.raft != m.raft_address]
+            if not peers:
+                raise MetastoreUnavailableError("metastore.raft_address is set but metastore.members lists no peers")
+            self.raft = RaftLog(self.state, m.raft_address, peers, Path(m.data_dir) / "raft", secret=m.secret,
+                                compaction_min_entries=m.snapshot_entries)
+            self.log = self.raft
+        else:
+            self.log = SingleNodeLog(self.state)
+        self._peer = httpx.Client(timeout=m.request_timeout)
+        self.service = MetastoreService(self.state, self.log, linearize=self._linearize, timeout=m.request_timeout)
+        self.app = create_app(self.service, self.leader_http, self.ready, self.barrier)
+        self.maintenance = Maintenance(self.service, open_bucket(config.bucket), config.retention,
+                                       config.block.delete_delay, self.is_leader, lambda: self.log.status().term)
+        self._stop = threading.Event()
+
+    def is_leader(self) -> bool:
+        return self.raft is None or self.raft.is_leader()
+
+    def leader_http(self) -> str | None:
+        if self.raft is None:
+            return self.self_http
+        leader = self.raft.node.leader_address()
+        return None if leader is None else self.http_of.get(leader)
+
+    def ready(self) -> bool:
+        if self.raft is None:
+            return True
+        status = self.raft.status()
+        return status.leader is not None and status.has_quorum
+
+    def barrier(self) -> int:
+        return self.log.barrier(self.config.metastore.request_timeout)
+
+    def _linearize(self, timeout: float) -> None:
+        """Read-index: the leader commits a no-op; a follower gets that index from the leader and waits for it."""
+        if self.raft is None:
+            return
+        if self.raft.is_leader():
+            self.raft.barrier(timeout)
+            return
+        leader = self.leader_http()
+        if leader is None:
+            raise NotLeaderError("no Raft leader is known; reads that must be current wait for an election")
+        try:
+            response = self._peer.post(leader + "/v1/raft/barrier")
+            response.raise_for_status()
+        except httpx.HTTPError as exc:
+            raise MetastoreUnavailableError(f"the leader {leader} did not answer a read barrier: {exc}") from exc
+        self.raft.wait_applied(int(response.json()["index"]), timeout)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(1.0):
+            status = self.log.status()
+            RAFT_ROLE.set(1 if status.role in ("leader", "single") else 0)
+            RAFT_TERM.set(status.term)
+            APPLIED.set(status.applied_index)
+            HAS_LEADER.set(1 if self.raft is None or (status.leader and status.has_quorum) else 0)
+
+    def serve(self) -> None:
+        """Serve until SIGTERM or SIGINT (uvicorn handles both), then stop cleanly."""
+        m = self.config.metastore
+        host, _, port = m.listen.rpartition(":")
+        threads = [threading.Thread(target=self._watch, name="metastore-watch", daemon=True),
+                   threading.Thread(target=self.maintenance.loop, name="metastore-maintenance", daemon=True,
+                                    args=(self._stop, m.maintenance_interval, m.dlq_interval))]
+        for t in threads:
+            t.start()
+        log.info("metastore serving", extra={"http": m.listen, "raft": m.raft_address or "single node"})
+        try:
+            uvicorn.Server(uvicorn.Config(self.app, host=host, port=int(port), log_level="warning",
+                                          access_log=False)).run()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self.raft is not None:
+            self.raft.close()
+        self._peer.close()
+        log.info("metastore stopped")
+
+
+def wait_for_leader(client: MetastoreClient, timeout: float = 60.0) -> dict[str, object]:
+    """Block until the cluster answers a status call with a known leader (for tests and launchers)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            status = client.status()
+            if status.get("leader_http"):
+                return status
+        except MetastoreUnavailableError:
+            pass
+        if time.monotonic() > deadline:
+            raise MetastoreUnavailableError(f"no metastore leader within {timeout:.0f}s")
+        time.sleep(0.2)

@@ -1,0 +1,239 @@
+"""Every command handler: its rules, idempotence (applied twice = applied once) and determinism."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from tests.factories import BASE_MS
+from tests.unit.metastore.helpers import meta
+
+from shale.metastore.commands import (
+    AddBlocks,
+    CommitIngestBatch,
+    DeleteTombstones,
+    Noop,
+    OffsetRange,
+    PartitionKey,
+    ReplaceBlocks,
+    Result,
+    TruncateIndex,
+    decode,
+    encode,
+)
+from shale.metastore.fsm import Entry, StateMachine
+
+
+class Harness:
+    """A state machine with a log of its own: apply(cmd) appends the next entry."""
+
+    def __init__(self, path: Path, term: int = 1) -> None:
+        self.sm = StateMachine(path)
+        self.term = term
+        self.log: list[tuple[Entry, bytes]] = []
+
+    def apply(self, command: object, time_ms: int = BASE_MS) -> Result:
+        index = len(self.log) + 1
+        entry = Entry(index, self.term, time_ms + index)
+        data = encode(command)  # type: ignore[arg-type]
+        self.log.append((entry, data))
+        return self.sm.apply(entry, data)
+
+    def reapply_as_new_entry(self, command: object) -> Result:
+        return self.apply(command)
+
+
+@pytest.fixture
+def h(tmp_path: Path) -> Harness:
+    return Harness(tmp_path / "state.db")
+
+
+def _twice(h: Harness, command: object) -> tuple[Result, Result, str, str]:
+    first = h.apply(command)
+    hash1 = h.sm.state_hash()
+    second = h.apply(command)
+    hash2 = h.sm.state_hash()
+    return first, second, hash1, hash2
+
+
+def _without_index(h: Harness) -> Callable[[], str]:
+    return h.sm.state_hash
+
+
+def test_add_blocks_is_idempotent_and_rejects_tombstoned(h: Harness) -> None:
+    a, b = meta(start=0), meta(start=100, end=200)
+    first = h.apply(AddBlocks(blocks=[a, b]))
+    assert first.data == {"added": [a.id, b.id], "existing": [], "rejected": []}
+    rows_before = h.sm.reader.count_blocks()
+    second = h.apply(AddBlocks(blocks=[a, b]))
+    assert second.data == {"added": [], "existing": [a.id, b.id], "rejected": []}
+    assert h.sm.reader.count_blocks() == rows_before == 2
+    # After a compaction replaces a, a late AddBlocks of a (a writer that never saw its answer) is rejected.
+    merged = meta(start=0, end=200, level=1, sources=[a.id, b.id], key="merged")
+    assert h.apply(ReplaceBlocks(tenant="acme", sources=[a.id, b.id], blocks=[merged])).ok
+    late = h.apply(AddBlocks(blocks=[a]))
+    assert late.data["rejected"] == [a.id]
+    assert h.sm.reader.get_block(a.id) is None
+
+
+def _batch(start: int, end: int, partition: int = 0, key: str = "") -> CommitIngestBatch:
+    block = meta(partition=partition, start=start, end=end, key=key or None)
+    return CommitIngestBatch(group="backup", generation=1, batch="b",
+                             ranges=[OffsetRange(topic="app", partition=partition, start=start, end=end)],
+                             blocks=[block])
+
+
+def test_commit_ingest_batch_advances_offsets_and_exact_replay_is_a_no_op(h: Harness) -> None:
+    first = h.apply(_batch(0, 100))
+    assert first.ok
+    assert first.data["replay"] is False
+    state = h.sm.state_hash()
+    replay = h.apply(_batch(0, 100))
+    assert replay.ok
+    assert replay.data["replay"] is True
+    assert h.sm.reader.offsets()[0].committed_end == 100
+    assert h.sm.state_hash() != state  # only the applied index moved ...
+    assert [r.committed_end for r in h.sm.reader.offsets()] == [100]  # ... offsets and blocks did not
+    assert h.sm.reader.count_blocks() == 1
+    assert h.apply(_batch(100, 250)).ok
+    assert h.sm.reader.offsets()[0].committed_end == 250
+
+
+def test_a_gap_is_rejected_with_a_clear_error(h: Harness) -> None:
+    assert h.apply(_batch(0, 100)).ok
+    result = h.apply(_batch(150, 200))
+    assert not result.ok
+    assert result.reason == "offset-gap"
+    assert "offsets [100,150) would never be stored" in result.message
+    assert h.sm.reader.offsets()[0].committed_end == 100
+    assert h.sm.reader.count_blocks() == 1  # nothing of the rejected batch was applied
+
+
+def test_an_overlap_is_rejected_with_a_clear_error(h: Harness) -> None:
+    assert h.apply(_batch(0, 100)).ok
+    result = h.apply(_batch(50, 150, key="other"))
+    assert not result.ok
+    assert result.reason == "offset-overlap"
+    assert "offsets up to 100 are committed already" in result.message
+    assert h.sm.reader.count_blocks() == 1
+
+
+def test_a_batch_is_atomic_across_partitions(h: Harness) -> None:
+    assert h.apply(_batch(0, 100, partition=0)).ok
+    both = CommitIngestBatch(group="backup", ranges=[OffsetRange(topic="app", partition=0, start=100, end=200),
+                                                     OffsetRange(topic="app", partition=1, start=5, end=50)],
+                             blocks=[meta(partition=0, start=100, end=200), meta(partition=1, start=5, end=50)])
+    assert h.apply(both).ok  # partition 1's first commit may start anywhere
+    bad = CommitIngestBatch(group="backup", ranges=[OffsetRange(topic="app", partition=0, start=200, end=300),
+                                                    OffsetRange(topic="app", partition=1, start=60, end=70)],
+                            blocks=[meta(partition=0, start=200, end=300), meta(partition=1, start=60, end=70)])
+    result = h.apply(bad)
+    assert result.reason == "offset-gap"
+    assert {(r.partition, r.committed_end) for r in h.sm.reader.offsets()} == {(0, 200), (1, 50)}
+    assert h.sm.reader.count_blocks() == 3
+
+
+def test_blocks_must_lie_inside_the_batch_ranges(h: Harness) -> None:
+    cmd = CommitIngestBatch(group="backup", ranges=[OffsetRange(topic="app", partition=0, start=0, end=10)],
+                            blocks=[meta(start=0, end=20)])
+    result = h.apply(cmd)
+    assert result.reason == "malformed"
+    assert "outside the batch's ranges" in result.message
+
+
+def test_replace_blocks_swaps_atomically_and_never_resurrects(h: Harness) -> None:
+    a, b, c = meta(start=0), meta(start=100, end=200), meta(start=200, end=300)
+    h.apply(AddBlocks(blocks=[a, b, c]))
+    merged = meta(start=0, end=200, level=1, sources=[a.id, b.id], key="ab")
+    first, second, _, _ = _twice(h, ReplaceBlocks(tenant="acme", sources=[a.id, b.id], blocks=[merged]))
+    assert first.ok
+    assert second.ok
+    assert second.data["replay"] is True
+    assert {m.id for m in h.sm.reader.tenant_blocks("acme")} == {merged.id, c.id}
+    assert {t.block_id for t in h.sm.reader.tombstones()} == {a.id, b.id}
+    # Retention removed c; a compaction of c finishing later must not bring c's records back.
+    h.apply(TruncateIndex(prepared_term=1, partitions=[PartitionKey(tenant="acme", shard=0,
+                                                                     window_start=_window(c.time_ms))]))
+    late = h.apply(ReplaceBlocks(tenant="acme", sources=[c.id], blocks=[meta(start=200, end=300, level=1,
+                                                                             sources=[c.id], key="c2")]))
+    assert not late.ok
+    assert late.reason == "sources-missing"
+
+
+def _window(ms: int) -> int:
+    return ms - ms % (6 * 3600 * 1000)
+
+
+def test_truncate_index_tombstones_whole_partitions_and_checks_the_term(h: Harness) -> None:
+    old = meta(start=0, time_ms=BASE_MS)
+    new = meta(start=100, end=200, time_ms=BASE_MS + 7 * 3600 * 1000)
+    h.apply(AddBlocks(blocks=[old, new]))
+    key = PartitionKey(tenant="acme", shard=0, window_start=_window(old.time_ms))
+    stale = h.apply(TruncateIndex(prepared_term=0, partitions=[key]))
+    assert stale.reason == "stale-term"
+    first, second, _, _ = _twice(h, TruncateIndex(prepared_term=1, partitions=[key]))
+    assert first.data == {"removed": 1}
+    assert second.data == {"removed": 0}
+    assert [m.id for m in h.sm.reader.tenant_blocks("acme")] == [new.id]
+    assert [t.block_id for t in h.sm.reader.tombstones()] == [old.id]
+    assert [p.window_start for p in h.sm.reader.partitions("acme")] == [_window(new.time_ms)]
+
+
+def test_delete_tombstones_and_noop_are_idempotent(h: Harness) -> None:
+    a = meta()
+    h.apply(AddBlocks(blocks=[a]))
+    h.apply(ReplaceBlocks(tenant="acme", sources=[a.id], blocks=[], reason="deleted"))
+    first, second, _, _ = _twice(h, DeleteTombstones(block_ids=[a.id]))
+    assert first.data == {"deleted": 1}
+    assert second.data == {"deleted": 0}
+    assert h.sm.reader.tombstones() == []
+    assert h.apply(Noop()).ok
+
+
+def test_every_command_twice_in_one_entry_slot_is_skipped(h: Harness) -> None:
+    # The log replays an entry it already applied (restart after a crash): skipped by the applied index.
+    h.apply(AddBlocks(blocks=[meta()]))
+    entry, data = h.log[-1]
+    before = h.sm.state_hash()
+    result = h.sm.apply(entry, data)
+    assert result.reason == "already-applied"
+    assert h.sm.state_hash() == before
+
+
+def test_two_replicas_fed_the_same_log_have_the_same_state_hash(tmp_path: Path) -> None:
+    leader = Harness(tmp_path / "a.db")
+    commands: list[object] = [
+        _batch(0, 100), _batch(100, 200), _batch(150, 300, key="x"), AddBlocks(blocks=[meta(tenant="beta")]),
+        ReplaceBlocks(tenant="acme", sources=[meta(start=0).id], blocks=[meta(start=0, level=1, key="m",
+                                                                              sources=[meta(start=0).id])]),
+        TruncateIndex(prepared_term=1,
+                      partitions=[PartitionKey(tenant="beta", shard=0, window_start=_window(BASE_MS))]),
+        Noop(),
+    ]
+    for command in commands:
+        leader.apply(command)
+    follower = StateMachine(tmp_path / "b.db")
+    for entry, data in leader.log:
+        follower.apply(entry, data)
+    assert follower.state_hash() == leader.sm.state_hash()
+    assert follower.reader.offsets() == leader.sm.reader.offsets()
+
+
+def test_commands_round_trip_through_json_and_msgpack() -> None:
+    cmd = _batch(0, 10)
+    assert decode(encode(cmd)) == cmd
+    assert decode(encode(cmd, "msgpack")) == cmd
+
+
+@pytest.mark.parametrize(("data", "reason"), [
+    (b'{"kind": "DropEverything"}', "unknown-command"),
+    (b'{"kind": "Noop", "version": 9}', "unknown-version"),
+    (b'{"kind": "AddBlocks", "blocks": [{"id": "x"}]}', "malformed"),
+    (b"\xc1garbage", "malformed"),
+])
+def test_bad_commands_are_rejected_deterministically(h: Harness, data: bytes, reason: str) -> None:
+    result = h.sm.apply(Entry(1, 1, BASE_MS), data)
+    assert not result.ok
+    assert result.reason == reason
+    assert h.sm.applied() == (1, 1)  # the rejection is the entry's outcome: the index still advances

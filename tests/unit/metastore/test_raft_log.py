@@ -1,0 +1,112 @@
+"""The Raft log in one process (three pysyncobj nodes on loopback): order, entry terms, snapshots."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.unit.metastore.helpers import meta
+
+from shale.dev import free_port
+from shale.errors import NotLeaderError
+from shale.metastore import AddBlocks, Noop, RaftLog, StateMachine, encode
+from shale.metastore.commands import PartitionKey, TruncateIndex
+
+
+class Cluster:
+    def __init__(self, root: Path, compaction: int = 20_000) -> None:
+        self.root = root
+        self.compaction = compaction
+        self.addresses = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+        self.logs: list[RaftLog | None] = [self._node(i) for i in range(3)]
+
+    def _node(self, i: int) -> RaftLog:
+        peers = [a for a in self.addresses if a != self.addresses[i]]
+        state = StateMachine(self.root / f"n{i}" / "state.db")
+        return RaftLog(state, self.addresses[i], peers, self.root / f"n{i}" / "raft",
+                       compaction_min_entries=self.compaction)
+
+    def leader(self, timeout: float = 20) -> RaftLog:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for log in self.logs:
+                if log is not None and log.is_leader():
+                    return log
+            time.sleep(0.05)
+        raise AssertionError("no leader elected")
+
+    def settle(self, index: int, timeout: float = 20) -> None:
+        for log in self.logs:
+            if log is not None:
+                log.wait_applied(index, timeout)
+
+    def close(self) -> None:
+        for log in self.logs:
+            if log is not None:
+                log.close()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    yield c
+    c.close()
+
+
+def test_replicas_apply_the_same_commands_in_the_same_order(cluster: Cluster) -> None:
+    leader = cluster.leader()
+    for i in range(20):
+        assert leader.propose(encode(AddBlocks(blocks=[meta(start=i * 10, end=i * 10 + 10)]))).ok
+    index = leader.barrier()
+    cluster.settle(index)
+    hashes = {log.state.state_hash() for log in cluster.logs if log is not None}
+    assert len(hashes) == 1
+    follower = next(log for log in cluster.logs if log is not None and log is not leader)
+    assert follower.state.reader.count_blocks() == 20
+    with pytest.raises(NotLeaderError) as info:
+        follower.propose(encode(Noop()))
+    assert info.value.leader == leader.self_address
+
+
+def test_commands_see_the_entry_term_and_stale_plans_are_rejected(cluster: Cluster) -> None:
+    leader = cluster.leader()
+    term = leader.status().term
+    assert term >= 1
+    key = PartitionKey(tenant="acme", shard=0, window_start=0)
+    stale = leader.propose(encode(TruncateIndex(prepared_term=term - 1, partitions=[key])))
+    assert stale.reason == "stale-term"
+    assert leader.propose(encode(TruncateIndex(prepared_term=term, partitions=[key]))).ok
+    # Every replica reached the same verdicts from the entries' own terms.
+    cluster.settle(leader.barrier())
+    assert len({log.state.state_hash() for log in cluster.logs if log is not None}) == 1
+
+
+def test_a_follower_that_lost_its_disk_catches_up_from_a_snapshot(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, compaction=30)
+    try:
+        leader = cluster.leader()
+        lost = next(i for i, log in enumerate(cluster.logs) if log is not leader)
+        for i in range(80):
+            leader.propose(encode(AddBlocks(blocks=[meta(start=i * 10, end=i * 10 + 10)])))
+        lost_log = cluster.logs[lost]
+        assert lost_log is not None
+        lost_log.close()
+        cluster.logs[lost] = None
+        shutil.rmtree(tmp_path / f"n{lost}")
+        for i in range(80, 160):
+            leader.propose(encode(AddBlocks(blocks=[meta(start=i * 10, end=i * 10 + 10)])))
+        leader.node.forceLogCompaction()
+        time.sleep(1.0)
+        assert (tmp_path / f"n{cluster.addresses.index(leader.self_address)}" / "raft" / "raft.snapshot").exists()
+        cluster.logs[lost] = cluster._node(lost)
+        index = leader.barrier()
+        cluster.settle(index, timeout=30)
+        restored = cluster.logs[lost]
+        assert restored is not None
+        assert restored.state.reader.count_blocks() == 160
+        assert restored.state.state_hash() == leader.state.state_hash()
+    finally:
+        cluster.close()
