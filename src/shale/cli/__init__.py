@@ -16,6 +16,9 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "config": ("shale.cli.config_cmd", "config", "Check and show the configuration."),
     "dev": ("shale.cli.dev_cmd", "dev", "Start, inspect and stop the local Kafka broker and MinIO server."),
     "metastore": ("shale.cli.metastore_cmd", "metastore", "Run and administer the metastore."),
+    "ingest": ("shale.cli.ingest_cmd", "ingest", "Persist Kafka topics into blocks, exactly once."),
+    "verify": ("shale.cli.ingest_cmd", "verify", "Reconcile Kafka offsets with the stored records."),
+    "ledger": ("shale.cli.ingest_cmd", "ledger", "Show the completeness ledger of a topic."),
     "demo": ("shale.cli.demo_cmd", "demo", "Run the main pipeline on embedded defaults and print what it did."),
 }
 

@@ -10,26 +10,32 @@ from shale.config.load import load_config, parse_override
 from shale.config.model import (
     BlockConfig,
     BucketConfig,
+    IngestConfig,
     KafkaConfig,
     LoggingConfig,
     MetastoreConfig,
     MetastoreMember,
+    ParserRule,
     RetentionConfig,
     ShaleConfig,
     SparkConfig,
+    TenantRule,
 )
 from shale.config.types import parse_duration, parse_size
 
 __all__ = [
     "BlockConfig",
     "BucketConfig",
+    "IngestConfig",
     "KafkaConfig",
     "LoggingConfig",
     "MetastoreConfig",
     "MetastoreMember",
+    "ParserRule",
     "RetentionConfig",
     "ShaleConfig",
     "SparkConfig",
+    "TenantRule",
     "load_config",
     "parse_duration",
     "parse_override",

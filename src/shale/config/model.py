@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 from urllib.parse import urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from shale.config.types import Duration
 
@@ -126,6 +127,75 @@ class RetentionConfig(_Section):
         return self.tenants.get(tenant, self.default)
 
 
+class TenantRule(_Section):
+    """Map topics to a tenant: the first rule whose ``topic_pattern`` matches (Python regex, full match) wins.
+    ``tenant`` may use the pattern's named groups, e.g. pattern ``(?P<team>[a-z]+)\\..*`` and tenant ``{team}``."""
+
+    topic_pattern: str
+    tenant: str
+
+    @field_validator("topic_pattern")
+    @classmethod
+    def _regex(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from None
+        return value
+
+
+class ParserRule(_Section):
+    """Which parser the partition group uses for which topics (first match wins)."""
+
+    topic_pattern: str = ".*"
+    parser: str = Field(description="a parser name from the shale.parsers entry points: json, text, msgpack, ...")
+    options: dict[str, object] = Field(default_factory=dict, description="the parser's options")
+
+    @field_validator("topic_pattern")
+    @classmethod
+    def _regex(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from None
+        return value
+
+
+class IngestConfig(_Section):
+    """Kafka to blocks (seed 002). Each group (backup, partition) is one streaming query."""
+
+    topics: list[str] = Field(default_factory=list, description="topics to persist (or use topic_pattern)")
+    topic_pattern: str = Field(default="", description="persist every topic matching this regex, new ones too")
+    generation: int = Field(default=1, ge=0, description="the output generation (seed 002's upgrade isolation)")
+    default_tenant: str = Field(default="default", description="tenant of topics no rule matches")
+    tenants: list[TenantRule] = Field(default_factory=list, description="topic-to-tenant rules")
+    tenant_header: str = Field(default="", description="take the tenant from this record header when present")
+    parsers: list[ParserRule] = Field(default_factory=list, description="partition group: parser per topic")
+    partition_by_hour: bool = Field(default=False, description="partition values dt and hour (default: dt)")
+    checkpoint_dir: str = Field(default=".shale/checkpoints", description="Spark checkpoints, one per group")
+    trigger_interval: Duration = Field(default=10.0, description="time policy: start a batch this often")
+    max_records_per_batch: int = Field(default=2_000_000, ge=1, description="size policy: at most this many")
+    min_records_per_batch: int = Field(default=0, ge=0, description="wait for this many records ...")
+    max_batch_delay: Duration = Field(default=60.0, description="... but no longer than this")
+    starting_offsets: Literal["earliest", "latest"] = Field(
+        default="earliest", description="where partitions the metastore has never committed start")
+    allow_offset_gaps: bool = Field(
+        default=False, description="accept unreadable offsets between batches (transactional or compacted topics)")
+    fail_on_data_loss: bool = Field(default=True, description="stop if Kafka deleted offsets before they were read")
+    metrics_port: int = Field(default=0, ge=0, le=65535, description="Prometheus metrics port (0: none)")
+
+    @model_validator(mode="after")
+    def _topics(self) -> IngestConfig:
+        if self.topics and self.topic_pattern:
+            raise ValueError("set topics or topic_pattern, not both")
+        if self.topic_pattern:
+            try:
+                re.compile(self.topic_pattern)
+            except re.error as exc:
+                raise ValueError(f"topic_pattern is not a valid regular expression: {exc}") from None
+        return self
+
+
 class ShaleConfig(_Section):
     """The whole configuration. Sections are documented field by field; see ``shale config check``."""
 
@@ -136,3 +206,4 @@ class ShaleConfig(_Section):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     metastore: MetastoreConfig = Field(default_factory=MetastoreConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    ingest: IngestConfig = Field(default_factory=IngestConfig)

@@ -127,8 +127,9 @@ def _commit_ingest_batch(w: IndexWriter, cmd: CommitIngestBatch, entry: Entry) -
                                    reason="tombstoned")
     w.add_blocks(cmd.blocks, entry.time_ms)
     for r in ranges:
-        event_time = max((b.max_time for b in cmd.blocks
-                          if any(k.topic == r.topic and k.partition == r.partition for k in b.kafka)), default=0)
+        event_time = max((d.max_time for b in cmd.blocks if any(k.topic == r.topic and k.partition == r.partition
+                                                              for k in b.kafka)
+                          for d in b.datasets if d.kind == "records" and d.rows), default=0)
         w.set_committed_end(cmd.group, cmd.generation, r.topic, r.partition, r.end, event_time, entry.time_ms)
         w.record_commit(cmd.group, cmd.generation, r.topic, r.partition, r.start, r.end, digest, entry.time_ms,
                         COMMITS_KEPT_PER_PARTITION)

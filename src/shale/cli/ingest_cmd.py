@@ -1,0 +1,102 @@
+"""``shale ingest``, ``shale verify`` and ``shale ledger``."""
+
+from __future__ import annotations
+
+import click
+
+from shale.cli.common import get_config, shale_errors
+
+
+@click.command()
+@click.option("--group", type=click.Choice(["backup", "partition"]), required=True)
+@click.option("--topics", help="Comma-separated topics (overrides ingest.topics).")
+@click.option("--topic-pattern", help="Regex of topics, new ones picked up while running (overrides config).")
+@click.option("--generation", type=int, help="Output generation (overrides ingest.generation).")
+@click.option("--available-now", is_flag=True, help="Persist what Kafka holds now, then exit.")
+@click.pass_context
+@shale_errors
+def ingest(ctx: click.Context, group: str, topics: str | None, topic_pattern: str | None, generation: int | None,
+           available_now: bool) -> None:
+    """Persist Kafka topics into blocks, exactly once (one streaming query per group)."""
+    from prometheus_client import start_http_server
+
+    from shale.ingest.job import IngestJob
+
+    config = get_config(ctx)
+    changes: dict[str, object] = {}
+    if topics is not None:
+        changes.update(topics=[t.strip() for t in topics.split(",") if t.strip()], topic_pattern="")
+    if topic_pattern is not None:
+        changes.update(topic_pattern=topic_pattern, topics=[])
+    if generation is not None:
+        changes["generation"] = generation
+    if changes:
+        config = config.model_copy(update={"ingest": config.ingest.model_validate(
+            {**config.ingest.model_dump(), **changes})})
+    if config.ingest.metrics_port:
+        start_http_server(config.ingest.metrics_port, addr="127.0.0.1")
+    IngestJob(config, group).run(available_now)
+
+
+@click.command()
+@click.option("--group", type=click.Choice(["backup", "partition"]), required=True)
+@click.option("--topic", required=True)
+@click.option("--generation", type=int, help="Generation to check (default: ingest.generation).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@shale_errors
+def verify(ctx: click.Context, group: str, topic: str, generation: int | None, as_json: bool) -> None:
+    """Reconcile Kafka's offsets with the index and the blocks: exit 1 on any missing or duplicated record."""
+    import json
+
+    from shale.ingest.verify import verify_topic
+    from shale.metastore import open_metastore
+    from shale.objstore import open_bucket
+
+    config = get_config(ctx)
+    gen = config.ingest.generation if generation is None else generation
+    report = verify_topic(open_metastore(config), open_bucket(config.bucket), config.kafka, group, gen, topic)
+    if as_json:
+        click.echo(json.dumps(report.as_dict()))
+    else:
+        click.echo(f"{group} generation {gen} topic {topic}: {report.stored} stored, {report.missing} missing, "
+                   f"{report.duplicated} duplicated, {report.quarantined} quarantined: "
+                   f"{'OK' if report.ok else 'PROBLEMS'}")
+        for p in report.partitions:
+            click.echo(f"  partition {p.partition}: kafka [{p.kafka_earliest},{p.kafka_end}) committed "
+                       f"{p.committed_end} stored {p.stored} missing {p.missing} duplicated {p.duplicated} "
+                       f"quarantined {p.quarantined} not yet ingested {p.not_yet_ingested}"
+                       + (f" e.g. {p.missing_sample}" if p.missing_sample else ""))
+    if not report.ok:
+        raise SystemExit(1)
+
+
+@click.command()
+@click.option("--group", type=click.Choice(["backup", "partition"]), default="partition", show_default=True)
+@click.option("--topic", required=True)
+@click.option("--dt", "day", help="One day (YYYY-MM-DD).")
+@click.option("--generation", type=int)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@shale_errors
+def ledger(ctx: click.Context, group: str, topic: str, day: str | None, generation: int | None,
+           as_json: bool) -> None:
+    """The completeness ledger: committed watermarks per partition and, per day, its blocks and completeness."""
+    import datetime as dt
+    import json
+
+    from shale.ingest.ledger import build_ledger
+    from shale.metastore import open_metastore
+
+    config = get_config(ctx)
+    gen = config.ingest.generation if generation is None else generation
+    book = build_ledger(open_metastore(config), group, gen, topic, day)
+    if as_json:
+        click.echo(json.dumps(book.as_dict()))
+        return
+    click.echo(f"{group} generation {gen} topic {topic}")
+    for w in book.partitions:
+        when = dt.datetime.fromtimestamp(w.max_event_time / 1000, dt.UTC).isoformat(timespec="seconds")
+        click.echo(f"  partition {w.partition}: committed up to offset {w.committed_end}, event time {when}")
+    for d in book.days:
+        click.echo(f"  dt={d.dt}: {len(d.blocks)} blocks, {d.rows} rows, {'complete' if d.complete else 'open'}")

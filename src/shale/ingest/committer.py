@@ -1,0 +1,111 @@
+"""The driver's half of the commit protocol: one ``CommitIngestBatch`` per micro-batch, or the dead letter
+queue when the metastore cannot be reached, and the offsets this group has committed (Secor's
+``last_committed_offset``).
+
+Order matters for a stream of commits: once one commit went to the DLQ, later ones follow it there until the
+queue is drained (by this process before its next commit, or by the metastore leader), so commits always
+apply in batch order and stay contiguous.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from prometheus_client import Histogram
+
+from shale.errors import MetastoreUnavailableError, ShaleError
+from shale.metastore import CommitIngestBatch, DeadLetterQueue, Metastore, Result
+
+log = logging.getLogger(__name__)
+COMMIT_SECONDS = Histogram("shale_ingest_commit_seconds", "Time to make a micro-batch's commit durable.",
+                           ["group"])
+
+
+class IngestConflictError(ShaleError):
+    """The metastore refused a batch (offset gap or overlap): this process must not write more."""
+
+
+class Committer:
+    def __init__(self, metastore: Metastore, dlq: DeadLetterQueue | None, group: str, generation: int) -> None:
+        self.metastore = metastore
+        self.dlq = dlq
+        self.group = group
+        self.generation = generation
+        self.stream = f"ingest-{group}-g{generation}"
+        self.committed: dict[tuple[str, int], int] = {}
+        self.dlq_pending = False
+
+    def load(self, deadline: float = 300.0) -> dict[tuple[str, int], int]:
+        """Drain this group's DLQ into the metastore, then read its committed offsets. Waits for the metastore
+        (it is the authority on offsets: ingestion cannot start without it)."""
+        stop = time.monotonic() + deadline
+        while True:
+            try:
+                if self.dlq is not None and self.dlq.pending(self.stream):
+                    report = self.dlq.replay(self._submit_bytes, self.stream)
+                    if report.pending:
+                        raise MetastoreUnavailableError("dead letter queue not drained yet")
+                rows = self.metastore.offsets(self.group, self.generation)
+                break
+            except MetastoreUnavailableError as exc:
+                if time.monotonic() > stop:
+                    raise MetastoreUnavailableError(
+                        f"ingest {self.group}: the metastore stayed unreachable for {deadline:.0f}s at start; it is "
+                        f"needed to learn the committed offsets ({exc})") from exc
+                log.warning("waiting for the metastore before starting ingestion", extra={"group": self.group})
+                time.sleep(2)
+        self.committed = {(r.topic, r.partition): r.committed_end for r in rows}
+        self.dlq_pending = False
+        return dict(self.committed)
+
+    def _drain(self) -> bool:
+        if self.dlq is None:
+            return True
+        report = self.dlq.replay(self._submit_bytes, self.stream)
+        if report.rejected:
+            raise IngestConflictError(f"ingest {self.group}: dead letter queue commands were rejected on replay "
+                                      f"({report.rejected}); see _shale/dlq-rejected/ and restart ingestion")
+        return not report.pending
+
+    def _submit_bytes(self, data: bytes) -> Result:
+        submit = getattr(self.metastore, "submit_bytes", None)
+        if submit is not None:
+            result: Result = submit(data)
+            return result
+        from shale.metastore import decode
+
+        return self.metastore.submit(decode(data))
+
+    def commit(self, command: CommitIngestBatch) -> str:
+        """Make the batch's commit durable: "committed", "replayed" or "dead-lettered". Raises
+        ``IngestConflictError`` when the metastore rejects it."""
+        start = time.perf_counter()
+        try:
+            outcome = self._commit(command)
+        finally:
+            COMMIT_SECONDS.labels(self.group).observe(time.perf_counter() - start)
+        for r in command.ranges:
+            self.committed[(r.topic, r.partition)] = r.end
+        return outcome
+
+    def _commit(self, command: CommitIngestBatch) -> str:
+        if self.dlq_pending:
+            self.dlq_pending = not self._drain()
+        if not self.dlq_pending:
+            try:
+                result = self.metastore.submit(command)
+            except MetastoreUnavailableError:
+                if self.dlq is None:
+                    raise
+            else:
+                if not result.ok:
+                    raise IngestConflictError(
+                        f"ingest {self.group} generation {self.generation}: the metastore rejected batch "
+                        f"{command.batch}: {result.message}")
+                return "replayed" if result.data.get("replay") else "committed"
+        assert self.dlq is not None
+        self.dlq.enqueue(self.stream, command)
+        self.dlq_pending = True
+        return "dead-lettered"
+

@@ -1,0 +1,69 @@
+"""The completeness ledger: per (group, topic, dt, Kafka partition), the committed offset watermark and the
+blocks that hold the day, so a downstream job can ask "is this day complete?" instead of guessing with a delay.
+
+A day is complete for a topic when every Kafka partition's committed records have reached past the day's end
+in event time (each partition's largest committed event time is at or after the next midnight, UTC) — the
+watermark rule of stream processors, stated over what the metastore has committed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+
+from shale.ingest.verify import group_blocks
+from shale.metastore import Metastore
+
+
+@dataclass
+class PartitionWatermark:
+    partition: int
+    committed_end: int
+    max_event_time: int
+
+
+@dataclass
+class DayEntry:
+    dt: str
+    blocks: list[str] = field(default_factory=list)
+    rows: int = 0
+    complete: bool = False
+
+
+@dataclass
+class Ledger:
+    group: str
+    generation: int
+    topic: str
+    partitions: list[PartitionWatermark]
+    days: list[DayEntry]
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _day_end_ms(day: str) -> int:
+    start = dt.datetime.strptime(day, "%Y-%m-%d").replace(tzinfo=dt.UTC)
+    return int((start + dt.timedelta(days=1)).timestamp() * 1000)
+
+
+def build_ledger(metastore: Metastore, group: str, generation: int, topic: str, day: str | None = None) -> Ledger:
+    offsets = [o for o in metastore.offsets(group, generation) if o.topic == topic]
+    watermarks = [PartitionWatermark(o.partition, o.committed_end, o.max_event_time)
+                  for o in sorted(offsets, key=lambda o: o.partition)]
+    days: dict[str, DayEntry] = defaultdict(lambda: DayEntry(""))
+    for meta in group_blocks(metastore, group, generation, topic):
+        for ds in meta.datasets:
+            for label_set in ds.labels:
+                value = label_set.get("dt")
+                if value and (day is None or value == day):
+                    entry = days[value]
+                    entry.dt = value
+                    if meta.id not in entry.blocks:
+                        entry.blocks.append(meta.id)
+                        entry.rows += ds.rows if meta.partition_values.get("dt") == value else 0
+    low = min((w.max_event_time for w in watermarks), default=0)
+    for entry in days.values():
+        entry.complete = bool(watermarks) and low >= _day_end_ms(entry.dt)
+    return Ledger(group, generation, topic, watermarks, sorted(days.values(), key=lambda e: e.dt))

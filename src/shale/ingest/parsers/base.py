@@ -1,0 +1,89 @@
+"""The parser plug-in contract of the partition group (seed 002: "plug in custom message parsing logic").
+
+A parser turns one Kafka record value into its event time and a few columns. Columns named in ``labels`` are
+also labels: their distinct values are recorded per dataset, so the index can prune by them; keep them few and
+low-cardinality (log level, component, host). Anything that cannot be parsed raises ``ParseError`` with a
+reason: the record then goes to the quarantine dataset, never dropped.
+
+Parsers are found through the ``shale.parsers`` entry point group; a third-party package registers its own
+the same way the built-ins do (see pyproject.toml).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import pyarrow as pa
+
+from shale.block.names import check_label_name
+from shale.block.schemas import RESERVED_COLUMNS
+from shale.errors import ConfigError
+
+
+class ParseError(Exception):
+    """This record cannot be parsed; ``reason`` says why (kept with the quarantined record)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Parser(ABC):
+    name: ClassVar[str]
+    version: ClassVar[str] = "1"
+    options_schema: ClassVar[Mapping[str, type | tuple[type, ...]]] = {}
+
+    def __init__(self, **options: Any) -> None:
+        unknown = sorted(set(options) - set(self.options_schema))
+        if unknown:
+            raise ConfigError(f"parser {self.name}: unknown options {unknown}; allowed: {sorted(self.options_schema)}")
+        for key, value in options.items():
+            if not isinstance(value, self.options_schema[key]):
+                raise ConfigError(f"parser {self.name}: option {key} = {value!r} has the wrong type")
+        self.options = dict(options)
+
+    def digest(self) -> str:
+        """A short digest of the options, recorded in block metadata to tell parser configurations apart."""
+        text = json.dumps(self.options, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    @abstractmethod
+    def columns(self) -> dict[str, pa.DataType]:
+        """The columns this parser adds to every row (labels included)."""
+
+    @abstractmethod
+    def labels(self) -> list[str]:
+        """The columns that are also labels (low cardinality)."""
+
+    @abstractmethod
+    def parse(self, value: bytes | None, kafka_time_ms: int) -> tuple[int, dict[str, Any]]:
+        """Event time in ms since the epoch and the column values. Raise ``ParseError`` to quarantine."""
+
+    def check(self) -> None:
+        """Validate the declared columns once, when the parser is loaded."""
+        for column in self.columns():
+            check_label_name(column)
+            if column in RESERVED_COLUMNS:
+                raise ConfigError(f"parser {self.name}: column {column!r} clashes with a built-in column")
+        missing = set(self.labels()) - set(self.columns())
+        if missing:
+            raise ConfigError(f"parser {self.name}: labels {sorted(missing)} are not among its columns")
+
+
+def infer_year(parsed: dt.datetime, kafka_time_ms: int) -> dt.datetime:
+    """Timestamps without a year (syslog: ``Dec 10 06:55:46``) take the year of the Kafka record time, or the
+    year before when that would put the event more than a day after the record was written."""
+    written = dt.datetime.fromtimestamp(kafka_time_ms / 1000, dt.UTC)
+    candidate = parsed.replace(year=written.year)
+    if candidate - written > dt.timedelta(days=1):
+        candidate = candidate.replace(year=written.year - 1)
+    return candidate
+
+
+def to_ms(value: dt.datetime) -> int:
+    return int(value.timestamp() * 1000)

@@ -1,0 +1,99 @@
+"""``json``: a JSON object per record, its event time at a field path."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any, ClassVar
+
+import pyarrow as pa
+
+from shale.errors import ConfigError
+from shale.ingest.parsers.base import ParseError, Parser, infer_year, to_ms
+
+EPOCH_FORMATS = {"epoch_ms": 1, "epoch_s": 1000, "epoch_us": 0.001}
+
+
+def dig(document: Any, path: list[str]) -> Any:
+    for part in path:
+        if not isinstance(document, dict) or part not in document:
+            return None
+        document = document[part]
+    return document
+
+
+def parse_time(raw: Any, time_format: str, kafka_time_ms: int, tz: dt.tzinfo) -> int:
+    """Event time from a field value: epoch numbers, ISO 8601, or a strftime pattern (a year may be missing)."""
+    if time_format in EPOCH_FORMATS:
+        if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+            raise ParseError(f"time {raw!r} is not a number")
+        try:
+            return int(float(raw) * EPOCH_FORMATS[time_format])
+        except ValueError:
+            raise ParseError(f"time {raw!r} is not a number") from None
+    if not isinstance(raw, str):
+        raise ParseError(f"time {raw!r} is not a string")
+    try:
+        if time_format == "iso8601":
+            parsed = dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
+        else:
+            parsed = dt.datetime.strptime(raw, time_format)
+            if "%Y" not in time_format and "%y" not in time_format:
+                parsed = infer_year(parsed.replace(tzinfo=tz), kafka_time_ms)
+    except ValueError as exc:
+        raise ParseError(f"time {raw!r} does not match {time_format!r}: {exc}") from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=tz)
+    return to_ms(parsed)
+
+
+class JsonTimestampParser(Parser):
+    """Options: ``time_field`` (dot path, required), ``time_format`` (epoch_ms, epoch_s, epoch_us, iso8601 or a
+    strftime pattern; default iso8601), ``timezone`` (for times without one; default UTC), ``label_fields``
+    (dot paths whose values become labels) and ``fields`` (dot paths kept as string columns)."""
+
+    name = "json"
+    options_schema: ClassVar[dict[str, type | tuple[type, ...]]] = {
+        "time_field": str, "time_format": str, "timezone": str, "label_fields": list, "fields": list}
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        if "time_field" not in options:
+            raise ConfigError("parser json: option time_field is required, e.g. time_field = \"ts\"")
+        self.time_path = str(options["time_field"]).split(".")
+        self.time_format = str(options.get("time_format", "iso8601"))
+        try:
+            self.tz: dt.tzinfo = dt.UTC if options.get("timezone", "UTC") == "UTC" else \
+                __import__("zoneinfo").ZoneInfo(options["timezone"])
+        except Exception as exc:
+            raise ConfigError(f"parser json: timezone {options.get('timezone')!r} is unknown: {exc}") from None
+        self.label_paths = {p.replace(".", "_"): p.split(".") for p in options.get("label_fields", [])}
+        self.field_paths = {p.replace(".", "_"): p.split(".") for p in options.get("fields", [])}
+
+    def columns(self) -> dict[str, pa.DataType]:
+        return {name: pa.string() for name in (*self.label_paths, *self.field_paths)}
+
+    def labels(self) -> list[str]:
+        return list(self.label_paths)
+
+    def decode(self, value: bytes) -> Any:
+        try:
+            return json.loads(value)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ParseError(f"invalid JSON: {exc}") from None
+
+    def parse(self, value: bytes | None, kafka_time_ms: int) -> tuple[int, dict[str, Any]]:
+        if value is None:
+            raise ParseError("the record has no value")
+        document = self.decode(value)
+        if not isinstance(document, dict):
+            raise ParseError(f"expected an object, got {type(document).__name__}")
+        raw_time = dig(document, self.time_path)
+        if raw_time is None:
+            raise ParseError(f"no time field {'.'.join(self.time_path)!r}")
+        event_time = parse_time(raw_time, self.time_format, kafka_time_ms, self.tz)
+        columns: dict[str, Any] = {}
+        for name, path in (*self.label_paths.items(), *self.field_paths.items()):
+            found = dig(document, path)
+            columns[name] = None if found is None else (found if isinstance(found, str) else json.dumps(found))
+        return event_time, columns

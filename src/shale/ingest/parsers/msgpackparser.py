@@ -1,0 +1,20 @@
+"""``msgpack``: a msgpack map per record; the same options as ``json``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+from shale.ingest.parsers.base import ParseError
+from shale.ingest.parsers.jsonparser import JsonTimestampParser
+
+
+class MsgpackParser(JsonTimestampParser):
+    name = "msgpack"
+
+    def decode(self, value: bytes) -> Any:
+        try:
+            return msgpack.unpackb(value, raw=False, timestamp=0)
+        except (ValueError, msgpack.UnpackException) as exc:
+            raise ParseError(f"invalid msgpack: {exc}") from None

@@ -1,0 +1,116 @@
+"""Parsers: every line of every Loghub sample parses with its preset; bad input is a clear quarantine reason."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import msgpack
+import pytest
+
+from shale.demo import LOGHUB_FORMATS, loghub_lines
+from shale.errors import ConfigError
+from shale.ingest.parsers import ParseError, available_parsers, infer_year, load_parser
+
+KAFKA_MS = int(dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC).timestamp() * 1000)
+
+
+def test_builtins_are_registered_as_entry_points() -> None:
+    assert {"json", "text", "msgpack"} <= set(available_parsers())
+
+
+@pytest.mark.parametrize(("sample", "preset"), sorted(LOGHUB_FORMATS.items()))
+def test_every_loghub_line_parses(sample: str, preset: str) -> None:
+    parser = load_parser("text", {"preset": preset})
+    lines = loghub_lines(sample)
+    assert len(lines) == 2000
+    times = []
+    for line in lines:
+        event_ms, columns = parser.parse(line, KAFKA_MS)
+        times.append(event_ms)
+        assert columns["message"] is not None
+        for label in parser.labels():
+            assert columns[label], f"{sample}: label {label} empty in {line!r}"
+    assert min(times) > int(dt.datetime(2004, 1, 1, tzinfo=dt.UTC).timestamp() * 1000)
+    assert max(times) <= KAFKA_MS + 86_400_000  # never more than a day after the record was written
+
+
+def test_formats_without_a_year_take_it_from_the_kafka_time() -> None:
+    parser = load_parser("text", {"preset": "openssh"})
+    line = b"Dec 10 06:55:46 LabSZ sshd[24200]: Invalid user webmaster from 173.234.31.186"
+    event_ms, columns = parser.parse(line, KAFKA_MS)
+    assert dt.datetime.fromtimestamp(event_ms / 1000, dt.UTC) == dt.datetime(2025, 12, 10, 6, 55, 46, tzinfo=dt.UTC)
+    assert columns == {"host": "LabSZ", "process": "sshd", "pid": "24200",
+                       "message": "Invalid user webmaster from 173.234.31.186"}
+    june = infer_year(dt.datetime(1900, 6, 14, 15, 16, 1, tzinfo=dt.UTC), KAFKA_MS)
+    assert june.year == 2026
+
+
+def test_text_rejects_lines_that_do_not_match() -> None:
+    parser = load_parser("text", {"preset": "hdfs"})
+    with pytest.raises(ParseError, match="does not match the pattern"):
+        parser.parse(b"something else entirely", KAFKA_MS)
+    with pytest.raises(ParseError, match="not utf-8"):
+        parser.parse(b"\xff\xfe", KAFKA_MS)
+    with pytest.raises(ParseError, match="no value"):
+        parser.parse(None, KAFKA_MS)
+
+
+def test_custom_text_pattern_with_timezone() -> None:
+    parser = load_parser("text", {"pattern": r"(?P<ts>\S+ \S+) (?P<level>\w+) (?P<message>.*)",
+                                  "time_format": "%Y-%m-%d %H:%M:%S", "labels": ["level"],
+                                  "timezone": "Europe/Paris"})
+    event_ms, columns = parser.parse(b"2026-07-01 12:00:00 WARN disk", KAFKA_MS)
+    assert event_ms == int(dt.datetime(2026, 7, 1, 10, 0, tzinfo=dt.UTC).timestamp() * 1000)
+    assert columns == {"level": "WARN", "message": "disk"}
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"preset": "nope"}, "preset 'nope' is unknown"),
+    ({"pattern": "(", "time_format": "%Y"}, "not a valid regular expression"),
+    ({"pattern": "(?P<x>.*)", "time_format": "%Y"}, "named group 'ts'"),
+    ({"pattern": "(?P<ts>.*)"}, "set a preset, or both"),
+    ({"preset": "hdfs", "colour": "red"}, "unknown options"),
+])
+def test_bad_text_options_are_config_errors(options: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_parser("text", options)
+
+
+def test_json_parser_fields_labels_and_formats() -> None:
+    parser = load_parser("json", {"time_field": "meta.ts", "time_format": "iso8601",
+                                  "label_fields": ["level"], "fields": ["msg", "meta.count"]})
+    value = json.dumps({"meta": {"ts": "2026-11-22T10:00:00Z", "count": 3}, "level": "ERROR", "msg": "boom"})
+    event_ms, columns = parser.parse(value.encode(), KAFKA_MS)
+    assert event_ms == int(dt.datetime(2026, 11, 22, 10, tzinfo=dt.UTC).timestamp() * 1000)
+    assert columns == {"level": "ERROR", "msg": "boom", "meta_count": "3"}
+    assert parser.labels() == ["level"]
+    epoch = load_parser("json", {"time_field": "t", "time_format": "epoch_ms"})
+    assert epoch.parse(b'{"t": 1795000000123}', KAFKA_MS)[0] == 1795000000123
+
+
+@pytest.mark.parametrize(("value", "reason"), [
+    (b"{not json", "invalid JSON"),
+    (b"[1, 2]", "expected an object"),
+    (b'{"other": 1}', "no time field 'ts'"),
+    (b'{"ts": "yesterday"}', "does not match"),
+])
+def test_json_rejections(value: bytes, reason: str) -> None:
+    parser = load_parser("json", {"time_field": "ts"})
+    with pytest.raises(ParseError, match=reason):
+        parser.parse(value, KAFKA_MS)
+
+
+def test_msgpack_parser() -> None:
+    parser = load_parser("msgpack", {"time_field": "ts", "time_format": "epoch_s", "label_fields": ["level"]})
+    event_ms, columns = parser.parse(msgpack.packb({"ts": 1795000000, "level": "INFO"}), KAFKA_MS)
+    assert (event_ms, columns) == (1795000000000, {"level": "INFO"})
+    with pytest.raises(ParseError, match="invalid msgpack"):
+        parser.parse(b"\xc1", KAFKA_MS)
+
+
+def test_unknown_parser_and_missing_options() -> None:
+    with pytest.raises(ConfigError, match="no parser named 'xml'"):
+        load_parser("xml")
+    with pytest.raises(ConfigError, match="time_field is required"):
+        load_parser("json", {})
