@@ -101,7 +101,8 @@ def _by(values: list[Any]) -> dict[Any, list[int]]:
     return groups
 
 
-def _parse(spec: GroupSpec, table: pa.Table, topic: str) -> tuple[pa.Table, list[int], list[tuple[int, str]], Parser | None]:
+def _parse(spec: GroupSpec, table: pa.Table,
+           topic: str) -> tuple[pa.Table, list[int], list[tuple[int, str]], Parser | None]:
     """Parsed rows (with event_time, dt, hour and the parser's columns), their source row indexes, and the
     (row, reason) of every rejected record."""
     parser = spec.parser_for(topic)
@@ -121,8 +122,8 @@ def _parse(spec: GroupSpec, table: pa.Table, topic: str) -> tuple[pa.Table, list
             continue
         good.append(i)
         times.append(event_time)
-        for name in columns:
-            columns[name].append(fields.get(name))
+        for name, values_of in columns.items():
+            values_of.append(fields.get(name))
     base = table.take(good)
     days = [_date(t) for t in times]
     out = pa.table({
@@ -136,7 +137,8 @@ def _parse(spec: GroupSpec, table: pa.Table, topic: str) -> tuple[pa.Table, list
         good, rejected, parser
 
 
-def write_partition(spec: GroupSpec, bucket: Bucket, table: pa.Table, committed_end: int | None) -> PartitionResult | None:
+def write_partition(spec: GroupSpec, bucket: Bucket, table: pa.Table,
+                    committed_end: int | None) -> PartitionResult | None:
     """Write the blocks of one topic-partition's records (normalized, in offset order). None if every record
     is committed already."""
     if committed_end is not None:

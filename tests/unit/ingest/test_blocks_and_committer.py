@@ -191,5 +191,5 @@ def test_committer_stops_on_a_rejected_batch(tmp_path: Path) -> None:
     metastore = FlakyMetastore(tmp_path / "s.db")
     committer = Committer(metastore, None, "backup", 1)  # type: ignore[arg-type]
     committer.commit(_batch(0, 10))
-    with pytest.raises(IngestConflictError, match="offset-gap|would never be stored"):
+    with pytest.raises(IngestConflictError, match="would never be stored"):
         committer.commit(_batch(15, 20))

@@ -18,7 +18,8 @@ from shale.errors import ConfigError
 from shale.ingest.parsers.base import ParseError, Parser, infer_year, to_ms
 
 PRESETS: dict[str, dict[str, Any]] = {
-    "apache": {"pattern": r"\[(?P<ts>\w{3} \w{3} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\] \[(?P<level>\w+)\] (?P<message>.*)",
+    "apache": {"pattern": r"\[(?P<ts>\w{3} \w{3} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\] \[(?P<level>\w+)\] "
+                          r"(?P<message>.*)",
                "time_format": "%a %b %d %H:%M:%S %Y", "labels": ["level"]},
     "hdfs": {"pattern": r"(?P<ts>\d{6} \d{6}) (?P<pid>\d+) (?P<level>[A-Z]+) (?P<component>[^:\s]+): (?P<message>.*)",
              "time_format": "%y%m%d %H%M%S", "labels": ["level", "component"]},
