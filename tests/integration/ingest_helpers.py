@@ -1,0 +1,117 @@
+"""Helpers of the ingest integration tests: topics with realistic records, configs, and ingest processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from shale.config import BucketConfig, ShaleConfig, load_config
+from shale.dev import ManagedProcess
+from shale.failpoints import paused
+
+ROOT = Path(__file__).resolve().parents[2]
+JSON_PARSER = {"parser": "json", "options": {"time_field": "ts", "time_format": "epoch_s",
+                                             "label_fields": ["level"], "fields": ["msg"]}}
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        future.result(timeout=30)
+
+
+def produce_json(bootstrap: str, topic: str, count: int, invalid_every: int = 0, start: int = 0,
+                 seed: int = 1) -> Counter[str]:
+    """``count`` JSON records (every ``invalid_every``-th one is not JSON). Returns counts of valid/invalid."""
+    rng = random.Random(seed)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
+    counts: Counter[str] = Counter()
+    errors: list[str] = []
+    base = 1_795_000_000
+    for i in range(start, start + count):
+        if invalid_every and i % invalid_every == invalid_every - 1:
+            value = f"not json {i}".encode()
+            counts["invalid"] += 1
+        else:
+            value = json.dumps({"ts": base + i, "level": rng.choice(["INFO", "WARN", "ERROR"]),
+                                "msg": f"event {i}"}).encode()
+            counts["valid"] += 1
+        producer.produce(topic, key=str(rng.random()).encode(), value=value,
+                         on_delivery=lambda err, _: errors.append(str(err)) if err else None)
+        if i % 5000 == 0:
+            producer.poll(0)
+    producer.flush(120)
+    assert not errors, errors[:3]
+    return counts
+
+
+def write_config(path: Path, bootstrap: str, bucket: BucketConfig, topics: list[str],
+                 metastore: dict[str, Any] | None = None, **ingest: Any) -> Path:
+    """A TOML config for one test: MinIO bucket, embedded metastore (unless ``metastore`` says otherwise) and
+    checkpoints under ``path``."""
+    data = {
+        "bucket": bucket.model_dump(mode="json"),
+        "kafka": {"bootstrap_servers": bootstrap},
+        "metastore": metastore or {"data_dir": str(path / "metastore")},
+        "spark": {"master": "local[2]"},
+        "ingest": {"topics": topics, "checkpoint_dir": str(path / "checkpoints"), "trigger_interval": "1s",
+                   "parsers": [JSON_PARSER], **ingest},
+    }
+    lines: list[str] = []
+    for section, values in data.items():
+        lines.append(f"[{section}]")
+        for key, value in values.items():
+            if key == "parsers" or key == "retry":
+                continue
+            lines.append(f"{key} = {json.dumps(value)}")
+    lines += ["[bucket.retry]", "attempts = 5"]
+    for rule in data["ingest"]["parsers"]:  # type: ignore[union-attr]
+        lines += ["[[ingest.parsers]]", f'parser = "{rule["parser"]}"',
+                  "options = {" + ", ".join(f"{k} = {json.dumps(v)}" for k, v in rule["options"].items()) + "}"]
+    file = path / "shale.toml"
+    file.write_text("\n".join(lines) + "\n")
+    return file
+
+
+def config_of(file: Path) -> ShaleConfig:
+    return load_config(file, env={})
+
+
+def ingest_process(file: Path, group: str, log: Path, *, available_now: bool = False,
+                   failpoints: str = "", failpoint_dir: Path | None = None) -> ManagedProcess:
+    env = dict(os.environ)
+    env.pop("SHALE_FAILPOINTS", None)
+    if failpoints:
+        env.update(SHALE_FAILPOINTS=failpoints, SHALE_FAILPOINT_DIR=str(failpoint_dir))
+    command = [sys.executable, "-m", "shale.cli", "--config", str(file), "ingest", "--group", group]
+    if available_now:
+        command.append("--available-now")
+    process = ManagedProcess(f"ingest-{group}", command, log, env=env, cwd=ROOT)
+    process.start()
+    return process
+
+
+def wait_paused(process: ManagedProcess, directory: Path, name: str, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while not paused(directory, name):
+        if not process.alive():
+            raise AssertionError(f"{process.name} exited before failpoint {name}:\n{process.log_path.read_text()[-3000:]}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{process.name} never reached failpoint {name}")
+        time.sleep(0.2)
+
+
+def finish(process: ManagedProcess, timeout: float = 300) -> None:
+    """Wait for an --available-now ingest to exit successfully."""
+    assert process.popen is not None
+    code = process.popen.wait(timeout=timeout)
+    assert code == 0, f"{process.name} failed ({code}):\n{process.log_path.read_text()[-4000:]}"
