@@ -104,7 +104,8 @@ def wait_paused(process: ManagedProcess, directory: Path, name: str, timeout: fl
     deadline = time.monotonic() + timeout
     while not paused(directory, name):
         if not process.alive():
-            raise AssertionError(f"{process.name} exited before failpoint {name}:\n{process.log_path.read_text()[-3000:]}")
+            tail = process.log_path.read_text()[-3000:]
+            raise AssertionError(f"{process.name} exited before failpoint {name}:\n{tail}")
         if time.monotonic() > deadline:
             raise AssertionError(f"{process.name} never reached failpoint {name}")
         time.sleep(0.2)
