@@ -25,6 +25,7 @@ from shale.objstore import Bucket
 
 FOOTER_META_KEY = b"shale.meta"
 DEFAULT_ROW_GROUP_ROWS = 65_536
+_NO_DICTIONARY = frozenset({"key", "value", "headers", "offset", "timestamp", "event_time", "message"})
 MAX_LABEL_SETS = 512
 
 
@@ -71,8 +72,11 @@ def encode_parquet(table: pa.Table, footer: bytes | None = None, row_group_rows:
     if footer is not None:
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), FOOTER_META_KEY: footer})
     sink = io.BytesIO()
+    # Dictionaries pay off for repeated short strings (topic, labels); for record keys, values and headers
+    # they are tried and thrown away, so they are not tried.
+    dictionary = [f.name for f in table.schema if f.name not in _NO_DICTIONARY]
     pq.write_table(table, sink, compression="zstd", row_group_size=row_group_rows, write_statistics=True,
-                   write_page_checksum=True, use_dictionary=True)
+                   write_page_checksum=True, use_dictionary=dictionary)
     return sink.getvalue()
 
 

@@ -6,6 +6,7 @@ import datetime as dt
 import hashlib
 import hmac
 import os
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -85,10 +86,16 @@ class MinioServer:
             return bool(response.status == 200)
 
     def create_bucket(self, name: str) -> None:
-        """Create ``name`` (an existing bucket owned by us is fine)."""
-        status = s3_request("PUT", f"{self.endpoint}/{name}", self.access_key, self.secret_key)
-        if status not in (200, 409):
-            raise ServiceStartError(f"minio: creating bucket {name!r} failed with HTTP {status}")
+        """Create ``name`` (an existing bucket owned by us is fine). MinIO can answer 503 for a few seconds after
+        it reports ready, while it finishes initializing; that is retried."""
+        deadline = time.monotonic() + 30
+        while True:
+            status = s3_request("PUT", f"{self.endpoint}/{name}", self.access_key, self.secret_key)
+            if status in (200, 409):
+                return
+            if status < 500 or time.monotonic() > deadline:
+                raise ServiceStartError(f"minio: creating bucket {name!r} failed with HTTP {status}")
+            time.sleep(0.5)
 
     def stop(self) -> None:
         if self.process is not None:

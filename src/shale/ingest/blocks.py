@@ -85,7 +85,7 @@ def _tenant_column(spec: GroupSpec, table: pa.Table, topic: str) -> tuple[list[s
     mapper = spec.tenants
     default = mapper.for_topic(topic)
     if not mapper.header:
-        return [default] * table.num_rows, [None] * table.num_rows
+        return [default] * table.num_rows, [None] * table.num_rows  # cheap: one shared element repeated
     tenants, problems = [], []
     for headers in table.column("headers").to_pylist():
         tenant, problem = mapper.for_header(header_value(headers, mapper.header))
@@ -173,7 +173,11 @@ def write_partition(spec: GroupSpec, bucket: Bucket, table: pa.Table,
             quarantine[spec.tenants.default][0].append(i)
             quarantine[spec.tenants.default][1].append(problem)
     valid = [i for i, p in enumerate(problems) if p is None]
-    if spec.group == "backup":
+    if spec.group == "backup" and not spec.tenants.header:
+        # Every record belongs to the topic's tenant: the whole table is the block, no copy.
+        blocks.append((spec_for(tenants[0], {}, None, "records"),
+                       [DatasetInput("records", topic, table, "timestamp", labels=[{"topic": topic}])]))
+    elif spec.group == "backup":
         for tenant, rows in _by([tenants[i] for i in valid]).items():
             picked = table.take([valid[r] for r in rows])
             blocks.append((spec_for(tenant, {}, None, "records"),
