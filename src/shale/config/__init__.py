@@ -10,6 +10,7 @@ from shale.config.load import load_config, parse_override
 from shale.config.model import (
     BlockConfig,
     BucketConfig,
+    BucketIndexConfig,
     IngestConfig,
     KafkaConfig,
     LoggingConfig,
@@ -26,6 +27,7 @@ from shale.config.types import parse_duration, parse_size
 __all__ = [
     "BlockConfig",
     "BucketConfig",
+    "BucketIndexConfig",
     "IngestConfig",
     "KafkaConfig",
     "LoggingConfig",

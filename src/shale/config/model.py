@@ -196,6 +196,17 @@ class IngestConfig(_Section):
         return self
 
 
+class BucketIndexConfig(_Section):
+    """The per-tenant bucket index (seed 001): written by the metastore leader, read with one GET."""
+
+    debounce: Duration = Field(default=5.0, description="the writer waits this long after a change")
+    rewrite_interval: Duration = Field(default=300.0, description="rewrite unchanged indexes this often")
+    max_stale_period: Duration = Field(default=3600.0, description="readers refuse an index older than this")
+    refresh_interval: Duration = Field(default=60.0, description="readers refresh a cached index this often")
+    idle_timeout: Duration = Field(default=3600.0, description="readers drop a tenant unused for this long")
+    deltas: bool = Field(default=True, description="stale-tolerant mode: writers also drop small delta objects")
+
+
 class ShaleConfig(_Section):
     """The whole configuration. Sections are documented field by field; see ``shale config check``."""
 
@@ -207,3 +218,4 @@ class ShaleConfig(_Section):
     metastore: MetastoreConfig = Field(default_factory=MetastoreConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     ingest: IngestConfig = Field(default_factory=IngestConfig)
+    bucket_index: BucketIndexConfig = Field(default_factory=BucketIndexConfig)

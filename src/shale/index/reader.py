@@ -20,7 +20,7 @@ from shale.index.matchers import Matcher, match_label_sets
 from shale.index.records import OffsetRow, PartitionRow, TombstoneRow, decode_meta
 from shale.index.schema import PARTITION_WINDOW_MS
 
-HASHED_TABLES = ("state", "strings", "partitions", "blocks", "tombstones", "offsets", "commits")
+HASHED_TABLES = ("state", "strings", "partitions", "blocks", "tombstones", "tenant_versions", "offsets", "commits")
 
 
 class IndexReader:
@@ -179,6 +179,17 @@ class IndexReader:
             "SELECT seq, block_id, tenant, shard, created_at, reason, meta FROM tombstones "
             "WHERE created_at <= ? ORDER BY seq LIMIT ?", (created_before if created_before is not None else 2**62,
                                                              limit))
+        return [TombstoneRow(seq=r[0], block_id=r[1], tenant=r[2], shard=r[3], created_at=r[4], reason=r[5],
+                             files=[f.name for f in decode_meta(r[6]).files]) for r in rows]
+
+    def tenant_versions(self) -> dict[str, int]:
+        """Per tenant, the log index of the last change to its blocks or tombstones (for the bucket-index writer)."""
+        return {r[0]: int(r[1]) for r in self.conn.execute("SELECT tenant, version FROM tenant_versions")}
+
+    def tenant_tombstones(self, tenant: str) -> list[TombstoneRow]:
+        rows = self.conn.execute(
+            "SELECT seq, block_id, tenant, shard, created_at, reason, meta FROM tombstones WHERE tenant = ? "
+            "ORDER BY seq", (tenant,))
         return [TombstoneRow(seq=r[0], block_id=r[1], tenant=r[2], shard=r[3], created_at=r[4], reason=r[5],
                              files=[f.name for f in decode_meta(r[6]).files]) for r in rows]
 

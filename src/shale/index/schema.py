@@ -57,6 +57,11 @@ CREATE TABLE IF NOT EXISTS tombstones (
     meta BLOB NOT NULL
 );
 
+CREATE TABLE IF NOT EXISTS tenant_versions (
+    tenant TEXT PRIMARY KEY,
+    version INTEGER NOT NULL
+) WITHOUT ROWID;
+
 CREATE TABLE IF NOT EXISTS offsets (
     grp TEXT NOT NULL,
     generation INTEGER NOT NULL,

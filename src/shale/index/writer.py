@@ -153,12 +153,23 @@ class IndexWriter:
             "SELECT b.id FROM blocks b JOIN partitions p ON b.partition_id = p.id JOIN strings s ON p.tenant = s.id "
             "WHERE s.value = ? AND p.shard = ? AND p.window_start = ? ORDER BY b.id", (tenant, shard, window_start))]
 
+    def touch(self, tenants: set[str], version: int) -> None:
+        """Record that these tenants' blocks or tombstones changed at ``version`` (the log index)."""
+        self.conn.executemany(
+            "INSERT INTO tenant_versions (tenant, version) VALUES (?, ?) "
+            "ON CONFLICT (tenant) DO UPDATE SET version = excluded.version", [(t, version) for t in sorted(tenants)])
+
     # -- tombstones -----------------------------------------------------------------------------
 
     def add_tombstone(self, meta: BlockMeta, created_at: int, reason: str) -> None:
         self.conn.execute(
             "INSERT OR IGNORE INTO tombstones (block_id, tenant, shard, created_at, reason, meta) "
             "VALUES (?, ?, ?, ?, ?, ?)", (meta.id, meta.tenant, meta.shard, created_at, reason, encode_meta(meta)))
+
+    def tombstone_tenants(self, block_ids: list[str]) -> set[str]:
+        return {r[0] for i in range(0, len(block_ids), 500) for r in self.conn.execute(
+            f"SELECT DISTINCT tenant FROM tombstones WHERE block_id IN ({','.join('?' * len(block_ids[i:i + 500]))})",
+            block_ids[i:i + 500])}
 
     def delete_tombstones(self, block_ids: list[str]) -> int:
         cur = self.conn.executemany("DELETE FROM tombstones WHERE block_id = ?", [(b,) for b in block_ids])

@@ -67,6 +67,7 @@ def _add_blocks(w: IndexWriter, cmd: AddBlocks, entry: Entry) -> Result:
     ids = [m.id for m in cmd.blocks]
     tombstoned = w.tombstoned_among(ids)
     added = set(w.add_blocks([m for m in cmd.blocks if m.id not in tombstoned], entry.time_ms))
+    w.touch({m.tenant for m in cmd.blocks if m.id in added}, entry.index)
     return Result(ok=True, data={"added": [i for i in ids if i in added],
                                  "existing": [i for i in ids if i not in added and i not in tombstoned],
                                  "rejected": [i for i in ids if i in tombstoned]})
@@ -126,6 +127,7 @@ def _commit_ingest_batch(w: IndexWriter, cmd: CommitIngestBatch, entry: Entry) -
         raise CommandRejectedError(f"blocks {sorted(tombstoned)} were already compacted or deleted",
                                    reason="tombstoned")
     w.add_blocks(cmd.blocks, entry.time_ms)
+    w.touch({m.tenant for m in cmd.blocks}, entry.index)
     for r in ranges:
         event_time = max((d.max_time for b in cmd.blocks if any(k.topic == r.topic and k.partition == r.partition
                                                               for k in b.kafka)
@@ -159,6 +161,7 @@ def _replace_blocks(w: IndexWriter, cmd: ReplaceBlocks, entry: Entry) -> Result:
         w.add_tombstone(old, entry.time_ms, f"{cmd.reason} into {outputs}" if outputs else cmd.reason)
     for meta in cmd.blocks:
         w.add_block(meta, entry.time_ms)
+    w.touch({cmd.tenant}, entry.index)
     return Result(ok=True, data={"replay": False, "removed": len(cmd.sources), "added": len(cmd.blocks)})
 
 
@@ -174,12 +177,14 @@ def _truncate_index(w: IndexWriter, cmd: TruncateIndex, entry: Entry) -> Result:
             meta = w.remove_block(block_id)
             assert meta is not None
             w.add_tombstone(meta, entry.time_ms, cmd.reason)
+            w.touch({meta.tenant}, entry.index)
             removed += 1
     return Result(ok=True, data={"removed": removed})
 
 
 @handles(DeleteTombstones)
 def _delete_tombstones(w: IndexWriter, cmd: DeleteTombstones, entry: Entry) -> Result:
+    w.touch(w.tombstone_tenants(cmd.block_ids), entry.index)
     return Result(ok=True, data={"deleted": w.delete_tombstones(cmd.block_ids)})
 
 
