@@ -17,6 +17,7 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "dev": ("shale.cli.dev_cmd", "dev", "Start, inspect and stop the local Kafka broker and MinIO server."),
     "metastore": ("shale.cli.metastore_cmd", "metastore", "Run and administer the metastore."),
     "ingest": ("shale.cli.ingest_cmd", "ingest", "Persist Kafka topics into blocks, exactly once."),
+    "compact": ("shale.cli.compact_cmd", "compact", "Run a compaction worker on Spark, or administer compaction."),
     "verify": ("shale.cli.ingest_cmd", "verify", "Reconcile Kafka offsets with the stored records."),
     "ledger": ("shale.cli.ingest_cmd", "ledger", "Show the completeness ledger of a topic."),
     "demo": ("shale.cli.demo_cmd", "demo", "Run the main pipeline on embedded defaults and print what it did."),

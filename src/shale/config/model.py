@@ -8,7 +8,7 @@ from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from shale.config.types import Duration
+from shale.config.types import ByteSize, Duration
 
 SUPPORTED_BUCKET_SCHEMES = ("file", "s3", "gs", "az", "memory")
 
@@ -207,6 +207,27 @@ class BucketIndexConfig(_Section):
     deltas: bool = Field(default=True, description="stale-tolerant mode: writers also drop small delta objects")
 
 
+class CompactionConfig(_Section):
+    """The compaction service (seed 003) and its Spark workers."""
+
+    blocks_per_job: list[int] = Field(default_factory=lambda: [20, 10, 10],
+                                      description="a job closes at this many blocks, per level (last repeats)")
+    max_level: int = Field(default=3, ge=1, description="blocks at this level are not compacted further")
+    job_byte_limit: ByteSize = Field(default=512 * 2**20, description="worker memory per job (see DESIGN 11.4)")
+    max_age: Duration = Field(default=3600.0, description="a queue of 2+ blocks this old closes a job anyway")
+    lease_duration: Duration = Field(default=15.0, description="a job's lease; workers refresh it")
+    queue_limit: int = Field(default=10_000, ge=1, description="jobs kept at most; excluded ones are evicted")
+    poll_interval: Duration = Field(default=2.0, description="how often a worker polls and refreshes leases")
+    slots: int = Field(default=0, ge=0, description="jobs one worker runs at once (0: Spark's parallelism)")
+
+    @field_validator("blocks_per_job")
+    @classmethod
+    def _counts(cls, value: list[int]) -> list[int]:
+        if not value or any(n < 2 for n in value):
+            raise ValueError("give at least one count, each at least 2")
+        return value
+
+
 class ShaleConfig(_Section):
     """The whole configuration. Sections are documented field by field; see ``shale config check``."""
 
@@ -219,3 +240,4 @@ class ShaleConfig(_Section):
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     ingest: IngestConfig = Field(default_factory=IngestConfig)
     bucket_index: BucketIndexConfig = Field(default_factory=BucketIndexConfig)
+    compaction: CompactionConfig = Field(default_factory=CompactionConfig)

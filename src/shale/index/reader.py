@@ -20,7 +20,8 @@ from shale.index.matchers import Matcher, match_label_sets
 from shale.index.records import OffsetRow, PartitionRow, TombstoneRow, decode_meta
 from shale.index.schema import PARTITION_WINDOW_MS
 
-HASHED_TABLES = ("state", "strings", "partitions", "blocks", "tombstones", "tenant_versions", "offsets", "commits")
+HASHED_TABLES = ("state", "strings", "partitions", "blocks", "tombstones", "tenant_versions", "offsets", "commits",
+                 "settings", "compaction_queue", "compaction_jobs")
 
 
 class IndexReader:

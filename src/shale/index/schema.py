@@ -62,6 +62,36 @@ CREATE TABLE IF NOT EXISTS tenant_versions (
     version INTEGER NOT NULL
 ) WITHOUT ROWID;
 
+CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+
+CREATE TABLE IF NOT EXISTS compaction_queue (
+    block_id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    shard INTEGER NOT NULL,
+    level INTEGER NOT NULL,
+    grp TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    raw_bytes INTEGER NOT NULL,
+    added_at INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS compaction_jobs (
+    name TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    shard INTEGER NOT NULL,
+    level INTEGER NOT NULL,
+    grp TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    sources TEXT NOT NULL,
+    raw_bytes INTEGER NOT NULL,
+    created_at INTEGER NOT NULL,
+    status INTEGER NOT NULL,
+    token INTEGER NOT NULL,
+    lease_expires_at INTEGER NOT NULL,
+    failures INTEGER NOT NULL,
+    worker TEXT NOT NULL
+) WITHOUT ROWID;
+
 CREATE TABLE IF NOT EXISTS offsets (
     grp TEXT NOT NULL,
     generation INTEGER NOT NULL,
@@ -106,3 +136,4 @@ def create(conn: sqlite3.Connection) -> None:
     conn.execute("INSERT OR IGNORE INTO state (key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
     conn.execute("INSERT OR IGNORE INTO state (key, value) VALUES ('applied_index', 0)")
     conn.execute("INSERT OR IGNORE INTO state (key, value) VALUES ('applied_term', 0)")
+    conn.execute("INSERT OR IGNORE INTO settings (key, value) VALUES ('compaction_failure_limit', 3)")

@@ -10,6 +10,7 @@ import sqlite3
 import msgpack
 
 from shale.block import BlockMeta
+from shale.index.compaction_state import CompactionState
 from shale.index.records import decode_meta, encode_meta
 from shale.index.schema import PARTITION_WINDOW_MS
 
@@ -19,6 +20,7 @@ class IndexWriter:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
+        self.compaction = CompactionState(conn)
         self._sids: dict[str, int] = {}
         self._partitions: dict[tuple[int, int, int], int] = {}
 
@@ -55,6 +57,10 @@ class IndexWriter:
 
     def has_block(self, block_id: str) -> bool:
         return self.conn.execute("SELECT 1 FROM blocks WHERE id = ?", (block_id,)).fetchone() is not None
+
+    def added_at(self, block_id: str) -> int | None:
+        row = self.conn.execute("SELECT added_at FROM blocks WHERE id = ?", (block_id,)).fetchone()
+        return int(row[0]) if row else None
 
     def get_block(self, block_id: str) -> BlockMeta | None:
         row = self.conn.execute("SELECT meta FROM blocks WHERE id = ?", (block_id,)).fetchone()
@@ -136,6 +142,8 @@ class IndexWriter:
         self.conn.executemany(
             "UPDATE partitions SET blocks = blocks + ?, min_time = min(min_time, ?), max_time = max(max_time, ?) "
             "WHERE id = ?", [(n, low, high, pid) for pid, (n, low, high) in sorted(bounds.items())])
+        inserted = {r[0] for r in rows}
+        self.compaction.enqueue([m for m in metas if m.id in inserted], added_at)
         return [r[0] for r in rows]
 
     def remove_block(self, block_id: str) -> BlockMeta | None:
@@ -143,6 +151,7 @@ class IndexWriter:
         if row is None:
             return None
         self.conn.execute("DELETE FROM blocks WHERE id = ?", (block_id,))
+        self.compaction.dequeue([block_id])
         self.conn.execute("UPDATE partitions SET blocks = blocks - 1 WHERE id = ?", (row[0],))
         if self.conn.execute("DELETE FROM partitions WHERE id = ? AND blocks <= 0", (row[0],)).rowcount:
             self._partitions = {k: v for k, v in self._partitions.items() if v != row[0]}

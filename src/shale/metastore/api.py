@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from shale.block import BlockMeta
+from shale.compaction.protocol import PollRequest, PollResponse
 from shale.index import OffsetRow, TombstoneRow
 from shale.metastore.commands import Result, _Command
 
@@ -40,5 +41,13 @@ class Metastore(Protocol):
     def tenant_blocks(self, tenant: str) -> list[BlockMeta]:
         """Every block of a tenant (for the bucket-index writer and the status page)."""
         ...
+
+    def poll_compaction(self, request: PollRequest) -> PollResponse:
+        """A compaction worker's poll: report on its jobs, get new ones (seed 003)."""
+        ...
+
+    def compaction_jobs(self) -> list[dict[str, Any]]: ...
+
+    def compaction_queue(self) -> dict[str, int]: ...
 
     def status(self) -> dict[str, Any]: ...

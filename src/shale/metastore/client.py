@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from shale.block import BlockMeta
+from shale.compaction.protocol import PollRequest, PollResponse
 from shale.errors import CommandRejectedError, InvalidNameError, MetastoreUnavailableError
 from shale.index import OffsetRow, TombstoneRow
 from shale.metastore.commands import Result, _Command, encode
@@ -130,6 +131,19 @@ class MetastoreClient:
     def status(self) -> dict[str, Any]:
         result: dict[str, Any] = self._get("/v1/status")
         return result
+
+    def poll_compaction(self, request: PollRequest) -> PollResponse:
+        response = self._call("POST", "/v1/compaction/poll", content=request.model_dump_json().encode())
+        if response.status_code == 400:
+            raise CommandRejectedError(_json(response).get("message", response.text), reason="malformed")
+        response.raise_for_status()
+        return PollResponse.model_validate_json(response.content)
+
+    def compaction_jobs(self) -> list[dict[str, Any]]:
+        return list(self._get("/v1/compaction/jobs")["jobs"])
+
+    def compaction_queue(self) -> dict[str, int]:
+        return dict(self._get("/v1/compaction/jobs")["queue"])
 
     def state_hash(self, address: str) -> dict[str, Any]:
         """One node's state hash (no leader following): for checking that replicas converged."""

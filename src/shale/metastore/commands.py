@@ -13,6 +13,7 @@ import msgpack
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from shale.block import BlockMeta
+from shale.compaction.protocol import JobUpdate
 from shale.errors import CommandRejectedError
 
 
@@ -89,10 +90,51 @@ class DeleteTombstones(_Command):
     block_ids: list[str]
 
 
-Command = Annotated[Noop | AddBlocks | CommitIngestBatch | ReplaceBlocks | TruncateIndex | DeleteTombstones,
-                    Field(discriminator="kind")]
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NewJob(_Model):
+    name: str
+    tenant: str
+    shard: int
+    level: int
+    group: str
+    generation: int
+    sources: list[str]
+    raw_bytes: int
+    created_at: int
+
+
+class AssignJob(_Model):
+    job: str
+    expect_token: int
+    reassign: bool
+
+
+class UpdateCompactionPlan(_Command):
+    kind: Literal["UpdateCompactionPlan"] = "UpdateCompactionPlan"
+    prepared_term: int
+    worker: str
+    lease_ms: int
+    updates: list[JobUpdate] = Field(default_factory=list)
+    new_jobs: list[NewJob] = Field(default_factory=list)
+    assign: list[AssignJob] = Field(default_factory=list)
+    evict: list[str] = Field(default_factory=list)
+
+
+class SetCompactionFailureLimit(_Command):
+    """Raise (or lower) the failures after which a job is excluded (seed 003's admin action)."""
+
+    kind: Literal["SetCompactionFailureLimit"] = "SetCompactionFailureLimit"
+    limit: int = Field(ge=1)
+
+
+Command = Annotated[Noop | AddBlocks | CommitIngestBatch | ReplaceBlocks | TruncateIndex | DeleteTombstones
+                    | UpdateCompactionPlan | SetCompactionFailureLimit, Field(discriminator="kind")]
 _ADAPTER: TypeAdapter[Command] = TypeAdapter(Command)
-COMMAND_KINDS = ("Noop", "AddBlocks", "CommitIngestBatch", "ReplaceBlocks", "TruncateIndex", "DeleteTombstones")
+COMMAND_KINDS = ("Noop", "AddBlocks", "CommitIngestBatch", "ReplaceBlocks", "TruncateIndex", "DeleteTombstones",
+                 "UpdateCompactionPlan", "SetCompactionFailureLimit")
 
 
 class Result(BaseModel):

@@ -29,9 +29,12 @@ from shale.metastore.commands import (
     Noop,
     ReplaceBlocks,
     Result,
+    SetCompactionFailureLimit,
     TruncateIndex,
+    UpdateCompactionPlan,
     decode,
 )
+from shale.metastore.compaction import apply_failure_limit, apply_plan
 
 COMMITS_KEPT_PER_PARTITION = 100
 C = TypeVar("C")
@@ -186,6 +189,16 @@ def _truncate_index(w: IndexWriter, cmd: TruncateIndex, entry: Entry) -> Result:
 def _delete_tombstones(w: IndexWriter, cmd: DeleteTombstones, entry: Entry) -> Result:
     w.touch(w.tombstone_tenants(cmd.block_ids), entry.index)
     return Result(ok=True, data={"deleted": w.delete_tombstones(cmd.block_ids)})
+
+
+@handles(UpdateCompactionPlan)
+def _update_compaction_plan(w: IndexWriter, cmd: UpdateCompactionPlan, entry: Entry) -> Result:
+    return apply_plan(w, cmd, entry.index, entry.term, entry.time_ms)
+
+
+@handles(SetCompactionFailureLimit)
+def _set_failure_limit(w: IndexWriter, cmd: SetCompactionFailureLimit, entry: Entry) -> Result:
+    return apply_failure_limit(w, cmd)
 
 
 class StateMachine:

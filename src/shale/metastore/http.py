@@ -19,11 +19,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
+from shale.compaction.protocol import PollRequest
 from shale.errors import CommandRejectedError, InvalidNameError, MetastoreUnavailableError, NotLeaderError
 from shale.metastore.commands import decode
 from shale.metastore.service import MetastoreService
 
-CLIENT_COMMANDS = {"Noop", "AddBlocks", "CommitIngestBatch", "ReplaceBlocks", "DeleteTombstones"}
+CLIENT_COMMANDS = {"Noop", "AddBlocks", "CommitIngestBatch", "ReplaceBlocks", "DeleteTombstones",
+                   "SetCompactionFailureLimit"}
 
 
 def create_app(service: MetastoreService, leader_http: Callable[[], str | None],
@@ -57,6 +59,16 @@ def create_app(service: MetastoreService, leader_http: Callable[[], str | None],
                                        reason="forbidden")
         result = await run_in_threadpool(service.submit_bytes, body)
         return JSONResponse(result.model_dump(mode="json"), status_code=200 if result.ok else 409)
+
+    @app.post("/v1/compaction/poll")
+    async def compaction_poll(request: Request) -> Response:
+        poll = PollRequest.model_validate_json(await request.body())
+        response = await run_in_threadpool(service.poll_compaction, poll)
+        return Response(response.model_dump_json(), media_type="application/json")
+
+    @app.get("/v1/compaction/jobs")
+    def compaction_jobs() -> dict[str, Any]:
+        return {"jobs": service.compaction_jobs(), "queue": service.compaction_queue()}
 
     @app.post("/v1/raft/barrier")
     async def raft_barrier(request: Request) -> dict[str, int]:

@@ -40,7 +40,7 @@ def open_metastore(config: ShaleConfig) -> Metastore:
     m = config.metastore
     if m.mode == "embedded":
         state = StateMachine(state_path(config))
-        return MetastoreService(state, SingleNodeLog(state))
+        return MetastoreService(state, SingleNodeLog(state), compaction=config.compaction)
     return MetastoreClient(m.addresses, timeout=m.request_timeout, deadline=m.client_deadline)
 
 
@@ -65,7 +65,8 @@ class MetastoreNode:
         else:
             self.log = SingleNodeLog(self.state)
         self._peer = httpx.Client(timeout=m.request_timeout)
-        self.service = MetastoreService(self.state, self.log, linearize=self._linearize, timeout=m.request_timeout)
+        self.service = MetastoreService(self.state, self.log, linearize=self._linearize, timeout=m.request_timeout,
+                                        compaction=config.compaction)
         self.app = create_app(self.service, self.leader_http, self.ready, self.barrier)
         self.maintenance = Maintenance(self.service, open_bucket(config.bucket), config.retention,
                                        config.block.delete_delay, self.is_leader, lambda: self.log.status().term)

@@ -8,6 +8,7 @@ read-index pattern of seed 004).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -15,8 +16,14 @@ from typing import Any
 from prometheus_client import Counter, Histogram
 
 from shale.block import BlockMeta
+from shale.compaction.model import PlanLimits
+from shale.compaction.protocol import PollRequest, PollResponse
+from shale.config import CompactionConfig
+from shale.errors import MetastoreUnavailableError
 from shale.index import OffsetRow, TombstoneRow, parse_matchers
+from shale.index.compaction_state import CompactionState
 from shale.metastore.commands import Result, _Command
+from shale.metastore.compaction import job_status, plan_command, prepare_plan
 from shale.metastore.fsm import StateMachine
 from shale.metastore.log import CommandLog
 
@@ -26,11 +33,27 @@ COMMAND_SECONDS = Histogram("shale_metastore_command_seconds", "Time from propos
 READS = Counter("shale_metastore_reads_total", "Index reads, by API.", ["api"])
 
 
+# The share of a job's memory budget that its uncompressed input may take: the merge holds the input and one
+# sorted copy of it, plus Parquet buffers (docs/DESIGN.md, 11.4).
+JOB_INPUT_SHARE = 0.4
+
+
+def plan_limits(config: CompactionConfig) -> PlanLimits:
+    return PlanLimits(blocks_per_job=tuple(config.blocks_per_job),
+                      job_byte_budget=int(config.job_byte_limit * JOB_INPUT_SHARE),
+                      max_age_ms=int(config.max_age * 1000), max_level=config.max_level,
+                      lease_ms=int(config.lease_duration * 1000), queue_limit=config.queue_limit)
+
+
 class MetastoreService:
     def __init__(self, state: StateMachine, log: CommandLog, *, linearize: Callable[[float], None] | None = None,
-                 command_format: str = "json", timeout: float = 30.0) -> None:
+                 command_format: str = "json", timeout: float = 30.0,
+                 compaction: CompactionConfig | None = None, clock: Callable[[], float] = time.time) -> None:
         self.state = state
         self.log = log
+        self.limits = plan_limits(compaction or CompactionConfig())
+        self.clock = clock
+        self._plan_lock = threading.Lock()
         self._linearize = linearize or (lambda t: None)
         self.command_format = command_format
         self.timeout = timeout
@@ -91,6 +114,37 @@ class MetastoreService:
     def tenant_blocks(self, tenant: str) -> list[BlockMeta]:
         self.linearize()
         return self.state.reader.tenant_blocks(tenant)
+
+    # -- compaction ---------------------------------------------------------------------------------
+
+    def poll_compaction(self, request: PollRequest) -> PollResponse:
+        """A worker's poll (seed 003): its reports are applied, new jobs are planned for its free capacity, and
+        jobs are assigned to it. Leader only; one poll at a time on the leader."""
+        with self._plan_lock:
+            term = self.log.status().term
+            plan = prepare_plan(CompactionState(self.state.reader.conn), request, int(self.clock() * 1000),
+                                self.limits)
+            result = self.submit(plan_command(plan, request, term, self.limits))
+        if not result.ok:
+            raise MetastoreUnavailableError(f"compaction plan not applied ({result.reason}): {result.message}; "
+                                            "poll again")
+        return PollResponse.model_validate(result.data)
+
+    def compaction_jobs(self) -> list[dict[str, Any]]:
+        state = CompactionState(self.state.reader.conn)
+        limit, now = state.failure_limit(), int(self.clock() * 1000)
+        return [{"name": j.name, "tenant": j.key.tenant, "shard": j.key.shard, "level": j.key.level,
+                 "group": j.key.group, "generation": j.key.generation, "sources": len(j.sources),
+                 "raw_bytes": j.raw_bytes, "status": job_status(j, now, limit), "token": j.token,
+                 "lease_expires_at": j.lease_expires_at, "failures": j.failures, "worker": j.worker}
+                for j in state.jobs()]
+
+    def compaction_queue(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for block in CompactionState(self.state.reader.conn).queued():
+            name = f"{block.key.tenant}/L{block.key.level}"
+            counts[name] = counts.get(name, 0) + 1
+        return counts
 
     def status(self) -> dict[str, Any]:
         s = self.log.status()

@@ -1,0 +1,50 @@
+"""``shale compact``: run a compaction worker (a Spark application), or administer the compaction service."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+from pathlib import Path
+
+import click
+
+from shale.cli.common import get_config, shale_errors
+
+
+@click.command()
+@click.option("--until-idle", is_flag=True, help="Exit once no job runs and none is handed out.")
+@click.option("--jobs", "show_jobs", is_flag=True, help="Print the compaction jobs and queues, then exit.")
+@click.option("--set-failure-limit", type=int, help="Set the failures after which a job is excluded, then exit.")
+@click.option("--save-reports", type=click.Path(file_okay=False, path_type=Path),
+              help="Keep a copy of every success report sent (for audits and fault tests).")
+@click.pass_context
+@shale_errors
+def compact(ctx: click.Context, until_idle: bool, show_jobs: bool, set_failure_limit: int | None,
+            save_reports: Path | None) -> None:
+    """Poll the metastore for compaction jobs and merge blocks on Spark (seed 003's worker)."""
+    from shale.metastore import open_metastore
+    from shale.metastore.commands import SetCompactionFailureLimit
+
+    config = get_config(ctx)
+    metastore = open_metastore(config)
+    if show_jobs:
+        click.echo(json.dumps({"jobs": metastore.compaction_jobs(), "queue": metastore.compaction_queue()},
+                              indent=2))
+        return
+    if set_failure_limit is not None:
+        result = metastore.submit(SetCompactionFailureLimit(limit=set_failure_limit))
+        click.echo(f"compaction failure limit set to {result.data['limit']}")
+        return
+    from shale.compaction.worker import CompactionWorker
+    from shale.spark import spark_session
+
+    spark = spark_session("shale-compact", config.spark, kafka=False)
+    worker = CompactionWorker(metastore, config.bucket, spark, slots=config.compaction.slots,
+                              poll_interval=config.compaction.poll_interval, save_reports=save_reports)
+    click.echo(f"compaction worker {worker.worker_id} with {worker.slots} slots", err=True)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    worker.run(stop, until_idle=until_idle)
+    click.echo(f"compaction worker {worker.worker_id} finished {len(worker.completed)} jobs", err=True)

@@ -1,0 +1,156 @@
+"""The merge a compaction job runs (in a Spark task): read the sources' datasets, merge matching datasets,
+drop duplicates by (topic, partition, offset), sort, and write one output block with the block writer.
+
+The output's ULID time is the oldest source's (seed 004); its random part is derived from the job, the fencing
+token and the sources, so a retried report of one attempt names the same block, while a stale attempt's output
+never collides with the current owner's. The output lists, as ``compaction.sources``, the level-0 blocks whose
+records it holds (seed 000's full-overlap rule) and, as ``parents``, the blocks it replaces.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shale.block import (
+    BlockMeta,
+    BlockSpec,
+    Dataset,
+    DatasetInput,
+    KafkaRange,
+    deterministic_block_id,
+    read_dataset,
+    write_block,
+)
+from shale.objstore import Bucket
+
+
+@dataclass
+class MergeResult:
+    output: BlockMeta
+    rows_in: int
+    rows_out: int
+    bytes_in: int
+    bytes_out: int
+    peak_rss_delta: int
+    seconds: float
+
+
+def output_id(sources: list[BlockMeta], job: str, token: int) -> str:
+    oldest = min(s.time_ms for s in sources)
+    return deterministic_block_id(oldest, f"compaction/{job}/{token}/{','.join(sorted(s.id for s in sources))}")
+
+
+def merge_ranges(ranges: list[KafkaRange]) -> list[KafkaRange]:
+    """The union of offset ranges per topic-partition, as few ranges as possible."""
+    by_tp: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
+    for r in ranges:
+        by_tp[(r.topic, r.partition)].append((r.start, r.end))
+    out: list[KafkaRange] = []
+    for (topic, partition), spans in sorted(by_tp.items()):
+        spans.sort()
+        start, end = spans[0]
+        for s, e in spans[1:]:
+            if s <= end:
+                end = max(end, e)
+            else:
+                out.append(KafkaRange(topic=topic, partition=partition, start=start, end=end))
+                start, end = s, e
+        out.append(KafkaRange(topic=topic, partition=partition, start=start, end=end))
+    return out
+
+
+def _common(values: list[dict[str, str]]) -> dict[str, str]:
+    first = dict(values[0]) if values else {}
+    return {k: v for k, v in first.items() if all(other.get(k) == v for other in values[1:])}
+
+
+def _time_column(table: pa.Table) -> str:
+    return "event_time" if "event_time" in table.column_names else "timestamp"
+
+
+def merge_tables(tables: list[pa.Table]) -> tuple[pa.Table, str]:
+    """Concatenate, sort by (time, topic, partition, offset) and keep the first of rows with equal
+    (topic, partition, offset): the same Kafka record stored twice has the same time, so duplicates are
+    neighbours after the sort."""
+    table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
+    time_column = _time_column(table)
+    order = pc.sort_indices(table, sort_keys=[(time_column, "ascending"), ("topic", "ascending"),
+                                              ("partition", "ascending"), ("offset", "ascending")])
+    table = table.take(order)
+    n = table.num_rows
+    if n > 1:
+        same = pc.and_(pc.and_(
+            pc.equal(table.column("offset").slice(1), table.column("offset").slice(0, n - 1)),
+            pc.equal(table.column("partition").slice(1), table.column("partition").slice(0, n - 1))),
+            pc.equal(table.column("topic").slice(1), table.column("topic").slice(0, n - 1)))
+        keep = pa.concat_arrays([pa.array([True]), pc.invert(same).combine_chunks()])
+        if not pc.all(keep).as_py():
+            table = table.filter(keep)
+    return table, time_column
+
+
+class RssWatch:
+    """Peak resident memory of this process while a block of code runs (sampled every 10 ms)."""
+
+    def __init__(self) -> None:
+        self.start = self.peak = self._rss()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def _rss() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.01):
+            self.peak = max(self.peak, self._rss())
+
+    def __enter__(self) -> RssWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self._rss())
+
+
+def merge_blocks(bucket: Bucket, sources: list[BlockMeta], *, job: str, token: int, level: int) -> MergeResult:
+    started = time.perf_counter()
+    with RssWatch() as rss:
+        parts: dict[str, list[tuple[BlockMeta, Dataset]]] = defaultdict(list)
+        for meta in sources:
+            for dataset in meta.datasets:
+                parts[dataset.name].append((meta, dataset))
+        inputs: list[DatasetInput] = []
+        rows_in = 0
+        for name in sorted(parts):
+            tables = [read_dataset(bucket, m, d) for m, d in parts[name]]
+            rows_in += sum(t.num_rows for t in tables)
+            merged, time_column = merge_tables(tables)
+            labels = sorted({tuple(sorted(ls.items())) for _, d in parts[name] for ls in d.labels})
+            first = parts[name][0][1]
+            inputs.append(DatasetInput(first.kind, first.topic, merged, time_column,
+                                       labels=[dict(ls) for ls in labels]))
+            del tables
+        head = sources[0]
+        parsers = {(m.parser.name, m.parser.version, m.parser.options_digest) if m.parser else None for m in sources}
+        spec = BlockSpec(
+            id=output_id(sources, job, token), tenant=head.tenant, group=head.group, generation=head.generation,
+            shard=head.shard, level=level + 1, kafka=merge_ranges([r for m in sources for r in m.kafka]),
+            partition_values=_common([m.partition_values for m in sources]),
+            sources=sorted({s for m in sources for s in m.compaction.sources}),
+            parents=sorted(m.id for m in sources),
+            parser=head.parser if len(parsers) == 1 else None,
+            derived_from=sorted({d for m in sources for d in m.derived_from}))
+        output = write_block(bucket, spec, inputs)
+    return MergeResult(output, rows_in, output.rows, sum(m.size for m in sources), output.size,
+                       rss.peak - rss.start, time.perf_counter() - started)

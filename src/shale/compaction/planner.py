@@ -1,0 +1,57 @@
+"""The job planner (seed 003): pure. Queues of blocks per (tenant, shard, level, group, generation), in arrival
+order; a job closes when its queue holds the level's block count, or the uncompressed bytes reach the job
+budget (worker memory stays bounded), or the oldest queued block has waited ``max_age`` (with at least two
+blocks). Lower levels are planned first (small job first)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from shale.compaction.model import Job, PlanLimits, QueuedBlock, QueueKey
+
+
+def job_name(key: QueueKey, sources: list[str]) -> str:
+    """Deterministic: the same sources always make the same job."""
+    return f"{key.tenant}/{key.shard}/L{key.level}/{key.group}/g{key.generation}/{sources[0]}-{len(sources)}"
+
+
+def _take(blocks: list[QueuedBlock], limits: PlanLimits, now_ms: int) -> list[QueuedBlock] | None:
+    if len(blocks) < 2:
+        return None
+    want = limits.blocks_for(blocks[0].key.level)
+    taken: list[QueuedBlock] = []
+    size = 0
+    for block in blocks:
+        if taken and size + block.raw_bytes > limits.job_byte_budget:
+            break
+        taken.append(block)
+        size += block.raw_bytes
+        if len(taken) == want:
+            break
+    full = len(taken) == want or (len(taken) < len(blocks) and len(taken) >= 2)  # count reached, or bytes did
+    aged = now_ms - blocks[0].added_at >= limits.max_age_ms and len(taken) >= 2
+    return taken if full or aged else None
+
+
+def plan_jobs(queued: Iterable[QueuedBlock], limits: PlanLimits, now_ms: int, max_jobs: int) -> list[Job]:
+    """Up to ``max_jobs`` new jobs from the queues (adaptive capacity: the caller passes the free slots the
+    polling worker reported). Pure and deterministic."""
+    queues: dict[QueueKey, list[QueuedBlock]] = defaultdict(list)
+    for block in queued:
+        # A block already at the top level, or alone as large as a job's budget, is not compacted further.
+        if block.key.level < limits.max_level and block.raw_bytes < limits.job_byte_budget:
+            queues[block.key].append(block)
+    jobs: list[Job] = []
+    for key in sorted(queues, key=lambda k: (k.level, k.tenant, k.shard, k.group, k.generation)):
+        blocks = sorted(queues[key], key=lambda b: (b.added_at, b.id))
+        while len(jobs) < max_jobs:
+            taken = _take(blocks, limits, now_ms)
+            if taken is None:
+                break
+            sources = [b.id for b in taken]
+            jobs.append(Job(job_name(key, sources), key, sources, sum(b.raw_bytes for b in taken), now_ms))
+            blocks = blocks[len(taken):]
+        if len(jobs) >= max_jobs:
+            break
+    return jobs

@@ -1,0 +1,50 @@
+"""The contract between compaction workers and the compaction service (seed 003's messages).
+
+A worker polls with its free capacity and its reports (lease refreshes, successes with outputs); the service
+answers with new assignments (each with its fencing token and lease) and an outcome per report.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from shale.block import BlockMeta
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class JobUpdate(_Model):
+    """A worker's report on one job: a lease refresh, or success with the output blocks."""
+
+    job: str
+    token: int
+    status: Literal["in_progress", "success"]
+    outputs: list[BlockMeta] = Field(default_factory=list)
+
+
+class PollRequest(_Model):
+    worker: str
+    capacity: int = Field(ge=0)
+    updates: list[JobUpdate] = Field(default_factory=list)
+
+
+class Assigned(_Model):
+    job: str
+    token: int
+    lease_expires_at: int
+    tenant: str
+    shard: int
+    level: int
+    group: str
+    generation: int
+    sources: list[BlockMeta]
+
+
+class PollResponse(_Model):
+    assigned: list[Assigned] = Field(default_factory=list)
+    updates: dict[str, str] = Field(default_factory=dict, description="per reported job: refreshed, completed, "
+                                                                        "or why it was refused")

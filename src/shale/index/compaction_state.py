@@ -1,0 +1,83 @@
+"""The compaction service's state in the index: the planner's queues, the scheduler's jobs, and settings.
+
+Blocks join the queue when they are added to the index and leave it when a job takes them or when they leave
+the index. Everything here runs inside the metastore's apply transaction (writes) or on a read connection.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+from shale.block import BlockMeta
+from shale.compaction.model import Job, JobStatus, QueuedBlock, QueueKey
+
+_JOB_COLUMNS = ("name, tenant, shard, level, grp, generation, sources, raw_bytes, created_at, status, token, "
+                "lease_expires_at, failures, worker")
+
+
+def _job(row: tuple[object, ...]) -> Job:
+    (name, tenant, shard, level, grp, generation, sources, raw_bytes, created_at, status, token, lease,
+     failures, worker) = row
+    return Job(str(name), QueueKey(str(tenant), int(shard), int(level), str(grp), int(generation)),  # type: ignore[call-overload]
+               json.loads(str(sources)), int(raw_bytes), int(created_at), JobStatus(int(status)), int(token),  # type: ignore[call-overload]
+               int(lease), int(failures), str(worker))  # type: ignore[call-overload]
+
+
+class CompactionState:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    # -- queue ---------------------------------------------------------------------------------------
+
+    def enqueue(self, metas: list[BlockMeta], added_at: int) -> None:
+        self.conn.executemany(
+            "INSERT OR IGNORE INTO compaction_queue (block_id, tenant, shard, level, grp, generation, raw_bytes, "
+            "added_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [(m.id, m.tenant, m.shard, m.level, m.group, m.generation, sum(d.bytes for d in m.datasets), added_at)
+             for m in metas])
+
+    def dequeue(self, block_ids: list[str]) -> None:
+        self.conn.executemany("DELETE FROM compaction_queue WHERE block_id = ?", [(b,) for b in block_ids])
+
+    def queued(self) -> list[QueuedBlock]:
+        return [QueuedBlock(r[0], QueueKey(r[1], r[2], r[3], r[4], r[5]), r[6], r[7]) for r in self.conn.execute(
+            "SELECT block_id, tenant, shard, level, grp, generation, raw_bytes, added_at FROM compaction_queue "
+            "ORDER BY added_at, block_id")]
+
+    def queued_ids(self, block_ids: list[str]) -> set[str]:
+        found: set[str] = set()
+        for i in range(0, len(block_ids), 500):
+            chunk = block_ids[i:i + 500]
+            found.update(r[0] for r in self.conn.execute(
+                f"SELECT block_id FROM compaction_queue WHERE block_id IN ({','.join('?' * len(chunk))})", chunk))
+        return found
+
+    # -- jobs ----------------------------------------------------------------------------------------
+
+    def jobs(self) -> list[Job]:
+        return [_job(r) for r in self.conn.execute(f"SELECT {_JOB_COLUMNS} FROM compaction_jobs ORDER BY name")]
+
+    def job(self, name: str) -> Job | None:
+        row = self.conn.execute(f"SELECT {_JOB_COLUMNS} FROM compaction_jobs WHERE name = ?", (name,)).fetchone()
+        return _job(row) if row else None
+
+    def save_job(self, job: Job) -> None:
+        k = job.key
+        self.conn.execute(
+            f"INSERT OR REPLACE INTO compaction_jobs ({_JOB_COLUMNS}) VALUES ({', '.join('?' * 14)})",
+            (job.name, k.tenant, k.shard, k.level, k.group, k.generation, json.dumps(job.sources), job.raw_bytes,
+             job.created_at, int(job.status), job.token, job.lease_expires_at, job.failures, job.worker))
+
+    def delete_job(self, name: str) -> None:
+        self.conn.execute("DELETE FROM compaction_jobs WHERE name = ?", (name,))
+
+    # -- settings ------------------------------------------------------------------------------------
+
+    def failure_limit(self) -> int:
+        row = self.conn.execute("SELECT value FROM settings WHERE key = 'compaction_failure_limit'").fetchone()
+        return int(row[0]) if row else 3
+
+    def set_failure_limit(self, limit: int) -> None:
+        self.conn.execute("INSERT OR REPLACE INTO settings (key, value) VALUES ('compaction_failure_limit', ?)",
+                          (limit,))

@@ -1,0 +1,132 @@
+"""Compaction on MinIO with Spark workers and a metastore: 2,000 small blocks compacted through the levels
+with the same records before and after; a worker killed with SIGKILL mid-job loses its lease and its late
+report is refused; a job that always crashes is excluded while the others complete."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from tests.factories import write_backup_block
+
+from shale.block import BlockMeta, block_file_key, read_dataset
+from shale.compaction.protocol import PollRequest
+from shale.compaction.worker import CompactionWorker
+from shale.config import BucketConfig, CompactionConfig, ShaleConfig
+from shale.dev import ManagedProcess
+from shale.failpoints import paused
+from shale.metastore import AddBlocks, MetastoreService, open_metastore
+from shale.objstore import ObstoreBucket, open_bucket
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _records(service: MetastoreService, bucket: ObstoreBucket) -> tuple[Counter[tuple[object, ...]], int]:
+    metas = service.query_blocks(["acme"], 0, 2**62)
+
+    def rows(meta: BlockMeta) -> list[tuple[object, ...]]:
+        table = read_dataset(bucket, meta, meta.datasets[0], columns=["topic", "partition", "offset", "value"])
+        return list(zip(*(table.column(c).to_pylist() for c in table.column_names), strict=True))
+
+    with ThreadPoolExecutor(16) as pool:
+        return Counter(r for batch in pool.map(rows, metas) for r in batch), len(metas)
+
+
+def _config(tmp_path: Path, bucket: BucketConfig, **compaction: object) -> ShaleConfig:
+    return ShaleConfig(bucket=bucket, metastore={"data_dir": str(tmp_path / "ms")},  # type: ignore[arg-type]
+                       compaction=CompactionConfig(**compaction))  # type: ignore[arg-type]
+
+
+def test_two_thousand_blocks_compact_through_the_levels(minio_bucket, spark, tmp_path: Path) -> None:
+    config = _config(tmp_path, minio_bucket, blocks_per_job=[50, 10], max_level=2, poll_interval=0.2)
+    service = open_metastore(config)
+    assert isinstance(service, MetastoreService)
+    bucket = open_bucket(minio_bucket)
+    with ThreadPoolExecutor(16) as pool:
+        metas = list(pool.map(lambda i: write_backup_block(bucket, "acme", "app", i % 2, (i // 2) * 5, 5),
+                              range(2000)))
+    service.submit(AddBlocks(blocks=metas))
+    before, objects_before = _records(service, bucket)
+    assert sum(before.values()) == 10_000
+    assert objects_before == 2000
+
+    CompactionWorker(service, minio_bucket, spark, slots=2, poll_interval=0.2).run(until_idle=True)
+
+    after, objects_after = _records(service, bucket)
+    assert after == before  # the same multiset: nothing lost, nothing twice
+    assert max(after.values()) == 1
+    assert objects_after == 4  # 2,000 -> 40 (level 1) -> 4 (level 2)
+    levels = Counter(m.level for m in service.query_blocks(["acme"], 0, 2**62))
+    assert levels == {2: 4}
+    assert len(service.tombstones(limit=10_000)) == 2000 + 40
+
+
+def test_killed_worker_loses_its_job_and_a_crashing_job_is_excluded(minio_bucket, spark, tmp_path: Path) -> None:
+    config = _config(tmp_path, minio_bucket, blocks_per_job=[10], max_level=1, lease_duration=3,
+                     poll_interval=0.3)
+    service = open_metastore(config)
+    assert isinstance(service, MetastoreService)
+    bucket = open_bucket(minio_bucket)
+    metas = [write_backup_block(bucket, "acme", "app", 0, i * 5, 5) for i in range(40)]
+    # Poison one block: its data no longer matches its checksum, so every merge of its job fails.
+    poisoned = metas[35]
+    key = block_file_key("acme", poisoned.id, "records-0.parquet")
+    data = bytearray(bucket.get(key))
+    data[40] ^= 0xFF
+    bucket.put(key, bytes(data))
+    service.submit(AddBlocks(blocks=metas))
+
+    # A worker process that pauses right before reporting success; then kill -9.
+    config_file = tmp_path / "shale.toml"
+    config_file.write_text(f'[bucket]\nurl = "{minio_bucket.url}"\nendpoint = "{minio_bucket.endpoint}"\n'
+                           f'access_key_id = "{minio_bucket.access_key_id}"\n'
+                           f'secret_access_key = "{minio_bucket.secret_access_key}"\nallow_http = true\n'
+                           f'[metastore]\ndata_dir = "{tmp_path / "ms"}"\n[spark]\nmaster = "local[1]"\n'
+                           '[compaction]\nblocks_per_job = [10]\nmax_level = 1\nlease_duration = 3\n'
+                           "poll_interval = 0.3\nslots = 1\n")
+    points, reports = tmp_path / "points", tmp_path / "reports"
+    env = dict(os.environ, SHALE_FAILPOINTS="compaction.before-report", SHALE_FAILPOINT_DIR=str(points))
+    worker = ManagedProcess("compact", [sys.executable, "-m", "shale.cli", "--config", str(config_file), "compact",
+                                        "--save-reports", str(reports)], tmp_path / "compact.log", env=env, cwd=ROOT)
+    worker.start()
+    deadline = time.monotonic() + 180
+    while not paused(points, "compaction.before-report"):
+        assert worker.alive(), worker.log_path.read_text()[-3000:]
+        assert time.monotonic() < deadline, "the worker never finished a merge"
+        time.sleep(0.2)
+    worker.kill9()
+    (saved,) = list(reports.glob("*.json"))
+    stale = PollRequest.model_validate_json(saved.read_text())
+    (stale_update,) = [u for u in stale.updates if u.status == "success"]
+
+    # Its lease expires; another worker gets the job (once no unassigned job is left) with a higher token.
+    time.sleep(3.5)
+    local = CompactionWorker(service, minio_bucket, spark, slots=1, poll_interval=0.3)
+    deadline = time.monotonic() + 120
+    while stale_update.job not in local.running:
+        assert time.monotonic() < deadline, "the expired job was never reassigned"
+        local.step()
+        time.sleep(0.3)
+    assert local.running[stale_update.job].job.token > stale_update.token
+    replay = service.poll_compaction(stale)  # the killed worker's late report, replayed
+    assert replay.updates[stale_update.job] in ("lost", "unknown-job")
+    stale_output = stale_update.outputs[0].id
+    assert service.get_block(stale_output) is None
+
+    deadline = time.monotonic() + 180
+    while not (len(service.compaction_jobs()) == 1 and service.compaction_jobs()[0]["status"] == "excluded"):
+        assert time.monotonic() < deadline, f"jobs did not settle: {service.compaction_jobs()}"
+        local.step()  # the poisoned job fails each time; its lease expires; it is reassigned, until excluded
+        time.sleep(0.3)
+    jobs = {j["name"]: j for j in service.compaction_jobs()}
+    assert len(jobs) == 1  # only the poisoned job is left ...
+    (bad,) = jobs.values()
+    assert bad["status"] == "excluded"
+    assert bad["failures"] == 3
+    levels = Counter(m.level for m in service.query_blocks(["acme"], 0, 2**62))
+    assert levels == {1: 3, 0: 10}  # ... the other three jobs completed; the stale output was never committed
+    assert stale_output not in {m.id for m in service.query_blocks(["acme"], 0, 2**62)}
