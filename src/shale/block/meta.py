@@ -54,6 +54,8 @@ class Dataset(_Record):
     row_groups: list[tuple[int, int, int]] = Field(
         default_factory=list, description="table of contents: (rows, min_time, max_time) per Parquet row group"
     )
+    columns: list[str] = Field(default_factory=list,
+                               description="string columns beyond the kind's base schema (a parser's columns)")
 
     @field_validator("labels")
     @classmethod

@@ -41,3 +41,10 @@ RECORD_KEY = ("topic", "partition", "offset")
 """Every stored record is identified by where it was in Kafka."""
 
 RESERVED_COLUMNS = frozenset(f.name for f in PARTITION_BASE_FIELDS) | {"reason", "parser"}
+BASE_COLUMNS = RESERVED_COLUMNS
+"""Columns of the base schemas; any other column in a dataset is a parser's string column."""
+
+
+def partition_schema(columns: list[str]) -> pa.Schema:
+    """A partition-group records schema with these parser columns (all strings)."""
+    return pa.schema([*PARTITION_BASE_FIELDS, *(pa.field(c, pa.string()) for c in columns)])

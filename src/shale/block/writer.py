@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from shale.block.layout import block_file_key, meta_key
 from shale.block.meta import BlockMeta, Compaction, Dataset, DatasetKind, FileInfo, KafkaRange, ParserInfo, parse_meta
+from shale.block.schemas import BASE_COLUMNS
 from shale.errors import ConflictError, NotFoundError
 from shale.failpoints import failpoint
 from shale.objstore import Bucket
@@ -97,9 +98,10 @@ def plan_block(spec: BlockSpec, datasets: list[DatasetInput],
             g_low, g_high = _time_bounds(piece)
             groups.append((len(piece), g_low, g_high))
         labels = ds.labels[:MAX_LABEL_SETS]
+        extra = [name for name in ds.table.column_names if name not in BASE_COLUMNS]
         entries.append(Dataset(name=f"{ds.kind}/{ds.topic}", kind=ds.kind, topic=ds.topic,
                                file=f"{ds.kind}-{index}.parquet", rows=ds.table.num_rows, bytes=ds.table.nbytes,
-                               min_time=low, max_time=high, labels=labels, row_groups=groups))
+                               min_time=low, max_time=high, labels=labels, row_groups=groups, columns=extra))
     nonempty = [d for d in entries if d.rows]
     return BlockMeta(
         id=spec.id, tenant=spec.tenant, shard=spec.shard, level=spec.level, group=spec.group,

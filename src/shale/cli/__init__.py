@@ -18,6 +18,7 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "metastore": ("shale.cli.metastore_cmd", "metastore", "Run and administer the metastore."),
     "ingest": ("shale.cli.ingest_cmd", "ingest", "Persist Kafka topics into blocks, exactly once."),
     "compact": ("shale.cli.compact_cmd", "compact", "Run a compaction worker on Spark, or administer compaction."),
+    "query": ("shale.cli.query_cmd", "query", "Read stored records by tenant, time range and labels."),
     "verify": ("shale.cli.ingest_cmd", "verify", "Reconcile Kafka offsets with the stored records."),
     "ledger": ("shale.cli.ingest_cmd", "ledger", "Show the completeness ledger of a topic."),
     "demo": ("shale.cli.demo_cmd", "demo", "Run the main pipeline on embedded defaults and print what it did."),

@@ -13,6 +13,8 @@ REQUESTS = PromCounter(
     ["operation", "outcome"],
 )
 
+BYTES_READ = PromCounter("shale_objstore_read_bytes_total", "Bytes received from the object store.")
+
 OPERATIONS = ("get", "get_range", "head", "list", "put", "delete")
 
 
@@ -23,11 +25,23 @@ class CallCounter:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
+        self._bytes_read = 0
 
     def add(self, operation: str, outcome: str = "ok", n: int = 1) -> None:
         with self._lock:
             self._counts[operation] += n
         REQUESTS.labels(operation, outcome).inc(n)
+
+    def add_bytes_read(self, n: int) -> None:
+        with self._lock:
+            self._bytes_read += n
+        BYTES_READ.inc(n)
+
+    @property
+    def bytes_read(self) -> int:
+        """Bytes received by GET and ranged GET requests."""
+        with self._lock:
+            return self._bytes_read
 
     def snapshot(self) -> dict[str, int]:
         with self._lock:
@@ -40,3 +54,4 @@ class CallCounter:
     def reset(self) -> None:
         with self._lock:
             self._counts.clear()
+            self._bytes_read = 0

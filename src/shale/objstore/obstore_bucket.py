@@ -155,13 +155,17 @@ class ObstoreBucket:
 
     def get(self, key: str) -> bytes:
         check_key(key)
-        return self._call("get", key, lambda: bytes(obstore.get(self._store, key).bytes()))
+        data = self._call("get", key, lambda: bytes(obstore.get(self._store, key).bytes()))
+        self.calls.add_bytes_read(len(data))
+        return data
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
         check_key(key)
         if end <= start:
             return b""
-        return self._call("get_range", key, lambda: bytes(obstore.get_range(self._store, key, start=start, end=end)))
+        data = self._call("get_range", key, lambda: bytes(obstore.get_range(self._store, key, start=start, end=end)))
+        self.calls.add_bytes_read(len(data))
+        return data
 
     def head(self, key: str) -> ObjectInfo:
         check_key(key)

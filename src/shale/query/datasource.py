@@ -1,0 +1,130 @@
+"""``spark.read.format("shale")``: a Spark data source over stored blocks (Spark's Python Data Source API).
+
+Options: ``tenant`` (required), ``from`` and ``to`` (as in ``shale query``), ``selector`` (label matchers),
+``group`` (partition or backup), ``quarantine`` (true/false), ``config`` (a Shale TOML file; default: the
+usual lookup) and ``source`` (metastore or bucket-index). Tenant, time range and labels are applied where the
+blocks are chosen (the index) and as Parquet row filters (row-group statistics), so Spark only receives
+matching rows. **Spark 4.0's Python data sources cannot take pushed-down filters from ``.where()``**, so those
+are options; a ``.where()`` still works, applied by Spark after the read.
+
+One Spark partition per group of blocks (about 128 MB of objects). Blocks that might share records (their Kafka
+ranges intersect, see plan.py) go to the same partition, where duplicates are dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from shale.config import ShaleConfig, load_config
+from shale.objstore import open_bucket
+from shale.query.plan import Part, QueryPlan
+from shale.query.reader import Query, execute
+from shale.query.sources import open_source
+from shale.query.times import parse_time
+
+PARTITION_BYTES = 128 * 2**20
+SPARK_TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+
+def _spark_type(t: pa.DataType) -> str:
+    if pa.types.is_string(t):
+        return "string"
+    if pa.types.is_binary(t):
+        return "binary"
+    if pa.types.is_timestamp(t):
+        return "timestamp"
+    if pa.types.is_int8(t):
+        return "tinyint"
+    if pa.types.is_int32(t):
+        return "int"
+    if pa.types.is_int64(t):
+        return "bigint"
+    if pa.types.is_list(t):
+        return f"array<{_spark_type(t.value_type)}>"
+    if pa.types.is_struct(t):
+        return "struct<" + ",".join(f"{f.name}:{_spark_type(f.type)}" for f in t) + ">"
+    raise TypeError(f"no Spark type for {t}")
+
+
+def spark_ddl(schema: pa.Schema) -> str:
+    return ", ".join(f"`{f.name}` {_spark_type(f.type)}" for f in schema)
+
+
+def _for_spark(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Spark's Arrow columns carry microsecond timestamps."""
+    arrays = [c.cast(SPARK_TIMESTAMP) if pa.types.is_timestamp(c.type) else c for c in batch.columns]
+    return pa.RecordBatch.from_arrays(arrays, names=batch.schema.names)
+
+
+def _groups(plan: QueryPlan) -> list[list[Part]]:
+    """Parts in groups of about PARTITION_BYTES; parts on topic-partitions needing dedup stay together."""
+    shared = [p for p in plan.parts if any((r.topic, r.partition) in plan.dedup_partitions for r in p.block.kafka)]
+    alone = [p for p in plan.parts if p not in shared]
+    groups: list[list[Part]] = [shared] if shared else []
+    current: list[Part] = []
+    size = 0
+    for part in alone:
+        file_size = part.block.file(part.dataset.file).size
+        if current and size + file_size > PARTITION_BYTES:
+            groups.append(current)
+            current, size = [], 0
+        current.append(part)
+        size += file_size
+    if current:
+        groups.append(current)
+    return groups
+
+
+class ShaleDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "shale"
+
+    def _setup(self) -> tuple[ShaleConfig, Query, QueryPlan]:
+        options: dict[str, str] = dict(self.options)
+        if "tenant" not in options:
+            raise ValueError('spark.read.format("shale") needs .option("tenant", ...)')
+        config = load_config(options.get("config") or None)
+        query = Query(options["tenant"], parse_time(options.get("from", "0")), parse_time(options.get("to", "now")),
+                      options.get("selector", ""), group=options.get("group", "partition"),
+                      kind="quarantine" if options.get("quarantine", "false").lower() == "true" else "records")
+        bucket = open_bucket(config.bucket)
+        plan = query.plan(open_source(config, options.get("source", "metastore"), bucket))
+        return config, query, plan
+
+    def schema(self) -> str:
+        _, _, plan = self._setup()
+        return spark_ddl(plan.schema)
+
+    def reader(self, schema: Any) -> ShaleReader:
+        config, query, plan = self._setup()
+        return ShaleReader(config, query, plan)
+
+
+class ShaleReader(DataSourceReader):
+    def __init__(self, config: ShaleConfig, query: Query, plan: QueryPlan) -> None:
+        self.config = config
+        self.query = query
+        self.plan = plan
+
+    def partitions(self) -> list[Any]:
+        return [InputPartition(i) for i in range(len(_groups(self.plan)))] or [InputPartition(-1)]
+
+    def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
+        if partition.value < 0:
+            return
+        parts = _groups(self.plan)[partition.value]
+        sub = QueryPlan(parts, self.plan.schema, self.plan.time_column, self.plan.dedup_partitions,
+                        self.plan.base_columns)
+        for batch in execute(self.query, sub, open_bucket(self.config.bucket)):
+            yield _for_spark(batch)
+
+
+def register(spark: Any) -> None:
+    """Make ``spark.read.format("shale")`` available in this session."""
+    spark.dataSource.register(ShaleDataSource)

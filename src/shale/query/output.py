@@ -1,0 +1,68 @@
+"""Writing a query's stream: table (for people), json (one object per line), csv, parquet."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+from collections.abc import Iterator
+from typing import IO, Any
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+FORMATS = ("table", "json", "csv", "parquet")
+
+
+def _text(value: Any) -> Any:
+    if isinstance(value, bytes):
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            return "base64:" + base64.b64encode(value).decode()
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    if isinstance(value, list):
+        return [_text(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _text(v) for k, v in value.items()}
+    return value
+
+
+def write_json(batches: Iterator[pa.RecordBatch], out: IO[str]) -> None:
+    """Binary values are text when they are UTF-8, else ``base64:...``; times are ISO 8601."""
+    for batch in batches:
+        for row in batch.to_pylist():
+            out.write(json.dumps(_text(row)) + "\n")
+
+
+def _flat(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """CSV has no binary or nested values: binary as text (as for json), headers as JSON."""
+    arrays = []
+    for name, column in zip(batch.schema.names, batch.columns, strict=True):
+        if pa.types.is_binary(column.type) or pa.types.is_list(column.type):
+            values = [_text(v) for v in column.to_pylist()]
+            arrays.append(pa.array([json.dumps(v) if isinstance(v, list) else v for v in values], pa.string()))
+        else:
+            arrays.append(column)
+    return pa.RecordBatch.from_arrays(arrays, names=batch.schema.names)
+
+
+def write_csv(schema: pa.Schema, batches: Iterator[pa.RecordBatch], out: IO[bytes]) -> None:
+    writer = None
+    for batch in batches:
+        flat = _flat(batch)
+        if writer is None:
+            writer = pacsv.CSVWriter(out, flat.schema)
+        writer.write_batch(flat)
+    if writer is None:
+        empty = _flat(pa.RecordBatch.from_pylist([], schema=schema))
+        writer = pacsv.CSVWriter(out, empty.schema)
+    writer.close()
+
+
+def write_parquet(schema: pa.Schema, batches: Iterator[pa.RecordBatch], path: str) -> None:
+    with pq.ParquetWriter(path, schema, compression="zstd") as writer:
+        for batch in batches:
+            writer.write_batch(batch)

@@ -1,0 +1,126 @@
+"""Planning a query: which blocks and datasets to read, with which row filter, and where duplicates can occur.
+
+Blocks come from a ``BlockSource`` (the metastore, or a tenant's bucket index), already pruned by tenant, data
+time and dataset labels, and never HealthyOverlapped or marked for deletion. The row filter keeps the time range
+and the label matchers that name columns (for example a parser's ``level``); Parquet row-group statistics
+prune with it too.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shale.block import BlockMeta, Dataset
+from shale.block.schemas import BACKUP_SCHEMA, QUARANTINE_SCHEMA, TIMESTAMP, partition_schema
+from shale.index import Matcher
+
+Kind = Literal["records", "quarantine"]
+
+
+class BlockSource(Protocol):
+    def query_blocks(self, tenants: Sequence[str], start: int, end: int, selector: str = "",
+                     group: str | None = None) -> list[BlockMeta]: ...
+
+
+@dataclass(frozen=True)
+class Part:
+    """One dataset of one block to read."""
+
+    block: BlockMeta
+    dataset: Dataset
+
+
+@dataclass
+class QueryPlan:
+    parts: list[Part]
+    schema: pa.Schema
+    time_column: str
+    dedup_partitions: set[tuple[str, int]]
+    """Topic-partitions where two selected blocks may hold the same record (only then are rows deduplicated)."""
+    base_columns: list[str]
+    """The columns every dataset of this query has (its kind's base schema)."""
+
+    @property
+    def objects(self) -> int:
+        return len(self.parts)
+
+
+def output_schema(group: str, kind: Kind, parts: list[Part]) -> pa.Schema:
+    if kind == "quarantine":
+        return QUARANTINE_SCHEMA
+    if group == "backup":
+        return BACKUP_SCHEMA
+    return partition_schema(sorted({c for p in parts for c in p.dataset.columns}))
+
+
+def _may_share_records(a: BlockMeta, b: BlockMeta) -> set[tuple[str, int]]:
+    """Topic-partitions on which two blocks' offset ranges intersect such that a record could be in both.
+    Level-0 partition-group blocks of different partition values share ranges but never records."""
+    if (a.group, a.generation) != (b.group, b.generation):
+        return set()
+    if (a.group == "partition" and a.level == 0 and b.level == 0 and a.partition_values and b.partition_values
+            and a.partition_values != b.partition_values):
+        return set()
+    shared = set()
+    for ra in a.kafka:
+        for rb in b.kafka:
+            if (ra.topic, ra.partition) == (rb.topic, rb.partition) and ra.start < rb.end and rb.start < ra.end:
+                shared.add((ra.topic, ra.partition))
+    return shared
+
+
+def plan_query(blocks: list[BlockMeta], group: str, kind: Kind, columns: Sequence[str] | None = None) -> QueryPlan:
+    parts = [Part(b, d) for b in sorted(blocks, key=lambda m: (m.min_time, m.id)) for d in b.datasets
+             if d.kind == kind and b.group == group]
+    dedup: set[tuple[str, int]] = set()
+    for i, a in enumerate(blocks):
+        for b in blocks[i + 1:]:
+            dedup |= _may_share_records(a, b)
+    schema = output_schema(group, kind, parts)
+    base = [f.name for f in output_schema(group, kind, [])]
+    if columns:
+        unknown = [c for c in columns if c not in schema.names]
+        if unknown:
+            raise ValueError(f"unknown columns {unknown}; this query's columns are {schema.names}")
+        schema = pa.schema([schema.field(c) for c in columns])
+    time_column = "event_time" if group == "partition" and kind == "records" else "timestamp"
+    return QueryPlan(parts, schema, time_column, dedup, base)
+
+
+def _label_expression(matcher: Matcher, field: Any) -> Any:
+    value = pc.coalesce(field, pa.scalar(""))  # Prometheus semantics: a missing label is ""
+    if matcher.op == "=":
+        return pc.equal(value, matcher.value)
+    if matcher.op == "!=":
+        return pc.not_equal(value, matcher.value)
+    anchored = f"^(?:{matcher.value})$"
+    hit = pc.match_substring_regex(value, anchored)
+    return hit if matcher.op == "=~" else pc.invert(hit)
+
+
+def row_filter(plan: QueryPlan, dataset: Dataset, start: int, end: int, matchers: Sequence[Matcher]) -> Any:
+    """A pyarrow expression for one dataset: the time range and every matcher on one of its columns."""
+    time = pc.field(plan.time_column)
+    expression = (time >= pa.scalar(start, TIMESTAMP)) & (time <= pa.scalar(end, TIMESTAMP))
+    available = set(dataset.columns) | {"topic", "dt"}
+    for matcher in matchers:
+        if matcher.name in available:
+            expression = expression & _label_expression(matcher, pc.field(matcher.name))
+    return expression
+
+
+def check_regex(matchers: Sequence[Matcher]) -> None:
+    """pyarrow evaluates regexes with RE2; refuse what RE2 cannot run, naming the matcher."""
+    for matcher in matchers:
+        if matcher.op in ("=~", "!~"):
+            try:
+                pc.match_substring_regex(pa.array([""]), f"^(?:{matcher.value})$")
+            except pa.ArrowInvalid as exc:
+                raise ValueError(f"{matcher}: RE2 cannot run this regular expression ({exc})") from None
+            re.compile(matcher.value)

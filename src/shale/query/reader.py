@@ -1,0 +1,129 @@
+"""Running a query: a stream of Arrow record batches, never the whole result in memory.
+
+Datasets are read one at a time with column projection and the row filter (ranged reads: only the footer and
+the needed column chunks are fetched, Parquet page checksums checked). Rows whose (topic, partition, offset)
+were already returned are dropped, only on topic-partitions where two selected blocks could share records;
+elsewhere no state is kept at all.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from shale.block import read_dataset
+from shale.block.names import check_tenant
+from shale.index import Matcher, parse_matchers
+from shale.objstore import BucketReader
+from shale.query.plan import BlockSource, Kind, QueryPlan, check_regex, plan_query, row_filter
+
+
+@dataclass
+class QueryStats:
+    blocks: int = 0
+    objects: int = 0
+    bytes_read: int = 0
+    requests: int = 0
+    rows: int = 0
+    duplicates_dropped: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class Query:
+    tenant: str
+    start: int
+    end: int
+    selector: str = ""
+    group: str = "partition"
+    kind: Kind = "records"
+    columns: Sequence[str] | None = None
+    limit: int | None = None
+    stats: QueryStats = field(default_factory=QueryStats)
+
+    def __post_init__(self) -> None:
+        check_tenant(self.tenant)
+        if self.end < self.start:
+            raise ValueError(f"the query ends ({self.end}) before it starts ({self.start})")
+        if self.group not in ("backup", "partition"):
+            raise ValueError(f"group {self.group!r} is not backup or partition")
+        self.matchers: list[Matcher] = parse_matchers(self.selector)
+        check_regex(self.matchers)
+
+    def plan(self, source: BlockSource) -> QueryPlan:
+        blocks = source.query_blocks([self.tenant], self.start, self.end, self.selector, group=self.group)
+        self.stats.blocks = len(blocks)
+        return plan_query(blocks, self.group, self.kind, self.columns)
+
+
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """The dataset's rows in the query's schema: missing parser columns become nulls, order fixed."""
+    columns = []
+    for f in schema:
+        if f.name in table.column_names:
+            columns.append(table.column(f.name).cast(f.type))
+        else:
+            columns.append(pa.nulls(table.num_rows, f.type))
+    return pa.table(columns, schema=schema)
+
+
+def execute(query: Query, plan: QueryPlan, bucket: BucketReader) -> Iterator[pa.RecordBatch]:
+    started = time.perf_counter()
+    counter = getattr(bucket, "calls", None)
+    bytes_before = counter.bytes_read if counter is not None else 0
+    requests_before = counter.total() if counter is not None else 0
+    seen: dict[tuple[str, int], set[int]] = defaultdict(set)
+    needed = set(plan.schema.names)
+    dedup_cols = {"topic", "partition", "offset"} if plan.dedup_partitions else set()
+    try:
+        yield from _parts(query, plan, bucket, seen, needed | dedup_cols, counter, bytes_before, requests_before)
+    finally:
+        query.stats.seconds = time.perf_counter() - started
+
+
+def _parts(query: Query, plan: QueryPlan, bucket: BucketReader, seen: dict[tuple[str, int], set[int]],
+           wanted: set[str], counter: object, bytes_before: int, requests_before: int) -> Iterator[pa.RecordBatch]:
+    for part in plan.parts:
+        if query.limit is not None and query.stats.rows >= query.limit:
+            break
+        expression = row_filter(plan, part.dataset, query.start, query.end, query.matchers)
+        present = set(plan.base_columns) | set(part.dataset.columns)
+        read_cols = [c for c in sorted(present) if c in wanted]
+        table = read_dataset(bucket, part.block, part.dataset, filters=expression, whole_object=False,
+                             columns=read_cols)
+        query.stats.objects += 1
+        if counter is not None:
+            query.stats.bytes_read = counter.bytes_read - bytes_before  # type: ignore[attr-defined]
+            query.stats.requests = counter.total() - requests_before  # type: ignore[attr-defined]
+        if plan.dedup_partitions and table.num_rows:
+            keep = []
+            keys = zip(table.column("topic").to_pylist(), table.column("partition").to_pylist(),
+                       table.column("offset").to_pylist(), strict=True)
+            for topic, partition, offset in keys:
+                tp = (topic, partition)
+                if tp not in plan.dedup_partitions:
+                    keep.append(True)
+                    continue
+                fresh = offset not in seen[tp]
+                seen[tp].add(offset)
+                keep.append(fresh)
+            dropped = keep.count(False)
+            if dropped:
+                query.stats.duplicates_dropped += dropped
+                table = table.filter(pa.array(keep))
+        table = _conform(table, plan.schema)
+        if query.limit is not None:
+            table = table.slice(0, max(0, query.limit - query.stats.rows))
+        query.stats.rows += table.num_rows
+        yield from table.to_batches()
+
+
+def run_query(query: Query, source: BlockSource, bucket: BucketReader) -> pa.RecordBatchReader:
+    """The query's rows as a stream (the Python API). ``query.stats`` fills in as the stream is read."""
+    plan = query.plan(source)
+    return pa.RecordBatchReader.from_batches(plan.schema, execute(query, plan, bucket))
+
