@@ -66,7 +66,11 @@ def query(ctx: click.Context, selector: str, tenant: str, start: str, end: str, 
         table = Table(*reader.schema.names)
         for row in islice((r for b in batches for r in b.to_pylist()), q.limit):
             table.add_row(*(str(_text(v))[:120] for v in row.values()))
-        Console(file=open(output, "w") if output else None, width=200).print(table)
+        if output:
+            with open(output, "w") as out:
+                Console(file=out, width=200).print(table)
+        else:
+            Console(width=200).print(table)
     if stats:
         s = q.stats
         click.echo(f"{s.rows} rows from {s.objects} objects of {s.blocks} blocks, {s.bytes_read} bytes in "

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from shale.config import ShaleConfig, load_config
 from shale.objstore import open_bucket
@@ -27,8 +28,6 @@ from shale.query.times import parse_time
 
 PARTITION_BYTES = 128 * 2**20
 SPARK_TIMESTAMP = pa.timestamp("us", tz="UTC")
-
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 
 def _spark_type(t: pa.DataType) -> str:

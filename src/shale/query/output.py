@@ -40,7 +40,7 @@ def write_json(batches: Iterator[pa.RecordBatch], out: IO[str]) -> None:
 def _flat(batch: pa.RecordBatch) -> pa.RecordBatch:
     """CSV has no binary or nested values: binary as text (as for json), headers as JSON."""
     arrays = []
-    for name, column in zip(batch.schema.names, batch.columns, strict=True):
+    for column in batch.columns:
         if pa.types.is_binary(column.type) or pa.types.is_list(column.type):
             values = [_text(v) for v in column.to_pylist()]
             arrays.append(pa.array([json.dumps(v) if isinstance(v, list) else v for v in values], pa.string()))
