@@ -24,8 +24,15 @@ import pyarrow.parquet as pq
 
 from bench.common import progress, timed, write_result
 from bench.services import minio_bucket
-from shale.block import BlockMeta, BlockSpec, DatasetInput, KafkaRange, block_file_key, deterministic_block_id
-from shale.block import write_block
+from shale.block import (
+    BlockMeta,
+    BlockSpec,
+    DatasetInput,
+    KafkaRange,
+    block_file_key,
+    deterministic_block_id,
+    write_block,
+)
 from shale.block.schemas import BACKUP_SCHEMA
 from shale.compaction.worker import CompactionWorker
 from shale.config import CompactionConfig, ShaleConfig, SparkConfig
