@@ -55,7 +55,8 @@ def produce_json(bootstrap: str, topic: str, count: int, invalid_every: int = 0,
 
 
 def write_config(path: Path, bootstrap: str, bucket: BucketConfig, topics: list[str],
-                 metastore: dict[str, Any] | None = None, **ingest: Any) -> Path:
+                 metastore: dict[str, Any] | None = None, parsers_override: list[dict[str, Any]] | None = None,
+                 **ingest: Any) -> Path:
     """A TOML config for one test: MinIO bucket, embedded metastore (unless ``metastore`` says otherwise) and
     checkpoints under ``path``."""
     data = {
@@ -64,7 +65,7 @@ def write_config(path: Path, bootstrap: str, bucket: BucketConfig, topics: list[
         "metastore": metastore or {"data_dir": str(path / "metastore")},
         "spark": {"master": "local[2]"},
         "ingest": {"topics": topics, "checkpoint_dir": str(path / "checkpoints"), "trigger_interval": "1s",
-                   "parsers": [JSON_PARSER], **ingest},
+                   "parsers": parsers_override or [JSON_PARSER], **ingest},
     }
     lines: list[str] = []
     for section, values in data.items():

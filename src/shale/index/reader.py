@@ -21,7 +21,7 @@ from shale.index.records import OffsetRow, PartitionRow, TombstoneRow, decode_me
 from shale.index.schema import PARTITION_WINDOW_MS
 
 HASHED_TABLES = ("state", "strings", "partitions", "blocks", "tombstones", "tenant_versions", "offsets", "commits",
-                 "settings", "compaction_queue", "compaction_jobs")
+                 "settings", "compaction_queue", "compaction_jobs", "generations")
 
 
 class IndexReader:
@@ -186,6 +186,11 @@ class IndexReader:
     def tenant_versions(self) -> dict[str, int]:
         """Per tenant, the log index of the last change to its blocks or tombstones (for the bucket-index writer)."""
         return {r[0]: int(r[1]) for r in self.conn.execute("SELECT tenant, version FROM tenant_versions")}
+
+    def generation_rules(self, tenant: str) -> list[tuple[str, int, int, int]]:
+        """The tenant's generation switches, oldest first: (topic, start ms, end ms, generation)."""
+        return [(r[0], r[1], r[2], r[3]) for r in self.conn.execute(
+            'SELECT topic, start, "end", generation FROM generations WHERE tenant = ? ORDER BY seq', (tenant,))]
 
     def tenant_tombstones(self, tenant: str) -> list[TombstoneRow]:
         rows = self.conn.execute(

@@ -62,6 +62,16 @@ CREATE TABLE IF NOT EXISTS tenant_versions (
     version INTEGER NOT NULL
 ) WITHOUT ROWID;
 
+CREATE TABLE IF NOT EXISTS generations (
+    tenant TEXT NOT NULL,
+    topic TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    start INTEGER NOT NULL,
+    "end" INTEGER NOT NULL,
+    generation INTEGER NOT NULL,
+    PRIMARY KEY (tenant, topic, seq)
+) WITHOUT ROWID;
+
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 
 CREATE TABLE IF NOT EXISTS compaction_queue (

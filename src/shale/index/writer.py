@@ -168,6 +168,24 @@ class IndexWriter:
             "INSERT INTO tenant_versions (tenant, version) VALUES (?, ?) "
             "ON CONFLICT (tenant) DO UPDATE SET version = excluded.version", [(t, version) for t in sorted(tenants)])
 
+    def add_generation_rule(self, tenant: str, topic: str, start: int, end: int, generation: int) -> bool:
+        """Append a switch; False (nothing done) if the latest switch of this topic is the same one."""
+        last = self.conn.execute(
+            'SELECT start, "end", generation FROM generations WHERE tenant = ? AND topic = ? ORDER BY seq DESC '
+            "LIMIT 1", (tenant, topic)).fetchone()
+        if last is not None and tuple(last) == (start, end, generation):
+            return False
+        (seq,) = self.conn.execute("SELECT coalesce(max(seq), 0) + 1 FROM generations WHERE tenant = ? AND topic = ?",
+                                   (tenant, topic)).fetchone()
+        self.conn.execute('INSERT INTO generations (tenant, topic, seq, start, "end", generation) '
+                          "VALUES (?, ?, ?, ?, ?, ?)", (tenant, topic, seq, start, end, generation))
+        return True
+
+    def tenant_block_metas(self, tenant: str) -> list[BlockMeta]:
+        sid = self.intern(tenant)
+        return [decode_meta(r[0]) for r in self.conn.execute("SELECT meta FROM blocks WHERE tenant = ? ORDER BY id",
+                                                              (sid,))]
+
     # -- tombstones -----------------------------------------------------------------------------
 
     def add_tombstone(self, meta: BlockMeta, created_at: int, reason: str) -> None:

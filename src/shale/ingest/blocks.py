@@ -117,8 +117,12 @@ def _parse(spec: GroupSpec, table: pa.Table,
     for i, (value, stamp) in enumerate(zip(values, stamps, strict=True)):
         try:
             event_time, fields = parser.parse(value, stamp)
+            _date(event_time)  # a time no calendar can hold is the parser's mistake, not the pipeline's
         except ParseError as exc:
             rejected.append((i, exc.reason))
+            continue
+        except (ValueError, OverflowError, OSError):
+            rejected.append((i, f"event time {event_time} ms is outside the years 1 to 9999"))
             continue
         good.append(i)
         times.append(event_time)
@@ -137,8 +141,8 @@ def _parse(spec: GroupSpec, table: pa.Table,
         good, rejected, parser
 
 
-def write_partition(spec: GroupSpec, bucket: Bucket, table: pa.Table,
-                    committed_end: int | None) -> PartitionResult | None:
+def write_partition(spec: GroupSpec, bucket: Bucket, table: pa.Table, committed_end: int | None,
+                    derived_from: list[str] | None = None) -> PartitionResult | None:
     """Write the blocks of one topic-partition's records (normalized, in offset order). None if every record
     is committed already."""
     if committed_end is not None:
@@ -166,7 +170,8 @@ def write_partition(spec: GroupSpec, bucket: Bucket, table: pa.Table,
         info = (ParserInfo(name=parser.name, version=parser.version, options_digest=parser.digest())
                 if parser is not None else None)
         return BlockSpec(id=deterministic_block_id(time_ms, f"{key}/{tenant}/{pv_key}"), tenant=tenant,
-                         group=spec.group, generation=spec.generation, kafka=kafka, partition_values=pv, parser=info)
+                         group=spec.group, generation=spec.generation, kafka=kafka, partition_values=pv, parser=info,
+                         derived_from=sorted(derived_from or []))
 
     for i, problem in enumerate(problems):
         if problem is not None:

@@ -36,6 +36,10 @@ class Metastore(Protocol):
 
     def tombstones(self, created_before: int | None = None, limit: int = 1000) -> list[TombstoneRow]: ...
 
+    def generation_rules(self, tenant: str) -> list[tuple[str, int, int, int]]:
+        """Generation switches of a tenant, oldest first: (topic, start ms, end ms, generation)."""
+        ...
+
     def tenants(self) -> list[str]: ...
 
     def tenant_blocks(self, tenant: str) -> list[BlockMeta]:

@@ -122,6 +122,10 @@ class MetastoreClient:
         body = self._get("/v1/tombstones", created_before=created_before, limit=limit)
         return [TombstoneRow.model_validate(t) for t in body["tombstones"]]
 
+    def generation_rules(self, tenant: str) -> list[tuple[str, int, int, int]]:
+        rules = self._get(f"/v1/tenants/{tenant}/generations")["rules"]
+        return [(str(t), int(s), int(e), int(g)) for t, s, e, g in rules]
+
     def tenants(self) -> list[str]:
         return list(self._get("/v1/tenants")["tenants"])
 

@@ -90,6 +90,20 @@ class DeleteTombstones(_Command):
     block_ids: list[str]
 
 
+class SetActiveGeneration(_Command):
+    """Make ``generation`` the one readers see for a tenant's topic over data time ``[start, end]`` (seed 002's
+    reversible parser bugs). With ``retire``, partition-group blocks of other generations that lie wholly in the
+    range are tombstoned (their objects go after the delete delay)."""
+
+    kind: Literal["SetActiveGeneration"] = "SetActiveGeneration"
+    tenant: str
+    topic: str
+    generation: int = Field(ge=0)
+    start: int
+    end: int
+    retire: bool = False
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -131,10 +145,10 @@ class SetCompactionFailureLimit(_Command):
 
 
 Command = Annotated[Noop | AddBlocks | CommitIngestBatch | ReplaceBlocks | TruncateIndex | DeleteTombstones
-                    | UpdateCompactionPlan | SetCompactionFailureLimit, Field(discriminator="kind")]
+                    | UpdateCompactionPlan | SetCompactionFailureLimit | SetActiveGeneration, Field(discriminator="kind")]
 _ADAPTER: TypeAdapter[Command] = TypeAdapter(Command)
 COMMAND_KINDS = ("Noop", "AddBlocks", "CommitIngestBatch", "ReplaceBlocks", "TruncateIndex", "DeleteTombstones",
-                 "UpdateCompactionPlan", "SetCompactionFailureLimit")
+                 "UpdateCompactionPlan", "SetCompactionFailureLimit", "SetActiveGeneration")
 
 
 class Result(BaseModel):

@@ -29,6 +29,7 @@ from shale.metastore.commands import (
     Noop,
     ReplaceBlocks,
     Result,
+    SetActiveGeneration,
     SetCompactionFailureLimit,
     TruncateIndex,
     UpdateCompactionPlan,
@@ -199,6 +200,25 @@ def _update_compaction_plan(w: IndexWriter, cmd: UpdateCompactionPlan, entry: En
 @handles(SetCompactionFailureLimit)
 def _set_failure_limit(w: IndexWriter, cmd: SetCompactionFailureLimit, entry: Entry) -> Result:
     return apply_failure_limit(w, cmd)
+
+
+@handles(SetActiveGeneration)
+def _set_active_generation(w: IndexWriter, cmd: SetActiveGeneration, entry: Entry) -> Result:
+    if cmd.end < cmd.start:
+        raise CommandRejectedError(f"the range ends ({cmd.end}) before it starts ({cmd.start})", reason="malformed")
+    added = w.add_generation_rule(cmd.tenant, cmd.topic, cmd.start, cmd.end, cmd.generation)
+    retired = []
+    if cmd.retire:
+        for meta in w.tenant_block_metas(cmd.tenant):
+            if (meta.group == "partition" and meta.generation != cmd.generation
+                    and all(d.topic == cmd.topic for d in meta.datasets)
+                    and meta.min_time >= cmd.start and meta.max_time <= cmd.end):
+                w.remove_block(meta.id)
+                w.add_tombstone(meta, entry.time_ms, f"generation {cmd.generation} replaced it")
+                retired.append(meta.id)
+    if added or retired:
+        w.touch({cmd.tenant}, entry.index)
+    return Result(ok=True, data={"switched": added, "retired": retired})
 
 
 class StateMachine:

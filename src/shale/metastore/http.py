@@ -25,7 +25,7 @@ from shale.metastore.commands import decode
 from shale.metastore.service import MetastoreService
 
 CLIENT_COMMANDS = {"Noop", "AddBlocks", "CommitIngestBatch", "ReplaceBlocks", "DeleteTombstones",
-                   "SetCompactionFailureLimit"}
+                   "SetCompactionFailureLimit", "SetActiveGeneration"}
 
 
 def create_app(service: MetastoreService, leader_http: Callable[[], str | None],
@@ -93,6 +93,10 @@ def create_app(service: MetastoreService, leader_http: Callable[[], str | None],
         metas = service.tenant_blocks(tenant)
         return Response('{"blocks": [' + ",".join(m.model_dump_json() for m in metas) + "]}",
                         media_type="application/json")
+
+    @app.get("/v1/tenants/{tenant}/generations")
+    def generations(tenant: str) -> dict[str, Any]:
+        return {"rules": service.generation_rules(tenant)}
 
     @app.get("/v1/labels")
     def labels(tenant: list[str] = Query(...), start: int = 0, end: int = 2**62,  # noqa: B008

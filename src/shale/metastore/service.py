@@ -108,6 +108,10 @@ class MetastoreService:
     def tombstones(self, created_before: int | None = None, limit: int = 1000) -> list[TombstoneRow]:
         return self.state.reader.tombstones(created_before, limit)
 
+    def generation_rules(self, tenant: str) -> list[tuple[str, int, int, int]]:
+        self.linearize()
+        return self.state.reader.generation_rules(tenant)
+
     def tenants(self) -> list[str]:
         return self.state.reader.tenants()
 

@@ -30,10 +30,32 @@ class BlockSource(Protocol):
 
 @dataclass(frozen=True)
 class Part:
-    """One dataset of one block to read."""
+    """One dataset of one block to read, and the data-time intervals in which its generation is the active one
+    (None: the whole query range)."""
 
     block: BlockMeta
     dataset: Dataset
+    intervals: tuple[tuple[int, int], ...] | None = None
+
+
+def active_intervals(rules: list[tuple[str, int, int, int]], topic: str, generation: int, default: int,
+                     start: int, end: int) -> list[tuple[int, int]]:
+    """Where in ``[start, end]`` ``generation`` is the active one for ``topic``: the latest switch covering a
+    time wins; times no switch covers belong to ``default``."""
+    mine = [(s, e, g) for t, s, e, g in rules if t == topic and e >= start and s <= end]
+    cuts = sorted({start, end + 1, *(max(start, s) for s, _, _ in mine), *(min(end, e) + 1 for _, e, _ in mine)})
+    out: list[tuple[int, int]] = []
+    for low, high in zip(cuts, cuts[1:], strict=False):
+        active = default
+        for s, e, g in mine:  # oldest first: later switches override
+            if s <= low and high - 1 <= e:
+                active = g
+        if active == generation:
+            if out and out[-1][1] == low - 1:
+                out[-1] = (out[-1][0], high - 1)
+            else:
+                out.append((low, high - 1))
+    return out
 
 
 @dataclass
@@ -75,9 +97,23 @@ def _may_share_records(a: BlockMeta, b: BlockMeta) -> set[tuple[str, int]]:
     return shared
 
 
-def plan_query(blocks: list[BlockMeta], group: str, kind: Kind, columns: Sequence[str] | None = None) -> QueryPlan:
-    parts = [Part(b, d) for b in sorted(blocks, key=lambda m: (m.min_time, m.id)) for d in b.datasets
-             if d.kind == kind and b.group == group]
+def plan_query(blocks: list[BlockMeta], group: str, kind: Kind, columns: Sequence[str] | None = None, *,
+               rules: list[tuple[str, int, int, int]] | None = None, default_generation: int = 1,
+               start: int = 0, end: int = 2**62) -> QueryPlan:
+    """Parts to read. In the partition group only the active generation of each topic is read (section 14)."""
+    parts = []
+    for b in sorted(blocks, key=lambda m: (m.min_time, m.id)):
+        for d in b.datasets:
+            if d.kind != kind or b.group != group:
+                continue
+            if group == "partition":
+                spans = active_intervals(rules or [], d.topic, b.generation, default_generation, start, end)
+                if not spans:
+                    continue
+                parts.append(Part(b, d, tuple(spans) if spans != [(start, end)] else None))
+            else:
+                parts.append(Part(b, d))
+    blocks = [b for b in blocks if any(p.block is b for p in parts)]
     dedup: set[tuple[str, int]] = set()
     for i, a in enumerate(blocks):
         for b in blocks[i + 1:]:
@@ -104,11 +140,19 @@ def _label_expression(matcher: Matcher, field: Any) -> Any:
     return hit if matcher.op == "=~" else pc.invert(hit)
 
 
-def row_filter(plan: QueryPlan, dataset: Dataset, start: int, end: int, matchers: Sequence[Matcher]) -> Any:
-    """A pyarrow expression for one dataset: the time range and every matcher on one of its columns."""
+def row_filter(plan: QueryPlan, part: Part, start: int, end: int, matchers: Sequence[Matcher]) -> Any:
+    """A pyarrow expression for one part: the time range (or its generation's intervals in it) and every matcher
+    on one of its columns."""
     time = pc.field(plan.time_column)
     expression = (time >= pa.scalar(start, TIMESTAMP)) & (time <= pa.scalar(end, TIMESTAMP))
-    available = set(dataset.columns) | {"topic", "dt"}
+    if part.intervals is not None:
+        spans = [(time >= pa.scalar(low, TIMESTAMP)) & (time <= pa.scalar(high, TIMESTAMP))
+                 for low, high in part.intervals]
+        either = spans[0]
+        for span in spans[1:]:
+            either = either | span
+        expression = expression & either
+    available = set(part.dataset.columns) | {"topic", "dt"}
     for matcher in matchers:
         if matcher.name in available:
             expression = expression & _label_expression(matcher, pc.field(matcher.name))

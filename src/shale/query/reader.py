@@ -43,6 +43,7 @@ class Query:
     kind: Kind = "records"
     columns: Sequence[str] | None = None
     limit: int | None = None
+    default_generation: int = 1
     stats: QueryStats = field(default_factory=QueryStats)
 
     def __post_init__(self) -> None:
@@ -56,8 +57,12 @@ class Query:
 
     def plan(self, source: BlockSource) -> QueryPlan:
         blocks = source.query_blocks([self.tenant], self.start, self.end, self.selector, group=self.group)
-        self.stats.blocks = len(blocks)
-        return plan_query(blocks, self.group, self.kind, self.columns)
+        rules_of = getattr(source, "generation_rules", None)
+        rules = rules_of(self.tenant) if rules_of is not None and self.group == "partition" else []
+        plan = plan_query(blocks, self.group, self.kind, self.columns, rules=rules,
+                          default_generation=self.default_generation, start=self.start, end=self.end)
+        self.stats.blocks = len({p.block.id for p in plan.parts})
+        return plan
 
 
 def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -90,7 +95,7 @@ def _parts(query: Query, plan: QueryPlan, bucket: BucketReader, seen: dict[tuple
     for part in plan.parts:
         if query.limit is not None and query.stats.rows >= query.limit:
             break
-        expression = row_filter(plan, part.dataset, query.start, query.end, query.matchers)
+        expression = row_filter(plan, part, query.start, query.end, query.matchers)
         present = set(plan.base_columns) | set(part.dataset.columns)
         read_cols = [c for c in sorted(present) if c in wanted]
         table = read_dataset(bucket, part.block, part.dataset, filters=expression, whole_object=False,

@@ -1,0 +1,8 @@
+"""Reprocessing (seed 002: "data corruption caused by bugs in the message parsers should be reversible"): run a
+(fixed) parser over the backup group's verbatim records into a new generation of the partition group, while
+live ingestion goes on; then switch readers to it. See job.py for the sequence, trace.py for traceability."""
+
+from shale.reprocess.job import ReprocessJob, ReprocessReport
+from shale.reprocess.trace import locate, trace_block
+
+__all__ = ["ReprocessJob", "ReprocessReport", "locate", "trace_block"]
