@@ -145,7 +145,8 @@ class SetCompactionFailureLimit(_Command):
 
 
 Command = Annotated[Noop | AddBlocks | CommitIngestBatch | ReplaceBlocks | TruncateIndex | DeleteTombstones
-                    | UpdateCompactionPlan | SetCompactionFailureLimit | SetActiveGeneration, Field(discriminator="kind")]
+                    | UpdateCompactionPlan | SetCompactionFailureLimit | SetActiveGeneration,
+                    Field(discriminator="kind")]
 _ADAPTER: TypeAdapter[Command] = TypeAdapter(Command)
 COMMAND_KINDS = ("Noop", "AddBlocks", "CommitIngestBatch", "ReplaceBlocks", "TruncateIndex", "DeleteTombstones",
                  "UpdateCompactionPlan", "SetCompactionFailureLimit", "SetActiveGeneration")

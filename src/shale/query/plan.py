@@ -8,6 +8,7 @@ prune with it too.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,7 +46,7 @@ def active_intervals(rules: list[tuple[str, int, int, int]], topic: str, generat
     mine = [(s, e, g) for t, s, e, g in rules if t == topic and e >= start and s <= end]
     cuts = sorted({start, end + 1, *(max(start, s) for s, _, _ in mine), *(min(end, e) + 1 for _, e, _ in mine)})
     out: list[tuple[int, int]] = []
-    for low, high in zip(cuts, cuts[1:], strict=False):
+    for low, high in itertools.pairwise(cuts):
         active = default
         for s, e, g in mine:  # oldest first: later switches override
             if s <= low and high - 1 <= e:

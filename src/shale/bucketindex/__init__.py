@@ -1,0 +1,48 @@
+"""The per-tenant bucket index (seed 001): ``<tenant>/bucket-index.json.gz`` lists a tenant's complete blocks
+(full ``BlockMeta``) and deletion marks, so a reader learns the whole tenant with one GET and no LIST.
+
+Modules: ``model`` (the versioned record and the live-block rule), ``store`` (conditional writes that merge
+instead of overwriting), ``writer`` (the metastore leader's writer), ``scan`` (the coordination-free writer
+from a bucket scan), ``reader`` (lazy loading, background refresh, staleness), ``deltas`` (stale-tolerant mode).
+The sequence is in README.md.
+
+Errors::
+
+    ShaleError
+    ├── NotFoundError          the tenant has no index yet (build it, or start the metastore)
+    ├── ConflictError          a writer lost every conditional write of its bounded retries
+    ├── CorruptObjectError     a malformed index or delta, or an index of an unknown version
+    └── StaleIndexError        the index (and its deltas) is older than max_stale_period
+"""
+
+from shale.bucketindex.deltas import DELTA_MARGIN, UNREFLECTED_DELTA_LIMIT, DeltaWriter, IndexDelta, apply_delta
+from shale.bucketindex.model import INDEX_VERSION, BucketIndex, IndexedMark, live_blocks
+from shale.bucketindex.reader import BucketIndexReader, StaleIndexError
+from shale.bucketindex.scan import scan_index, write_scanned_index
+from shale.bucketindex.store import Published, StoredIndex, merge, publish, read_index
+from shale.bucketindex.writer import IndexSource, MetastoreIndexWriter, TenantWrite, Tombstone
+
+__all__ = [
+    "DELTA_MARGIN",
+    "INDEX_VERSION",
+    "UNREFLECTED_DELTA_LIMIT",
+    "BucketIndex",
+    "BucketIndexReader",
+    "DeltaWriter",
+    "IndexDelta",
+    "IndexSource",
+    "IndexedMark",
+    "MetastoreIndexWriter",
+    "Published",
+    "StaleIndexError",
+    "StoredIndex",
+    "TenantWrite",
+    "Tombstone",
+    "apply_delta",
+    "live_blocks",
+    "merge",
+    "publish",
+    "read_index",
+    "scan_index",
+    "write_scanned_index",
+]

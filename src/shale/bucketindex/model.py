@@ -1,0 +1,173 @@
+"""``BucketIndex``: the versioned record in ``<tenant>/bucket-index.json.gz`` (seed 001), and the rule that turns
+its entries into the blocks a reader may read.
+
+The object is gzip-compressed JSON::
+
+    {"version": 1, "tenant": "acme", "updated_at": 1795000000.0, "watermark": "<delta key or empty>",
+     "blocks": [<meta.json of each block, without null fields>],
+     "deletion_marks": [{"id": "01J...", "deletion_time": 1795000000.0, "reason": "compacted"}],
+     "uploaded": {"01J...": 1795000000.0}}
+
+* ``updated_at`` (seconds since the epoch, the writer's clock) is the index's freshness claim: it holds every
+  change its source knew of at that time. Readers refuse an index older than ``max_stale_period``.
+* ``watermark`` is the newest delta object (see ``deltas``) whose change the index is known to hold; readers in
+  stale-tolerant mode apply only the deltas after it.
+* ``blocks`` keeps each block's full ``BlockMeta``, not seed 001's subset: the query path reads datasets, files
+  and compaction sources straight from the entries, without one more GET per block.
+* ``deletion_marks`` are blocks marked for deletion; a marked block may still be listed in ``blocks`` (it is
+  readable by nobody, and deleted after the delay).
+* ``uploaded`` is when each block was first seen by an index writer (or its newest object's upload time).
+
+A malformed index, an index of another tenant and an index of an unknown version are ``CorruptObjectError``s
+naming the tenant and the key. Unknown fields are refused too: a newer Shale bumps ``version`` when it adds any.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from shale.block import BlockMeta, check_block_id, check_tenant
+from shale.errors import CorruptObjectError
+
+INDEX_VERSION = 1
+REBUILD_HINT = "rebuild it with `shale bucket index --tenant {tenant}` or let the metastore leader rewrite it"
+
+
+class IndexedMark(BaseModel):
+    """A deletion mark as the index keeps it: which block, since when (seconds since the epoch), and why."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    deletion_time: float
+    reason: str = ""
+
+    @model_validator(mode="after")
+    def _valid_id(self) -> IndexedMark:
+        check_block_id(self.id)
+        return self
+
+
+class BucketIndex(BaseModel):
+    """One tenant's blocks and deletion marks. Immutable; writers build a new one for every write."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: Literal[1] = 1
+    tenant: str
+    updated_at: float = Field(description="the writer's clock when it read its source, seconds since the epoch")
+    watermark: str = Field(default="", description="the newest delta key whose change this index holds")
+    blocks: list[BlockMeta] = Field(default_factory=list)
+    deletion_marks: list[IndexedMark] = Field(default_factory=list)
+    uploaded: dict[str, float] = Field(default_factory=dict, description="block id -> seconds since the epoch")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BucketIndex:
+        check_tenant(self.tenant)
+        ids = [b.id for b in self.blocks]
+        if len(set(ids)) != len(ids):
+            raise ValueError("a block id appears twice in blocks")
+        strangers = sorted({b.tenant for b in self.blocks} - {self.tenant})
+        if strangers:
+            raise ValueError(f"blocks of other tenants {strangers} in the index of {self.tenant}")
+        marks = [m.id for m in self.deletion_marks]
+        if len(set(marks)) != len(marks):
+            raise ValueError("a block id appears twice in deletion_marks")
+        return self
+
+    @classmethod
+    def empty(cls, tenant: str, updated_at: float = 0.0) -> BucketIndex:
+        return cls(tenant=tenant, updated_at=updated_at)
+
+    @classmethod
+    def build(cls, tenant: str, updated_at: float, blocks: Iterable[BlockMeta], marks: Iterable[IndexedMark] = (),
+              uploaded: dict[str, float] | None = None, watermark: str = "") -> BucketIndex:
+        """An index with blocks and marks in id order (so equal contents give equal bytes), and ``uploaded``
+        limited to the blocks it lists."""
+        by_id = {b.id: b for b in blocks}
+        times = uploaded or {}
+        return cls(tenant=tenant, updated_at=updated_at, watermark=watermark,
+                   blocks=[by_id[i] for i in sorted(by_id)],
+                   deletion_marks=sorted({m.id: m for m in marks}.values(), key=lambda m: m.id),
+                   uploaded={i: times[i] for i in sorted(by_id) if i in times})
+
+    def to_bytes(self) -> bytes:
+        """Gzip-compressed JSON, without null fields. ``mtime=0`` keeps the bytes a function of the contents."""
+        return gzip.compress(self.model_dump_json(exclude_none=True).encode(), compresslevel=6, mtime=0)
+
+    @classmethod
+    def parse(cls, data: bytes, *, tenant: str, key: str) -> BucketIndex:
+        """Decode and validate the object at ``key``; any problem is a ``CorruptObjectError`` naming both."""
+        try:
+            raw = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise CorruptObjectError(
+                f"{key}: the bucket index of tenant {tenant} is not gzip data ({exc}); "
+                + REBUILD_HINT.format(tenant=tenant), key=key) from None
+        try:
+            index = cls.model_validate_json(raw)
+        except ValidationError as exc:
+            version = peek_version(raw)
+            if version is not None and version != INDEX_VERSION:
+                raise CorruptObjectError(
+                    f"{key}: the bucket index of tenant {tenant} has version {version!r}; this Shale reads version "
+                    f"{INDEX_VERSION}. Upgrade Shale to read it.", key=key) from None
+            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}"
+                                 for e in exc.errors()[:5])
+            raise CorruptObjectError(
+                f"{key}: the bucket index of tenant {tenant} is invalid ({problems}); "
+                + REBUILD_HINT.format(tenant=tenant), key=key) from None
+        if index.tenant != tenant:
+            raise CorruptObjectError(
+                f"{key}: the bucket index of tenant {tenant} says it belongs to tenant {index.tenant}; "
+                + REBUILD_HINT.format(tenant=tenant), key=key)
+        return index
+
+    def block_ids(self) -> set[str]:
+        return {b.id for b in self.blocks}
+
+    def marked_ids(self) -> set[str]:
+        return {m.id for m in self.deletion_marks}
+
+
+def peek_version(raw: bytes) -> object:
+    """The ``version`` field of a JSON object, or None if ``raw`` is not a JSON object."""
+    try:
+        value = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return value.get("version") if isinstance(value, dict) else None
+
+
+def live_blocks(index: BucketIndex) -> list[BlockMeta]:
+    """The blocks a reader may read, in id order: not marked for deletion, and not HealthyOverlapped.
+
+    Seed 000's full-overlap rule, as ``shale.block.fetcher`` applies it to a bucket scan: among unmarked blocks,
+    a block whose compaction sources are all inside another block's sources is replaced by that block; equal
+    source sets (the same compaction done twice) keep the greater id. Marked blocks take no part, so a compacted
+    block that is itself marked does not hide its sources.
+    """
+    marked = index.marked_ids()
+    candidates = [b for b in index.blocks if b.id not in marked]
+    sources = {b.id: frozenset(b.compaction.sources) for b in candidates}
+    by_source: dict[str, list[BlockMeta]] = defaultdict(list)
+    for block in candidates:
+        for source in sources[block.id]:
+            by_source[source].append(block)
+    live = []
+    for block in candidates:
+        mine = sources[block.id]
+        # Any block whose sources contain all of mine contains my smallest source, so one lookup finds them all.
+        rivals = by_source[min(mine)] if mine else []
+        if not any(other.id != block.id and (mine < sources[other.id] or
+                                             (mine == sources[other.id] and other.id > block.id))
+                   for other in rivals):
+            live.append(block)
+    return sorted(live, key=lambda b: b.id)
