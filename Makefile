@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
 export SHALE_CACHE_DIR ?= $(CURDIR)/.cache
 
-.PHONY: demo test unit integration lint typecheck bench env deps venv clean
+.PHONY: demo test unit integration lint typecheck bench env deps venv browser clean
 
 demo: env
 	$(BIN)/shale demo
@@ -32,9 +32,9 @@ typecheck: venv
 bench: env
 	$(BIN)/python -m bench
 
-# The virtual environment and the services are independent: build them side by side.
+# The virtual environment, the services and the browser are independent: fetch them side by side.
 env:
-	@$(MAKE) --no-print-directory -j2 venv deps
+	@$(MAKE) --no-print-directory -j3 venv deps browser
 
 venv: $(STAMP)
 
@@ -47,6 +47,12 @@ $(STAMP): pyproject.toml constraints.txt
 # Kafka and Spark-connector jars from Maven Central, MinIO built with go install; each fetched once.
 deps:
 	$(PY) src/shale/dev/fetch.py all
+
+# Headless Chromium for the status page's browser test (Debian's package).
+browser:
+	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -qq --no-install-recommends chromium >/dev/null) || \
+		(echo "could not install Debian's chromium package (needed by the status page test)" >&2; exit 1)
 
 clean:
 	rm -rf $(VENV) .shale .pytest_cache .mypy_cache .ruff_cache test-output

@@ -6,7 +6,7 @@
     <tenant>/blocks/<ULID>/meta.json                 written last, put-if-absent: its presence means complete
     <tenant>/markers/<ULID>-deletion-mark.json       deletion marks, all in one prefix (seed 001)
     <tenant>/bucket-index.json.gz                    the tenant's bucket index (seed 001)
-    <tenant>/bucket-index-deltas/<ms>-<seq>.json     stale-tolerant index deltas, sorted by time
+    <tenant>/bucket-index-deltas/<ms>-<seq>-<writer>.json   stale-tolerant index deltas, sorted by time
     _shale/dlq/<group>/<ms>-<seq>.json               commands that could not reach the metastore
 """
 

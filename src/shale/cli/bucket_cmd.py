@@ -104,6 +104,24 @@ def verify(ctx: click.Context, tenant: tuple[str, ...], no_data: bool, as_json: 
         raise SystemExit(1)
 
 
+@bucket.command("index")
+@click.option("--tenant", multiple=True, help="Tenants to index (default: every tenant in the bucket).")
+@click.pass_context
+@shale_errors
+def index(ctx: click.Context, tenant: tuple[str, ...]) -> None:
+    """Write <tenant>/bucket-index.json.gz from a scan of the bucket (no metastore needed; also a repair)."""
+    from shale.bucketindex import write_scanned_index
+
+    config = get_config(ctx)
+    bucket_, fetcher = _fetcher(ctx)
+    for name in tenant or fetcher.tenants():
+        result = write_scanned_index(bucket_, name, config.block.sync_delay, deltas=config.bucket_index.deltas)
+        click.echo(f"tenant {name}: {len(result.stored.index.blocks)} blocks, "
+                   f"{len(result.stored.index.deletion_marks)} deletion marks, watermark "
+                   f"{result.stored.index.watermark or '-'}, {result.conflicts} conflicts merged, "
+                   f"{result.deleted_deltas} deltas folded")
+
+
 @bucket.command("mark-delete")
 @click.argument("tenant")
 @click.argument("block_id")

@@ -39,9 +39,14 @@ def compact(ctx: click.Context, until_idle: bool, show_jobs: bool, set_failure_l
     from shale.compaction.worker import CompactionWorker
     from shale.spark import spark_session
 
+    if config.compaction.metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(config.compaction.metrics_port, addr="127.0.0.1")
     spark = spark_session("shale-compact", config.spark, kafka=False)
     worker = CompactionWorker(metastore, config.bucket, spark, slots=config.compaction.slots,
-                              poll_interval=config.compaction.poll_interval, save_reports=save_reports)
+                              poll_interval=config.compaction.poll_interval, save_reports=save_reports,
+                              deltas=config.bucket_index.deltas)
     click.echo(f"compaction worker {worker.worker_id} with {worker.slots} slots", err=True)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

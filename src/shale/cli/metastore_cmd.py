@@ -22,8 +22,12 @@ def metastore() -> None:
 def serve(ctx: click.Context) -> None:
     """Serve one metastore node (single node, or a Raft member when metastore.raft_address is set)."""
     from shale.metastore.server import MetastoreNode
+    from shale.web import mount
 
-    MetastoreNode(get_config(ctx)).serve()
+    config = get_config(ctx)
+    node = MetastoreNode(config)
+    mount(node.app, node.service, node.bucket, config, lambda: node.maintenance.partial_blocks)
+    node.serve()
 
 
 @metastore.command()

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from prometheus_client import Counter, Gauge
 
 from shale.block import BlockMeta, write_deletion_mark
+from shale.bucketindex import DeltaWriter
 from shale.compaction.protocol import Assigned, JobUpdate, PollRequest, PollResponse
 from shale.config import BucketConfig
 from shale.failpoints import failpoint
@@ -65,7 +66,8 @@ class RunningJob:
 
 class CompactionWorker:
     def __init__(self, service: CompactionService, bucket: BucketConfig, spark: SparkSession, *, slots: int = 0,
-                 poll_interval: float = 2.0, worker_id: str = "", save_reports: Path | None = None) -> None:
+                 poll_interval: float = 2.0, worker_id: str = "", save_reports: Path | None = None,
+                 deltas: bool = False) -> None:
         self.service = service
         self.bucket_config = bucket
         self.bucket = open_bucket(bucket)
@@ -75,6 +77,7 @@ class CompactionWorker:
         self.worker_id = worker_id or f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.save_reports = save_reports
         self.running: dict[str, RunningJob] = {}
+        self.deltas = DeltaWriter(self.bucket) if deltas else None
         self.pool = ThreadPoolExecutor(max_workers=self.slots, thread_name_prefix="compaction")
         self.completed: list[dict[str, Any]] = []
 
@@ -134,6 +137,10 @@ class CompactionWorker:
             del self.running[name]
             if outcome == "completed":
                 result = finished[name]
+                if self.deltas is not None:
+                    now = time.time()
+                    self.deltas.write(running.job.tenant, added=[BlockMeta.model_validate(result["output"])],
+                                      marks=[(s.id, now, "compacted") for s in running.job.sources])
                 BYTES.labels("in").inc(result["bytes_in"])
                 BYTES.labels("out").inc(result["bytes_out"])
                 PEAK_RSS.set(result["peak_rss_delta"])

@@ -107,6 +107,8 @@ class MetastoreConfig(_Section):
     dlq_interval: Duration = Field(default=15.0, description="how often the leader replays the dead letter queue")
     maintenance_interval: Duration = Field(default=30.0, description="retention and tombstone collection period")
     snapshot_entries: int = Field(default=20_000, ge=10, description="Raft log entries between snapshots")
+    bucket_scan_interval: Duration = Field(
+        default=600.0, description="how often the leader scans the bucket for partial blocks and cleans it")
 
     @field_validator("addresses")
     @classmethod
@@ -219,6 +221,7 @@ class CompactionConfig(_Section):
     queue_limit: int = Field(default=10_000, ge=1, description="jobs kept at most; excluded ones are evicted")
     poll_interval: Duration = Field(default=2.0, description="how often a worker polls and refreshes leases")
     slots: int = Field(default=0, ge=0, description="jobs one worker runs at once (0: Spark's parallelism)")
+    metrics_port: int = Field(default=0, ge=0, le=65535, description="worker's Prometheus metrics port (0: none)")
 
     @field_validator("blocks_per_job")
     @classmethod
@@ -226,6 +229,18 @@ class CompactionConfig(_Section):
         if not value or any(n < 2 for n in value):
             raise ValueError("give at least one count, each at least 2")
         return value
+
+
+class RunConfig(_Section):
+    """``shale run``: one machine's whole deployment from this configuration."""
+
+    ingest_groups: list[Literal["backup", "partition"]] = Field(
+        default_factory=lambda: ["backup", "partition"])  # type: ignore[arg-type]
+    compaction_workers: int = Field(default=1, ge=0)
+    metrics_base_port: int = Field(default=9400, ge=0, le=65000,
+                                   description="ingest groups and workers expose metrics from this port up (0: any "
+                                               "free ports)")
+    restart_delay: Duration = Field(default=5.0, description="wait before restarting a process that died")
 
 
 class ShaleConfig(_Section):
@@ -241,3 +256,4 @@ class ShaleConfig(_Section):
     ingest: IngestConfig = Field(default_factory=IngestConfig)
     bucket_index: BucketIndexConfig = Field(default_factory=BucketIndexConfig)
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
+    run: RunConfig = Field(default_factory=RunConfig)

@@ -183,6 +183,20 @@ class IndexReader:
         return [TombstoneRow(seq=r[0], block_id=r[1], tenant=r[2], shard=r[3], created_at=r[4], reason=r[5],
                              files=[f.name for f in decode_meta(r[6]).files]) for r in rows]
 
+    def level_histogram(self, bucket_ms: int) -> list[tuple[str, int, int, int]]:
+        """Live blocks counted per (tenant, level, bucket of data start time): the status page's chart."""
+        rows = self.conn.execute(
+            "SELECT s.value, b.level, b.min_time / ? * ?, count(*) FROM blocks b JOIN strings s ON b.tenant = s.id "
+            "GROUP BY s.value, b.level, b.min_time / ? ORDER BY 1, 2, 3", (bucket_ms, bucket_ms, bucket_ms))
+        return [(r[0], int(r[1]), int(r[2]), int(r[3])) for r in rows]
+
+    def tenant_totals(self) -> list[tuple[str, int, int, int]]:
+        """Per tenant: live blocks, rows and bytes."""
+        rows = self.conn.execute(
+            "SELECT s.value, count(*), sum(b.rows), sum(b.size) FROM blocks b JOIN strings s ON b.tenant = s.id "
+            "GROUP BY s.value ORDER BY 1")
+        return [(r[0], int(r[1]), int(r[2] or 0), int(r[3] or 0)) for r in rows]
+
     def tenant_versions(self) -> dict[str, int]:
         """Per tenant, the log index of the last change to its blocks or tombstones (for the bucket-index writer)."""
         return {r[0]: int(r[1]) for r in self.conn.execute("SELECT tenant, version FROM tenant_versions")}

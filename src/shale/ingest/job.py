@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from shale.block import BlockMeta
+from shale.bucketindex import DeltaWriter
 from shale.config import ShaleConfig
 from shale.errors import ConfigError
 from shale.failpoints import failpoint
@@ -103,6 +104,8 @@ class IngestJob:
         self.run_id = uuid.uuid4().hex[:8]
         self._spark = spark
         self.batches = 0
+        # Stale-tolerant bucket index: tell readers about committed blocks before the index writer does.
+        self.deltas = DeltaWriter(self.bucket) if config.bucket_index.deltas else None
         self._lag_due = 0.0
 
     @property
@@ -176,6 +179,9 @@ class IngestJob:
         failpoint("ingest.before-commit")
         outcome = self.committer.commit(command)
         failpoint("ingest.after-commit")
+        if outcome == "committed" and self.deltas is not None:
+            for tenant in sorted({b.tenant for b in blocks}):
+                self.deltas.write(tenant, added=[b for b in blocks if b.tenant == tenant])
         totals = [next(iter(v)) for v in spans.values()]
         metrics.BATCHES.labels(self.group, outcome).inc()
         metrics.RECORDS.labels(self.group).inc(sum(t[2] for t in totals))

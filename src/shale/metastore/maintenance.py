@@ -16,7 +16,17 @@ from dataclasses import dataclass
 
 from prometheus_client import Counter, Gauge
 
-from shale.block import block_file_key, deletion_mark_key, meta_key, write_deletion_mark
+from shale.block import (
+    BlockFetcher,
+    BlockState,
+    Cleaner,
+    DeletionMark,
+    block_file_key,
+    deletion_mark_key,
+    meta_key,
+    write_deletion_mark,
+)
+from shale.bucketindex import DeltaWriter
 from shale.config import RetentionConfig
 from shale.index import PartitionRow, TombstoneRow
 from shale.metastore.commands import DeleteTombstones, PartitionKey, TruncateIndex
@@ -26,6 +36,11 @@ from shale.objstore import Bucket
 
 log = logging.getLogger(__name__)
 TOMBSTONES = Gauge("shale_metastore_tombstones", "Tombstones whose objects are not yet deleted.")
+OLDEST_TOMBSTONE = Gauge("shale_metastore_oldest_tombstone_seconds", "Age of the oldest pending tombstone.")
+PARTIAL = Gauge("shale_bucket_partial_blocks", "Partial blocks (no meta.json after the sync delay) at the last "
+                "bucket scan.", ["tenant"])
+PARTIAL_AGE = Gauge("shale_bucket_partial_oldest_seconds", "Age of the oldest partial block at the last scan.",
+                    ["tenant"])
 DELETED = Counter("shale_metastore_deleted_blocks_total", "Blocks whose objects were removed after the delay.")
 RETENTION = Counter("shale_metastore_retention_blocks_total", "Blocks removed from the index by retention.")
 
@@ -51,9 +66,31 @@ class Maintenance:
     term: Callable[[], int]
     clock: Callable[[], float] = time.time
 
+    sync_delay: float = 900.0
+    write_deltas: bool = False
+
     def __post_init__(self) -> None:
         self.dlq = DeadLetterQueue(self.bucket)
+        self.deltas = DeltaWriter(self.bucket, self.clock) if self.write_deltas else None
         self._marked: set[str] = set()
+        self.partial_blocks: dict[str, int] = {}
+
+    def scan_bucket(self) -> dict[str, int]:
+        """Scan every tenant's blocks in the bucket (the metastore cannot see partial uploads), record the
+        partial ones, and run the bucket cleaner with every indexed block protected."""
+        fetcher = BlockFetcher(self.bucket, self.sync_delay, clock=self.clock)
+        cleaner = Cleaner(self.bucket, fetcher, self.delete_delay, clock=self.clock)
+        found: dict[str, int] = {}
+        for tenant in fetcher.tenants():
+            protected = {m.id for m in self.service.state.reader.tenant_blocks(tenant)}
+            result = fetcher.sync(tenant)
+            partial = result.in_state(BlockState.PARTIAL)
+            found[tenant] = len(partial)
+            PARTIAL.labels(tenant).set(len(partial))
+            PARTIAL_AGE.labels(tenant).set(max((v.age for v in partial), default=0))
+            cleaner.run(tenant, protected=protected)
+        self.partial_blocks = found
+        return found
 
     def apply_retention(self) -> int:
         now_ms = int(self.clock() * 1000)
@@ -61,9 +98,11 @@ class Maintenance:
         if not expired:
             return 0
         term = self.term()
+        marks: dict[str, list[DeletionMark]] = {}
         for p in expired:  # marks first: a bucket reader never sees a tombstoned block without its mark
             for block_id in self.service.state.reader.partition_blocks(p.tenant, p.shard, p.window_start):
-                write_deletion_mark(self.bucket, p.tenant, block_id, self.clock(), "retention")
+                marks.setdefault(p.tenant, []).append(
+                    write_deletion_mark(self.bucket, p.tenant, block_id, self.clock(), "retention"))
         result = self.service.submit(TruncateIndex(
             prepared_term=term, partitions=[PartitionKey(tenant=p.tenant, shard=p.shard, window_start=p.window_start)
                                             for p in expired]))
@@ -72,6 +111,9 @@ class Maintenance:
             return 0
         removed = int(result.data.get("removed", 0))
         RETENTION.inc(removed)
+        if self.deltas is not None:
+            for tenant, tenant_marks in sorted(marks.items()):
+                self.deltas.write(tenant, marks=tenant_marks)
         log.info("retention removed blocks from the index", extra={"blocks": removed, "partitions": len(expired)})
         return removed
 
@@ -80,6 +122,7 @@ class Maintenance:
         now = self.clock()
         rows = self.service.tombstones(limit=10_000)
         TOMBSTONES.set(len(rows))
+        OLDEST_TOMBSTONE.set(max(0.0, now - min(r.created_at for r in rows) / 1000) if rows else 0)
         for row in rows:
             if row.block_id not in self._marked:
                 write_deletion_mark(self.bucket, row.tenant, row.block_id, row.created_at / 1000, row.reason)
@@ -89,6 +132,9 @@ class Maintenance:
             remove_block_objects(self.bucket, row)
         if due:
             self.service.submit(DeleteTombstones(block_ids=[r.block_id for r in due])).raise_for_rejection()
+            if self.deltas is not None:
+                for tenant in sorted({r.tenant for r in due}):
+                    self.deltas.write(tenant, removed=[r.block_id for r in due if r.tenant == tenant])
             self._marked.difference_update(r.block_id for r in due)
             DELETED.inc(len(due))
             log.info("removed tombstoned blocks from the bucket", extra={"blocks": len(due)})
@@ -105,9 +151,10 @@ class Maintenance:
         self.apply_retention()
         self.collect_tombstones()
 
-    def loop(self, stop: threading.Event, interval: float, dlq_interval: float) -> None:
-        """Run until ``stop``: the DLQ every ``dlq_interval``, the rest every ``interval``."""
-        next_full = 0.0
+    def loop(self, stop: threading.Event, interval: float, dlq_interval: float, scan_interval: float) -> None:
+        """Run until ``stop``: the DLQ every ``dlq_interval``, retention and tombstones every ``interval``, the
+        bucket scan every ``scan_interval``."""
+        next_full = next_scan = 0.0
         while not stop.is_set():
             try:
                 if self.is_leader():
@@ -116,6 +163,9 @@ class Maintenance:
                         self.apply_retention()
                         self.collect_tombstones()
                         next_full = time.monotonic() + interval
+                    if time.monotonic() >= next_scan:
+                        next_scan = time.monotonic() + scan_interval
+                        self.scan_bucket()
             except Exception:
                 log.exception("metastore maintenance pass failed; retrying next period")
             stop.wait(dlq_interval)

@@ -12,6 +12,7 @@ import httpx
 import uvicorn
 from prometheus_client import Gauge
 
+from shale.bucketindex import MetastoreIndexWriter
 from shale.config import ShaleConfig
 from shale.errors import MetastoreUnavailableError, NotLeaderError
 from shale.metastore.api import Metastore
@@ -29,6 +30,10 @@ RAFT_ROLE = Gauge("shale_metastore_raft_leader", "1 on the Raft leader (or a sin
 RAFT_TERM = Gauge("shale_metastore_raft_term", "The node's current Raft term.")
 APPLIED = Gauge("shale_metastore_applied_index", "The last log index applied to the state.")
 HAS_LEADER = Gauge("shale_metastore_raft_has_leader", "1 when this node knows a leader with a quorum, else 0.")
+JOBS = Gauge("shale_compaction_jobs", "Compaction jobs by status and level.", ["status", "level"])
+QUEUED = Gauge("shale_compaction_queue_blocks", "Blocks waiting to be planned into a job, by level.", ["level"])
+SETTING = Gauge("shale_config_seconds", "Configured durations alert rules compare against: block_sync_delay, "
+                "block_delete_delay, bucket_index_max_stale_period.", ["setting"])
 
 
 def state_path(config: ShaleConfig) -> Path:
@@ -68,9 +73,16 @@ class MetastoreNode:
         self.service = MetastoreService(self.state, self.log, linearize=self._linearize, timeout=m.request_timeout,
                                         compaction=config.compaction)
         self.app = create_app(self.service, self.leader_http, self.ready, self.barrier)
-        self.maintenance = Maintenance(self.service, open_bucket(config.bucket), config.retention,
-                                       config.block.delete_delay, self.is_leader, lambda: self.log.status().term)
+        self.bucket = open_bucket(config.bucket)
+        self.maintenance = Maintenance(self.service, self.bucket, config.retention, config.block.delete_delay,
+                                       self.is_leader, lambda: self.log.status().term,
+                                       sync_delay=config.block.sync_delay,
+                                       write_deltas=config.bucket_index.deltas)
+        self.index_writer = MetastoreIndexWriter(self.bucket, self.state.reader, config.bucket_index)
         self._stop = threading.Event()
+        SETTING.labels("block_sync_delay").set(config.block.sync_delay)
+        SETTING.labels("block_delete_delay").set(config.block.delete_delay)
+        SETTING.labels("bucket_index_max_stale_period").set(config.bucket_index.max_stale_period)
 
     def is_leader(self) -> bool:
         return self.raft is None or self.raft.is_leader()
@@ -114,6 +126,23 @@ class MetastoreNode:
             RAFT_TERM.set(status.term)
             APPLIED.set(status.applied_index)
             HAS_LEADER.set(1 if self.raft is None or (status.leader and status.has_quorum) else 0)
+            self._compaction_gauges()
+
+    def _compaction_gauges(self) -> None:
+        jobs: dict[tuple[str, str], int] = {}
+        for job in self.service.compaction_jobs():
+            key = (job["status"], str(job["level"]))
+            jobs[key] = jobs.get(key, 0) + 1
+        JOBS.clear()
+        for (status, level), n in jobs.items():
+            JOBS.labels(status, level).set(n)
+        queued: dict[str, int] = {}
+        for name, n in self.service.compaction_queue().items():
+            level = name.rsplit("/L", 1)[1]
+            queued[level] = queued.get(level, 0) + n
+        QUEUED.clear()
+        for level, n in queued.items():
+            QUEUED.labels(level).set(n)
 
     def serve(self) -> None:
         """Serve until SIGTERM or SIGINT (uvicorn handles both), then stop cleanly."""
@@ -121,7 +150,10 @@ class MetastoreNode:
         host, _, port = m.listen.rpartition(":")
         threads = [threading.Thread(target=self._watch, name="metastore-watch", daemon=True),
                    threading.Thread(target=self.maintenance.loop, name="metastore-maintenance", daemon=True,
-                                    args=(self._stop, m.maintenance_interval, m.dlq_interval))]
+                                    args=(self._stop, m.maintenance_interval, m.dlq_interval,
+                                          m.bucket_scan_interval)),
+                   threading.Thread(target=self.index_writer.loop, name="bucket-index-writer", daemon=True,
+                                    args=(self._stop, self.config.bucket_index.debounce, self.is_leader))]
         for t in threads:
             t.start()
         log.info("metastore serving", extra={"http": m.listen, "raft": m.raft_address or "single node"})

@@ -1,0 +1,128 @@
+"""Rendering the status page: HTML with inline CSS and an inline SVG chart (no script, no external request)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from html import escape
+from typing import Any
+
+from shale.web.status import Status
+
+COLOURS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948"]
+CSS = """
+body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #222; }
+h1 { font-size: 1.4rem; } h2 { font-size: 1.1rem; margin-top: 1.6rem; }
+table { border-collapse: collapse; font-size: .85rem; }
+th, td { border: 1px solid #ccc; padding: .25rem .5rem; text-align: right; }
+th { background: #f2f2f2; } td.l, th.l { text-align: left; }
+.ok { color: #2a7d2a; } .bad { color: #b00020; font-weight: bold; } .muted { color: #777; }
+.cards { display: flex; gap: 1rem; flex-wrap: wrap; }
+.card { border: 1px solid #ccc; border-radius: 6px; padding: .5rem 1rem; min-width: 9rem; }
+.card b { display: block; font-size: 1.3rem; }
+"""
+
+
+def _when(ms: int | None) -> str:
+    if not ms:
+        return "-"
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "none yet"
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def _table(headers: list[str], rows: list[list[Any]], table_id: str, left: int = 1) -> str:
+    head = "".join(f'<th class="{"l" if i < left else ""}">{escape(h)}</th>' for i, h in enumerate(headers))
+    body = "".join("<tr>" + "".join(f'<td class="{"l" if i < left else ""}">{c}</td>' for i, c in enumerate(r))
+                   + "</tr>" for r in rows)
+    if not rows:
+        body = f'<tr><td class="l muted" colspan="{len(headers)}">none</td></tr>'
+    return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def level_chart(status: Status, width: int = 900, height: int = 220) -> str:
+    """Stacked bars: live blocks per hour of data time, one colour per compaction level."""
+    counts: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    for _, level, bucket, n in status.histogram:
+        counts[bucket][level] += n
+    if not counts:
+        return '<svg id="levels" width="300" height="40"><text x="0" y="25">no blocks yet</text></svg>'
+    buckets = sorted(counts)[-72:]
+    levels = sorted({lv for b in buckets for lv in counts[b]})
+    top = max(sum(counts[b].values()) for b in buckets)
+    bar = max(2, (width - 60) // len(buckets))
+    parts = [f'<svg id="levels" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 40}" '
+             f'role="img" aria-label="live blocks per hour by level">']
+    for i, b in enumerate(buckets):
+        y = height
+        for level in levels:
+            n = counts[b].get(level, 0)
+            h = round(n / top * (height - 10))
+            if n:
+                y -= h
+                parts.append(f'<rect class="bar level-{level}" x="{50 + i * bar}" y="{y}" width="{bar - 1}" '
+                             f'height="{h}" fill="{COLOURS[level % len(COLOURS)]}" data-level="{level}" '
+                             f'data-blocks="{n}"><title>{_when(b)} level {level}: {n} blocks</title></rect>')
+    parts.append(f'<text x="0" y="15" font-size="11">{top}</text><text x="0" y="{height}" font-size="11">0</text>')
+    parts.append(f'<text x="50" y="{height + 15}" font-size="11">{_when(buckets[0])}</text>')
+    parts.append(f'<text x="{width - 120}" y="{height + 15}" font-size="11">{_when(buckets[-1])}</text>')
+    for j, level in enumerate(levels):
+        parts.append(f'<rect x="{50 + j * 90}" y="{height + 25}" width="10" height="10" '
+                     f'fill="{COLOURS[level % len(COLOURS)]}"/><text x="{64 + j * 90}" y="{height + 34}" '
+                     f'font-size="11">level {level}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def render(status: Status, refresh_s: int = 10) -> str:
+    node = status.node
+    leader_ok = node.get("role") in ("leader", "single") or node.get("leader")
+    cards = [("tenants", len(status.tenants)), ("live blocks", node.get("blocks", 0)),
+             ("compaction jobs", len(status.jobs)), ("queued blocks", sum(status.queue.values())),
+             ("DLQ depth", status.dlq_depth), ("pending deletions", status.tombstones),
+             ("partial blocks", sum(status.partial_blocks.values()))]
+    html = [f'<!doctype html><html><head><meta charset="utf-8"><title>Shale status</title>'
+            f'<meta http-equiv="refresh" content="{refresh_s}"><style>{CSS}</style></head><body>',
+            f'<h1>Shale status</h1><p>metastore {escape(str(node.get("role")))} '
+            f'<span class="{"ok" if leader_ok else "bad"}">{"leader known" if leader_ok else "NO LEADER"}</span>, '
+            f'term {node.get("term")}, applied index {node.get("applied_index")}, '
+            f'generated {_when(int(status.generated_at * 1000))} UTC</p>',
+            '<div class="cards" id="cards">' + "".join(
+                f'<div class="card" data-name="{escape(n)}"><b>{v}</b>{escape(n)}</div>' for n, v in cards) + "</div>",
+            "<h2>Tenants</h2>",
+            _table(["tenant", "live blocks", "rows", "bytes", "bucket index age"],
+                   [[escape(t["tenant"]), t["blocks"], t["rows"], t["bytes"], _age(t["index_age_s"])]
+                    for t in status.tenants], "tenants"),
+            "<h2>Blocks by level over time</h2>", level_chart(status),
+            "<h2>Compaction</h2>",
+            _table(["job", "tenant", "level", "sources", "status", "token", "failures", "worker"],
+                   [[escape(j["name"]), escape(j["tenant"]), j["level"], j["sources"],
+                     f'<span class="{"bad" if j["status"] == "excluded" else ""}">{escape(j["status"])}</span>',
+                     j["token"], j["failures"], escape(j["worker"])] for j in status.jobs], "jobs"),
+            "<p>queued blocks: " + (", ".join(f"{escape(k)}: {v}" for k, v in sorted(status.queue.items()))
+                                    or "none") + "</p>",
+            "<h2>Ingest</h2>",
+            f'<p class="bad">{escape(status.kafka_error)}</p>' if status.kafka_error else "",
+            _table(["group", "generation", "topic", "partition", "committed end", "lag", "event time"],
+                   [[escape(o["group"]), o["generation"], escape(o["topic"]), o["partition"], o["committed_end"],
+                     "-" if o["lag"] is None else o["lag"], _when(o["max_event_time"])] for o in status.offsets],
+                   "offsets", left=3),
+            "<h2>Completeness ledger</h2><p class=\"muted\">a day is complete when every partition's committed "
+            "event time has passed its end (shale ledger --topic T)</p>",
+            _table(["topic", "generation", "partitions", "complete up to"],
+                   [[escape(e["topic"]), e["generation"], e["partitions"], _when(e["watermark"])]
+                    for e in status.ledger], "ledger"),
+            "<h2>Storage</h2>",
+            f"<p>dead letter queue: <b>{status.dlq_depth}</b> commands; pending deletions: <b>{status.tombstones}"
+            f"</b> (oldest {_age(status.oldest_tombstone_s) if status.tombstones else '-'}); partial blocks: "
+            + (", ".join(f"{escape(t)}: {n}" for t, n in sorted(status.partial_blocks.items())) or "none")
+            + "</p></body></html>"]
+    return "".join(html)

@@ -1,0 +1,33 @@
+"""The status page's routes, added to the metastore's FastAPI app by ``shale metastore serve``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import HTMLResponse, RedirectResponse
+from starlette.concurrency import run_in_threadpool
+
+from shale.config import ShaleConfig
+from shale.metastore.service import MetastoreService
+from shale.objstore import BucketReader
+from shale.web.page import render
+from shale.web.status import collect
+
+
+def mount(app: FastAPI, service: MetastoreService, bucket: BucketReader, config: ShaleConfig,
+          partial_blocks: Callable[[], dict[str, int]] = dict) -> None:
+    @app.get("/", include_in_schema=False)
+    def root() -> RedirectResponse:
+        return RedirectResponse("/ui")
+
+    @app.get("/ui", response_class=HTMLResponse)
+    async def ui() -> str:
+        status = await run_in_threadpool(collect, service, bucket, config, partial_blocks())
+        return render(status)
+
+    @app.get("/v1/ui/status")
+    async def ui_status() -> dict[str, Any]:
+        return asdict(await run_in_threadpool(collect, service, bucket, config, partial_blocks()))

@@ -1,0 +1,97 @@
+"""Facts for the status page, gathered from the metastore's state, the bucket and (when reachable) Kafka."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from shale.block import bucket_index_key
+from shale.block.layout import DLQ_PREFIX
+from shale.config import ShaleConfig
+from shale.errors import NotFoundError, ShaleError
+from shale.metastore.service import MetastoreService
+from shale.objstore import BucketReader
+
+log = logging.getLogger(__name__)
+HOUR_MS = 3_600_000
+
+
+@dataclass
+class Status:
+    generated_at: float
+    node: dict[str, Any]
+    tenants: list[dict[str, Any]] = field(default_factory=list)
+    histogram: list[tuple[str, int, int, int]] = field(default_factory=list)
+    bucket_ms: int = HOUR_MS
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+    queue: dict[str, int] = field(default_factory=dict)
+    offsets: list[dict[str, Any]] = field(default_factory=list)
+    ledger: list[dict[str, Any]] = field(default_factory=list)
+    dlq_depth: int = 0
+    tombstones: int = 0
+    oldest_tombstone_s: float = 0.0
+    partial_blocks: dict[str, int] = field(default_factory=dict)
+    kafka_error: str = ""
+
+
+def _index_age(bucket: BucketReader, tenant: str, now: float) -> float | None:
+    try:
+        return max(0.0, now - bucket.head(bucket_index_key(tenant)).last_modified)
+    except NotFoundError:
+        return None
+    except ShaleError:
+        return None
+
+
+def _lag(config: ShaleConfig, offsets: list[dict[str, Any]]) -> str:
+    from shale.ingest.kafka import watermarks
+
+    partitions: dict[str, list[int]] = {}
+    for o in offsets:
+        partitions.setdefault(o["topic"], []).append(o["partition"])
+    if not partitions:
+        return ""
+    try:
+        marks = watermarks(config.kafka.bootstrap_servers, {t: sorted(set(p)) for t, p in partitions.items()},
+                           config.kafka.options)
+    except Exception as exc:  # Kafka is optional for the page: show what is known
+        return f"Kafka not reachable: {str(exc)[:200]}"
+    for o in offsets:
+        end = marks.get((o["topic"], o["partition"]), (0, None))[1]
+        o["lag"] = None if end is None else max(0, end - o["committed_end"])
+    return ""
+
+
+def collect(service: MetastoreService, bucket: BucketReader, config: ShaleConfig,
+            partial_blocks: dict[str, int] | None = None) -> Status:
+    now = time.time()
+    reader = service.state.reader
+    status = Status(generated_at=now, node=service.status())
+    for tenant, blocks, rows, size in reader.tenant_totals():
+        status.tenants.append({"tenant": tenant, "blocks": blocks, "rows": rows, "bytes": size,
+                               "index_age_s": _index_age(bucket, tenant, now)})
+    status.histogram = reader.level_histogram(HOUR_MS)
+    status.jobs = service.compaction_jobs()
+    status.queue = service.compaction_queue()
+    status.offsets = [{**o.model_dump(), "lag": None} for o in reader.offsets()]
+    status.kafka_error = _lag(config, status.offsets)
+    days: dict[tuple[str, int, str], dict[str, Any]] = {}
+    for o in status.offsets:
+        if o["group"] != "partition":
+            continue
+        key = (o["group"], o["generation"], o["topic"])
+        entry = days.setdefault(key, {"group": key[0], "generation": key[1], "topic": key[2],
+                                      "partitions": 0, "watermark": None})
+        entry["partitions"] += 1
+        watermark = o["max_event_time"]
+        entry["watermark"] = watermark if entry["watermark"] is None else min(entry["watermark"], watermark)
+    status.ledger = list(days.values())
+    status.dlq_depth = sum(1 for i in bucket.list(DLQ_PREFIX) if i.key.endswith(".json"))
+    tombstones = service.tombstones(limit=100_000)
+    status.tombstones = len(tombstones)
+    if tombstones:
+        status.oldest_tombstone_s = now - min(t.created_at for t in tombstones) / 1000
+    status.partial_blocks = dict(partial_blocks or {})
+    return status
