@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ["fetcher_sync", "metastore", "ingest", "compaction", "bucket_index"]
+BENCHMARKS = ["fetcher_sync", "metastore", "ingest", "compaction", "bucket_index", "query", "reprocess"]
 
 
 def main(argv: list[str]) -> int:

@@ -13,6 +13,7 @@ import os
 import threading
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -31,6 +32,9 @@ from shale.block import (
 from shale.objstore import Bucket
 
 
+READ_THREADS = 8
+
+
 @dataclass
 class MergeResult:
     output: BlockMeta
@@ -39,6 +43,7 @@ class MergeResult:
     bytes_in: int
     bytes_out: int
     peak_rss_delta: int
+    peak_arrow_bytes: int
     seconds: float
 
 
@@ -80,6 +85,7 @@ def merge_tables(tables: list[pa.Table]) -> tuple[pa.Table, str]:
     (topic, partition, offset): the same Kafka record stored twice has the same time, so duplicates are
     neighbours after the sort."""
     table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
+    table = table.combine_chunks()  # one chunk: the take below is about twice as fast
     time_column = _time_column(table)
     order = pc.sort_indices(table, sort_keys=[(time_column, "ascending"), ("topic", "ascending"),
                                               ("partition", "ascending"), ("offset", "ascending")])
@@ -97,10 +103,12 @@ def merge_tables(tables: list[pa.Table]) -> tuple[pa.Table, str]:
 
 
 class RssWatch:
-    """Peak resident memory of this process while a block of code runs (sampled every 10 ms)."""
+    """Peak memory while a block of code runs, sampled every 10 ms: the process's resident set (which also holds
+    allocator caches and modules loaded on first use) and the bytes Arrow has allocated (the merge's data)."""
 
     def __init__(self) -> None:
         self.start = self.peak = self._rss()
+        self.arrow_start = self.arrow_peak = pa.total_allocated_bytes()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -112,6 +120,7 @@ class RssWatch:
     def _run(self) -> None:
         while not self._stop.wait(0.01):
             self.peak = max(self.peak, self._rss())
+            self.arrow_peak = max(self.arrow_peak, pa.total_allocated_bytes())
 
     def __enter__(self) -> RssWatch:
         self._thread.start()
@@ -133,7 +142,8 @@ def merge_blocks(bucket: Bucket, sources: list[BlockMeta], *, job: str, token: i
         inputs: list[DatasetInput] = []
         rows_in = 0
         for name in sorted(parts):
-            tables = [read_dataset(bucket, m, d) for m, d in parts[name]]
+            with ThreadPoolExecutor(READ_THREADS) as pool:  # object reads overlap; Arrow decodes without the GIL
+                tables = list(pool.map(lambda part: read_dataset(bucket, part[0], part[1]), parts[name]))
             rows_in += sum(t.num_rows for t in tables)
             merged, time_column = merge_tables(tables)
             labels = sorted({tuple(sorted(ls.items())) for _, d in parts[name] for ls in d.labels})
@@ -153,4 +163,4 @@ def merge_blocks(bucket: Bucket, sources: list[BlockMeta], *, job: str, token: i
             derived_from=sorted({d for m in sources for d in m.derived_from}))
         output = write_block(bucket, spec, inputs)
     return MergeResult(output, rows_in, output.rows, sum(m.size for m in sources), output.size,
-                       rss.peak - rss.start, time.perf_counter() - started)
+                       rss.peak - rss.start, rss.arrow_peak - rss.arrow_start, time.perf_counter() - started)
