@@ -31,7 +31,6 @@ from shale.block import (
 )
 from shale.objstore import Bucket
 
-
 READ_THREADS = 8
 
 
