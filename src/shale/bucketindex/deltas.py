@@ -23,9 +23,7 @@ whose clock is behind, or whose put was slow) still lands after the watermark an
 from __future__ import annotations
 
 import logging
-import os
 import re
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -38,6 +36,7 @@ from shale.block.layout import bucket_index_deltas_prefix
 from shale.bucketindex.model import BucketIndex, IndexedMark
 from shale.errors import CorruptObjectError, NotFoundError, ShaleError
 from shale.objstore import Bucket, BucketReader, ObjectInfo
+from shale.objstore.naming import OrderedNames
 
 log = logging.getLogger(__name__)
 DELTA_MARGIN = 60.0
@@ -107,22 +106,14 @@ class DeltaWriter:
 
     def __init__(self, bucket: Bucket, clock: Callable[[], float] = time.time) -> None:
         self.bucket = bucket
-        self.clock = clock
-        self._lock = threading.Lock()
-        self._last_ms = 0
-        self._seq = 0
-        self._writer = f"{os.getpid():x}{os.urandom(3).hex()}"
+        self._names = OrderedNames(clock)
 
     def write(self, tenant: str, added: Sequence[BlockMeta] = (), marks: Sequence[MarkLike] = (),
               removed: Sequence[str] = ()) -> str:
         """Write one delta (put-if-absent) and return its key. Call it only after the change is durable: after
         meta.json (and the metastore commit, when there is a metastore), after a mark, after a deletion."""
-        with self._lock:
-            now = self.clock()
-            ms = max(int(now * 1000), self._last_ms)
-            self._seq = self._seq + 1 if ms == self._last_ms else 0
-            self._last_ms = ms
-            key = f"{bucket_index_deltas_prefix(tenant)}{ms:013d}-{self._seq:06d}-{self._writer}.json"
+        name, ms = self._names.next()
+        key = f"{bucket_index_deltas_prefix(tenant)}{name}.json"
         delta = IndexDelta(tenant=tenant, time=ms / 1000.0, added=list(added), marks=[_to_mark(m) for m in marks],
                            removed=list(removed))
         self.bucket.put_if_absent(key, delta.model_dump_json(exclude_none=True).encode())

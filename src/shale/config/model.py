@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from typing import Literal
 from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from shale.config.types import ByteSize, Duration
+from shale.config.types import ByteSize, Duration, Regex
 
 SUPPORTED_BUCKET_SCHEMES = ("file", "s3", "gs", "az", "memory")
 
@@ -133,41 +132,23 @@ class TenantRule(_Section):
     """Map topics to a tenant: the first rule whose ``topic_pattern`` matches (Python regex, full match) wins.
     ``tenant`` may use the pattern's named groups, e.g. pattern ``(?P<team>[a-z]+)\\..*`` and tenant ``{team}``."""
 
-    topic_pattern: str
+    topic_pattern: Regex
     tenant: str
-
-    @field_validator("topic_pattern")
-    @classmethod
-    def _regex(cls, value: str) -> str:
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"not a valid regular expression: {exc}") from None
-        return value
 
 
 class ParserRule(_Section):
     """Which parser the partition group uses for which topics (first match wins)."""
 
-    topic_pattern: str = ".*"
+    topic_pattern: Regex = ".*"
     parser: str = Field(description="a parser name from the shale.parsers entry points: json, text, msgpack, ...")
     options: dict[str, object] = Field(default_factory=dict, description="the parser's options")
-
-    @field_validator("topic_pattern")
-    @classmethod
-    def _regex(cls, value: str) -> str:
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"not a valid regular expression: {exc}") from None
-        return value
 
 
 class IngestConfig(_Section):
     """Kafka to blocks (seed 002). Each group (backup, partition) is one streaming query."""
 
     topics: list[str] = Field(default_factory=list, description="topics to persist (or use topic_pattern)")
-    topic_pattern: str = Field(default="", description="persist every topic matching this regex, new ones too")
+    topic_pattern: Regex = Field(default="", description="persist every topic matching this regex, new ones too")
     generation: int = Field(default=1, ge=0, description="the output generation (seed 002's upgrade isolation)")
     default_tenant: str = Field(default="default", description="tenant of topics no rule matches")
     tenants: list[TenantRule] = Field(default_factory=list, description="topic-to-tenant rules")
@@ -190,11 +171,6 @@ class IngestConfig(_Section):
     def _topics(self) -> IngestConfig:
         if self.topics and self.topic_pattern:
             raise ValueError("set topics or topic_pattern, not both")
-        if self.topic_pattern:
-            try:
-                re.compile(self.topic_pattern)
-            except re.error as exc:
-                raise ValueError(f"topic_pattern is not a valid regular expression: {exc}") from None
         return self
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import BeforeValidator
+from pydantic import AfterValidator, BeforeValidator
 
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
@@ -52,8 +52,20 @@ def parse_size(value: object) -> int:
     raise ValueError(f"{value!r} is not a size; write it like '1048576', '512KiB', '64MiB' or '1GB'")
 
 
+def check_regex(value: str) -> str:
+    """A Python regular expression, compiled once here so a typo fails at load time, not on the first topic."""
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"not a valid regular expression: {exc}") from None
+    return value
+
+
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 """Seconds, written as a number or as a string like ``"15m"``."""
 
 ByteSize = Annotated[int, BeforeValidator(parse_size)]
 """Bytes, written as a number or as a string like ``"64MiB"``."""
+
+Regex = Annotated[str, AfterValidator(check_regex)]
+"""A Python regular expression (checked when the configuration loads)."""

@@ -13,8 +13,6 @@ and counted: it will never apply, and an operator must look at it.
 from __future__ import annotations
 
 import logging
-import os
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +24,7 @@ from shale.block.names import check_tenant
 from shale.errors import MetastoreUnavailableError, NotFoundError, RetryableError
 from shale.metastore.commands import Result, _Command, encode
 from shale.objstore import Bucket
+from shale.objstore.naming import OrderedNames
 
 log = logging.getLogger(__name__)
 REJECTED_PREFIX = "_shale/dlq-rejected/"
@@ -44,20 +43,12 @@ class ReplayReport:
 class DeadLetterQueue:
     def __init__(self, bucket: Bucket, clock: Callable[[], float] = time.time) -> None:
         self.bucket = bucket
-        self.clock = clock
-        self._lock = threading.Lock()
-        self._last_ms = 0
-        self._seq = 0
-        self._writer = f"{os.getpid():x}{os.urandom(3).hex()}"
+        self._names = OrderedNames(clock)
 
     def enqueue(self, stream: str, command: _Command) -> str:
         """Write a command durably; return its key. ``stream`` is the writer's name (e.g. the ingest group)."""
         check_tenant(stream)  # the same strict syntax as tenants: it becomes a key segment
-        with self._lock:
-            ms = max(int(self.clock() * 1000), self._last_ms)
-            self._seq = self._seq + 1 if ms == self._last_ms else 0
-            self._last_ms = ms
-            key = f"{DLQ_PREFIX}{stream}/{ms:013d}-{self._seq:06d}-{self._writer}.json"
+        key = f"{DLQ_PREFIX}{stream}/{self._names.next()[0]}.json"
         self.bucket.put_if_absent(key, encode(command))
         DLQ_EVENTS.labels("enqueued").inc()
         log.warning("metastore unreachable: command written to the dead letter queue",

@@ -38,6 +38,16 @@ def test_every_bad_key_is_named_with_value_and_advice() -> None:
     assert "bukket: unknown key" in text
 
 
+def test_topic_patterns_are_checked_when_the_config_loads(tmp_path: Path) -> None:
+    path = tmp_path / "shale.toml"
+    path.write_text('[ingest]\ntopic_pattern = "logs.("\n[[ingest.parsers]]\ntopic_pattern = "[a-"\nparser = "json"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={})
+    text = str(info.value)
+    assert "ingest.topic_pattern = 'logs.(': not a valid regular expression" in text
+    assert "ingest.parsers.0.topic_pattern = '[a-': not a valid regular expression" in text
+
+
 def test_missing_and_malformed_files_are_clear(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "nope.toml", env={})
