@@ -1,7 +1,7 @@
 """Compaction throughput against a raw pyarrow read-concatenate-write of the same blocks, worker memory, and
 the objects a one-day query reads before and after compaction, in one run on MinIO.
 
-400 level-0 backup blocks of 2,500 records (one day of real Loghub lines, 4 Kafka partitions) are committed
+400 level-0 backup blocks of 10,000 records (one day of real Loghub lines, 4 Kafka partitions) are committed
 to an embedded metastore. Shale's Spark worker (``local[2]``, 2 slots) compacts them in jobs of 40 blocks
 (``blocks_per_job = [40]``, ``job_byte_limit = 256 MiB``): read and CRC-check every object, merge, drop
 duplicates by (topic, partition, offset), sort by time, write the output block (Parquet, meta.json) and commit

@@ -11,15 +11,13 @@ on the same disk, with put-if-absent, checksums, meta.json and a metastore commi
 ``file://`` bucket is reported too (obstore's local store syncs every object to disk, which the sink does not).
 The contenders run in two interleaved rounds on the same topic and the faster run of each is reported (this
 machine's timings vary by tens of percent from run to run).
-The raw consumer (confluent-kafka, one process) only reads the topic: the ceiling. A second Shale run writes
-to MinIO instead of the local disk (``figures.records_per_s_minio``).
+The raw consumer (confluent-kafka, one process) only reads the topic: the ceiling.
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -138,6 +136,3 @@ def run() -> dict[str, Any]:
         notes=__doc__ or "",
     )
 
-
-if __name__ == "__main__":
-    time.sleep(0)
