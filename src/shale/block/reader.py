@@ -70,6 +70,12 @@ def _dataset(meta: BlockMeta, dataset: str | Dataset) -> Dataset:
     raise KeyError(f"block {meta.tenant}/{meta.id} has no dataset {dataset!r}")
 
 
+SMALL_OBJECT_BYTES = 1 << 20
+"""With ``whole_object=None``, objects up to this size are read in one GET even when only some columns or rows
+are wanted: below it, one request costs more than the bytes a ranged read would save (a Parquet read of a few
+columns takes a request per column chunk), and the whole-object read also checks the object's CRC32."""
+
+
 def read_dataset(
     bucket: BucketReader,
     meta: BlockMeta,
@@ -77,13 +83,15 @@ def read_dataset(
     *,
     columns: Sequence[str] | None = None,
     filters: Any = None,
-    whole_object: bool = True,
+    whole_object: bool | None = True,
 ) -> pa.Table:
-    """One dataset's rows. ``whole_object`` fetches the object in one GET and checks its CRC32; otherwise only
-    the needed byte ranges are fetched and Parquet page checksums are checked."""
+    """One dataset's rows. ``whole_object`` fetches the object in one GET and checks its CRC32; ``False`` fetches
+    only the needed byte ranges and checks Parquet page checksums; ``None`` chooses by size (``SMALL_OBJECT_BYTES``)."""
     entry = _dataset(meta, dataset)
     key = block_file_key(meta.tenant, meta.id, entry.file)
     info = meta.file(entry.file)
+    if whole_object is None:
+        whole_object = info.size <= SMALL_OBJECT_BYTES
     try:
         if whole_object:
             data = bucket.get(key)

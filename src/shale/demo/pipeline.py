@@ -1,8 +1,10 @@
 """The demo pipeline (``make demo``): real Loghub logs through the whole system, on embedded defaults.
 
 Kafka (KRaft) and MinIO run locally; the metastore is embedded (a SQLite file); Spark runs in local mode.
-Six log streams are produced as six topics, persisted by both ingest groups, and then checked and shown: the
-completeness ledger, a verify summary against Kafka's offsets, and a sample of the parsed records.
+Six log streams are produced as six topics, persisted by both ingest groups in several micro-batches, and then
+checked and shown: the completeness ledger, a verify summary against Kafka's offsets, and a sample of the parsed
+records. Then the rest of the pipeline runs on the same data: a query, compaction on Spark, verify again (still
+exactly once), the per-tenant bucket indexes, and the same query through a bucket index, reading fewer objects.
 """
 
 from __future__ import annotations
@@ -14,17 +16,31 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 from shale.block import read_dataset
-from shale.config import BucketConfig, IngestConfig, ParserRule, ShaleConfig, SparkConfig, TenantRule
+from shale.bucketindex import BucketIndexReader, MetastoreIndexWriter
+from shale.compaction.worker import CompactionWorker
+from shale.config import (
+    BucketConfig,
+    CompactionConfig,
+    IngestConfig,
+    ParserRule,
+    ShaleConfig,
+    SparkConfig,
+    TenantRule,
+)
 from shale.demo import LOGHUB_FORMATS, loghub_lines
 from shale.dev import KafkaBroker, MinioServer
 from shale.ingest.job import IngestJob
 from shale.ingest.kafka import list_partitions
 from shale.ingest.ledger import build_ledger
 from shale.ingest.verify import group_blocks, verify_topic
-from shale.metastore import open_metastore
-from shale.objstore import open_bucket
+from shale.metastore import MetastoreService, open_metastore
+from shale.objstore import Bucket, open_bucket
+from shale.query import Query, run_query
+from shale.query.plan import BlockSource
+from shale.query.sources import BucketIndexSource
 
 TENANT_OF = {"apache": "web", "openssh": "security", "linux": "security"}  # everything else: infra
+DEMO_QUERY = ("infra", '{topic="logs.zookeeper", level="WARN"}')
 
 
 @dataclass
@@ -44,10 +60,39 @@ def _config(root: Path, minio: MinioServer, broker: KafkaBroker, bucket: str) ->
         spark=SparkConfig(master="local[2]"),
         ingest=IngestConfig(
             topics=topics, checkpoint_dir=str(root / "checkpoints"), default_tenant="infra",
+            max_records_per_batch=6000,  # several micro-batches, so that there are blocks to compact
             tenants=[TenantRule(topic_pattern=rf"logs\.{p}", tenant=t) for p, t in TENANT_OF.items()],
             parsers=[ParserRule(topic_pattern=rf"logs\.{p}", parser="text", options={"preset": p})
                      for p in LOGHUB_FORMATS.values()]),
+        compaction=CompactionConfig(blocks_per_job=[8], max_level=1, poll_interval=0.2),
     )
+
+
+def _query(source: BlockSource, bucket: Bucket) -> tuple[int, int, int]:
+    """Rows, objects read and bytes read by the demo query (all time, one tenant, two matchers)."""
+    tenant, selector = DEMO_QUERY
+    query = Query(tenant, 0, 2**62, selector)
+    rows = sum(batch.num_rows for batch in run_query(query, source, bucket))
+    return rows, query.stats.objects, query.stats.bytes_read
+
+
+def _verify(say: Callable[[str], None], config: ShaleConfig, metastore: MetastoreService, bucket: Bucket) -> bool:
+    ok = True
+    say("verify against Kafka (missing / duplicated / quarantined):")
+    for topic in config.ingest.topics:
+        reports = [verify_topic(metastore, bucket, config.kafka, g, 1, topic) for g in ("backup", "partition")]
+        ok = ok and all(r.ok for r in reports)
+        say(f"  {topic}: " + "; ".join(f"{r.group} {r.stored} stored, {r.missing} / {r.duplicated} / "
+                                         f"{r.quarantined}" for r in reports))
+    return ok
+
+
+def _levels(metastore: MetastoreService) -> str:
+    counts: dict[int, int] = {}
+    for tenant in metastore.tenants():
+        for block in metastore.tenant_blocks(tenant):
+            counts[block.level] = counts.get(block.level, 0) + 1
+    return ", ".join(f"level {level}: {n}" for level, n in sorted(counts.items()))
 
 
 def produce_logs(bootstrap: str) -> int:
@@ -82,6 +127,7 @@ def run_demo(root: Path, say: Callable[[str], None]) -> DemoResult:
         say(f"produced {result.records} real log lines (Loghub) to {len(LOGHUB_FORMATS)} topics, 2 partitions each")
         spark = spark_session("shale-demo", config.spark)
         metastore = open_metastore(config)
+        assert isinstance(metastore, MetastoreService)  # embedded defaults: the in-process metastore
         for group in ("backup", "partition"):
             job = IngestJob(config, group, spark=spark, metastore=metastore)
             query = job.start(available_now=True)
@@ -96,22 +142,37 @@ def run_demo(root: Path, say: Callable[[str], None]) -> DemoResult:
             more = f" and {len(book.days) - 3} more days" if len(book.days) > 3 else ""
             say(f"  {topic}: offsets {[w.committed_end for w in book.partitions]}; {days}{more}")
         say("")
-        say("verify against Kafka (missing / duplicated / quarantined):")
-        for topic in config.ingest.topics:
-            reports = [verify_topic(metastore, bucket, config.kafka, g, 1, topic) for g in ("backup", "partition")]
-            result.ok = result.ok and all(r.ok for r in reports)
-            say(f"  {topic}: " + "; ".join(f"{r.group} {r.stored} stored, {r.missing} / {r.duplicated} / "
-                                             f"{r.quarantined}" for r in reports))
+        result.ok = _verify(say, config, metastore, bucket)
         say("")
         say("a sample of the stored records (partition group, parsed):")
         for topic in config.ingest.topics[:3]:
             block = next(m for m in group_blocks(metastore, "partition", 1, topic)
                          if m.datasets[0].kind == "records")
-            row = read_dataset(bucket, block, block.datasets[0], whole_object=False).slice(0, 1).to_pylist()[0]
+            row = read_dataset(bucket, block, block.datasets[0], whole_object=None).slice(0, 1).to_pylist()[0]
             shown = {k: (row[k].isoformat() if k == "event_time" else row[k])
                      for k in ("event_time", "level", "component", "host", "process", "message")
                      if k in row and row[k] is not None}
             say(f"  tenant {block.tenant} {topic}[{row['partition']}]@{row['offset']}: {shown}")
+        say("")
+        rows, objects, size = _query(metastore, bucket)
+        say(f"query {DEMO_QUERY[1]} on tenant {DEMO_QUERY[0]}: {rows} records from {objects} objects "
+            f"({size:,} bytes)")
+        say(f"compacting on Spark ({_levels(metastore)})")
+        worker = CompactionWorker(metastore, config.bucket, spark, slots=2, poll_interval=0.2)
+        worker.run(until_idle=True)
+        say(f"  {len(worker.completed)} jobs done; blocks now {_levels(metastore)}")
+        result.ok = _verify(say, config, metastore, bucket) and result.ok
+        index_writer = MetastoreIndexWriter(bucket, metastore.state.reader, config.bucket_index)
+        for tenant in metastore.tenants():
+            index_writer.write_tenant(tenant)
+        say(f"bucket indexes written for tenants {', '.join(metastore.tenants())}")
+        reader_bucket = open_bucket(config.bucket)  # a fresh client, as a separate reader would have
+        after = _query(BucketIndexSource(BucketIndexReader(reader_bucket, config.bucket_index)), reader_bucket)
+        calls = reader_bucket.calls.snapshot()
+        say(f"the same query through the bucket index (no metastore): {after[0]} records from {after[1]} objects "
+            f"({after[2]:,} bytes), with {calls['list']} LIST calls and {calls['get'] + calls['get_range']} GETs in "
+            "all: the tenant's index, then the data objects")
+        result.ok = result.ok and after[0] == rows
         partitions = list_partitions(broker.bootstrap_servers, config.ingest.topics)
         say(f"\n{len(partitions)} topics, {sum(len(p) for p in partitions.values())} Kafka partitions, "
             f"{len(metastore.tenants())} tenants: {', '.join(metastore.tenants())}")

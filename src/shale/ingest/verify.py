@@ -82,7 +82,7 @@ def stored_offsets(bucket: BucketReader, metas: list[BlockMeta], topic: str,
 
     def load(job: tuple[BlockMeta, Dataset]) -> tuple[str, list[int], list[int]]:
         meta, dataset = job
-        table = read_dataset(bucket, meta, dataset, columns=["partition", "offset"], whole_object=False)
+        table = read_dataset(bucket, meta, dataset, columns=["partition", "offset"], whole_object=None)
         return dataset.kind, table.column("partition").to_pylist(), table.column("offset").to_pylist()
 
     offsets: dict[int, list[int]] = defaultdict(list)

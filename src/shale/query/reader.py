@@ -98,7 +98,7 @@ def _parts(query: Query, plan: QueryPlan, bucket: BucketReader, seen: dict[tuple
         expression = row_filter(plan, part, query.start, query.end, query.matchers)
         present = set(plan.base_columns) | set(part.dataset.columns)
         read_cols = [c for c in sorted(present) if c in wanted]
-        table = read_dataset(bucket, part.block, part.dataset, filters=expression, whole_object=False,
+        table = read_dataset(bucket, part.block, part.dataset, filters=expression, whole_object=None,
                              columns=read_cols)
         query.stats.objects += 1
         if counter is not None:

@@ -57,7 +57,7 @@ def locate(metastore: Metastore, bucket: BucketReader, topic: str, partition: in
         for dataset in meta.datasets:
             if dataset.topic != topic:
                 continue
-            table = read_dataset(bucket, meta, dataset, columns=["partition", "offset"], whole_object=False,
+            table = read_dataset(bucket, meta, dataset, columns=["partition", "offset"], whole_object=None,
                                  filters=(pc.field("partition") == partition) & (pc.field("offset") == offset))
             if table.num_rows:
                 found.append(Location(meta.group, meta.generation, meta.tenant, meta.id, dataset.name, meta.level))

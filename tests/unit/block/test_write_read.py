@@ -67,6 +67,21 @@ def test_meta_json_is_written_last_and_everything_reads_back(bucket: ObstoreBuck
     assert footer == meta.model_copy(update={"files": []})
 
 
+def test_small_objects_are_read_whole_and_large_ones_by_range(bucket: ObstoreBucket,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    meta = write_backup_block(bucket, "acme", "app", 0, 0, 500)
+    bucket.calls.reset()
+    table = read_dataset(bucket, meta, "records/app", columns=["offset", "value"], whole_object=None)
+    assert table.num_rows == 500
+    assert bucket.calls.snapshot()["get"] == 1
+    assert bucket.calls.snapshot()["get_range"] == 0
+    monkeypatch.setattr("shale.block.reader.SMALL_OBJECT_BYTES", meta.size - 1)
+    bucket.calls.reset()
+    assert read_dataset(bucket, meta, "records/app", columns=["offset", "value"], whole_object=None).equals(table)
+    assert bucket.calls.snapshot()["get"] == 0
+    assert bucket.calls.snapshot()["get_range"] >= 2
+
+
 def test_row_group_table_of_contents(bucket: ObstoreBucket) -> None:
     table = backup_table("app", 0, 0, 1000)
     spec = BlockSpec(id=deterministic_block_id(BASE_MS, "toc"), tenant="acme", group="backup")
