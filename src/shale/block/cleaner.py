@@ -52,6 +52,18 @@ def delete_block(bucket: Bucket, view: BlockView) -> None:
     bucket.delete(deletion_mark_key(view.tenant, view.id))
 
 
+def _indexed_cover(view: BlockView, indexed: list[BlockView]) -> str | None:
+    """The id of an indexed block whose compaction sources include all of ``view``'s, if there is one."""
+    mine = set(view.meta.compaction.sources) if view.meta is not None else set()
+    if not mine:
+        return None
+    for other in indexed:
+        assert other.meta is not None
+        if mine <= set(other.meta.compaction.sources):
+            return other.id
+    return None
+
+
 class Cleaner:
     def __init__(self, bucket: Bucket, fetcher: BlockFetcher, delete_delay: float,
                  clock: Callable[[], float] = time.time) -> None:
@@ -61,8 +73,12 @@ class Cleaner:
         self.clock = clock
 
     def plan(self, result: FetchResult, protected: Collection[str] = ()) -> CleanupReport:
+        """What to do. ``protected``: the blocks the metastore indexes. With it, the metastore also breaks the
+        full-overlap rule's ties: a healthy block it does not index whose records are all in a block it does
+        (a compaction output written by an attempt whose lease was lost) is marked, whatever the ids."""
         report = CleanupReport()
         now = self.clock()
+        indexed = [v for v in result.blocks.values() if v.id in protected and v.meta is not None]
         for view in sorted(result.blocks.values(), key=lambda v: v.id):
             if view.id in protected:
                 if view.state in (BlockState.PARTIAL, BlockState.HEALTHY_OVERLAPPED, BlockState.MARKED_FOR_DELETION):
@@ -79,6 +95,9 @@ class Cleaner:
                 report.actions.append(Action("mark", view.tenant, view.id, f"partial: {why}"))
             elif view.state is BlockState.HEALTHY_OVERLAPPED:
                 report.actions.append(Action("mark", view.tenant, view.id, f"overlapped by {view.overlapped_by}"))
+            elif view.state is BlockState.HEALTHY and (cover := _indexed_cover(view, indexed)) is not None:
+                report.actions.append(Action("mark", view.tenant, view.id,
+                                             f"not indexed; its records are in indexed block {cover}"))
         for block_id in sorted(result.orphan_marks):
             report.actions.append(Action("delete-orphan-mark", result.tenant, block_id, "block already removed"))
         return report

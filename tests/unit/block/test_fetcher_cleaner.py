@@ -203,6 +203,25 @@ def test_protected_blocks_are_never_marked_or_deleted(bucket: ObstoreBucket, clo
     assert bucket.get(block_file_key("acme", block, "records-0.parquet")) == b"data"
 
 
+def test_an_unindexed_copy_of_a_compaction_is_marked_whatever_its_id(bucket: ObstoreBucket, clock: Clock) -> None:
+    # Two attempts of one compaction job wrote outputs with the same sources; the metastore committed one. The
+    # other must go even when the id tie-break of the full-overlap rule would keep it.
+    a = write_backup_block(bucket, "acme", "app", 0, 0, 10)
+    b = write_backup_block(bucket, "acme", "app", 0, 10, 10)
+    table = backup_table("app", 0, 0, 20)
+    outputs = sorted(write_block(bucket, BlockSpec(id=deterministic_block_id(BASE_MS, f"ab/{token}"), tenant="acme",
+                                                   group="backup", level=1, sources=[a.id, b.id],
+                                                   parents=[a.id, b.id]),
+                                 [DatasetInput("records", "app", table, "timestamp")]).id for token in (1, 2))
+    clock.advance(SYNC)
+    for committed, lost in (outputs, outputs[::-1]):
+        report = Cleaner(bucket, _fetcher(bucket, clock), DELETE, clock=clock).plan(
+            _fetcher(bucket, clock).sync("acme"), protected={committed})
+        marked = {act.block_id for act in report.actions if act.kind == "mark"}
+        assert lost in marked
+        assert committed not in marked
+
+
 def test_delayed_visibility_never_makes_a_fresh_block_partial_or_missing_too_early(clock: Clock) -> None:
     # The store shows new objects 20s late; the sync delay is 60s. At no point before the sync delay may
     # the block be judged Partial, and once the sync delay has passed it is Healthy, not Partial.
