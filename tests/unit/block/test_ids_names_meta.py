@@ -14,6 +14,7 @@ from shale.block import (
 )
 from shale.block.layout import bucket_index_key, deletion_mark_key, meta_key, parse_block_key, parse_mark_key
 from shale.errors import CorruptObjectError, InvalidNameError
+from shale.metastore import AddBlocks
 
 
 def test_deterministic_ids_repeat_and_differ_by_key() -> None:
@@ -72,6 +73,17 @@ def test_meta_round_trips() -> None:
     assert parse_meta(meta.to_json(), where="k") == meta
     assert meta.rows == 10
     assert meta.size == 50
+
+
+def test_a_validated_meta_keeps_its_time_inside_commands_and_copies() -> None:
+    meta = parse_meta(json.dumps(_meta()).encode(), where="k")
+    assert meta.time_ms == ulid_time_ms(meta.id) > 0
+    command = AddBlocks(blocks=[meta])
+    assert command.blocks[0].time_ms == meta.time_ms
+    assert AddBlocks.model_validate_json(command.model_dump_json()).blocks[0].time_ms == meta.time_ms
+    assert meta.model_copy(update={"level": 2}).time_ms == meta.time_ms
+    with pytest.raises(ValueError, match="not a block id"):
+        AddBlocks.model_validate({"blocks": [_meta(id="not-a-ulid")]})
 
 
 @pytest.mark.parametrize(("changes", "message"), [
