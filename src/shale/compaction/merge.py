@@ -82,9 +82,11 @@ def _time_column(table: pa.Table) -> str:
 def merge_tables(tables: list[pa.Table]) -> tuple[pa.Table, str]:
     """Concatenate, sort by (time, topic, partition, offset) and keep the first of rows with equal
     (topic, partition, offset): the same Kafka record stored twice has the same time, so duplicates are
-    neighbours after the sort."""
+    neighbours after the sort. Empties ``tables`` once they are copied, so that at most two copies of the data
+    (the combined input and its sorted copy) are alive at once."""
     table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
     table = table.combine_chunks()  # one chunk: the take below is about twice as fast
+    tables.clear()
     time_column = _time_column(table)
     order = pc.sort_indices(table, sort_keys=[(time_column, "ascending"), ("topic", "ascending"),
                                               ("partition", "ascending"), ("offset", "ascending")])
@@ -144,12 +146,11 @@ def merge_blocks(bucket: Bucket, sources: list[BlockMeta], *, job: str, token: i
             with ThreadPoolExecutor(READ_THREADS) as pool:  # object reads overlap; Arrow decodes without the GIL
                 tables = list(pool.map(lambda part: read_dataset(bucket, part[0], part[1]), parts[name]))
             rows_in += sum(t.num_rows for t in tables)
-            merged, time_column = merge_tables(tables)
+            merged, time_column = merge_tables(tables)  # empties tables
             labels = sorted({tuple(sorted(ls.items())) for _, d in parts[name] for ls in d.labels})
             first = parts[name][0][1]
             inputs.append(DatasetInput(first.kind, first.topic, merged, time_column,
                                        labels=[dict(ls) for ls in labels]))
-            del tables
         head = sources[0]
         parsers = {(m.parser.name, m.parser.version, m.parser.options_digest) if m.parser else None for m in sources}
         spec = BlockSpec(
