@@ -16,8 +16,8 @@ from shale.cli.common import shale_errors
               help="Where services keep their data (default: a temporary folder, removed afterwards).")
 @shale_errors
 def demo(workdir: Path | None) -> None:
-    """Produce real logs to Kafka, persist them with both ingest groups, then show the ledger, a verify
-    summary and a sample of the stored records."""
+    """Produce real logs to Kafka, persist them with both ingest groups, show the ledger, a verify summary and
+    sample records, then query, compact on Spark, verify again, write the bucket indexes and query through one."""
     from shale.demo.pipeline import run_demo
     from shale.logs import setup_logging
 
@@ -26,6 +26,7 @@ def demo(workdir: Path | None) -> None:
         root = workdir or Path(tmp)
         result = run_demo(root, click.echo)
     if not result.ok:
-        raise click.ClickException("verify found missing or duplicated records")
+        raise click.ClickException("verify found missing or duplicated records, or the query through the bucket "
+                                   "index returned other records than before compaction (see above)")
     click.echo("demo OK: every record is stored exactly once in each group")
     _ = common
