@@ -27,7 +27,7 @@ from shale.bucketindex import DeltaWriter
 from shale.compaction.protocol import Assigned, JobUpdate, PollRequest, PollResponse
 from shale.config import BucketConfig
 from shale.failpoints import failpoint
-from shale.objstore import open_bucket
+from shale.objstore import open_bucket, task_bucket
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -51,7 +51,7 @@ def run_merge_task(payload: str, bucket_config: BucketConfig) -> str:
     from shale.compaction.merge import merge_blocks
 
     job = Assigned.model_validate_json(payload)
-    result = merge_blocks(open_bucket(bucket_config), job.sources, job=job.job, token=job.token, level=job.level)
+    result = merge_blocks(task_bucket(bucket_config), job.sources, job=job.job, token=job.token, level=job.level)
     return json.dumps({"output": result.output.model_dump(mode="json"), "rows_in": result.rows_in,
                        "rows_out": result.rows_out, "bytes_in": result.bytes_in, "bytes_out": result.bytes_out,
                        "peak_rss_delta": result.peak_rss_delta, "peak_arrow_bytes": result.peak_arrow_bytes,

@@ -38,7 +38,7 @@ from shale.ingest.committer import Committer, IngestConflictError
 from shale.ingest.kafka import list_partitions, watermarks
 from shale.ingest.records import SPARK_COLUMNS, SPARK_OUTPUT_SCHEMA, normalize, of_partition, partitions_of
 from shale.metastore import CommitIngestBatch, DeadLetterQueue, Metastore, OffsetRange, open_metastore
-from shale.objstore import ObstoreBucket, open_bucket
+from shale.objstore import open_bucket, task_bucket
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -48,15 +48,7 @@ log = logging.getLogger(__name__)
 OUTPUT = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("start", pa.int64()), ("end", pa.int64()),
                     ("records", pa.int64()), ("quarantined", pa.int64()), ("bytes", pa.int64()),
                     ("meta", pa.string())])
-_BUCKETS: dict[str, ObstoreBucket] = {}
 LAG_INTERVAL_S = 5.0
-
-
-def _bucket(spec: GroupSpec) -> ObstoreBucket:
-    key = spec.bucket.model_dump_json()
-    if key not in _BUCKETS:
-        _BUCKETS[key] = open_bucket(spec.bucket)
-    return _BUCKETS[key]
 
 
 def make_task(spec: GroupSpec, committed: dict[tuple[str, int], int]) -> Callable[[Iterable[pa.RecordBatch]],
@@ -71,7 +63,7 @@ def make_task(spec: GroupSpec, committed: dict[tuple[str, int], int]) -> Callabl
         if table.num_rows == 0:
             return
         for topic, partition in partitions_of(table):
-            result = write_partition(spec, _bucket(spec), of_partition(table, topic, partition),
+            result = write_partition(spec, task_bucket(spec.bucket), of_partition(table, topic, partition),
                                      committed.get((topic, partition)))
             if result is None:
                 continue

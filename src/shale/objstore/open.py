@@ -17,6 +17,7 @@ from shale.objstore.obstore_bucket import ObstoreBucket, RetryPolicy
 
 _MEMORY: dict[str, ObjectStore] = {}
 _MEMORY_LOCK = threading.Lock()
+_TASK_BUCKETS: dict[str, ObstoreBucket] = {}
 # Shale retries itself (see obstore_bucket), so obstore's client must not retry underneath it.
 _NO_CLIENT_RETRIES: Any = {"max_retries": 0, "retry_timeout": dt.timedelta(seconds=60)}
 _CLIENT: Any = {"timeout": "60s", "connect_timeout": "5s"}
@@ -60,6 +61,17 @@ def open_bucket(config: BucketConfig) -> ObstoreBucket:
     client_options: Any = dict(_CLIENT, allow_http=config.allow_http)
     store = from_url(url, config=extra, client_options=client_options, retry_config=_NO_CLIENT_RETRIES)
     return ObstoreBucket(store, url, retry=retry)
+
+
+def task_bucket(config: BucketConfig) -> ObstoreBucket:
+    """The process's client for this bucket, for Spark tasks: Python workers are reused from task to task, so one
+    client (its connection pool, credentials and TLS sessions) serves them all instead of one per task."""
+    key = config.model_dump_json()
+    with _MEMORY_LOCK:
+        bucket = _TASK_BUCKETS.get(key)
+        if bucket is None:
+            bucket = _TASK_BUCKETS[key] = open_bucket(config)
+        return bucket
 
 
 def open_bucket_url(url: str, **fields: Any) -> ObstoreBucket:

@@ -20,7 +20,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from shale.config import ShaleConfig, load_config
-from shale.objstore import open_bucket
+from shale.objstore import open_bucket, task_bucket
 from shale.query.plan import Part, QueryPlan
 from shale.query.reader import Query, execute
 from shale.query.sources import open_source
@@ -121,7 +121,7 @@ class ShaleReader(DataSourceReader):
         parts = _groups(self.plan)[partition.value]
         sub = QueryPlan(parts, self.plan.schema, self.plan.time_column, self.plan.dedup_partitions,
                         self.plan.base_columns)  # parts keep their generation intervals
-        for batch in execute(self.query, sub, open_bucket(self.config.bucket)):
+        for batch in execute(self.query, sub, task_bucket(self.config.bucket)):
             yield _for_spark(batch)
 
 

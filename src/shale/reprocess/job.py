@@ -29,7 +29,7 @@ from shale.ingest.blocks import GroupSpec, write_partition
 from shale.ingest.committer import IngestConflictError
 from shale.ingest.parsers import load_parser
 from shale.metastore import CommitIngestBatch, Metastore, OffsetRange
-from shale.objstore import open_bucket
+from shale.objstore import task_bucket
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -64,7 +64,7 @@ def run_partition(work_json: str, metas_json: str, spec_json: str, bucket_config
     spec_data = json.loads(spec_json)
     spec = GroupSpec("partition", spec_data["generation"], bucket_config,
                      IngestConfig.model_validate(spec_data["ingest"]))
-    bucket = open_bucket(bucket_config)
+    bucket = task_bucket(bucket_config)
     tables = []
     for meta in metas:
         for dataset in meta.datasets:

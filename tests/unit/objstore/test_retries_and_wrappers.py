@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import pytest
 
+from shale.config import BucketConfig
 from shale.errors import ConflictError, NotFoundError, StoreUnavailableError
-from shale.objstore import ObstoreBucket, open_bucket_url
+from shale.objstore import ObstoreBucket, open_bucket_url, task_bucket
 from shale.objstore.obstore_bucket import RetryPolicy
 from shale.objstore.testing import DelayedVisibilityBucket, Fault, FaultyBucket
 
@@ -103,3 +105,13 @@ def test_faulty_bucket_fails_chosen_calls_and_can_lose_answers() -> None:
             b.get("t/data.parquet")
     assert b.get("t/data.parquet") == b"d"
     assert b.injected == [("put", "t/meta.json"), ("get", "t/data.parquet"), ("get", "t/data.parquet")]
+
+
+def test_spark_tasks_share_one_client_per_bucket_configuration(tmp_path: Path) -> None:
+    first = BucketConfig(url=f"file://{tmp_path}/a")
+    assert task_bucket(first) is task_bucket(BucketConfig(url=f"file://{tmp_path}/a"))
+    other = task_bucket(BucketConfig(url=f"file://{tmp_path}/b"))
+    assert other is not task_bucket(first)
+    task_bucket(first).put("k", b"v")
+    assert list(other.list("")) == []
+    assert [i.key for i in task_bucket(first).list("")] == ["k"]
