@@ -41,6 +41,13 @@ def _converged(cluster: MetastoreCluster, timeout: float = 60) -> list[tuple[str
         time.sleep(0.5)
 
 
+def _until(condition, timeout: float, failure: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, failure
+        time.sleep(0.2)
+
+
 def test_leader_killed_under_load_loses_no_acknowledged_write(tmp_path: Path) -> None:
     cluster = MetastoreCluster(tmp_path, 3, extra=["metastore.snapshot_entries=100"]).start()
     try:
@@ -49,17 +56,14 @@ def test_leader_killed_under_load_loses_no_acknowledged_write(tmp_path: Path) ->
         writers = [threading.Thread(target=_load, args=(cluster, w, acked[w], stop)) for w in range(2)]
         for t in writers:
             t.start()
-        time.sleep(3)
+        _until(lambda: sum(len(a) for a in acked) > 30, 60, "the load never got going")
         old_leader = cluster.wait_leader()
         before = sum(len(a) for a in acked)
         cluster.kill9(old_leader)
-        time.sleep(6)
+        _until(lambda: sum(len(a) for a in acked) > before + 30, 60, "no write was acknowledged after the failover")
         stop.set()
         for t in writers:
             t.join(timeout=60)
-        after = sum(len(a) for a in acked)
-        assert before > 30, "the load never got going"
-        assert after > before, "no write was acknowledged after the failover"
         new_leader = cluster.wait_leader()
         assert new_leader != old_leader
 
