@@ -41,6 +41,7 @@ class MergeResult:
     rows_out: int
     bytes_in: int
     bytes_out: int
+    peak_rss: int
     peak_rss_delta: int
     peak_arrow_bytes: int
     seconds: float
@@ -163,4 +164,4 @@ def merge_blocks(bucket: Bucket, sources: list[BlockMeta], *, job: str, token: i
             derived_from=sorted({d for m in sources for d in m.derived_from}))
         output = write_block(bucket, spec, inputs)
     return MergeResult(output, rows_in, output.rows, sum(m.size for m in sources), output.size,
-                       rss.peak - rss.start, rss.arrow_peak - rss.arrow_start, time.perf_counter() - started)
+                       rss.peak, rss.peak - rss.start, rss.arrow_peak - rss.arrow_start, time.perf_counter() - started)

@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 BYTES = Counter("shale_compaction_bytes_total", "Bytes read and written by compaction merges.", ["direction"])
 RUNNING = Gauge("shale_compaction_worker_running_jobs", "Jobs this worker is running.")
-PEAK_RSS = Gauge("shale_compaction_merge_peak_rss_bytes", "Peak resident memory growth of the last merge task.")
+PEAK_RSS = Gauge("shale_compaction_merge_peak_rss_bytes", "Peak resident memory of the task process during the last "
+                 "merge.")
 PEAK_ARROW = Gauge("shale_compaction_merge_peak_arrow_bytes", "Peak Arrow memory of the last merge (its data).")
 FAILED = Counter("shale_compaction_task_failures_total", "Merge tasks that failed (their jobs are abandoned).")
 
@@ -52,10 +53,7 @@ def run_merge_task(payload: str, bucket_config: BucketConfig) -> str:
 
     job = Assigned.model_validate_json(payload)
     result = merge_blocks(task_bucket(bucket_config), job.sources, job=job.job, token=job.token, level=job.level)
-    return json.dumps({"output": result.output.model_dump(mode="json"), "rows_in": result.rows_in,
-                       "rows_out": result.rows_out, "bytes_in": result.bytes_in, "bytes_out": result.bytes_out,
-                       "peak_rss_delta": result.peak_rss_delta, "peak_arrow_bytes": result.peak_arrow_bytes,
-                       "seconds": result.seconds})
+    return json.dumps({**vars(result), "output": result.output.model_dump(mode="json")})
 
 
 @dataclass
@@ -145,7 +143,7 @@ class CompactionWorker:
                                       marks=[(s.id, now, "compacted") for s in running.job.sources])
                 BYTES.labels("in").inc(result["bytes_in"])
                 BYTES.labels("out").inc(result["bytes_out"])
-                PEAK_RSS.set(result["peak_rss_delta"])
+                PEAK_RSS.set(result["peak_rss"])
                 PEAK_ARROW.set(result["peak_arrow_bytes"])
                 self.completed.append(result)
                 log.info("compaction job completed", extra={"job": name, "token": running.job.token,
