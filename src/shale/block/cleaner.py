@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
-from shale.block.fetcher import BlockFetcher, BlockState, BlockView, FetchResult
+from shale.block.fetcher import BlockFetcher, BlockState, BlockView, FetchResult, by_source, covering
 from shale.block.layout import META_FILENAME, deletion_mark_key
 from shale.block.marks import write_deletion_mark
 from shale.objstore import Bucket
@@ -52,18 +52,6 @@ def delete_block(bucket: Bucket, view: BlockView) -> None:
     bucket.delete(deletion_mark_key(view.tenant, view.id))
 
 
-def _indexed_cover(view: BlockView, indexed: list[BlockView]) -> str | None:
-    """The id of an indexed block whose compaction sources include all of ``view``'s, if there is one."""
-    mine = set(view.meta.compaction.sources) if view.meta is not None else set()
-    if not mine:
-        return None
-    for other in indexed:
-        assert other.meta is not None
-        if mine <= set(other.meta.compaction.sources):
-            return other.id
-    return None
-
-
 class Cleaner:
     def __init__(self, bucket: Bucket, fetcher: BlockFetcher, delete_delay: float,
                  clock: Callable[[], float] = time.time) -> None:
@@ -78,7 +66,7 @@ class Cleaner:
         (a compaction output written by an attempt whose lease was lost) is marked, whatever the ids."""
         report = CleanupReport()
         now = self.clock()
-        indexed = [v for v in result.blocks.values() if v.id in protected and v.meta is not None]
+        indexed = by_source(v for v in result.blocks.values() if v.id in protected)
         for view in sorted(result.blocks.values(), key=lambda v: v.id):
             if view.id in protected:
                 if view.state in (BlockState.PARTIAL, BlockState.HEALTHY_OVERLAPPED, BlockState.MARKED_FOR_DELETION):
@@ -95,9 +83,9 @@ class Cleaner:
                 report.actions.append(Action("mark", view.tenant, view.id, f"partial: {why}"))
             elif view.state is BlockState.HEALTHY_OVERLAPPED:
                 report.actions.append(Action("mark", view.tenant, view.id, f"overlapped by {view.overlapped_by}"))
-            elif view.state is BlockState.HEALTHY and (cover := _indexed_cover(view, indexed)) is not None:
+            elif view.state is BlockState.HEALTHY and (cover := next(covering(view, indexed), None)) is not None:
                 report.actions.append(Action("mark", view.tenant, view.id,
-                                             f"not indexed; its records are in indexed block {cover}"))
+                                             f"not indexed; its records are in indexed block {cover[0].id}"))
         for block_id in sorted(result.orphan_marks):
             report.actions.append(Action("delete-orphan-mark", result.tenant, block_id, "block already removed"))
         return report

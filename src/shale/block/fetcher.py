@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -174,25 +174,34 @@ class BlockFetcher:
             return list(pool.map(fn, items))
 
 
+def by_source(views: Iterable[BlockView]) -> dict[str, list[BlockView]]:
+    """Blocks with metadata, under each of their compaction sources."""
+    index: dict[str, list[BlockView]] = defaultdict(list)
+    for view in views:
+        for source in view.meta.compaction.sources if view.meta is not None else ():
+            index[source].append(view)
+    return index
+
+
+def covering(view: BlockView, index: dict[str, list[BlockView]]) -> Iterator[tuple[BlockView, bool]]:
+    """The other blocks of ``index`` whose sources include all of ``view``'s, each with whether the two source sets
+    are equal. Looking under one of ``view``'s sources is enough: a covering block is listed under all of them."""
+    mine = set(view.meta.compaction.sources) if view.meta is not None else set()
+    for other in index.get(next(iter(mine)), []) if mine else []:
+        assert other.meta is not None
+        theirs = set(other.meta.compaction.sources)
+        if other is not view and mine <= theirs:
+            yield other, mine == theirs
+
+
 def _judge_overlaps(views: Iterable[BlockView]) -> None:
     """Seed 000's full-overlap rule: a healthy block whose sources are all inside a newer healthy block's sources
     is HealthyOverlapped. Equal source sets (the same compaction done twice) keep the greater id."""
     healthy = [v for v in views if v.state is BlockState.HEALTHY and v.meta is not None]
-    by_source: dict[str, list[BlockView]] = defaultdict(list)
+    index = by_source(healthy)
     for view in healthy:
-        assert view.meta is not None
-        for source in view.meta.compaction.sources:
-            by_source[source].append(view)
-    for view in healthy:
-        assert view.meta is not None
-        mine = set(view.meta.compaction.sources)
-        if not mine:
-            continue
-        for other in by_source[next(iter(mine))]:
-            if other is view or other.meta is None:
-                continue
-            theirs = set(other.meta.compaction.sources)
-            if mine < theirs or (mine == theirs and other.id > view.id):
+        for other, equal in covering(view, index):
+            if not equal or other.id > view.id:
                 view.state = BlockState.HEALTHY_OVERLAPPED
                 view.overlapped_by = other.id
                 break

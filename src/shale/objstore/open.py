@@ -16,7 +16,7 @@ from shale.errors import ConfigError
 from shale.objstore.obstore_bucket import ObstoreBucket, RetryPolicy
 
 _MEMORY: dict[str, ObjectStore] = {}
-_MEMORY_LOCK = threading.Lock()
+_CACHE_LOCK = threading.Lock()
 _TASK_BUCKETS: dict[str, ObstoreBucket] = {}
 # Shale retries itself (see obstore_bucket), so obstore's client must not retry underneath it.
 _NO_CLIENT_RETRIES: Any = {"max_retries": 0, "retry_timeout": dt.timedelta(seconds=60)}
@@ -35,7 +35,7 @@ def open_bucket(config: BucketConfig) -> ObstoreBucket:
     retry = RetryPolicy(config.retry.attempts, config.retry.base_delay, config.retry.max_delay)
     store: ObjectStore
     if scheme == "memory":
-        with _MEMORY_LOCK:
+        with _CACHE_LOCK:
             store = _MEMORY.setdefault(url, MemoryStore())
         return ObstoreBucket(store, url, retry=retry)
     if scheme == "file":
@@ -67,7 +67,7 @@ def task_bucket(config: BucketConfig) -> ObstoreBucket:
     """The process's client for this bucket, for Spark tasks: Python workers are reused from task to task, so one
     client (its connection pool, credentials and TLS sessions) serves them all instead of one per task."""
     key = config.model_dump_json()
-    with _MEMORY_LOCK:
+    with _CACHE_LOCK:
         bucket = _TASK_BUCKETS.get(key)
         if bucket is None:
             bucket = _TASK_BUCKETS[key] = open_bucket(config)
