@@ -57,14 +57,13 @@ def produce_json(bootstrap: str, topic: str, count: int, invalid_every: int = 0,
 def write_config(path: Path, bootstrap: str, bucket: BucketConfig, topics: list[str],
                  metastore: dict[str, Any] | None = None, parsers_override: list[dict[str, Any]] | None = None,
                  **ingest: Any) -> Path:
-    """A TOML config for one test: MinIO bucket, embedded metastore (unless ``metastore`` says otherwise) and
-    checkpoints under ``path``."""
+    """A TOML config for one test: MinIO bucket and embedded metastore (unless ``metastore`` says otherwise)."""
     data = {
         "bucket": bucket.model_dump(mode="json"),
         "kafka": {"bootstrap_servers": bootstrap},
         "metastore": metastore or {"data_dir": str(path / "metastore")},
         "spark": {"master": "local[2]"},
-        "ingest": {"topics": topics, "checkpoint_dir": str(path / "checkpoints"), "trigger_interval": "1s",
+        "ingest": {"topics": topics, "trigger_interval": "1s",
                    "parsers": parsers_override or [JSON_PARSER], **ingest},
     }
     lines: list[str] = []

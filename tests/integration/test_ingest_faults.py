@@ -41,7 +41,7 @@ def test_kill_9_at_each_step_of_the_commit_protocol(kafka, minio_bucket, tmp_pat
     points = tmp_path / "failpoints"
     steps = [("block.before-meta", "data uploaded, meta.json not yet"),
              ("ingest.before-commit", "meta.json written, the commit not yet sent"),
-             ("ingest.after-commit", "committed, Spark's checkpoint not yet written")]
+             ("ingest.after-commit", "committed, the next batch not yet planned")]
     for i, (failpoint, _) in enumerate(steps):
         process = ingest_process(file, "backup", tmp_path / f"ingest-{i}.log", failpoints=failpoint,
                                  failpoint_dir=points)

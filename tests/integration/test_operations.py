@@ -63,7 +63,6 @@ bucket_scan_interval = "5s"
 master = "local[1]"
 [ingest]
 topics = ["{topic}"]
-checkpoint_dir = "{tmp / 'checkpoints'}"
 trigger_interval = "2s"
 [[ingest.parsers]]
 parser = "json"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -53,18 +54,20 @@ def test_reprocess_fixes_a_parser_bug_including_data_kafka_no_longer_has(kafka, 
     config = config_of(file)
     metastore = open_metastore(config)
     for group in ("backup", "partition"):
-        query = IngestJob(config, group, spark=spark, metastore=metastore).start(available_now=True)
-        query.awaitTermination()
+        IngestJob(config, group, spark=spark, metastore=metastore).run(available_now=True)
     wrong = run_query(Query("default", T0, T0 + DAY - 1), metastore, open_bucket(config.bucket)).read_all()
     assert wrong.num_rows == 6000
     assert "severity" not in wrong.column_names  # the bug: the wrong field was read
     ingested_until = int(time.time() * 1000)
 
     # Kafka forgets the first half; live ingestion of the topic goes on (next day's records).
-    marks = watermarks(kafka.bootstrap_servers, {topic: [0, 1]})
+    marks = watermarks(config.kafka, {topic: [0, 1]})
     for partition in (0, 1):
-        delete_records_before(kafka.bootstrap_servers, topic, partition, marks[(topic, partition)][1] // 2)
-    live = IngestJob(config, "partition", spark=spark, metastore=metastore).start()
+        delete_records_before(config.kafka, topic, partition, marks[(topic, partition)][1] // 2)
+    stop_live = threading.Event()
+    live = threading.Thread(target=IngestJob(config, "partition", spark=spark, metastore=metastore).run,
+                            kwargs={"stop": stop_live}, daemon=True)
+    live.start()
     _produce(kafka.bootstrap_servers, topic, 6000, 1000, day=1)
 
     # Reprocess in a separate process; kill it after its first committed round; run it again to the end.
@@ -92,7 +95,8 @@ def test_reprocess_fixes_a_parser_bug_including_data_kafka_no_longer_has(kafka, 
     while sum(o.committed_end for o in metastore.offsets("partition", 1)) < 7000:
         assert time.monotonic() < deadline, "live ingestion did not keep up"
         time.sleep(0.5)
-    live.stop()
+    stop_live.set()
+    live.join(timeout=120)
 
     bucket = open_bucket(config.bucket)
     fixed = run_query(Query("default", T0, T0 + DAY - 1), metastore, bucket).read_all()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 from urllib.parse import urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from shale.config.types import ByteSize, Duration, Regex
 
@@ -59,10 +59,34 @@ class BlockConfig(_Section):
 
 
 class KafkaConfig(_Section):
+    """How Shale reaches Kafka. Security settings are typed and translated for each client Shale runs: Spark's
+    Java consumer (ingestion) and librdkafka (offsets, lag, verify). Anything else goes to one client only, through
+    ``spark_options`` or ``client_options``, because the two clients name their settings differently."""
+
     bootstrap_servers: str = Field(default="127.0.0.1:9092", description="comma-separated host:port list")
-    options: dict[str, str] = Field(
-        default_factory=dict, description="extra Kafka client options (security.protocol, sasl.*, ...)"
-    )
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        default="PLAINTEXT", description="how clients connect to the brokers")
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
+        default="SCRAM-SHA-512", description="SASL mechanism (SASL_PLAINTEXT and SASL_SSL)")
+    sasl_username: str = Field(default="", description="SASL user name")
+    sasl_password: SecretStr = Field(default=SecretStr(""),
+                                     description="SASL password (or $SHALE_KAFKA__SASL_PASSWORD)")
+    ssl_ca_file: str = Field(default="", description="PEM file of the CAs that sign the brokers' certificates "
+                                                     "(SSL and SASL_SSL; empty: the system's CAs)")
+    ssl_verify_hostname: bool = Field(default=True, description="check the broker's certificate names its host")
+    spark_options: dict[str, str] = Field(
+        default_factory=dict, description="extra options of Spark's Java Kafka consumer (without the 'kafka.' prefix)")
+    client_options: dict[str, str] = Field(
+        default_factory=dict, description="extra options of Shale's librdkafka clients (verify, offsets, lag)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_shared_options(cls, data: object) -> object:
+        if isinstance(data, dict) and "options" in data:
+            raise ValueError("kafka.options is gone: Spark's Java client and librdkafka name their settings "
+                             "differently. Use the typed security keys (security_protocol, sasl_*, ssl_*) and "
+                             "kafka.spark_options / kafka.client_options for anything else")
+        return data
 
     @field_validator("bootstrap_servers")
     @classmethod
@@ -72,6 +96,12 @@ class KafkaConfig(_Section):
             if not host or not port.isdigit():
                 raise ValueError(f"{server.strip()!r} is not host:port")
         return value
+
+    @model_validator(mode="after")
+    def _check_security(self) -> KafkaConfig:
+        if self.security_protocol.startswith("SASL") and not self.sasl_username:
+            raise ValueError(f"security_protocol {self.security_protocol} needs sasl_username and sasl_password")
+        return self
 
 
 class SparkConfig(_Section):
@@ -145,7 +175,8 @@ class ParserRule(_Section):
 
 
 class IngestConfig(_Section):
-    """Kafka to blocks (seed 002). Each group (backup, partition) is one streaming query."""
+    """Kafka to blocks (seed 002). Each group (backup, partition) is one ingest process: it plans every batch's
+    exact Kafka offsets from the metastore's committed offsets, reads them with Spark and commits them."""
 
     topics: list[str] = Field(default_factory=list, description="topics to persist (or use topic_pattern)")
     topic_pattern: Regex = Field(default="", description="persist every topic matching this regex, new ones too")
@@ -155,17 +186,33 @@ class IngestConfig(_Section):
     tenant_header: str = Field(default="", description="take the tenant from this record header when present")
     parsers: list[ParserRule] = Field(default_factory=list, description="partition group: parser per topic")
     partition_by_hour: bool = Field(default=False, description="partition values dt and hour (default: dt)")
-    checkpoint_dir: str = Field(default=".shale/checkpoints", description="Spark checkpoints, one per group")
-    trigger_interval: Duration = Field(default=10.0, description="time policy: start a batch this often")
-    max_records_per_batch: int = Field(default=2_000_000, ge=1, description="size policy: at most this many")
+    trigger_interval: Duration = Field(default=5.0, description="time policy: look for new records this often")
+    max_records_per_batch: int = Field(default=2_000_000, ge=1, description="size policy: at most this many "
+                                                                             "records in one batch")
+    max_batch_bytes: ByteSize = Field(default=1024 * 2**20, ge=2**20, description="size policy: about this many "
+                                      "bytes of records in one batch (planned from the sizes seen so far)")
+    max_task_bytes: ByteSize = Field(default=512 * 2**20, ge=64 * 2**20, description="memory of one Spark task's "
+                                     "Python worker: records are written in blocks of at most an eighth of it")
     min_records_per_batch: int = Field(default=0, ge=0, description="wait for this many records ...")
     max_batch_delay: Duration = Field(default=60.0, description="... but no longer than this")
     starting_offsets: Literal["earliest", "latest"] = Field(
         default="earliest", description="where partitions the metastore has never committed start")
-    allow_offset_gaps: bool = Field(
-        default=False, description="accept unreadable offsets between batches (transactional or compacted topics)")
-    fail_on_data_loss: bool = Field(default=True, description="stop if Kafka deleted offsets before they were read")
     metrics_port: int = Field(default=0, ge=0, le=65535, description="Prometheus metrics port (0: none)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gone(cls, data: object) -> object:
+        gone = {"checkpoint_dir": "ingestion keeps no Spark checkpoint: the metastore holds the committed offsets",
+                "allow_offset_gaps": "gaps Kafka explains (transaction markers, aborted records, compaction) are "
+                                     "accepted; offsets deleted before they were read are reported per partition "
+                                     "and accepted with `shale offsets acknowledge-loss`",
+                "fail_on_data_loss": "lost offsets are always detected and reported per partition; accept them with "
+                                     "`shale offsets acknowledge-loss`"}
+        if isinstance(data, dict):
+            for key, why in gone.items():
+                if key in data:
+                    raise ValueError(f"ingest.{key} is gone: {why}")
+        return data
 
     @model_validator(mode="after")
     def _topics(self) -> IngestConfig:

@@ -59,7 +59,7 @@ def _config(root: Path, minio: MinioServer, broker: KafkaBroker, bucket: str) ->
         metastore={"data_dir": str(root / "metastore")},  # type: ignore[arg-type]
         spark=SparkConfig(master="local[2]"),
         ingest=IngestConfig(
-            topics=topics, checkpoint_dir=str(root / "checkpoints"), default_tenant="infra",
+            topics=topics, default_tenant="infra",
             max_records_per_batch=6000,  # several micro-batches, so that there are blocks to compact
             tenants=[TenantRule(topic_pattern=rf"logs\.{p}", tenant=t) for p, t in TENANT_OF.items()],
             parsers=[ParserRule(topic_pattern=rf"logs\.{p}", parser="text", options={"preset": p})
@@ -130,9 +130,8 @@ def run_demo(root: Path, say: Callable[[str], None]) -> DemoResult:
         assert isinstance(metastore, MetastoreService)  # embedded defaults: the in-process metastore
         for group in ("backup", "partition"):
             job = IngestJob(config, group, spark=spark, metastore=metastore)
-            query = job.start(available_now=True)
-            query.awaitTermination()
-            say(f"ingest group {group}: {job.batches} micro-batch(es) committed")
+            job.run(available_now=True)
+            say(f"ingest group {group}: {job.batches} batch(es) committed")
         bucket = open_bucket(config.bucket)
         say("")
         say("completeness ledger (partition group):")
@@ -173,7 +172,7 @@ def run_demo(root: Path, say: Callable[[str], None]) -> DemoResult:
             f"({after[2]:,} bytes), with {calls['list']} LIST calls and {calls['get'] + calls['get_range']} GETs in "
             "all: the tenant's index, then the data objects")
         result.ok = result.ok and after[0] == rows
-        partitions = list_partitions(broker.bootstrap_servers, config.ingest.topics)
+        partitions = list_partitions(config.kafka, config.ingest.topics)
         say(f"\n{len(partitions)} topics, {sum(len(p) for p in partitions.values())} Kafka partitions, "
             f"{len(metastore.tenants())} tenants: {', '.join(metastore.tenants())}")
         spark.stop()

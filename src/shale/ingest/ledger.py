@@ -21,6 +21,8 @@ class PartitionWatermark:
     partition: int
     committed_end: int
     max_event_time: int
+    incarnation: str = ""
+    skipped: int = 0
 
 
 @dataclass
@@ -50,7 +52,7 @@ def _day_end_ms(day: str) -> int:
 
 def build_ledger(metastore: Metastore, group: str, generation: int, topic: str, day: str | None = None) -> Ledger:
     offsets = [o for o in metastore.offsets(group, generation) if o.topic == topic]
-    watermarks = [PartitionWatermark(o.partition, o.committed_end, o.max_event_time)
+    watermarks = [PartitionWatermark(o.partition, o.committed_end, o.max_event_time, o.incarnation, o.skipped)
                   for o in sorted(offsets, key=lambda o: o.partition)]
     days: dict[str, DayEntry] = defaultdict(lambda: DayEntry(""))
     for meta in group_blocks(metastore, group, generation, topic):

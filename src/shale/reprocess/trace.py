@@ -25,6 +25,8 @@ class Location:
     block: str
     dataset: str
     level: int
+    incarnation: str = ""
+    """The topic incarnation the offset belongs to: a recreated topic reuses offsets."""
 
 
 def _all_blocks(metastore: Metastore, topic: str, group: str | None = None) -> list[BlockMeta]:
@@ -52,7 +54,8 @@ def locate(metastore: Metastore, bucket: BucketReader, topic: str, partition: in
     """Every live block holding the record, one per group and generation (reads one column of candidates)."""
     found = []
     for meta in _all_blocks(metastore, topic):
-        if not any(r.topic == topic and r.partition == partition and r.start <= offset < r.end for r in meta.kafka):
+        holding = [r for r in meta.kafka if r.topic == topic and r.partition == partition and r.start <= offset < r.end]
+        if not holding:
             continue
         for dataset in meta.datasets:
             if dataset.topic != topic:
@@ -60,5 +63,6 @@ def locate(metastore: Metastore, bucket: BucketReader, topic: str, partition: in
             table = read_dataset(bucket, meta, dataset, columns=["partition", "offset"], whole_object=None,
                                  filters=(pc.field("partition") == partition) & (pc.field("offset") == offset))
             if table.num_rows:
-                found.append(Location(meta.group, meta.generation, meta.tenant, meta.id, dataset.name, meta.level))
-    return sorted(found, key=lambda loc: (loc.group, loc.generation))
+                found.append(Location(meta.group, meta.generation, meta.tenant, meta.id, dataset.name, meta.level,
+                                      holding[0].incarnation))
+    return sorted(found, key=lambda loc: (loc.group, loc.generation, loc.incarnation))

@@ -54,8 +54,7 @@ def _lag(config: ShaleConfig, offsets: list[dict[str, Any]]) -> str:
     if not partitions:
         return ""
     try:
-        marks = watermarks(config.kafka.bootstrap_servers, {t: sorted(set(p)) for t, p in partitions.items()},
-                           config.kafka.options)
+        marks = watermarks(config.kafka, {t: sorted(set(p)) for t, p in partitions.items()})
     except Exception as exc:  # Kafka is optional for the page: show what is known
         return f"Kafka not reachable: {str(exc)[:200]}"
     for o in offsets:
