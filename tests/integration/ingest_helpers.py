@@ -56,30 +56,43 @@ def produce_json(bootstrap: str, topic: str, count: int, invalid_every: int = 0,
 
 def write_config(path: Path, bootstrap: str, bucket: BucketConfig, topics: list[str],
                  metastore: dict[str, Any] | None = None, parsers_override: list[dict[str, Any]] | None = None,
-                 **ingest: Any) -> Path:
+                 kafka: dict[str, Any] | None = None, **ingest: Any) -> Path:
     """A TOML config for one test: MinIO bucket and embedded metastore (unless ``metastore`` says otherwise)."""
     data = {
         "bucket": bucket.model_dump(mode="json"),
-        "kafka": {"bootstrap_servers": bootstrap},
+        "kafka": kafka or {"bootstrap_servers": bootstrap},
         "metastore": metastore or {"data_dir": str(path / "metastore")},
         "spark": {"master": "local[2]"},
         "ingest": {"topics": topics, "trigger_interval": "1s",
                    "parsers": parsers_override or [JSON_PARSER], **ingest},
     }
     lines: list[str] = []
+    tables: list[str] = ["[bucket.retry]", "attempts = 5"]
     for section, values in data.items():
         lines.append(f"[{section}]")
         for key, value in values.items():
-            if key == "parsers" or key == "retry":
+            if key == "retry":
                 continue
-            lines.append(f"{key} = {json.dumps(value)}")
-    lines += ["[bucket.retry]", "attempts = 5"]
-    for rule in data["ingest"]["parsers"]:  # type: ignore[union-attr]
-        lines += ["[[ingest.parsers]]", f'parser = "{rule["parser"]}"',
-                  "options = {" + ", ".join(f"{k} = {json.dumps(v)}" for k, v in rule["options"].items()) + "}"]
+            if isinstance(value, list) and value and isinstance(value[0], dict):  # [[section.key]] tables
+                for row in value:
+                    tables.append(f"[[{section}.{key}]]")
+                    tables += [f"{k} = {_toml(v)}" for k, v in row.items()]
+                continue
+            lines.append(f"{key} = {_toml(value)}")
+    lines += tables
     file = path / "shale.toml"
     file.write_text("\n".join(lines) + "\n")
+    file.chmod(0o600)  # it may hold a Kafka password
     return file
+
+
+def _toml(value: Any) -> str:
+    """A TOML value: JSON's spelling for scalars and arrays, inline tables for dicts."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return json.dumps(value)
 
 
 def config_of(file: Path) -> ShaleConfig:

@@ -25,6 +25,7 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "locate": ("shale.cli.reprocess_cmd", "locate", "Find the blocks that hold a Kafka record."),
     "verify": ("shale.cli.ingest_cmd", "verify", "Reconcile Kafka offsets with the stored records."),
     "ledger": ("shale.cli.ingest_cmd", "ledger", "Show the completeness ledger of a topic."),
+    "offsets": ("shale.cli.offsets_cmd", "offsets", "Show committed offsets; acknowledge offsets Kafka lost."),
     "run": ("shale.cli.run_cmd", "run", "Run a whole single-machine deployment from one configuration."),
     "demo": ("shale.cli.demo_cmd", "demo", "Run the main pipeline on embedded defaults and print what it did."),
 }

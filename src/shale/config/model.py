@@ -191,8 +191,9 @@ class IngestConfig(_Section):
                                                                              "records in one batch")
     max_batch_bytes: ByteSize = Field(default=1024 * 2**20, ge=2**20, description="size policy: about this many "
                                       "bytes of records in one batch (planned from the sizes seen so far)")
-    max_task_bytes: ByteSize = Field(default=512 * 2**20, ge=64 * 2**20, description="memory of one Spark task's "
-                                     "Python worker: records are written in blocks of at most an eighth of it")
+    max_task_bytes: ByteSize = Field(default=512 * 2**20, ge=64 * 2**20, description="resident memory of one "
+                                     "Spark task's Python worker: records are written in chunks sized to stay "
+                                     "within it")
     min_records_per_batch: int = Field(default=0, ge=0, description="wait for this many records ...")
     max_batch_delay: Duration = Field(default=60.0, description="... but no longer than this")
     starting_offsets: Literal["earliest", "latest"] = Field(

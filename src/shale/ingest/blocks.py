@@ -24,6 +24,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,6 +103,16 @@ def _date(ms: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
 
 
+def _take(table: pa.Table, rows: list[int]) -> pa.Table:
+    return table.take(pa.array(rows, pa.int64()))  # typed: an empty list of indexes must not be null-typed
+
+
+def _values(table: pa.Table, rows: int = 1024) -> Iterator[bytes | None]:
+    """The record values as Python bytes, a slice at a time (not all of a chunk's values copied at once)."""
+    for offset in range(0, table.num_rows, rows):
+        yield from table.column("value").slice(offset, rows).to_pylist()
+
+
 def _by(values: list[Any]) -> dict[Any, list[int]]:
     groups: dict[Any, list[int]] = defaultdict(list)
     for i, value in enumerate(values):
@@ -135,13 +146,12 @@ def _parse(spec: GroupSpec, table: pa.Table, topic: str,
     parser = spec.parser_for(topic)
     if isinstance(parser, str):
         return pa.table({}), [], [(i, parser) for i in range(table.num_rows)], None
-    values = table.column("value").to_pylist()
     stamps = table.column("timestamp").cast(TIMESTAMP_MS, safe=False).cast(pa.int64()).to_pylist()
     good: list[int] = []
     times: list[int] = []
     columns: dict[str, list[Any]] = {name: [] for name in parser.columns()}
     rejected: list[tuple[int, str]] = []
-    for i, (value, stamp) in enumerate(zip(values, stamps, strict=True)):
+    for i, (value, stamp) in enumerate(zip(_values(table), stamps, strict=True)):
         try:
             event_time, fields = parser.parse(value, stamp)
         except ParseError as exc:
@@ -157,7 +167,7 @@ def _parse(spec: GroupSpec, table: pa.Table, topic: str,
         times.append(event_time)
         for name, values_of in columns.items():
             values_of.append(fields.get(name))
-    base = table.take(good)
+    base = table if len(good) == table.num_rows else _take(table, good)  # usually every record parses: no copy
     days = [_date(t) for t in times]
     out = pa.table({
         **{f.name: base.column(f.name) for f in KAFKA_FIELDS},
@@ -205,12 +215,12 @@ def write_chunk(spec: GroupSpec, bucket: Bucket, table: pa.Table, chunk: Chunk,
     if spec.group == "backup":
         whole = len(valid) == table.num_rows and len(set(tenants)) == 1
         for tenant, rows in ({tenants[0]: valid} if whole else _by([tenants[i] for i in valid])).items():
-            picked = table if whole else table.take([valid[r] for r in rows])  # one tenant: no copy
+            picked = table if whole else _take(table, [valid[r] for r in rows])  # one tenant: no copy
             blocks.append((spec_for(tenant, {}, None, "records"),
                            [DatasetInput("records", topic, picked, "timestamp", labels=[{"topic": topic}],
                                          clamp=clamp)]))
     else:
-        subset = table.take(valid) if len(valid) < table.num_rows else table
+        subset = _take(table, valid) if len(valid) < table.num_rows else table
         parsed, good, rejected, parser = _parse(spec, subset, topic, clamp[1])
         parser_name = parser.name if parser is not None else "-"
         for row, reason in rejected:
@@ -221,14 +231,16 @@ def write_chunk(spec: GroupSpec, bucket: Bucket, table: pa.Table, chunk: Chunk,
             days = parsed.column("dt").to_pylist()
             keys = [(tenants[valid[g]], d, h) for g, d, h in zip(good, days, hours, strict=True)]
             label_cols = {n: parsed.column(n).to_pylist() for n in (parser.labels() if parser else [])}
-            for (tenant, day, hour), rows in _by(keys).items():
+            groups = _by(keys)
+            for (tenant, day, hour), rows in groups.items():
                 pv = {"dt": day} if hour is None else {"dt": day, "hour": f"{hour:02d}"}
                 sets = sorted({tuple((n, label_cols[n][r] or "") for n in label_cols) for r in rows})
                 labels = [{"topic": topic, **pv, **dict(s)} for s in sets]
+                picked = parsed if len(groups) == 1 else _take(parsed, rows)  # one day and tenant: no copy
                 blocks.append((spec_for(tenant, pv, parser, "records"),
-                               [DatasetInput("records", topic, parsed.take(rows), "event_time", labels=labels)]))
+                               [DatasetInput("records", topic, picked, "event_time", labels=labels)]))
     for tenant, (rows, reasons) in quarantine.items():
-        picked = _quarantine(table.take(rows), reasons, parser_name)
+        picked = _quarantine(_take(table, rows), reasons, parser_name)
         blocks.append((spec_for(tenant, {}, None, "quarantine"),
                        [DatasetInput("quarantine", topic, picked, "timestamp", labels=[{"topic": topic}],
                                      clamp=clamp)]))

@@ -69,10 +69,10 @@ class IngestJob:
         self.run_id = uuid.uuid4().hex[:8]
         self._spark = spark
         self.batches = 0
-        self.chunk_bytes = ingest.max_task_bytes // 8
         self.record_bytes: dict[TopicPartition, float] = {}
         self.starts: dict[TopicPartition, int] = {}
         self.last_plan: BatchPlan | None = None
+        self.peak_task_rss = 0  # the largest resident set a task process of this job reported
         # Stale-tolerant bucket index: tell readers about committed blocks before the index writer does.
         self.deltas = DeltaWriter(self.bucket) if config.bucket_index.deltas else None
         self._reported: set[tuple[str, TopicPartition]] = set()
@@ -133,7 +133,7 @@ class IngestJob:
 
             self._spark = spark_session(f"shale-ingest-{self.group}", self.config.spark)
         # Arrow batches from the JVM stay small next to the chunk size, whatever the records' sizes.
-        arrow_bytes = max(2**20, self.config.ingest.max_task_bytes // 16)
+        arrow_bytes = max(2**20, self.config.ingest.max_task_bytes // 32)
         self._spark.conf.set("spark.sql.execution.arrow.maxBytesPerBatch", str(arrow_bytes))
         return self._spark
 
@@ -156,7 +156,7 @@ class IngestJob:
                   .option("kafka.isolation.level", "read_committed"))
         for key, value in java_options(self.config.kafka).items():
             reader = reader.option(f"kafka.{key}", value)
-        task = make_task(self.spec, plan, self.chunk_bytes)
+        task = make_task(self.spec, plan, self.config.ingest.max_task_bytes)
         rows = reader.load().selectExpr(*SPARK_COLUMNS).mapInArrow(task, WRITTEN_SCHEMA).collect()
         written = [Written.model_validate_json(row["written"]) for row in rows]
         seen = {(w.topic, w.partition) for w in written}
@@ -206,7 +206,9 @@ class IngestJob:
         metrics.BYTES.labels(self.group).inc(sum(w.bytes for w in written))
         metrics.BLOCKS.labels(self.group).inc(sum(len(w.blocks) for w in written))
         metrics.SKIPPED.labels(self.group).inc(plan.offsets - records)
-        metrics.TASK_PEAK_RSS.labels(self.group).set(max((w.peak_rss for w in written), default=0))
+        peak = max((w.peak_rss for w in written), default=0)
+        self.peak_task_rss = max(self.peak_task_rss, peak)
+        metrics.TASK_PEAK_RSS.labels(self.group).set(peak)
         metrics.DLQ_PENDING.labels(self.group).set(1 if self.committer.dlq_pending else 0)
         metrics.LAST_COMMIT.labels(self.group).set(time.time())
 

@@ -2,9 +2,11 @@
 
 Records arrive as Arrow batches (at most ``spark.sql.execution.arrow.maxBytesPerBatch`` each). They are buffered
 until the buffer reaches the chunk size, so a task holds at most about two chunks and one batch however large
-its partition's range or its records: the last full buffer is kept pending until the next one fills or the input
-ends, because only then is it known whether it is the range's last chunk (which ends at the planned end, covering
-trailing offsets without records such as a transaction's commit marker). Chunks tile the planned range.
+its partition's range or its records; the chunk size is what the task process's memory bound leaves once its
+interpreter and libraries are loaded (``chunk_bytes``). The last full buffer is kept pending until the next one
+fills or the input ends, because only then is it known whether it is the range's last chunk (which ends at the
+planned end, covering trailing offsets without records such as a transaction's commit marker). Chunks tile the
+planned range.
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ class ChunkWriter:
         if self.buffered < self.chunk_bytes:
             return []
         written = self._write_pending()
-        self.pending = pa.concat_tables(self.buffer).combine_chunks()
+        self.pending = pa.concat_tables(self.buffer)  # no copy: the chunks stay as they arrived
         self.buffer, self.buffered = [], 0
         return written
 
@@ -100,7 +102,7 @@ class ChunkWriter:
             return []
         if self.buffer:
             written = self._write_pending()
-            table = pa.concat_tables(self.buffer).combine_chunks()
+            table = pa.concat_tables(self.buffer)
             self.buffer = []
             return [*written, self._write(table, self.chunk.end)]
         assert self.pending is not None
@@ -108,14 +110,24 @@ class ChunkWriter:
         return [self._write(table, self.chunk.end)]
 
 
-def make_task(spec: GroupSpec, plan: BatchPlan, chunk_bytes: int) -> Callable[[Iterable[pa.RecordBatch]],
-                                                                                 Iterator[pa.RecordBatch]]:
-    """The function Spark runs per task. It returns one row per chunk: a ``Written`` record as JSON."""
+def chunk_bytes(bound: int, resident: int, group: str) -> int:
+    """The chunk size that keeps a task process within ``bound`` bytes of resident memory, given what it holds
+    already (its interpreter, libraries and caches): a task holds about two chunks and one incoming batch, and
+    writing a chunk needs about four more copies of it in the backup group (encoding) and eight in the partition
+    group (parsing builds Python values and new columns), as measured with 5 MB records."""
+    copies = 6 if group == "backup" else 10
+    return max(2**20, min(bound // 8, (bound - resident) // copies))
+
+
+def make_task(spec: GroupSpec, plan: BatchPlan, bound: int) -> Callable[[Iterable[pa.RecordBatch]],
+                                                                           Iterator[pa.RecordBatch]]:
+    """The function Spark runs per task. It returns one row per chunk: a ``Written`` record as JSON. ``bound`` is
+    the memory the task process may use (``ingest.max_task_bytes``)."""
 
     def task(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         failpoint("ingest.task")
-        writer = ChunkWriter(spec, task_bucket(spec.bucket), plan, chunk_bytes)
         with PeakMemory() as memory:
+            writer = ChunkWriter(spec, task_bucket(spec.bucket), plan, chunk_bytes(bound, memory.start, spec.group))
             written = [w for batch in batches for w in writer.add(batch)]
             written += writer.finish()
         for w in written:

@@ -17,7 +17,7 @@ import httpx
 from shale.block import BlockMeta
 from shale.compaction.protocol import PollRequest, PollResponse
 from shale.errors import CommandRejectedError, InvalidNameError, MetastoreUnavailableError
-from shale.index import OffsetRow, TombstoneRow
+from shale.index import IncarnationRow, LossRow, OffsetRow, TombstoneRow
 from shale.metastore.commands import Result, _Command, encode
 
 log = logging.getLogger(__name__)
@@ -117,6 +117,12 @@ class MetastoreClient:
     def offsets(self, group: str | None = None, generation: int | None = None) -> list[OffsetRow]:
         body = self._get("/v1/offsets", group=group, generation=generation)
         return [OffsetRow.model_validate(o) for o in body["offsets"]]
+
+    def offset_history(self, group: str | None = None,
+                       generation: int | None = None) -> tuple[list[IncarnationRow], list[LossRow]]:
+        body = self._get("/v1/offsets", group=group, generation=generation, history=True)
+        return ([IncarnationRow.model_validate(i) for i in body["incarnations"]],
+                [LossRow.model_validate(x) for x in body["losses"]])
 
     def tombstones(self, created_before: int | None = None, limit: int = 1000) -> list[TombstoneRow]:
         body = self._get("/v1/tombstones", created_before=created_before, limit=limit)

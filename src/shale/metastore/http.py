@@ -109,8 +109,12 @@ def create_app(service: MetastoreService, leader_http: Callable[[], str | None],
         return {"values": service.label_values(name, tenant, start, end, selector)}
 
     @app.get("/v1/offsets")
-    def offsets(group: str | None = None, generation: int | None = None) -> dict[str, Any]:
-        return {"offsets": [o.model_dump() for o in service.offsets(group, generation)]}
+    def offsets(group: str | None = None, generation: int | None = None, history: bool = False) -> dict[str, Any]:
+        body: dict[str, Any] = {"offsets": [o.model_dump() for o in service.offsets(group, generation)]}
+        if history:
+            incarnations, losses = service.offset_history(group, generation)
+            body.update(incarnations=[i.model_dump() for i in incarnations], losses=[x.model_dump() for x in losses])
+        return body
 
     @app.get("/v1/tombstones")
     def tombstones(created_before: int | None = None, limit: int = 1000) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from shale.compaction.model import PlanLimits
 from shale.compaction.protocol import PollRequest, PollResponse
 from shale.config import CompactionConfig
 from shale.errors import MetastoreUnavailableError
-from shale.index import OffsetRow, TombstoneRow, parse_matchers
+from shale.index import IncarnationRow, LossRow, OffsetRow, TombstoneRow, parse_matchers
 from shale.index.compaction_state import CompactionState
 from shale.metastore.commands import Result, _Command
 from shale.metastore.compaction import job_status, plan_command, prepare_plan
@@ -104,6 +104,12 @@ class MetastoreService:
         READS.labels("offsets").inc()
         self.linearize()
         return self.state.reader.offsets(group, generation)
+
+    def offset_history(self, group: str | None = None,
+                       generation: int | None = None) -> tuple[list[IncarnationRow], list[LossRow]]:
+        """Past topic incarnations and acknowledged losses."""
+        self.linearize()
+        return self.state.reader.incarnations(group, generation), self.state.reader.losses(group, generation)
 
     def tombstones(self, created_before: int | None = None, limit: int = 1000) -> list[TombstoneRow]:
         return self.state.reader.tombstones(created_before, limit)

@@ -36,9 +36,10 @@ from shale.ingest.blocks import GroupSpec, Written
 from shale.ingest.committer import IngestConflictError, batch_commit
 from shale.ingest.parsers import load_parser
 from shale.ingest.plan import BatchPlan, PartitionRange
-from shale.ingest.task import ChunkWriter
+from shale.ingest.task import ChunkWriter, chunk_bytes
 from shale.metastore import Metastore
 from shale.objstore import task_bucket
+from shale.resources import PeakMemory
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -70,7 +71,7 @@ class Interval:
 def run_partition(work_json: str, metas_json: str, spec_json: str, bucket_config: BucketConfig) -> str:
     """A Spark task: parse one partition's backup records of one round's range into partition-group blocks."""
     work = PartitionRange(**json.loads(work_json))
-    read_time_ms, generation, ingest, chunk_bytes = json.loads(spec_json)
+    read_time_ms, generation, ingest, bound = json.loads(spec_json)
     metas = [BlockMeta.model_validate(m) for m in json.loads(metas_json)]
     spec = GroupSpec("partition", generation, bucket_config, IngestConfig.model_validate(ingest))
     bucket = task_bucket(bucket_config)
@@ -84,8 +85,8 @@ def run_partition(work_json: str, metas_json: str, spec_json: str, bucket_config
                                pc.and_(pc.greater_equal(offsets, work.start), pc.less(offsets, work.end)))
                 tables.append(table.filter(keep).select(["topic", "partition", "offset", "timestamp",
                                                          "timestamp_type", "key", "value", "headers"]))
-    writer = ChunkWriter(spec, bucket, BatchPlan(read_time_ms, [work]), chunk_bytes,
-                         derived_from=[m.id for m in metas])
+    size = chunk_bytes(bound, PeakMemory().start, "partition")
+    writer = ChunkWriter(spec, bucket, BatchPlan(read_time_ms, [work]), size, derived_from=[m.id for m in metas])
     written: list[Written] = []
     if tables:
         table = pa.concat_tables(tables, promote_options="permissive").sort_by([("offset", "ascending")])
@@ -193,7 +194,7 @@ class ReprocessJob:
     def run(self, progress: Callable[[int, int], None] | None = None) -> ReprocessReport:
         bucket = self.config.bucket
         spec = json.dumps([int(time.time() * 1000), self.generation, self.ingest.model_dump(mode="json"),
-                           self.config.ingest.max_task_bytes // 8])
+                           self.config.ingest.max_task_bytes])
         total = 0
         for round_ in self._rounds():
             total = total or self.report.backup_blocks

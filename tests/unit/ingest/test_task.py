@@ -137,3 +137,11 @@ def test_a_topic_whose_rule_gives_no_valid_tenant_is_quarantined(bucket_config: 
     fine = write_chunk(spec, bucket, backup_table("billing.events", 0, 0, 3),
                        Chunk("billing.events", 0, INC, 0, 3, READ_MS))
     assert fine.blocks[0].tenant == "billing"
+
+
+def test_a_chunk_whose_every_record_is_rejected(bucket_config: BucketConfig) -> None:
+    parser = ParserRule(parser="json", options={"time_field": "t", "time_format": "epoch_ms"})
+    spec = GroupSpec("partition", 1, bucket_config, IngestConfig(parsers=[parser]))
+    result = write_chunk(spec, open_bucket(bucket_config), backup_table("app", 0, 0, 3),
+                         Chunk("app", 0, INC, 0, 3, READ_MS))
+    assert (result.records, result.quarantined) == (3, 3)
