@@ -21,7 +21,7 @@ from shale.index.records import OffsetRow, PartitionRow, TombstoneRow, decode_me
 from shale.index.schema import PARTITION_WINDOW_MS
 
 HASHED_TABLES = ("state", "strings", "partitions", "blocks", "tombstones", "tenant_versions", "offsets", "commits",
-                 "settings", "compaction_queue", "compaction_jobs", "generations")
+                 "settings", "compaction_queue", "compaction_jobs", "compaction_polls", "generations")
 
 
 class IndexReader:

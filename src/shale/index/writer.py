@@ -193,6 +193,10 @@ class IndexWriter:
             "INSERT OR IGNORE INTO tombstones (block_id, tenant, shard, created_at, reason, meta) "
             "VALUES (?, ?, ?, ?, ?, ?)", (meta.id, meta.tenant, meta.shard, created_at, reason, encode_meta(meta)))
 
+    def tombstone_reason(self, block_id: str) -> str | None:
+        row = self.conn.execute("SELECT reason FROM tombstones WHERE block_id = ?", (block_id,)).fetchone()
+        return str(row[0]) if row else None
+
     def tombstone_tenants(self, block_ids: list[str]) -> set[str]:
         return {r[0] for i in range(0, len(block_ids), 500) for r in self.conn.execute(
             f"SELECT DISTINCT tenant FROM tombstones WHERE block_id IN ({','.join('?' * len(block_ids[i:i + 500]))})",

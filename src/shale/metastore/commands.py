@@ -130,6 +130,7 @@ class UpdateCompactionPlan(_Command):
     kind: Literal["UpdateCompactionPlan"] = "UpdateCompactionPlan"
     prepared_term: int
     worker: str
+    request: str = ""
     lease_ms: int
     updates: list[JobUpdate] = Field(default_factory=list)
     new_jobs: list[NewJob] = Field(default_factory=list)
