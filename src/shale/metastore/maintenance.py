@@ -45,15 +45,18 @@ DELETED = Counter("shale_metastore_deleted_blocks_total", "Blocks whose objects 
 RETENTION = Counter("shale_metastore_retention_blocks_total", "Blocks removed from the index by retention.")
 
 
+def retention_cutoffs(tenants: set[str], retention: RetentionConfig, now_ms: int) -> dict[str, int]:
+    """Per tenant with a retention, the time (ms) its blocks' creation window and data must both end by to be
+    removed."""
+    return {t: now_ms - int(retention.for_tenant(t) * 1000) for t in sorted(tenants) if retention.for_tenant(t) > 0}
+
+
 def expired_partitions(partitions: list[PartitionRow], retention: RetentionConfig, now_ms: int) -> list[PartitionRow]:
     """Partitions past their tenant's retention: by creation window *and* by data time (seed 004), so that
     backfilled old data is kept for the full period after it was written."""
-    out = []
-    for p in partitions:
-        keep_ms = int(retention.for_tenant(p.tenant) * 1000)
-        if keep_ms > 0 and p.window_end <= now_ms - keep_ms and p.max_time <= now_ms - keep_ms:
-            out.append(p)
-    return out
+    cutoffs = retention_cutoffs({p.tenant for p in partitions}, retention, now_ms)
+    return [p for p in partitions
+            if p.tenant in cutoffs and p.window_end <= cutoffs[p.tenant] and p.max_time <= cutoffs[p.tenant]]
 
 
 @dataclass
@@ -92,20 +95,33 @@ class Maintenance:
         self.partial_blocks = found
         return found
 
-    def apply_retention(self) -> int:
+    def prepare_retention(self) -> tuple[TruncateIndex, dict[str, list[DeletionMark]]] | None:
+        """Step one of retention: read the state, write the deletion marks of the expired blocks (marks first:
+        a bucket reader never sees a tombstoned block without its mark), and build the command. The command
+        carries the cutoffs, so its apply removes exactly the blocks marked here that are still in the index,
+        and any block added since that the same cutoffs expire (the tombstone collector marks those)."""
         now_ms = int(self.clock() * 1000)
-        expired = expired_partitions(self.service.state.reader.partitions(), self.retention, now_ms)
+        partitions = self.service.state.reader.partitions()
+        expired = expired_partitions(partitions, self.retention, now_ms)
         if not expired:
-            return 0
+            return None
         term = self.term()
+        cutoffs = retention_cutoffs({p.tenant for p in expired}, self.retention, now_ms)
         marks: dict[str, list[DeletionMark]] = {}
-        for p in expired:  # marks first: a bucket reader never sees a tombstoned block without its mark
-            for block_id in self.service.state.reader.partition_blocks(p.tenant, p.shard, p.window_start):
+        for p in expired:
+            for block_id in self.service.state.reader.partition_blocks(p.tenant, p.shard, p.window_start,
+                                                                       data_until=cutoffs[p.tenant]):
                 marks.setdefault(p.tenant, []).append(
                     write_deletion_mark(self.bucket, p.tenant, block_id, self.clock(), "retention"))
-        result = self.service.submit(TruncateIndex(
-            prepared_term=term, partitions=[PartitionKey(tenant=p.tenant, shard=p.shard, window_start=p.window_start)
-                                            for p in expired]))
+        return TruncateIndex(prepared_term=term, cutoffs=cutoffs, partitions=[
+            PartitionKey(tenant=p.tenant, shard=p.shard, window_start=p.window_start) for p in expired]), marks
+
+    def apply_retention(self) -> int:
+        prepared = self.prepare_retention()
+        if prepared is None:
+            return 0
+        command, marks = prepared
+        result = self.service.submit(command)
         if not result.ok:
             log.warning("retention proposal rejected", extra={"reason": result.reason})
             return 0
@@ -114,7 +130,8 @@ class Maintenance:
         if self.deltas is not None:
             for tenant, tenant_marks in sorted(marks.items()):
                 self.deltas.write(tenant, marks=tenant_marks)
-        log.info("retention removed blocks from the index", extra={"blocks": removed, "partitions": len(expired)})
+        log.info("retention removed blocks from the index", extra={"blocks": removed,
+                                                                   "partitions": len(command.partitions)})
         return removed
 
     def collect_tombstones(self) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -9,9 +10,9 @@ import pytest
 from tests.factories import BASE_MS
 from tests.unit.metastore.helpers import meta, output_of
 
-from shale.block import BlockMeta, Compaction
+from shale.block import BlockMeta, Compaction, deletion_mark_key
 from shale.compaction.protocol import Assigned, JobUpdate, PollRequest
-from shale.config import CompactionConfig
+from shale.config import CompactionConfig, RetentionConfig
 from shale.errors import MetastoreUnavailableError
 from shale.index.compaction_state import CompactionState
 from shale.metastore import AddBlocks, MetastoreService, SingleNodeLog, StateMachine, encode
@@ -24,6 +25,8 @@ from shale.metastore.commands import (
 )
 from shale.metastore.compaction import plan_command, prepare_plan
 from shale.metastore.fsm import Entry
+from shale.metastore.maintenance import Maintenance
+from shale.objstore import open_bucket_url
 
 
 class Clock:
@@ -121,7 +124,7 @@ def test_failure_threshold_excludes_and_the_admin_limit_brings_it_back(service: 
 def test_retention_removed_sources_are_never_resurrected(service: MetastoreService) -> None:
     (job,) = service.poll_compaction(PollRequest(worker="w1", capacity=1)).assigned
     window = job.sources[0].time_ms - job.sources[0].time_ms % (6 * 3600 * 1000)
-    assert service.submit(TruncateIndex(prepared_term=1, partitions=[
+    assert service.submit(TruncateIndex(prepared_term=1, cutoffs={"acme": 2**53}, partitions=[
         PartitionKey(tenant="acme", shard=0, window_start=window)])).ok
     late = service.poll_compaction(PollRequest(worker="w1", capacity=0, updates=[
         JobUpdate(job=job.job, token=job.token, status="success", outputs=[_output(job)])]))
@@ -254,3 +257,37 @@ def test_a_report_whose_outputs_do_not_account_for_the_sources_is_refused(
     assert second.data["updates"] == first.data["updates"]
     assert {m.id for m in service.state.reader.tenant_blocks("acme")} >= {s.id for s in job.sources}
     assert service.tombstones() == []
+
+
+def test_retention_racing_a_compaction_keeps_the_fresh_records(tmp_path: Path, clock: Clock) -> None:
+    # Retention reads the state and marks an expired old block; before its TruncateIndex applies, a compaction
+    # merges that old block with a fresh one. The output's ULID time is the old block's (the old creation
+    # window), its data is fresh: the apply must keep it, and the fresh records with it.
+    day_ms = 86_400_000
+    old = meta(start=0, end=10, time_ms=BASE_MS)
+    fresh = meta(start=10, end=20, time_ms=BASE_MS + 40 * day_ms)
+    clock.now = (BASE_MS + 40 * day_ms) / 1000 + 60
+    state = StateMachine(tmp_path / "race.db")
+    service = MetastoreService(state, SingleNodeLog(state, clock=clock), clock=clock,
+                               compaction=CompactionConfig(blocks_per_job=[2]))
+    assert service.submit(AddBlocks(blocks=[old, fresh])).ok
+    bucket = open_bucket_url(f"memory://race-{uuid.uuid4().hex}")
+    maintenance = Maintenance(service, bucket, RetentionConfig(default=30 * 86_400), delete_delay=600,
+                              is_leader=lambda: True, term=lambda: 1, clock=clock)
+    prepared = maintenance.prepare_retention()
+    assert prepared is not None
+    command, marks = prepared
+    assert [m.id for m in marks["acme"]] == [old.id]
+
+    (job,) = service.poll_compaction(PollRequest(worker="w", capacity=1)).assigned
+    out = _output(job)
+    assert out.time_ms == old.time_ms
+    done = service.poll_compaction(PollRequest(worker="w", capacity=0, updates=[
+        JobUpdate(job=job.job, token=job.token, status="success", outputs=[out])]))
+    assert done.updates == {job.job: "completed"}
+
+    first, second = service.submit(command), service.submit(command)
+    assert (first.data, second.data) == ({"removed": 0}, {"removed": 0})
+    assert [m.id for m in service.state.reader.tenant_blocks("acme")] == [out.id]
+    assert [(r.start, r.end) for r in service.get_block(out.id).kafka] == [(0, 20)]  # type: ignore[union-attr]
+    assert [i.key for i in bucket.list("acme/markers/")] == [deletion_mark_key("acme", old.id)]
