@@ -8,6 +8,7 @@ labels match, so a reader fetches only those objects.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import sqlite3
 import threading
@@ -136,6 +137,11 @@ class IndexReader:
         row = self.conn.execute("SELECT meta FROM blocks WHERE id = ?", (block_id,)).fetchone()
         return decode_meta(row[0]) if row else None
 
+    def tenant_block_ids(self, tenant: str) -> set[str]:
+        sid = self._sid(tenant)
+        return set() if sid is None else {r[0] for r in self.conn.execute("SELECT id FROM blocks WHERE tenant = ?",
+                                                                           (sid,))}
+
     def tenant_blocks(self, tenant: str) -> list[BlockMeta]:
         sid = self._sid(tenant)
         if sid is None:
@@ -233,6 +239,18 @@ class IndexReader:
             "ORDER BY seq", (tenant,))
         return [TombstoneRow(seq=r[0], block_id=r[1], tenant=r[2], shard=r[3], created_at=r[4], reason=r[5],
                              files=[f.name for f in decode_meta(r[6]).files]) for r in rows]
+
+    def tenant_tombstone_ids(self, tenant: str) -> set[str]:
+        return {r[0] for r in self.conn.execute("SELECT block_id FROM tombstones WHERE tenant = ?", (tenant,))}
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Reads of this thread inside the block see one state (one SQLite read transaction)."""
+        self.conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self.conn.execute("COMMIT")
 
     def is_tombstoned(self, block_id: str) -> bool:
         return self.conn.execute("SELECT 1 FROM tombstones WHERE block_id = ?", (block_id,)).fetchone() is not None

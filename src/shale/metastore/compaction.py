@@ -89,23 +89,23 @@ def _drop_job(w: IndexWriter, job: Job) -> None:
             w.compaction.enqueue([meta], added)
 
 
-def _offsets(blocks: list[BlockMeta]) -> set[tuple[str, int, int, int]]:
-    """The union of the blocks' Kafka ranges per topic-partition, as maximal ranges."""
-    spans: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
+def _offsets(blocks: list[BlockMeta]) -> set[tuple[str, int, str, int, int]]:
+    """The union of the blocks' Kafka ranges per topic-partition and incarnation, as maximal ranges."""
+    spans: dict[tuple[str, int, str], list[tuple[int, int]]] = defaultdict(list)
     for block in blocks:
         for r in block.kafka:
             if r.end > r.start:
-                spans[(r.topic, r.partition)].append((r.start, r.end))
-    out: set[tuple[str, int, int, int]] = set()
-    for (topic, partition), ranges in spans.items():
+                spans[(r.topic, r.partition, r.incarnation)].append((r.start, r.end))
+    out: set[tuple[str, int, str, int, int]] = set()
+    for key, ranges in spans.items():
         ranges.sort()
         low, high = ranges[0]
         for start, stop in ranges[1:]:
             if start > high:
-                out.add((topic, partition, low, high))
+                out.add((*key, low, high))
                 low = start
             high = max(high, stop)
-        out.add((topic, partition, low, high))
+        out.add((*key, low, high))
     return out
 
 

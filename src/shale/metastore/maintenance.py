@@ -1,5 +1,5 @@
 """The leader's periodic work: retention (``TruncateIndex``), deletion marks and object removal for tombstones
-(``DeleteTombstones``), and dead letter queue replay.
+(``DeleteTombstones``), dead letter queue replay, and the bucket scan (partial blocks, uncommitted blocks).
 
 Retention and tombstone collection follow seed 004's two-phase pattern: read the leader's own state, then
 propose a command; ``TruncateIndex`` carries the term it was prepared in, and is rejected if leadership changed.
@@ -8,6 +8,7 @@ Marks come before tombstones' object removal, and removal goes meta.json first, 
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -21,6 +22,7 @@ from shale.block import (
     BlockState,
     Cleaner,
     DeletionMark,
+    MetastoreView,
     block_file_key,
     deletion_mark_key,
     meta_key,
@@ -29,8 +31,10 @@ from shale.block import (
 from shale.bucketindex import DeltaWriter
 from shale.config import RetentionConfig
 from shale.index import PartitionRow, TombstoneRow
+from shale.index.compaction_state import CompactionState
 from shale.metastore.commands import DeleteTombstones, PartitionKey, TruncateIndex
 from shale.metastore.dlq import DeadLetterQueue
+from shale.metastore.garbage import Claims, unclaimed
 from shale.metastore.service import MetastoreService
 from shale.objstore import Bucket
 
@@ -42,6 +46,8 @@ PARTIAL = Gauge("shale_bucket_partial_blocks", "Partial blocks (no meta.json aft
 PARTIAL_AGE = Gauge("shale_bucket_partial_oldest_seconds", "Age of the oldest partial block at the last scan.",
                     ["tenant"])
 DELETED = Counter("shale_metastore_deleted_blocks_total", "Blocks whose objects were removed after the delay.")
+UNCOMMITTED = Counter("shale_bucket_uncommitted_blocks_marked_total", "Blocks no commit can claim, marked for "
+                      "deletion by the bucket scan.", ["tenant"])
 RETENTION = Counter("shale_metastore_retention_blocks_total", "Blocks removed from the index by retention.")
 
 
@@ -79,19 +85,36 @@ class Maintenance:
         self.partial_blocks: dict[str, int] = {}
 
     def scan_bucket(self) -> dict[str, int]:
-        """Scan every tenant's blocks in the bucket (the metastore cannot see partial uploads), record the
-        partial ones, and run the bucket cleaner with every indexed block protected."""
+        """Scan every tenant's blocks in the bucket (the metastore cannot see partial uploads), record the partial
+        ones, and run the bucket cleaner with the index's view: indexed blocks are protected, and complete blocks
+        that no commit can claim any more (``garbage.unclaimed``) are marked, then removed after the delete delay.
+
+        The bucket is listed first and the index read after (linearizable, one snapshot): a block committed after
+        the listing is then indexed in the read, or still claimable by it, so it is never judged garbage."""
         fetcher = BlockFetcher(self.bucket, self.sync_delay, clock=self.clock)
         cleaner = Cleaner(self.bucket, fetcher, self.delete_delay, clock=self.clock)
+        results = [fetcher.sync(tenant) for tenant in fetcher.tenants()]
+        self.service.linearize()
+        reader = self.service.state.reader
+        with reader.snapshot():
+            claims = Claims.of(reader.offsets(), reader.incarnations(),
+                               [job.sources for job in CompactionState(reader.conn).jobs()])
+            views = {r.tenant: MetastoreView(frozenset(reader.tenant_block_ids(r.tenant)),
+                                             frozenset(reader.tenant_tombstone_ids(r.tenant)),
+                                             functools.partial(unclaimed, claims=claims)) for r in results}
         found: dict[str, int] = {}
-        for tenant in fetcher.tenants():
-            protected = {m.id for m in self.service.state.reader.tenant_blocks(tenant)}
-            result = fetcher.sync(tenant)
+        for result in results:
             partial = result.in_state(BlockState.PARTIAL)
-            found[tenant] = len(partial)
-            PARTIAL.labels(tenant).set(len(partial))
-            PARTIAL_AGE.labels(tenant).set(max((v.age for v in partial), default=0))
-            cleaner.run(tenant, protected=protected)
+            found[result.tenant] = len(partial)
+            PARTIAL.labels(result.tenant).set(len(partial))
+            PARTIAL_AGE.labels(result.tenant).set(max((v.age for v in partial), default=0))
+            report = cleaner.plan(result, views[result.tenant])
+            cleaner.execute(result, report)
+            collected = [a for a in report.actions if a.kind == "mark" and a.reason.startswith("uncommitted")]
+            UNCOMMITTED.labels(result.tenant).inc(len(collected))
+            for action in collected:
+                log.warning("marked an uncommitted block for deletion",
+                            extra={"tenant": action.tenant, "block": action.block_id, "reason": action.reason})
         self.partial_blocks = found
         return found
 
