@@ -147,6 +147,7 @@ class CompactionWorker:
         self.completed: list[dict[str, Any]] = []
         self.unanswered: PollRequest | None = None
         """A poll that got no answer: sent again, unchanged, before anything else."""
+        self.unanswered_polls = 0
 
     def _request(self) -> PollRequest:
         if self.unanswered is not None:
@@ -183,6 +184,7 @@ class CompactionWorker:
             response = self.service.poll_compaction(request)
         except RetryableError as exc:
             self.unanswered = request
+            self.unanswered_polls += 1
             UNANSWERED.inc()
             log.warning("the metastore did not answer a compaction poll; merges go on and the poll is sent again",
                         extra={"error": str(exc)[:500], "running": len(self.running)})
