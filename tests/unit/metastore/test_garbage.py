@@ -16,7 +16,14 @@ from shale.block import BlockFetcher, BlockMeta, BlockState, KafkaRange, write_b
 from shale.block.writer import BlockSpec, DatasetInput
 from shale.config import RetentionConfig
 from shale.index import IncarnationRow, OffsetRow
-from shale.metastore import CommitIngestBatch, DeadLetterQueue, MetastoreService, OffsetRange, SingleNodeLog
+from shale.metastore import (
+    CommitIngestBatch,
+    DeadLetterQueue,
+    MetastoreService,
+    OffsetRange,
+    ReplaceBlocks,
+    SingleNodeLog,
+)
 from shale.metastore.fsm import StateMachine
 from shale.metastore.garbage import Claims, unclaimed
 from shale.metastore.maintenance import Maintenance
@@ -126,6 +133,11 @@ def test_the_bucket_scan_collects_uncommitted_blocks_and_keeps_claimable_ones(tm
                                           group="backup", level=1, sources=[committed.id, other.id],
                                           parents=[committed.id, other.id]),
                         [DatasetInput("records", "app", rows, "timestamp")])
+    # A tombstoned block is the tombstone pass's to mark and delete, not the scan's.
+    deleted = write_backup_block(bucket, "acme", "app", 2, 0, 10)
+    assert service.submit(CommitIngestBatch(group="backup", blocks=[deleted], ranges=[
+        OffsetRange(topic="app", partition=2, start=0, end=10)])).ok
+    assert service.submit(ReplaceBlocks(tenant="acme", sources=[deleted.id], blocks=[], reason="deleted")).ok
     # A block still uploading (younger than the sync delay) is never judged, whatever it holds.
     young = write_backup_block(bucket, "acme", "app", 0, 0, 8, block_time_ms=int((clock() + 10 * SYNC) * 1000))
     clock.advance(SYNC + 1)
@@ -140,6 +152,7 @@ def test_the_bucket_scan_collects_uncommitted_blocks_and_keeps_claimable_ones(tm
     assert states[pending.id] is BlockState.HEALTHY  # claimable: it starts at the committed end
     assert states[other.id] is BlockState.HEALTHY  # another partition, no offsets committed yet
     assert states[young.id] is BlockState.FRESH  # not marked
+    assert states[deleted.id] is BlockState.HEALTHY
     assert b"committed by other blocks" in bucket.get(f"acme/markers/{lost.id}-deletion-mark.json")
     # Rebuilding the index now never adopts what the scan collected.
     report = rebuild_from_bucket(bucket, tmp_path / "rebuilt.db", clock=clock)
