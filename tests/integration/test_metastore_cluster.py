@@ -111,7 +111,7 @@ def test_single_node_http_api_errors_are_clear(tmp_path: Path) -> None:
     try:
         base = cluster.addresses[0]
         bad = httpx.post(base + "/v1/commands", content=b'{"kind": "TruncateIndex", "prepared_term": 1, '
-                                                         b'"partitions": []}')
+                                                         b'"partitions": [], "cutoffs": {}}')
         assert bad.status_code == 400
         assert "proposed by the metastore itself" in bad.json()["message"]
         garbage = httpx.post(base + "/v1/commands", content=b"{nope")

@@ -52,21 +52,21 @@ def output_id(sources: list[BlockMeta], job: str, token: int) -> str:
 
 
 def merge_ranges(ranges: list[KafkaRange]) -> list[KafkaRange]:
-    """The union of offset ranges per topic-partition, as few ranges as possible."""
-    by_tp: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
+    """The union of offset ranges per topic-partition and topic incarnation, as few ranges as possible."""
+    by_tp: dict[tuple[str, int, str], list[tuple[int, int]]] = defaultdict(list)
     for r in ranges:
-        by_tp[(r.topic, r.partition)].append((r.start, r.end))
+        by_tp[(r.topic, r.partition, r.incarnation)].append((r.start, r.end))
     out: list[KafkaRange] = []
-    for (topic, partition), spans in sorted(by_tp.items()):
+    for (topic, partition, incarnation), spans in sorted(by_tp.items()):
         spans.sort()
         start, end = spans[0]
         for s, e in spans[1:]:
             if s <= end:
                 end = max(end, e)
             else:
-                out.append(KafkaRange(topic=topic, partition=partition, start=start, end=end))
+                out.append(KafkaRange(topic=topic, partition=partition, start=start, end=end, incarnation=incarnation))
                 start, end = s, e
-        out.append(KafkaRange(topic=topic, partition=partition, start=start, end=end))
+        out.append(KafkaRange(topic=topic, partition=partition, start=start, end=end, incarnation=incarnation))
     return out
 
 

@@ -27,7 +27,11 @@ class JobUpdate(_Model):
 
 
 class PollRequest(_Model):
+    """``request`` names this poll: a worker sends an unanswered poll again unchanged, with the same id, and the
+    service answers a poll it already applied with the answer it gave then (the same assignments, no new work)."""
+
     worker: str
+    request: str = ""
     capacity: int = Field(ge=0)
     updates: list[JobUpdate] = Field(default_factory=list)
 

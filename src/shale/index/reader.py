@@ -8,6 +8,7 @@ labels match, so a reader fetches only those objects.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import sqlite3
 import threading
@@ -21,7 +22,8 @@ from shale.index.records import IncarnationRow, LossRow, OffsetRow, PartitionRow
 from shale.index.schema import PARTITION_WINDOW_MS
 
 HASHED_TABLES = ("state", "strings", "partitions", "blocks", "tombstones", "tenant_versions", "offsets", "commits",
-                 "settings", "compaction_queue", "compaction_jobs", "generations", "incarnations", "losses")
+                 "settings", "compaction_queue", "compaction_jobs", "compaction_polls", "generations", "incarnations",
+                 "losses")
 
 
 class IndexReader:
@@ -135,6 +137,11 @@ class IndexReader:
         row = self.conn.execute("SELECT meta FROM blocks WHERE id = ?", (block_id,)).fetchone()
         return decode_meta(row[0]) if row else None
 
+    def tenant_block_ids(self, tenant: str) -> set[str]:
+        sid = self._sid(tenant)
+        return set() if sid is None else {r[0] for r in self.conn.execute("SELECT id FROM blocks WHERE tenant = ?",
+                                                                           (sid,))}
+
     def tenant_blocks(self, tenant: str) -> list[BlockMeta]:
         sid = self._sid(tenant)
         if sid is None:
@@ -160,10 +167,12 @@ class IndexReader:
                              min_time=r[3], max_time=r[4], blocks=r[5])
                 for r in rows if tenant is None or r[0] == tenant]
 
-    def partition_blocks(self, tenant: str, shard: int, window_start: int) -> list[str]:
+    def partition_blocks(self, tenant: str, shard: int, window_start: int, data_until: int = 2**62) -> list[str]:
+        """The partition's blocks whose data ends at or before ``data_until`` (ms; default: all of them)."""
         return [r[0] for r in self.conn.execute(
             "SELECT b.id FROM blocks b JOIN partitions p ON b.partition_id = p.id JOIN strings s ON p.tenant = s.id "
-            "WHERE s.value = ? AND p.shard = ? AND p.window_start = ? ORDER BY b.id", (tenant, shard, window_start))]
+            "WHERE s.value = ? AND p.shard = ? AND p.window_start = ? AND b.max_time <= ? ORDER BY b.id",
+            (tenant, shard, window_start, data_until))]
 
     # -- offsets and tombstones ------------------------------------------------------------------
 
@@ -230,6 +239,18 @@ class IndexReader:
             "ORDER BY seq", (tenant,))
         return [TombstoneRow(seq=r[0], block_id=r[1], tenant=r[2], shard=r[3], created_at=r[4], reason=r[5],
                              files=[f.name for f in decode_meta(r[6]).files]) for r in rows]
+
+    def tenant_tombstone_ids(self, tenant: str) -> set[str]:
+        return {r[0] for r in self.conn.execute("SELECT block_id FROM tombstones WHERE tenant = ?", (tenant,))}
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Reads of this thread inside the block see one state (one SQLite read transaction)."""
+        self.conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self.conn.execute("COMMIT")
 
     def is_tombstoned(self, block_id: str) -> bool:
         return self.conn.execute("SELECT 1 FROM tombstones WHERE block_id = ?", (block_id,)).fetchone() is not None

@@ -102,6 +102,13 @@ CREATE TABLE IF NOT EXISTS compaction_jobs (
     worker TEXT NOT NULL
 ) WITHOUT ROWID;
 
+CREATE TABLE IF NOT EXISTS compaction_polls (
+    worker TEXT PRIMARY KEY,
+    request TEXT NOT NULL,
+    applied_at INTEGER NOT NULL,
+    answer TEXT NOT NULL
+) WITHOUT ROWID;
+
 CREATE TABLE IF NOT EXISTS offsets (
     grp TEXT NOT NULL,
     generation INTEGER NOT NULL,

@@ -157,10 +157,12 @@ class IndexWriter:
             self._partitions = {k: v for k, v in self._partitions.items() if v != row[0]}
         return decode_meta(row[1])
 
-    def partition_blocks(self, tenant: str, shard: int, window_start: int) -> list[str]:
+    def partition_blocks(self, tenant: str, shard: int, window_start: int, data_until: int = 2**62) -> list[str]:
+        """The partition's blocks whose data ends at or before ``data_until`` (ms; default: all of them)."""
         return [r[0] for r in self.conn.execute(
             "SELECT b.id FROM blocks b JOIN partitions p ON b.partition_id = p.id JOIN strings s ON p.tenant = s.id "
-            "WHERE s.value = ? AND p.shard = ? AND p.window_start = ? ORDER BY b.id", (tenant, shard, window_start))]
+            "WHERE s.value = ? AND p.shard = ? AND p.window_start = ? AND b.max_time <= ? ORDER BY b.id",
+            (tenant, shard, window_start, data_until))]
 
     def touch(self, tenants: set[str], version: int) -> None:
         """Record that these tenants' blocks or tombstones changed at ``version`` (the log index)."""
@@ -192,6 +194,10 @@ class IndexWriter:
         self.conn.execute(
             "INSERT OR IGNORE INTO tombstones (block_id, tenant, shard, created_at, reason, meta) "
             "VALUES (?, ?, ?, ?, ?, ?)", (meta.id, meta.tenant, meta.shard, created_at, reason, encode_meta(meta)))
+
+    def tombstone_reason(self, block_id: str) -> str | None:
+        row = self.conn.execute("SELECT reason FROM tombstones WHERE block_id = ?", (block_id,)).fetchone()
+        return str(row[0]) if row else None
 
     def tombstone_tenants(self, block_ids: list[str]) -> set[str]:
         return {r[0] for i in range(0, len(block_ids), 500) for r in self.conn.execute(

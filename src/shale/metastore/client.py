@@ -146,6 +146,8 @@ class MetastoreClient:
         response = self._call("POST", "/v1/compaction/poll", content=request.model_dump_json().encode())
         if response.status_code == 400:
             raise CommandRejectedError(_json(response).get("message", response.text), reason="malformed")
+        if response.status_code >= 500:  # the poll may or may not have been applied: the worker sends it again
+            raise MetastoreUnavailableError(f"compaction poll answered {response.status_code}: {response.text[:300]}")
         response.raise_for_status()
         return PollResponse.model_validate_json(response.content)
 

@@ -100,12 +100,17 @@ class ReplaceBlocks(_Command):
 
 
 class TruncateIndex(_Command):
-    """Remove whole partitions (retention) and tombstone their blocks. Prepared by the leader's read of its own
-    state; rejected if leadership changed since (``prepared_term`` must equal the log entry's term)."""
+    """Retention: remove the expired blocks of ``partitions`` and tombstone them. ``cutoffs`` holds, per tenant,
+    the time (ms) computed when the leader prepared the command: a block is expired when its creation window and
+    its data (``max_time``) both end at or before its tenant's cutoff. The apply checks every block again, so a
+    block added to the partition meanwhile (a compaction output holding fresh records in an old creation window)
+    stays. Rejected if leadership changed since the leader prepared it (``prepared_term`` must equal the log
+    entry's term)."""
 
     kind: Literal["TruncateIndex"] = "TruncateIndex"
     prepared_term: int
     partitions: list[PartitionKey]
+    cutoffs: dict[str, int]
     reason: str = "retention"
 
 
@@ -156,6 +161,7 @@ class UpdateCompactionPlan(_Command):
     kind: Literal["UpdateCompactionPlan"] = "UpdateCompactionPlan"
     prepared_term: int
     worker: str
+    request: str = ""
     lease_ms: int
     updates: list[JobUpdate] = Field(default_factory=list)
     new_jobs: list[NewJob] = Field(default_factory=list)

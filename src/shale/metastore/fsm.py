@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from shale.errors import CommandRejectedError
-from shale.index import IndexReader, IndexWriter, connect, create
+from shale.index import PARTITION_WINDOW_MS, IndexReader, IndexWriter, connect, create
 from shale.metastore.commands import (
     AcknowledgeOffsetLoss,
     AddBlocks,
@@ -235,9 +235,16 @@ def _truncate_index(w: IndexWriter, cmd: TruncateIndex, entry: Entry) -> Result:
         raise CommandRejectedError(
             f"TruncateIndex was prepared in term {cmd.prepared_term} but committed in term {entry.term}: leadership "
             "changed in between, so the new leader prepares its own", reason="stale-term")
+    missing = sorted({key.tenant for key in cmd.partitions} - set(cmd.cutoffs))
+    if missing:
+        raise CommandRejectedError(f"TruncateIndex names partitions of {missing} without their cutoff",
+                                   reason="malformed")
     removed = 0
     for key in cmd.partitions:
-        for block_id in w.partition_blocks(key.tenant, key.shard, key.window_start):
+        cutoff = cmd.cutoffs[key.tenant]
+        if key.window_start + PARTITION_WINDOW_MS > cutoff:
+            continue
+        for block_id in w.partition_blocks(key.tenant, key.shard, key.window_start, data_until=cutoff):
             meta = w.remove_block(block_id)
             assert meta is not None
             w.add_tombstone(meta, entry.time_ms, cmd.reason)

@@ -16,7 +16,7 @@ from shale.errors import ConfigError
 from shale.objstore.obstore_bucket import ObstoreBucket, RetryPolicy
 
 _MEMORY: dict[str, ObjectStore] = {}
-_CACHE_LOCK = threading.Lock()
+_CACHE_LOCK = threading.RLock()  # task_bucket holds it while open_bucket takes it for memory:// URLs
 _TASK_BUCKETS: dict[str, ObstoreBucket] = {}
 # Shale retries itself (see obstore_bucket), so obstore's client must not retry underneath it.
 _NO_CLIENT_RETRIES: Any = {"max_retries": 0, "retry_timeout": dt.timedelta(seconds=60)}

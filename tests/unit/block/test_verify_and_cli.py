@@ -20,6 +20,8 @@ from shale.block import (
 )
 from shale.block.verify import verify_tenant
 from shale.cli import cli
+from shale.metastore import AddBlocks, encode
+from shale.metastore.fsm import Entry, StateMachine
 from shale.objstore import ObstoreBucket, open_bucket_url
 
 
@@ -35,7 +37,8 @@ def bucket(root: Path) -> ObstoreBucket:
 
 def _run(root: Path, *args: str) -> tuple[int, str]:
     result = CliRunner().invoke(cli, ["--set", f"bucket.url=file://{root}", "--set", "block.sync_delay=0",
-                                      "--set", "block.delete_delay=0", *args])
+                                      "--set", "block.delete_delay=0",
+                                      "--set", f"metastore.data_dir={root.parent / 'metastore'}", *args])
     return result.exit_code, result.output
 
 
@@ -100,3 +103,30 @@ def test_bad_tenant_and_block_names_are_clear_errors(root: Path) -> None:
     code, out = _run(root, "bucket", "inspect", "acme", "nope")
     assert code == 1
     assert "'nope' is not a block id" in out
+
+
+def test_cleanup_asks_the_metastore_and_refuses_overlap_marks_without_it(root: Path, bucket: ObstoreBucket) -> None:
+    a = write_backup_block(bucket, "acme", "app", 0, 0, 10)
+    b = write_backup_block(bucket, "acme", "app", 0, 10, 10)
+    merged = write_block(bucket, BlockSpec(id=deterministic_block_id(BASE_MS, "ab"), tenant="acme", group="backup",
+                                           level=1, sources=[a.id, b.id], parents=[a.id, b.id]),
+                         [DatasetInput("records", "app", backup_table("app", 0, 0, 20), "timestamp")])
+    # No metastore state: the overlapped sources are not marked, and the output says why.
+    code, out = _run(root, "bucket", "cleanup")
+    assert code == 0, out
+    assert "metastore not reachable" in out
+    assert f"refused to mark acme/{a.id}: overlapped by {merged.id}" in out
+    assert "mark acme/" not in out.replace("refused to mark", "")
+    # The embedded metastore indexes the sources (the merge was never committed): they are kept.
+    state = StateMachine(root.parent / "metastore" / "state.db")
+    assert state.apply(Entry(1, 1, BASE_MS), encode(AddBlocks(blocks=[a, b]))).ok
+    state.close()
+    code, out = _run(root, "bucket", "cleanup")
+    assert code == 0, out
+    assert f"kept acme/{a.id}: the metastore indexes it" in out
+    assert "refused" not in out
+    assert BlockFetcher(bucket, 0).sync("acme").blocks[a.id].mark is None
+    # --force without the metastore marks them (what the operator asked for).
+    (root.parent / "metastore" / "state.db").rename(root.parent / "moved.db")
+    code, out = _run(root, "bucket", "cleanup", "--force")
+    assert f"mark acme/{a.id}: overlapped by {merged.id}" in out

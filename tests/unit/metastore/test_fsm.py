@@ -153,8 +153,8 @@ def test_replace_blocks_swaps_atomically_and_never_resurrects(h: Harness) -> Non
     assert {m.id for m in h.sm.reader.tenant_blocks("acme")} == {merged.id, c.id}
     assert {t.block_id for t in h.sm.reader.tombstones()} == {a.id, b.id}
     # Retention removed c; a compaction of c finishing later must not bring c's records back.
-    h.apply(TruncateIndex(prepared_term=1, partitions=[PartitionKey(tenant="acme", shard=0,
-                                                                     window_start=_window(c.time_ms))]))
+    h.apply(TruncateIndex(prepared_term=1, cutoffs={"acme": 2**53}, partitions=[
+        PartitionKey(tenant="acme", shard=0, window_start=_window(c.time_ms))]))
     late = h.apply(ReplaceBlocks(tenant="acme", sources=[c.id], blocks=[meta(start=200, end=300, level=1,
                                                                              sources=[c.id], key="c2")]))
     assert not late.ok
@@ -170,14 +170,31 @@ def test_truncate_index_tombstones_whole_partitions_and_checks_the_term(h: Harne
     new = meta(start=100, end=200, time_ms=BASE_MS + 7 * 3600 * 1000)
     h.apply(AddBlocks(blocks=[old, new]))
     key = PartitionKey(tenant="acme", shard=0, window_start=_window(old.time_ms))
-    stale = h.apply(TruncateIndex(prepared_term=0, partitions=[key]))
+    stale = h.apply(TruncateIndex(prepared_term=0, cutoffs={"acme": 2**53}, partitions=[key]))
     assert stale.reason == "stale-term"
-    first, second, _, _ = _twice(h, TruncateIndex(prepared_term=1, partitions=[key]))
+    first, second, _, _ = _twice(h, TruncateIndex(prepared_term=1, cutoffs={"acme": 2**53}, partitions=[key]))
     assert first.data == {"removed": 1}
     assert second.data == {"removed": 0}
     assert [m.id for m in h.sm.reader.tenant_blocks("acme")] == [new.id]
     assert [t.block_id for t in h.sm.reader.tombstones()] == [old.id]
     assert [p.window_start for p in h.sm.reader.partitions("acme")] == [_window(new.time_ms)]
+
+
+def test_truncate_index_removes_only_the_blocks_its_cutoff_expires(h: Harness) -> None:
+    # Two blocks in one creation window: one whose data is old, and a compaction output whose data is fresh.
+    cutoff = BASE_MS + 30 * 86_400_000
+    old = meta(start=0, time_ms=BASE_MS)
+    merged = meta(start=0, end=200, level=1, key="merged", time_ms=BASE_MS, max_time=cutoff + 1)
+    h.apply(AddBlocks(blocks=[old, merged]))
+    key = PartitionKey(tenant="acme", shard=0, window_start=_window(BASE_MS))
+    first, second, _, _ = _twice(h, TruncateIndex(prepared_term=1, cutoffs={"acme": cutoff}, partitions=[key]))
+    assert (first.data, second.data) == ({"removed": 1}, {"removed": 0})
+    assert [m.id for m in h.sm.reader.tenant_blocks("acme")] == [merged.id]
+    # A creation window that ends after the cutoff is kept whole, whatever the partition list says.
+    early = h.apply(TruncateIndex(prepared_term=1, cutoffs={"acme": _window(BASE_MS) + 1}, partitions=[key]))
+    assert early.data == {"removed": 0}
+    missing = h.apply(TruncateIndex(prepared_term=1, cutoffs={}, partitions=[key]))
+    assert (missing.ok, missing.reason) == (False, "malformed")
 
 
 def test_delete_tombstones_and_noop_are_idempotent(h: Harness) -> None:
@@ -207,7 +224,7 @@ def test_two_replicas_fed_the_same_log_have_the_same_state_hash(tmp_path: Path) 
         _batch(0, 100), _batch(100, 200), _batch(150, 300, key="x"), AddBlocks(blocks=[meta(tenant="beta")]),
         ReplaceBlocks(tenant="acme", sources=[meta(start=0).id], blocks=[meta(start=0, level=1, key="m",
                                                                               sources=[meta(start=0).id])]),
-        TruncateIndex(prepared_term=1,
+        TruncateIndex(prepared_term=1, cutoffs={"beta": 2**53},
                       partitions=[PartitionKey(tenant="beta", shard=0, window_start=_window(BASE_MS))]),
         Noop(),
     ]

@@ -76,9 +76,10 @@ def test_commands_see_the_entry_term_and_stale_plans_are_rejected(cluster: Clust
     term = leader.status().term
     assert term >= 1
     key = PartitionKey(tenant="acme", shard=0, window_start=0)
-    stale = leader.propose(encode(TruncateIndex(prepared_term=term - 1, partitions=[key])))
+    cutoffs = {"acme": 2**53}
+    stale = leader.propose(encode(TruncateIndex(prepared_term=term - 1, cutoffs=cutoffs, partitions=[key])))
     assert stale.reason == "stale-term"
-    assert leader.propose(encode(TruncateIndex(prepared_term=term, partitions=[key]))).ok
+    assert leader.propose(encode(TruncateIndex(prepared_term=term, cutoffs=cutoffs, partitions=[key]))).ok
     # Every replica reached the same verdicts from the entries' own terms.
     cluster.settle(leader.barrier())
     assert len({log.state.state_hash() for log in cluster.logs if log is not None}) == 1
