@@ -46,7 +46,7 @@ def _config(tmp: Path, bootstrap: str, bucket: BucketConfig, topic: str, port: i
 url = "{bucket.url}"
 endpoint = "{bucket.endpoint}"
 access_key_id = "{bucket.access_key_id}"
-secret_access_key = "{bucket.secret_access_key}"
+secret_access_key = "{bucket.secret_access_key.get_secret_value()}"
 allow_http = true
 [block]
 sync_delay = "5s"

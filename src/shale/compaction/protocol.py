@@ -26,9 +26,13 @@ class JobUpdate(_Model):
     outputs: list[BlockMeta] = Field(default_factory=list)
 
 
+# The most jobs one poll may ask for: a worker cannot hoard the whole queue, however many slots it claims.
+MAX_POLL_CAPACITY = 256
+
+
 class PollRequest(_Model):
-    worker: str
-    capacity: int = Field(ge=0)
+    worker: str = Field(min_length=1, max_length=200)
+    capacity: int = Field(ge=0, le=MAX_POLL_CAPACITY)
     updates: list[JobUpdate] = Field(default_factory=list)
 
 

@@ -24,7 +24,7 @@ from prometheus_client import Counter, Gauge
 
 from shale.block import BlockMeta, write_deletion_mark
 from shale.bucketindex import DeltaWriter
-from shale.compaction.protocol import Assigned, JobUpdate, PollRequest, PollResponse
+from shale.compaction.protocol import MAX_POLL_CAPACITY, Assigned, JobUpdate, PollRequest, PollResponse
 from shale.config import BucketConfig
 from shale.failpoints import failpoint
 from shale.objstore import open_bucket, task_bucket
@@ -121,7 +121,7 @@ class CompactionWorker:
         """One poll: report, receive, start. Returns the service's answer."""
         updates, finished = self._updates()
         busy = sum(1 for r in self.running.values() if not r.future.done())
-        request = PollRequest(worker=self.worker_id, capacity=max(0, self.slots - busy), updates=updates)
+        request = PollRequest(worker=self.worker_id, capacity=min(MAX_POLL_CAPACITY, max(0, self.slots - busy)), updates=updates)
         if finished:
             if self.save_reports is not None:
                 self.save_reports.mkdir(parents=True, exist_ok=True)
