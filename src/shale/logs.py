@@ -26,7 +26,7 @@ _secrets_lock = threading.Lock()
 
 def register_secrets(values: Iterable[str]) -> None:
     """Redact these values from every log line this process writes from now on."""
-    global _secrets  # noqa: PLW0603 - one process-wide list, replaced whole so readers need no lock
+    global _secrets
     with _secrets_lock:
         merged = set(_secrets) | {v for v in values if len(v) >= MIN_REDACTED_LENGTH}
         _secrets = tuple(sorted(merged, key=len, reverse=True))

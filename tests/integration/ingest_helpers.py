@@ -60,7 +60,7 @@ def write_config(path: Path, bootstrap: str, bucket: BucketConfig, topics: list[
     """A TOML config for one test: MinIO bucket, embedded metastore (unless ``metastore`` says otherwise) and
     checkpoints under ``path``."""
     data = {
-        "bucket": bucket.model_dump(mode="json"),
+        "bucket": {**bucket.model_dump(mode="json"), "secret_access_key": bucket.secret_access_key.get_secret_value()},
         "kafka": {"bootstrap_servers": bootstrap},
         "metastore": metastore or {"data_dir": str(path / "metastore")},
         "spark": {"master": "local[2]"},

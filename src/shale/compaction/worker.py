@@ -121,7 +121,8 @@ class CompactionWorker:
         """One poll: report, receive, start. Returns the service's answer."""
         updates, finished = self._updates()
         busy = sum(1 for r in self.running.values() if not r.future.done())
-        request = PollRequest(worker=self.worker_id, capacity=min(MAX_POLL_CAPACITY, max(0, self.slots - busy)), updates=updates)
+        free = min(MAX_POLL_CAPACITY, max(0, self.slots - busy))
+        request = PollRequest(worker=self.worker_id, capacity=free, updates=updates)
         if finished:
             if self.save_reports is not None:
                 self.save_reports.mkdir(parents=True, exist_ok=True)

@@ -97,7 +97,7 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         # option allows one secret only and is left unset.
         return self._shale_encryptor
 
-    def _getEncryptor(self) -> MultiFernet:
+    def _getEncryptor(self) -> MultiFernet:  # noqa: N802 - pysyncobj's name
         return self._shale_encryptor
 
     @replicated  # type: ignore[untyped-decorator]

@@ -15,8 +15,7 @@ from shale.errors import NotLeaderError
 from shale.metastore import AddBlocks, Noop, RaftLog, StateMachine, encode
 from shale.metastore.commands import PartitionKey, TruncateIndex
 
-
-SECRET = "unit-test-cluster-secret"  # noqa: S105 - a test cluster's secret
+SECRET = "unit-test-cluster-secret"
 
 
 class Cluster:

@@ -19,8 +19,7 @@ from tests.unit.metastore.test_raft_log import SECRET, Cluster
 
 from shale.dev import free_port
 from shale.errors import ConfigError
-from shale.metastore import AddBlocks, RaftLog, StateMachine, encode
-from shale.metastore import raftwire
+from shale.metastore import AddBlocks, RaftLog, StateMachine, encode, raftwire
 
 
 class _RunsCode:
