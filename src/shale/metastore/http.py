@@ -20,6 +20,7 @@ from typing import Any
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
+from pydantic import ValidationError
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -198,7 +199,12 @@ def create_app(service: MetastoreService, leader_http: Callable[[], str | None],
 
     @app.post("/v1/compaction/poll")
     async def compaction_poll(request: Request) -> Response:
-        poll = PollRequest.model_validate_json(await request.body())
+        try:
+            poll = PollRequest.model_validate_json(await request.body())
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            raise CommandRejectedError(f"invalid poll: {error['msg']} at {'.'.join(str(p) for p in error['loc'])}",
+                                       reason="malformed") from None
         response = await run_in_threadpool(service.poll_compaction, poll)
         return Response(response.model_dump_json(), media_type="application/json")
 
