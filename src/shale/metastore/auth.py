@@ -123,7 +123,8 @@ class Need:
         if self.group is not None:
             text += f" for group {self.group}"
         if self.tenants is not None:
-            text += " for every tenant" if ALL in self.tenants else f" for tenant {', '.join(self.tenants)}"
+            plural = "s" if len(self.tenants) > 1 else ""
+            text += " for every tenant" if ALL in self.tenants else f" for tenant{plural} {', '.join(self.tenants)}"
         if self.role == "admin":
             return text
         return " or ".join([text, *(str(a).removesuffix(" or role admin") for a in self.alternatives), "role admin"])
