@@ -133,7 +133,7 @@ def create(ctx: click.Context, name: str, role: str, groups: tuple[str, ...], te
         entry = auth.TokenEntry(name=name, role=role, groups=list(groups), tenants=list(tenants),  # type: ignore[arg-type]
                                 sha256=auth.digest(secret))
     except ValidationError as exc:
-        raise ConfigError(f"token {name!r}: {exc.errors()[0]['msg']}") from None
+        raise ConfigError(f"token {name!r}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None
     text = "".join(auth.format_entry(e) + "\n" for e in [*existing, entry])
     auth.write_private(path, "# Shale metastore API tokens: SHA-256 digests only (DESIGN 9.6).\n\n" + text)
     click.echo(secret)

@@ -310,8 +310,9 @@ def read_token_file(path: Path, key: str) -> str:
 
 
 def local_admin_token(data_dir: Path) -> tuple[Path, str]:
-    """The single-node metastore's admin token in ``<data_dir>/admin.token`` (0600), created on first use. Whoever
-    can read the data directory can already read and change the state file, so the token grants nothing more."""
+    """The single-node metastore's admin token in ``<data_dir>/admin.token`` (0600), created on first use. Only the
+    user the metastore runs as can read it, and that user can change the state file directly anyway, so the token
+    grants nothing more."""
     path = data_dir / LOCAL_ADMIN_TOKEN
     if not path.exists():
         write_private(path, new_token() + "\n")

@@ -84,7 +84,7 @@ class _BodyLimit:
                 await self._refuse(scope, send)
 
     async def _refuse(self, scope: Scope, send: Send) -> None:
-        AUTH_FAILURES.labels(scope.get("path", "?")[:64], "too-large").inc()
+        AUTH_FAILURES.labels("(before routing)", "too-large").inc()  # not the path: callers choose paths freely
         response = JSONResponse({"error": "too_large", "message": f"request body over {self.limit} bytes "
                                  "(metastore.max_request_bytes); split the request"}, status_code=413,
                                 headers={"connection": "close"})
@@ -132,7 +132,8 @@ def _authorizer(tokens: auth.TokenTable) -> Callable[[Request], Any]:
             AUTH_FAILURES.labels(route, "missing-token" if token is None else "unknown-token").inc()
             raise AccessDeniedError("this call needs a metastore API token (Authorization: Bearer <token>); "
                                     + ("none was sent" if token is None else "the one sent is not known here")
-                                    + ". Clients read it from metastore.token_file or $SHALE_METASTORE__TOKEN",
+                                    + ". Clients read it from metastore.token_file or $SHALE_METASTORE__TOKEN (on a "
+                                    "single-node metastore's host: <metastore.data_dir>/admin.token)",
                                     status=401)
         request.state.principal = who
         if route == "/v1/commands" and request.method == "POST":
@@ -158,9 +159,12 @@ def create_app(service: MetastoreService, leader_http: Callable[[], str | None],
 
     @app.exception_handler(AccessDeniedError)
     async def _unauthenticated(request: Request, exc: AccessDeniedError) -> JSONResponse:
-        # Two challenges: API clients use Bearer; a browser opening /ui prompts for Basic (password: the token).
-        return JSONResponse({"error": "unauthenticated", "message": str(exc)}, status_code=401,
-                            headers={"www-authenticate": 'Bearer realm="shale", Basic realm="shale"'})
+        # Two challenges, as two headers (Chromium ignores a Basic challenge listed after Bearer in one header):
+        # API clients use Bearer; a browser opening /ui asks for Basic credentials (any user, the token as password).
+        response = JSONResponse({"error": "unauthenticated", "message": str(exc)}, status_code=401)
+        response.headers.append("www-authenticate", 'Bearer realm="shale"')
+        response.headers.append("www-authenticate", 'Basic realm="shale"')
+        return response
 
     @app.exception_handler(_ForbiddenError)
     async def _forbidden(request: Request, exc: _ForbiddenError) -> JSONResponse:

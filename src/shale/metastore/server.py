@@ -97,6 +97,8 @@ class MetastoreNode:
     def __init__(self, config: ShaleConfig) -> None:
         self.config = config
         m = config.metastore
+        # The state, the journal and the local admin token are this user's alone.
+        Path(m.data_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
         self.state = StateMachine(state_path(config))
         self.http_of = {member.raft: member.http.rstrip("/") for member in m.members}
         self.self_http = self.http_of.get(m.raft_address, f"http://{m.listen}")

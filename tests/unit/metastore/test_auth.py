@@ -160,7 +160,7 @@ def test_without_a_valid_token_every_call_is_401_and_changes_nothing(api) -> Non
             answer = client.request(method, path, content=body, headers=headers)
             assert answer.status_code == 401, (path, answer.text)
             assert answer.json()["error"] == "unauthenticated"
-            assert "Basic" in answer.headers["www-authenticate"]
+            assert answer.headers.get_list("www-authenticate") == ['Bearer realm="shale"', 'Basic realm="shale"']
     assert service.state.state_hash() == before
     assert client.get("/healthz").status_code == 200
     assert client.get("/metrics").status_code == 200
