@@ -29,6 +29,7 @@ import httpx
 from shale.config import ShaleConfig
 from shale.dev.process import ManagedProcess, free_port
 from shale.errors import ShaleError
+from shale.logs import register_secrets
 from shale.metastore import auth
 from shale.metastore.client import tls_verify
 
@@ -88,6 +89,7 @@ class Deployment:
         for service in self.services:
             if service.token is not None:
                 token = auth.new_token()
+                register_secrets([token])
                 auth.write_private(self.run_dir / f"{service.name}.token", token + "\n")
                 service.token = service.token.model_copy(update={"sha256": auth.digest(token)})
         self.sync_tokens(force=True)
