@@ -59,7 +59,7 @@ def write_config(path: Path, bootstrap: str, bucket: BucketConfig, topics: list[
                  kafka: dict[str, Any] | None = None, **ingest: Any) -> Path:
     """A TOML config for one test: MinIO bucket and embedded metastore (unless ``metastore`` says otherwise)."""
     data = {
-        "bucket": bucket.model_dump(mode="json"),
+        "bucket": {**bucket.model_dump(mode="json"), "secret_access_key": bucket.secret_access_key.get_secret_value()},
         "kafka": kafka or {"bootstrap_servers": bootstrap},
         "metastore": metastore or {"data_dir": str(path / "metastore")},
         "spark": {"master": "local[2]"},

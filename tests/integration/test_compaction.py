@@ -87,7 +87,8 @@ def test_killed_worker_loses_its_job_and_a_crashing_job_is_excluded(minio_bucket
     config_file = tmp_path / "shale.toml"
     config_file.write_text(f'[bucket]\nurl = "{minio_bucket.url}"\nendpoint = "{minio_bucket.endpoint}"\n'
                            f'access_key_id = "{minio_bucket.access_key_id}"\n'
-                           f'secret_access_key = "{minio_bucket.secret_access_key}"\nallow_http = true\n'
+                           f'secret_access_key = "{minio_bucket.secret_access_key.get_secret_value()}"\n'
+                           'allow_http = true\n'
                            f'[metastore]\ndata_dir = "{tmp_path / "ms"}"\n[spark]\nmaster = "local[1]"\n'
                            '[compaction]\nblocks_per_job = [10]\nmax_level = 1\nlease_duration = 3\n'
                            "poll_interval = 0.3\nslots = 1\n")

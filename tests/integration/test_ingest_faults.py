@@ -24,6 +24,7 @@ from shale.dev import KafkaBroker
 from shale.dev.metastore import MetastoreCluster
 from shale.ingest.verify import verify_topic
 from shale.metastore import open_metastore
+from shale.metastore.auth import write_private
 from shale.objstore import open_bucket
 
 
@@ -90,8 +91,11 @@ def test_metastore_outage_goes_to_the_dead_letter_queue_and_recovers(kafka, mini
         topic = f"outage-{uuid.uuid4().hex[:6]}"
         create_topic(kafka.bootstrap_servers, topic, 2)
         produce_json(kafka.bootstrap_servers, topic, 4_000)
+        token_file = tmp_path / "ingest.token"
+        write_private(token_file, cluster.issue_token("ingest-backup", "ingest", groups=["backup"]))
         file = write_config(tmp_path, kafka.bootstrap_servers, minio_bucket, [topic], metastore={
-            "mode": "remote", "addresses": cluster.addresses, "client_deadline": 3, "request_timeout": 2})
+            "mode": "remote", "addresses": cluster.addresses, "client_deadline": 3, "request_timeout": 2,
+            "token_file": str(token_file)})
         config = load_config(file, env={})
         assert config.metastore.mode == "remote"
         process = ingest_process(file, "backup", tmp_path / "ingest.log")

@@ -80,7 +80,7 @@ def test_leader_killed_under_load_loses_no_acknowledged_write(tmp_path: Path) ->
 
 
 def test_follower_restarted_after_many_writes_catches_up_from_a_snapshot(tmp_path: Path) -> None:
-    cluster = MetastoreCluster(tmp_path, 3, extra=["metastore.snapshot_entries=50"], secret="s3cret-raft").start()
+    cluster = MetastoreCluster(tmp_path, 3, extra=["metastore.snapshot_entries=50"]).start()
     try:
         leader = cluster.wait_leader()
         follower = (leader + 1) % 3
@@ -96,11 +96,14 @@ def test_follower_restarted_after_many_writes_catches_up_from_a_snapshot(tmp_pat
             time.sleep(0.2)
         cluster.start_node(follower)
         _converged(cluster)
-        status = httpx.get(cluster.addresses[follower] + "/v1/status", timeout=5).json()
+        admin = {"authorization": f"Bearer {cluster.admin_token}"}
+        status = httpx.get(cluster.addresses[follower] + "/v1/status", headers=admin, timeout=5).json()
         assert status["blocks"] == 150
         assert status["role"] == "follower"
-        # A follower answers linearizable reads through the leader's read index.
-        body = httpx.get(cluster.addresses[follower] + "/v1/blocks", params={"tenant": "acme"}, timeout=10).json()
+        # A follower answers linearizable reads through the leader's read index (a peer call, with the token
+        # derived from the cluster secret).
+        body = httpx.get(cluster.addresses[follower] + "/v1/blocks", params={"tenant": "acme"}, headers=admin,
+                         timeout=10).json()
         assert len(body["blocks"]) == 150
     finally:
         cluster.stop()
@@ -110,13 +113,14 @@ def test_single_node_http_api_errors_are_clear(tmp_path: Path) -> None:
     cluster = MetastoreCluster(tmp_path, 1).start()
     try:
         base = cluster.addresses[0]
-        bad = httpx.post(base + "/v1/commands", content=b'{"kind": "TruncateIndex", "prepared_term": 1, '
-                                                         b'"partitions": [], "cutoffs": {}}')
+        http = httpx.Client(headers={"authorization": f"Bearer {cluster.admin_token}"})
+        bad = http.post(base + "/v1/commands", content=b'{"kind": "TruncateIndex", "prepared_term": 1, '
+                                                        b'"partitions": [], "cutoffs": {}}')
         assert bad.status_code == 400
         assert "proposed by the metastore itself" in bad.json()["message"]
-        garbage = httpx.post(base + "/v1/commands", content=b"{nope")
+        garbage = http.post(base + "/v1/commands", content=b"{nope")
         assert garbage.status_code == 400
-        selector = httpx.get(base + "/v1/blocks", params={"tenant": "acme", "selector": '{a=~"("}'})
+        selector = http.get(base + "/v1/blocks", params={"tenant": "acme", "selector": '{a=~"("}'})
         assert selector.status_code == 400
         assert "regular expression" in selector.json()["message"]
         assert httpx.get(base + "/readyz").status_code == 200

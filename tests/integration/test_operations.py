@@ -1,7 +1,8 @@
 """Operating Shale: `shale run` starts a whole deployment from one config; every process's metrics endpoint
-serves every documented metric and the counters move; headless Chromium renders the status page with the
-tenants, the level chart and the job table matching the API; the alert rules fire in a stalled-compaction and a
-stale-index scenario (and not before); SIGTERM leaves no process behind."""
+serves every documented metric and the counters move; headless Chromium renders the status page (signing in
+with a reader token as the Basic password) with the tenants, the level chart and the job table matching the API;
+the alert rules fire in a stalled-compaction and a stale-index scenario (and not before); no configured secret
+appears in a log, in `shale config show` or on a command line; SIGTERM leaves no process behind."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from tests.promql_eval import SeriesStore, evaluate
 from shale.config import BucketConfig
 from shale.dev import ManagedProcess, free_port
 from shale.dev.process import pid_alive
-from shale.metastore import MetastoreClient
+from shale.metastore import MetastoreClient, auth
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = {r["alert"]: r["expr"] for r in yaml.safe_load(
@@ -40,27 +41,37 @@ def _documented() -> list[tuple[str, str, bool]]:
     return rows
 
 
-def _config(tmp: Path, bootstrap: str, bucket: BucketConfig, topic: str, port: int) -> Path:
+KAFKA_PASSWORD = "kafka-password-" + uuid.uuid4().hex  # configured, unused by the plaintext test broker
+SPARK_SECRET = "spark-secret-" + uuid.uuid4().hex
+CLUSTER_SECRET = "cluster-secret-" + uuid.uuid4().hex  # given through the environment
+
+
+def _config(tmp: Path, bootstrap: str, bucket: BucketConfig, topic: str, port: int, tokens: Path) -> Path:
     text = f"""
 [bucket]
 url = "{bucket.url}"
 endpoint = "{bucket.endpoint}"
 access_key_id = "{bucket.access_key_id}"
-secret_access_key = "{bucket.secret_access_key}"
+secret_access_key = "{bucket.secret_access_key.get_secret_value()}"
 allow_http = true
 [block]
 sync_delay = "5s"
 delete_delay = "10s"
 [kafka]
 bootstrap_servers = "{bootstrap}"
+[kafka.options]
+"sasl.password" = "{KAFKA_PASSWORD}"
 [metastore]
 listen = "127.0.0.1:{port}"
 data_dir = "{tmp / 'metastore'}"
+tokens_file = "{tokens}"
 maintenance_interval = "2s"
 dlq_interval = "2s"
 bucket_scan_interval = "5s"
 [spark]
 master = "local[1]"
+[spark.conf]
+"spark.hadoop.fs.s3a.secret.key" = "{SPARK_SECRET}"
 [ingest]
 topics = ["{topic}"]
 trigger_interval = "2s"
@@ -108,10 +119,16 @@ def test_a_whole_deployment_is_observable_and_stops_cleanly(kafka, minio_bucket,
     topic = f"ops-{uuid.uuid4().hex[:6]}"
     create_topic(kafka.bootstrap_servers, topic, 2)
     port = free_port()
-    config = _config(tmp_path, kafka.bootstrap_servers, minio_bucket, topic, port)
+    # An operator's reader token for the browser, in the configured tokens file (`shale run` adds its own).
+    browser_token = auth.new_token()
+    tokens = tmp_path / "tokens.toml"
+    auth.write_private(tokens, auth.format_entry(auth.TokenEntry(
+        name="browser", role="reader", tenants=["*"], sha256=auth.digest(browser_token))))
+    config = _config(tmp_path, kafka.bootstrap_servers, minio_bucket, topic, port, tokens)
     logs = tmp_path / "logs"
     run = ManagedProcess("shale-run", [sys.executable, "-m", "shale.cli", "--config", str(config), "--log-format",
-                                       "json", "run", "--log-dir", str(logs)], tmp_path / "run.log", cwd=ROOT)
+                                       "json", "run", "--log-dir", str(logs)], tmp_path / "run.log", cwd=ROOT,
+                         env={**os.environ, "SHALE_METASTORE__SECRET": CLUSTER_SECRET})
     run.start()
     manifest_file = logs / "deployment.json"
     try:
@@ -120,7 +137,9 @@ def test_a_whole_deployment_is_observable_and_stops_cleanly(kafka, minio_bucket,
               "the deployment to start")
         manifest = json.loads(manifest_file.read_text())
         services = manifest["services"]
-        client = MetastoreClient([f"http://127.0.0.1:{port}"], deadline=30)
+        admin_token = (tmp_path / "metastore" / "admin.token").read_text().strip()
+        client = MetastoreClient([f"http://127.0.0.1:{port}"], deadline=30, token=admin_token)
+        assert httpx.get(f"http://127.0.0.1:{port}/v1/status", timeout=10).status_code == 401
         _wait(lambda: all(_ok(s["metrics"]) for s in services.values()), 120, "every metrics endpoint")
         before = {name: _scrape(s["metrics"]) for name, s in services.items()}
 
@@ -141,18 +160,35 @@ def test_a_whole_deployment_is_observable_and_stops_cleanly(kafka, minio_bucket,
             if moves:
                 assert _total(scraped, name) != _total(before[process_of[where]], name), f"{name} did not move"
 
-        # Freeze the compaction worker, then look at the status page in a real browser.
+        # No configured secret on any command line of the deployment (checked while it runs, Spark JVMs included).
+        secrets = _secrets(tmp_path, browser_token, admin_token, minio_bucket)
+        shale_pids = _descendants(run.pid)
+        assert len(shale_pids) > len(services)
+        for pid in shale_pids:
+            cmdline = _cmdline(pid)
+            assert not [name for name, value in secrets.items() if value in cmdline], (pid, cmdline[:300])
+        shown = subprocess.run([sys.executable, "-m", "shale.cli", "--config", str(config), "config", "show"],
+                               capture_output=True, text=True, timeout=60, check=True, cwd=ROOT,
+                               env={**os.environ, "SHALE_METASTORE__SECRET": CLUSTER_SECRET})
+        assert not [name for name, value in secrets.items() if value in shown.stdout + shown.stderr]
+        assert json.loads(shown.stdout)["metastore"]["secret"] == "***"
+
+        # Freeze the compaction worker, then look at the status page in a real browser. The page needs a reader
+        # token; a browser sends it as the Basic password (here from the URL, as after a login prompt).
         worker = services["compact-0"]["pid"]
         os.kill(worker, signal.SIGSTOP)
+        challenges = httpx.get(f"http://127.0.0.1:{port}/ui", timeout=10).headers.get_list("www-authenticate")
+        assert 'Basic realm="shale"' in challenges
+        page_url = f"http://operator:{browser_token}@127.0.0.1:{port}/ui"
         page = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                                "--no-first-run", "--disable-background-networking", "--disable-component-update",
                                "--disable-sync", f"--user-data-dir={tmp_path / 'chrome'}", "--dump-dom",
-                               f"http://127.0.0.1:{port}/ui"], capture_output=True, text=True, timeout=120, check=True)
+                               page_url], capture_output=True, text=True, timeout=120, check=True)
         dom = page.stdout
         subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                         "--disable-background-networking", "--disable-component-update", "--disable-sync",
                         f"--user-data-dir={tmp_path / 'chrome2'}", "--window-size=1280,2200",
-                        f"--screenshot={output_dir / 'status.png'}", f"http://127.0.0.1:{port}/ui"],
+                        f"--screenshot={output_dir / 'status.png'}", page_url],
                        capture_output=True, timeout=120, check=True)
         assert (output_dir / "status.png").stat().st_size > 10_000
         assert re.search(r'<table id="tenants">.*?<td class="l">default</td>', dom, re.S)
@@ -196,6 +232,48 @@ def test_a_whole_deployment_is_observable_and_stops_cleanly(kafka, minio_bucket,
     assert run.popen is not None
     assert run.popen.returncode is not None
     assert not [p for p in pids if pid_alive(p)], "a process of the deployment survived SIGTERM"
+    # No configured secret in any log the deployment wrote.
+    logged = [tmp_path / "run.log", *sorted(logs.glob("*"))]
+    assert len(logged) > len(pids)
+    for path in logged:
+        text = path.read_text(errors="replace")
+        leaked = [name for name, value in secrets.items() if value in text]
+        assert not leaked, f"{leaked} in {path}"
+
+
+def _secrets(tmp: Path, browser: str, admin: str, bucket: BucketConfig) -> dict[str, str]:
+    """Every secret this deployment was configured with or issued."""
+    found = {"bucket key": bucket.secret_access_key.get_secret_value(), "kafka password": KAFKA_PASSWORD,
+             "spark secret": SPARK_SECRET, "cluster secret": CLUSTER_SECRET, "browser token": browser,
+             "admin token": admin}
+    for path in (tmp / "metastore" / "run").glob("*.token"):
+        found[f"token {path.stem}"] = path.read_text().strip()
+    assert len(found) >= 9, found.keys()  # both ingest groups and the worker have tokens of their own
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""  # exited meanwhile
+
+
+def _descendants(root: int) -> set[int]:
+    """``root`` and every process below it (the services, their Spark JVMs and Python workers)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        found.add(pid)
+        todo += children.get(pid, [])
+    return found
 
 
 def _ok(url: str) -> bool:

@@ -26,13 +26,17 @@ class JobUpdate(_Model):
     outputs: list[BlockMeta] = Field(default_factory=list)
 
 
+# The most jobs one poll may ask for: a worker cannot hoard the whole queue, however many slots it claims.
+MAX_POLL_CAPACITY = 256
+
+
 class PollRequest(_Model):
     """``request`` names this poll: a worker sends an unanswered poll again unchanged, with the same id, and the
     service answers a poll it already applied with the answer it gave then (the same assignments, no new work)."""
 
-    worker: str
-    request: str = ""
-    capacity: int = Field(ge=0)
+    worker: str = Field(min_length=1, max_length=200)
+    request: str = Field(default="", max_length=200)
+    capacity: int = Field(ge=0, le=MAX_POLL_CAPACITY)
     updates: list[JobUpdate] = Field(default_factory=list)
 
 

@@ -32,7 +32,7 @@ from prometheus_client import Counter, Gauge
 
 from shale.block import BlockMeta, write_deletion_mark
 from shale.bucketindex import DeltaWriter
-from shale.compaction.protocol import Assigned, JobUpdate, PollRequest, PollResponse
+from shale.compaction.protocol import MAX_POLL_CAPACITY, Assigned, JobUpdate, PollRequest, PollResponse
 from shale.config import BucketConfig
 from shale.errors import RetryableError
 from shale.failpoints import failpoint
@@ -167,8 +167,8 @@ class CompactionWorker:
             updates.append(JobUpdate(job=name, token=running.job.token, status="success",
                                      outputs=[BlockMeta.model_validate(running.future.result()["output"])]))
         busy = sum(1 for r in self.running.values() if not r.future.done())
-        request = PollRequest(worker=self.worker_id, request=uuid.uuid4().hex, capacity=max(0, self.slots - busy),
-                              updates=updates)
+        free = min(MAX_POLL_CAPACITY, max(0, self.slots - busy))
+        request = PollRequest(worker=self.worker_id, request=uuid.uuid4().hex, capacity=free, updates=updates)
         if any(u.status == "success" for u in updates):
             if self.save_reports is not None:
                 self.save_reports.mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,7 @@ from shale.config.model import (
     SparkConfig,
     TenantRule,
 )
+from shale.config.secrets import Secret, masked, secret_values
 from shale.config.types import parse_duration, parse_size
 
 __all__ = [
@@ -37,11 +38,14 @@ __all__ = [
     "MetastoreMember",
     "ParserRule",
     "RetentionConfig",
+    "Secret",
     "ShaleConfig",
     "SparkConfig",
     "TenantRule",
     "load_config",
+    "masked",
     "parse_duration",
     "parse_override",
     "parse_size",
+    "secret_values",
 ]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Iterator
+from typing import Any, Literal
 from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from shale.config.secrets import Secret, mask_options
 from shale.config.types import ByteSize, Duration, Regex
 
 SUPPORTED_BUCKET_SCHEMES = ("file", "s3", "gs", "az", "memory")
@@ -15,6 +17,11 @@ SUPPORTED_BUCKET_SCHEMES = ("file", "s3", "gs", "az", "memory")
 class _Section(BaseModel):
     # Unknown keys are errors, so that a typo never silently falls back to a default.
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        # Secret fields mask themselves; option maps mask their secret-looking keys (kafka.options' passwords).
+        for name, value in super().__repr_args__():
+            yield name, mask_options(value) if isinstance(value, dict) else value
 
 
 class RetryConfig(_Section):
@@ -32,7 +39,7 @@ class BucketConfig(_Section):
     endpoint: str = Field(default="", description="S3-compatible endpoint, e.g. http://127.0.0.1:9000 (MinIO)")
     region: str = Field(default="us-east-1")
     access_key_id: str = Field(default="", description="S3 access key; empty means the environment's credentials")
-    secret_access_key: str = Field(default="", repr=False)
+    secret_access_key: Secret = Field(default=SecretStr(""), description="S3 secret key (masked when shown)")
     allow_http: bool = Field(default=False, description="allow plain HTTP endpoints (development only)")
     options: dict[str, str] = Field(default_factory=dict, description="extra obstore options for the backend")
     retry: RetryConfig = Field(default_factory=RetryConfig)
@@ -69,7 +76,7 @@ class KafkaConfig(_Section):
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
         default="SCRAM-SHA-512", description="SASL mechanism (SASL_PLAINTEXT and SASL_SSL)")
     sasl_username: str = Field(default="", description="SASL user name")
-    sasl_password: SecretStr = Field(default=SecretStr(""),
+    sasl_password: Secret = Field(default=SecretStr(""),
                                      description="SASL password (or $SHALE_KAFKA__SASL_PASSWORD)")
     ssl_ca_file: str = Field(default="", description="PEM file of the CAs that sign the brokers' certificates "
                                                      "(SSL and SASL_SSL; empty: the system's CAs)")
@@ -130,7 +137,25 @@ class MetastoreConfig(_Section):
     listen: str = Field(default="127.0.0.1:7070", description="HTTP listen address of `shale metastore serve`")
     raft_address: str = Field(default="", description="this node's Raft address; empty runs a single node")
     members: list[MetastoreMember] = Field(default_factory=list, description="every Raft member, this one included")
-    secret: str = Field(default="", repr=False, description="encrypts Raft traffic between members when set")
+    raft_listen: str = Field(default="", description="address the Raft port binds to, host:port (empty: raft_address)")
+    secret: Secret = Field(default=SecretStr(""), description="cluster secret: authenticates and encrypts Raft "
+                           "traffic and peer calls; required with raft_address (DESIGN 9.6)")
+    accepted_secrets: list[Secret] = Field(default_factory=list, description="further cluster secrets accepted "
+                                           "from peers but never sent: for a rolling rotation (DESIGN 9.6)")
+    tokens_file: str = Field(default="", description="server: API tokens (TOML: name, role, scope, sha256); "
+                             "required with raft_address. `shale metastore token create` writes entries")
+    token: Secret = Field(default=SecretStr(""), description="client: this process's API token (better: "
+                          "token_file or $SHALE_METASTORE__TOKEN); empty uses <data_dir>/admin.token if readable")
+    token_file: str = Field(default="", description="client: a file holding this process's API token")
+    tls_cert_file: str = Field(default="", description="server: PEM certificate (chain); set with tls_key_file to "
+                               "serve HTTPS only")
+    tls_key_file: str = Field(default="", description="server: the certificate's PEM private key")
+    tls_ca_file: str = Field(default="", description="clients and peers verify the API's certificate against this "
+                             "PEM CA bundle (empty: the system's CAs)")
+    max_request_bytes: ByteSize = Field(default=16 * 2**20, ge=1024, description="larger request bodies are "
+                                        "refused (413) before they are read")
+    query_timeout: Duration = Field(default=30.0, description="a block or label query running longer is stopped "
+                                    "with a clear error")
     request_timeout: Duration = Field(default=10.0, description="one HTTP request")
     client_deadline: Duration = Field(default=60.0, description="a client call's total time, retries included")
     dlq_interval: Duration = Field(default=15.0, description="how often the leader replays the dead letter queue")
@@ -146,6 +171,12 @@ class MetastoreConfig(_Section):
             if not address.startswith(("http://", "https://")):
                 raise ValueError(f"{address!r} is not an http:// or https:// address")
         return value
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> MetastoreConfig:
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ValueError("set tls_cert_file and tls_key_file together (HTTPS needs both), or neither")
+        return self
 
 
 class RetentionConfig(_Section):
@@ -244,7 +275,7 @@ class CompactionConfig(_Section):
     lease_duration: Duration = Field(default=15.0, description="a job's lease; workers refresh it")
     queue_limit: int = Field(default=10_000, ge=1, description="jobs kept at most; excluded ones are evicted")
     poll_interval: Duration = Field(default=2.0, description="how often a worker polls and refreshes leases")
-    slots: int = Field(default=0, ge=0, description="jobs one worker runs at once (0: Spark's parallelism)")
+    slots: int = Field(default=0, ge=0, le=256, description="jobs one worker runs at once (0: Spark's parallelism)")
     metrics_port: int = Field(default=0, ge=0, le=65535, description="worker's Prometheus metrics port (0: none)")
 
     @field_validator("blocks_per_job")

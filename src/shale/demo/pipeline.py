@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from confluent_kafka import Producer
+from pydantic import SecretStr
 
 from shale.block import read_dataset
 from shale.bucketindex import BucketIndexReader, MetastoreIndexWriter
@@ -54,7 +55,7 @@ def _config(root: Path, minio: MinioServer, broker: KafkaBroker, bucket: str) ->
     topics = [f"logs.{preset}" for preset in LOGHUB_FORMATS.values()]
     return ShaleConfig(
         bucket=BucketConfig(url=f"s3://{bucket}", endpoint=minio.endpoint, access_key_id=minio.access_key,
-                            secret_access_key=minio.secret_key, allow_http=True),
+                            secret_access_key=SecretStr(minio.secret_key), allow_http=True),
         kafka={"bootstrap_servers": broker.bootstrap_servers},  # type: ignore[arg-type]
         metastore={"data_dir": str(root / "metastore")},  # type: ignore[arg-type]
         spark=SparkConfig(master="local[2]"),

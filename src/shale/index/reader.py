@@ -12,15 +12,19 @@ import contextlib
 import hashlib
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 
 import msgpack
 
 from shale.block import BlockMeta
+from shale.errors import QueryTimeoutError
 from shale.index.matchers import Matcher, match_label_sets
 from shale.index.records import IncarnationRow, LossRow, OffsetRow, PartitionRow, TombstoneRow, decode_meta
 from shale.index.schema import PARTITION_WINDOW_MS
 
+# SQLite calls the progress handler every this many virtual-machine instructions (well under a millisecond).
+PROGRESS_STEPS = 10_000
 HASHED_TABLES = ("state", "strings", "partitions", "blocks", "tombstones", "tenant_versions", "offsets", "commits",
                  "settings", "compaction_queue", "compaction_jobs", "compaction_polls", "generations", "incarnations",
                  "losses")
@@ -61,6 +65,33 @@ class IndexReader:
         rows = dict(self.conn.execute("SELECT key, value FROM state WHERE key IN ('applied_index', 'applied_term')"))
         return int(rows.get("applied_index", 0)), int(rows.get("applied_term", 0))
 
+    @contextlib.contextmanager
+    def _deadline(self, timeout: float | None) -> Iterator[Callable[[], None]]:
+        """Bound one query: SQLite statements on this thread's connection are interrupted past the deadline, and
+        the returned ``check`` (called once per candidate block) stops the Python loop; both raise
+        ``QueryTimeoutError``. ``timeout`` None means no bound."""
+        if timeout is None:
+            yield lambda: None
+            return
+        deadline = time.monotonic() + timeout
+        message = (f"the query ran longer than {timeout:g}s (metastore.query_timeout) and was stopped; narrow its "
+                   "time range, tenants or selector")
+
+        def check() -> None:
+            if time.monotonic() > deadline:
+                raise QueryTimeoutError(message)
+
+        conn = self.conn
+        conn.set_progress_handler(lambda: int(time.monotonic() > deadline), PROGRESS_STEPS)
+        try:
+            yield check
+        except sqlite3.OperationalError as exc:
+            if "interrupt" in str(exc):
+                raise QueryTimeoutError(message) from None
+            raise
+        finally:
+            conn.set_progress_handler(None, 0)
+
     # -- blocks -----------------------------------------------------------------------------------
 
     def _candidates(self, tenants: Sequence[str], start: int, end: int, group: str | None,
@@ -97,40 +128,47 @@ class IndexReader:
         return out
 
     def query_blocks(self, tenants: Sequence[str], start: int, end: int, matchers: Sequence[Matcher] = (),
-                     group: str | None = None) -> list[BlockMeta]:
+                     group: str | None = None, timeout: float | None = None) -> list[BlockMeta]:
         """Blocks of ``tenants`` whose data overlaps ``[start, end]`` (ms, inclusive) with at least one dataset
         matching ``matchers``; each returned with only its matching datasets. Labels are matched first, from
-        the compact label column; only matching blocks' metadata is decoded."""
+        the compact label column; only matching blocks' metadata is decoded. Past ``timeout`` seconds the query
+        stops with ``QueryTimeoutError``."""
         out: list[BlockMeta] = []
-        for _, group_sid, labels_blob, meta_blob in self._candidates(tenants, start, end, group):
-            keep = [i for low, high, i, sets in self._datasets(group_sid, labels_blob)
-                    if high >= start and low <= end and match_label_sets(sets, matchers)]
-            if not keep:
-                continue
-            meta = decode_meta(meta_blob)
-            if len(keep) != len(meta.datasets):
-                meta = meta.model_copy(update={"datasets": [meta.datasets[i] for i in keep]})
-            out.append(meta)
+        with self._deadline(timeout) as check:
+            for _, group_sid, labels_blob, meta_blob in self._candidates(tenants, start, end, group):
+                check()
+                keep = [i for low, high, i, sets in self._datasets(group_sid, labels_blob)
+                        if high >= start and low <= end and match_label_sets(sets, matchers)]
+                if not keep:
+                    continue
+                meta = decode_meta(meta_blob)
+                if len(keep) != len(meta.datasets):
+                    meta = meta.model_copy(update={"datasets": [meta.datasets[i] for i in keep]})
+                out.append(meta)
         return out
 
     def label_names(self, tenants: Sequence[str], start: int, end: int,
-                    matchers: Sequence[Matcher] = ()) -> list[str]:
+                    matchers: Sequence[Matcher] = (), timeout: float | None = None) -> list[str]:
         names: set[str] = set()
-        for _, group_sid, labels_blob, _ in self._candidates(tenants, start, end, None):
-            for _, _, _, sets in self._datasets(group_sid, labels_blob):
-                for ls in sets:
-                    if match_label_sets([ls], matchers):
-                        names.update(ls)
+        with self._deadline(timeout) as check:
+            for _, group_sid, labels_blob, _ in self._candidates(tenants, start, end, None):
+                check()
+                for _, _, _, sets in self._datasets(group_sid, labels_blob):
+                    for ls in sets:
+                        if match_label_sets([ls], matchers):
+                            names.update(ls)
         return sorted(names)
 
     def label_values(self, name: str, tenants: Sequence[str], start: int, end: int,
-                     matchers: Sequence[Matcher] = ()) -> list[str]:
+                     matchers: Sequence[Matcher] = (), timeout: float | None = None) -> list[str]:
         values: set[str] = set()
-        for _, group_sid, labels_blob, _ in self._candidates(tenants, start, end, None):
-            for _, _, _, sets in self._datasets(group_sid, labels_blob):
-                for ls in sets:
-                    if name in ls and match_label_sets([ls], matchers):
-                        values.add(ls[name])
+        with self._deadline(timeout) as check:
+            for _, group_sid, labels_blob, _ in self._candidates(tenants, start, end, None):
+                check()
+                for _, _, _, sets in self._datasets(group_sid, labels_blob):
+                    for ls in sets:
+                        if name in ls and match_label_sets([ls], matchers):
+                            values.add(ls[name])
         return sorted(values)
 
     def get_block(self, block_id: str) -> BlockMeta | None:

@@ -215,6 +215,12 @@ def _replace_blocks(w: IndexWriter, cmd: ReplaceBlocks, entry: Entry) -> Result:
         raise CommandRejectedError(
             f"sources {missing} are no longer in the index (retention or another replacement removed them); the "
             "new blocks must not bring their records back", reason="sources-missing")
+    for source in cmd.sources:
+        # A replacement never crosses tenants: a caller naming its own tenant must not remove another's blocks.
+        present = w.get_block(source)
+        if present is not None and present.tenant != cmd.tenant:
+            raise CommandRejectedError(f"source {source} belongs to tenant {present.tenant}, not {cmd.tenant}",
+                                       reason="malformed")
     for meta in cmd.blocks:
         if w.tombstoned(meta.id):
             raise CommandRejectedError(f"block {meta.id} was already deleted", reason="tombstoned")
@@ -353,14 +359,18 @@ class StateMachine:
             return self.reader.state_hash()
 
     def backup_to(self, target: Path) -> None:
-        """A consistent copy of the whole state (SQLite's online backup API)."""
-        with self.lock:
-            target.unlink(missing_ok=True)
-            dest = sqlite3.connect(str(target))
-            try:
-                self.conn.backup(dest)
-            finally:
-                dest.close()
+        """A consistent copy of the whole state, without holding the state lock: SQLite's online backup from a
+        separate read-only connection in one step, which is one read transaction, so the copy is exactly one
+        committed state while commands go on being applied (WAL mode lets readers and the writer overlap). The Raft
+        snapshot calls this on the thread that applies entries, so its copy is exactly the last applied entry."""
+        target.unlink(missing_ok=True)
+        source = connect(str(self.path), readonly=True)
+        dest = sqlite3.connect(str(target))
+        try:
+            source.backup(dest)
+        finally:
+            dest.close()
+            source.close()
 
     def restore_from(self, source: Path) -> None:
         """Replace the whole state with a backup taken by ``backup_to``."""

@@ -48,8 +48,10 @@ def plan_limits(config: CompactionConfig) -> PlanLimits:
 class MetastoreService:
     def __init__(self, state: StateMachine, log: CommandLog, *, linearize: Callable[[float], None] | None = None,
                  command_format: str = "json", timeout: float = 30.0,
-                 compaction: CompactionConfig | None = None, clock: Callable[[], float] = time.time) -> None:
+                 compaction: CompactionConfig | None = None, clock: Callable[[], float] = time.time,
+                 query_timeout: float | None = None) -> None:
         self.state = state
+        self.query_timeout = query_timeout  # block and label queries stop past this many seconds
         self.log = log
         self.limits = plan_limits(compaction or CompactionConfig())
         self.clock = clock
@@ -82,7 +84,7 @@ class MetastoreService:
         READS.labels("query_blocks").inc()
         matchers = parse_matchers(selector)
         self.linearize()
-        return self.state.reader.query_blocks(list(tenants), start, end, matchers, group)
+        return self.state.reader.query_blocks(list(tenants), start, end, matchers, group, self.query_timeout)
 
     def get_block(self, block_id: str) -> BlockMeta | None:
         self.linearize()
@@ -92,13 +94,13 @@ class MetastoreService:
         READS.labels("label_names").inc()
         matchers = parse_matchers(selector)
         self.linearize()
-        return self.state.reader.label_names(list(tenants), start, end, matchers)
+        return self.state.reader.label_names(list(tenants), start, end, matchers, self.query_timeout)
 
     def label_values(self, name: str, tenants: Sequence[str], start: int, end: int, selector: str = "") -> list[str]:
         READS.labels("label_values").inc()
         matchers = parse_matchers(selector)
         self.linearize()
-        return self.state.reader.label_values(name, list(tenants), start, end, matchers)
+        return self.state.reader.label_values(name, list(tenants), start, end, matchers, self.query_timeout)
 
     def offsets(self, group: str | None = None, generation: int | None = None) -> list[OffsetRow]:
         READS.labels("offsets").inc()

@@ -11,6 +11,7 @@ from shale.block import bucket_index_key
 from shale.block.layout import DLQ_PREFIX
 from shale.config import ShaleConfig
 from shale.errors import NotFoundError, ShaleError
+from shale.logs import redact
 from shale.metastore.service import MetastoreService
 from shale.objstore import BucketReader
 
@@ -56,7 +57,8 @@ def _lag(config: ShaleConfig, offsets: list[dict[str, Any]]) -> str:
     try:
         marks = watermarks(config.kafka, {t: sorted(set(p)) for t, p in partitions.items()})
     except Exception as exc:  # Kafka is optional for the page: show what is known
-        return f"Kafka not reachable: {str(exc)[:200]}"
+        # The page is not a log, but it shows this error as text: redact configured secrets from it too.
+        return f"Kafka not reachable: {redact(str(exc))[:200]}"
     for o in offsets:
         end = marks.get((o["topic"], o["partition"]), (0, None))[1]
         o["lag"] = None if end is None else max(0, end - o["committed_end"])

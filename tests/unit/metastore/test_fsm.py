@@ -161,6 +161,32 @@ def test_replace_blocks_swaps_atomically_and_never_resurrects(h: Harness) -> Non
     assert late.reason == "sources-missing"
 
 
+def test_replace_blocks_never_touches_another_tenants_sources(h: Harness) -> None:
+    theirs, ours = meta(tenant="beta", start=0), meta(start=0)
+    h.apply(AddBlocks(blocks=[theirs, ours]))
+    # Outputs of the caller's own tenant, sources naming the other tenant's block: refused, nothing changes.
+    result = h.apply(ReplaceBlocks(tenant="acme", sources=[ours.id, theirs.id], blocks=[]))
+    assert not result.ok
+    assert result.reason == "malformed"
+    assert f"source {theirs.id} belongs to tenant beta, not acme" in result.message
+    assert {m.id for m in h.sm.reader.tenant_blocks("beta")} == {theirs.id}
+    assert {m.id for m in h.sm.reader.tenant_blocks("acme")} == {ours.id}
+    assert h.sm.reader.tombstones() == []
+
+
+def test_a_backup_copies_the_state_without_waiting_for_the_state_lock(h: Harness, tmp_path: Path) -> None:
+    import threading
+
+    h.apply(AddBlocks(blocks=[meta(start=0)]))
+    copy = tmp_path / "copy.db"
+    with h.sm.lock:  # a long command holding the lock must not stall a snapshot
+        worker = threading.Thread(target=h.sm.backup_to, args=(copy,))
+        worker.start()
+        worker.join(timeout=30)
+        assert not worker.is_alive()
+    assert StateMachine(copy).reader.count_blocks() == 1
+
+
 def _window(ms: int) -> int:
     return ms - ms % (6 * 3600 * 1000)
 

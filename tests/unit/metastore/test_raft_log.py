@@ -15,19 +15,32 @@ from shale.errors import NotLeaderError
 from shale.metastore import AddBlocks, Noop, RaftLog, StateMachine, encode
 from shale.metastore.commands import PartitionKey, TruncateIndex
 
+SECRET = "unit-test-cluster-secret"
+
 
 class Cluster:
     def __init__(self, root: Path, compaction: int = 20_000) -> None:
         self.root = root
         self.compaction = compaction
         self.addresses = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+        # Per node: the secret it seals with and the further secrets it accepts (a rotation changes these).
+        self.secrets: list[tuple[str, list[str]]] = [(SECRET, [])] * 3
         self.logs: list[RaftLog | None] = [self._node(i) for i in range(3)]
 
     def _node(self, i: int) -> RaftLog:
         peers = [a for a in self.addresses if a != self.addresses[i]]
         state = StateMachine(self.root / f"n{i}" / "state.db")
-        return RaftLog(state, self.addresses[i], peers, self.root / f"n{i}" / "raft",
-                       compaction_min_entries=self.compaction)
+        secret, accepted = self.secrets[i]
+        return RaftLog(state, self.addresses[i], peers, self.root / f"n{i}" / "raft", secret=secret,
+                       accepted_secrets=accepted, compaction_min_entries=self.compaction)
+
+    def restart(self, i: int, secret: str, accepted: list[str]) -> None:
+        log = self.logs[i]
+        if log is not None:
+            log.close()
+            log.state.close()
+        self.secrets[i] = (secret, accepted)
+        self.logs[i] = self._node(i)
 
     def leader(self, timeout: float = 20) -> RaftLog:
         deadline = time.monotonic() + timeout
