@@ -22,6 +22,8 @@ class CheckedProducer:
         self.producer = Producer(config)
         self.sent = 0
         self.delivered = 0
+        self.queue_full = 0
+        """How often ``produce`` found the local queue full and waited."""
         self.errors: list[str] = []
 
     def _on_delivery(self, err: KafkaError | None, _msg: Message) -> None:
@@ -38,6 +40,7 @@ class CheckedProducer:
                 self.producer.produce(topic, value=value, key=key, on_delivery=self._on_delivery, **extra)
                 break
             except BufferError:
+                self.queue_full += 1
                 self.producer.poll(QUEUE_FULL_PAUSE)  # serve delivery reports until the queue has room
         self.sent += 1
         self.producer.poll(0)  # serve the delivery reports that are ready, so they never pile up
