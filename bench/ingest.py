@@ -22,8 +22,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from tests.integration.ingest_helpers import create_topic
+from tests.producing import CheckedProducer
 
 from bench.common import progress, timed, write_result
 from bench.services import kafka_broker, minio_bucket
@@ -41,18 +42,13 @@ ROUNDS = 3
 
 def _produce(bootstrap: str, topic: str) -> int:
     lines = [line for sample in LOGHUB_FORMATS for line in loghub_lines(sample)]
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
-                         "compression.type": "lz4", "queue.buffering.max.messages": 500_000})
+    producer = CheckedProducer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
+                                "compression.type": "lz4", "queue.buffering.max.messages": 500_000})
     size = 0
     for i in range(RECORDS):
         value = lines[i % len(lines)]
         size += len(value)
-        while True:
-            try:
-                producer.produce(topic, value=value, partition=i % PARTITIONS)
-                break
-            except BufferError:
-                producer.poll(0.1)  # the local queue is full: let deliveries drain
+        producer.produce(topic, value, partition=i % PARTITIONS)
     producer.flush(300)
     return size
 

@@ -6,13 +6,13 @@ import json
 import os
 import random
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from tests.producing import CheckedProducer
+from tests.waiting import eventually
 
 from shale.config import BucketConfig, ShaleConfig, load_config
 from shale.dev import ManagedProcess
@@ -33,9 +33,8 @@ def produce_json(bootstrap: str, topic: str, count: int, invalid_every: int = 0,
                  seed: int = 1) -> Counter[str]:
     """``count`` JSON records (every ``invalid_every``-th one is not JSON). Returns counts of valid/invalid."""
     rng = random.Random(seed)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
+    producer = CheckedProducer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
     counts: Counter[str] = Counter()
-    errors: list[str] = []
     base = 1_795_000_000
     for i in range(start, start + count):
         if invalid_every and i % invalid_every == invalid_every - 1:
@@ -45,12 +44,8 @@ def produce_json(bootstrap: str, topic: str, count: int, invalid_every: int = 0,
             value = json.dumps({"ts": base + i, "level": rng.choice(["INFO", "WARN", "ERROR"]),
                                 "msg": f"event {i}"}).encode()
             counts["valid"] += 1
-        producer.produce(topic, key=str(rng.random()).encode(), value=value,
-                         on_delivery=lambda err, _: errors.append(str(err)) if err else None)
-        if i % 5000 == 0:
-            producer.poll(0)
+        producer.produce(topic, key=str(rng.random()).encode(), value=value)
     producer.flush(120)
-    assert not errors, errors[:3]
     return counts
 
 
@@ -114,14 +109,14 @@ def ingest_process(file: Path, group: str, log: Path, *, available_now: bool = F
 
 
 def wait_paused(process: ManagedProcess, directory: Path, name: str, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while not paused(directory, name):
-        if not process.alive():
-            tail = process.log_path.read_text()[-3000:]
-            raise AssertionError(f"{process.name} exited before failpoint {name}:\n{tail}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{process.name} never reached failpoint {name}")
-        time.sleep(0.2)
+    def reached() -> bool:
+        if paused(directory, name):
+            return True
+        assert process.alive(), (f"{process.name} exited before failpoint {name}:\n"
+                                   f"{process.log_path.read_text()[-3000:]}")
+        return False
+
+    eventually(reached, timeout, f"{process.name} to reach failpoint {name}")
 
 
 def finish(process: ManagedProcess, timeout: float = 300) -> None:

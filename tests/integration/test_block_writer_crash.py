@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.waiting import eventually
+
 from shale.block import BlockFetcher, BlockState, Cleaner
 from shale.config import BucketConfig
 from shale.failpoints import paused
@@ -37,11 +39,14 @@ def test_writer_killed_before_meta_json_leaves_a_partial_block_that_is_never_rea
                SHALE_BUCKET__SECRET_ACCESS_KEY=minio_bucket.secret_access_key.get_secret_value())
     proc = subprocess.Popen([sys.executable, "-c", WRITER, minio_bucket.model_dump_json()], env=env,
                             cwd=Path(__file__).resolve().parents[2])
-    deadline = time.monotonic() + 60
-    while not paused(tmp_path, "block.before-meta"):
+
+    def reached() -> bool:
+        if paused(tmp_path, "block.before-meta"):
+            return True
         assert proc.poll() is None, "writer exited before reaching the failpoint"
-        assert time.monotonic() < deadline, "writer never reached the failpoint"
-        time.sleep(0.05)
+        return False
+
+    eventually(reached, 60, "the writer to reach the failpoint")
     os.kill(proc.pid, signal.SIGKILL)
     assert proc.wait() == -signal.SIGKILL
 

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tests.factories import write_backup_block
+from tests.waiting import eventually
 
 from shale.block import BlockFetcher, BlockMeta, block_file_key, read_dataset
 from shale.compaction.protocol import PollRequest
@@ -97,35 +98,39 @@ def test_killed_worker_loses_its_job_and_a_crashing_job_is_excluded(minio_bucket
     worker = ManagedProcess("compact", [sys.executable, "-m", "shale.cli", "--config", str(config_file), "compact",
                                         "--save-reports", str(reports)], tmp_path / "compact.log", env=env, cwd=ROOT)
     worker.start()
-    deadline = time.monotonic() + 180
-    while not paused(points, "compaction.before-report"):
+
+    def merged() -> bool:
         assert worker.alive(), worker.log_path.read_text()[-3000:]
-        assert time.monotonic() < deadline, "the worker never finished a merge"
-        time.sleep(0.2)
+        return paused(points, "compaction.before-report")
+
+    eventually(merged, 180, "the worker to finish a merge")
     worker.kill9()
     (saved,) = list(reports.glob("*.json"))
     stale = PollRequest.model_validate_json(saved.read_text())
     (stale_update,) = [u for u in stale.updates if u.status == "success"]
 
     # Its lease expires; another worker gets the job (once no unassigned job is left) with a higher token.
-    time.sleep(3.5)
     local = CompactionWorker(service, minio_bucket, spark, slots=1, poll_interval=0.3)
-    deadline = time.monotonic() + 120
-    while stale_update.job not in local.running:
-        assert time.monotonic() < deadline, "the expired job was never reassigned"
+
+    def reassigned() -> bool:
         local.step()
-        time.sleep(0.3)
+        return stale_update.job in local.running
+
+    eventually(reassigned, 120, "the expired job to be reassigned")
     assert local.running[stale_update.job].job.token > stale_update.token
     replay = service.poll_compaction(stale)  # the killed worker's late report, replayed
     assert replay.updates[stale_update.job] in ("lost", "unknown-job")
     stale_output = stale_update.outputs[0].id
     assert service.get_block(stale_output) is None
 
-    deadline = time.monotonic() + 180
-    while not (len(service.compaction_jobs()) == 1 and service.compaction_jobs()[0]["status"] == "excluded"):
-        assert time.monotonic() < deadline, f"jobs did not settle: {service.compaction_jobs()}"
+    def settled() -> bool:
+        jobs = service.compaction_jobs()
+        if len(jobs) == 1 and jobs[0]["status"] == "excluded":
+            return True
         local.step()  # the poisoned job fails each time; its lease expires; it is reassigned, until excluded
-        time.sleep(0.3)
+        return False
+
+    eventually(settled, 180, lambda: f"the jobs to settle: {service.compaction_jobs()}")
     jobs = {j["name"]: j for j in service.compaction_jobs()}
     assert len(jobs) == 1  # only the poisoned job is left ...
     (bad,) = jobs.values()

@@ -18,6 +18,7 @@ from tests.integration.ingest_helpers import (
     wait_paused,
     write_config,
 )
+from tests.waiting import eventually
 
 from shale.config import load_config
 from shale.dev import KafkaBroker
@@ -77,11 +78,11 @@ def test_broker_restart_during_ingest(minio_bucket, tmp_path: Path) -> None:
 
 
 def _wait_committed(store, total: int, process, timeout: float = 240) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while sum(o.committed_end for o in store.offsets("backup", 1)) < total:
+    def committed() -> bool:
         assert process.alive(), process.log_path.read_text()[-3000:]
-        assert time.monotonic() < deadline, f"not committed in time:\n{process.log_path.read_text()[-3000:]}"
-        time.sleep(0.5)
+        return sum(o.committed_end for o in store.offsets("backup", 1)) >= total
+
+    eventually(committed, timeout, lambda: f"{total} records committed:\n{process.log_path.read_text()[-3000:]}")
 
 
 def test_metastore_outage_goes_to_the_dead_letter_queue_and_recovers(kafka, minio_bucket, tmp_path: Path) -> None:
@@ -105,18 +106,16 @@ def test_metastore_outage_goes_to_the_dead_letter_queue_and_recovers(kafka, mini
         cluster.kill9(0)
         produce_json(kafka.bootstrap_servers, topic, 4_000, start=4_000)
         bucket = open_bucket(minio_bucket)
-        deadline = time.monotonic() + 120
-        while not list(bucket.list("_shale/dlq/")):
+
+        def queued() -> bool:
             assert process.alive(), process.log_path.read_text()[-3000:]
-            assert time.monotonic() < deadline, "no commit reached the dead letter queue"
-            time.sleep(0.5)
+            return bool(list(bucket.list("_shale/dlq/")))
+
+        eventually(queued, 120, "a commit to reach the dead letter queue")
 
         cluster.start_node(0)  # same data directory and port; the leader replays the queue
         _wait_committed(client, 8_000, process)
-        deadline = time.monotonic() + 60
-        while list(bucket.list("_shale/dlq/")):
-            assert time.monotonic() < deadline, "the dead letter queue was not drained"
-            time.sleep(0.5)
+        eventually(lambda: not list(bucket.list("_shale/dlq/")), 60, "the dead letter queue to drain")
         assert not list(bucket.list("_shale/dlq-rejected/"))
         process.stop()
         report = verify_topic(client, bucket, config.kafka, "backup", 1, topic)

@@ -1,8 +1,9 @@
 """Operating Shale: `shale run` starts a whole deployment from one config; every process's metrics endpoint
 serves every documented metric and the counters move; headless Chromium renders the status page (signing in
 with a reader token as the Basic password) with the tenants, the level chart and the job table matching the API;
-the alert rules fire in a stalled-compaction and a stale-index scenario (and not before); no configured secret
-appears in a log, in `shale config show` or on a command line; SIGTERM leaves no process behind."""
+the alert rules, evaluated by promtool on the scraped metrics, fire in a stalled-compaction and a stale-index
+scenario (and not before); no configured secret appears in a log, in `shale config show` or on a command line;
+SIGTERM leaves no process behind."""
 
 from __future__ import annotations
 
@@ -12,15 +13,14 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections import Counter
 from pathlib import Path
 
 import httpx
-import yaml
 from tests.integration.ingest_helpers import create_topic, produce_json
-from tests.promql_eval import SeriesStore, evaluate
+from tests.promtool import alerts_mismatch
+from tests.waiting import eventually
 
 from shale.config import BucketConfig
 from shale.dev import ManagedProcess, free_port
@@ -28,8 +28,6 @@ from shale.dev.process import pid_alive
 from shale.metastore import MetastoreClient, auth
 
 ROOT = Path(__file__).resolve().parents[2]
-RULES = {r["alert"]: r["expr"] for r in yaml.safe_load(
-    (ROOT / "deploy/prometheus/shale-alerts.yml").read_text())["groups"][0]["rules"]}
 
 
 def _documented() -> list[tuple[str, str, bool]]:
@@ -107,13 +105,6 @@ def _total(text: str, name: str) -> float:
                                                        text, re.M))
 
 
-def _wait(condition, timeout: float, what) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what() if callable(what) else what}"
-        time.sleep(0.5)
-
-
 def test_a_whole_deployment_is_observable_and_stops_cleanly(kafka, minio_bucket, tmp_path: Path,
                                                             output_dir: Path) -> None:
     topic = f"ops-{uuid.uuid4().hex[:6]}"
@@ -132,7 +123,7 @@ def test_a_whole_deployment_is_observable_and_stops_cleanly(kafka, minio_bucket,
     run.start()
     manifest_file = logs / "deployment.json"
     try:
-        _wait(lambda: manifest_file.exists() and len(json.loads(manifest_file.read_text())["services"]) == 4
+        eventually(lambda: manifest_file.exists() and len(json.loads(manifest_file.read_text())["services"]) == 4
               and all(s["pid"] for s in json.loads(manifest_file.read_text())["services"].values()), 90,
               "the deployment to start")
         manifest = json.loads(manifest_file.read_text())
@@ -140,14 +131,14 @@ def test_a_whole_deployment_is_observable_and_stops_cleanly(kafka, minio_bucket,
         admin_token = (tmp_path / "metastore" / "admin.token").read_text().strip()
         client = MetastoreClient([f"http://127.0.0.1:{port}"], deadline=30, token=admin_token)
         assert httpx.get(f"http://127.0.0.1:{port}/v1/status", timeout=10).status_code == 401
-        _wait(lambda: all(_ok(s["metrics"]) for s in services.values()), 120, "every metrics endpoint")
+        eventually(lambda: all(_ok(s["metrics"]) for s in services.values()), 120, "every metrics endpoint")
         before = {name: _scrape(s["metrics"]) for name, s in services.items()}
 
         for n in range(3):  # three arrivals in separate batches, so each group commits several blocks
             produce_json(kafka.bootstrap_servers, topic, 600, start=n * 600, seed=n)
-            _wait(lambda n=n: sum(o.committed_end for o in client.offsets()) == 2 * 600 * (n + 1), 240,
+            eventually(lambda n=n: sum(o.committed_end for o in client.offsets()) == 2 * 600 * (n + 1), 240,
                   "both groups to commit")
-        _wait(lambda: any(m.level > 0 for m in client.query_blocks(["default"], 0, 2**62)), 180,
+        eventually(lambda: any(m.level > 0 for m in client.query_blocks(["default"], 0, 2**62)), 180,
               lambda: f"a compaction to complete: jobs {client.compaction_jobs()} queue {client.compaction_queue()}")
         after = {name: _scrape(s["metrics"]) for name, s in services.items()}
 
@@ -201,29 +192,28 @@ def test_a_whole_deployment_is_observable_and_stops_cleanly(kafka, minio_bucket,
         shown = set(re.findall(r'<tr><td class="l">([^<]+)</td>', job_rows))
         assert shown == {j["name"] for j in client.compaction_jobs()}
 
-        # Alert rules: stalled compaction (worker frozen, new blocks queued) and a stale bucket index.
-        calm = SeriesStore()
-        calm.scrape(before["metastore"], 0)
-        calm.scrape(after["metastore"], 60)
-        assert not evaluate(RULES["ShaleCompactionStalled"], calm, 60)
-        assert not evaluate(RULES["ShaleBucketIndexStale"], calm, 60)
-        assert not evaluate(RULES["ShaleRaftNoLeader"], calm, 60)
+        # Alert rules, evaluated by promtool on the metastore's scraped metrics (one scrape a minute in promtool's
+        # time): while compaction works (before -> after) nothing fires.
+        calm = alerts_mismatch(tmp_path / "rules-calm", [before["metastore"], after["metastore"]], 1,
+                               {"ShaleCompactionStalled": [], "ShaleBucketIndexStale": [], "ShaleRaftNoLeader": []})
+        assert not calm, calm
+        # With the worker frozen and new blocks queued, the stalled-compaction alert fires once that state has
+        # lasted its 30 minutes (the scrape held for 31).
         produce_json(kafka.bootstrap_servers, topic, 600, start=1800, seed=7)
-        _wait(lambda: sum(o.committed_end for o in client.offsets()) == 2 * 2400, 180, "the last arrivals")
-        stalled = SeriesStore()
-        stalled.scrape(_scrape(services["metastore"]["metrics"]), 0)
-        time.sleep(3)
-        stalled.scrape(_scrape(services["metastore"]["metrics"]), 60)
-        assert evaluate(RULES["ShaleCompactionStalled"], stalled, 60)
+        eventually(lambda: sum(o.committed_end for o in client.offsets()) == 2 * 2400, 180, "the last arrivals")
+        stalled = alerts_mismatch(tmp_path / "rules-stalled", [_scrape(services["metastore"]["metrics"])], 31,
+                                  {"ShaleCompactionStalled": [{"alertstate": "firing", "severity": "warning"}]},
+                                  hold=31)
+        assert not stalled, stalled
 
-        def stale_tenants() -> set[str]:
-            stale = SeriesStore()
-            stale.scrape(_scrape(services["metastore"]["metrics"]), 0)
-            return {dict(k)["tenant"] for k in evaluate(RULES["ShaleBucketIndexStale"], stale, 0)}
+        def stale_index() -> str:
+            return alerts_mismatch(tmp_path / "rules-stale", [_scrape(services["metastore"]["metrics"])], 1,
+                                   {"ShaleBucketIndexStale": [{"alertstate": "firing", "severity": "critical",
+                                                               "tenant": "default"}]}, hold=1)
 
         # Once the last arrivals and deletions are indexed nothing changes any more, and the tenant's bucket index
         # ages past 80 % of its 30 s limit (how soon depends on when the delete delays of the last blocks end).
-        _wait(lambda: stale_tenants() == {"default"}, 120, "the stale-index alert on tenant default")
+        eventually(lambda: not stale_index(), 120, lambda: f"the stale-index alert on tenant default: {stale_index()}")
         os.kill(worker, signal.SIGCONT)
     finally:
         pids = [s["pid"] for s in json.loads(manifest_file.read_text())["services"].values()] \

@@ -14,8 +14,9 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-from confluent_kafka import Producer
 from tests.integration.ingest_helpers import config_of, create_topic, wait_paused, write_config
+from tests.producing import CheckedProducer
+from tests.waiting import eventually
 
 from shale.dev import ManagedProcess
 from shale.ingest.job import IngestJob
@@ -33,13 +34,13 @@ RIGHT = ["time_field=\"t\"", "time_format=\"epoch_ms\"", "label_fields=[\"severi
 
 
 def _produce(bootstrap: str, topic: str, first: int, count: int, day: int) -> Counter[str]:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 10})
+    producer = CheckedProducer({"bootstrap.servers": bootstrap, "linger.ms": 10})
     levels: Counter[str] = Counter()
     for i in range(first, first + count):
         severity = ["INFO", "WARN", "ERROR"][i % 3]
         levels[severity] += 1
         value = json.dumps({"t": T0 + day * DAY + (i % 2000) * 40_000, "severity": severity, "n": i})
-        producer.produce(topic, value=value.encode(), partition=i % 2)
+        producer.produce(topic, value.encode(), partition=i % 2)
     producer.flush(60)
     return levels
 
@@ -91,10 +92,8 @@ def test_reprocess_fixes_a_parser_bug_including_data_kafka_no_longer_has(kafka, 
     switched = metastore.submit(SetActiveGeneration(tenant="default", topic=topic, generation=2, start=T0,
                                                     end=T0 + DAY - 1))
     assert switched.ok
-    deadline = time.monotonic() + 120
-    while sum(o.committed_end for o in metastore.offsets("partition", 1)) < 7000:
-        assert time.monotonic() < deadline, "live ingestion did not keep up"
-        time.sleep(0.5)
+    eventually(lambda: sum(o.committed_end for o in metastore.offsets("partition", 1)) >= 7000, 120,
+               "live ingestion to keep up")
     stop_live.set()
     live.join(timeout=120)
 

@@ -175,7 +175,11 @@ class KafkaBroker:
         classpath = f"{jars}/*"
         if not (log_dir / "meta.properties").exists():
             # A fresh log directory must be formatted once with a cluster id (KRaft's replacement for ZooKeeper).
-            cluster_id = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+            # An id starting with "-" reads as an option to the tool (one start in 64 failed): draw again, as
+            # Kafka's own Uuid.randomUuid does.
+            cluster_id = "-"
+            while cluster_id.startswith("-"):
+                cluster_id = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
             fmt = [java, "-cp", classpath, "kafka.tools.StorageTool", "format", "--standalone",
                    "-t", cluster_id, "-c", str(config)]
             proc = subprocess.run(fmt, capture_output=True, text=True, check=False)

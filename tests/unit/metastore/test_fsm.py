@@ -18,6 +18,7 @@ from shale.metastore.commands import (
     PartitionKey,
     ReplaceBlocks,
     Result,
+    SetActiveGeneration,
     TruncateIndex,
     decode,
     encode,
@@ -280,3 +281,56 @@ def test_bad_commands_are_rejected_deterministically(h: Harness, data: bytes, re
     assert not result.ok
     assert result.reason == reason
     assert h.sm.applied() == (1, 1)  # the rejection is the entry's outcome: the index still advances
+
+
+def _once_and_twice(tmp_path: Path, setup: list[object], command: object) -> tuple[Harness, Harness, Result, Result]:
+    """The same log prefix on two state machines, then ``command`` once (and a Noop, so both logs have the same
+    length) on one, and twice on the other."""
+    once, twice = Harness(tmp_path / "once.db"), Harness(tmp_path / "twice.db")
+    for c in setup:
+        once.apply(c)
+        twice.apply(c)
+    once.apply(command)
+    once.apply(Noop())
+    first = twice.apply(command)
+    second = twice.apply(command)
+    return once, twice, first, second
+
+
+def test_set_active_generation_applied_twice_is_applied_once(tmp_path: Path) -> None:
+    switch = SetActiveGeneration(tenant="acme", topic="app", generation=2, start=BASE_MS, end=BASE_MS + 3_600_000)
+    once, twice, first, second = _once_and_twice(tmp_path, [], switch)
+    assert first.data == {"switched": True, "retired": []}
+    assert second.data == {"switched": False, "retired": []}
+    assert twice.sm.state_hash() == once.sm.state_hash()
+    assert twice.sm.reader.generation_rules("acme") == [("app", BASE_MS, BASE_MS + 3_600_000, 2)]
+    # Switching back is a new switch (the latest one wins), and so is switching forward again after it.
+    back = SetActiveGeneration(tenant="acme", topic="app", generation=1, start=BASE_MS, end=BASE_MS + 3_600_000)
+    assert twice.apply(back).data == {"switched": True, "retired": []}
+    assert twice.apply(switch).data == {"switched": True, "retired": []}
+    assert [g for _, _, _, g in twice.sm.reader.generation_rules("acme")] == [2, 1, 2]
+
+
+def test_set_active_generation_retires_the_replaced_blocks_once(tmp_path: Path) -> None:
+    hour = 3_600_000
+    old = meta(group="partition", generation=1, start=0, min_time=BASE_MS, max_time=BASE_MS + hour)
+    new = meta(group="partition", generation=2, start=0, min_time=BASE_MS, max_time=BASE_MS + hour)
+    outside = meta(group="partition", generation=1, start=100, end=200, min_time=BASE_MS, max_time=BASE_MS + 3 * hour)
+    other_topic = meta(group="partition", generation=1, topic="web", min_time=BASE_MS, max_time=BASE_MS + hour)
+    backup = meta(group="backup", generation=1, min_time=BASE_MS, max_time=BASE_MS + hour)
+    retire = SetActiveGeneration(tenant="acme", topic="app", generation=2, start=BASE_MS, end=BASE_MS + 2 * hour,
+                                 retire=True)
+    once, twice, first, second = _once_and_twice(
+        tmp_path, [AddBlocks(blocks=[old, new, outside, other_topic, backup])], retire)
+    assert first.data == {"switched": True, "retired": [old.id]}  # only generation 1 of app wholly in the range
+    assert second.data == {"switched": False, "retired": []}
+    assert twice.sm.state_hash() == once.sm.state_hash()
+    assert {m.id for m in twice.sm.reader.tenant_blocks("acme")} == {new.id, outside.id, other_topic.id, backup.id}
+    (tombstone,) = twice.sm.reader.tombstones()
+    assert tombstone.block_id == old.id
+
+
+def test_set_active_generation_refuses_a_reversed_range(h: Harness) -> None:
+    result = h.apply(SetActiveGeneration(tenant="acme", topic="app", generation=2, start=10, end=5))
+    assert result.reason == "malformed"
+    assert h.sm.reader.generation_rules("acme") == []

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import shutil
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from tests.unit.metastore.helpers import meta
+from tests.waiting import eventually
 
 from shale.dev import free_port
 from shale.errors import NotLeaderError
@@ -43,13 +43,8 @@ class Cluster:
         self.logs[i] = self._node(i)
 
     def leader(self, timeout: float = 20) -> RaftLog:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for log in self.logs:
-                if log is not None and log.is_leader():
-                    return log
-            time.sleep(0.05)
-        raise AssertionError("no leader elected")
+        return eventually(lambda: next((log for log in self.logs if log is not None and log.is_leader()), None),
+                          timeout, "a leader to be elected")
 
     def settle(self, index: int, timeout: float = 20) -> None:
         for log in self.logs:
@@ -113,8 +108,8 @@ def test_a_follower_that_lost_its_disk_catches_up_from_a_snapshot(tmp_path: Path
         for i in range(80, 160):
             leader.propose(encode(AddBlocks(blocks=[meta(start=i * 10, end=i * 10 + 10)])))
         leader.node.forceLogCompaction()
-        time.sleep(1.0)
-        assert (tmp_path / f"n{cluster.addresses.index(leader.self_address)}" / "raft" / "raft.snapshot").exists()
+        snapshot = tmp_path / f"n{cluster.addresses.index(leader.self_address)}" / "raft" / "raft.snapshot"
+        eventually(snapshot.exists, 30, f"the leader's snapshot {snapshot}")
         cluster.logs[lost] = cluster._node(lost)
         index = leader.barrier()
         cluster.settle(index, timeout=30)
