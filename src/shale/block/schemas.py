@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-TIMESTAMP = pa.timestamp("ms", tz="UTC")
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+"""Every time column is UTC microseconds: what Spark and Iceberg use (block metadata keeps milliseconds)."""
+TIMESTAMP_MS = pa.timestamp("ms", tz="UTC")
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
 KAFKA_FIELDS = [

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from shale.block.layout import block_file_key, meta_key
 from shale.block.meta import BlockMeta, Compaction, Dataset, DatasetKind, FileInfo, KafkaRange, ParserInfo, parse_meta
-from shale.block.schemas import BASE_COLUMNS
+from shale.block.schemas import BASE_COLUMNS, TIMESTAMP, TIMESTAMP_MS
 from shale.errors import ConflictError, NotFoundError
 from shale.failpoints import failpoint
 from shale.objstore import Bucket
@@ -61,7 +61,7 @@ class BlockSpec:
 
 
 def _time_bounds(column: pa.ChunkedArray | pa.Array) -> tuple[int, int]:
-    bounds = pc.min_max(column.cast(pa.timestamp("ms", tz="UTC")).cast(pa.int64()))
+    bounds = pc.min_max(column.cast(TIMESTAMP_MS, safe=False).cast(pa.int64()))
     low, high = bounds["min"].as_py(), bounds["max"].as_py()
     if low is None or high is None:
         return 0, 0
@@ -79,6 +79,14 @@ def encode_parquet(table: pa.Table, footer: bytes | None = None, row_group_rows:
     pq.write_table(table, sink, compression="zstd", row_group_size=row_group_rows, write_statistics=True,
                    write_page_checksum=True, use_dictionary=dictionary)
     return sink.getvalue()
+
+
+def in_micros(table: pa.Table) -> pa.Table:
+    """Every timestamp column as UTC microseconds (Spark's and Iceberg's unit), whatever unit it came in."""
+    if not any(pa.types.is_timestamp(f.type) and f.type != TIMESTAMP for f in table.schema):
+        return table
+    fields = [f.with_type(TIMESTAMP) if pa.types.is_timestamp(f.type) else f for f in table.schema]
+    return table.cast(pa.schema(fields, metadata=table.schema.metadata))
 
 
 def crc32_hex(data: bytes) -> str:
@@ -139,6 +147,7 @@ def write_block(bucket: Bucket, spec: BlockSpec, datasets: list[DatasetInput],
     Data objects are overwritten freely while meta.json is absent: nobody trusts a block without it, and a
     repeated write of a deterministic id carries the same rows.
     """
+    datasets = [DatasetInput(d.kind, d.topic, in_micros(d.table), d.time_column, d.labels) for d in datasets]
     planned = plan_block(spec, datasets, row_group_rows)
     done = existing_block(bucket, spec.tenant, spec.id)
     if done is not None:

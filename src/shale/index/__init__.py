@@ -3,14 +3,24 @@ queries. No networking and no clock: the metastore drives it."""
 
 from shale.index.matchers import Matcher, match_label_sets, parse_matchers
 from shale.index.reader import IndexReader
-from shale.index.records import OffsetRow, PartitionRow, TombstoneRow, decode_meta, encode_meta
+from shale.index.records import (
+    IncarnationRow,
+    LossRow,
+    OffsetRow,
+    PartitionRow,
+    TombstoneRow,
+    decode_meta,
+    encode_meta,
+)
 from shale.index.schema import PARTITION_WINDOW_MS, connect, create
 from shale.index.writer import IndexWriter
 
 __all__ = [
     "PARTITION_WINDOW_MS",
+    "IncarnationRow",
     "IndexReader",
     "IndexWriter",
+    "LossRow",
     "Matcher",
     "OffsetRow",
     "PartitionRow",

@@ -17,11 +17,11 @@ import msgpack
 
 from shale.block import BlockMeta
 from shale.index.matchers import Matcher, match_label_sets
-from shale.index.records import OffsetRow, PartitionRow, TombstoneRow, decode_meta
+from shale.index.records import IncarnationRow, LossRow, OffsetRow, PartitionRow, TombstoneRow, decode_meta
 from shale.index.schema import PARTITION_WINDOW_MS
 
 HASHED_TABLES = ("state", "strings", "partitions", "blocks", "tombstones", "tenant_versions", "offsets", "commits",
-                 "settings", "compaction_queue", "compaction_jobs", "generations")
+                 "settings", "compaction_queue", "compaction_jobs", "generations", "incarnations", "losses")
 
 
 class IndexReader:
@@ -169,10 +169,28 @@ class IndexReader:
 
     def offsets(self, group: str | None = None, generation: int | None = None) -> list[OffsetRow]:
         rows = self.conn.execute(
-            "SELECT grp, generation, topic, partition, committed_end, max_event_time, updated_at FROM offsets "
-            "ORDER BY grp, generation, topic, partition")
+            "SELECT grp, generation, topic, partition, committed_end, max_event_time, updated_at, incarnation, writer, "
+            "skipped FROM offsets ORDER BY grp, generation, topic, partition")
         return [OffsetRow(group=r[0], generation=r[1], topic=r[2], partition=r[3], committed_end=r[4],
-                          max_event_time=r[5], updated_at=r[6])
+                          max_event_time=r[5], updated_at=r[6], incarnation=r[7], writer=r[8], skipped=r[9])
+                for r in rows if (group is None or r[0] == group) and (generation is None or r[1] == generation)]
+
+    def incarnations(self, group: str | None = None, generation: int | None = None) -> list[IncarnationRow]:
+        """Past incarnations of topic-partitions (the current one is in ``offsets``)."""
+        rows = self.conn.execute(
+            "SELECT grp, generation, topic, partition, incarnation, committed_end, max_event_time, skipped, ended_at "
+            "FROM incarnations ORDER BY grp, generation, topic, partition, ended_at")
+        return [IncarnationRow(group=r[0], generation=r[1], topic=r[2], partition=r[3], incarnation=r[4],
+                               committed_end=r[5], max_event_time=r[6], skipped=r[7], ended_at=r[8])
+                for r in rows if (group is None or r[0] == group) and (generation is None or r[1] == generation)]
+
+    def losses(self, group: str | None = None, generation: int | None = None) -> list[LossRow]:
+        """Offset ranges acknowledged as lost."""
+        rows = self.conn.execute(
+            'SELECT grp, generation, topic, partition, incarnation, start, "end", reason, acknowledged_at FROM losses '
+            "ORDER BY grp, generation, topic, partition, start")
+        return [LossRow(group=r[0], generation=r[1], topic=r[2], partition=r[3], incarnation=r[4], start=r[5],
+                        end=r[6], reason=r[7], acknowledged_at=r[8])
                 for r in rows if (group is None or r[0] == group) and (generation is None or r[1] == generation)]
 
     def tombstones(self, created_before: int | None = None, limit: int = 1000) -> list[TombstoneRow]:
@@ -218,10 +236,12 @@ class IndexReader:
 
     # -- whole-state checks ----------------------------------------------------------------------
 
-    def state_hash(self) -> str:
-        """SHA-256 of every table's rows in primary-key order: equal on replicas that applied the same log."""
+    def state_hash(self, *, with_applied: bool = True) -> str:
+        """SHA-256 of every table's rows in primary-key order: equal on replicas that applied the same log.
+        Without ``with_applied`` the applied index and term are left out: idempotence tests compare the state
+        after a command applied once and twice, which differ only there."""
         digest = hashlib.sha256()
-        for table in HASHED_TABLES:
+        for table in HASHED_TABLES if with_applied else [t for t in HASHED_TABLES if t != "state"]:
             digest.update(table.encode())
             columns = ", ".join(f'"{r[1]}"' for r in self.conn.execute(f"PRAGMA table_info({table})"))
             for row in self.conn.execute(f"SELECT * FROM {table} ORDER BY {columns}"):

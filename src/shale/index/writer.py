@@ -202,36 +202,81 @@ class IndexWriter:
         cur = self.conn.executemany("DELETE FROM tombstones WHERE block_id = ?", [(b,) for b in block_ids])
         return cur.rowcount
 
-    # -- ingest offsets -------------------------------------------------------------------------
+    # -- ingest offsets ----------------------------------------------------------------------------
+    # Committed offsets are kept per (group, generation, topic, partition) for the topic's current incarnation (its
+    # Kafka topic id); when a topic is deleted and recreated, the old incarnation's row moves to ``incarnations``.
+
+    def committed(self, group: str, generation: int, topic: str, partition: int) -> tuple[int, str, str] | None:
+        """(committed end, incarnation, writer) of the current incarnation, or None before the first commit."""
+        row = self.conn.execute(
+            "SELECT committed_end, incarnation, writer FROM offsets WHERE grp = ? AND generation = ? AND topic = ? "
+            "AND partition = ?", (group, generation, topic, partition)).fetchone()
+        return (int(row[0]), str(row[1]), str(row[2])) if row else None
 
     def committed_end(self, group: str, generation: int, topic: str, partition: int) -> int | None:
-        row = self.conn.execute(
-            "SELECT committed_end FROM offsets WHERE grp = ? AND generation = ? AND topic = ? AND partition = ?",
-            (group, generation, topic, partition)).fetchone()
-        return int(row[0]) if row else None
+        current = self.committed(group, generation, topic, partition)
+        return None if current is None else current[0]
+
+    def is_past_incarnation(self, group: str, generation: int, topic: str, partition: int, incarnation: str) -> bool:
+        return self.conn.execute(
+            "SELECT 1 FROM incarnations WHERE grp = ? AND generation = ? AND topic = ? AND partition = ? "
+            "AND incarnation = ?", (group, generation, topic, partition, incarnation)).fetchone() is not None
+
+    def end_incarnation(self, group: str, generation: int, topic: str, partition: int, now: int) -> None:
+        """Move the current incarnation's offsets to the history (its topic was deleted and recreated)."""
+        self.conn.execute(
+            "INSERT OR REPLACE INTO incarnations (grp, generation, topic, partition, incarnation, committed_end, "
+            "max_event_time, skipped, ended_at) SELECT grp, generation, topic, partition, incarnation, committed_end, "
+            "max_event_time, skipped, ? FROM offsets WHERE grp = ? AND generation = ? AND topic = ? AND partition = ?",
+            (now, group, generation, topic, partition))
+        for table in ("offsets", "commits"):  # an ended incarnation's commits can never be replayed
+            self.conn.execute(f"DELETE FROM {table} WHERE grp = ? AND generation = ? AND topic = ? AND partition = ?",
+                              (group, generation, topic, partition))
 
     def set_committed_end(self, group: str, generation: int, topic: str, partition: int, end: int,
-                          event_time: int, now: int) -> None:
+                          event_time: int, now: int, *, incarnation: str = "", writer: str = "",
+                          skipped: int = 0) -> None:
+        """Advance the committed end. An empty ``incarnation`` or ``writer`` keeps the stored one."""
         self.conn.execute(
-            "INSERT INTO offsets (grp, generation, topic, partition, committed_end, max_event_time, updated_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (grp, generation, topic, partition) DO UPDATE SET "
+            "INSERT INTO offsets (grp, generation, topic, partition, committed_end, max_event_time, updated_at, "
+            "incarnation, writer, skipped) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (grp, generation, topic, partition) DO UPDATE SET "
             "committed_end = excluded.committed_end, max_event_time = max(max_event_time, excluded.max_event_time), "
-            "updated_at = excluded.updated_at", (group, generation, topic, partition, end, event_time, now))
+            "updated_at = excluded.updated_at, skipped = skipped + excluded.skipped, "
+            "incarnation = CASE WHEN excluded.incarnation = '' THEN incarnation ELSE excluded.incarnation END, "
+            "writer = CASE WHEN excluded.writer = '' THEN writer ELSE excluded.writer END",
+            (group, generation, topic, partition, end, event_time, now, incarnation, writer, skipped))
 
-    def find_commit(self, group: str, generation: int, topic: str, partition: int,
+    def find_commit(self, group: str, generation: int, topic: str, partition: int, incarnation: str,
                     start: int) -> tuple[int, str] | None:
         row = self.conn.execute(
             'SELECT "end", digest FROM commits WHERE grp = ? AND generation = ? AND topic = ? AND partition = ? '
-            "AND start = ?", (group, generation, topic, partition, start)).fetchone()
+            "AND incarnation = ? AND start = ?", (group, generation, topic, partition, incarnation, start)).fetchone()
         return (int(row[0]), str(row[1])) if row else None
 
-    def record_commit(self, group: str, generation: int, topic: str, partition: int, start: int, end: int,
-                      digest: str, now: int, keep: int) -> None:
+    def record_commit(self, group: str, generation: int, topic: str, partition: int, incarnation: str, start: int,
+                      end: int, digest: str, now: int, keep: int) -> None:
+        """Remember a committed range (exact replays are recognised by it); keep the last ``keep`` per partition."""
         self.conn.execute(
-            'INSERT OR REPLACE INTO commits (grp, generation, topic, partition, start, "end", digest, committed_at) '
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (group, generation, topic, partition, start, end, digest, now))
+            'INSERT OR REPLACE INTO commits (grp, generation, topic, partition, incarnation, start, "end", digest, '
+            "committed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (group, generation, topic, partition, incarnation, start, end, digest, now))
+        key = (group, generation, topic, partition, incarnation)
         self.conn.execute(
-            "DELETE FROM commits WHERE grp = ? AND generation = ? AND topic = ? AND partition = ? AND start < ("
-            "SELECT start FROM commits WHERE grp = ? AND generation = ? AND topic = ? AND partition = ? "
-            "ORDER BY start DESC LIMIT 1 OFFSET ?)",
-            (group, generation, topic, partition, group, generation, topic, partition, keep - 1))
+            "DELETE FROM commits WHERE grp = ? AND generation = ? AND topic = ? AND partition = ? AND incarnation = ? "
+            "AND start < (SELECT start FROM commits WHERE grp = ? AND generation = ? AND topic = ? AND partition = ? "
+            "AND incarnation = ? ORDER BY start DESC LIMIT 1 OFFSET ?)", (*key, *key, keep - 1))
+
+    def find_loss(self, group: str, generation: int, topic: str, partition: int, incarnation: str,
+                  start: int) -> int | None:
+        row = self.conn.execute(
+            'SELECT "end" FROM losses WHERE grp = ? AND generation = ? AND topic = ? AND partition = ? '
+            "AND incarnation = ? AND start = ?", (group, generation, topic, partition, incarnation, start)).fetchone()
+        return int(row[0]) if row else None
+
+    def record_loss(self, group: str, generation: int, topic: str, partition: int, incarnation: str, start: int,
+                    end: int, reason: str, now: int) -> None:
+        self.conn.execute(
+            'INSERT OR REPLACE INTO losses (grp, generation, topic, partition, incarnation, start, "end", reason, '
+            "acknowledged_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (group, generation, topic, partition, incarnation, start, end, reason, now))

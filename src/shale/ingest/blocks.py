@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shale.block import BlockMeta, BlockSpec, DatasetInput, KafkaRange, ParserInfo, deterministic_block_id, write_block
-from shale.block.schemas import KAFKA_FIELDS, PARTITION_BASE_FIELDS, QUARANTINE_SCHEMA, TIMESTAMP
+from shale.block.schemas import KAFKA_FIELDS, PARTITION_BASE_FIELDS, QUARANTINE_SCHEMA, TIMESTAMP, TIMESTAMP_MS
 from shale.config import BucketConfig, IngestConfig
 from shale.ingest.parsers import ParseError, Parser, load_parser
 from shale.ingest.records import header_value
@@ -109,7 +109,7 @@ def _parse(spec: GroupSpec, table: pa.Table,
     if isinstance(parser, str):
         return pa.table({}), [], [(i, parser) for i in range(table.num_rows)], None
     values = table.column("value").to_pylist()
-    stamps = table.column("timestamp").cast(pa.int64()).to_pylist()
+    stamps = table.column("timestamp").cast(TIMESTAMP_MS, safe=False).cast(pa.int64()).to_pylist()
     good: list[int] = []
     times: list[int] = []
     columns: dict[str, list[Any]] = {name: [] for name in parser.columns()}
@@ -132,7 +132,7 @@ def _parse(spec: GroupSpec, table: pa.Table,
     days = [_date(t) for t in times]
     out = pa.table({
         **{f.name: base.column(f.name) for f in KAFKA_FIELDS},
-        "event_time": pa.array(times, pa.int64()).cast(TIMESTAMP),
+        "event_time": pa.array(times, pa.int64()).cast(TIMESTAMP_MS).cast(TIMESTAMP),
         "dt": pa.array([d.strftime("%Y-%m-%d") for d in days], pa.string()),
         "hour": pa.array([d.hour if spec.ingest.partition_by_hour else None for d in days], pa.int8()),
         **{name: pa.array(vals, parser.columns()[name]) for name, vals in columns.items()},
@@ -156,7 +156,7 @@ def write_partition(spec: GroupSpec, bucket: Bucket, table: pa.Table, committed_
     # A gap makes the commit fail loudly (offsets never read), unless the topic may legitimately skip offsets.
     start = first if committed_end is None or gap else committed_end
     end = last + 1
-    time_ms = int(pc.max(table.column("timestamp").cast(pa.int64())).as_py())
+    time_ms = int(pc.max(table.column("timestamp").cast(TIMESTAMP_MS, safe=False).cast(pa.int64())).as_py())
     kafka = [KafkaRange(topic=topic, partition=partition, start=start, end=end)]
     tenants, problems = _tenant_column(spec, table, topic)
     key = f"{spec.group}/{spec.generation}/{topic}/{partition}/{start}/{end}"

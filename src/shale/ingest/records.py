@@ -35,7 +35,7 @@ def normalize(table: pa.Table) -> pa.Table:
         "topic": table.column("topic").cast(pa.string()),
         "partition": table.column("partition").cast(pa.int32()),
         "offset": table.column("offset").cast(pa.int64()),
-        "timestamp": pc.cast(table.column("timestamp"), TIMESTAMP, safe=False),  # Kafka times are whole ms
+        "timestamp": pc.cast(table.column("timestamp"), TIMESTAMP),  # Spark gives microseconds already
         "timestamp_type": table.column("timestampType").cast(pa.int8()),
         "key": table.column("key").cast(pa.binary()),
         "value": table.column("value").cast(pa.binary()),

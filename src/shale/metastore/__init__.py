@@ -8,6 +8,7 @@ queue), ``maintenance`` (retention, tombstones), ``rebuild`` (from the bucket), 
 from shale.metastore.api import Metastore
 from shale.metastore.client import MetastoreClient
 from shale.metastore.commands import (
+    AcknowledgeOffsetLoss,
     AddBlocks,
     CommitIngestBatch,
     DeleteTombstones,
@@ -28,6 +29,7 @@ from shale.metastore.server import MetastoreNode, open_metastore
 from shale.metastore.service import MetastoreService
 
 __all__ = [
+    "AcknowledgeOffsetLoss",
     "AddBlocks",
     "CommitIngestBatch",
     "DeadLetterQueue",

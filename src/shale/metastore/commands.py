@@ -13,6 +13,7 @@ import msgpack
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from shale.block import BlockMeta
+from shale.block.meta import INCARNATION_PATTERN
 from shale.compaction.protocol import JobUpdate
 from shale.errors import CommandRejectedError
 
@@ -23,11 +24,18 @@ class _Command(BaseModel):
 
 
 class OffsetRange(BaseModel):
+    """The exact offsets ``[start, end)`` of one topic-partition that a batch read, of one topic incarnation.
+    ``stored`` counts the records stored from it (records and quarantined); the other offsets of the range held no
+    readable record (transaction markers, aborted records, offsets removed by log compaction) and are recorded as
+    skipped."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
     topic: str
     partition: int = Field(ge=0)
     start: int = Field(ge=0)
     end: int = Field(ge=0)
+    incarnation: str = Field(default="", pattern=INCARNATION_PATTERN)
+    stored: int | None = Field(default=None, ge=0, description="records stored from the range (None: not counted)")
 
 
 class PartitionKey(BaseModel):
@@ -59,8 +67,26 @@ class CommitIngestBatch(_Command):
     group: str
     generation: int = 1
     batch: str = Field(default="", description="the writer's batch id, for logs")
+    writer: Literal["ingest", "reprocess"] = Field(
+        default="ingest", description="live ingestion or a reprocess job: one generation has one kind of writer")
     ranges: list[OffsetRange]
     blocks: list[BlockMeta]
+
+
+class AcknowledgeOffsetLoss(_Command):
+    """An operator accepts that offsets ``[start, end)`` of one topic-partition are lost (Kafka deleted them before
+    they were read): the committed end moves from ``start`` to ``end`` and the loss is recorded. Accepted only when
+    ``start`` is the partition's committed end in that incarnation."""
+
+    kind: Literal["AcknowledgeOffsetLoss"] = "AcknowledgeOffsetLoss"
+    group: str
+    generation: int = Field(ge=0)
+    topic: str
+    partition: int = Field(ge=0)
+    incarnation: str = Field(default="", pattern=INCARNATION_PATTERN)
+    start: int = Field(ge=0)
+    end: int = Field(ge=0)
+    reason: str = Field(default="", max_length=500)
 
 
 class ReplaceBlocks(_Command):
@@ -145,11 +171,11 @@ class SetCompactionFailureLimit(_Command):
 
 
 Command = Annotated[Noop | AddBlocks | CommitIngestBatch | ReplaceBlocks | TruncateIndex | DeleteTombstones
-                    | UpdateCompactionPlan | SetCompactionFailureLimit | SetActiveGeneration,
+                    | UpdateCompactionPlan | SetCompactionFailureLimit | SetActiveGeneration | AcknowledgeOffsetLoss,
                     Field(discriminator="kind")]
 _ADAPTER: TypeAdapter[Command] = TypeAdapter(Command)
 COMMAND_KINDS = ("Noop", "AddBlocks", "CommitIngestBatch", "ReplaceBlocks", "TruncateIndex", "DeleteTombstones",
-                 "UpdateCompactionPlan", "SetCompactionFailureLimit", "SetActiveGeneration")
+                 "UpdateCompactionPlan", "SetCompactionFailureLimit", "SetActiveGeneration", "AcknowledgeOffsetLoss")
 
 
 class Result(BaseModel):

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shale.block import BlockMeta, Dataset
-from shale.block.schemas import BACKUP_SCHEMA, QUARANTINE_SCHEMA, TIMESTAMP, partition_schema
+from shale.block.schemas import BACKUP_SCHEMA, QUARANTINE_SCHEMA, TIMESTAMP_MS, partition_schema
 from shale.index import Matcher
 
 Kind = Literal["records", "quarantine"]
@@ -145,9 +145,9 @@ def row_filter(plan: QueryPlan, part: Part, start: int, end: int, matchers: Sequ
     """A pyarrow expression for one part: the time range (or its generation's intervals in it) and every matcher
     on one of its columns."""
     time = pc.field(plan.time_column)
-    expression = (time >= pa.scalar(start, TIMESTAMP)) & (time <= pa.scalar(end, TIMESTAMP))
+    expression = (time >= pa.scalar(start, TIMESTAMP_MS)) & (time <= pa.scalar(end, TIMESTAMP_MS))
     if part.intervals is not None:
-        spans = [(time >= pa.scalar(low, TIMESTAMP)) & (time <= pa.scalar(high, TIMESTAMP))
+        spans = [(time >= pa.scalar(low, TIMESTAMP_MS)) & (time <= pa.scalar(high, TIMESTAMP_MS))
                  for low, high in part.intervals]
         either = spans[0]
         for span in spans[1:]:

@@ -81,7 +81,8 @@ def test_ls_inspect_mark_delete_and_cleanup(root: Path, bucket: ObstoreBucket) -
     assert json.loads(out)["id"] == meta.id
     assert json.loads(out)["state"] == "healthy"
     code, out = _run(root, "bucket", "inspect", "acme", meta.id)
-    assert json.loads(out)["meta"]["kafka"] == [{"topic": "app", "partition": 0, "start": 0, "end": 10}]
+    assert json.loads(out)["meta"]["kafka"] == [{"topic": "app", "partition": 0, "start": 0, "end": 10,
+                                                 "incarnation": ""}]
     code, out = _run(root, "bucket", "mark-delete", "acme", meta.id, "--reason", "test")
     assert code == 0, out
     code, out = _run(root, "bucket", "cleanup", "--tenant", "acme", "--dry-run")
