@@ -75,7 +75,8 @@ def compact(service: MetastoreService, bucket: Bucket, sources: list[BlockMeta])
     merged = pa.concat_tables([t.select(partition_schema(columns).names) for t in tables], promote_options="default")
     merged = merged.sort_by([("event_time", "ascending"), ("offset", "ascending")])
     topic = first.datasets[0].topic
-    block_id = deterministic_block_id(min(m.time_ms for m in sources), "compact/" + ",".join(sorted(m.id for m in sources)))
+    block_id = deterministic_block_id(min(m.time_ms for m in sources),
+                                      "compact/" + ",".join(sorted(m.id for m in sources)))
     kafka = [KafkaRange(topic=topic, partition=r.partition, start=min(x.start for m in sources for x in m.kafka
                                                                        if x.partition == r.partition),
                         end=max(x.end for m in sources for x in m.kafka if x.partition == r.partition))

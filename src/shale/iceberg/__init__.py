@@ -3,6 +3,7 @@ every committed change as one snapshot of one table per tenant and topic, whose 
 Parquet objects. ``spark_catalog_conf`` configures Spark's Iceberg catalog on the same tables."""
 
 from shale.iceberg.catalog import open_catalog, spark_catalog_conf
+from shale.iceberg.http import mount_sync
 from shale.iceberg.publisher import IcebergPublisher
 
-__all__ = ["IcebergPublisher", "open_catalog", "spark_catalog_conf"]
+__all__ = ["IcebergPublisher", "mount_sync", "open_catalog", "spark_catalog_conf"]

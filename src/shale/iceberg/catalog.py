@@ -70,7 +70,7 @@ def open_catalog(config: ShaleConfig) -> Any:
     """The catalog (pyiceberg ``SqlCatalog``), its tables created if absent. A SQLite file's folder is created."""
     from pyiceberg.catalog.sql import SqlCatalog
 
-    class ShaleSqlCatalog(SqlCatalog):  # type: ignore[misc]
+    class ShaleSqlCatalog(SqlCatalog):
         """pyiceberg's SQL catalog with one failpoint: after the new metadata.json is written, before the catalog
         row points to it (the moment a crash leaves an unreferenced metadata file behind)."""
 

@@ -20,6 +20,7 @@ after it, like Shale's own objects. Not thread-safe: one loop calls ``run_once``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -46,7 +47,6 @@ from shale.iceberg.catalog import (
 )
 from shale.iceberg.files import block_of, copy_key, key_of, register
 from shale.iceberg.plan import (
-    BlockChange,
     FileSpec,
     Rule,
     TableKey,
@@ -57,7 +57,7 @@ from shale.iceberg.plan import (
     tables_of,
 )
 from shale.index import IndexReader
-from shale.index.changes import change_metas, pending_entries, published_through, read_changes
+from shale.index.changes import BlockChange, change_metas, pending_entries, published_through, read_changes
 from shale.metastore.commands import Result, TrimBlockChanges
 from shale.objstore import Bucket
 
@@ -112,12 +112,17 @@ class IcebergPublisher:
         self.last_error = ""
         self.published_through = 0
         self.applied = 0
+        self._lock = threading.Lock()  # the loop and an HTTP-triggered sync take turns
 
     # -- one round --------------------------------------------------------------------------------
 
     def run_once(self) -> int:
         """Publish what the feed holds (at most ``max_entries_per_round`` log entries); return the snapshots
         committed. Without ``iceberg.enabled`` the feed is only trimmed, so it never grows."""
+        with self._lock:
+            return self._guarded_round()
+
+    def _guarded_round(self) -> int:
         try:
             committed = self._round()
         except Exception as exc:
@@ -359,10 +364,8 @@ class IcebergPublisher:
                 if not state.swept_ms < snapshot.timestamp_ms <= horizon:
                     continue
                 for key in json.loads(_summary(snapshot, SUMMARY_RELEASED) or "[]"):
-                    try:
+                    with contextlib.suppress(NotFoundError):
                         self.bucket.delete(key)
-                    except NotFoundError:
-                        pass
             state.swept_ms = max(state.swept_ms, horizon)
 
     # -- repair -------------------------------------------------------------------------------------
@@ -370,9 +373,13 @@ class IcebergPublisher:
     def sync(self, *, full: bool = False) -> dict[str, Any]:
         """Publish everything pending; with ``full``, then compare every table with the index and commit one
         repair snapshot where they differ (a table rolled back or edited by hand, a catalog restored)."""
+        with self._lock:
+            return self._sync(full)
+
+    def _sync(self, full: bool) -> dict[str, Any]:
         committed = 0
         while True:
-            committed += self.run_once()
+            committed += self._guarded_round()
             if pending_entries(self.reader.conn) == 0:
                 break
         repaired = 0

@@ -21,7 +21,8 @@ from shale.index.records import IncarnationRow, LossRow, OffsetRow, PartitionRow
 from shale.index.schema import PARTITION_WINDOW_MS
 
 HASHED_TABLES = ("state", "strings", "partitions", "blocks", "tombstones", "tenant_versions", "offsets", "commits",
-                 "settings", "compaction_queue", "compaction_jobs", "generations", "incarnations", "losses", "block_changes")
+                 "settings", "compaction_queue", "compaction_jobs", "generations", "incarnations", "losses",
+                 "block_changes")
 
 
 class IndexReader:

@@ -12,7 +12,7 @@ from shale.config import ShaleConfig
 from shale.iceberg import IcebergPublisher
 from shale.iceberg.catalog import SUMMARY_INDEX, identifier
 from shale.metastore import MetastoreService, SetActiveGeneration, SingleNodeLog, StateMachine, TruncateIndex
-from shale.metastore.commands import PartitionKey
+from shale.metastore.commands import PartitionKey, Result
 from shale.objstore import open_bucket
 
 TENANT, TOPIC = "acme", "app"
@@ -80,13 +80,15 @@ def test_ingest_compaction_retention_and_switch_each_make_one_snapshot(setup) ->
 
 
 def test_a_restarted_publisher_publishes_nothing_twice(setup, tmp_path: Path) -> None:
-    config, service, publisher = setup
+    config, service, _ = setup
     bucket = open_bucket(config.bucket)
     for i in range(3):
         commit(service, [write_records_block(bucket, TENANT, TOPIC, 0, i * 10, 10, T0 + i * 1000)])
-    assert publisher.run_once() == 3
-    # The trim is lost (as if the process died after its last Iceberg commit): the feed still holds the entries.
-    fresh = IcebergPublisher(config, service.state.reader, lambda cmd: service.submit(cmd), bucket)
+    # The first publisher dies after its Iceberg commits, before its trim: the feed still holds the entries.
+    dying = IcebergPublisher(config, service.state.reader, lambda cmd: Result(ok=True), bucket)
+    assert dying.run_once() == 3
+    assert service.state.reader.conn.execute("SELECT count(*) FROM block_changes").fetchone()[0] == 3
+    fresh = IcebergPublisher(config, service.state.reader, service.submit, bucket)
     commit(service, [write_records_block(bucket, TENANT, TOPIC, 0, 30, 10, T0 + 5000)])
     assert fresh.run_once() == 1
     assert len(snapshots(fresh)) == 4
