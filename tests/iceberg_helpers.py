@@ -41,10 +41,11 @@ def records(topic: str, partition: int, start: int, count: int, base_ms: int, st
 
 def write_records_block(bucket: Bucket, tenant: str, topic: str, partition: int, start: int, count: int,
                         base_ms: int, step_ms: int = 1000, *, generation: int = 1,
-                        columns: Sequence[str] = ("level", "msg")) -> BlockMeta:
+                        columns: Sequence[str] = ("level", "msg"), block_time_ms: int | None = None) -> BlockMeta:
     table = records(topic, partition, start, count, base_ms, step_ms, columns, generation)
     day = table.column("dt")[0].as_py()
-    block_id = deterministic_block_id(base_ms, f"partition/{generation}/{topic}/{partition}/{start}/{start + count}")
+    block_id = deterministic_block_id(block_time_ms or base_ms,
+                                      f"partition/{generation}/{topic}/{partition}/{start}/{start + count}")
     spec = BlockSpec(id=block_id, tenant=tenant, group="partition", generation=generation,
                      kafka=[KafkaRange(topic=topic, partition=partition, start=start, end=start + count)],
                      partition_values={"dt": day})

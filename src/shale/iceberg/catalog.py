@@ -115,7 +115,9 @@ def spark_catalog_conf(config: ShaleConfig, name: str | None = None) -> dict[str
     conf = {prefix: "org.apache.iceberg.spark.SparkCatalog",
             f"{prefix}.catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog",
             f"{prefix}.uri": url, f"{prefix}.jdbc.schema-version": "V1",
-            f"{prefix}.warehouse": warehouse(config)}
+            f"{prefix}.warehouse": warehouse(config),
+            # Every query sees the latest snapshot (Iceberg caches a loaded table for 30 s by default).
+            f"{prefix}.cache-enabled": "false"}
     conf.update({f"{prefix}.{k}": v for k, v in jdbc.items()})
     bucket = config.bucket
     if urlparse(bucket.url).scheme == "s3":
