@@ -127,6 +127,7 @@ class IcebergPublisher:
             committed = self._round()
         except Exception as exc:
             ROUNDS.labels("failed").inc()
+            LAG_SECONDS.set(self.clock() - min(self._first_seen.values()) if self._first_seen else 0)
             self.last_error = f"{type(exc).__name__}: {exc}"[:500]
             self._tables.clear()  # reload every table from the catalog: a failed commit leaves ours stale
             self._started = False
