@@ -16,6 +16,7 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "config": ("shale.cli.config_cmd", "config", "Check and show the configuration."),
     "dev": ("shale.cli.dev_cmd", "dev", "Start, inspect and stop the local Kafka broker and MinIO server."),
     "metastore": ("shale.cli.metastore_cmd", "metastore", "Run and administer the metastore."),
+    "iceberg": ("shale.cli.iceberg_cmd", "iceberg", "Publish the blocks as Apache Iceberg tables."),
     "ingest": ("shale.cli.ingest_cmd", "ingest", "Persist Kafka topics into blocks, exactly once."),
     "compact": ("shale.cli.compact_cmd", "compact", "Run a compaction worker on Spark, or administer compaction."),
     "query": ("shale.cli.query_cmd", "query", "Read stored records by tenant, time range and labels."),

@@ -21,12 +21,17 @@ def metastore() -> None:
 @shale_errors
 def serve(ctx: click.Context) -> None:
     """Serve one metastore node (single node, or a Raft member when metastore.raft_address is set)."""
+    from shale.iceberg import IcebergPublisher, mount_sync
     from shale.metastore.server import MetastoreNode
     from shale.web import mount
 
     config = get_config(ctx)
     node = MetastoreNode(config)
-    mount(node.app, node.service, node.bucket, config, lambda: node.maintenance.partial_blocks)
+    # Runs even when iceberg.enabled is false: it then trims the change feed so that it never grows.
+    publisher = IcebergPublisher(config, node.state.reader, node.service.submit, node.bucket)
+    node.tasks.append(("iceberg-publisher", lambda stop: publisher.loop(stop, node.is_leader)))
+    mount_sync(node.app, publisher, node.is_leader)
+    mount(node.app, node.service, node.bucket, config, lambda: node.maintenance.partial_blocks, publisher.status)
     node.serve()
 
 

@@ -286,6 +286,29 @@ class CompactionConfig(_Section):
         return value
 
 
+class IcebergConfig(_Section):
+    """Apache Iceberg tables over the stored blocks (docs/DESIGN.md, section 16): one table per tenant and topic of
+    the partition group, published by the metastore leader, in a SQL catalog that Spark, Trino, Flink or DuckDB
+    read. Credentials of the bucket are those of ``[bucket]``."""
+
+    enabled: bool = Field(default=False, description="publish every committed change as an Iceberg snapshot")
+    catalog_uri: str = Field(
+        default="sqlite:///.shale/iceberg/catalog.db",
+        description="SQLAlchemy URL of the catalog database: sqlite:///PATH (embedded) or "
+                    "postgresql+psycopg2://user@host/db (production; the password from the URL or PGPASSWORD)")
+    catalog_name: str = Field(default="shale", description="the catalog's name (engines must use the same one)")
+    warehouse: str = Field(default="", description="where table metadata goes; empty: <bucket url>/_shale/iceberg")
+    interval: Duration = Field(default=1.0, description="how often the leader looks for changes to publish")
+    max_entries_per_round: int = Field(default=2000, ge=1, description="log entries published per round at most")
+
+    @field_validator("catalog_name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not value.replace("_", "").isalnum():
+            raise ValueError("use letters, digits and underscores")
+        return value
+
+
 class RunConfig(_Section):
     """``shale run``: one machine's whole deployment from this configuration."""
 
@@ -311,4 +334,5 @@ class ShaleConfig(_Section):
     ingest: IngestConfig = Field(default_factory=IngestConfig)
     bucket_index: BucketIndexConfig = Field(default_factory=BucketIndexConfig)
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
+    iceberg: IcebergConfig = Field(default_factory=IcebergConfig)
     run: RunConfig = Field(default_factory=RunConfig)

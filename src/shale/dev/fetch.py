@@ -15,6 +15,8 @@ What is fetched, and from where (the machines reach Maven Central and the Go mod
 * MinIO: ``go install github.com/minio/minio@<pinned pseudo-version>``.
 * promtool, Prometheus's rule checker and rule unit-test runner (the tests run the alert rules with it):
   ``go install github.com/prometheus/prometheus/cmd/promtool@<pinned version>``.
+* Apache Iceberg's Spark runtime for Spark 4.0, its AWS bundle (S3FileIO) and the SQLite JDBC driver, three jars
+  and nothing else, so that Spark SQL reads the Iceberg tables Shale publishes (JDBC catalog on SQLite, S3FileIO).
 
 Every fetch is idempotent: a ``.complete`` marker is written last, so an interrupted fetch is redone.
 """
@@ -49,6 +51,15 @@ PROMTOOL_MODULE = "github.com/prometheus/prometheus/cmd/promtool"
 # 2026-11-23), its go.mod has no replace or exclude directive (`go install module@version` refuses those), and it
 # asks for go 1.26.7, which the Go on these machines satisfies.
 PROMTOOL_VERSION = "v0.316.0"
+# 1.11.0 is the newest iceberg-spark-runtime-4.0_2.13 on Maven Central (checked 2026-11-23; 1.12.0 exists for the
+# AWS bundle only). The AWS bundle must be the same Iceberg version as the runtime.
+ICEBERG_VERSION = "1.11.0"
+SQLITE_JDBC_VERSION = "3.54.1.0"
+ICEBERG_ARTIFACTS = (
+    ("org.apache.iceberg", "iceberg-spark-runtime-4.0_2.13", ICEBERG_VERSION),
+    ("org.apache.iceberg", "iceberg-aws-bundle", ICEBERG_VERSION),
+    ("org.xerial", "sqlite-jdbc", SQLITE_JDBC_VERSION),
+)
 
 SPARK_CONNECTOR_ARTIFACTS = (
     ("org.apache.spark", "spark-sql-kafka-0-10_2.13", SPARK_VERSION),
@@ -73,6 +84,10 @@ def kafka_jars_dir(cache: Path | None = None) -> Path:
 
 def spark_jars_dir(cache: Path | None = None) -> Path:
     return (cache or cache_dir()) / "jars" / f"spark-kafka-connector-{SPARK_VERSION}"
+
+
+def iceberg_jars_dir(cache: Path | None = None) -> Path:
+    return (cache or cache_dir()) / "jars" / f"iceberg-{ICEBERG_VERSION}"
 
 
 def minio_binary(cache: Path | None = None) -> Path:
@@ -175,6 +190,26 @@ def spark_connector_jars(cache: Path | None = None) -> list[Path]:
     return sorted(fetch_spark_connector(cache).glob("*.jar"))
 
 
+def fetch_iceberg(cache: Path | None = None) -> Path:
+    """The folder holding exactly the Iceberg Spark runtime, the AWS bundle and the SQLite JDBC driver."""
+    target = iceberg_jars_dir(cache)
+    with _locked(target):
+        if (target / ".complete").exists():
+            return target
+        _log(f"fetching Apache Iceberg {ICEBERG_VERSION} Spark jars and the SQLite JDBC driver from Maven Central")
+        _maven_copy(target, [_dependency(g, a, v, exclude_all=True) for g, a, v in ICEBERG_ARTIFACTS])
+        found = sorted(p.name for p in target.glob("*.jar"))
+        if len(found) != len(ICEBERG_ARTIFACTS):
+            raise FetchError(f"expected {len(ICEBERG_ARTIFACTS)} Iceberg jars, got {found}")
+        (target / ".complete").write_text(ICEBERG_VERSION)
+        _log(f"Iceberg jars ready in {target}")
+    return target
+
+
+def iceberg_jars(cache: Path | None = None) -> list[Path]:
+    return sorted(fetch_iceberg(cache).glob("*.jar"))
+
+
 def promtool_binary(cache: Path | None = None) -> Path:
     return (cache or cache_dir()) / "bin" / f"promtool-{PROMTOOL_VERSION}" / "promtool"
 
@@ -208,7 +243,8 @@ def fetch_promtool(cache: Path | None = None) -> Path:
 
 
 FETCHERS = {
-    "kafka": fetch_kafka, "spark": fetch_spark_connector, "minio": fetch_minio, "promtool": fetch_promtool,
+    "kafka": fetch_kafka, "spark": fetch_spark_connector, "iceberg": fetch_iceberg, "minio": fetch_minio,
+    "promtool": fetch_promtool,
 }
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import sqlite3
 
+from shale.index.changes import DDL as CHANGES_DDL
+
 SCHEMA_VERSION = 2
 PARTITION_WINDOW_MS = 6 * 3600 * 1000
 
@@ -203,7 +205,7 @@ def create(conn: sqlite3.Connection) -> None:
     if row is not None and int(row[0]) == 1:
         conn.executescript("BEGIN IMMEDIATE;" + _MIGRATE_1_TO_2 + DDL + _COPY_COMMITS_V1
                            + "UPDATE state SET value = 2 WHERE key = 'schema_version'; COMMIT;")
-    conn.executescript(DDL)
+    conn.executescript(DDL + CHANGES_DDL)
     conn.execute("INSERT OR IGNORE INTO state (key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
     conn.execute("INSERT OR IGNORE INTO state (key, value) VALUES ('applied_index', 0)")
     conn.execute("INSERT OR IGNORE INTO state (key, value) VALUES ('applied_term', 0)")

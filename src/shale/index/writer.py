@@ -10,6 +10,8 @@ import sqlite3
 import msgpack
 
 from shale.block import BlockMeta
+from shale.index.changes import PendingChanges
+from shale.index.changes import trim as trim_changes
 from shale.index.compaction_state import CompactionState
 from shale.index.records import decode_meta, encode_meta
 from shale.index.schema import PARTITION_WINDOW_MS
@@ -23,6 +25,8 @@ class IndexWriter:
         self.compaction = CompactionState(conn)
         self._sids: dict[str, int] = {}
         self._partitions: dict[tuple[int, int, int], int] = {}
+        self.changes = PendingChanges()
+        """Blocks added and removed by the command being applied: the change feed (``shale.index.changes``)."""
 
     # -- strings ------------------------------------------------------------------------------
 
@@ -42,6 +46,7 @@ class IndexWriter:
         """After a rollback, ids created by the rolled-back transaction are gone."""
         self._sids.clear()
         self._partitions.clear()
+        self.changes.clear()
 
     # -- state ----------------------------------------------------------------------------------
 
@@ -50,6 +55,8 @@ class IndexWriter:
         return int(rows["applied_index"]), int(rows["applied_term"])
 
     def set_applied(self, index: int, term: int) -> None:
+        """Record the applied entry, and the blocks its command added and removed (the change feed)."""
+        self.changes.flush(self.conn, index)
         self.conn.executemany("UPDATE state SET value = ? WHERE key = ?",
                               [(index, "applied_index"), (term, "applied_term")])
 
@@ -143,6 +150,9 @@ class IndexWriter:
             "UPDATE partitions SET blocks = blocks + ?, min_time = min(min_time, ?), max_time = max(max_time, ?) "
             "WHERE id = ?", [(n, low, high, pid) for pid, (n, low, high) in sorted(bounds.items())])
         inserted = {r[0] for r in rows}
+        for meta in metas:
+            if meta.id in inserted:
+                self.changes.record("add", meta.tenant, meta.id)
         self.compaction.enqueue([m for m in metas if m.id in inserted], added_at)
         return [r[0] for r in rows]
 
@@ -151,11 +161,13 @@ class IndexWriter:
         if row is None:
             return None
         self.conn.execute("DELETE FROM blocks WHERE id = ?", (block_id,))
+        meta = decode_meta(row[1])
+        self.changes.record("remove", meta.tenant, block_id)
         self.compaction.dequeue([block_id])
         self.conn.execute("UPDATE partitions SET blocks = blocks - 1 WHERE id = ?", (row[0],))
         if self.conn.execute("DELETE FROM partitions WHERE id = ? AND blocks <= 0", (row[0],)).rowcount:
             self._partitions = {k: v for k, v in self._partitions.items() if v != row[0]}
-        return decode_meta(row[1])
+        return meta
 
     def partition_blocks(self, tenant: str, shard: int, window_start: int, data_until: int = 2**62) -> list[str]:
         """The partition's blocks whose data ends at or before ``data_until`` (ms; default: all of them)."""
@@ -181,12 +193,17 @@ class IndexWriter:
                                    (tenant, topic)).fetchone()
         self.conn.execute('INSERT INTO generations (tenant, topic, seq, start, "end", generation) '
                           "VALUES (?, ?, ?, ?, ?, ?)", (tenant, topic, seq, start, end, generation))
+        self.changes.record("generations", tenant, topic)
         return True
 
     def tenant_block_metas(self, tenant: str) -> list[BlockMeta]:
         sid = self.intern(tenant)
         return [decode_meta(r[0]) for r in self.conn.execute("SELECT meta FROM blocks WHERE tenant = ? ORDER BY id",
                                                               (sid,))]
+
+    def trim_changes(self, through: int) -> int:
+        """Forget the change feed up to ``through`` (its consumer has published it)."""
+        return trim_changes(self.conn, through)
 
     # -- tombstones -----------------------------------------------------------------------------
 

@@ -176,12 +176,22 @@ class SetCompactionFailureLimit(_Command):
     limit: int = Field(ge=1)
 
 
+class TrimBlockChanges(_Command):
+    """Forget the change feed (``shale.index.changes``) up to log index ``through``: its consumer (the Iceberg
+    publisher) has published every change up to there."""
+
+    kind: Literal["TrimBlockChanges"] = "TrimBlockChanges"
+    through: int = Field(ge=0)
+
+
 Command = Annotated[Noop | AddBlocks | CommitIngestBatch | ReplaceBlocks | TruncateIndex | DeleteTombstones
-                    | UpdateCompactionPlan | SetCompactionFailureLimit | SetActiveGeneration | AcknowledgeOffsetLoss,
+                    | UpdateCompactionPlan | SetCompactionFailureLimit | SetActiveGeneration | AcknowledgeOffsetLoss
+                    | TrimBlockChanges,
                     Field(discriminator="kind")]
 _ADAPTER: TypeAdapter[Command] = TypeAdapter(Command)
 COMMAND_KINDS = ("Noop", "AddBlocks", "CommitIngestBatch", "ReplaceBlocks", "TruncateIndex", "DeleteTombstones",
-                 "UpdateCompactionPlan", "SetCompactionFailureLimit", "SetActiveGeneration", "AcknowledgeOffsetLoss")
+                 "UpdateCompactionPlan", "SetCompactionFailureLimit", "SetActiveGeneration", "AcknowledgeOffsetLoss",
+                 "TrimBlockChanges")
 
 
 class Result(BaseModel):

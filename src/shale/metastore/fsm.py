@@ -33,6 +33,7 @@ from shale.metastore.commands import (
     Result,
     SetActiveGeneration,
     SetCompactionFailureLimit,
+    TrimBlockChanges,
     TruncateIndex,
     UpdateCompactionPlan,
     decode,
@@ -273,6 +274,11 @@ def _update_compaction_plan(w: IndexWriter, cmd: UpdateCompactionPlan, entry: En
 @handles(SetCompactionFailureLimit)
 def _set_failure_limit(w: IndexWriter, cmd: SetCompactionFailureLimit, entry: Entry) -> Result:
     return apply_failure_limit(w, cmd)
+
+
+@handles(TrimBlockChanges)
+def _trim_block_changes(w: IndexWriter, cmd: TrimBlockChanges, entry: Entry) -> Result:
+    return Result(ok=True, data={"trimmed": w.trim_changes(min(cmd.through, entry.index - 1))})
 
 
 @handles(SetActiveGeneration)

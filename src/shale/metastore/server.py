@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -130,6 +131,9 @@ class MetastoreNode:
                                        write_deltas=config.bucket_index.deltas)
         self.index_writer = MetastoreIndexWriter(self.bucket, self.state.reader, config.bucket_index)
         self._stop = threading.Event()
+        self.tasks: list[tuple[str, Callable[[threading.Event], None]]] = []
+        """More leader background loops (name, loop until the event is set), started by ``serve``: the CLI adds the
+        Iceberg publisher here, since it sits above the metastore in the layering."""
         SETTING.labels("block_sync_delay").set(config.block.sync_delay)
         SETTING.labels("block_delete_delay").set(config.block.delete_delay)
         SETTING.labels("bucket_index_max_stale_period").set(config.bucket_index.max_stale_period)
@@ -203,7 +207,9 @@ class MetastoreNode:
                                     args=(self._stop, m.maintenance_interval, m.dlq_interval,
                                           m.bucket_scan_interval)),
                    threading.Thread(target=self.index_writer.loop, name="bucket-index-writer", daemon=True,
-                                    args=(self._stop, self.config.bucket_index.debounce, self.is_leader))]
+                                    args=(self._stop, self.config.bucket_index.debounce, self.is_leader)),
+                   *(threading.Thread(target=task, name=name, daemon=True, args=(self._stop,))
+                     for name, task in self.tasks)]
         for t in threads:
             t.start()
         tls = bool(m.tls_cert_file)

@@ -82,6 +82,19 @@ def level_chart(status: Status, width: int = 900, height: int = 220) -> str:
     return "".join(parts)
 
 
+def _iceberg(facts: dict[str, Any]) -> str:
+    """The Iceberg publisher: how far it has published, its lag and its last error."""
+    if not facts.get("enabled"):
+        return '<h2>Iceberg</h2><p class="muted" id="iceberg">not enabled (iceberg.enabled)</p>'
+    lag = float(facts.get("lag_seconds", 0.0))
+    error = facts.get("last_error", "")
+    return ('<h2>Iceberg</h2><p id="iceberg">'
+            f'published through log index <b>{facts.get("published_through", 0)}</b> of '
+            f'{facts.get("applied_index", 0)}; tables: {facts.get("tables", 0)}; lag: '
+            f'<span class="{"bad" if lag > 300 else "ok"}">{_age(lag)}</span>'
+            + (f'; <span class="bad">last error: {escape(str(error))}</span>' if error else "") + "</p>")
+
+
 def render(status: Status, refresh_s: int = 10) -> str:
     node = status.node
     leader_ok = node.get("role") in ("leader", "single") or node.get("leader")
@@ -124,5 +137,5 @@ def render(status: Status, refresh_s: int = 10) -> str:
             f"<p>dead letter queue: <b>{status.dlq_depth}</b> commands; pending deletions: <b>{status.tombstones}"
             f"</b> (oldest {_age(status.oldest_tombstone_s) if status.tombstones else '-'}); partial blocks: "
             + (", ".join(f"{escape(t)}: {n}" for t, n in sorted(status.partial_blocks.items())) or "none")
-            + "</p></body></html>"]
+            + "</p>", _iceberg(status.iceberg), "</body></html>"]
     return "".join(html)

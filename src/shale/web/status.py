@@ -35,6 +35,7 @@ class Status:
     oldest_tombstone_s: float = 0.0
     partial_blocks: dict[str, int] = field(default_factory=dict)
     kafka_error: str = ""
+    iceberg: dict[str, Any] = field(default_factory=dict)
 
 
 def _index_age(bucket: BucketReader, tenant: str, now: float) -> float | None:
@@ -66,7 +67,7 @@ def _lag(config: ShaleConfig, offsets: list[dict[str, Any]]) -> str:
 
 
 def collect(service: MetastoreService, bucket: BucketReader, config: ShaleConfig,
-            partial_blocks: dict[str, int] | None = None) -> Status:
+            partial_blocks: dict[str, int] | None = None, iceberg: dict[str, Any] | None = None) -> Status:
     now = time.time()
     reader = service.state.reader
     status = Status(generated_at=now, node=service.status())
@@ -95,4 +96,5 @@ def collect(service: MetastoreService, bucket: BucketReader, config: ShaleConfig
     if tombstones:
         status.oldest_tombstone_s = now - min(t.created_at for t in tombstones) / 1000
     status.partial_blocks = dict(partial_blocks or {})
+    status.iceberg = dict(iceberg or {})
     return status
