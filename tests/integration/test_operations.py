@@ -57,8 +57,7 @@ sync_delay = "5s"
 delete_delay = "10s"
 [kafka]
 bootstrap_servers = "{bootstrap}"
-[kafka.options]
-"sasl.password" = "{KAFKA_PASSWORD}"
+sasl_password = "{KAFKA_PASSWORD}"
 [metastore]
 listen = "127.0.0.1:{port}"
 data_dir = "{tmp / 'metastore'}"

@@ -1,7 +1,7 @@
 """The demo pipeline (``make demo``): real Loghub logs through the whole system, on embedded defaults.
 
 Kafka (KRaft) and MinIO run locally; the metastore is embedded (a SQLite file); Spark runs in local mode.
-Six log streams are produced as six topics, persisted by both ingest groups in several micro-batches, and then
+Six log streams are produced as six topics, persisted by both ingest groups in several batches, and then
 checked and shown: the completeness ledger, a verify summary against Kafka's offsets, and a sample of the parsed
 records. Then the rest of the pipeline runs on the same data: a query, compaction on Spark, verify again (still
 exactly once), the per-tenant bucket indexes, and the same query through a bucket index, reading fewer objects.
@@ -61,7 +61,7 @@ def _config(root: Path, minio: MinioServer, broker: KafkaBroker, bucket: str) ->
         spark=SparkConfig(master="local[2]"),
         ingest=IngestConfig(
             topics=topics, default_tenant="infra",
-            max_records_per_batch=6000,  # several micro-batches, so that there are blocks to compact
+            max_records_per_batch=6000,  # several batches, so that there are blocks to compact
             tenants=[TenantRule(topic_pattern=rf"logs\.{p}", tenant=t) for p, t in TENANT_OF.items()],
             parsers=[ParserRule(topic_pattern=rf"logs\.{p}", parser="text", options={"preset": p})
                      for p in LOGHUB_FORMATS.values()]),

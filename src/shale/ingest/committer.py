@@ -1,4 +1,4 @@
-"""The driver's half of the commit protocol: one ``CommitIngestBatch`` per micro-batch, or the dead letter
+"""The driver's half of the commit protocol: one ``CommitIngestBatch`` per batch, or the dead letter
 queue when the metastore cannot be reached, and the offsets this group has committed (Secor's
 ``last_committed_offset``).
 
@@ -24,7 +24,7 @@ from shale.ingest.plan import PartitionRange
 from shale.metastore import CommitIngestBatch, DeadLetterQueue, Metastore, OffsetRange, Result
 
 log = logging.getLogger(__name__)
-COMMIT_SECONDS = Histogram("shale_ingest_commit_seconds", "Time to make a micro-batch's commit durable.",
+COMMIT_SECONDS = Histogram("shale_ingest_commit_seconds", "Time to make a batch's commit durable.",
                            ["group"])
 
 

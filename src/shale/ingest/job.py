@@ -243,6 +243,8 @@ class IngestJob:
             if missing:
                 log.warning("named topics do not exist (yet); ingesting the others",
                             extra={"group": self.group, "topics": missing})
+        for counter in (metrics.FAILED, metrics.SKIPPED):
+            counter.labels(self.group)  # served from the start, at 0
         log.info("ingest started", extra={"group": self.group, "generation": self.generation})
         waiting_since: float | None = None
         failures = 0

@@ -60,7 +60,7 @@ class AddBlocks(_Command):
 
 
 class CommitIngestBatch(_Command):
-    """Atomically add one micro-batch's blocks and advance its committed offsets. Accepted only when every range
+    """Atomically add one batch's blocks and advance its committed offsets. Accepted only when every range
     starts at its partition's committed end, or when the whole batch is an exact replay (a no-op)."""
 
     kind: Literal["CommitIngestBatch"] = "CommitIngestBatch"
