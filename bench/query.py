@@ -22,7 +22,7 @@ from tests.factories import backup_table
 
 from bench.common import progress, timed, write_result
 from bench.services import minio_bucket
-from shale.compaction.worker import CompactionWorker
+from shale.compactor.worker import CompactionWorker
 from shale.config import CompactionConfig, IngestConfig, ParserRule, ShaleConfig, SparkConfig
 from shale.ingest.blocks import GroupSpec, write_partition
 from shale.metastore import AddBlocks, MetastoreService, open_metastore

@@ -17,8 +17,8 @@ from tests.factories import write_backup_block
 from tests.waiting import eventually
 
 from shale.block import BlockFetcher, BlockMeta, block_file_key, read_dataset
-from shale.compaction.protocol import PollRequest
-from shale.compaction.worker import CompactionWorker
+from shale.compaction.messages import PollRequest
+from shale.compactor.worker import CompactionWorker
 from shale.config import BucketConfig, CompactionConfig, ShaleConfig
 from shale.dev import ManagedProcess
 from shale.dev.metastore import MetastoreCluster

@@ -16,7 +16,7 @@ from tests.factories import backup_table
 
 from shale.block import block_file_key
 from shale.cli import cli
-from shale.compaction.worker import CompactionWorker
+from shale.compactor.worker import CompactionWorker
 from shale.config import BucketConfig, CompactionConfig, IngestConfig, ParserRule, ShaleConfig
 from shale.ingest.blocks import GroupSpec, write_partition
 from shale.metastore import CommitIngestBatch, MetastoreService, OffsetRange, open_metastore

@@ -39,9 +39,6 @@ QUARANTINE_SCHEMA = pa.schema([
 ])
 """A record a parser rejected: the Kafka record verbatim, why, and which parser."""
 
-RECORD_KEY = ("topic", "partition", "offset")
-"""Every stored record is identified by where it was in Kafka."""
-
 RESERVED_COLUMNS = frozenset(f.name for f in PARTITION_BASE_FIELDS) | {"reason", "parser"}
 BASE_COLUMNS = RESERVED_COLUMNS
 """Columns of the base schemas; any other column in a dataset is a parser's string column."""

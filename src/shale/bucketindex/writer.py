@@ -1,4 +1,4 @@
-"""``MetastoreIndexWriter``: the metastore leader writes every tenant's bucket index from its own state.
+"""``BucketIndexWriter``: the metastore leader writes every tenant's bucket index from its own state.
 
 Seed 001 has the compactor write the index because it scans the bucket anyway; in Shale the metastore already
 holds every tenant's blocks and tombstones, so the leader writes the index without a single bucket scan.
@@ -107,7 +107,7 @@ class TenantWrite:
     deleted_deltas: int
 
 
-class MetastoreIndexWriter:
+class BucketIndexWriter:
     """Writes the bucket index of every tenant ``source`` knows. ``last_writes`` holds what the latest
     ``run_once`` wrote (stored versions, conflicts merged, deltas deleted), for logs and tests."""
 

@@ -17,8 +17,8 @@ from confluent_kafka import Producer
 from pydantic import SecretStr
 
 from shale.block import read_dataset
-from shale.bucketindex import BucketIndexReader, MetastoreIndexWriter
-from shale.compaction.worker import CompactionWorker
+from shale.bucketindex import BucketIndexReader, BucketIndexWriter
+from shale.compactor.worker import CompactionWorker
 from shale.config import (
     BucketConfig,
     CompactionConfig,
@@ -162,7 +162,7 @@ def run_demo(root: Path, say: Callable[[str], None]) -> DemoResult:
         worker.run(until_idle=True)
         say(f"  {len(worker.completed)} jobs done; blocks now {_levels(metastore)}")
         result.ok = _verify(say, config, metastore, bucket) and result.ok
-        index_writer = MetastoreIndexWriter(bucket, metastore.state.reader, config.bucket_index)
+        index_writer = BucketIndexWriter(bucket, metastore.state.reader, config.bucket_index)
         for tenant in metastore.tenants():
             index_writer.write_tenant(tenant)
         say(f"bucket indexes written for tenants {', '.join(metastore.tenants())}")

@@ -290,11 +290,6 @@ class IndexReader:
         finally:
             self.conn.execute("COMMIT")
 
-    def is_tombstoned(self, block_id: str) -> bool:
-        return self.conn.execute("SELECT 1 FROM tombstones WHERE block_id = ?", (block_id,)).fetchone() is not None
-
-    # -- whole-state checks ----------------------------------------------------------------------
-
     def state_hash(self, *, with_applied: bool = True) -> str:
         """SHA-256 of every table's rows in primary-key order: equal on replicas that applied the same log.
         Without ``with_applied`` the applied index and term are left out: idempotence tests compare the state

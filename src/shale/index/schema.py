@@ -1,4 +1,5 @@
-"""The SQLite schema of the metadata index (seed 004), with Shale's ingest offsets and compaction state.
+"""The SQLite schema of the metadata index (seed 004), with Shale's ingest offsets; the compaction service's
+tables are declared with the rest of its state, in ``shale.compaction.state``.
 
 Entries are partitioned by 6-hour window of block creation time (the ULID time), tenant and shard; each
 partition keeps the data-time range of its blocks (seed 004's shard index) so a query skips partitions whose
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 
+from shale.compaction.state import COMPACTION_DDL
 from shale.index.changes import DDL as CHANGES_DDL
 
 SCHEMA_VERSION = 2
@@ -76,41 +78,6 @@ CREATE TABLE IF NOT EXISTS generations (
 
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 
-CREATE TABLE IF NOT EXISTS compaction_queue (
-    block_id TEXT PRIMARY KEY,
-    tenant TEXT NOT NULL,
-    shard INTEGER NOT NULL,
-    level INTEGER NOT NULL,
-    grp TEXT NOT NULL,
-    generation INTEGER NOT NULL,
-    raw_bytes INTEGER NOT NULL,
-    added_at INTEGER NOT NULL
-) WITHOUT ROWID;
-
-CREATE TABLE IF NOT EXISTS compaction_jobs (
-    name TEXT PRIMARY KEY,
-    tenant TEXT NOT NULL,
-    shard INTEGER NOT NULL,
-    level INTEGER NOT NULL,
-    grp TEXT NOT NULL,
-    generation INTEGER NOT NULL,
-    sources TEXT NOT NULL,
-    raw_bytes INTEGER NOT NULL,
-    created_at INTEGER NOT NULL,
-    status INTEGER NOT NULL,
-    token INTEGER NOT NULL,
-    lease_expires_at INTEGER NOT NULL,
-    failures INTEGER NOT NULL,
-    worker TEXT NOT NULL
-) WITHOUT ROWID;
-
-CREATE TABLE IF NOT EXISTS compaction_polls (
-    worker TEXT PRIMARY KEY,
-    request TEXT NOT NULL,
-    applied_at INTEGER NOT NULL,
-    answer TEXT NOT NULL
-) WITHOUT ROWID;
-
 CREATE TABLE IF NOT EXISTS offsets (
     grp TEXT NOT NULL,
     generation INTEGER NOT NULL,
@@ -163,7 +130,7 @@ CREATE TABLE IF NOT EXISTS losses (
     acknowledged_at INTEGER NOT NULL,
     PRIMARY KEY (grp, generation, topic, partition, incarnation, start)
 ) WITHOUT ROWID;
-"""
+""" + COMPACTION_DDL
 
 # Version 1 -> 2: committed offsets learn their topic incarnation, their writer and the offsets they skipped;
 # commits are keyed by incarnation. Deterministic, so every replica migrates its own copy the same way.

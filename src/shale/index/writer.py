@@ -10,9 +10,9 @@ import sqlite3
 import msgpack
 
 from shale.block import BlockMeta
+from shale.compaction.state import CompactionState
 from shale.index.changes import PendingChanges
 from shale.index.changes import trim as trim_changes
-from shale.index.compaction_state import CompactionState
 from shale.index.records import decode_meta, encode_meta
 from shale.index.schema import PARTITION_WINDOW_MS
 

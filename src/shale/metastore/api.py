@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from shale.block import BlockMeta
-from shale.compaction.protocol import PollRequest, PollResponse
+from shale.compaction.messages import PollRequest, PollResponse
 from shale.index import IncarnationRow, LossRow, OffsetRow, TombstoneRow
 from shale.metastore.commands import Result, _Command
 

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 
 from shale.block import BlockMeta
-from shale.compaction.protocol import PollRequest, PollResponse
+from shale.compaction.messages import PollRequest, PollResponse
 from shale.errors import (
     AccessDeniedError,
     CommandRejectedError,

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from shale.block import BlockMeta
 from shale.block.meta import INCARNATION_PATTERN
-from shale.compaction.protocol import JobUpdate
+from shale.compaction.messages import AssignJob, JobUpdate, NewJob
 from shale.errors import CommandRejectedError
 
 
@@ -137,24 +137,6 @@ class SetActiveGeneration(_Command):
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class NewJob(_Model):
-    name: str
-    tenant: str
-    shard: int
-    level: int
-    group: str
-    generation: int
-    sources: list[str]
-    raw_bytes: int
-    created_at: int
-
-
-class AssignJob(_Model):
-    job: str
-    expect_token: int
-    reassign: bool
 
 
 class UpdateCompactionPlan(_Command):

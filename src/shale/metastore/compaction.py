@@ -27,20 +27,14 @@ from typing import Any
 from prometheus_client import Counter, Histogram
 
 from shale.block import BlockMeta
+from shale.compaction.messages import Assigned, AssignJob, JobUpdate, NewJob, PollRequest
 from shale.compaction.model import Assignment, Job, JobStatus, PlanLimits, PlanUpdate, QueueKey
 from shale.compaction.planner import plan_jobs
-from shale.compaction.protocol import Assigned, JobUpdate, PollRequest
 from shale.compaction.scheduler import apply_assignment, choose_assignments, evictions, owns
+from shale.compaction.state import CompactionState
 from shale.errors import CommandRejectedError
 from shale.index import IndexWriter
-from shale.index.compaction_state import CompactionState
-from shale.metastore.commands import (
-    AssignJob,
-    NewJob,
-    Result,
-    SetCompactionFailureLimit,
-    UpdateCompactionPlan,
-)
+from shale.metastore.commands import Result, SetCompactionFailureLimit, UpdateCompactionPlan
 
 REASSIGNED = Counter("shale_compaction_lease_expirations_total", "Jobs reassigned after their lease expired.")
 COMPLETED = Counter("shale_compaction_jobs_completed_total", "Compaction jobs completed, by level.", ["level"])

@@ -29,9 +29,9 @@ from shale.block import (
     write_deletion_mark,
 )
 from shale.bucketindex import DeltaWriter
+from shale.compaction.state import CompactionState
 from shale.config import RetentionConfig
 from shale.index import PartitionRow, TombstoneRow
-from shale.index.compaction_state import CompactionState
 from shale.metastore.commands import DeleteTombstones, PartitionKey, TruncateIndex
 from shale.metastore.dlq import DeadLetterQueue
 from shale.metastore.garbage import Claims, unclaimed

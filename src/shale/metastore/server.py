@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import httpx
 import uvicorn
 from prometheus_client import Gauge
 
-from shale.bucketindex import MetastoreIndexWriter
+from shale.bucketindex import BucketIndexWriter
 from shale.config import MetastoreConfig, ShaleConfig
 from shale.errors import ConfigError, MetastoreUnavailableError, NotLeaderError
 from shale.logs import register_secrets
@@ -129,7 +128,7 @@ class MetastoreNode:
                                        self.is_leader, lambda: self.log.status().term,
                                        sync_delay=config.block.sync_delay,
                                        write_deltas=config.bucket_index.deltas)
-        self.index_writer = MetastoreIndexWriter(self.bucket, self.state.reader, config.bucket_index)
+        self.index_writer = BucketIndexWriter(self.bucket, self.state.reader, config.bucket_index)
         self._stop = threading.Event()
         self.tasks: list[tuple[str, Callable[[threading.Event], None]]] = []
         """More leader background loops (name, loop until the event is set), started by ``serve``: the CLI adds the
@@ -233,16 +232,3 @@ class MetastoreNode:
         log.info("metastore stopped")
 
 
-def wait_for_leader(client: MetastoreClient, timeout: float = 60.0) -> dict[str, object]:
-    """Block until the cluster answers a status call with a known leader (for tests and launchers)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            status = client.status()
-            if status.get("leader_http"):
-                return status
-        except MetastoreUnavailableError:
-            pass
-        if time.monotonic() > deadline:
-            raise MetastoreUnavailableError(f"no metastore leader within {timeout:.0f}s")
-        time.sleep(0.2)

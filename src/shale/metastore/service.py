@@ -16,12 +16,12 @@ from typing import Any
 from prometheus_client import Counter, Histogram
 
 from shale.block import BlockMeta
+from shale.compaction.messages import PollRequest, PollResponse
 from shale.compaction.model import PlanLimits
-from shale.compaction.protocol import PollRequest, PollResponse
+from shale.compaction.state import CompactionState
 from shale.config import CompactionConfig
 from shale.errors import MetastoreUnavailableError
 from shale.index import IncarnationRow, LossRow, OffsetRow, TombstoneRow, parse_matchers
-from shale.index.compaction_state import CompactionState
 from shale.metastore.commands import Result, _Command
 from shale.metastore.compaction import job_status, plan_command, prepare_plan
 from shale.metastore.fsm import StateMachine

@@ -11,10 +11,10 @@ from tests.factories import BASE_MS
 from tests.unit.metastore.helpers import meta, output_of
 
 from shale.block import BlockMeta, Compaction, deletion_mark_key
-from shale.compaction.protocol import Assigned, JobUpdate, PollRequest
+from shale.compaction.messages import Assigned, JobUpdate, PollRequest
+from shale.compaction.state import CompactionState
 from shale.config import CompactionConfig, RetentionConfig
 from shale.errors import MetastoreUnavailableError
-from shale.index.compaction_state import CompactionState
 from shale.metastore import AddBlocks, MetastoreService, SingleNodeLog, StateMachine, encode
 from shale.metastore.commands import (
     PartitionKey,

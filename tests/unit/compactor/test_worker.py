@@ -15,8 +15,8 @@ import pytest
 from tests.factories import write_backup_block
 
 from shale.block import BlockFetcher, BlockMeta, BlockState
-from shale.compaction.protocol import Assigned, PollRequest, PollResponse
-from shale.compaction.worker import CompactionWorker, run_merge_task
+from shale.compaction.messages import Assigned, PollRequest, PollResponse
+from shale.compactor.worker import CompactionWorker, run_merge_task
 from shale.config import BucketConfig, CompactionConfig
 from shale.errors import MetastoreUnavailableError
 from shale.metastore import AddBlocks, MetastoreService, SingleNodeLog, StateMachine

@@ -1,5 +1,6 @@
-"""The compaction service's state in the index: the planner's queues, the scheduler's jobs, each worker's last
-poll answer, and settings.
+"""The compaction service's state, kept in the metastore's index: the planner's queues, the scheduler's jobs, each
+worker's last poll answer, and settings. The tables are declared here (``COMPACTION_DDL``, part of the index
+schema) beside the only code that reads and writes them.
 
 Blocks join the queue when they are added to the index and leave it when a job takes them or when they leave
 the index; a job dropped before it completed (its sources changed) gives its surviving sources back to the queue.
@@ -14,6 +15,43 @@ from typing import Any
 
 from shale.block import BlockMeta
 from shale.compaction.model import Job, JobStatus, QueuedBlock, QueueKey
+
+COMPACTION_DDL = """
+CREATE TABLE IF NOT EXISTS compaction_queue (
+    block_id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    shard INTEGER NOT NULL,
+    level INTEGER NOT NULL,
+    grp TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    raw_bytes INTEGER NOT NULL,
+    added_at INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS compaction_jobs (
+    name TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    shard INTEGER NOT NULL,
+    level INTEGER NOT NULL,
+    grp TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    sources TEXT NOT NULL,
+    raw_bytes INTEGER NOT NULL,
+    created_at INTEGER NOT NULL,
+    status INTEGER NOT NULL,
+    token INTEGER NOT NULL,
+    lease_expires_at INTEGER NOT NULL,
+    failures INTEGER NOT NULL,
+    worker TEXT NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS compaction_polls (
+    worker TEXT PRIMARY KEY,
+    request TEXT NOT NULL,
+    applied_at INTEGER NOT NULL,
+    answer TEXT NOT NULL
+) WITHOUT ROWID;
+"""
 
 _JOB_COLUMNS = ("name, tenant, shard, level, grp, generation, sources, raw_bytes, created_at, status, token, "
                 "lease_expires_at, failures, worker")

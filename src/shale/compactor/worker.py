@@ -32,7 +32,7 @@ from prometheus_client import Counter, Gauge
 
 from shale.block import BlockMeta, write_deletion_mark
 from shale.bucketindex import DeltaWriter
-from shale.compaction.protocol import MAX_POLL_CAPACITY, Assigned, JobUpdate, PollRequest, PollResponse
+from shale.compaction.messages import MAX_POLL_CAPACITY, Assigned, JobUpdate, PollRequest, PollResponse
 from shale.config import BucketConfig
 from shale.errors import RetryableError
 from shale.failpoints import failpoint
@@ -74,7 +74,7 @@ class MergeRunner(Protocol):
 
 def run_merge_task(payload: str, bucket_config: BucketConfig) -> str:
     """The Spark task: one job's merge. Input and output are JSON so nothing but plain data crosses to tasks."""
-    from shale.compaction.merge import merge_blocks
+    from shale.compactor.merge import merge_blocks
 
     job = Assigned.model_validate_json(payload)
     result = merge_blocks(task_bucket(bucket_config), job.sources, job=job.job, token=job.token, level=job.level)
