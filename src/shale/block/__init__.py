@@ -16,8 +16,9 @@ from shale.block.layout import (
     deletion_mark_key,
     markers_prefix,
     meta_key,
+    quarantine_mark_key,
 )
-from shale.block.marks import DeletionMark, write_deletion_mark
+from shale.block.marks import DeletionMark, QuarantineMark, write_deletion_mark, write_quarantine_mark
 from shale.block.meta import BlockMeta, Compaction, Dataset, FileInfo, KafkaRange, ParserInfo, parse_meta
 from shale.block.names import check_label_name, check_tenant, check_topic
 from shale.block.reader import BucketFile, read_dataset, read_footer_meta, read_meta
@@ -42,6 +43,7 @@ __all__ = [
     "KafkaRange",
     "MetastoreView",
     "ParserInfo",
+    "QuarantineMark",
     "block_file_key",
     "block_prefix",
     "blocks_prefix",
@@ -59,10 +61,12 @@ __all__ = [
     "new_block_id",
     "parse_meta",
     "plan_block",
+    "quarantine_mark_key",
     "read_dataset",
     "read_footer_meta",
     "read_meta",
     "ulid_time_ms",
     "write_block",
     "write_deletion_mark",
+    "write_quarantine_mark",
 ]

@@ -11,6 +11,8 @@ States::
     Partial             no loadable meta.json after the sync delay: crashed upload or interrupted delete
     MarkedForDeletion   has a deletion mark; readers skip it, the cleaner removes it after the delete delay
     HealthyOverlapped   healthy, but a newer healthy block's compaction sources include all of its sources
+    Quarantined         has a quarantine mark (damaged, records not recoverable): readers skip it, and it is
+                        never judged Partial or deleted, whatever other mark it has
 
 A block's age counts from the later of its ULID time and its newest object's last-modified time, so a block
 whose id carries an old time (a deterministic id from old Kafka timestamps) is not judged Partial while it is
@@ -30,12 +32,13 @@ from typing import TypeVar
 from shale.block.ids import ulid_time_ms
 from shale.block.layout import (
     META_FILENAME,
+    QUARANTINE_MARK_SUFFIX,
     blocks_prefix,
     markers_prefix,
     parse_block_key,
     parse_mark_key,
 )
-from shale.block.marks import DeletionMark, parse_mark
+from shale.block.marks import DeletionMark, QuarantineMark, parse_mark, parse_quarantine_mark
 from shale.block.meta import BlockMeta, parse_meta
 from shale.errors import CorruptObjectError, NotFoundError
 from shale.objstore import BucketReader, ObjectInfo
@@ -50,6 +53,7 @@ class BlockState(StrEnum):
     PARTIAL = "partial"
     MARKED_FOR_DELETION = "marked-for-deletion"
     HEALTHY_OVERLAPPED = "healthy-overlapped"
+    QUARANTINED = "quarantined"
 
 
 @dataclass
@@ -63,6 +67,7 @@ class BlockView:
     mark: DeletionMark | None = None
     error: str | None = None
     overlapped_by: str | None = None
+    quarantine: QuarantineMark | None = None
 
     @property
     def readable(self) -> bool:
@@ -107,7 +112,7 @@ class BlockFetcher:
             parsed = parse_block_key(info.key)
             if parsed is not None:
                 objects[parsed.block_id].append(info)
-        marks = self._load_marks(tenant)
+        marks, quarantined = self._load_marks(tenant)
         with_meta = [bid for bid, objs in objects.items() if any(o.key.endswith("/" + META_FILENAME) for o in objs)]
         metas, errors = self._load_metas(tenant, with_meta)
         views: dict[str, BlockView] = {}
@@ -116,8 +121,10 @@ class BlockFetcher:
             age = now - max(ulid_time_ms(block_id) / 1000.0, newest)
             meta = metas.get(block_id)
             view = BlockView(tenant, block_id, BlockState.HEALTHY, age, sorted(objs, key=lambda o: o.key), meta,
-                             marks.get(block_id), errors.get(block_id))
-            if view.mark is not None:
+                             marks.get(block_id), errors.get(block_id), quarantine=quarantined.get(block_id))
+            if view.quarantine is not None:
+                view.state = BlockState.QUARANTINED
+            elif view.mark is not None:
                 view.state = BlockState.MARKED_FOR_DELETION
             elif age < self.sync_delay and not (meta is not None and meta.ignore_delay):
                 view.state = BlockState.FRESH
@@ -128,12 +135,13 @@ class BlockFetcher:
         orphans = {bid: m for bid, m in marks.items() if bid not in objects}
         return FetchResult(tenant, now, views, orphans)
 
-    def _load_marks(self, tenant: str) -> dict[str, DeletionMark]:
-        keys = []
+    def _load_marks(self, tenant: str) -> tuple[dict[str, DeletionMark], dict[str, QuarantineMark]]:
+        keys, quarantine_keys = [], []
         for info in self.bucket.list(markers_prefix(tenant)):
-            parsed = parse_mark_key(info.key)
-            if parsed is not None:
+            if (parsed := parse_mark_key(info.key)) is not None:
                 keys.append((parsed[1], info.key))
+            elif (parsed := parse_mark_key(info.key, QUARANTINE_MARK_SUFFIX)) is not None:
+                quarantine_keys.append((parsed[1], info.key))
         missing = [key for _, key in keys if key not in self._marks]
 
         def load(key: str) -> tuple[str, DeletionMark | None]:
@@ -145,7 +153,20 @@ class BlockFetcher:
         for key, mark in self._map(load, missing):
             if mark is not None:
                 self._marks[key] = mark
-        return {bid: self._marks[key] for bid, key in keys if key in self._marks}
+        quarantined = {bid: q for bid, key in quarantine_keys
+                       if (q := self._load_quarantine(tenant, bid, key)) is not None}
+        return {bid: self._marks[key] for bid, key in keys if key in self._marks}, quarantined
+
+    def _load_quarantine(self, tenant: str, block_id: str, key: str) -> QuarantineMark | None:
+        """A quarantine mark, or None if it was removed since the LIST. Not cached: a repair that rebuilds a
+        quarantined block removes its mark. A mark that cannot be read still quarantines its block: the key alone
+        must keep the block from ever being deleted."""
+        try:
+            return parse_quarantine_mark(self.bucket.get(key), key)
+        except NotFoundError:
+            return None
+        except CorruptObjectError as exc:
+            return QuarantineMark(id=block_id, tenant=tenant, quarantine_time=0, damage=[], reason=str(exc))
 
     def _load_metas(self, tenant: str, block_ids: list[str]) -> tuple[dict[str, BlockMeta], dict[str, str]]:
         metas = {bid: self._metas[(tenant, bid)] for bid in block_ids if (tenant, bid) in self._metas}

@@ -5,6 +5,7 @@
     <tenant>/blocks/<ULID>/<dataset files>.parquet   data objects, named in meta.json
     <tenant>/blocks/<ULID>/meta.json                 written last, put-if-absent: its presence means complete
     <tenant>/markers/<ULID>-deletion-mark.json       deletion marks, all in one prefix (seed 001)
+    <tenant>/markers/<ULID>-quarantine-mark.json     quarantine marks: damaged blocks kept, never deleted
     <tenant>/bucket-index.json.gz                    the tenant's bucket index (seed 001)
     <tenant>/bucket-index-deltas/<ms>-<seq>-<writer>.json   stale-tolerant index deltas, sorted by time
     _shale/dlq/<group>/<ms>-<seq>.json               commands that could not reach the metastore
@@ -21,6 +22,7 @@ BLOCKS_DIR = "blocks"
 MARKERS_DIR = "markers"
 META_FILENAME = "meta.json"
 DELETION_MARK_SUFFIX = "-deletion-mark.json"
+QUARANTINE_MARK_SUFFIX = "-quarantine-mark.json"
 BUCKET_INDEX_FILENAME = "bucket-index.json.gz"
 BUCKET_INDEX_DELTAS_DIR = "bucket-index-deltas"
 DLQ_PREFIX = "_shale/dlq/"
@@ -52,6 +54,10 @@ def deletion_mark_key(tenant: str, block_id: str) -> str:
     return markers_prefix(tenant) + check_block_id(block_id) + DELETION_MARK_SUFFIX
 
 
+def quarantine_mark_key(tenant: str, block_id: str) -> str:
+    return markers_prefix(tenant) + check_block_id(block_id) + QUARANTINE_MARK_SUFFIX
+
+
 def bucket_index_key(tenant: str) -> str:
     return f"{check_tenant(tenant)}/{BUCKET_INDEX_FILENAME}"
 
@@ -78,12 +84,13 @@ def parse_block_key(key: str) -> BlockKey | None:
         return None
 
 
-def parse_mark_key(key: str) -> tuple[str, str] | None:
-    """``<tenant>/markers/<ULID>-deletion-mark.json`` as (tenant, block id), or None."""
+def parse_mark_key(key: str, suffix: str = DELETION_MARK_SUFFIX) -> tuple[str, str] | None:
+    """``<tenant>/markers/<ULID><suffix>`` (a deletion mark unless ``suffix`` says otherwise) as (tenant, block id),
+    or None."""
     parts = key.split("/")
-    if len(parts) != 3 or parts[1] != MARKERS_DIR or not parts[2].endswith(DELETION_MARK_SUFFIX):
+    if len(parts) != 3 or parts[1] != MARKERS_DIR or not parts[2].endswith(suffix):
         return None
     try:
-        return check_tenant(parts[0]), check_block_id(parts[2].removesuffix(DELETION_MARK_SUFFIX))
+        return check_tenant(parts[0]), check_block_id(parts[2].removesuffix(suffix))
     except ValueError:
         return None

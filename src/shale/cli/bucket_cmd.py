@@ -1,4 +1,5 @@
-"""``shale bucket ls | inspect | verify | mark-delete | cleanup``: the object-storage contract, from the bucket."""
+"""``shale bucket ls | inspect | verify | mark-delete | cleanup | index | repair``: the object-storage contract, from
+the bucket."""
 
 from __future__ import annotations
 
@@ -203,3 +204,13 @@ def cleanup(ctx: click.Context, tenant: tuple[str, ...], dry_run: bool, force: b
             click.echo(f"refused to {action.kind} {name}/{action.block_id}: {action.reason}")
         if not report.actions and not report.refused:
             click.echo(f"tenant {name}: nothing to do")
+
+
+def _add_repair() -> None:
+    # Its own module (it is the largest); registered here so that it is a `shale bucket` command.
+    from shale.cli.repair_cmd import repair
+
+    bucket.add_command(repair)
+
+
+_add_repair()

@@ -31,7 +31,8 @@ def serve(ctx: click.Context) -> None:
     publisher = IcebergPublisher(config, node.state.reader, node.service.submit, node.bucket)
     node.tasks.append(("iceberg-publisher", lambda stop: publisher.loop(stop, node.is_leader)))
     mount_sync(node.app, publisher, node.is_leader)
-    mount(node.app, node.service, node.bucket, config, lambda: node.maintenance.partial_blocks, publisher.status)
+    mount(node.app, node.service, node.bucket, config, lambda: node.maintenance.partial_blocks, publisher.status,
+          lambda: node.maintenance.overlaps)
     node.serve()
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
+from shale.block.overlap import Overlap
 from shale.compaction.model import Job, PlanLimits, QueuedBlock, QueueKey
 
 
@@ -55,3 +56,23 @@ def plan_jobs(queued: Iterable[QueuedBlock], limits: PlanLimits, now_ms: int, ma
         if len(jobs) >= max_jobs:
             break
     return jobs
+
+
+def uncompactable(overlaps: Iterable[Overlap], queued: Iterable[QueuedBlock], jobs: Iterable[Job],
+                  limits: PlanLimits) -> list[Overlap]:
+    """The overlaps compaction will not merge away. It merges (and deduplicates) two blocks only when they are in
+    one job, or wait in one queue and are both within its reach (below ``max_level`` and smaller than a job's
+    budget); any other overlap (another shard or level, a block at the top level or too large, a block whose job
+    was evicted) stays until ``shale bucket repair`` merges it. Blocks of one queue may still land in different
+    jobs: their outputs then meet one level up, and at the top level the overlap is reported."""
+    in_job = {source: job.name for job in jobs for source in job.sources}
+    waiting = {b.id: b.key for b in queued
+               if b.key.level < limits.max_level and b.raw_bytes < limits.job_byte_budget}
+    out = []
+    for overlap in overlaps:
+        a, b = overlap.first, overlap.second
+        same_job = a in in_job and in_job[a] == in_job.get(b)
+        same_queue = a in waiting and waiting[a] == waiting.get(b)
+        if not (same_job or same_queue):
+            out.append(overlap)
+    return out

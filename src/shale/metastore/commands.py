@@ -99,6 +99,17 @@ class ReplaceBlocks(_Command):
     reason: str = "compacted"
 
 
+class QuarantineBlocks(_Command):
+    """Remove damaged blocks from the index *without* tombstones (``shale bucket repair``): readers stop seeing
+    them, and their objects stay in the bucket under a quarantine mark, which nothing deletes. A block not in the
+    index is left alone (idempotent)."""
+
+    kind: Literal["QuarantineBlocks"] = "QuarantineBlocks"
+    tenant: str
+    block_ids: list[str]
+    reason: str = Field(default="", max_length=2000)
+
+
 class TruncateIndex(_Command):
     """Retention: remove the expired blocks of ``partitions`` and tombstone them. ``cutoffs`` holds, per tenant,
     the time (ms) computed when the leader prepared the command: a block is expired when its creation window and
@@ -168,12 +179,12 @@ class TrimBlockChanges(_Command):
 
 Command = Annotated[Noop | AddBlocks | CommitIngestBatch | ReplaceBlocks | TruncateIndex | DeleteTombstones
                     | UpdateCompactionPlan | SetCompactionFailureLimit | SetActiveGeneration | AcknowledgeOffsetLoss
-                    | TrimBlockChanges,
+                    | TrimBlockChanges | QuarantineBlocks,
                     Field(discriminator="kind")]
 _ADAPTER: TypeAdapter[Command] = TypeAdapter(Command)
 COMMAND_KINDS = ("Noop", "AddBlocks", "CommitIngestBatch", "ReplaceBlocks", "TruncateIndex", "DeleteTombstones",
                  "UpdateCompactionPlan", "SetCompactionFailureLimit", "SetActiveGeneration", "AcknowledgeOffsetLoss",
-                 "TrimBlockChanges")
+                 "TrimBlockChanges", "QuarantineBlocks")
 
 
 class Result(BaseModel):

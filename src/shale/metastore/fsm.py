@@ -29,6 +29,7 @@ from shale.metastore.commands import (
     DeleteTombstones,
     Noop,
     OffsetRange,
+    QuarantineBlocks,
     ReplaceBlocks,
     Result,
     SetActiveGeneration,
@@ -234,6 +235,22 @@ def _replace_blocks(w: IndexWriter, cmd: ReplaceBlocks, entry: Entry) -> Result:
         w.add_block(meta, entry.time_ms)
     w.touch({cmd.tenant}, entry.index)
     return Result(ok=True, data={"replay": False, "removed": len(cmd.sources), "added": len(cmd.blocks)})
+
+
+@handles(QuarantineBlocks)
+def _quarantine_blocks(w: IndexWriter, cmd: QuarantineBlocks, entry: Entry) -> Result:
+    removed = []
+    for block_id in cmd.block_ids:
+        present = w.get_block(block_id)
+        if present is not None and present.tenant != cmd.tenant:
+            raise CommandRejectedError(f"block {block_id} belongs to tenant {present.tenant}, not {cmd.tenant}",
+                                       reason="malformed")
+    for block_id in cmd.block_ids:
+        if w.remove_block(block_id) is not None:
+            removed.append(block_id)
+    if removed:
+        w.touch({cmd.tenant}, entry.index)
+    return Result(ok=True, data={"removed": removed})
 
 
 @handles(TruncateIndex)

@@ -42,7 +42,7 @@ AUTH_FAILURES = Counter("shale_metastore_auth_failures_total", "API calls refuse
                         "reason: missing or unknown token (401), forbidden (403), too-large body (413).",
                         ["route", "reason"])
 CLIENT_COMMANDS = {"Noop", "AddBlocks", "CommitIngestBatch", "ReplaceBlocks", "DeleteTombstones",
-                   "SetCompactionFailureLimit", "SetActiveGeneration", "AcknowledgeOffsetLoss"}
+                   "SetCompactionFailureLimit", "SetActiveGeneration", "AcknowledgeOffsetLoss", "QuarantineBlocks"}
 
 
 class _BodyLimit:

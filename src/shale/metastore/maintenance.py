@@ -1,5 +1,6 @@
 """The leader's periodic work: retention (``TruncateIndex``), deletion marks and object removal for tombstones
-(``DeleteTombstones``), dead letter queue replay, and the bucket scan (partial blocks, uncommitted blocks).
+(``DeleteTombstones``), dead letter queue replay, and the bucket scan (partial blocks, uncommitted blocks, and
+overlapping indexed blocks that compaction will not merge, reported with the repair command).
 
 Retention and tombstone collection follow seed 004's two-phase pattern: read the leader's own state, then
 propose a command; ``TruncateIndex`` carries the term it was prepared in, and is rejected if leadership changed.
@@ -28,7 +29,9 @@ from shale.block import (
     meta_key,
     write_deletion_mark,
 )
+from shale.block.overlap import Overlap, overlaps
 from shale.bucketindex import DeltaWriter
+from shale.compaction.planner import uncompactable
 from shale.compaction.state import CompactionState
 from shale.config import RetentionConfig
 from shale.index import PartitionRow, TombstoneRow
@@ -49,6 +52,11 @@ DELETED = Counter("shale_metastore_deleted_blocks_total", "Blocks whose objects 
 UNCOMMITTED = Counter("shale_bucket_uncommitted_blocks_marked_total", "Blocks no commit can claim, marked for "
                       "deletion by the bucket scan.", ["tenant"])
 RETENTION = Counter("shale_metastore_retention_blocks_total", "Blocks removed from the index by retention.")
+OVERLAPPING = Gauge("shale_bucket_overlapping_blocks", "Indexed blocks that may hold a record another indexed block "
+                    "holds too, in an overlap compaction will not merge (run `shale bucket repair`), at the last "
+                    "bucket scan.", ["tenant"])
+OVERLAPS_SHOWN = 20
+"""Overlaps kept per tenant for the status page (the gauge counts them all)."""
 
 
 def retention_cutoffs(tenants: set[str], retention: RetentionConfig, now_ms: int) -> dict[str, int]:
@@ -83,6 +91,8 @@ class Maintenance:
         self.deltas = DeltaWriter(self.bucket, self.clock) if self.write_deltas else None
         self._marked: set[str] = set()
         self.partial_blocks: dict[str, int] = {}
+        self.overlaps: dict[str, list[dict[str, object]]] = {}
+        """Per tenant, the overlaps compaction will not merge (at most ``OVERLAPS_SHOWN``), for the status page."""
 
     def scan_bucket(self) -> dict[str, int]:
         """Scan every tenant's blocks in the bucket (the metastore cannot see partial uploads), record the partial
@@ -97,11 +107,16 @@ class Maintenance:
         self.service.linearize()
         reader = self.service.state.reader
         with reader.snapshot():
-            claims = Claims.of(reader.offsets(), reader.incarnations(),
-                               [job.sources for job in CompactionState(reader.conn).jobs()])
+            compaction = CompactionState(reader.conn)
+            jobs = compaction.jobs()
+            claims = Claims.of(reader.offsets(), reader.incarnations(), [job.sources for job in jobs])
             views = {r.tenant: MetastoreView(frozenset(reader.tenant_block_ids(r.tenant)),
                                              frozenset(reader.tenant_tombstone_ids(r.tenant)),
                                              functools.partial(unclaimed, claims=claims)) for r in results}
+            queued = compaction.queued()
+            stuck = {tenant: uncompactable(overlaps(reader.tenant_blocks(tenant)), queued, jobs, self.service.limits)
+                     for tenant in reader.tenants()}
+        self._report_overlaps(stuck)
         found: dict[str, int] = {}
         for result in results:
             partial = result.in_state(BlockState.PARTIAL)
@@ -117,6 +132,20 @@ class Maintenance:
                             extra={"tenant": action.tenant, "block": action.block_id, "reason": action.reason})
         self.partial_blocks = found
         return found
+
+    def _report_overlaps(self, stuck: dict[str, list[Overlap]]) -> None:
+        for tenant in set(self.overlaps) - set(stuck):
+            OVERLAPPING.labels(tenant).set(0)
+        self.overlaps = {}
+        for tenant, found in sorted(stuck.items()):
+            OVERLAPPING.labels(tenant).set(len({b for o in found for b in (o.first, o.second)}))
+            if not found:
+                continue
+            self.overlaps[tenant] = [{"blocks": [o.first, o.second], "detail": o.detail}
+                                     for o in found[:OVERLAPS_SHOWN]]
+            log.warning("indexed blocks overlap and compaction will not merge them; nothing stops, and "
+                        f"`shale bucket repair --tenant {tenant}` plans the fix",
+                        extra={"tenant": tenant, "overlaps": len(found), "first": found[0].detail})
 
     def prepare_retention(self) -> tuple[TruncateIndex, dict[str, list[DeletionMark]]] | None:
         """Step one of retention: read the state, write the deletion marks of the expired blocks (marks first:

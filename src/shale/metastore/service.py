@@ -147,6 +147,7 @@ class MetastoreService:
         limit, now = state.failure_limit(), int(self.clock() * 1000)
         return [{"name": j.name, "tenant": j.key.tenant, "shard": j.key.shard, "level": j.key.level,
                  "group": j.key.group, "generation": j.key.generation, "sources": len(j.sources),
+                 "source_ids": list(j.sources),
                  "raw_bytes": j.raw_bytes, "status": job_status(j, now, limit), "token": j.token,
                  "lease_expires_at": j.lease_expires_at, "failures": j.failures, "worker": j.worker}
                 for j in state.jobs()]

@@ -95,13 +95,26 @@ def _iceberg(facts: dict[str, Any]) -> str:
             + (f'; <span class="bad">last error: {escape(str(error))}</span>' if error else "") + "</p>")
 
 
+def _overlaps(found: dict[str, list[dict[str, Any]]]) -> str:
+    """Overlapping indexed blocks compaction will not merge, with the command that plans their repair."""
+    if not found:
+        return '<h2>Overlaps</h2><p class="ok" id="overlaps">no overlapping blocks</p>'
+    rows = [[escape(tenant), escape(" + ".join(o["blocks"])), escape(o["detail"]),
+             f"<code>shale bucket repair --tenant {escape(tenant)}</code>"]
+            for tenant, overlaps in sorted(found.items()) for o in overlaps]
+    return ('<h2>Overlaps</h2><p class="bad">Indexed blocks hold the same records and compaction will not merge '
+            "them. Nothing has stopped; run the repair's dry run, then <code>--apply</code>.</p>"
+            + _table(["tenant", "blocks", "overlap", "repair"], rows, "overlaps", left=4))
+
+
 def render(status: Status, refresh_s: int = 10) -> str:
     node = status.node
     leader_ok = node.get("role") in ("leader", "single") or node.get("leader")
     cards = [("tenants", len(status.tenants)), ("live blocks", node.get("blocks", 0)),
              ("compaction jobs", len(status.jobs)), ("queued blocks", sum(status.queue.values())),
              ("DLQ depth", status.dlq_depth), ("pending deletions", status.tombstones),
-             ("partial blocks", sum(status.partial_blocks.values()))]
+             ("partial blocks", sum(status.partial_blocks.values())),
+             ("overlapping blocks", len({b for found in status.overlaps.values() for o in found for b in o["blocks"]}))]
     html = [f'<!doctype html><html><head><meta charset="utf-8"><title>Shale status</title>'
             f'<meta http-equiv="refresh" content="{refresh_s}"><style>{CSS}</style></head><body>',
             f'<h1>Shale status</h1><p>metastore {escape(str(node.get("role")))} '
@@ -137,5 +150,5 @@ def render(status: Status, refresh_s: int = 10) -> str:
             f"<p>dead letter queue: <b>{status.dlq_depth}</b> commands; pending deletions: <b>{status.tombstones}"
             f"</b> (oldest {_age(status.oldest_tombstone_s) if status.tombstones else '-'}); partial blocks: "
             + (", ".join(f"{escape(t)}: {n}" for t, n in sorted(status.partial_blocks.items())) or "none")
-            + "</p>", _iceberg(status.iceberg), "</body></html>"]
+            + "</p>", _overlaps(status.overlaps), _iceberg(status.iceberg), "</body></html>"]
     return "".join(html)

@@ -34,6 +34,8 @@ class Status:
     tombstones: int = 0
     oldest_tombstone_s: float = 0.0
     partial_blocks: dict[str, int] = field(default_factory=dict)
+    overlaps: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Per tenant, indexed blocks that overlap where compaction will not merge them (the leader's last scan)."""
     kafka_error: str = ""
     iceberg: dict[str, Any] = field(default_factory=dict)
 
@@ -67,7 +69,8 @@ def _lag(config: ShaleConfig, offsets: list[dict[str, Any]]) -> str:
 
 
 def collect(service: MetastoreService, bucket: BucketReader, config: ShaleConfig,
-            partial_blocks: dict[str, int] | None = None, iceberg: dict[str, Any] | None = None) -> Status:
+            partial_blocks: dict[str, int] | None = None, iceberg: dict[str, Any] | None = None,
+            overlaps: dict[str, list[dict[str, Any]]] | None = None) -> Status:
     now = time.time()
     reader = service.state.reader
     status = Status(generated_at=now, node=service.status())
@@ -96,5 +99,6 @@ def collect(service: MetastoreService, bucket: BucketReader, config: ShaleConfig
     if tombstones:
         status.oldest_tombstone_s = now - min(t.created_at for t in tombstones) / 1000
     status.partial_blocks = dict(partial_blocks or {})
+    status.overlaps = dict(overlaps or {})
     status.iceberg = dict(iceberg or {})
     return status

@@ -16,6 +16,7 @@ from shale.metastore.commands import (
     Noop,
     OffsetRange,
     PartitionKey,
+    QuarantineBlocks,
     ReplaceBlocks,
     Result,
     SetActiveGeneration,
@@ -173,6 +174,23 @@ def test_replace_blocks_never_touches_another_tenants_sources(h: Harness) -> Non
     assert {m.id for m in h.sm.reader.tenant_blocks("beta")} == {theirs.id}
     assert {m.id for m in h.sm.reader.tenant_blocks("acme")} == {ours.id}
     assert h.sm.reader.tombstones() == []
+
+
+def test_quarantine_blocks_removes_them_from_the_index_without_tombstones(h: Harness) -> None:
+    a, b = meta(start=0), meta(start=100, end=200)
+    h.apply(AddBlocks(blocks=[a, b]))
+    first = h.apply(QuarantineBlocks(tenant="acme", block_ids=[a.id], reason="corrupt"))
+    state = h.sm.reader.state_hash(with_applied=False)
+    second = h.apply(QuarantineBlocks(tenant="acme", block_ids=[a.id], reason="corrupt"))
+    assert first.data == {"removed": [a.id]}
+    assert second.data == {"removed": []}
+    assert h.sm.reader.state_hash(with_applied=False) == state  # applied twice = applied once
+    assert h.sm.reader.get_block(a.id) is None
+    assert h.sm.reader.get_block(b.id) is not None
+    assert h.sm.reader.tombstones() == []  # nothing will ever delete its objects
+    other = h.apply(QuarantineBlocks(tenant="other", block_ids=[b.id]))
+    assert not other.ok and other.reason == "malformed"
+    assert h.sm.reader.get_block(b.id) is not None
 
 
 def test_a_backup_copies_the_state_without_waiting_for_the_state_lock(h: Harness, tmp_path: Path) -> None:
