@@ -2,9 +2,8 @@
 
 * every meta.json loads and validates (a corrupt or unknown-version meta.json is reported with its block);
 * every data object listed in meta.json exists with its size and CRC32 (``check_data``);
-* no two live blocks may hold the same record (``overlap.overlaps``: the same Kafka offsets within one scope, or
-  a shared compaction source); the seed's full-overlap rule does not explain such an overlap, and
-  ``shale bucket repair`` resolves it;
+* no two live blocks of one group and generation hold the same Kafka offsets (an overlap that the seed's
+  full-overlap rule does not explain would make readers see records twice);
 * partial blocks, blocks marked for deletion and orphan deletion marks are reported with their age;
 * quarantined blocks are reported with their damage as notes: ``shale bucket repair`` found their records nowhere
   else, readers skip them and nothing deletes them.
@@ -19,7 +18,6 @@ from dataclasses import asdict, dataclass
 
 from shale.block.fetcher import BlockState, BlockView, FetchResult
 from shale.block.layout import block_file_key
-from shale.block.overlap import overlaps
 from shale.block.writer import crc32_hex
 from shale.errors import NotFoundError
 from shale.objstore import BucketReader
@@ -54,8 +52,7 @@ class VerifyReport:
         return json.dumps({**asdict(self), "ok": self.ok})
 
 
-def check_files(bucket: BucketReader, view: BlockView) -> list[Problem]:
-    """Every data object meta.json lists: present, of its size, with its CRC32."""
+def _check_files(bucket: BucketReader, view: BlockView) -> list[Problem]:
     assert view.meta is not None
     problems = []
     for info in view.meta.files:
@@ -75,12 +72,33 @@ def check_files(bucket: BucketReader, view: BlockView) -> list[Problem]:
 
 
 def _kafka_overlaps(result: FetchResult) -> list[Problem]:
-    """Live blocks that may hold the same record (partition-group blocks of one batch share a Kafka range but hold
-    the records of different partition values: ``overlap`` compares ranges only within one scope)."""
-    live = [v.meta for v in result.in_state(BlockState.HEALTHY, BlockState.FRESH) if v.meta is not None]
-    return [Problem("kafka-overlap", result.tenant, o.second,
-                    f"{o.detail}; `shale bucket repair --tenant {result.tenant}` plans the fix")
-            for o in overlaps(live)]
+    """Live blocks holding the same offsets. Partition-group blocks of one batch share a Kafka range (each
+    holds the records of one partition value), so they are compared only with blocks of the same values."""
+    live = [v for v in result.in_state(BlockState.HEALTHY, BlockState.FRESH) if v.meta is not None]
+    ranges: dict[tuple[object, ...], list[tuple[int, int, str]]] = defaultdict(list)
+    for view in live:
+        assert view.meta is not None
+        if view.meta.group == "partition" and not view.meta.partition_values:
+            continue
+        pv = json.dumps(view.meta.partition_values, sort_keys=True)
+        for r in view.meta.kafka:
+            if r.end > r.start:
+                ranges[(view.meta.group, view.meta.generation, r.topic, r.partition, pv)].append(
+                    (r.start, r.end, view.id))
+    problems = []
+    for (group, generation, topic, partition, _), spans in ranges.items():
+        spans.sort()
+        reach, holder = spans[0][1], spans[0][2]  # the furthest end so far, and the block that reaches it
+        for start, end, block_id in spans[1:]:
+            if start < reach:
+                problems.append(Problem(
+                    "kafka-overlap", result.tenant, block_id,
+                    f"{group} generation {generation} {topic}[{partition}] offsets [{start},{min(reach, end)}) are in "
+                    f"both {holder} and {block_id}; if one is an uncommitted orphan, `shale bucket cleanup` with the "
+                    "metastore removes it"))
+            if end > reach:
+                reach, holder = end, block_id
+    return problems
 
 
 def verify_tenant(bucket: BucketReader, result: FetchResult, *, check_data: bool = True,
@@ -106,7 +124,7 @@ def verify_tenant(bucket: BucketReader, result: FetchResult, *, check_data: bool
         checkable = [v for v in result.blocks.values() if v.meta is not None and v.mark is None
                      and v.quarantine is None]
         with ThreadPoolExecutor(max_workers=concurrency) as pool:
-            for found in pool.map(lambda v: check_files(bucket, v), checkable):
+            for found in pool.map(lambda v: _check_files(bucket, v), checkable):
                 problems.extend(found)
     problems.extend(_kafka_overlaps(result))
     return VerifyReport(result.tenant, len(result.blocks), dict(states), problems)

@@ -27,7 +27,7 @@ from typing import Protocol
 from shale.block import BlockMeta, quarantine_mark_key, read_meta, write_deletion_mark, write_quarantine_mark
 from shale.errors import ShaleError
 from shale.failpoints import failpoint
-from shale.metastore.commands import QuarantineBlocks, ReplaceBlocks, Result, _Command
+from shale.metastore.commands import QuarantineBlocks, ReplaceBlocks, Result
 from shale.objstore import Bucket
 from shale.repair.build import Builder
 from shale.repair.model import REPAIR, BuildRequest, Plan, Step
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 class IndexCommands(Protocol):
     """The metastore's command path (the HTTP client and the embedded service both fit)."""
 
-    def submit(self, command: _Command) -> Result: ...
+    def submit(self, command: ReplaceBlocks | QuarantineBlocks) -> Result: ...
 
 
 @dataclass
@@ -71,7 +71,7 @@ class Applier:
             log.info("repair step done", extra={**extra, "reason": step.reason})
         return self.report
 
-    def _submit(self, command: _Command) -> Result:
+    def _submit(self, command: ReplaceBlocks | QuarantineBlocks) -> Result:
         result = self.index.submit(command)
         if not result.ok:
             raise ShaleError(f"the metastore refused {type(command).__name__}: {result.reason}: {result.message}")

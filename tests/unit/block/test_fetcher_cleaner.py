@@ -19,9 +19,13 @@ from shale.block import (
     block_file_key,
     deterministic_block_id,
     meta_key,
+    quarantine_mark_key,
     write_block,
     write_deletion_mark,
+    write_quarantine_mark,
 )
+from shale.block.marks import parse_mark
+from shale.errors import CorruptObjectError
 from shale.objstore import ObstoreBucket, open_bucket_url
 from shale.objstore.testing import DelayedVisibilityBucket
 
@@ -295,3 +299,32 @@ def test_a_steady_state_sync_costs_two_lists(bucket: ObstoreBucket, clock: Clock
     bucket.calls.reset()
     fetcher.sync("acme")
     assert bucket.calls.snapshot() == {"get": 0, "get_range": 0, "head": 0, "list": 2, "put": 0, "delete": 0}
+
+
+def test_a_quarantined_block_is_skipped_by_readers_and_never_deleted(bucket: ObstoreBucket, clock: Clock) -> None:
+    damaged = write_backup_block(bucket, "acme", "app", 0, 0, 10)
+    partial = write_backup_block(bucket, "acme", "app", 0, 10, 10)
+    unreadable = write_backup_block(bucket, "acme", "app", 0, 20, 10)
+    bucket.delete(meta_key("acme", partial.id))
+    write_quarantine_mark(bucket, "acme", damaged.id, clock(), ["checksum-mismatch: records-0.parquet"], "lost")
+    write_quarantine_mark(bucket, "acme", partial.id, clock(), ["meta.json: missing"], "lost")
+    bucket.put(quarantine_mark_key("acme", unreadable.id), b"{not json")
+    write_deletion_mark(bucket, "acme", damaged.id, clock(), "someone marked it too")
+    clock.advance(SYNC + DELETE + 1)
+    fetcher = _fetcher(bucket, clock)
+    result = fetcher.sync("acme")
+    assert {v.id: v.state for v in result.blocks.values()} == {
+        damaged.id: BlockState.QUARANTINED, partial.id: BlockState.QUARANTINED, unreadable.id: BlockState.QUARANTINED}
+    assert not any(v.readable for v in result.blocks.values())
+    view = result.blocks[damaged.id]
+    assert view.quarantine is not None
+    assert view.quarantine.damage == ["checksum-mismatch: records-0.parquet"]
+    assert "not valid" in (result.blocks[unreadable.id].quarantine.reason or "")  # type: ignore[union-attr]
+    cleaner = Cleaner(bucket, fetcher, DELETE, clock=clock)
+    for view_ in (None, MetastoreView(frozenset(), unclaimed=lambda m: "uncommitted")):
+        report = cleaner.run("acme", metastore=None if view_ is None else (lambda v=view_: v), force=True)
+        assert report.actions == [], report
+    assert len(list(bucket.list("acme/blocks/"))) == 2 + 1 + 2  # every object is still there
+    # A quarantine mark is not a deletion mark: the deletion-mark parser refuses it.
+    with pytest.raises(CorruptObjectError, match="deletion mark is not valid"):
+        parse_mark(bucket.get(quarantine_mark_key("acme", damaged.id)), "k")

@@ -17,6 +17,7 @@ from shale.block import (
     block_file_key,
     deterministic_block_id,
     write_block,
+    write_quarantine_mark,
 )
 from shale.block.verify import verify_tenant
 from shale.cli import cli
@@ -73,6 +74,18 @@ def test_overlap_detection_sees_spans_covered_by_an_earlier_long_block(bucket: O
     later = write_backup_block(bucket, "acme", "app", 0, 60, 10)
     report = verify_tenant(bucket, BlockFetcher(bucket, 0).sync("acme"), check_data=False)
     assert {p.block_id for p in report.problems if p.kind == "kafka-overlap"} == {inner.id, later.id}
+
+
+def test_a_quarantined_block_is_a_note_not_a_failure(bucket: ObstoreBucket) -> None:
+    good = write_backup_block(bucket, "acme", "app", 0, 0, 10)
+    key = block_file_key("acme", good.id, "records-0.parquet")
+    bucket.put(key, b"truncated")
+    assert not verify_tenant(bucket, BlockFetcher(bucket, 0).sync("acme")).ok
+    write_quarantine_mark(bucket, "acme", good.id, 0, ["size-mismatch: records-0.parquet"], "records nowhere else")
+    report = verify_tenant(bucket, BlockFetcher(bucket, 0).sync("acme"))
+    assert report.ok
+    assert [(p.kind, p.severe) for p in report.problems] == [("quarantined", False)]
+    assert "records nowhere else" in report.problems[0].detail
 
 
 def test_ls_inspect_mark_delete_and_cleanup(root: Path, bucket: ObstoreBucket) -> None:

@@ -189,7 +189,8 @@ def test_quarantine_blocks_removes_them_from_the_index_without_tombstones(h: Har
     assert h.sm.reader.get_block(b.id) is not None
     assert h.sm.reader.tombstones() == []  # nothing will ever delete its objects
     other = h.apply(QuarantineBlocks(tenant="other", block_ids=[b.id]))
-    assert not other.ok and other.reason == "malformed"
+    assert not other.ok
+    assert other.reason == "malformed"
     assert h.sm.reader.get_block(b.id) is not None
 
 
