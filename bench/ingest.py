@@ -29,6 +29,7 @@ from bench.common import progress, timed, write_result
 from bench.services import kafka_broker, minio_bucket
 from shale.config import BucketConfig, IngestConfig, ShaleConfig, SparkConfig
 from shale.demo import LOGHUB_FORMATS, loghub_lines
+from shale.dev import connector_conf
 from shale.ingest.job import IngestJob
 from shale.metastore import open_metastore
 from shale.spark import spark_session
@@ -103,7 +104,7 @@ def run() -> dict[str, Any]:
         create_topic(broker.bootstrap_servers, topic, PARTITIONS)
         progress(f"producing {RECORDS:,} records")
         size = _produce(broker.bootstrap_servers, topic)
-        spark = spark_session("shale-bench-ingest", SparkConfig(master="local[2]"))
+        spark = spark_session("shale-bench-ingest", SparkConfig(master="local[2]", conf=connector_conf()))
         progress("warming up Spark and its Python workers")
         spark.range(1000).mapInArrow(lambda it: it, "id long").count()
         raws, sinks, ours_runs, minio_runs = [], [], [], []

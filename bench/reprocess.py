@@ -17,6 +17,7 @@ from tests.integration.ingest_helpers import create_topic, produce_json
 from bench.common import progress, timed, write_result
 from bench.services import kafka_broker, minio_bucket
 from shale.config import IngestConfig, ParserRule, ShaleConfig, SparkConfig
+from shale.dev import connector_conf
 from shale.ingest.job import IngestJob
 from shale.metastore import open_metastore
 from shale.reprocess import ReprocessJob
@@ -39,7 +40,7 @@ def run() -> dict[str, Any]:
                              ingest=IngestConfig(topics=[topic], checkpoint_dir=str(Path(tmp) / "ckpt"),
                                                  max_records_per_batch=100_000,
                                                  parsers=[ParserRule(parser="json", options=OPTIONS)]))
-        spark = spark_session("shale-bench-reprocess", SparkConfig(master="local[2]"))
+        spark = spark_session("shale-bench-reprocess", SparkConfig(master="local[2]", conf=connector_conf()))
         metastore = open_metastore(config)
         progress("backup group")
         IngestJob(config, "backup", spark=spark, metastore=metastore).start(available_now=True).awaitTermination()

@@ -13,7 +13,7 @@ briefly unreachable, the leader changed); anything else will fail the same way u
     ├── ConflictError               a put-if-absent or conditional update lost against another writer
     ├── CorruptObjectError          an object that exists but fails validation (names the block/object)
     ├── CommandRejectedError        the metastore refused a command (offset gap, stale fencing token, ...)
-    ├── ServiceStartError           a development service (Kafka, MinIO, ...) did not become ready
+    ├── ServiceStartError           a service process (metastore node, Kafka, MinIO, Spark) did not start
     └── RetryableError              try again later
         ├── StoreUnavailableError   the object store answered 5xx or timed out
         ├── MetastoreUnavailableError

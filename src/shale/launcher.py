@@ -2,6 +2,8 @@
 
 Processes, in start order: the metastore (``shale metastore serve``, which also serves the status page), one
 ``shale ingest`` per configured group, and the compaction workers. The others reach the metastore over HTTP.
+``run.services`` selects which of them this machine runs (docs/DEPLOY.md): a machine without the metastore uses
+the configuration's remote metastore nodes.
 Each runs in its own process group; one that dies is restarted after ``run.restart_delay``. SIGTERM or SIGINT
 stops everything in reverse order (SIGTERM, then SIGKILL after a grace period) and leaves no process behind.
 """
@@ -19,7 +21,8 @@ from pathlib import Path
 import httpx
 
 from shale.config import ShaleConfig
-from shale.dev.process import ManagedProcess, free_port
+from shale.errors import ConfigError
+from shale.process import ManagedProcess, free_port
 
 log = logging.getLogger(__name__)
 
@@ -42,22 +45,28 @@ class Deployment:
     stop: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
-        m = self.config.metastore
-        http = f"http://{m.listen}"
-        remote = ["--set", "metastore.mode=remote", "--set", f'metastore.addresses=["{http}"]']
-        self.services.append(Service("metastore", ["metastore", "serve"], f"{http}/metrics"))
-        base = self.config.run.metrics_base_port
+        run, m = self.config.run, self.config.metastore
+        remote: list[str] = []  # without a local metastore, the configuration's metastore section is used as is
+        self.status_page = f"{m.addresses[0]}/ui"
+        if "metastore" in run.services:
+            http = f"http://{m.listen}"
+            remote = ["--set", "metastore.mode=remote", "--set", f'metastore.addresses=["{http}"]']
+            self.services.append(Service("metastore", ["metastore", "serve"], f"{http}/metrics"))
+            self.status_page = f"{http}/ui"
+        elif m.mode != "remote":
+            raise ConfigError("run.services does not start the metastore here, so metastore.mode must be "
+                              "'remote' with metastore.addresses naming the metastore nodes")
+        base = run.metrics_base_port
         ports = iter(range(base, base + 1000)) if base else iter(free_port, None)
-        for group in self.config.run.ingest_groups:
+        for group in run.ingest_groups if "ingest" in run.services else []:
             port = next(ports)
             self.services.append(Service(f"ingest-{group}", [*remote, "--set", f"ingest.metrics_port={port}",
                                                              "ingest", "--group", group],
                                          f"http://127.0.0.1:{port}/metrics"))
-        for i in range(self.config.run.compaction_workers):
+        for i in range(run.compaction_workers if "compaction" in run.services else 0):
             port = next(ports)
             self.services.append(Service(f"compact-{i}", [*remote, "--set", f"compaction.metrics_port={port}",
                                                           "compact"], f"http://127.0.0.1:{port}/metrics"))
-        self.status_page = f"{http}/ui"
 
     def _start(self, service: Service) -> None:
         command = [sys.executable, "-m", "shale.cli", *self.base_args, *service.args]
@@ -76,13 +85,13 @@ class Deployment:
 
     def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        metastore = self.services[0]
-        self._start(metastore)
-        assert metastore.process is not None
         health = f"http://{self.config.metastore.listen}/healthz"
-        metastore.process.wait_ready(lambda: httpx.get(health, timeout=1).status_code == 200, 60, "serving HTTP")
-        for service in self.services[1:]:
+        for service in self.services:
             self._start(service)
+            if service.name == "metastore":  # the others need it: wait until it serves
+                assert service.process is not None
+                service.process.wait_ready(lambda: httpx.get(health, timeout=1).status_code == 200, 60,
+                                           "serving HTTP")
 
     def supervise(self, poll: float = 1.0) -> None:
         """Restart processes that die, until stopped."""

@@ -15,8 +15,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from shale.config import BucketConfig, ShaleConfig, load_config
-from shale.dev import ManagedProcess
+from shale.dev import connector_conf
 from shale.failpoints import paused
+from shale.process import ManagedProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 JSON_PARSER = {"parser": "json", "options": {"time_field": "ts", "time_format": "epoch_s",
@@ -56,14 +57,16 @@ def produce_json(bootstrap: str, topic: str, count: int, invalid_every: int = 0,
 
 def write_config(path: Path, bootstrap: str, bucket: BucketConfig, topics: list[str],
                  metastore: dict[str, Any] | None = None, parsers_override: list[dict[str, Any]] | None = None,
-                 **ingest: Any) -> Path:
-    """A TOML config for one test: MinIO bucket, embedded metastore (unless ``metastore`` says otherwise) and
-    checkpoints under ``path``."""
+                 spark: dict[str, Any] | None = None, **ingest: Any) -> Path:
+    """A TOML config for one test: MinIO bucket, embedded metastore (unless ``metastore`` says otherwise),
+    checkpoints under ``path``, and Spark in local mode with the cached connector jars (``spark`` adds a master
+    and settings)."""
+    spark_conf = {**connector_conf(), **(spark or {}).get("conf", {})}
     data = {
         "bucket": bucket.model_dump(mode="json"),
         "kafka": {"bootstrap_servers": bootstrap},
         "metastore": metastore or {"data_dir": str(path / "metastore")},
-        "spark": {"master": "local[2]"},
+        "spark": {"master": (spark or {}).get("master", "local[2]")},
         "ingest": {"topics": topics, "checkpoint_dir": str(path / "checkpoints"), "trigger_interval": "1s",
                    "parsers": parsers_override or [JSON_PARSER], **ingest},
     }
@@ -74,7 +77,8 @@ def write_config(path: Path, bootstrap: str, bucket: BucketConfig, topics: list[
             if key == "parsers" or key == "retry":
                 continue
             lines.append(f"{key} = {json.dumps(value)}")
-    lines += ["[bucket.retry]", "attempts = 5"]
+    lines += ["[bucket.retry]", "attempts = 5", "[spark.conf]"]
+    lines += [f"{json.dumps(key)} = {json.dumps(value)}" for key, value in spark_conf.items()]
     for rule in data["ingest"]["parsers"]:  # type: ignore[union-attr]
         lines += ["[[ingest.parsers]]", f'parser = "{rule["parser"]}"',
                   "options = {" + ", ".join(f"{k} = {json.dumps(v)}" for k, v in rule["options"].items()) + "}"]

@@ -17,10 +17,10 @@ from shale.block import BlockMeta, block_file_key, read_dataset
 from shale.compaction.protocol import PollRequest
 from shale.compaction.worker import CompactionWorker
 from shale.config import BucketConfig, CompactionConfig, ShaleConfig
-from shale.dev import ManagedProcess
 from shale.failpoints import paused
 from shale.metastore import AddBlocks, MetastoreService, open_metastore
 from shale.objstore import ObstoreBucket, open_bucket
+from shale.process import ManagedProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 

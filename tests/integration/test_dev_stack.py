@@ -8,7 +8,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from shale.cli import cli
-from shale.dev.process import pid_alive
+from shale.process import pid_alive
 
 
 def test_dev_up_status_down(tmp_path: Path) -> None:

@@ -22,9 +22,9 @@ from tests.integration.ingest_helpers import create_topic, produce_json
 from tests.promql_eval import SeriesStore, evaluate
 
 from shale.config import BucketConfig
-from shale.dev import ManagedProcess, free_port
-from shale.dev.process import pid_alive
+from shale.dev import connector_conf
 from shale.metastore import MetastoreClient
+from shale.process import ManagedProcess, free_port, pid_alive
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = {r["alert"]: r["expr"] for r in yaml.safe_load(
@@ -41,6 +41,7 @@ def _documented() -> list[tuple[str, str, bool]]:
 
 
 def _config(tmp: Path, bootstrap: str, bucket: BucketConfig, topic: str, port: int) -> Path:
+    jars = connector_conf()["spark.jars"]
     text = f"""
 [bucket]
 url = "{bucket.url}"
@@ -61,6 +62,7 @@ dlq_interval = "2s"
 bucket_scan_interval = "5s"
 [spark]
 master = "local[1]"
+conf = {{"spark.jars" = "{jars}"}}
 [ingest]
 topics = ["{topic}"]
 checkpoint_dir = "{tmp / 'checkpoints'}"

@@ -29,6 +29,7 @@ from shale.block import (
     read_dataset,
     write_block,
 )
+from shale.failpoints import failpoint
 from shale.objstore import Bucket
 
 READ_THREADS = 8
@@ -135,6 +136,7 @@ class RssWatch:
 
 
 def merge_blocks(bucket: Bucket, sources: list[BlockMeta], *, job: str, token: int, level: int) -> MergeResult:
+    failpoint("compaction.merge")
     started = time.perf_counter()
     with RssWatch() as rss:
         parts: dict[str, list[tuple[BlockMeta, Dataset]]] = defaultdict(list)

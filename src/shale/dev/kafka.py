@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shale.dev.fetch import fetch_kafka
-from shale.dev.process import ManagedProcess, free_port, port_open
 from shale.errors import ServiceStartError
+from shale.process import ManagedProcess, free_port, port_open
 
 READY_TIMEOUT_S = 90.0
 

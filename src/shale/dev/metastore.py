@@ -10,9 +10,9 @@ from pathlib import Path
 import httpx
 
 from shale.config import BucketConfig
-from shale.dev.process import ManagedProcess, free_port
 from shale.errors import ServiceStartError
 from shale.metastore.client import MetastoreClient
+from shale.process import ManagedProcess, free_port
 
 READY_TIMEOUT_S = 60.0
 
