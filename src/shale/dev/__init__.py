@@ -8,7 +8,7 @@ needed in production, where Kafka, the bucket and Spark already exist; no module
 
 from shale.dev.kafka import KafkaBroker
 from shale.dev.minio import MinioServer
-from shale.dev.spark_cluster import SparkStandalone, connector_conf
+from shale.dev.spark_cluster import SparkStandalone, connector_conf, driver_conf
 from shale.dev.stack import DevStack, StackState
 
-__all__ = ["DevStack", "KafkaBroker", "MinioServer", "SparkStandalone", "StackState", "connector_conf"]
+__all__ = ["DevStack", "KafkaBroker", "MinioServer", "SparkStandalone", "StackState", "connector_conf", "driver_conf"]
