@@ -6,7 +6,7 @@ import importlib
 import subprocess
 import sys
 
-BENCHMARKS = ["fetcher_sync", "metastore", "ingest", "compaction", "bucket_index", "query", "reprocess"]
+BENCHMARKS = ["fetcher_sync", "metastore", "ingest", "compaction", "bucket_index", "query", "reprocess", "cluster"]
 
 
 def main(argv: list[str]) -> int:

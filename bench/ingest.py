@@ -40,7 +40,7 @@ BATCH = 500_000
 ROUNDS = 3
 
 
-def _produce(bootstrap: str, topic: str) -> int:
+def produce_records(bootstrap: str, topic: str) -> int:
     lines = [line for sample in LOGHUB_FORMATS for line in loghub_lines(sample)]
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
                          "compression.type": "lz4", "queue.buffering.max.messages": 500_000})
@@ -103,7 +103,7 @@ def run() -> dict[str, Any]:
         topic = "bench"
         create_topic(broker.bootstrap_servers, topic, PARTITIONS)
         progress(f"producing {RECORDS:,} records")
-        size = _produce(broker.bootstrap_servers, topic)
+        size = produce_records(broker.bootstrap_servers, topic)
         spark = spark_session("shale-bench-ingest", SparkConfig(master="local[2]", conf=connector_conf()))
         progress("warming up Spark and its Python workers")
         spark.range(1000).mapInArrow(lambda it: it, "id long").count()

@@ -6,6 +6,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -100,6 +101,18 @@ class MetastoreCluster:
             time.sleep(0.1)
         raise ServiceStartError(f"the metastore cluster elected no leader within {timeout:.0f}s; logs in "
                                 f"{self.directory}")
+
+    def stop_node(self, i: int) -> None:
+        """Stop node ``i`` gracefully (SIGTERM, as ``systemctl stop`` does): one step of a rolling restart."""
+        process = self.processes[i]
+        if process is not None:
+            process.stop()
+        self.processes[i] = None
+
+    def status(self, i: int) -> dict[str, Any]:
+        """Node ``i``'s ``/v1/status`` (role, leader, term, applied index)."""
+        body: dict[str, Any] = httpx.get(self.addresses[i] + "/v1/status", timeout=5).json()
+        return body
 
     def kill9(self, i: int) -> None:
         process = self.processes[i]
