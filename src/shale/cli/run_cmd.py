@@ -15,8 +15,8 @@ from shale.cli.common import get_config, shale_errors
 @click.pass_context
 @shale_errors
 def run(ctx: click.Context, log_dir: Path) -> None:
-    """Start the metastore (with the status page), both ingest groups and a compaction worker; stop them all
-    cleanly on SIGTERM or Ctrl-C."""
+    """Start the metastore (with the status page), both ingest groups and a compaction worker (or what
+    run.services lists); stop them all cleanly on SIGTERM or Ctrl-C."""
     from shale.launcher import run_deployment
 
     config = get_config(ctx)
