@@ -10,7 +10,7 @@ the driver stays in the benchmark process: client mode). Both have two task slot
 the ratio is the cluster's overhead (executor JVMs beside the driver's, tasks and results over the network, the
 connector jars served by the driver), not a speed-up. Each run is its own process and Spark application, timed
 from the job's start to its end (session start-up and the executors' Python-worker warm-up are excluded from
-both); the modes alternate over two rounds and the faster run of each is reported.
+both); the modes alternate over three rounds and the fastest run of each is reported.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from shale.metastore import open_metastore
 from shale.spark import spark_session
 
 BATCH = 500_000
-ROUNDS = 2
+ROUNDS = 3
 WORKERS = 2
 
 

@@ -25,6 +25,7 @@ def test_kafka_sessions_resolve_the_connector_unless_jars_are_configured() -> No
     assert conf["spark.jars.packages"] == KAFKA_CONNECTOR_PACKAGE
     assert "spark.jars" not in conf
     assert "spark.driver.host" not in conf  # a cluster driver binds where the operator says, not to loopback
+    assert conf["spark.locality.wait"] == "0s"  # no idle executor waiting for a Kafka partition's old one
     given = session_conf(SparkConfig(conf={"spark.jars": "/opt/jars/a.jar"}), kafka=True)
     assert given["spark.jars"] == "/opt/jars/a.jar"
     assert "spark.jars.packages" not in given
