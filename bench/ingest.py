@@ -40,12 +40,12 @@ BATCH = 500_000
 ROUNDS = 3
 
 
-def produce_records(bootstrap: str, topic: str) -> int:
+def produce_records(bootstrap: str, topic: str, count: int = RECORDS) -> int:
     lines = [line for sample in LOGHUB_FORMATS for line in loghub_lines(sample)]
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
                          "compression.type": "lz4", "queue.buffering.max.messages": 500_000})
     size = 0
-    for i in range(RECORDS):
+    for i in range(count):
         value = lines[i % len(lines)]
         size += len(value)
         while True:
