@@ -8,7 +8,8 @@ the ``shale`` package in a Python environment):
   interpreter running the driver. PySpark sends it with every Python function, so executors start that one.
 * **the Kafka connector jars** (ingest only): ``spark.jars`` (files on the driver machine, which the driver serves
   to its executors) or ``spark.jars.packages`` (Maven coordinates that Spark resolves on the driver at start-up).
-  When neither is configured, ``KAFKA_CONNECTOR_PACKAGE`` is used. Shale itself never runs Maven.
+  When neither is configured, ``KAFKA_CONNECTOR_PACKAGE`` is used (with ``KAFKA_CONNECTOR_EXCLUDES``). Shale itself
+  never runs Maven.
 * **the bucket and the rest of the configuration**: pickled into the task closures (``BucketConfig``,
   ``GroupSpec``, compaction and reprocess payloads); a task never reads the driver's config file or environment.
   With ``bucket.access_key_id`` empty, each executor uses its own machine's credentials (instance profile,
@@ -31,8 +32,14 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 # Spark's Kafka connector for the pinned pyspark (4.0.0, Scala 2.13). Spark's resolver adds what its pom
-# declares: spark-token-provider-kafka-0-10_2.13 4.0.0, kafka-clients 3.9.0 and commons-pool2 2.12.0 (docs/DEPLOY.md).
+# declares: spark-token-provider-kafka-0-10_2.13 4.0.0, kafka-clients 3.9.0 and commons-pool2 2.12.0, and seven
+# libraries pyspark 4.0.0 already ships in the very same versions, excluded so that no class is on the classpath
+# twice: the resolved set is the same four jars as the development cache's (docs/DEPLOY.md).
 KAFKA_CONNECTOR_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0"
+KAFKA_CONNECTOR_EXCLUDES = ",".join([
+    "org.apache.hadoop:hadoop-client-api", "org.apache.hadoop:hadoop-client-runtime", "org.lz4:lz4-java",
+    "org.xerial.snappy:snappy-java", "org.slf4j:slf4j-api", "com.google.code.findbugs:jsr305",
+    "org.scala-lang.modules:scala-parallel-collections_2.13"])
 LOOPBACK = "127.0.0.1"
 
 _DEFAULTS = {
@@ -70,6 +77,7 @@ def session_conf(config: SparkConfig, *, kafka: bool, extra_conf: dict[str, str]
     conf.update(extra_conf or {})
     if kafka and "spark.jars" not in conf and "spark.jars.packages" not in conf:
         conf["spark.jars.packages"] = KAFKA_CONNECTOR_PACKAGE
+        conf.setdefault("spark.jars.excludes", KAFKA_CONNECTOR_EXCLUDES)
     conf.setdefault("spark.pyspark.python", sys.executable)
     return conf
 

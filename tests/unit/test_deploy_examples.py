@@ -13,7 +13,7 @@ import pytest
 from shale.cli import cli
 from shale.config import load_config
 from shale.launcher import Deployment
-from shale.spark import KAFKA_CONNECTOR_PACKAGE
+from shale.spark import KAFKA_CONNECTOR_PACKAGE, session_conf
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 CONFIG = DEPLOY / "config" / "shale.toml"
@@ -38,7 +38,7 @@ def test_each_metastore_member_is_one_of_the_members(member: str) -> None:
 def test_an_application_machine_runs_ingest_and_compaction_on_the_cluster(tmp_path: Path) -> None:
     config = load_config(CONFIG, env=_env("app.env"))
     assert config.spark.master.startswith("spark://")
-    assert config.spark.conf["spark.jars.packages"] == KAFKA_CONNECTOR_PACKAGE
+    assert session_conf(config.spark, kafka=True)["spark.jars.packages"] == KAFKA_CONNECTOR_PACKAGE
     services = [s.name for s in Deployment(config, [], tmp_path).services]
     assert services == ["ingest-backup", "ingest-partition", "compact-0"]
 

@@ -23,6 +23,7 @@ def test_connector_package_is_the_pinned_pyspark_version() -> None:
 def test_kafka_sessions_resolve_the_connector_unless_jars_are_configured() -> None:
     conf = session_conf(SparkConfig(master="spark://h:7077"), kafka=True)
     assert conf["spark.jars.packages"] == KAFKA_CONNECTOR_PACKAGE
+    assert "org.apache.hadoop:hadoop-client-runtime" in conf["spark.jars.excludes"]  # pyspark ships it
     assert "spark.jars" not in conf
     assert "spark.driver.host" not in conf  # a cluster driver binds where the operator says, not to loopback
     assert conf["spark.locality.wait"] == "0s"  # no idle executor waiting for a Kafka partition's old one
@@ -31,6 +32,7 @@ def test_kafka_sessions_resolve_the_connector_unless_jars_are_configured() -> No
     assert "spark.jars.packages" not in given
     packages = session_conf(SparkConfig(conf={"spark.jars.packages": "g:a:1"}), kafka=True)
     assert packages["spark.jars.packages"] == "g:a:1"
+    assert "spark.jars.excludes" not in packages
     assert "spark.jars.packages" not in session_conf(SparkConfig(), kafka=False)
 
 
