@@ -83,11 +83,15 @@ def session_conf(config: SparkConfig, *, kafka: bool, extra_conf: dict[str, str]
 
 
 def check_shared_bucket(config: SparkConfig, bucket: BucketConfig) -> None:
-    """A cluster's executors must reach the bucket the driver uses: a ``memory://`` bucket lives in one process."""
-    if not _local(config.master) and urlparse(bucket.url).scheme == "memory":
-        raise ConfigError(f"bucket.url = {bucket.url!r}: a memory bucket exists in one process only, and "
-                          f"spark.master = {config.master!r} runs tasks in other processes; use s3://, gs:// or az:// "
-                          "(or file:// on a filesystem every Spark worker mounts at the same path)")
+    """A cluster's executors must reach the bucket the driver uses: a ``memory://`` bucket lives in one process, and
+    a relative ``file://`` path would resolve against each executor's own working directory."""
+    if _local(config.master):
+        return
+    parsed = urlparse(bucket.url)
+    if parsed.scheme == "memory" or (parsed.scheme == "file" and not bucket.url.removeprefix("file://").startswith("/")):
+        raise ConfigError(f"bucket.url = {bucket.url!r} cannot be shared with the executors of spark.master = "
+                          f"{config.master!r}, which run in other processes and directories; use s3://, gs:// or "
+                          "az:// (or file:///absolute/path on a filesystem every Spark worker mounts)")
 
 
 def spark_session(

@@ -87,7 +87,7 @@ def test_rolling_restart_of_a_three_node_metastore_during_ingest(kafka, minio_bu
             ingesting(observer.total())  # ingestion goes on with two of three nodes
             cluster.start_node(node)  # same data directory and ports: it replays its journal and catches up
             target = cluster.status(cluster.wait_leader())["applied_index"]
-            wait_for(lambda n=node, t=target: cluster.status(n)["applied_index"] >= t, 120,  # type: ignore[misc]
+            wait_for(lambda n=node, t=target: cluster.status(n)["applied_index"] >= t, 120,
                      f"node {node} did not catch up to index {target}")
         ingesting(observer.total())  # and after the last restart
         stop_producing.set()

@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 from tests.integration.cluster_helpers import (
+    Record,
     bucket_records,
     healthy_blocks,
     offsets,
@@ -39,7 +40,7 @@ def _bucket(minio: MinioServer) -> BucketConfig:
 
 
 def _pipeline(config: Path, work: Path, topic: str) -> None:
-    """Both ingest groups, a reprocess of ``topic`` into generation 2, then compaction until idle."""
+    """Both ingest groups, then a reprocess of ``topic`` into generation 2."""
     for group in ("backup", "partition"):
         run_shale(config, ["ingest", "--group", group, "--available-now"], work / f"ingest-{group}.log")
     options = [a for option in JSON_OPTIONS for a in ("--parser-option", option)]
@@ -70,7 +71,7 @@ def test_every_application_gives_the_same_records_on_the_cluster_as_in_local_mod
     cluster_config = config_of(configs["cluster"])
     assert cluster_config.spark.master.startswith("spark://")
 
-    before: dict[str, dict[str, Counter]] = {}  # type: ignore[type-arg]
+    before: dict[str, dict[str, Counter[Record]]] = {}
     for mode in modes:
         _pipeline(configs[mode], tmp_path / mode, orders)
         before[mode] = {name: bucket_records(buckets[mode], group, generation, kind) for name, group, generation, kind

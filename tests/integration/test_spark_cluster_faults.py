@@ -17,6 +17,7 @@ from pathlib import Path
 
 from tests.factories import write_backup_block
 from tests.integration.cluster_helpers import (
+    Record,
     bucket_records,
     executor_lost,
     finished,
@@ -97,7 +98,7 @@ def _topic(bootstrap: str) -> str:
     return topic
 
 
-def _blocks_to_compact(bucket_config: BucketConfig, config_file: Path) -> Counter:  # type: ignore[type-arg]
+def _blocks_to_compact(bucket_config: BucketConfig, config_file: Path) -> Counter[Record]:
     """40 level-0 backup blocks (4 jobs of 10), indexed in the metastore; returns their records."""
     bucket = open_bucket(bucket_config)
     metas = [write_backup_block(bucket, "acme", "app", i % 2, (i // 2) * 50, 50) for i in range(40)]
@@ -105,7 +106,7 @@ def _blocks_to_compact(bucket_config: BucketConfig, config_file: Path) -> Counte
     return bucket_records(bucket_config, "backup")
 
 
-def _compacted(bucket_config: BucketConfig, config_file: Path, before: Counter) -> None:  # type: ignore[type-arg]
+def _compacted(bucket_config: BucketConfig, config_file: Path, before: Counter[Record]) -> None:
     assert bucket_records(bucket_config, "backup") == before  # the same records, none twice
     assert Counter(m.level for m in healthy_blocks(bucket_config)) == {1: 4}
     assert open_metastore(config_of(config_file)).compaction_jobs() == []  # every job completed

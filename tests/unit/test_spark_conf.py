@@ -54,8 +54,11 @@ def test_failpoints_of_the_driver_reach_executors(monkeypatch: pytest.MonkeyPatc
     assert conf["spark.executorEnv.SHALE_FAILPOINT_DIR"] == "/tmp/points"
 
 
-def test_a_memory_bucket_is_refused_on_a_cluster() -> None:
+def test_a_bucket_executors_cannot_share_is_refused_on_a_cluster() -> None:
+    cluster = SparkConfig(master="spark://h:7077")
     check_shared_bucket(SparkConfig(master="local[2]"), BucketConfig(url="memory://x"))
-    check_shared_bucket(SparkConfig(master="spark://h:7077"), BucketConfig(url="s3://b"))
-    with pytest.raises(ConfigError, match="memory bucket exists in one process only"):
-        check_shared_bucket(SparkConfig(master="spark://h:7077"), BucketConfig(url="memory://x"))
+    check_shared_bucket(cluster, BucketConfig(url="s3://b"))
+    check_shared_bucket(cluster, BucketConfig(url="file:///mnt/shared/bucket"))
+    for url in ("memory://x", "file://.shale/bucket"):
+        with pytest.raises(ConfigError, match="cannot be shared with the executors"):
+            check_shared_bucket(cluster, BucketConfig(url=url))
