@@ -17,7 +17,7 @@ def layers() -> dict[str, int]:
     section = design[design.index("## 1. Components and layering"):design.index("## 2.")]
     block = section.split("```")[1]
     found: dict[str, int] = {}
-    for rank, line in enumerate(l for l in block.splitlines() if l.strip()):
+    for rank, line in enumerate(text for text in block.splitlines() if text.strip()):
         for name in re.findall(r"shale\.(\w+)", line.split("  ")[0]):
             found[name] = rank
     return found

@@ -35,14 +35,12 @@ from shale.errors import (
     QueryTimeoutError,
 )
 from shale.metastore import auth
-from shale.metastore.commands import decode
+from shale.metastore.commands import CLIENT_COMMANDS, decode
 from shale.metastore.service import MetastoreService
 
 AUTH_FAILURES = Counter("shale_metastore_auth_failures_total", "API calls refused before they ran, by route and "
                         "reason: missing or unknown token (401), forbidden (403), too-large body (413).",
                         ["route", "reason"])
-CLIENT_COMMANDS = {"Noop", "AddBlocks", "CommitIngestBatch", "ReplaceBlocks", "DeleteTombstones",
-                   "SetCompactionFailureLimit", "SetActiveGeneration", "AcknowledgeOffsetLoss"}
 
 
 class _BodyLimit:

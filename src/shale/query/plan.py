@@ -25,8 +25,15 @@ Kind = Literal["records", "quarantine"]
 
 
 class BlockSource(Protocol):
+    """Where a query finds its blocks: the metastore, a read-only view of its state, or a bucket index. Every
+    source answers both questions, so every source returns the same rows."""
+
     def query_blocks(self, tenants: Sequence[str], start: int, end: int, selector: str = "",
                      group: str | None = None) -> list[BlockMeta]: ...
+
+    def generation_rules(self, tenant: str) -> list[tuple[str, int, int, int]]:
+        """The tenant's generation switches, oldest first: (topic, start ms, end ms, generation)."""
+        ...
 
 
 @dataclass(frozen=True)

@@ -57,8 +57,7 @@ class Query:
 
     def plan(self, source: BlockSource) -> QueryPlan:
         blocks = source.query_blocks([self.tenant], self.start, self.end, self.selector, group=self.group)
-        rules_of = getattr(source, "generation_rules", None)
-        rules = rules_of(self.tenant) if rules_of is not None and self.group == "partition" else []
+        rules = source.generation_rules(self.tenant) if self.group == "partition" else []
         plan = plan_query(blocks, self.group, self.kind, self.columns, rules=rules,
                           default_generation=self.default_generation, start=self.start, end=self.end)
         self.stats.blocks = len({p.block.id for p in plan.parts})
