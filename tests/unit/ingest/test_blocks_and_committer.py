@@ -14,10 +14,12 @@ from tests.factories import BASE_MS, backup_table
 from shale.block import read_dataset
 from shale.config import BucketConfig, IngestConfig, ParserRule, TenantRule
 from shale.errors import ConfigError, MetastoreUnavailableError
+from shale.index import OffsetRow
 from shale.ingest.blocks import Chunk, GroupSpec, write_chunk
 from shale.ingest.committer import Committer, IngestConflictError
 from shale.ingest.tenants import TenantMapper
 from shale.metastore import (
+    Command,
     CommitIngestBatch,
     DeadLetterQueue,
     MetastoreService,
@@ -154,22 +156,24 @@ def test_records_with_an_invalid_tenant_header_are_quarantined(bucket_config: Bu
 
 
 class FlakyMetastore:
-    """An embedded metastore that can be switched off (as if unreachable)."""
+    """An embedded metastore that can be switched off (as if unreachable): the committer's ``CommitTarget``."""
 
     def __init__(self, path: Path) -> None:
         state = StateMachine(path)
         self.inner = MetastoreService(state, SingleNodeLog(state))
         self.up = True
 
-    def __getattr__(self, name: str) -> object:
+    def _check(self) -> None:
         if not self.up:
             raise MetastoreUnavailableError("down")
-        return getattr(self.inner, name)
 
-    def submit_bytes(self, data: bytes) -> Result:
-        if not self.up:
-            raise MetastoreUnavailableError("down")
-        return self.inner.submit_bytes(data)
+    def submit(self, command: Command) -> Result:
+        self._check()
+        return self.inner.submit(command)
+
+    def offsets(self, group: str | None = None, generation: int | None = None) -> list[OffsetRow]:
+        self._check()
+        return self.inner.offsets(group, generation)
 
 
 def _batch(start: int, end: int) -> CommitIngestBatch:
@@ -180,7 +184,7 @@ def _batch(start: int, end: int) -> CommitIngestBatch:
 def test_committer_falls_back_to_the_dlq_in_order_and_drains_it(tmp_path: Path) -> None:
     metastore = FlakyMetastore(tmp_path / "s.db")
     dlq = DeadLetterQueue(open_bucket(BucketConfig(url=f"memory://dlq-{uuid.uuid4().hex}")))
-    committer = Committer(metastore, dlq, "backup", 1)  # type: ignore[arg-type]
+    committer = Committer(metastore, dlq, "backup", 1)
     assert committer.load() == {}
     assert committer.commit(_batch(0, 10)) == "committed"
     metastore.up = False
@@ -196,7 +200,7 @@ def test_committer_falls_back_to_the_dlq_in_order_and_drains_it(tmp_path: Path) 
 
 def test_committer_stops_on_a_rejected_batch(tmp_path: Path) -> None:
     metastore = FlakyMetastore(tmp_path / "s.db")
-    committer = Committer(metastore, None, "backup", 1)  # type: ignore[arg-type]
+    committer = Committer(metastore, None, "backup", 1)
     committer.commit(_batch(0, 10))
     with pytest.raises(IngestConflictError, match="would never be stored"):
         committer.commit(_batch(15, 20))
