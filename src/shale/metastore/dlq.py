@@ -52,7 +52,7 @@ class DeadLetterQueue:
         self.bucket.put_if_absent(key, encode(command))
         DLQ_EVENTS.labels("enqueued").inc()
         log.warning("metastore unreachable: command written to the dead letter queue",
-                    extra={"key": key, "command": getattr(command, "kind", "?")})
+                    extra={"key": key, "command": command.kind})
         return key
 
     def pending(self, stream: str | None = None) -> list[str]:
