@@ -68,12 +68,10 @@ def _raw_consumer(bootstrap: str, topic: str) -> float:
 def _shale(spark: Any, bootstrap: str, topic: str, bucket: BucketConfig, work: Path) -> float:
     config = ShaleConfig(bucket=bucket, kafka={"bootstrap_servers": bootstrap},  # type: ignore[arg-type]
                          metastore={"data_dir": str(work / "metastore")},  # type: ignore[arg-type]
-                         ingest=IngestConfig(topics=[topic], checkpoint_dir=str(work / "checkpoints"),
-                                             max_records_per_batch=BATCH))
+                         ingest=IngestConfig(topics=[topic], max_records_per_batch=BATCH))
     job = IngestJob(config, "backup", spark=spark, metastore=open_metastore(config))
     with timed() as t:
-        query = job.start(available_now=True)
-        query.awaitTermination()
+        job.run(available_now=True)
     committed = sum(o.committed_end for o in job.metastore.offsets("backup", 1))
     assert committed == RECORDS, committed
     return t[0]
