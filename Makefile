@@ -44,7 +44,8 @@ $(STAMP): pyproject.toml constraints.txt
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
-# Kafka and Spark-connector jars from Maven Central, MinIO built with go install; each fetched once.
+# Kafka and Spark-connector jars from Maven Central, MinIO and promtool built with go install; each fetched once,
+# all side by side.
 deps:
 	$(PY) src/shale/dev/fetch.py all
 

@@ -7,7 +7,7 @@ same run (seed 001's motivation).
   one: a LIST of its blocks, a LIST of its markers and a GET of every meta.json, 16 GETs at a time.
 
 Both end with the same readable blocks for every tenant (checked). The blocks are tiny (one record each), since
-only the number of objects matters here; the indexes were written by ``MetastoreIndexWriter`` from the metas
+only the number of objects matters here; the indexes were written by ``BucketIndexWriter`` from the metas
 the writes returned (the metastore's view), before the clocks start.
 """
 
@@ -22,7 +22,7 @@ from tests.factories import write_backup_block
 from bench.common import progress, timed, write_result
 from bench.services import minio_bucket
 from shale.block import BlockFetcher, BlockMeta, bucket_index_key
-from shale.bucketindex import BucketIndexReader, MetastoreIndexWriter
+from shale.bucketindex import BucketIndexReader, BucketIndexWriter
 from shale.config import BucketIndexConfig
 from shale.index import TombstoneRow
 from shale.objstore import open_bucket
@@ -58,7 +58,7 @@ def run() -> dict[str, Any]:
         jobs = [(tenant, n) for n in range(BLOCKS) for tenant in tenants]
         with ThreadPoolExecutor(CONCURRENCY) as pool:
             metas = list(pool.map(lambda job: write_backup_block(bucket, job[0], "app", 0, job[1], 1), jobs))
-        writer = MetastoreIndexWriter(bucket, _WrittenBlocks(metas), BucketIndexConfig(debounce=0, deltas=False))
+        writer = BucketIndexWriter(bucket, _WrittenBlocks(metas), BucketIndexConfig(debounce=0, deltas=False))
         assert sorted(writer.run_once()) == tenants
         index_bytes = sum(bucket.head(bucket_index_key(t)).size for t in tenants) / TENANTS
         progress(f"wrote {len(metas)} blocks and {TENANTS} indexes of {index_bytes / 1024:.0f} KiB on average")

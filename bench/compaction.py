@@ -38,7 +38,7 @@ from shale.block import (
     write_block,
 )
 from shale.block.schemas import BACKUP_SCHEMA
-from shale.compaction.worker import CompactionWorker
+from shale.compactor.worker import CompactionWorker
 from shale.config import BucketConfig, CompactionConfig, ShaleConfig, SparkConfig
 from shale.demo import LOGHUB_FORMATS, loghub_lines
 from shale.metastore import AddBlocks, MetastoreService, open_metastore
@@ -71,7 +71,7 @@ def _block(bucket: ObstoreBucket, i: int, lines: list[bytes]) -> BlockMeta:
 
 
 def _warm_up(bucket_config: BucketConfig) -> str:
-    import shale.compaction.merge  # noqa: F401
+    import shale.compactor.merge  # noqa: F401
 
     return task_bucket(bucket_config).url
 

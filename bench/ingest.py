@@ -22,8 +22,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from tests.integration.ingest_helpers import create_topic
+from tests.producing import CheckedProducer
 
 from bench.common import progress, timed, write_result
 from bench.services import kafka_broker, minio_bucket
@@ -42,18 +43,13 @@ ROUNDS = 3
 
 def produce_records(bootstrap: str, topic: str, count: int = RECORDS) -> int:
     lines = [line for sample in LOGHUB_FORMATS for line in loghub_lines(sample)]
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
-                         "compression.type": "lz4", "queue.buffering.max.messages": 500_000})
+    producer = CheckedProducer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
+                                "compression.type": "lz4", "queue.buffering.max.messages": 500_000})
     size = 0
     for i in range(count):
         value = lines[i % len(lines)]
         size += len(value)
-        while True:
-            try:
-                producer.produce(topic, value=value, partition=i % PARTITIONS)
-                break
-            except BufferError:
-                producer.poll(0.1)  # the local queue is full: let deliveries drain
+        producer.produce(topic, value, partition=i % PARTITIONS)
     producer.flush(300)
     return size
 
@@ -73,12 +69,10 @@ def _raw_consumer(bootstrap: str, topic: str) -> float:
 def _shale(spark: Any, bootstrap: str, topic: str, bucket: BucketConfig, work: Path) -> float:
     config = ShaleConfig(bucket=bucket, kafka={"bootstrap_servers": bootstrap},  # type: ignore[arg-type]
                          metastore={"data_dir": str(work / "metastore")},  # type: ignore[arg-type]
-                         ingest=IngestConfig(topics=[topic], checkpoint_dir=str(work / "checkpoints"),
-                                             max_records_per_batch=BATCH))
+                         ingest=IngestConfig(topics=[topic], max_records_per_batch=BATCH))
     job = IngestJob(config, "backup", spark=spark, metastore=open_metastore(config))
     with timed() as t:
-        query = job.start(available_now=True)
-        query.awaitTermination()
+        job.run(available_now=True)
     committed = sum(o.committed_end for o in job.metastore.offsets("backup", 1))
     assert committed == RECORDS, committed
     return t[0]

@@ -13,6 +13,8 @@ briefly unreachable, the leader changed); anything else will fail the same way u
     ├── ConflictError               a put-if-absent or conditional update lost against another writer
     ├── CorruptObjectError          an object that exists but fails validation (names the block/object)
     ├── CommandRejectedError        the metastore refused a command (offset gap, stale fencing token, ...)
+    ├── AccessDeniedError           the metastore refused the caller: no valid token (401) or the wrong role (403)
+    ├── QueryTimeoutError           a metastore query ran past metastore.query_timeout
     ├── ServiceStartError           a service process (metastore node, Kafka, MinIO, Spark) did not start
     └── RetryableError              try again later
         ├── StoreUnavailableError   the object store answered 5xx or timed out
@@ -58,6 +60,19 @@ class CommandRejectedError(ShaleError):
     def __init__(self, message: str, *, reason: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class AccessDeniedError(ShaleError):
+    """The metastore refused the caller. ``status`` is 401 (no valid token) or 403 (the token's role or scope does
+    not allow the call; the message names the role or tenant needed)."""
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class QueryTimeoutError(ShaleError):
+    """A query ran past its deadline and was stopped. Narrow it (time range, tenants, selector) and ask again."""
 
 
 class ServiceStartError(ShaleError):

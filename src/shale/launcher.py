@@ -6,22 +6,34 @@ Processes, in start order: the metastore (``shale metastore serve``, which also 
 the configuration's remote metastore nodes.
 Each runs in its own process group; one that dies is restarted after ``run.restart_delay``. SIGTERM or SIGINT
 stops everything in reverse order (SIGTERM, then SIGKILL after a grace period) and leaves no process behind.
+
+Secrets never go on a child's command line: each ingest group and compaction worker gets a token of its own
+(role ingest for its group, role compactor; only where this machine runs the metastore, else they use the
+configured ``metastore.token_file``) in a 0600 file under ``<metastore.data_dir>/run/``, which the
+metastore accepts through a tokens file there that also carries the configured ``metastore.tokens_file``'s
+entries (kept in step while running). A secret given to ``shale run`` with ``--set`` reaches the children through
+their environment instead.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import sys
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
 from shale.config import ShaleConfig
-from shale.errors import ConfigError
+from shale.errors import ConfigError, ShaleError
+from shale.logs import register_secrets
+from shale.metastore import auth
+from shale.metastore.client import tls_verify
 from shale.process import ManagedProcess, free_port
 
 log = logging.getLogger(__name__)
@@ -32,6 +44,7 @@ class Service:
     name: str
     args: list[str]
     metrics: str
+    token: auth.TokenEntry | None = None  # the role this service's token carries (none for the metastore)
     process: ManagedProcess | None = None
     restarts: int = 0
 
@@ -41,17 +54,23 @@ class Deployment:
     config: ShaleConfig
     base_args: list[str]
     log_dir: Path
+    secret_env: Mapping[str, str] = field(default_factory=dict)  # secrets given with --set, for the children
     services: list[Service] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         run, m = self.config.run, self.config.metastore
+        http = f"{'https' if m.tls_cert_file else 'http'}://{m.listen}"
+        self.run_dir = Path(m.data_dir) / "run"
+        self.tokens_file = self.run_dir / "tokens.toml"
+        self._configured_stamp: tuple[int, int] | None = None
+        self.local_metastore = "metastore" in run.services
         remote: list[str] = []  # without a local metastore, the configuration's metastore section is used as is
         self.status_page = f"{m.addresses[0]}/ui"
-        if "metastore" in run.services:
-            http = f"http://{m.listen}"
+        if self.local_metastore:
             remote = ["--set", "metastore.mode=remote", "--set", f'metastore.addresses=["{http}"]']
-            self.services.append(Service("metastore", ["metastore", "serve"], f"{http}/metrics"))
+            self.services.append(Service("metastore", ["--set", f"metastore.tokens_file={self.tokens_file}",
+                                                       "metastore", "serve"], f"{http}/metrics"))
             self.status_page = f"{http}/ui"
         elif m.mode != "remote":
             raise ConfigError("run.services does not start the metastore here, so metastore.mode must be "
@@ -60,17 +79,58 @@ class Deployment:
         ports = iter(range(base, base + 1000)) if base else iter(free_port, None)
         for group in run.ingest_groups if "ingest" in run.services else []:
             port = next(ports)
-            self.services.append(Service(f"ingest-{group}", [*remote, "--set", f"ingest.metrics_port={port}",
-                                                             "ingest", "--group", group],
-                                         f"http://127.0.0.1:{port}/metrics"))
+            self.services.append(self._child(f"ingest-{group}", "ingest", [group], [
+                *remote, "--set", f"ingest.metrics_port={port}", "ingest", "--group", group], port))
         for i in range(run.compaction_workers if "compaction" in run.services else 0):
             port = next(ports)
-            self.services.append(Service(f"compact-{i}", [*remote, "--set", f"compaction.metrics_port={port}",
-                                                          "compact"], f"http://127.0.0.1:{port}/metrics"))
+            self.services.append(self._child(f"compact-{i}", "compactor", [], [
+                *remote, "--set", f"compaction.metrics_port={port}", "compact"], port))
+
+    def _child(self, name: str, role: str, groups: list[str], args: list[str], port: int) -> Service:
+        metrics = f"http://127.0.0.1:{port}/metrics"
+        if not self.local_metastore:  # the remote metastore's tokens: the configured token (metastore.token_file)
+            return Service(name, args, metrics)
+        token_file = self.run_dir / f"{name}.token"
+        entry = auth.TokenEntry(name=f"run-{name}", role=role, groups=groups,  # type: ignore[arg-type]
+                                sha256="0" * 64)
+        return Service(name, ["--set", f"metastore.token_file={token_file}", *args], metrics, entry)
+
+    def issue_tokens(self) -> None:
+        """A fresh token per child (0600 files), and the metastore's tokens file: the children's digests plus the
+        configured tokens file's entries."""
+        for service in self.services:
+            if service.token is not None:
+                token = auth.new_token()
+                register_secrets([token])
+                auth.write_private(self.run_dir / f"{service.name}.token", token + "\n")
+                service.token = service.token.model_copy(update={"sha256": auth.digest(token)})
+        self.sync_tokens(force=True)
+
+    def sync_tokens(self, force: bool = False) -> None:
+        """Rewrite the metastore's tokens file when the configured one changed (the metastore re-reads it), so
+        tokens issued or revoked while `shale run` runs take effect as they would without it."""
+        configured = Path(self.config.metastore.tokens_file) if self.config.metastore.tokens_file else None
+        stamp = None
+        if configured is not None:
+            st = configured.stat()
+            stamp = (st.st_mtime_ns, st.st_size)
+        if not force and stamp == self._configured_stamp:
+            return
+        entries = auth.load_tokens(configured) if configured is not None else []
+        entries += [s.token for s in self.services if s.token is not None]
+        auth.write_private(self.tokens_file, "".join(auth.format_entry(e) + "\n" for e in entries))
+        self._configured_stamp = stamp
+
+    def _environment(self) -> dict[str, str]:
+        # A token the operator exported for their own CLI must not replace a child's own, narrower one.
+        own = ("SHALE_METASTORE__TOKEN", "SHALE_METASTORE__TOKEN_FILE") if self.local_metastore else ()
+        env = {k: v for k, v in os.environ.items() if k not in own}
+        return {**env, **self.secret_env}
 
     def _start(self, service: Service) -> None:
         command = [sys.executable, "-m", "shale.cli", *self.base_args, *service.args]
-        service.process = ManagedProcess(service.name, command, self.log_dir / f"{service.name}.log")
+        service.process = ManagedProcess(service.name, command, self.log_dir / f"{service.name}.log",
+                                         env=self._environment())
         service.process.start()
         self._write_manifest()
         log.info("started", extra={"service": service.name, "pid": service.process.pid, "log":
@@ -85,17 +145,25 @@ class Deployment:
 
     def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        health = f"http://{self.config.metastore.listen}/healthz"
+        if self.local_metastore:
+            self.issue_tokens()
+        health = self.status_page.removesuffix("/ui") + "/healthz"
         for service in self.services:
             self._start(service)
             if service.name == "metastore":  # the others need it: wait until it serves
                 assert service.process is not None
-                service.process.wait_ready(lambda: httpx.get(health, timeout=1).status_code == 200, 60,
-                                           "serving HTTP")
+                with httpx.Client(timeout=1, verify=tls_verify(self.config.metastore.tls_ca_file)) as http:
+                    service.process.wait_ready(lambda: http.get(health).status_code == 200, 60, "serving HTTP")
 
     def supervise(self, poll: float = 1.0) -> None:
-        """Restart processes that die, until stopped."""
+        """Restart processes that die, until stopped; keep the metastore's tokens file in step."""
         while not self.stop.wait(poll):
+            try:
+                if self.local_metastore:
+                    self.sync_tokens()
+            except (OSError, ShaleError) as exc:
+                log.error("could not re-read metastore.tokens_file; the tokens loaded before stay",
+                          extra={"error": str(exc)})
             for service in self.services:
                 process = service.process
                 if process is None or process.alive():
@@ -116,8 +184,9 @@ class Deployment:
                 log.info("stopped", extra={"service": service.name})
 
 
-def run_deployment(config: ShaleConfig, base_args: list[str], log_dir: Path) -> Deployment:
-    deployment = Deployment(config, base_args, log_dir)
+def run_deployment(config: ShaleConfig, base_args: list[str], log_dir: Path,
+                   secret_env: Mapping[str, str] | None = None) -> Deployment:
+    deployment = Deployment(config, base_args, log_dir, secret_env or {})
 
     def on_signal(signum: int, _: object) -> None:
         log.info("shutting down", extra={"signal": signum})

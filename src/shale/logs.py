@@ -2,6 +2,9 @@
 
 Pass context as ``extra``: ``log.info("block written", extra={"tenant": t, "block": id})``. Every extra field
 appears in both formats, so the tenant, block and job ids are in every line that concerns them.
+
+As a last line of defence, both formats replace every registered secret (the configuration's secrets, API
+tokens) by ``***`` in the finished line, tracebacks included; secrets should never be logged in the first place.
 """
 
 from __future__ import annotations
@@ -9,10 +12,32 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 import time
+from collections.abc import Iterable
 from typing import Any
 
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime", "taskName"}
+# Shorter values are not redacted: replacing every "ab" in every line would garble the logs and protect nothing.
+MIN_REDACTED_LENGTH = 4
+_secrets: tuple[str, ...] = ()
+_secrets_lock = threading.Lock()
+
+
+def register_secrets(values: Iterable[str]) -> None:
+    """Redact these values from every log line this process writes from now on."""
+    global _secrets
+    with _secrets_lock:
+        merged = set(_secrets) | {v for v in values if len(v) >= MIN_REDACTED_LENGTH}
+        _secrets = tuple(sorted(merged, key=len, reverse=True))
+
+
+def redact(text: str) -> str:
+    """``text`` with every registered secret replaced by ``***`` (longest first, so no secret leaks a part)."""
+    for secret in _secrets:
+        if secret in text:
+            text = text.replace(secret, "***")
+    return text
 
 
 def _fields(record: logging.LogRecord) -> dict[str, Any]:
@@ -30,7 +55,9 @@ class JsonFormatter(logging.Formatter):
         entry.update(_fields(record))
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str)
+        # Redacted before encoding too: JSON escapes quotes and backslashes, which would hide such a secret.
+        return redact(json.dumps({k: redact(v) if isinstance(v, str) else v for k, v in entry.items()},
+                                 default=lambda v: redact(str(v))))
 
 
 class TextFormatter(logging.Formatter):
@@ -40,11 +67,13 @@ class TextFormatter(logging.Formatter):
         line = f"{ts} {record.levelname:<7} {record.name}: {record.getMessage()}" + (f" {extra}" if extra else "")
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
-        return line
+        return redact(line)
 
 
-def setup_logging(level: str = "INFO", fmt: str = "text") -> None:
-    """Configure the root logger once for a Shale process (CLI commands and services call this)."""
+def setup_logging(level: str = "INFO", fmt: str = "text", secrets: Iterable[str] = ()) -> None:
+    """Configure the root logger once for a Shale process (CLI commands and services call this). ``secrets`` are
+    redacted from every line."""
+    register_secrets(secrets)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()

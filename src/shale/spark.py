@@ -19,13 +19,17 @@ the ``shale`` package in a Python environment):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import tempfile
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from shale import failpoints
 from shale.config import BucketConfig, SparkConfig
+from shale.config.secrets import looks_secret
 from shale.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -119,8 +123,38 @@ def spark_session(
         # Without it the driver's JVM resolves the machine's hostname, finds a loopback address and warns.
         os.environ.setdefault("SPARK_LOCAL_IP", host)
     builder = SparkSession.builder.appName(app_name).master(config.master)
+    # PySpark starts the JVM with every setting as `--conf key=value` on its command line, where `ps` shows it:
+    # settings whose key looks secret go through a private properties file instead.
+    hidden = {k: v for k, v in conf.items() if looks_secret(k)}
     for key, value in conf.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
+        if key not in hidden:
+            builder = builder.config(key, value)
+    with _properties_file(hidden):
+        session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+@contextlib.contextmanager
+def _properties_file(settings: dict[str, str]) -> Iterator[None]:
+    """While open, a JVM started by PySpark also reads ``settings`` from a 0600 properties file (named in
+    ``PYSPARK_SUBMIT_ARGS``, which PySpark appends to spark-submit's arguments). The file is deleted once the
+    JVM has started; it has read it by then."""
+    if not settings:
+        yield
+        return
+    previous = os.environ.get("PYSPARK_SUBMIT_ARGS")
+    fd, path = tempfile.mkstemp(prefix="shale-spark-", suffix=".properties")  # mode 0600
+    with os.fdopen(fd, "w") as out:
+        for key, value in settings.items():
+            escaped = value.replace("\\", "\\\\").replace("\n", "\\n")
+            out.write(f"{key}={escaped}\n")
+    os.environ["PYSPARK_SUBMIT_ARGS"] = f"--properties-file {path} {previous or 'pyspark-shell'}"
+    try:
+        yield
+    finally:
+        os.unlink(path)
+        if previous is None:
+            os.environ.pop("PYSPARK_SUBMIT_ARGS", None)
+        else:
+            os.environ["PYSPARK_SUBMIT_ARGS"] = previous

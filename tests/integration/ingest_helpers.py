@@ -6,13 +6,13 @@ import json
 import os
 import random
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from tests.producing import CheckedProducer
+from tests.waiting import eventually
 
 from shale.config import BucketConfig, ShaleConfig, load_config
 from shale.dev import connector_conf
@@ -34,9 +34,8 @@ def produce_json(bootstrap: str, topic: str, count: int, invalid_every: int = 0,
                  seed: int = 1) -> Counter[str]:
     """``count`` JSON records (every ``invalid_every``-th one is not JSON). Returns counts of valid/invalid."""
     rng = random.Random(seed)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
+    producer = CheckedProducer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
     counts: Counter[str] = Counter()
-    errors: list[str] = []
     base = 1_795_000_000
     for i in range(start, start + count):
         if invalid_every and i % invalid_every == invalid_every - 1:
@@ -46,45 +45,52 @@ def produce_json(bootstrap: str, topic: str, count: int, invalid_every: int = 0,
             value = json.dumps({"ts": base + i, "level": rng.choice(["INFO", "WARN", "ERROR"]),
                                 "msg": f"event {i}"}).encode()
             counts["valid"] += 1
-        producer.produce(topic, key=str(rng.random()).encode(), value=value,
-                         on_delivery=lambda err, _: errors.append(str(err)) if err else None)
-        if i % 5000 == 0:
-            producer.poll(0)
+        producer.produce(topic, key=str(rng.random()).encode(), value=value)
     producer.flush(120)
-    assert not errors, errors[:3]
     return counts
 
 
 def write_config(path: Path, bootstrap: str, bucket: BucketConfig, topics: list[str],
                  metastore: dict[str, Any] | None = None, parsers_override: list[dict[str, Any]] | None = None,
-                 spark: dict[str, Any] | None = None, **ingest: Any) -> Path:
-    """A TOML config for one test: MinIO bucket, embedded metastore (unless ``metastore`` says otherwise),
-    checkpoints under ``path``, and Spark in local mode with the cached connector jars (``spark`` adds a master
-    and settings)."""
-    spark_conf = {**connector_conf(), **(spark or {}).get("conf", {})}
+                 kafka: dict[str, Any] | None = None, spark: dict[str, Any] | None = None, **ingest: Any) -> Path:
+    """A TOML config for one test: MinIO bucket, embedded metastore (unless ``metastore`` says otherwise), and
+    Spark in local mode with the cached connector jars (``spark`` adds a master and settings)."""
     data = {
-        "bucket": bucket.model_dump(mode="json"),
-        "kafka": {"bootstrap_servers": bootstrap},
+        "bucket": {**bucket.model_dump(mode="json"), "secret_access_key": bucket.secret_access_key.get_secret_value()},
+        "kafka": kafka or {"bootstrap_servers": bootstrap},
         "metastore": metastore or {"data_dir": str(path / "metastore")},
-        "spark": {"master": (spark or {}).get("master", "local[2]")},
-        "ingest": {"topics": topics, "checkpoint_dir": str(path / "checkpoints"), "trigger_interval": "1s",
+        "spark": {"master": (spark or {}).get("master", "local[2]"),
+                  "conf": {**connector_conf(), **(spark or {}).get("conf", {})}},
+        "ingest": {"topics": topics, "trigger_interval": "1s",
                    "parsers": parsers_override or [JSON_PARSER], **ingest},
     }
     lines: list[str] = []
+    tables: list[str] = ["[bucket.retry]", "attempts = 5"]
     for section, values in data.items():
         lines.append(f"[{section}]")
         for key, value in values.items():
-            if key == "parsers" or key == "retry":
+            if key == "retry":
                 continue
-            lines.append(f"{key} = {json.dumps(value)}")
-    lines += ["[bucket.retry]", "attempts = 5", "[spark.conf]"]
-    lines += [f"{json.dumps(key)} = {json.dumps(value)}" for key, value in spark_conf.items()]
-    for rule in data["ingest"]["parsers"]:  # type: ignore[union-attr]
-        lines += ["[[ingest.parsers]]", f'parser = "{rule["parser"]}"',
-                  "options = {" + ", ".join(f"{k} = {json.dumps(v)}" for k, v in rule["options"].items()) + "}"]
+            if isinstance(value, list) and value and isinstance(value[0], dict):  # [[section.key]] tables
+                for row in value:
+                    tables.append(f"[[{section}.{key}]]")
+                    tables += [f"{k} = {_toml(v)}" for k, v in row.items()]
+                continue
+            lines.append(f"{key} = {_toml(value)}")
+    lines += tables
     file = path / "shale.toml"
     file.write_text("\n".join(lines) + "\n")
+    file.chmod(0o600)  # it may hold a Kafka password
     return file
+
+
+def _toml(value: Any) -> str:
+    """A TOML value: JSON's spelling for scalars and arrays, inline tables for dicts."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)} = {_toml(v)}" for k, v in value.items()) + "}"  # "a.b" quoted
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return json.dumps(value)
 
 
 def config_of(file: Path) -> ShaleConfig:
@@ -106,14 +112,14 @@ def ingest_process(file: Path, group: str, log: Path, *, available_now: bool = F
 
 
 def wait_paused(process: ManagedProcess, directory: Path, name: str, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while not paused(directory, name):
-        if not process.alive():
-            tail = process.log_path.read_text()[-3000:]
-            raise AssertionError(f"{process.name} exited before failpoint {name}:\n{tail}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{process.name} never reached failpoint {name}")
-        time.sleep(0.2)
+    def reached() -> bool:
+        if paused(directory, name):
+            return True
+        assert process.alive(), (f"{process.name} exited before failpoint {name}:\n"
+                                   f"{process.log_path.read_text()[-3000:]}")
+        return False
+
+    eventually(reached, timeout, f"{process.name} to reach failpoint {name}")
 
 
 def finish(process: ManagedProcess, timeout: float = 300) -> None:

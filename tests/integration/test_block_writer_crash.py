@@ -12,17 +12,22 @@ import sys
 import time
 from pathlib import Path
 
+from tests.waiting import eventually
+
 from shale.block import BlockFetcher, BlockState, Cleaner
 from shale.config import BucketConfig
 from shale.failpoints import paused
 from shale.objstore import open_bucket
 
 WRITER = """
-import sys
+import os, sys
+from pydantic import SecretStr
 from shale.config import BucketConfig
 from shale.objstore import open_bucket
 from tests.factories import write_backup_block
-config = BucketConfig.model_validate_json(sys.argv[1])
+# The JSON masks the secret key; it comes through the environment, never the command line.
+config = BucketConfig.model_validate_json(sys.argv[1]).model_copy(
+    update={"secret_access_key": SecretStr(os.environ["SHALE_BUCKET__SECRET_ACCESS_KEY"])})
 write_backup_block(open_bucket(config), "acme", "app", 0, 0, 5000, block_time_ms=int(__import__("time").time() * 1000))
 print("unreachable: the failpoint pauses before meta.json")
 """
@@ -30,14 +35,18 @@ print("unreachable: the failpoint pauses before meta.json")
 
 def test_writer_killed_before_meta_json_leaves_a_partial_block_that_is_never_read(
         minio_bucket: BucketConfig, tmp_path: Path) -> None:
-    env = dict(os.environ, SHALE_FAILPOINTS="block.before-meta", SHALE_FAILPOINT_DIR=str(tmp_path))
+    env = dict(os.environ, SHALE_FAILPOINTS="block.before-meta", SHALE_FAILPOINT_DIR=str(tmp_path),
+               SHALE_BUCKET__SECRET_ACCESS_KEY=minio_bucket.secret_access_key.get_secret_value())
     proc = subprocess.Popen([sys.executable, "-c", WRITER, minio_bucket.model_dump_json()], env=env,
                             cwd=Path(__file__).resolve().parents[2])
-    deadline = time.monotonic() + 60
-    while not paused(tmp_path, "block.before-meta"):
+
+    def reached() -> bool:
+        if paused(tmp_path, "block.before-meta"):
+            return True
         assert proc.poll() is None, "writer exited before reaching the failpoint"
-        assert time.monotonic() < deadline, "writer never reached the failpoint"
-        time.sleep(0.05)
+        return False
+
+    eventually(reached, 60, "the writer to reach the failpoint")
     os.kill(proc.pid, signal.SIGKILL)
     assert proc.wait() == -signal.SIGKILL
 

@@ -10,8 +10,8 @@ from tests.unit.bucketindex.helpers import Clock, FakeSource, HookBucket, block,
 
 from shale.bucketindex import (
     BucketIndexReader,
+    BucketIndexWriter,
     DeltaWriter,
-    MetastoreIndexWriter,
     read_index,
     write_scanned_index,
 )
@@ -31,8 +31,8 @@ def test_racing_writers_conflict_and_merge_without_losing_either_change(minio_bu
     bucket = open_bucket(minio_bucket)
     hooked = HookBucket(bucket)
     a_source, b_source = FakeSource(), FakeSource()
-    a = MetastoreIndexWriter(hooked, a_source, config(debounce=0), Clock())
-    b = MetastoreIndexWriter(bucket, b_source, config(debounce=0), Clock())
+    a = BucketIndexWriter(hooked, a_source, config(debounce=0), Clock())
+    b = BucketIndexWriter(bucket, b_source, config(debounce=0), Clock())
 
     # First write: A found no index, B creates one before A's put-if-absent reaches MinIO.
     a_source.set("acme", [block("acme", 1)])
@@ -58,7 +58,7 @@ def test_scan_writer_and_metastore_writer_race_on_minio(minio_bucket: BucketConf
     scanned = write_backup_block(bucket, "acme", "app", 0, 0, 10)
     source = FakeSource()
     source.set("acme", [block("acme", 7)])
-    metastore_writer = MetastoreIndexWriter(bucket, source, config(debounce=0), Clock())
+    metastore_writer = BucketIndexWriter(bucket, source, config(debounce=0), Clock())
     hooked = HookBucket(bucket)
     hooked.hook = metastore_writer.run_once
     result = write_scanned_index(hooked, "acme", 0, time.time)
@@ -71,7 +71,7 @@ def test_a_reader_costs_one_get_and_catches_up_through_deltas(minio_bucket: Buck
     clock = Clock()
     source = FakeSource()
     source.set("acme", [block("acme", 1)])
-    MetastoreIndexWriter(bucket, source, config(debounce=0), clock).run_once()
+    BucketIndexWriter(bucket, source, config(debounce=0), clock).run_once()
     bucket.calls.reset()
     reader = BucketIndexReader(bucket, config(max_stale_period=3600), clock).start()
     try:

@@ -18,12 +18,14 @@ from tests.integration.ingest_helpers import (
     wait_paused,
     write_config,
 )
+from tests.waiting import eventually
 
 from shale.config import load_config
 from shale.dev import KafkaBroker
 from shale.dev.metastore import MetastoreCluster
 from shale.ingest.verify import verify_topic
 from shale.metastore import open_metastore
+from shale.metastore.auth import write_private
 from shale.objstore import open_bucket
 
 
@@ -41,7 +43,7 @@ def test_kill_9_at_each_step_of_the_commit_protocol(kafka, minio_bucket, tmp_pat
     points = tmp_path / "failpoints"
     steps = [("block.before-meta", "data uploaded, meta.json not yet"),
              ("ingest.before-commit", "meta.json written, the commit not yet sent"),
-             ("ingest.after-commit", "committed, Spark's checkpoint not yet written")]
+             ("ingest.after-commit", "committed, the next batch not yet planned")]
     for i, (failpoint, _) in enumerate(steps):
         process = ingest_process(file, "backup", tmp_path / f"ingest-{i}.log", failpoints=failpoint,
                                  failpoint_dir=points)
@@ -76,11 +78,11 @@ def test_broker_restart_during_ingest(minio_bucket, tmp_path: Path) -> None:
 
 
 def _wait_committed(store, total: int, process, timeout: float = 240) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while sum(o.committed_end for o in store.offsets("backup", 1)) < total:
+    def committed() -> bool:
         assert process.alive(), process.log_path.read_text()[-3000:]
-        assert time.monotonic() < deadline, f"not committed in time:\n{process.log_path.read_text()[-3000:]}"
-        time.sleep(0.5)
+        return sum(o.committed_end for o in store.offsets("backup", 1)) >= total
+
+    eventually(committed, timeout, lambda: f"{total} records committed:\n{process.log_path.read_text()[-3000:]}")
 
 
 def test_metastore_outage_goes_to_the_dead_letter_queue_and_recovers(kafka, minio_bucket, tmp_path: Path) -> None:
@@ -90,8 +92,11 @@ def test_metastore_outage_goes_to_the_dead_letter_queue_and_recovers(kafka, mini
         topic = f"outage-{uuid.uuid4().hex[:6]}"
         create_topic(kafka.bootstrap_servers, topic, 2)
         produce_json(kafka.bootstrap_servers, topic, 4_000)
+        token_file = tmp_path / "ingest.token"
+        write_private(token_file, cluster.issue_token("ingest-backup", "ingest", groups=["backup"]))
         file = write_config(tmp_path, kafka.bootstrap_servers, minio_bucket, [topic], metastore={
-            "mode": "remote", "addresses": cluster.addresses, "client_deadline": 3, "request_timeout": 2})
+            "mode": "remote", "addresses": cluster.addresses, "client_deadline": 3, "request_timeout": 2,
+            "token_file": str(token_file)})
         config = load_config(file, env={})
         assert config.metastore.mode == "remote"
         process = ingest_process(file, "backup", tmp_path / "ingest.log")
@@ -101,18 +106,16 @@ def test_metastore_outage_goes_to_the_dead_letter_queue_and_recovers(kafka, mini
         cluster.kill9(0)
         produce_json(kafka.bootstrap_servers, topic, 4_000, start=4_000)
         bucket = open_bucket(minio_bucket)
-        deadline = time.monotonic() + 120
-        while not list(bucket.list("_shale/dlq/")):
+
+        def queued() -> bool:
             assert process.alive(), process.log_path.read_text()[-3000:]
-            assert time.monotonic() < deadline, "no commit reached the dead letter queue"
-            time.sleep(0.5)
+            return bool(list(bucket.list("_shale/dlq/")))
+
+        eventually(queued, 120, "a commit to reach the dead letter queue")
 
         cluster.start_node(0)  # same data directory and port; the leader replays the queue
         _wait_committed(client, 8_000, process)
-        deadline = time.monotonic() + 60
-        while list(bucket.list("_shale/dlq/")):
-            assert time.monotonic() < deadline, "the dead letter queue was not drained"
-            time.sleep(0.5)
+        eventually(lambda: not list(bucket.list("_shale/dlq/")), 60, "the dead letter queue to drain")
         assert not list(bucket.list("_shale/dlq-rejected/"))
         process.stop()
         report = verify_topic(client, bucket, config.kafka, "backup", 1, topic)

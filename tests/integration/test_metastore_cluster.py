@@ -4,11 +4,11 @@ replicas converge, and a restarted node catches up from its journal and snapshot
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import httpx
 from tests.unit.metastore.helpers import meta
+from tests.waiting import eventually
 
 from shale.dev.metastore import MetastoreCluster
 from shale.errors import MetastoreUnavailableError
@@ -32,20 +32,12 @@ def _load(cluster: MetastoreCluster, writer: int, acked: list[str], stop: thread
 
 def _converged(cluster: MetastoreCluster, timeout: float = 60) -> list[tuple[str, int]]:
     cluster.client().submit(AddBlocks(blocks=[]))  # one more entry, so every replica has something to apply
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def same_hashes() -> list[tuple[str, int]] | None:
         hashes = cluster.state_hashes()
-        if len({h for h, _ in hashes}) == 1 and len(hashes) == cluster.size:
-            return hashes
-        assert time.monotonic() < deadline, f"replicas did not converge: {hashes}"
-        time.sleep(0.5)
+        return hashes if len({h for h, _ in hashes}) == 1 and len(hashes) == cluster.size else None
 
-
-def _until(condition, timeout: float, failure: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, failure
-        time.sleep(0.2)
+    return eventually(same_hashes, timeout, lambda: f"the replicas to converge: {cluster.state_hashes()}")
 
 
 def test_leader_killed_under_load_loses_no_acknowledged_write(tmp_path: Path) -> None:
@@ -56,11 +48,11 @@ def test_leader_killed_under_load_loses_no_acknowledged_write(tmp_path: Path) ->
         writers = [threading.Thread(target=_load, args=(cluster, w, acked[w], stop)) for w in range(2)]
         for t in writers:
             t.start()
-        _until(lambda: sum(len(a) for a in acked) > 30, 60, "the load never got going")
+        eventually(lambda: sum(len(a) for a in acked) > 30, 60, "the load to get going")
         old_leader = cluster.wait_leader()
         before = sum(len(a) for a in acked)
         cluster.kill9(old_leader)
-        _until(lambda: sum(len(a) for a in acked) > before + 30, 60, "no write was acknowledged after the failover")
+        eventually(lambda: sum(len(a) for a in acked) > before + 30, 60, "writes acknowledged after the failover")
         stop.set()
         for t in writers:
             t.join(timeout=60)
@@ -80,7 +72,7 @@ def test_leader_killed_under_load_loses_no_acknowledged_write(tmp_path: Path) ->
 
 
 def test_follower_restarted_after_many_writes_catches_up_from_a_snapshot(tmp_path: Path) -> None:
-    cluster = MetastoreCluster(tmp_path, 3, extra=["metastore.snapshot_entries=50"], secret="s3cret-raft").start()
+    cluster = MetastoreCluster(tmp_path, 3, extra=["metastore.snapshot_entries=50"]).start()
     try:
         leader = cluster.wait_leader()
         follower = (leader + 1) % 3
@@ -89,18 +81,24 @@ def test_follower_restarted_after_many_writes_catches_up_from_a_snapshot(tmp_pat
         for i in range(150):
             assert client.submit(AddBlocks(blocks=[meta(start=i * 10, end=i * 10 + 10)])).ok
         snapshot = tmp_path / f"node{leader}" / "raft" / "raft.snapshot"
-        deadline = time.monotonic() + 30
-        while not snapshot.exists():
-            assert time.monotonic() < deadline, "the leader never took a snapshot"
+
+        def snapshot_taken() -> bool:
+            if snapshot.exists():
+                return True
             client.submit(AddBlocks(blocks=[]))
-            time.sleep(0.2)
+            return False
+
+        eventually(snapshot_taken, 30, "the leader to take a snapshot")
         cluster.start_node(follower)
         _converged(cluster)
-        status = httpx.get(cluster.addresses[follower] + "/v1/status", timeout=5).json()
+        admin = {"authorization": f"Bearer {cluster.admin_token}"}
+        status = httpx.get(cluster.addresses[follower] + "/v1/status", headers=admin, timeout=5).json()
         assert status["blocks"] == 150
         assert status["role"] == "follower"
-        # A follower answers linearizable reads through the leader's read index.
-        body = httpx.get(cluster.addresses[follower] + "/v1/blocks", params={"tenant": "acme"}, timeout=10).json()
+        # A follower answers linearizable reads through the leader's read index (a peer call, with the token
+        # derived from the cluster secret).
+        body = httpx.get(cluster.addresses[follower] + "/v1/blocks", params={"tenant": "acme"}, headers=admin,
+                         timeout=10).json()
         assert len(body["blocks"]) == 150
     finally:
         cluster.stop()
@@ -110,13 +108,14 @@ def test_single_node_http_api_errors_are_clear(tmp_path: Path) -> None:
     cluster = MetastoreCluster(tmp_path, 1).start()
     try:
         base = cluster.addresses[0]
-        bad = httpx.post(base + "/v1/commands", content=b'{"kind": "TruncateIndex", "prepared_term": 1, '
-                                                         b'"partitions": []}')
+        http = httpx.Client(headers={"authorization": f"Bearer {cluster.admin_token}"})
+        bad = http.post(base + "/v1/commands", content=b'{"kind": "TruncateIndex", "prepared_term": 1, '
+                                                        b'"partitions": [], "cutoffs": {}}')
         assert bad.status_code == 400
         assert "proposed by the metastore itself" in bad.json()["message"]
-        garbage = httpx.post(base + "/v1/commands", content=b"{nope")
+        garbage = http.post(base + "/v1/commands", content=b"{nope")
         assert garbage.status_code == 400
-        selector = httpx.get(base + "/v1/blocks", params={"tenant": "acme", "selector": '{a=~"("}'})
+        selector = http.get(base + "/v1/blocks", params={"tenant": "acme", "selector": '{a=~"("}'})
         assert selector.status_code == 400
         assert "regular expression" in selector.json()["message"]
         assert httpx.get(base + "/readyz").status_code == 200

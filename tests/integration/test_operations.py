@@ -1,7 +1,9 @@
 """Operating Shale: `shale run` starts a whole deployment from one config; every process's metrics endpoint
-serves every documented metric and the counters move; headless Chromium renders the status page with the
-tenants, the level chart and the job table matching the API; the alert rules fire in a stalled-compaction and a
-stale-index scenario (and not before); SIGTERM leaves no process behind."""
+serves every documented metric and the counters move; headless Chromium renders the status page (signing in
+with a reader token as the Basic password) with the tenants, the level chart and the job table matching the API;
+the alert rules, evaluated by promtool on the scraped metrics, fire in a stalled-compaction and a stale-index
+scenario (and not before); no configured secret appears in a log, in `shale config show` or on a command line;
+SIGTERM leaves no process behind."""
 
 from __future__ import annotations
 
@@ -11,24 +13,21 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections import Counter
 from pathlib import Path
 
 import httpx
-import yaml
 from tests.integration.ingest_helpers import create_topic, produce_json
-from tests.promql_eval import SeriesStore, evaluate
+from tests.promtool import alerts_mismatch
+from tests.waiting import eventually
 
 from shale.config import BucketConfig
 from shale.dev import connector_conf
-from shale.metastore import MetastoreClient
+from shale.metastore import MetastoreClient, auth
 from shale.process import ManagedProcess, free_port, pid_alive
 
 ROOT = Path(__file__).resolve().parents[2]
-RULES = {r["alert"]: r["expr"] for r in yaml.safe_load(
-    (ROOT / "deploy/prometheus/shale-alerts.yml").read_text())["groups"][0]["rules"]}
 
 
 def _documented() -> list[tuple[str, str, bool]]:
@@ -40,32 +39,40 @@ def _documented() -> list[tuple[str, str, bool]]:
     return rows
 
 
-def _config(tmp: Path, bootstrap: str, bucket: BucketConfig, topic: str, port: int) -> Path:
+KAFKA_PASSWORD = "kafka-password-" + uuid.uuid4().hex  # configured, unused by the plaintext test broker
+SPARK_SECRET = "spark-secret-" + uuid.uuid4().hex
+CLUSTER_SECRET = "cluster-secret-" + uuid.uuid4().hex  # given through the environment
+
+
+def _config(tmp: Path, bootstrap: str, bucket: BucketConfig, topic: str, port: int, tokens: Path) -> Path:
     jars = connector_conf()["spark.jars"]
     text = f"""
 [bucket]
 url = "{bucket.url}"
 endpoint = "{bucket.endpoint}"
 access_key_id = "{bucket.access_key_id}"
-secret_access_key = "{bucket.secret_access_key}"
+secret_access_key = "{bucket.secret_access_key.get_secret_value()}"
 allow_http = true
 [block]
 sync_delay = "5s"
 delete_delay = "10s"
 [kafka]
 bootstrap_servers = "{bootstrap}"
+sasl_password = "{KAFKA_PASSWORD}"
 [metastore]
 listen = "127.0.0.1:{port}"
 data_dir = "{tmp / 'metastore'}"
+tokens_file = "{tokens}"
 maintenance_interval = "2s"
 dlq_interval = "2s"
 bucket_scan_interval = "5s"
 [spark]
 master = "local[1]"
-conf = {{"spark.jars" = "{jars}"}}
+[spark.conf]
+"spark.hadoop.fs.s3a.secret.key" = "{SPARK_SECRET}"
+"spark.jars" = "{jars}"
 [ingest]
 topics = ["{topic}"]
-checkpoint_dir = "{tmp / 'checkpoints'}"
 trigger_interval = "2s"
 [[ingest.parsers]]
 parser = "json"
@@ -99,39 +106,40 @@ def _total(text: str, name: str) -> float:
                                                        text, re.M))
 
 
-def _wait(condition, timeout: float, what) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what() if callable(what) else what}"
-        time.sleep(0.5)
-
-
 def test_a_whole_deployment_is_observable_and_stops_cleanly(kafka, minio_bucket, tmp_path: Path,
                                                             output_dir: Path) -> None:
     topic = f"ops-{uuid.uuid4().hex[:6]}"
     create_topic(kafka.bootstrap_servers, topic, 2)
     port = free_port()
-    config = _config(tmp_path, kafka.bootstrap_servers, minio_bucket, topic, port)
+    # An operator's reader token for the browser, in the configured tokens file (`shale run` adds its own).
+    browser_token = auth.new_token()
+    tokens = tmp_path / "tokens.toml"
+    auth.write_private(tokens, auth.format_entry(auth.TokenEntry(
+        name="browser", role="reader", tenants=["*"], sha256=auth.digest(browser_token))))
+    config = _config(tmp_path, kafka.bootstrap_servers, minio_bucket, topic, port, tokens)
     logs = tmp_path / "logs"
     run = ManagedProcess("shale-run", [sys.executable, "-m", "shale.cli", "--config", str(config), "--log-format",
-                                       "json", "run", "--log-dir", str(logs)], tmp_path / "run.log", cwd=ROOT)
+                                       "json", "run", "--log-dir", str(logs)], tmp_path / "run.log", cwd=ROOT,
+                         env={**os.environ, "SHALE_METASTORE__SECRET": CLUSTER_SECRET})
     run.start()
     manifest_file = logs / "deployment.json"
     try:
-        _wait(lambda: manifest_file.exists() and len(json.loads(manifest_file.read_text())["services"]) == 4
+        eventually(lambda: manifest_file.exists() and len(json.loads(manifest_file.read_text())["services"]) == 4
               and all(s["pid"] for s in json.loads(manifest_file.read_text())["services"].values()), 90,
               "the deployment to start")
         manifest = json.loads(manifest_file.read_text())
         services = manifest["services"]
-        client = MetastoreClient([f"http://127.0.0.1:{port}"], deadline=30)
-        _wait(lambda: all(_ok(s["metrics"]) for s in services.values()), 120, "every metrics endpoint")
+        admin_token = (tmp_path / "metastore" / "admin.token").read_text().strip()
+        client = MetastoreClient([f"http://127.0.0.1:{port}"], deadline=30, token=admin_token)
+        assert httpx.get(f"http://127.0.0.1:{port}/v1/status", timeout=10).status_code == 401
+        eventually(lambda: all(_ok(s["metrics"]) for s in services.values()), 120, "every metrics endpoint")
         before = {name: _scrape(s["metrics"]) for name, s in services.items()}
 
         for n in range(3):  # three arrivals in separate batches, so each group commits several blocks
             produce_json(kafka.bootstrap_servers, topic, 600, start=n * 600, seed=n)
-            _wait(lambda n=n: sum(o.committed_end for o in client.offsets()) == 2 * 600 * (n + 1), 240,
+            eventually(lambda n=n: sum(o.committed_end for o in client.offsets()) == 2 * 600 * (n + 1), 240,
                   "both groups to commit")
-        _wait(lambda: any(m.level > 0 for m in client.query_blocks(["default"], 0, 2**62)), 180,
+        eventually(lambda: any(m.level > 0 for m in client.query_blocks(["default"], 0, 2**62)), 180,
               lambda: f"a compaction to complete: jobs {client.compaction_jobs()} queue {client.compaction_queue()}")
         after = {name: _scrape(s["metrics"]) for name, s in services.items()}
 
@@ -144,18 +152,35 @@ def test_a_whole_deployment_is_observable_and_stops_cleanly(kafka, minio_bucket,
             if moves:
                 assert _total(scraped, name) != _total(before[process_of[where]], name), f"{name} did not move"
 
-        # Freeze the compaction worker, then look at the status page in a real browser.
+        # No configured secret on any command line of the deployment (checked while it runs, Spark JVMs included).
+        secrets = _secrets(tmp_path, browser_token, admin_token, minio_bucket)
+        shale_pids = _descendants(run.pid)
+        assert len(shale_pids) > len(services)
+        for pid in shale_pids:
+            cmdline = _cmdline(pid)
+            assert not [name for name, value in secrets.items() if value in cmdline], (pid, cmdline[:300])
+        shown = subprocess.run([sys.executable, "-m", "shale.cli", "--config", str(config), "config", "show"],
+                               capture_output=True, text=True, timeout=60, check=True, cwd=ROOT,
+                               env={**os.environ, "SHALE_METASTORE__SECRET": CLUSTER_SECRET})
+        assert not [name for name, value in secrets.items() if value in shown.stdout + shown.stderr]
+        assert json.loads(shown.stdout)["metastore"]["secret"] == "***"
+
+        # Freeze the compaction worker, then look at the status page in a real browser. The page needs a reader
+        # token; a browser sends it as the Basic password (here from the URL, as after a login prompt).
         worker = services["compact-0"]["pid"]
         os.kill(worker, signal.SIGSTOP)
+        challenges = httpx.get(f"http://127.0.0.1:{port}/ui", timeout=10).headers.get_list("www-authenticate")
+        assert 'Basic realm="shale"' in challenges
+        page_url = f"http://operator:{browser_token}@127.0.0.1:{port}/ui"
         page = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                                "--no-first-run", "--disable-background-networking", "--disable-component-update",
                                "--disable-sync", f"--user-data-dir={tmp_path / 'chrome'}", "--dump-dom",
-                               f"http://127.0.0.1:{port}/ui"], capture_output=True, text=True, timeout=120, check=True)
+                               page_url], capture_output=True, text=True, timeout=120, check=True)
         dom = page.stdout
         subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                         "--disable-background-networking", "--disable-component-update", "--disable-sync",
                         f"--user-data-dir={tmp_path / 'chrome2'}", "--window-size=1280,2200",
-                        f"--screenshot={output_dir / 'status.png'}", f"http://127.0.0.1:{port}/ui"],
+                        f"--screenshot={output_dir / 'status.png'}", page_url],
                        capture_output=True, timeout=120, check=True)
         assert (output_dir / "status.png").stat().st_size > 10_000
         assert re.search(r'<table id="tenants">.*?<td class="l">default</td>', dom, re.S)
@@ -168,29 +193,28 @@ def test_a_whole_deployment_is_observable_and_stops_cleanly(kafka, minio_bucket,
         shown = set(re.findall(r'<tr><td class="l">([^<]+)</td>', job_rows))
         assert shown == {j["name"] for j in client.compaction_jobs()}
 
-        # Alert rules: stalled compaction (worker frozen, new blocks queued) and a stale bucket index.
-        calm = SeriesStore()
-        calm.scrape(before["metastore"], 0)
-        calm.scrape(after["metastore"], 60)
-        assert not evaluate(RULES["ShaleCompactionStalled"], calm, 60)
-        assert not evaluate(RULES["ShaleBucketIndexStale"], calm, 60)
-        assert not evaluate(RULES["ShaleRaftNoLeader"], calm, 60)
+        # Alert rules, evaluated by promtool on the metastore's scraped metrics (one scrape a minute in promtool's
+        # time): while compaction works (before -> after) nothing fires.
+        calm = alerts_mismatch(tmp_path / "rules-calm", [before["metastore"], after["metastore"]], 1,
+                               {"ShaleCompactionStalled": [], "ShaleBucketIndexStale": [], "ShaleRaftNoLeader": []})
+        assert not calm, calm
+        # With the worker frozen and new blocks queued, the stalled-compaction alert fires once that state has
+        # lasted its 30 minutes (the scrape held for 31).
         produce_json(kafka.bootstrap_servers, topic, 600, start=1800, seed=7)
-        _wait(lambda: sum(o.committed_end for o in client.offsets()) == 2 * 2400, 180, "the last arrivals")
-        stalled = SeriesStore()
-        stalled.scrape(_scrape(services["metastore"]["metrics"]), 0)
-        time.sleep(3)
-        stalled.scrape(_scrape(services["metastore"]["metrics"]), 60)
-        assert evaluate(RULES["ShaleCompactionStalled"], stalled, 60)
+        eventually(lambda: sum(o.committed_end for o in client.offsets()) == 2 * 2400, 180, "the last arrivals")
+        stalled = alerts_mismatch(tmp_path / "rules-stalled", [_scrape(services["metastore"]["metrics"])], 31,
+                                  {"ShaleCompactionStalled": [{"alertstate": "firing", "severity": "warning"}]},
+                                  hold=31)
+        assert not stalled, stalled
 
-        def stale_tenants() -> set[str]:
-            stale = SeriesStore()
-            stale.scrape(_scrape(services["metastore"]["metrics"]), 0)
-            return {dict(k)["tenant"] for k in evaluate(RULES["ShaleBucketIndexStale"], stale, 0)}
+        def stale_index() -> str:
+            return alerts_mismatch(tmp_path / "rules-stale", [_scrape(services["metastore"]["metrics"])], 1,
+                                   {"ShaleBucketIndexStale": [{"alertstate": "firing", "severity": "critical",
+                                                               "tenant": "default"}]}, hold=1)
 
         # Once the last arrivals and deletions are indexed nothing changes any more, and the tenant's bucket index
         # ages past 80 % of its 30 s limit (how soon depends on when the delete delays of the last blocks end).
-        _wait(lambda: stale_tenants() == {"default"}, 120, "the stale-index alert on tenant default")
+        eventually(lambda: not stale_index(), 120, lambda: f"the stale-index alert on tenant default: {stale_index()}")
         os.kill(worker, signal.SIGCONT)
     finally:
         pids = [s["pid"] for s in json.loads(manifest_file.read_text())["services"].values()] \
@@ -199,6 +223,48 @@ def test_a_whole_deployment_is_observable_and_stops_cleanly(kafka, minio_bucket,
     assert run.popen is not None
     assert run.popen.returncode is not None
     assert not [p for p in pids if pid_alive(p)], "a process of the deployment survived SIGTERM"
+    # No configured secret in any log the deployment wrote.
+    logged = [tmp_path / "run.log", *sorted(logs.glob("*"))]
+    assert len(logged) > len(pids)
+    for path in logged:
+        text = path.read_text(errors="replace")
+        leaked = [name for name, value in secrets.items() if value in text]
+        assert not leaked, f"{leaked} in {path}"
+
+
+def _secrets(tmp: Path, browser: str, admin: str, bucket: BucketConfig) -> dict[str, str]:
+    """Every secret this deployment was configured with or issued."""
+    found = {"bucket key": bucket.secret_access_key.get_secret_value(), "kafka password": KAFKA_PASSWORD,
+             "spark secret": SPARK_SECRET, "cluster secret": CLUSTER_SECRET, "browser token": browser,
+             "admin token": admin}
+    for path in (tmp / "metastore" / "run").glob("*.token"):
+        found[f"token {path.stem}"] = path.read_text().strip()
+    assert len(found) >= 9, found.keys()  # both ingest groups and the worker have tokens of their own
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""  # exited meanwhile
+
+
+def _descendants(root: int) -> set[int]:
+    """``root`` and every process below it (the services, their Spark JVMs and Python workers)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        found.add(pid)
+        todo += children.get(pid, [])
+    return found
 
 
 def _ok(url: str) -> bool:

@@ -8,13 +8,15 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
 from pathlib import Path
 
-from confluent_kafka import Producer
 from tests.integration.ingest_helpers import config_of, create_topic, wait_paused, write_config
+from tests.producing import CheckedProducer
+from tests.waiting import eventually
 
 from shale.ingest.job import IngestJob
 from shale.ingest.kafka import delete_records_before, watermarks
@@ -32,13 +34,13 @@ RIGHT = ["time_field=\"t\"", "time_format=\"epoch_ms\"", "label_fields=[\"severi
 
 
 def _produce(bootstrap: str, topic: str, first: int, count: int, day: int) -> Counter[str]:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 10})
+    producer = CheckedProducer({"bootstrap.servers": bootstrap, "linger.ms": 10})
     levels: Counter[str] = Counter()
     for i in range(first, first + count):
         severity = ["INFO", "WARN", "ERROR"][i % 3]
         levels[severity] += 1
         value = json.dumps({"t": T0 + day * DAY + (i % 2000) * 40_000, "severity": severity, "n": i})
-        producer.produce(topic, value=value.encode(), partition=i % 2)
+        producer.produce(topic, value.encode(), partition=i % 2)
     producer.flush(60)
     return levels
 
@@ -53,18 +55,20 @@ def test_reprocess_fixes_a_parser_bug_including_data_kafka_no_longer_has(kafka, 
     config = config_of(file)
     metastore = open_metastore(config)
     for group in ("backup", "partition"):
-        query = IngestJob(config, group, spark=spark, metastore=metastore).start(available_now=True)
-        query.awaitTermination()
+        IngestJob(config, group, spark=spark, metastore=metastore).run(available_now=True)
     wrong = run_query(Query("default", T0, T0 + DAY - 1), metastore, open_bucket(config.bucket)).read_all()
     assert wrong.num_rows == 6000
     assert "severity" not in wrong.column_names  # the bug: the wrong field was read
     ingested_until = int(time.time() * 1000)
 
     # Kafka forgets the first half; live ingestion of the topic goes on (next day's records).
-    marks = watermarks(kafka.bootstrap_servers, {topic: [0, 1]})
+    marks = watermarks(config.kafka, {topic: [0, 1]})
     for partition in (0, 1):
-        delete_records_before(kafka.bootstrap_servers, topic, partition, marks[(topic, partition)][1] // 2)
-    live = IngestJob(config, "partition", spark=spark, metastore=metastore).start()
+        delete_records_before(config.kafka, topic, partition, marks[(topic, partition)][1] // 2)
+    stop_live = threading.Event()
+    live = threading.Thread(target=IngestJob(config, "partition", spark=spark, metastore=metastore).run,
+                            kwargs={"stop": stop_live}, daemon=True)
+    live.start()
     _produce(kafka.bootstrap_servers, topic, 6000, 1000, day=1)
 
     # Reprocess in a separate process; kill it after its first committed round; run it again to the end.
@@ -88,11 +92,10 @@ def test_reprocess_fixes_a_parser_bug_including_data_kafka_no_longer_has(kafka, 
     switched = metastore.submit(SetActiveGeneration(tenant="default", topic=topic, generation=2, start=T0,
                                                     end=T0 + DAY - 1))
     assert switched.ok
-    deadline = time.monotonic() + 120
-    while sum(o.committed_end for o in metastore.offsets("partition", 1)) < 7000:
-        assert time.monotonic() < deadline, "live ingestion did not keep up"
-        time.sleep(0.5)
-    live.stop()
+    eventually(lambda: sum(o.committed_end for o in metastore.offsets("partition", 1)) >= 7000, 120,
+               "live ingestion to keep up")
+    stop_live.set()
+    live.join(timeout=120)
 
     bucket = open_bucket(config.bucket)
     fixed = run_query(Query("default", T0, T0 + DAY - 1), metastore, bucket).read_all()

@@ -31,7 +31,8 @@ def test_each_metastore_member_is_one_of_the_members(member: str) -> None:
     assert m.raft_address == f"{member}:7071"
     assert m.listen == f"{member}:7070"
     assert {x.raft for x in m.members} == {"meta-1:7071", "meta-2:7071", "meta-3:7071"}
-    assert f"http://{m.listen}" in m.addresses
+    assert f"https://{m.listen}" in m.addresses
+    assert m.tls_cert_file and m.tokens_file  # HTTPS and authenticated API
     assert m.secret  # Raft traffic is encrypted
 
 
@@ -39,8 +40,9 @@ def test_an_application_machine_runs_ingest_and_compaction_on_the_cluster(tmp_pa
     config = load_config(CONFIG, env=_env("app.env"))
     assert config.spark.master.startswith("spark://")
     assert session_conf(config.spark, kafka=True)["spark.jars.packages"] == KAFKA_CONNECTOR_PACKAGE
-    services = [s.name for s in Deployment(config, [], tmp_path).services]
-    assert services == ["ingest-backup", "ingest-partition", "compact-0"]
+    services = Deployment(config, [], tmp_path).services
+    assert [s.name for s in services] == ["ingest-backup", "ingest-partition", "compact-0"]
+    assert config.metastore.token_file  # the remote members' token, not one `shale run` makes up
 
 
 def test_the_systemd_units_run_existing_commands_with_the_shared_configuration() -> None:

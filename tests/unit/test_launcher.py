@@ -1,15 +1,89 @@
-"""``shale run`` on one machine of a multi-machine deployment: ``run.services`` selects the processes; without
-the metastore, the others use the configured remote nodes (an embedded metastore there is refused)."""
+"""`shale run`'s tokens and secrets, without starting processes: each child a token of its own role in a 0600
+file, the metastore's tokens file in step with the configured one, secrets off the children's command lines; and
+``run.services`` on one machine of a multi-machine deployment: without the metastore, the others use the configured
+remote nodes and token (an embedded metastore there is refused)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from shale.cli import cli
 from shale.config import load_config
 from shale.errors import ConfigError
 from shale.launcher import Deployment
+from shale.metastore import auth
+
+
+def test_children_get_tokens_of_their_own_role_and_the_metastore_accepts_them(tmp_path: Path) -> None:
+    configured = tmp_path / "tokens.toml"
+    operator = auth.new_token()
+    auth.write_private(configured, auth.format_entry(auth.TokenEntry(
+        name="grafana", role="reader", tenants=["*"], sha256=auth.digest(operator))))
+    config = load_config(env={}, overrides=[f"metastore.data_dir={tmp_path / 'ms'}",
+                                            f"metastore.tokens_file={configured}", "run.compaction_workers=2"])
+    deployment = Deployment(config, ["--log-format", "json"], tmp_path / "logs",
+                            {"SHALE_METASTORE__SECRET": "from-the-environment"})
+    deployment.issue_tokens()
+    table = auth.TokenTable(deployment.tokens_file, recheck_seconds=0)
+    roles = {}
+    for service in deployment.services[1:]:
+        token_file = tmp_path / "ms" / "run" / f"{service.name}.token"
+        assert token_file.stat().st_mode & 0o777 == 0o600
+        token = token_file.read_text().strip()
+        who = table.authenticate(token)
+        assert who is not None
+        roles[service.name] = (who.role, sorted(who.groups))
+        assert f"metastore.token_file={token_file}" in service.args
+        assert token not in " ".join(service.args)
+    assert roles == {"ingest-backup": ("ingest", ["backup"]), "ingest-partition": ("ingest", ["partition"]),
+                     "compact-0": ("compactor", []), "compact-1": ("compactor", [])}
+    assert table.authenticate(operator) == auth.Principal("grafana", "reader", tenants=frozenset({"*"}))
+
+    # A token issued while `shale run` runs reaches the metastore's file at the next supervision step.
+    later = auth.new_token()
+    auth.write_private(configured, configured.read_text() + auth.format_entry(auth.TokenEntry(
+        name="later", role="admin", sha256=auth.digest(later))))
+    deployment.sync_tokens()
+    assert table.authenticate(later) is not None
+
+    env = deployment._environment()
+    assert env["SHALE_METASTORE__SECRET"] == "from-the-environment"
+    os.environ["SHALE_METASTORE__TOKEN"] = operator
+    try:
+        assert "SHALE_METASTORE__TOKEN" not in deployment._environment()  # never widens a child's own token
+    finally:
+        del os.environ["SHALE_METASTORE__TOKEN"]
+
+
+def test_token_create_appends_a_digest_and_prints_the_token_once(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.toml"
+    runner = CliRunner()
+    first = runner.invoke(cli, ["metastore", "token", "create", "--name", "grafana", "--role", "reader",
+                                "--tenant", "acme", "--tokens-file", str(path)])
+    assert first.exit_code == 0, first.output
+    token = first.stdout.strip()
+    assert token.startswith("shale_")
+    assert token not in path.read_text()
+    assert path.stat().st_mode & 0o777 == 0o600
+    ingest = runner.invoke(cli, ["metastore", "token", "create", "--name", "ingest", "--role", "ingest",
+                                 "--group", "backup", "--tokens-file", str(path)])
+    assert ingest.exit_code == 0, ingest.output
+    table = auth.TokenTable(path)
+    assert table.authenticate(token) == auth.Principal("grafana", "reader", tenants=frozenset({"acme"}))
+    assert table.authenticate(ingest.stdout.strip()) == auth.Principal("ingest", "ingest",
+                                                                       groups=frozenset({"backup"}))
+    again = runner.invoke(cli, ["metastore", "token", "create", "--name", "grafana", "--role", "admin",
+                                "--tokens-file", str(path)])
+    assert again.exit_code == 1
+    assert "already has a token named 'grafana'" in again.output
+    unscoped = runner.invoke(cli, ["metastore", "token", "create", "--name", "x", "--role", "reader",
+                                   "--tokens-file", str(path)])
+    assert unscoped.exit_code == 1
+    assert "a reader token lists its tenants" in unscoped.output
 
 
 def _deployment(tmp_path: Path, *overrides: str) -> Deployment:
@@ -34,6 +108,8 @@ def test_a_worker_machine_uses_the_remote_metastore_nodes(tmp_path: Path) -> Non
     assert [s.name for s in deployment.services] == ["ingest-backup", "ingest-partition", "compact-0", "compact-1"]
     for service in deployment.services:
         assert "metastore.mode=remote" not in service.args  # the configuration's own nodes, not a local one
+        assert service.token is None  # and the configured token: the remote metastore knows no run/ tokens
+        assert not any(arg.startswith("metastore.token_file=") for arg in service.args)
     assert deployment.status_page == "http://10.0.0.1:7070/ui"
     with pytest.raises(ConfigError, match=r"metastore\.mode must be 'remote'"):
         _deployment(tmp_path, 'run.services=["ingest"]')

@@ -1,18 +1,76 @@
-"""Production code never reaches into development code: only ``shale.dev`` itself, ``shale.demo`` and the
-``shale dev`` command may import ``shale.dev`` (a cluster deployment has neither Maven nor a development cache).
-Every import counts, those inside functions included."""
+"""The layering of docs/DESIGN.md section 1 is the real one: every import in src/shale (function-level imports
+included) goes to the module's own package or to a package on a line above it; and production code never reaches
+into development code: only ``shale.dev`` itself, ``shale.demo`` and the ``shale dev`` command may import
+``shale.dev`` (a cluster deployment has neither Maven nor a development cache)."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[2] / "src"
+ROOT = Path(__file__).resolve().parents[2]
+SRC = ROOT / "src" / "shale"
+
+
+def layers() -> dict[str, int]:
+    """Package -> its line number in DESIGN section 1's layering block."""
+    design = (ROOT / "docs" / "DESIGN.md").read_text()
+    section = design[design.index("## 1. Components and layering"):design.index("## 2.")]
+    block = section.split("```")[1]
+    found: dict[str, int] = {}
+    for rank, line in enumerate(text for text in block.splitlines() if text.strip()):
+        for name in re.findall(r"shale\.(\w+)", line.split("  ")[0]):
+            found[name] = rank
+    return found
+
+
+def package_of(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return parts[0]
+
+
+def imports(path: Path) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+    return {name.split(".")[1] for name in out if name.startswith("shale.")}
+
+
+def test_every_package_is_in_the_documented_layering() -> None:
+    documented = layers()
+    present = {package_of(p) for p in SRC.rglob("*.py")} - {"__init__", "__main__"}
+    assert present - set(documented) == set(), "add these packages to docs/DESIGN.md section 1"
+
+
+def test_imports_only_go_down_the_documented_layers() -> None:
+    documented = layers()
+    wrong = []
+    for path in sorted(SRC.rglob("*.py")):
+        own = package_of(path)
+        if own in ("__init__", "__main__"):
+            continue
+        for target in imports(path):
+            if target != own and documented[target] >= documented[own]:
+                wrong.append(f"{path.relative_to(ROOT)} imports shale.{target}")
+    assert wrong == []
+
+
+def test_the_layering_check_catches_an_upward_import(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("def f():\n    from shale.cli import main\n")
+    assert imports(module) == {"cli"}
+    assert layers()["cli"] > layers()["block"]
+
+
 ALLOWED = ("shale.dev", "shale.demo", "shale.cli.dev_cmd")
 
 
 def _module(path: Path) -> str:
-    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -42,7 +100,7 @@ def _allowed(module: str) -> bool:
 
 def test_only_development_modules_import_shale_dev() -> None:
     offenders = {}
-    files = sorted((SRC / "shale").rglob("*.py"))
+    files = sorted(SRC.rglob("*.py"))
     assert len(files) > 50  # the walk found the package
     for path in files:
         module = _module(path)

@@ -5,7 +5,7 @@ A block is immutable once its meta.json exists. Writers upload data objects firs
 sync delay (``BlockFetcher``); deletion is a mark, a delay, then removal in reverse order (``Cleaner``).
 """
 
-from shale.block.cleaner import Action, Cleaner, CleanupReport, delete_block
+from shale.block.cleaner import Action, Cleaner, CleanupReport, MetastoreView, delete_block
 from shale.block.fetcher import BlockFetcher, BlockState, BlockView, FetchResult
 from shale.block.ids import check_block_id, deterministic_block_id, new_block_id, ulid_time_ms
 from shale.block.layout import (
@@ -40,6 +40,7 @@ __all__ = [
     "FetchResult",
     "FileInfo",
     "KafkaRange",
+    "MetastoreView",
     "ParserInfo",
     "block_file_key",
     "block_prefix",

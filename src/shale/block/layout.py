@@ -23,12 +23,7 @@ META_FILENAME = "meta.json"
 DELETION_MARK_SUFFIX = "-deletion-mark.json"
 BUCKET_INDEX_FILENAME = "bucket-index.json.gz"
 BUCKET_INDEX_DELTAS_DIR = "bucket-index-deltas"
-SHALE_PREFIX = "_shale/"
 DLQ_PREFIX = "_shale/dlq/"
-
-
-def tenant_prefix(tenant: str) -> str:
-    return f"{check_tenant(tenant)}/"
 
 
 def blocks_prefix(tenant: str) -> str:

@@ -17,6 +17,8 @@ from shale.block.names import check_label_name, check_tenant, check_topic
 from shale.errors import CorruptObjectError
 
 META_VERSION = 1
+INCARNATION_PATTERN = r"^[A-Za-z0-9_-]{0,32}$"
+"""A Kafka topic id as Kafka prints it (22 characters of URL-safe base64), or '' where it was not recorded."""
 GROUPS = ("backup", "partition")
 DatasetKind = Literal["records", "quarantine"]
 
@@ -32,6 +34,8 @@ class KafkaRange(_Record):
     partition: int = Field(ge=0)
     start: int = Field(ge=0)
     end: int = Field(ge=0)
+    incarnation: str = Field(default="", pattern=INCARNATION_PATTERN,
+                             description="the Kafka topic id of the topic's incarnation ('' = not recorded)")
 
     @model_validator(mode="after")
     def _ordered(self) -> KafkaRange:

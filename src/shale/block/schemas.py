@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-TIMESTAMP = pa.timestamp("ms", tz="UTC")
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+"""Every time column is UTC microseconds: what Spark and Iceberg use (block metadata keeps milliseconds)."""
+TIMESTAMP_MS = pa.timestamp("ms", tz="UTC")
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
 KAFKA_FIELDS = [
@@ -36,9 +38,6 @@ QUARANTINE_SCHEMA = pa.schema([
     pa.field("parser", pa.string(), nullable=False),
 ])
 """A record a parser rejected: the Kafka record verbatim, why, and which parser."""
-
-RECORD_KEY = ("topic", "partition", "offset")
-"""Every stored record is identified by where it was in Kafka."""
 
 RESERVED_COLUMNS = frozenset(f.name for f in PARTITION_BASE_FIELDS) | {"reason", "parser"}
 BASE_COLUMNS = RESERVED_COLUMNS

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from shale.block.layout import block_file_key, meta_key
 from shale.block.meta import BlockMeta, Compaction, Dataset, DatasetKind, FileInfo, KafkaRange, ParserInfo, parse_meta
-from shale.block.schemas import BASE_COLUMNS
+from shale.block.schemas import BASE_COLUMNS, TIMESTAMP, TIMESTAMP_MS
 from shale.errors import ConflictError, NotFoundError
 from shale.failpoints import failpoint
 from shale.objstore import Bucket
@@ -39,6 +39,9 @@ class DatasetInput:
     table: pa.Table
     time_column: str
     labels: list[dict[str, str]] = field(default_factory=list)
+    clamp: tuple[int, int] | None = None
+    """Bounds (ms) for the data times recorded in metadata: rows keep their times as they are, but a time
+    outside the bounds counts as the nearest bound (a Kafka timestamp of -1 or in the far future)."""
 
 
 @dataclass
@@ -60,8 +63,15 @@ class BlockSpec:
     ignore_delay: bool = False
 
 
-def _time_bounds(column: pa.ChunkedArray | pa.Array) -> tuple[int, int]:
-    bounds = pc.min_max(column.cast(pa.timestamp("ms", tz="UTC")).cast(pa.int64()))
+def _times_ms(column: pa.ChunkedArray | pa.Array, clamp: tuple[int, int] | None) -> pa.ChunkedArray | pa.Array:
+    times = column.cast(TIMESTAMP_MS, safe=False).cast(pa.int64())
+    if clamp is not None:
+        times = pc.min_element_wise(pc.max_element_wise(times, clamp[0]), clamp[1])
+    return times
+
+
+def _time_bounds(times: pa.ChunkedArray | pa.Array) -> tuple[int, int]:
+    bounds = pc.min_max(times)
     low, high = bounds["min"].as_py(), bounds["max"].as_py()
     if low is None or high is None:
         return 0, 0
@@ -81,6 +91,14 @@ def encode_parquet(table: pa.Table, footer: bytes | None = None, row_group_rows:
     return sink.getvalue()
 
 
+def in_micros(table: pa.Table) -> pa.Table:
+    """Every timestamp column as UTC microseconds (Spark's and Iceberg's unit), whatever unit it came in."""
+    if not any(pa.types.is_timestamp(f.type) and f.type != TIMESTAMP for f in table.schema):
+        return table
+    fields = [f.with_type(TIMESTAMP) if pa.types.is_timestamp(f.type) else f for f in table.schema]
+    return table.cast(pa.schema(fields, metadata=table.schema.metadata))
+
+
 def crc32_hex(data: bytes) -> str:
     return f"{zlib.crc32(data) & 0xFFFFFFFF:08x}"
 
@@ -90,7 +108,7 @@ def plan_block(spec: BlockSpec, datasets: list[DatasetInput],
     """The block's metadata before its files are written (``files`` is empty)."""
     entries: list[Dataset] = []
     for index, ds in enumerate(datasets):
-        time_col = ds.table.column(ds.time_column)
+        time_col = _times_ms(ds.table.column(ds.time_column), ds.clamp)
         low, high = _time_bounds(time_col)
         groups = []
         for offset in range(0, ds.table.num_rows, row_group_rows):
@@ -139,6 +157,8 @@ def write_block(bucket: Bucket, spec: BlockSpec, datasets: list[DatasetInput],
     Data objects are overwritten freely while meta.json is absent: nobody trusts a block without it, and a
     repeated write of a deterministic id carries the same rows.
     """
+    datasets = [DatasetInput(d.kind, d.topic, in_micros(d.table), d.time_column, d.labels, d.clamp)
+                for d in datasets]
     planned = plan_block(spec, datasets, row_group_rows)
     done = existing_block(bucket, spec.tenant, spec.id)
     if done is not None:

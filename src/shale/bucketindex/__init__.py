@@ -20,7 +20,7 @@ from shale.bucketindex.model import INDEX_VERSION, BucketIndex, IndexedMark, liv
 from shale.bucketindex.reader import BucketIndexReader, StaleIndexError
 from shale.bucketindex.scan import scan_index, write_scanned_index
 from shale.bucketindex.store import Published, StoredIndex, merge, publish, read_index
-from shale.bucketindex.writer import IndexSource, MetastoreIndexWriter, TenantWrite, Tombstone
+from shale.bucketindex.writer import BucketIndexWriter, IndexSource, TenantWrite, Tombstone
 
 __all__ = [
     "DELTA_MARGIN",
@@ -28,11 +28,11 @@ __all__ = [
     "UNREFLECTED_DELTA_LIMIT",
     "BucketIndex",
     "BucketIndexReader",
+    "BucketIndexWriter",
     "DeltaWriter",
     "IndexDelta",
     "IndexSource",
     "IndexedMark",
-    "MetastoreIndexWriter",
     "Published",
     "StaleIndexError",
     "StoredIndex",

@@ -1,4 +1,4 @@
-"""``MetastoreIndexWriter``: the metastore leader writes every tenant's bucket index from its own state.
+"""``BucketIndexWriter``: the metastore leader writes every tenant's bucket index from its own state.
 
 Seed 001 has the compactor write the index because it scans the bucket anyway; in Shale the metastore already
 holds every tenant's blocks and tombstones, so the leader writes the index without a single bucket scan.
@@ -85,6 +85,10 @@ class IndexSource(Protocol):
 
     def tenant_tombstones(self, tenant: str) -> Sequence[Tombstone]: ...
 
+    def generation_rules(self, tenant: str) -> list[tuple[str, int, int, int]]:
+        """The tenant's generation switches, oldest first: (topic, start ms, end ms, generation)."""
+        ...
+
 
 @dataclass
 class _Tenant:
@@ -107,7 +111,7 @@ class TenantWrite:
     deleted_deltas: int
 
 
-class MetastoreIndexWriter:
+class BucketIndexWriter:
     """Writes the bucket index of every tenant ``source`` knows. ``last_writes`` holds what the latest
     ``run_once`` wrote (stored versions, conflicts merged, deltas deleted), for logs and tests."""
 
@@ -181,7 +185,8 @@ class MetastoreIndexWriter:
         desired = BucketIndex.build(
             tenant, now, blocks,
             [IndexedMark(id=t.block_id, deletion_time=t.created_at / 1000, reason=t.reason) for t in tombstones],
-            {b.id: before.get(b.id, now) for b in blocks}, watermark=watermark)
+            {b.id: before.get(b.id, now) for b in blocks}, watermark=watermark,
+            generations=self.source.generation_rules(tenant))
         try:
             published = publish(self.bucket, desired, base, self.attempts)
         except ShaleError:

@@ -16,6 +16,7 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "config": ("shale.cli.config_cmd", "config", "Check and show the configuration."),
     "dev": ("shale.cli.dev_cmd", "dev", "Start, inspect and stop the local Kafka, MinIO and Spark services."),
     "metastore": ("shale.cli.metastore_cmd", "metastore", "Run and administer the metastore."),
+    "iceberg": ("shale.cli.iceberg_cmd", "iceberg", "Publish the blocks as Apache Iceberg tables."),
     "ingest": ("shale.cli.ingest_cmd", "ingest", "Persist Kafka topics into blocks, exactly once."),
     "compact": ("shale.cli.compact_cmd", "compact", "Run a compaction worker on Spark, or administer compaction."),
     "query": ("shale.cli.query_cmd", "query", "Read stored records by tenant, time range and labels."),
@@ -25,6 +26,7 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "locate": ("shale.cli.reprocess_cmd", "locate", "Find the blocks that hold a Kafka record."),
     "verify": ("shale.cli.ingest_cmd", "verify", "Reconcile Kafka offsets with the stored records."),
     "ledger": ("shale.cli.ingest_cmd", "ledger", "Show the completeness ledger of a topic."),
+    "offsets": ("shale.cli.offsets_cmd", "offsets", "Show committed offsets; acknowledge offsets Kafka lost."),
     "run": ("shale.cli.run_cmd", "run", "Run a whole single-machine deployment from one configuration."),
     "demo": ("shale.cli.demo_cmd", "demo", "Run the main pipeline on embedded defaults and print what it did."),
 }

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import time
+from typing import TYPE_CHECKING
 
 import click
 
 from shale.cli.common import get_config, shale_errors
+
+if TYPE_CHECKING:
+    from shale.block import MetastoreView
+    from shale.config import ShaleConfig
+    from shale.metastore import Metastore
 
 
 def _fetcher(ctx: click.Context):  # type: ignore[no-untyped-def]
@@ -26,7 +33,7 @@ def _ts(ms: int) -> str:
 
 @click.group()
 def bucket() -> None:
-    """Inspect and maintain blocks directly in the bucket (no metastore needed)."""
+    """Inspect and maintain blocks directly in the bucket (no metastore needed; cleanup asks it when it can)."""
 
 
 @bucket.command("ls")
@@ -137,23 +144,62 @@ def mark_delete(ctx: click.Context, tenant: str, block_id: str, reason: str) -> 
     click.echo(f"marked {tenant}/{block_id} for deletion at {mark.deletion_time:.0f} ({mark.reason})")
 
 
+def _indexed_view(metastore: Metastore, tenant: str) -> MetastoreView:
+    from shale.block import MetastoreView
+
+    return MetastoreView(frozenset(m.id for m in metastore.tenant_blocks(tenant)))
+
+
+def _reachable_metastore(config: ShaleConfig) -> tuple[Metastore | None, str]:
+    """The metastore, if it can be reached now; else None and why. An embedded metastore is reachable when its
+    state file exists (opening it would otherwise create an empty index that protects nothing)."""
+    from shale.errors import RetryableError
+    from shale.metastore import MetastoreClient, open_metastore
+    from shale.metastore.server import state_path
+
+    m = config.metastore
+    if m.mode == "embedded":
+        path = state_path(config)
+        if not path.exists():
+            return None, f"no embedded metastore state at {path}"
+        return open_metastore(config), ""
+    client = MetastoreClient(m.addresses, timeout=m.request_timeout, deadline=min(m.client_deadline, 15.0))
+    try:
+        client.status()
+    except RetryableError as exc:
+        client.close()
+        return None, str(exc)
+    return client, ""
+
+
 @bucket.command()
 @click.option("--tenant", multiple=True, help="Clean these tenants (default: all).")
 @click.option("--dry-run", is_flag=True, help="Print what would be done, change nothing.")
+@click.option("--force", is_flag=True, help="Without the metastore, mark overlapped blocks anyway (risky: the "
+                                            "overlapping copy may be the uncommitted one).")
 @click.pass_context
 @shale_errors
-def cleanup(ctx: click.Context, tenant: tuple[str, ...], dry_run: bool) -> None:
-    """Mark partial and overlapped blocks, remove marked blocks after the delete delay, remove orphan marks."""
+def cleanup(ctx: click.Context, tenant: tuple[str, ...], dry_run: bool, force: bool) -> None:
+    """Mark partial blocks, and (with the metastore) blocks whose records are in an indexed block; remove marked
+    blocks after the delete delay; remove orphan marks. Blocks the metastore indexes are never touched."""
     from shale.block import Cleaner
 
     config = get_config(ctx)
     bucket_, fetcher = _fetcher(ctx)
+    metastore, why = _reachable_metastore(config)
+    if metastore is None:
+        click.echo(f"metastore not reachable ({why}): overlap-based marks are refused"
+                   f"{', but --force marks them anyway' if force else ' (--force marks them anyway)'}")
     cleaner = Cleaner(bucket_, fetcher, config.block.delete_delay)
     for name in tenant or fetcher.tenants():
-        report = cleaner.run(name, dry_run=dry_run)
+        # The view is read by the cleaner after it listed the tenant's blocks.
+        view = functools.partial(_indexed_view, metastore, name) if metastore is not None else None
+        report = cleaner.run(name, dry_run=dry_run, metastore=view, force=force)
         for action in report.actions:
             click.echo(f"{'would ' if dry_run else ''}{action.kind} {name}/{action.block_id}: {action.reason}")
         for block_id in report.protected:
-            click.echo(f"kept {name}/{block_id}: the metastore knows it")
-        if not report.actions:
+            click.echo(f"kept {name}/{block_id}: the metastore indexes it")
+        for action in report.refused:
+            click.echo(f"refused to {action.kind} {name}/{action.block_id}: {action.reason}")
+        if not report.actions and not report.refused:
             click.echo(f"tenant {name}: nothing to do")

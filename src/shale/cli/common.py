@@ -8,9 +8,9 @@ from typing import Any, TypeVar
 
 import click
 
-from shale.config import ShaleConfig, load_config
+from shale.config import ShaleConfig, load_config, secret_values
 from shale.errors import ShaleError
-from shale.logs import setup_logging
+from shale.logs import redact, setup_logging
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -21,7 +21,7 @@ def get_config(ctx: click.Context) -> ShaleConfig:
     if "config" not in root.obj:
         root.obj["config"] = load_config(root.obj["config_path"], overrides=root.obj["overrides"])
         config: ShaleConfig = root.obj["config"]
-        setup_logging(config.logging.level, root.obj["log_format"] or config.logging.format)
+        setup_logging(config.logging.level, root.obj["log_format"] or config.logging.format, secret_values(config))
     result: ShaleConfig = root.obj["config"]
     return result
 
@@ -34,6 +34,6 @@ def shale_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except ShaleError as exc:
-            raise click.ClickException(str(exc)) from exc
+            raise click.ClickException(redact(str(exc))) from exc
 
     return wrapper  # type: ignore[return-value]

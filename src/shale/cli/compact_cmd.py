@@ -36,7 +36,7 @@ def compact(ctx: click.Context, until_idle: bool, show_jobs: bool, set_failure_l
         result = metastore.submit(SetCompactionFailureLimit(limit=set_failure_limit))
         click.echo(f"compaction failure limit set to {result.data['limit']}")
         return
-    from shale.compaction.worker import CompactionWorker
+    from shale.compactor.worker import CompactionWorker
     from shale.spark import spark_session
 
     if config.compaction.metrics_port:

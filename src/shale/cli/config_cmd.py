@@ -8,6 +8,7 @@ import click
 
 from shale.cli.common import get_config, shale_errors
 from shale.config import ShaleConfig
+from shale.config.secrets import masked
 
 
 @click.group()
@@ -33,11 +34,7 @@ def check(ctx: click.Context, defaults: bool) -> None:
 @shale_errors
 def show(ctx: click.Context) -> None:
     """Print the effective configuration as JSON (secrets masked)."""
-    data = get_config(ctx).model_dump(mode="json")
-    bucket = data.get("bucket", {})
-    if bucket.get("secret_access_key"):
-        bucket["secret_access_key"] = "***"  # noqa: S105 - a mask, not a secret
-    click.echo(json.dumps(data, indent=2))
+    click.echo(json.dumps(masked(get_config(ctx)), indent=2))
 
 
 def _print_defaults(model: type | None = None, prefix: str = "") -> None:
@@ -48,6 +45,6 @@ def _print_defaults(model: type | None = None, prefix: str = "") -> None:
             click.echo(f"[{prefix}{name}]")
             _print_defaults(annotation, f"{prefix}{name}.")
             continue
-        default = field.get_default(call_default_factory=True)
+        default = masked(field.get_default(call_default_factory=True))
         note = f"  # {field.description}" if field.description else ""
         click.echo(f"{name} = {json.dumps(default, default=str)}{note}")

@@ -60,12 +60,13 @@ def verify(ctx: click.Context, group: str, topic: str, generation: int | None, a
         click.echo(json.dumps(report.as_dict()))
     else:
         click.echo(f"{group} generation {gen} topic {topic}: {report.stored} stored, {report.missing} missing, "
-                   f"{report.duplicated} duplicated, {report.quarantined} quarantined: "
-                   f"{'OK' if report.ok else 'PROBLEMS'}")
+                   f"{report.duplicated} duplicated, {report.quarantined} quarantined, {report.not_in_kafka} not in "
+                   f"Kafka{' (compacted topic)' if report.compacted else ''}: {'OK' if report.ok else 'PROBLEMS'}")
         for p in report.partitions:
-            click.echo(f"  partition {p.partition}: kafka [{p.kafka_earliest},{p.kafka_end}) committed "
-                       f"{p.committed_end} stored {p.stored} missing {p.missing} duplicated {p.duplicated} "
-                       f"quarantined {p.quarantined} not yet ingested {p.not_yet_ingested}"
+            click.echo(f"  partition {p.partition} (incarnation {p.incarnation}): kafka [{p.kafka_earliest},"
+                       f"{p.kafka_end}) committed {p.committed_end} stored {p.stored} missing {p.missing} "
+                       f"duplicated {p.duplicated} quarantined {p.quarantined} not in Kafka {p.not_in_kafka} "
+                       f"offsets without a record {p.skipped} not yet ingested {p.not_yet_ingested}"
                        + (f" e.g. {p.missing_sample}" if p.missing_sample else ""))
     if not report.ok:
         raise SystemExit(1)

@@ -1,4 +1,4 @@
-"""``shale metastore serve | status | rebuild | snapshot | restore``."""
+"""``shale metastore serve | status | rebuild | snapshot | restore | token create``."""
 
 from __future__ import annotations
 
@@ -21,12 +21,17 @@ def metastore() -> None:
 @shale_errors
 def serve(ctx: click.Context) -> None:
     """Serve one metastore node (single node, or a Raft member when metastore.raft_address is set)."""
+    from shale.iceberg import IcebergPublisher, mount_sync
     from shale.metastore.server import MetastoreNode
     from shale.web import mount
 
     config = get_config(ctx)
     node = MetastoreNode(config)
-    mount(node.app, node.service, node.bucket, config, lambda: node.maintenance.partial_blocks)
+    # Runs even when iceberg.enabled is false: it then trims the change feed so that it never grows.
+    publisher = IcebergPublisher(config, node.state.reader, node.service.submit, node.bucket)
+    node.tasks.append(("iceberg-publisher", lambda stop: publisher.loop(stop, node.is_leader)))
+    mount_sync(node.app, publisher, node.is_leader)
+    mount(node.app, node.service, node.bucket, config, lambda: node.maintenance.partial_blocks, publisher.status)
     node.serve()
 
 
@@ -63,9 +68,9 @@ def rebuild(ctx: click.Context, from_bucket: bool, out: Path) -> None:
 @click.pass_context
 @shale_errors
 def snapshot(ctx: click.Context, out: Path) -> None:
-    """Write a consistent copy of the state (from the running leader, or the local embedded state)."""
-    import httpx
-
+    """Write a consistent copy of the state (from a running node, with an admin token, or the local embedded
+    state)."""
+    from shale.metastore import MetastoreClient, open_metastore
     from shale.metastore.fsm import StateMachine
     from shale.metastore.server import state_path
 
@@ -73,11 +78,9 @@ def snapshot(ctx: click.Context, out: Path) -> None:
     if config.metastore.mode == "embedded":
         StateMachine(state_path(config)).backup_to(out)
     else:
-        with httpx.stream("GET", config.metastore.addresses[0].rstrip("/") + "/v1/snapshot", timeout=300) as r:
-            r.raise_for_status()
-            with open(out, "wb") as f:
-                for chunk in r.iter_bytes():
-                    f.write(chunk)
+        client = open_metastore(config)
+        assert isinstance(client, MetastoreClient)
+        client.snapshot(out)
     click.echo(f"snapshot written to {out}")
 
 
@@ -99,3 +102,44 @@ def restore(ctx: click.Context, source: Path) -> None:
         shutil.rmtree(raft_dir)  # the old journal describes the old state
     restore_file(source, target)
     click.echo(f"restored {target} from {source}")
+
+
+@metastore.group()
+def token() -> None:
+    """Issue API tokens (DESIGN 9.6: roles and scopes)."""
+
+
+@token.command("create")
+@click.option("--name", required=True, help="Names the caller in logs and in 403 answers, e.g. grafana.")
+@click.option("--role", type=click.Choice(["admin", "ingest", "compactor", "reader"]), required=True)
+@click.option("--group", "groups", multiple=True, help="ingest: a group it may commit (repeatable; * for any).")
+@click.option("--tenant", "tenants", multiple=True, help="reader: a tenant it may read (repeatable; * for all).")
+@click.option("--tokens-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The file to add the token to (default: metastore.tokens_file).")
+@click.pass_context
+@shale_errors
+def create(ctx: click.Context, name: str, role: str, groups: tuple[str, ...], tenants: tuple[str, ...],
+           tokens_file: Path | None) -> None:
+    """Add a token to the tokens file (only its SHA-256 digest is stored) and print the token, once. Running
+    metastores pick the change up within seconds; delete the entry to revoke it."""
+    from pydantic import ValidationError
+
+    from shale.errors import ConfigError
+    from shale.metastore import auth
+
+    path = tokens_file or Path(get_config(ctx).metastore.tokens_file or "")
+    if not str(path) or str(path) == ".":
+        raise ConfigError("give --tokens-file or set metastore.tokens_file")
+    existing = auth.load_tokens(path) if path.exists() else []
+    if any(e.name == name for e in existing):
+        raise ConfigError(f"{path} already has a token named {name!r}; delete its entry first to replace it")
+    secret = auth.new_token()
+    try:
+        entry = auth.TokenEntry(name=name, role=role, groups=list(groups), tenants=list(tenants),  # type: ignore[arg-type]
+                                sha256=auth.digest(secret))
+    except ValidationError as exc:
+        raise ConfigError(f"token {name!r}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None
+    text = "".join(auth.format_entry(e) + "\n" for e in [*existing, entry])
+    auth.write_private(path, "# Shale metastore API tokens: SHA-256 digests only (DESIGN 9.6).\n\n" + text)
+    click.echo(secret)
+    click.echo(f"added token {name!r} ({role}) to {path}; the token above is shown only this once", err=True)

@@ -8,6 +8,7 @@ from itertools import islice
 import click
 
 from shale.cli.common import get_config, shale_errors
+from shale.query.output import FORMATS
 
 
 @click.command()
@@ -19,7 +20,7 @@ from shale.cli.common import get_config, shale_errors
 @click.option("--quarantine", is_flag=True, help="Read the records parsers rejected, with the reasons.")
 @click.option("--columns", help="Comma-separated columns (default: all).")
 @click.option("--limit", type=int, help="At most this many rows (table format: 50 unless set).")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "parquet"]), default="table",
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
               show_default=True)
 @click.option("--output", type=click.Path(dir_okay=False), help="Write here instead of standard output.")
 @click.option("--source", type=click.Choice(["metastore", "bucket-index"]), default="metastore", show_default=True,

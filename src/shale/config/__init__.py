@@ -12,6 +12,7 @@ from shale.config.model import (
     BucketConfig,
     BucketIndexConfig,
     CompactionConfig,
+    IcebergConfig,
     IngestConfig,
     KafkaConfig,
     LoggingConfig,
@@ -23,6 +24,7 @@ from shale.config.model import (
     SparkConfig,
     TenantRule,
 )
+from shale.config.secrets import Secret, masked, secret_values
 from shale.config.types import parse_duration, parse_size
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "BucketConfig",
     "BucketIndexConfig",
     "CompactionConfig",
+    "IcebergConfig",
     "IngestConfig",
     "KafkaConfig",
     "LoggingConfig",
@@ -37,11 +40,14 @@ __all__ = [
     "MetastoreMember",
     "ParserRule",
     "RetentionConfig",
+    "Secret",
     "ShaleConfig",
     "SparkConfig",
     "TenantRule",
     "load_config",
+    "masked",
     "parse_duration",
     "parse_override",
     "parse_size",
+    "secret_values",
 ]

@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from shale.config.model import ShaleConfig
+from shale.config.secrets import MASK, is_secret_location, masked
 from shale.errors import ConfigError
 
 ENV_PREFIX = "SHALE_"
@@ -51,7 +52,8 @@ def _format_errors(error: ValidationError, origin: str) -> str:
             lines.append(f"  {key}: unknown key; check its spelling against `shale config check --defaults`")
             continue
         message = item["msg"].removeprefix("Value error, ")
-        lines.append(f"  {key} = {item.get('input')!r}: {message}")
+        shown = MASK if is_secret_location(ShaleConfig, item["loc"]) else masked(item.get("input"))
+        lines.append(f"  {key} = {shown!r}: {message}")
     return "\n".join(lines)
 
 

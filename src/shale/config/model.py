@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Iterator
+from typing import Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from shale.config.secrets import Secret, mask_options
 from shale.config.types import ByteSize, Duration, Regex
 
 SUPPORTED_BUCKET_SCHEMES = ("file", "s3", "gs", "az", "memory")
@@ -15,6 +17,11 @@ SUPPORTED_BUCKET_SCHEMES = ("file", "s3", "gs", "az", "memory")
 class _Section(BaseModel):
     # Unknown keys are errors, so that a typo never silently falls back to a default.
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        # Secret fields mask themselves; option maps mask their secret-looking keys (kafka.options' passwords).
+        for name, value in super().__repr_args__():
+            yield name, mask_options(value) if isinstance(value, dict) else value
 
 
 class RetryConfig(_Section):
@@ -32,7 +39,7 @@ class BucketConfig(_Section):
     endpoint: str = Field(default="", description="S3-compatible endpoint, e.g. http://127.0.0.1:9000 (MinIO)")
     region: str = Field(default="us-east-1")
     access_key_id: str = Field(default="", description="S3 access key; empty means the environment's credentials")
-    secret_access_key: str = Field(default="", repr=False)
+    secret_access_key: Secret = Field(default=SecretStr(""), description="S3 secret key (masked when shown)")
     allow_http: bool = Field(default=False, description="allow plain HTTP endpoints (development only)")
     options: dict[str, str] = Field(default_factory=dict, description="extra obstore options for the backend")
     retry: RetryConfig = Field(default_factory=RetryConfig)
@@ -59,10 +66,34 @@ class BlockConfig(_Section):
 
 
 class KafkaConfig(_Section):
+    """How Shale reaches Kafka. Security settings are typed and translated for each client Shale runs: Spark's
+    Java consumer (ingestion) and librdkafka (offsets, lag, verify). Anything else goes to one client only, through
+    ``spark_options`` or ``client_options``, because the two clients name their settings differently."""
+
     bootstrap_servers: str = Field(default="127.0.0.1:9092", description="comma-separated host:port list")
-    options: dict[str, str] = Field(
-        default_factory=dict, description="extra Kafka client options (security.protocol, sasl.*, ...)"
-    )
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        default="PLAINTEXT", description="how clients connect to the brokers")
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
+        default="SCRAM-SHA-512", description="SASL mechanism (SASL_PLAINTEXT and SASL_SSL)")
+    sasl_username: str = Field(default="", description="SASL user name")
+    sasl_password: Secret = Field(default=SecretStr(""),
+                                     description="SASL password (or $SHALE_KAFKA__SASL_PASSWORD)")
+    ssl_ca_file: str = Field(default="", description="PEM file of the CAs that sign the brokers' certificates "
+                                                     "(SSL and SASL_SSL; empty: the system's CAs)")
+    ssl_verify_hostname: bool = Field(default=True, description="check the broker's certificate names its host")
+    spark_options: dict[str, str] = Field(
+        default_factory=dict, description="extra options of Spark's Java Kafka consumer (without the 'kafka.' prefix)")
+    client_options: dict[str, str] = Field(
+        default_factory=dict, description="extra options of Shale's librdkafka clients (verify, offsets, lag)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_shared_options(cls, data: object) -> object:
+        if isinstance(data, dict) and "options" in data:
+            raise ValueError("kafka.options is gone: Spark's Java client and librdkafka name their settings "
+                             "differently. Use the typed security keys (security_protocol, sasl_*, ssl_*) and "
+                             "kafka.spark_options / kafka.client_options for anything else")
+        return data
 
     @field_validator("bootstrap_servers")
     @classmethod
@@ -72,6 +103,12 @@ class KafkaConfig(_Section):
             if not host or not port.isdigit():
                 raise ValueError(f"{server.strip()!r} is not host:port")
         return value
+
+    @model_validator(mode="after")
+    def _check_security(self) -> KafkaConfig:
+        if self.security_protocol.startswith("SASL") and not self.sasl_username:
+            raise ValueError(f"security_protocol {self.security_protocol} needs sasl_username and sasl_password")
+        return self
 
 
 class SparkConfig(_Section):
@@ -100,7 +137,25 @@ class MetastoreConfig(_Section):
     listen: str = Field(default="127.0.0.1:7070", description="HTTP listen address of `shale metastore serve`")
     raft_address: str = Field(default="", description="this node's Raft address; empty runs a single node")
     members: list[MetastoreMember] = Field(default_factory=list, description="every Raft member, this one included")
-    secret: str = Field(default="", repr=False, description="encrypts Raft traffic between members when set")
+    raft_listen: str = Field(default="", description="address the Raft port binds to, host:port (empty: raft_address)")
+    secret: Secret = Field(default=SecretStr(""), description="cluster secret: authenticates and encrypts Raft "
+                           "traffic and peer calls; required with raft_address (DESIGN 9.6)")
+    accepted_secrets: list[Secret] = Field(default_factory=list, description="further cluster secrets accepted "
+                                           "from peers but never sent: for a rolling rotation (DESIGN 9.6)")
+    tokens_file: str = Field(default="", description="server: API tokens (TOML: name, role, scope, sha256); "
+                             "required with raft_address. `shale metastore token create` writes entries")
+    token: Secret = Field(default=SecretStr(""), description="client: this process's API token (better: "
+                          "token_file or $SHALE_METASTORE__TOKEN); empty uses <data_dir>/admin.token if readable")
+    token_file: str = Field(default="", description="client: a file holding this process's API token")
+    tls_cert_file: str = Field(default="", description="server: PEM certificate (chain); set with tls_key_file to "
+                               "serve HTTPS only")
+    tls_key_file: str = Field(default="", description="server: the certificate's PEM private key")
+    tls_ca_file: str = Field(default="", description="clients and peers verify the API's certificate against this "
+                             "PEM CA bundle (empty: the system's CAs)")
+    max_request_bytes: ByteSize = Field(default=16 * 2**20, ge=1024, description="larger request bodies are "
+                                        "refused (413) before they are read")
+    query_timeout: Duration = Field(default=30.0, description="a block or label query running longer is stopped "
+                                    "with a clear error")
     request_timeout: Duration = Field(default=10.0, description="one HTTP request")
     client_deadline: Duration = Field(default=60.0, description="a client call's total time, retries included")
     dlq_interval: Duration = Field(default=15.0, description="how often the leader replays the dead letter queue")
@@ -116,6 +171,12 @@ class MetastoreConfig(_Section):
             if not address.startswith(("http://", "https://")):
                 raise ValueError(f"{address!r} is not an http:// or https:// address")
         return value
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> MetastoreConfig:
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ValueError("set tls_cert_file and tls_key_file together (HTTPS needs both), or neither")
+        return self
 
 
 class RetentionConfig(_Section):
@@ -145,7 +206,8 @@ class ParserRule(_Section):
 
 
 class IngestConfig(_Section):
-    """Kafka to blocks (seed 002). Each group (backup, partition) is one streaming query."""
+    """Kafka to blocks (seed 002). Each group (backup, partition) is one ingest process: it plans every batch's
+    exact Kafka offsets from the metastore's committed offsets, reads them with Spark and commits them."""
 
     topics: list[str] = Field(default_factory=list, description="topics to persist (or use topic_pattern)")
     topic_pattern: Regex = Field(default="", description="persist every topic matching this regex, new ones too")
@@ -155,17 +217,34 @@ class IngestConfig(_Section):
     tenant_header: str = Field(default="", description="take the tenant from this record header when present")
     parsers: list[ParserRule] = Field(default_factory=list, description="partition group: parser per topic")
     partition_by_hour: bool = Field(default=False, description="partition values dt and hour (default: dt)")
-    checkpoint_dir: str = Field(default=".shale/checkpoints", description="Spark checkpoints, one per group")
-    trigger_interval: Duration = Field(default=10.0, description="time policy: start a batch this often")
-    max_records_per_batch: int = Field(default=2_000_000, ge=1, description="size policy: at most this many")
+    trigger_interval: Duration = Field(default=5.0, description="time policy: look for new records this often")
+    max_records_per_batch: int = Field(default=2_000_000, ge=1, description="size policy: at most this many "
+                                                                             "records in one batch")
+    max_batch_bytes: ByteSize = Field(default=1024 * 2**20, ge=2**20, description="size policy: about this many "
+                                      "bytes of records in one batch (planned from the sizes seen so far)")
+    max_task_bytes: ByteSize = Field(default=512 * 2**20, ge=64 * 2**20, description="resident memory of one "
+                                     "Spark task's Python worker: records are written in chunks sized to stay "
+                                     "within it")
     min_records_per_batch: int = Field(default=0, ge=0, description="wait for this many records ...")
     max_batch_delay: Duration = Field(default=60.0, description="... but no longer than this")
     starting_offsets: Literal["earliest", "latest"] = Field(
         default="earliest", description="where partitions the metastore has never committed start")
-    allow_offset_gaps: bool = Field(
-        default=False, description="accept unreadable offsets between batches (transactional or compacted topics)")
-    fail_on_data_loss: bool = Field(default=True, description="stop if Kafka deleted offsets before they were read")
     metrics_port: int = Field(default=0, ge=0, le=65535, description="Prometheus metrics port (0: none)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gone(cls, data: object) -> object:
+        gone = {"checkpoint_dir": "ingestion keeps no Spark checkpoint: the metastore holds the committed offsets",
+                "allow_offset_gaps": "gaps Kafka explains (transaction markers, aborted records, compaction) are "
+                                     "accepted; offsets deleted before they were read are reported per partition "
+                                     "and accepted with `shale offsets acknowledge-loss`",
+                "fail_on_data_loss": "lost offsets are always detected and reported per partition; accept them with "
+                                     "`shale offsets acknowledge-loss`"}
+        if isinstance(data, dict):
+            for key, why in gone.items():
+                if key in data:
+                    raise ValueError(f"ingest.{key} is gone: {why}")
+        return data
 
     @model_validator(mode="after")
     def _topics(self) -> IngestConfig:
@@ -196,7 +275,7 @@ class CompactionConfig(_Section):
     lease_duration: Duration = Field(default=15.0, description="a job's lease; workers refresh it")
     queue_limit: int = Field(default=10_000, ge=1, description="jobs kept at most; excluded ones are evicted")
     poll_interval: Duration = Field(default=2.0, description="how often a worker polls and refreshes leases")
-    slots: int = Field(default=0, ge=0, description="jobs one worker runs at once (0: Spark's parallelism)")
+    slots: int = Field(default=0, ge=0, le=256, description="jobs one worker runs at once (0: Spark's parallelism)")
     metrics_port: int = Field(default=0, ge=0, le=65535, description="worker's Prometheus metrics port (0: none)")
 
     @field_validator("blocks_per_job")
@@ -204,6 +283,29 @@ class CompactionConfig(_Section):
     def _counts(cls, value: list[int]) -> list[int]:
         if not value or any(n < 2 for n in value):
             raise ValueError("give at least one count, each at least 2")
+        return value
+
+
+class IcebergConfig(_Section):
+    """Apache Iceberg tables over the stored blocks (docs/DESIGN.md, section 16): one table per tenant and topic of
+    the partition group, published by the metastore leader, in a SQL catalog that Spark, Trino, Flink or DuckDB
+    read. Credentials of the bucket are those of ``[bucket]``."""
+
+    enabled: bool = Field(default=False, description="publish every committed change as an Iceberg snapshot")
+    catalog_uri: str = Field(
+        default="sqlite:///.shale/iceberg/catalog.db",
+        description="SQLAlchemy URL of the catalog database: sqlite:///PATH (embedded) or "
+                    "postgresql+psycopg2://user@host/db (production; the password from the URL or PGPASSWORD)")
+    catalog_name: str = Field(default="shale", description="the catalog's name (engines must use the same one)")
+    warehouse: str = Field(default="", description="where table metadata goes; empty: <bucket url>/_shale/iceberg")
+    interval: Duration = Field(default=1.0, description="how often the leader looks for changes to publish")
+    max_entries_per_round: int = Field(default=2000, ge=1, description="log entries published per round at most")
+
+    @field_validator("catalog_name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not value.replace("_", "").isalnum():
+            raise ValueError("use letters, digits and underscores")
         return value
 
 
@@ -235,4 +337,5 @@ class ShaleConfig(_Section):
     ingest: IngestConfig = Field(default_factory=IngestConfig)
     bucket_index: BucketIndexConfig = Field(default_factory=BucketIndexConfig)
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
+    iceberg: IcebergConfig = Field(default_factory=IcebergConfig)
     run: RunConfig = Field(default_factory=RunConfig)

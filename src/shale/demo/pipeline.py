@@ -1,7 +1,7 @@
 """The demo pipeline (``make demo``): real Loghub logs through the whole system, on embedded defaults.
 
 Kafka (KRaft) and MinIO run locally; the metastore is embedded (a SQLite file); Spark runs in local mode.
-Six log streams are produced as six topics, persisted by both ingest groups in several micro-batches, and then
+Six log streams are produced as six topics, persisted by both ingest groups in several batches, and then
 checked and shown: the completeness ledger, a verify summary against Kafka's offsets, and a sample of the parsed
 records. Then the rest of the pipeline runs on the same data: a query, compaction on Spark, verify again (still
 exactly once), the per-tenant bucket indexes, and the same query through a bucket index, reading fewer objects.
@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from confluent_kafka import Producer
+from pydantic import SecretStr
 
 from shale.block import read_dataset
-from shale.bucketindex import BucketIndexReader, MetastoreIndexWriter
-from shale.compaction.worker import CompactionWorker
+from shale.bucketindex import BucketIndexReader, BucketIndexWriter
+from shale.compactor.worker import CompactionWorker
 from shale.config import (
     BucketConfig,
     CompactionConfig,
@@ -54,13 +55,13 @@ def _config(root: Path, minio: MinioServer, broker: KafkaBroker, bucket: str) ->
     topics = [f"logs.{preset}" for preset in LOGHUB_FORMATS.values()]
     return ShaleConfig(
         bucket=BucketConfig(url=f"s3://{bucket}", endpoint=minio.endpoint, access_key_id=minio.access_key,
-                            secret_access_key=minio.secret_key, allow_http=True),
+                            secret_access_key=SecretStr(minio.secret_key), allow_http=True),
         kafka={"bootstrap_servers": broker.bootstrap_servers},  # type: ignore[arg-type]
         metastore={"data_dir": str(root / "metastore")},  # type: ignore[arg-type]
         spark=SparkConfig(master="local[2]", conf=connector_conf()),  # the cached jars, not a Maven resolve
         ingest=IngestConfig(
-            topics=topics, checkpoint_dir=str(root / "checkpoints"), default_tenant="infra",
-            max_records_per_batch=6000,  # several micro-batches, so that there are blocks to compact
+            topics=topics, default_tenant="infra",
+            max_records_per_batch=6000,  # several batches, so that there are blocks to compact
             tenants=[TenantRule(topic_pattern=rf"logs\.{p}", tenant=t) for p, t in TENANT_OF.items()],
             parsers=[ParserRule(topic_pattern=rf"logs\.{p}", parser="text", options={"preset": p})
                      for p in LOGHUB_FORMATS.values()]),
@@ -130,9 +131,8 @@ def run_demo(root: Path, say: Callable[[str], None]) -> DemoResult:
         assert isinstance(metastore, MetastoreService)  # embedded defaults: the in-process metastore
         for group in ("backup", "partition"):
             job = IngestJob(config, group, spark=spark, metastore=metastore)
-            query = job.start(available_now=True)
-            query.awaitTermination()
-            say(f"ingest group {group}: {job.batches} micro-batch(es) committed")
+            job.run(available_now=True)
+            say(f"ingest group {group}: {job.batches} batch(es) committed")
         bucket = open_bucket(config.bucket)
         say("")
         say("completeness ledger (partition group):")
@@ -162,7 +162,7 @@ def run_demo(root: Path, say: Callable[[str], None]) -> DemoResult:
         worker.run(until_idle=True)
         say(f"  {len(worker.completed)} jobs done; blocks now {_levels(metastore)}")
         result.ok = _verify(say, config, metastore, bucket) and result.ok
-        index_writer = MetastoreIndexWriter(bucket, metastore.state.reader, config.bucket_index)
+        index_writer = BucketIndexWriter(bucket, metastore.state.reader, config.bucket_index)
         for tenant in metastore.tenants():
             index_writer.write_tenant(tenant)
         say(f"bucket indexes written for tenants {', '.join(metastore.tenants())}")
@@ -173,7 +173,7 @@ def run_demo(root: Path, say: Callable[[str], None]) -> DemoResult:
             f"({after[2]:,} bytes), with {calls['list']} LIST calls and {calls['get'] + calls['get_range']} GETs in "
             "all: the tenant's index, then the data objects")
         result.ok = result.ok and after[0] == rows
-        partitions = list_partitions(broker.bootstrap_servers, config.ingest.topics)
+        partitions = list_partitions(config.kafka, config.ingest.topics)
         say(f"\n{len(partitions)} topics, {sum(len(p) for p in partitions.values())} Kafka partitions, "
             f"{len(metastore.tenants())} tenants: {', '.join(metastore.tenants())}")
         spark.stop()

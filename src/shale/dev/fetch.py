@@ -3,7 +3,7 @@
 This module uses the standard library only, so that `make` can run it with the system Python
 while the virtual environment is still being built:
 
-    python3 src/shale/dev/fetch.py all      # Kafka jars, Spark's Kafka connector jars, MinIO binary
+    python3 src/shale/dev/fetch.py all      # Kafka jars, Spark's Kafka connector jars, MinIO, promtool
 
 What is fetched, and from where (the machines reach Maven Central and the Go module proxy only):
 
@@ -13,6 +13,10 @@ What is fetched, and from where (the machines reach Maven Central and the Go mod
   ``spark-token-provider-kafka-0-10_2.13``, ``kafka-clients`` and ``commons-pool2``, four jars and nothing
   else (everything else is inside pyspark), passed to Spark with ``spark.jars``.
 * MinIO: ``go install github.com/minio/minio@<pinned pseudo-version>``.
+* promtool, Prometheus's rule checker and rule unit-test runner (the tests run the alert rules with it):
+  ``go install github.com/prometheus/prometheus/cmd/promtool@<pinned version>``.
+* Apache Iceberg's Spark runtime for Spark 4.0, its AWS bundle (S3FileIO) and the SQLite JDBC driver, three jars
+  and nothing else, so that Spark SQL reads the Iceberg tables Shale publishes (JDBC catalog on SQLite, S3FileIO).
 
 Every fetch is idempotent: a ``.complete`` marker is written last, so an interrupted fetch is redone.
 """
@@ -41,6 +45,21 @@ SPARK_KAFKA_CLIENTS_VERSION = "3.9.0"  # as declared by spark-sql-kafka-0-10_2.1
 SPARK_COMMONS_POOL2_VERSION = "2.12.0"  # as declared by spark-sql-kafka-0-10_2.13:4.0.0
 MINIO_MODULE = "github.com/minio/minio"
 MINIO_VERSION = "v0.0.0-20260212201848-7aac2a2c5b7c"
+PROMTOOL_MODULE = "github.com/prometheus/prometheus/cmd/promtool"
+# Prometheus 3.16.0, published as Go module version v0.316.0 (Prometheus 3 tags its Go module v0.3MM.P; the v2.x
+# tags are +incompatible and v1.99.0 is a placeholder). It is the newest release on the Go module proxy (checked
+# 2026-11-23), its go.mod has no replace or exclude directive (`go install module@version` refuses those), and it
+# asks for go 1.26.7, which the Go on these machines satisfies.
+PROMTOOL_VERSION = "v0.316.0"
+# 1.11.0 is the newest iceberg-spark-runtime-4.0_2.13 on Maven Central (checked 2026-11-23; 1.12.0 exists for the
+# AWS bundle only). The AWS bundle must be the same Iceberg version as the runtime.
+ICEBERG_VERSION = "1.11.0"
+SQLITE_JDBC_VERSION = "3.54.1.0"
+ICEBERG_ARTIFACTS = (
+    ("org.apache.iceberg", "iceberg-spark-runtime-4.0_2.13", ICEBERG_VERSION),
+    ("org.apache.iceberg", "iceberg-aws-bundle", ICEBERG_VERSION),
+    ("org.xerial", "sqlite-jdbc", SQLITE_JDBC_VERSION),
+)
 
 SPARK_CONNECTOR_ARTIFACTS = (
     ("org.apache.spark", "spark-sql-kafka-0-10_2.13", SPARK_VERSION),
@@ -65,6 +84,10 @@ def kafka_jars_dir(cache: Path | None = None) -> Path:
 
 def spark_jars_dir(cache: Path | None = None) -> Path:
     return (cache or cache_dir()) / "jars" / f"spark-kafka-connector-{SPARK_VERSION}"
+
+
+def iceberg_jars_dir(cache: Path | None = None) -> Path:
+    return (cache or cache_dir()) / "jars" / f"iceberg-{ICEBERG_VERSION}"
 
 
 def minio_binary(cache: Path | None = None) -> Path:
@@ -167,26 +190,62 @@ def spark_connector_jars(cache: Path | None = None) -> list[Path]:
     return sorted(fetch_spark_connector(cache).glob("*.jar"))
 
 
-def fetch_minio(cache: Path | None = None) -> Path:
-    """The MinIO server binary, built with ``go install`` at the pinned version if missing."""
-    binary = minio_binary(cache)
+def fetch_iceberg(cache: Path | None = None) -> Path:
+    """The folder holding exactly the Iceberg Spark runtime, the AWS bundle and the SQLite JDBC driver."""
+    target = iceberg_jars_dir(cache)
+    with _locked(target):
+        if (target / ".complete").exists():
+            return target
+        _log(f"fetching Apache Iceberg {ICEBERG_VERSION} Spark jars and the SQLite JDBC driver from Maven Central")
+        _maven_copy(target, [_dependency(g, a, v, exclude_all=True) for g, a, v in ICEBERG_ARTIFACTS])
+        found = sorted(p.name for p in target.glob("*.jar"))
+        if len(found) != len(ICEBERG_ARTIFACTS):
+            raise FetchError(f"expected {len(ICEBERG_ARTIFACTS)} Iceberg jars, got {found}")
+        (target / ".complete").write_text(ICEBERG_VERSION)
+        _log(f"Iceberg jars ready in {target}")
+    return target
+
+
+def iceberg_jars(cache: Path | None = None) -> list[Path]:
+    return sorted(fetch_iceberg(cache).glob("*.jar"))
+
+
+def promtool_binary(cache: Path | None = None) -> Path:
+    return (cache or cache_dir()) / "bin" / f"promtool-{PROMTOOL_VERSION}" / "promtool"
+
+
+def _go_install(binary: Path, module: str, version: str, what: str) -> Path:
+    """Build ``module@version`` with ``go install`` into ``binary``'s folder, unless a completed build is there."""
     with _locked(binary.parent):
         if binary.exists() and (binary.parent / ".complete").exists():
             return binary
         if shutil.which("go") is None:
-            raise FetchError("go is not on PATH: install Go 1.24 or newer and retry")
-        _log(f"building MinIO {MINIO_VERSION} with go install (several minutes on a fresh machine)")
+            raise FetchError("go is not on PATH: install Go 1.26.7 or newer and retry")
+        _log(f"building {what} {version} with go install (minutes on a fresh machine)")
         binary.parent.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, GOBIN=str(binary.parent), CGO_ENABLED="0")
-        _run(["go", "install", f"{MINIO_MODULE}@{MINIO_VERSION}"], env=env)
+        _run(["go", "install", f"{module}@{version}"], env=env)
         if not binary.exists():
             raise FetchError(f"go install finished but {binary} is missing")
-        (binary.parent / ".complete").write_text(MINIO_VERSION)
-        _log(f"MinIO ready at {binary}")
+        (binary.parent / ".complete").write_text(version)
+        _log(f"{what} ready at {binary}")
     return binary
 
 
-FETCHERS = {"kafka": fetch_kafka, "spark": fetch_spark_connector, "minio": fetch_minio}
+def fetch_minio(cache: Path | None = None) -> Path:
+    """The MinIO server binary, built with ``go install`` at the pinned version if missing."""
+    return _go_install(minio_binary(cache), MINIO_MODULE, MINIO_VERSION, "MinIO")
+
+
+def fetch_promtool(cache: Path | None = None) -> Path:
+    """Prometheus's promtool, built with ``go install`` at the pinned version if missing."""
+    return _go_install(promtool_binary(cache), PROMTOOL_MODULE, PROMTOOL_VERSION, "promtool")
+
+
+FETCHERS = {
+    "kafka": fetch_kafka, "spark": fetch_spark_connector, "iceberg": fetch_iceberg, "minio": fetch_minio,
+    "promtool": fetch_promtool,
+}
 
 
 def fetch_all(names: list[str]) -> None:

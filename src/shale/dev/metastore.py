@@ -1,9 +1,17 @@
-"""A real multi-process metastore cluster on loopback (for tests, benchmarks and local experiments)."""
+"""A real multi-process metastore cluster on loopback (for tests, benchmarks and local experiments).
+
+Secrets never appear on the nodes' command lines: the cluster secret and the bucket key reach each node through
+its environment, and API tokens through a tokens file of digests (``tokens.toml`` in the cluster directory). The
+cluster issues itself an admin token for its own calls; ``issue_token`` adds others (nodes re-read the file).
+"""
 
 from __future__ import annotations
 
+import os
+import secrets
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,46 +20,88 @@ import httpx
 
 from shale.config import BucketConfig
 from shale.errors import ServiceStartError
-from shale.metastore.client import MetastoreClient
+from shale.metastore import auth
+from shale.metastore.client import MetastoreClient, tls_verify
 from shale.process import ManagedProcess, free_port
 
 READY_TIMEOUT_S = 60.0
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files for HTTPS: the nodes' certificate and key, and the CA clients verify them against."""
+
+    cert: Path
+    key: Path
+    ca: Path
+
+
 @dataclass
 class MetastoreCluster:
-    """``size`` nodes of ``shale metastore serve`` (1 = single node without Raft)."""
+    """``size`` nodes of ``shale metastore serve`` (1 = single node without Raft). ``secret`` None draws a random
+    cluster secret; "" starts the nodes without one (a multi-node cluster then refuses to start)."""
 
     directory: Path
     size: int = 3
     bucket: BucketConfig = field(default_factory=lambda: BucketConfig(url="memory://metastore-cluster"))
-    secret: str = ""
+    secret: str | None = None
     extra: list[str] = field(default_factory=list)
+    tls: TlsFiles | None = None
     http_ports: list[int] = field(default_factory=list)
     raft_ports: list[int] = field(default_factory=list)
     processes: list[ManagedProcess | None] = field(default_factory=list)
+    admin_token: str = field(default="", repr=False)
+
+    def __post_init__(self) -> None:
+        if self.secret is None:
+            self.secret = secrets.token_urlsafe(32)
+        self.tokens_file = self.directory / "tokens.toml"
+        if not self.admin_token:
+            self.admin_token = self.issue_token("cluster-admin", "admin")
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls else "http"
 
     @property
     def addresses(self) -> list[str]:
-        return [f"http://127.0.0.1:{p}" for p in self.http_ports]
+        return [f"{self.scheme}://127.0.0.1:{p}" for p in self.http_ports]
+
+    def issue_token(self, name: str, role: str, groups: Sequence[str] = (), tenants: Sequence[str] = ()) -> str:
+        """Add a token to the cluster's tokens file and return it (running nodes pick it up within a second)."""
+        token = auth.new_token()
+        entry = auth.TokenEntry(name=name, role=role, groups=list(groups), tenants=list(tenants),  # type: ignore[arg-type]
+                                sha256=auth.digest(token))
+        existing = auth.load_tokens(self.tokens_file) if self.tokens_file.exists() else []
+        auth.write_private(self.tokens_file, "".join(auth.format_entry(e) + "\n" for e in [*existing, entry]))
+        return token
 
     def _command(self, i: int) -> list[str]:
         sets = [f"metastore.listen=127.0.0.1:{self.http_ports[i]}",
                 f"metastore.data_dir={self.directory / f'node{i}'}",
+                f"metastore.tokens_file={self.tokens_file}",
                 f"bucket.url={self.bucket.url}", f"bucket.endpoint={self.bucket.endpoint}",
                 f"bucket.access_key_id={self.bucket.access_key_id}",
-                f"bucket.secret_access_key={self.bucket.secret_access_key}",
                 f"bucket.allow_http={'true' if self.bucket.allow_http else 'false'}", *self.extra]
+        if self.tls:
+            sets += [f"metastore.tls_cert_file={self.tls.cert}", f"metastore.tls_key_file={self.tls.key}",
+                     f"metastore.tls_ca_file={self.tls.ca}"]
         if self.size > 1:
-            members = ", ".join(f'{{raft = "127.0.0.1:{r}", http = "http://127.0.0.1:{h}"}}'
+            members = ", ".join(f'{{raft = "127.0.0.1:{r}", http = "{self.scheme}://127.0.0.1:{h}"}}'
                                 for r, h in zip(self.raft_ports, self.http_ports, strict=True))
             sets += [f"metastore.raft_address=127.0.0.1:{self.raft_ports[i]}", f"metastore.members=[{members}]"]
-            if self.secret:
-                sets.append(f"metastore.secret={self.secret}")
         command = [sys.executable, "-m", "shale.cli", "--log-format", "json"]
         for s in sets:
             command += ["--set", s]
         return [*command, "metastore", "serve"]
+
+    def _environment(self) -> dict[str, str]:
+        """The nodes' environment: this process's, plus the secrets (which must never be on a command line)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SHALE_METASTORE__")}
+        env["SHALE_BUCKET__SECRET_ACCESS_KEY"] = self.bucket.secret_access_key.get_secret_value()
+        if self.size > 1 and self.secret:
+            env["SHALE_METASTORE__SECRET"] = self.secret
+        return env
 
     def start(self) -> MetastoreCluster:
         self.http_ports = self.http_ports or [free_port() for _ in range(self.size)]
@@ -65,31 +115,41 @@ class MetastoreCluster:
         return self
 
     def start_node(self, i: int, wait: bool = True) -> None:
-        process = ManagedProcess(f"metastore-{i}", self._command(i), self.directory / f"node{i}.log")
+        process = ManagedProcess(f"metastore-{i}", self._command(i), self.directory / f"node{i}.log",
+                                 env=self._environment())
         process.start()
         self.processes[i] = process
         if wait:
             self._wait_http(i)
 
+    def _http(self, timeout: float = 10.0) -> httpx.Client:
+        return httpx.Client(timeout=timeout, headers={"authorization": f"Bearer {self.admin_token}"},
+                            verify=tls_verify(str(self.tls.ca) if self.tls else ""))
+
     def _wait_http(self, i: int) -> None:
         process = self.processes[i]
         assert process is not None
-        process.wait_ready(lambda: httpx.get(self.addresses[i] + "/healthz", timeout=1).status_code == 200,
-                           READY_TIMEOUT_S, "serving HTTP")
+        with self._http(timeout=1) as http:
+            process.wait_ready(lambda: http.get(self.addresses[i] + "/healthz").status_code == 200,
+                               READY_TIMEOUT_S, "serving HTTP")
 
-    def client(self, timeout: float = 10.0, deadline: float = 60.0) -> MetastoreClient:
-        return MetastoreClient(self.addresses, timeout=timeout, deadline=deadline)
+    def client(self, timeout: float = 10.0, deadline: float = 60.0, token: str | None = None) -> MetastoreClient:
+        """A client with the cluster's admin token (or ``token``)."""
+        return MetastoreClient(self.addresses, timeout=timeout, deadline=deadline,
+                               token=self.admin_token if token is None else token,
+                               ca_file=str(self.tls.ca) if self.tls else "")
 
     def leader(self) -> int | None:
-        for i, address in enumerate(self.addresses):
-            if self.processes[i] is None:
-                continue
-            try:
-                status = httpx.get(address + "/v1/status", timeout=2).json()
-            except (httpx.HTTPError, ValueError):
-                continue
-            if status.get("role") in ("leader", "single"):
-                return i
+        with self._http(timeout=2) as http:
+            for i, address in enumerate(self.addresses):
+                if self.processes[i] is None:
+                    continue
+                try:
+                    status = http.get(address + "/v1/status").json()
+                except (httpx.HTTPError, ValueError):
+                    continue
+                if status.get("role") in ("leader", "single"):
+                    return i
         return None
 
     def wait_leader(self, timeout: float = READY_TIMEOUT_S) -> int:
@@ -122,11 +182,12 @@ class MetastoreCluster:
 
     def state_hashes(self) -> list[tuple[str, int]]:
         out = []
-        for i, address in enumerate(self.addresses):
-            if self.processes[i] is None:
-                continue
-            body = httpx.get(address + "/v1/state-hash", timeout=10).json()
-            out.append((body["hash"], body["applied_index"]))
+        with self._http() as http:
+            for i, address in enumerate(self.addresses):
+                if self.processes[i] is None:
+                    continue
+                body = http.get(address + "/v1/state-hash").json()
+                out.append((body["hash"], body["applied_index"]))
         return out
 
     def stop(self) -> None:

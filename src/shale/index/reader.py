@@ -8,20 +8,26 @@ labels match, so a reader fetches only those objects.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 
 import msgpack
 
 from shale.block import BlockMeta
-from shale.index.matchers import Matcher, match_label_sets
-from shale.index.records import OffsetRow, PartitionRow, TombstoneRow, decode_meta
+from shale.errors import QueryTimeoutError
+from shale.index.matchers import Matcher, match_label_sets, matching_datasets
+from shale.index.records import IncarnationRow, LossRow, OffsetRow, PartitionRow, TombstoneRow, decode_meta
 from shale.index.schema import PARTITION_WINDOW_MS
 
+# SQLite calls the progress handler every this many virtual-machine instructions (well under a millisecond).
+PROGRESS_STEPS = 10_000
 HASHED_TABLES = ("state", "strings", "partitions", "blocks", "tombstones", "tenant_versions", "offsets", "commits",
-                 "settings", "compaction_queue", "compaction_jobs", "generations")
+                 "settings", "compaction_queue", "compaction_jobs", "compaction_polls", "generations", "incarnations",
+                 "losses", "block_changes")
 
 
 class IndexReader:
@@ -59,6 +65,33 @@ class IndexReader:
         rows = dict(self.conn.execute("SELECT key, value FROM state WHERE key IN ('applied_index', 'applied_term')"))
         return int(rows.get("applied_index", 0)), int(rows.get("applied_term", 0))
 
+    @contextlib.contextmanager
+    def _deadline(self, timeout: float | None) -> Iterator[Callable[[], None]]:
+        """Bound one query: SQLite statements on this thread's connection are interrupted past the deadline, and
+        the returned ``check`` (called once per candidate block) stops the Python loop; both raise
+        ``QueryTimeoutError``. ``timeout`` None means no bound."""
+        if timeout is None:
+            yield lambda: None
+            return
+        deadline = time.monotonic() + timeout
+        message = (f"the query ran longer than {timeout:g}s (metastore.query_timeout) and was stopped; narrow its "
+                   "time range, tenants or selector")
+
+        def check() -> None:
+            if time.monotonic() > deadline:
+                raise QueryTimeoutError(message)
+
+        conn = self.conn
+        conn.set_progress_handler(lambda: int(time.monotonic() > deadline), PROGRESS_STEPS)
+        try:
+            yield check
+        except sqlite3.OperationalError as exc:
+            if "interrupt" in str(exc):
+                raise QueryTimeoutError(message) from None
+            raise
+        finally:
+            conn.set_progress_handler(None, 0)
+
     # -- blocks -----------------------------------------------------------------------------------
 
     def _candidates(self, tenants: Sequence[str], start: int, end: int, group: str | None,
@@ -95,45 +128,57 @@ class IndexReader:
         return out
 
     def query_blocks(self, tenants: Sequence[str], start: int, end: int, matchers: Sequence[Matcher] = (),
-                     group: str | None = None) -> list[BlockMeta]:
+                     group: str | None = None, timeout: float | None = None) -> list[BlockMeta]:
         """Blocks of ``tenants`` whose data overlaps ``[start, end]`` (ms, inclusive) with at least one dataset
         matching ``matchers``; each returned with only its matching datasets. Labels are matched first, from
-        the compact label column; only matching blocks' metadata is decoded."""
+        the compact label column; only matching blocks' metadata is decoded. Past ``timeout`` seconds the query
+        stops with ``QueryTimeoutError``."""
         out: list[BlockMeta] = []
-        for _, group_sid, labels_blob, meta_blob in self._candidates(tenants, start, end, group):
-            keep = [i for low, high, i, sets in self._datasets(group_sid, labels_blob)
-                    if high >= start and low <= end and match_label_sets(sets, matchers)]
-            if not keep:
-                continue
-            meta = decode_meta(meta_blob)
-            if len(keep) != len(meta.datasets):
-                meta = meta.model_copy(update={"datasets": [meta.datasets[i] for i in keep]})
-            out.append(meta)
+        with self._deadline(timeout) as check:
+            for _, group_sid, labels_blob, meta_blob in self._candidates(tenants, start, end, group):
+                check()
+                keep = matching_datasets([(low, high, sets) for low, high, _, sets in
+                                          self._datasets(group_sid, labels_blob)], start, end, matchers)
+                if not keep:
+                    continue
+                meta = decode_meta(meta_blob)
+                if len(keep) != len(meta.datasets):
+                    meta = meta.model_copy(update={"datasets": [meta.datasets[i] for i in keep]})
+                out.append(meta)
         return out
 
     def label_names(self, tenants: Sequence[str], start: int, end: int,
-                    matchers: Sequence[Matcher] = ()) -> list[str]:
+                    matchers: Sequence[Matcher] = (), timeout: float | None = None) -> list[str]:
         names: set[str] = set()
-        for _, group_sid, labels_blob, _ in self._candidates(tenants, start, end, None):
-            for _, _, _, sets in self._datasets(group_sid, labels_blob):
-                for ls in sets:
-                    if match_label_sets([ls], matchers):
-                        names.update(ls)
+        with self._deadline(timeout) as check:
+            for _, group_sid, labels_blob, _ in self._candidates(tenants, start, end, None):
+                check()
+                for _, _, _, sets in self._datasets(group_sid, labels_blob):
+                    for ls in sets:
+                        if match_label_sets([ls], matchers):
+                            names.update(ls)
         return sorted(names)
 
     def label_values(self, name: str, tenants: Sequence[str], start: int, end: int,
-                     matchers: Sequence[Matcher] = ()) -> list[str]:
+                     matchers: Sequence[Matcher] = (), timeout: float | None = None) -> list[str]:
         values: set[str] = set()
-        for _, group_sid, labels_blob, _ in self._candidates(tenants, start, end, None):
-            for _, _, _, sets in self._datasets(group_sid, labels_blob):
-                for ls in sets:
-                    if name in ls and match_label_sets([ls], matchers):
-                        values.add(ls[name])
+        with self._deadline(timeout) as check:
+            for _, group_sid, labels_blob, _ in self._candidates(tenants, start, end, None):
+                check()
+                for _, _, _, sets in self._datasets(group_sid, labels_blob):
+                    for ls in sets:
+                        if name in ls and match_label_sets([ls], matchers):
+                            values.add(ls[name])
         return sorted(values)
 
     def get_block(self, block_id: str) -> BlockMeta | None:
         row = self.conn.execute("SELECT meta FROM blocks WHERE id = ?", (block_id,)).fetchone()
         return decode_meta(row[0]) if row else None
+
+    def tenant_block_ids(self, tenant: str) -> set[str]:
+        sid = self._sid(tenant)
+        return set() if sid is None else {r[0] for r in self.conn.execute("SELECT id FROM blocks WHERE tenant = ?",
+                                                                           (sid,))}
 
     def tenant_blocks(self, tenant: str) -> list[BlockMeta]:
         sid = self._sid(tenant)
@@ -160,19 +205,39 @@ class IndexReader:
                              min_time=r[3], max_time=r[4], blocks=r[5])
                 for r in rows if tenant is None or r[0] == tenant]
 
-    def partition_blocks(self, tenant: str, shard: int, window_start: int) -> list[str]:
+    def partition_blocks(self, tenant: str, shard: int, window_start: int, data_until: int = 2**62) -> list[str]:
+        """The partition's blocks whose data ends at or before ``data_until`` (ms; default: all of them)."""
         return [r[0] for r in self.conn.execute(
             "SELECT b.id FROM blocks b JOIN partitions p ON b.partition_id = p.id JOIN strings s ON p.tenant = s.id "
-            "WHERE s.value = ? AND p.shard = ? AND p.window_start = ? ORDER BY b.id", (tenant, shard, window_start))]
+            "WHERE s.value = ? AND p.shard = ? AND p.window_start = ? AND b.max_time <= ? ORDER BY b.id",
+            (tenant, shard, window_start, data_until))]
 
     # -- offsets and tombstones ------------------------------------------------------------------
 
     def offsets(self, group: str | None = None, generation: int | None = None) -> list[OffsetRow]:
         rows = self.conn.execute(
-            "SELECT grp, generation, topic, partition, committed_end, max_event_time, updated_at FROM offsets "
-            "ORDER BY grp, generation, topic, partition")
+            "SELECT grp, generation, topic, partition, committed_end, max_event_time, updated_at, incarnation, writer, "
+            "skipped FROM offsets ORDER BY grp, generation, topic, partition")
         return [OffsetRow(group=r[0], generation=r[1], topic=r[2], partition=r[3], committed_end=r[4],
-                          max_event_time=r[5], updated_at=r[6])
+                          max_event_time=r[5], updated_at=r[6], incarnation=r[7], writer=r[8], skipped=r[9])
+                for r in rows if (group is None or r[0] == group) and (generation is None or r[1] == generation)]
+
+    def incarnations(self, group: str | None = None, generation: int | None = None) -> list[IncarnationRow]:
+        """Past incarnations of topic-partitions (the current one is in ``offsets``)."""
+        rows = self.conn.execute(
+            "SELECT grp, generation, topic, partition, incarnation, committed_end, max_event_time, skipped, ended_at "
+            "FROM incarnations ORDER BY grp, generation, topic, partition, ended_at")
+        return [IncarnationRow(group=r[0], generation=r[1], topic=r[2], partition=r[3], incarnation=r[4],
+                               committed_end=r[5], max_event_time=r[6], skipped=r[7], ended_at=r[8])
+                for r in rows if (group is None or r[0] == group) and (generation is None or r[1] == generation)]
+
+    def losses(self, group: str | None = None, generation: int | None = None) -> list[LossRow]:
+        """Offset ranges acknowledged as lost."""
+        rows = self.conn.execute(
+            'SELECT grp, generation, topic, partition, incarnation, start, "end", reason, acknowledged_at FROM losses '
+            "ORDER BY grp, generation, topic, partition, start")
+        return [LossRow(group=r[0], generation=r[1], topic=r[2], partition=r[3], incarnation=r[4], start=r[5],
+                        end=r[6], reason=r[7], acknowledged_at=r[8])
                 for r in rows if (group is None or r[0] == group) and (generation is None or r[1] == generation)]
 
     def tombstones(self, created_before: int | None = None, limit: int = 1000) -> list[TombstoneRow]:
@@ -213,15 +278,25 @@ class IndexReader:
         return [TombstoneRow(seq=r[0], block_id=r[1], tenant=r[2], shard=r[3], created_at=r[4], reason=r[5],
                              files=[f.name for f in decode_meta(r[6]).files]) for r in rows]
 
-    def is_tombstoned(self, block_id: str) -> bool:
-        return self.conn.execute("SELECT 1 FROM tombstones WHERE block_id = ?", (block_id,)).fetchone() is not None
+    def tenant_tombstone_ids(self, tenant: str) -> set[str]:
+        return {r[0] for r in self.conn.execute("SELECT block_id FROM tombstones WHERE tenant = ?", (tenant,))}
 
-    # -- whole-state checks ----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Reads of this thread inside the block see one state (one SQLite read transaction)."""
+        self.conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self.conn.execute("COMMIT")
 
-    def state_hash(self) -> str:
-        """SHA-256 of every table's rows in primary-key order: equal on replicas that applied the same log."""
+    def state_hash(self, *, with_applied: bool = True) -> str:
+        """SHA-256 of every table's rows in primary-key order: equal on replicas that applied the same log.
+        Without ``with_applied`` the applied index and term are left out: idempotence tests compare the state
+        after a command applied once and twice, which differ only there (and in the change feed, keyed by index)."""
         digest = hashlib.sha256()
-        for table in HASHED_TABLES:
+        skipped = () if with_applied else ("state", "block_changes")
+        for table in [t for t in HASHED_TABLES if t not in skipped]:
             digest.update(table.encode())
             columns = ", ".join(f'"{r[1]}"' for r in self.conn.execute(f"PRAGMA table_info({table})"))
             for row in self.conn.execute(f"SELECT * FROM {table} ORDER BY {columns}"):

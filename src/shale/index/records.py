@@ -21,6 +21,40 @@ class OffsetRow(_Row):
     committed_end: int
     max_event_time: int
     updated_at: int
+    incarnation: str = ""
+    """The Kafka topic id of the incarnation these offsets belong to ('' = not recorded)."""
+    writer: str = ""
+    """``ingest`` or ``reprocess``: the only kind of writer this group and generation accepts."""
+    skipped: int = 0
+    """Offsets committed without a record (transaction markers, aborted records, offsets compacted away)."""
+
+
+class IncarnationRow(_Row):
+    """A past incarnation of a topic-partition (the topic was deleted and recreated): where its offsets ended."""
+
+    group: str
+    generation: int
+    topic: str
+    partition: int
+    incarnation: str
+    committed_end: int
+    max_event_time: int
+    skipped: int
+    ended_at: int
+
+
+class LossRow(_Row):
+    """Offsets an operator acknowledged as lost (Kafka deleted them before Shale read them)."""
+
+    group: str
+    generation: int
+    topic: str
+    partition: int
+    incarnation: str
+    start: int
+    end: int
+    reason: str
+    acknowledged_at: int
 
 
 class TombstoneRow(_Row):

@@ -1,4 +1,5 @@
-"""The SQLite schema of the metadata index (seed 004), with Shale's ingest offsets and compaction state.
+"""The SQLite schema of the metadata index (seed 004), with Shale's ingest offsets; the compaction service's
+tables are declared with the rest of its state, in ``shale.compaction.state``.
 
 Entries are partitioned by 6-hour window of block creation time (the ULID time), tenant and shard; each
 partition keeps the data-time range of its blocks (seed 004's shard index) so a query skips partitions whose
@@ -10,7 +11,10 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 1
+from shale.compaction.state import COMPACTION_DDL
+from shale.index.changes import DDL as CHANGES_DDL
+
+SCHEMA_VERSION = 2
 PARTITION_WINDOW_MS = 6 * 3600 * 1000
 
 DDL = """
@@ -74,34 +78,6 @@ CREATE TABLE IF NOT EXISTS generations (
 
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 
-CREATE TABLE IF NOT EXISTS compaction_queue (
-    block_id TEXT PRIMARY KEY,
-    tenant TEXT NOT NULL,
-    shard INTEGER NOT NULL,
-    level INTEGER NOT NULL,
-    grp TEXT NOT NULL,
-    generation INTEGER NOT NULL,
-    raw_bytes INTEGER NOT NULL,
-    added_at INTEGER NOT NULL
-) WITHOUT ROWID;
-
-CREATE TABLE IF NOT EXISTS compaction_jobs (
-    name TEXT PRIMARY KEY,
-    tenant TEXT NOT NULL,
-    shard INTEGER NOT NULL,
-    level INTEGER NOT NULL,
-    grp TEXT NOT NULL,
-    generation INTEGER NOT NULL,
-    sources TEXT NOT NULL,
-    raw_bytes INTEGER NOT NULL,
-    created_at INTEGER NOT NULL,
-    status INTEGER NOT NULL,
-    token INTEGER NOT NULL,
-    lease_expires_at INTEGER NOT NULL,
-    failures INTEGER NOT NULL,
-    worker TEXT NOT NULL
-) WITHOUT ROWID;
-
 CREATE TABLE IF NOT EXISTS offsets (
     grp TEXT NOT NULL,
     generation INTEGER NOT NULL,
@@ -110,6 +86,9 @@ CREATE TABLE IF NOT EXISTS offsets (
     committed_end INTEGER NOT NULL,
     max_event_time INTEGER NOT NULL,
     updated_at INTEGER NOT NULL,
+    incarnation TEXT NOT NULL DEFAULT '',
+    writer TEXT NOT NULL DEFAULT '',
+    skipped INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (grp, generation, topic, partition)
 ) WITHOUT ROWID;
 
@@ -118,12 +97,53 @@ CREATE TABLE IF NOT EXISTS commits (
     generation INTEGER NOT NULL,
     topic TEXT NOT NULL,
     partition INTEGER NOT NULL,
+    incarnation TEXT NOT NULL,
     start INTEGER NOT NULL,
     "end" INTEGER NOT NULL,
     digest TEXT NOT NULL,
     committed_at INTEGER NOT NULL,
-    PRIMARY KEY (grp, generation, topic, partition, start)
+    PRIMARY KEY (grp, generation, topic, partition, incarnation, start)
 ) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS incarnations (
+    grp TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    topic TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    incarnation TEXT NOT NULL,
+    committed_end INTEGER NOT NULL,
+    max_event_time INTEGER NOT NULL,
+    skipped INTEGER NOT NULL,
+    ended_at INTEGER NOT NULL,
+    PRIMARY KEY (grp, generation, topic, partition, incarnation)
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS losses (
+    grp TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    topic TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    incarnation TEXT NOT NULL,
+    start INTEGER NOT NULL,
+    "end" INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    acknowledged_at INTEGER NOT NULL,
+    PRIMARY KEY (grp, generation, topic, partition, incarnation, start)
+) WITHOUT ROWID;
+""" + COMPACTION_DDL
+
+# Version 1 -> 2: committed offsets learn their topic incarnation, their writer and the offsets they skipped;
+# commits are keyed by incarnation. Deterministic, so every replica migrates its own copy the same way.
+_MIGRATE_1_TO_2 = """
+ALTER TABLE offsets ADD COLUMN incarnation TEXT NOT NULL DEFAULT '';
+ALTER TABLE offsets ADD COLUMN writer TEXT NOT NULL DEFAULT '';
+ALTER TABLE offsets ADD COLUMN skipped INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE commits RENAME TO commits_v1;
+"""
+_COPY_COMMITS_V1 = """
+INSERT INTO commits (grp, generation, topic, partition, incarnation, start, "end", digest, committed_at)
+    SELECT grp, generation, topic, partition, '', start, "end", digest, committed_at FROM commits_v1;
+DROP TABLE commits_v1;
 """
 
 
@@ -142,7 +162,17 @@ def connect(path: str, *, readonly: bool = False) -> sqlite3.Connection:
 
 
 def create(conn: sqlite3.Connection) -> None:
-    conn.executescript(DDL)
+    """Create the schema, or migrate an older one in place."""
+    row = None
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'state'").fetchone():
+        row = conn.execute("SELECT value FROM state WHERE key = 'schema_version'").fetchone()
+    if row is not None and int(row[0]) > SCHEMA_VERSION:
+        raise RuntimeError(f"the index has schema version {row[0]}; this Shale knows up to {SCHEMA_VERSION}: upgrade "
+                           "Shale before opening it")
+    if row is not None and int(row[0]) == 1:
+        conn.executescript("BEGIN IMMEDIATE;" + _MIGRATE_1_TO_2 + DDL + _COPY_COMMITS_V1
+                           + "UPDATE state SET value = 2 WHERE key = 'schema_version'; COMMIT;")
+    conn.executescript(DDL + CHANGES_DDL)
     conn.execute("INSERT OR IGNORE INTO state (key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
     conn.execute("INSERT OR IGNORE INTO state (key, value) VALUES ('applied_index', 0)")
     conn.execute("INSERT OR IGNORE INTO state (key, value) VALUES ('applied_term', 0)")

@@ -10,7 +10,9 @@ import sqlite3
 import msgpack
 
 from shale.block import BlockMeta
-from shale.index.compaction_state import CompactionState
+from shale.compaction.state import CompactionState
+from shale.index.changes import PendingChanges
+from shale.index.changes import trim as trim_changes
 from shale.index.records import decode_meta, encode_meta
 from shale.index.schema import PARTITION_WINDOW_MS
 
@@ -23,6 +25,8 @@ class IndexWriter:
         self.compaction = CompactionState(conn)
         self._sids: dict[str, int] = {}
         self._partitions: dict[tuple[int, int, int], int] = {}
+        self.changes = PendingChanges()
+        """Blocks added and removed by the command being applied: the change feed (``shale.index.changes``)."""
 
     # -- strings ------------------------------------------------------------------------------
 
@@ -42,6 +46,7 @@ class IndexWriter:
         """After a rollback, ids created by the rolled-back transaction are gone."""
         self._sids.clear()
         self._partitions.clear()
+        self.changes.clear()
 
     # -- state ----------------------------------------------------------------------------------
 
@@ -50,6 +55,8 @@ class IndexWriter:
         return int(rows["applied_index"]), int(rows["applied_term"])
 
     def set_applied(self, index: int, term: int) -> None:
+        """Record the applied entry, and the blocks its command added and removed (the change feed)."""
+        self.changes.flush(self.conn, index)
         self.conn.executemany("UPDATE state SET value = ? WHERE key = ?",
                               [(index, "applied_index"), (term, "applied_term")])
 
@@ -143,6 +150,9 @@ class IndexWriter:
             "UPDATE partitions SET blocks = blocks + ?, min_time = min(min_time, ?), max_time = max(max_time, ?) "
             "WHERE id = ?", [(n, low, high, pid) for pid, (n, low, high) in sorted(bounds.items())])
         inserted = {r[0] for r in rows}
+        for meta in metas:
+            if meta.id in inserted:
+                self.changes.record("add", meta.tenant, meta.id)
         self.compaction.enqueue([m for m in metas if m.id in inserted], added_at)
         return [r[0] for r in rows]
 
@@ -151,16 +161,20 @@ class IndexWriter:
         if row is None:
             return None
         self.conn.execute("DELETE FROM blocks WHERE id = ?", (block_id,))
+        meta = decode_meta(row[1])
+        self.changes.record("remove", meta.tenant, block_id)
         self.compaction.dequeue([block_id])
         self.conn.execute("UPDATE partitions SET blocks = blocks - 1 WHERE id = ?", (row[0],))
         if self.conn.execute("DELETE FROM partitions WHERE id = ? AND blocks <= 0", (row[0],)).rowcount:
             self._partitions = {k: v for k, v in self._partitions.items() if v != row[0]}
-        return decode_meta(row[1])
+        return meta
 
-    def partition_blocks(self, tenant: str, shard: int, window_start: int) -> list[str]:
+    def partition_blocks(self, tenant: str, shard: int, window_start: int, data_until: int = 2**62) -> list[str]:
+        """The partition's blocks whose data ends at or before ``data_until`` (ms; default: all of them)."""
         return [r[0] for r in self.conn.execute(
             "SELECT b.id FROM blocks b JOIN partitions p ON b.partition_id = p.id JOIN strings s ON p.tenant = s.id "
-            "WHERE s.value = ? AND p.shard = ? AND p.window_start = ? ORDER BY b.id", (tenant, shard, window_start))]
+            "WHERE s.value = ? AND p.shard = ? AND p.window_start = ? AND b.max_time <= ? ORDER BY b.id",
+            (tenant, shard, window_start, data_until))]
 
     def touch(self, tenants: set[str], version: int) -> None:
         """Record that these tenants' blocks or tombstones changed at ``version`` (the log index)."""
@@ -179,6 +193,7 @@ class IndexWriter:
                                    (tenant, topic)).fetchone()
         self.conn.execute('INSERT INTO generations (tenant, topic, seq, start, "end", generation) '
                           "VALUES (?, ?, ?, ?, ?, ?)", (tenant, topic, seq, start, end, generation))
+        self.changes.record("generations", tenant, topic)
         return True
 
     def tenant_block_metas(self, tenant: str) -> list[BlockMeta]:
@@ -186,12 +201,20 @@ class IndexWriter:
         return [decode_meta(r[0]) for r in self.conn.execute("SELECT meta FROM blocks WHERE tenant = ? ORDER BY id",
                                                               (sid,))]
 
+    def trim_changes(self, through: int) -> int:
+        """Forget the change feed up to ``through`` (its consumer has published it)."""
+        return trim_changes(self.conn, through)
+
     # -- tombstones -----------------------------------------------------------------------------
 
     def add_tombstone(self, meta: BlockMeta, created_at: int, reason: str) -> None:
         self.conn.execute(
             "INSERT OR IGNORE INTO tombstones (block_id, tenant, shard, created_at, reason, meta) "
             "VALUES (?, ?, ?, ?, ?, ?)", (meta.id, meta.tenant, meta.shard, created_at, reason, encode_meta(meta)))
+
+    def tombstone_reason(self, block_id: str) -> str | None:
+        row = self.conn.execute("SELECT reason FROM tombstones WHERE block_id = ?", (block_id,)).fetchone()
+        return str(row[0]) if row else None
 
     def tombstone_tenants(self, block_ids: list[str]) -> set[str]:
         return {r[0] for i in range(0, len(block_ids), 500) for r in self.conn.execute(
@@ -202,36 +225,81 @@ class IndexWriter:
         cur = self.conn.executemany("DELETE FROM tombstones WHERE block_id = ?", [(b,) for b in block_ids])
         return cur.rowcount
 
-    # -- ingest offsets -------------------------------------------------------------------------
+    # -- ingest offsets ----------------------------------------------------------------------------
+    # Committed offsets are kept per (group, generation, topic, partition) for the topic's current incarnation (its
+    # Kafka topic id); when a topic is deleted and recreated, the old incarnation's row moves to ``incarnations``.
+
+    def committed(self, group: str, generation: int, topic: str, partition: int) -> tuple[int, str, str] | None:
+        """(committed end, incarnation, writer) of the current incarnation, or None before the first commit."""
+        row = self.conn.execute(
+            "SELECT committed_end, incarnation, writer FROM offsets WHERE grp = ? AND generation = ? AND topic = ? "
+            "AND partition = ?", (group, generation, topic, partition)).fetchone()
+        return (int(row[0]), str(row[1]), str(row[2])) if row else None
 
     def committed_end(self, group: str, generation: int, topic: str, partition: int) -> int | None:
-        row = self.conn.execute(
-            "SELECT committed_end FROM offsets WHERE grp = ? AND generation = ? AND topic = ? AND partition = ?",
-            (group, generation, topic, partition)).fetchone()
-        return int(row[0]) if row else None
+        current = self.committed(group, generation, topic, partition)
+        return None if current is None else current[0]
+
+    def is_past_incarnation(self, group: str, generation: int, topic: str, partition: int, incarnation: str) -> bool:
+        return self.conn.execute(
+            "SELECT 1 FROM incarnations WHERE grp = ? AND generation = ? AND topic = ? AND partition = ? "
+            "AND incarnation = ?", (group, generation, topic, partition, incarnation)).fetchone() is not None
+
+    def end_incarnation(self, group: str, generation: int, topic: str, partition: int, now: int) -> None:
+        """Move the current incarnation's offsets to the history (its topic was deleted and recreated)."""
+        self.conn.execute(
+            "INSERT OR REPLACE INTO incarnations (grp, generation, topic, partition, incarnation, committed_end, "
+            "max_event_time, skipped, ended_at) SELECT grp, generation, topic, partition, incarnation, committed_end, "
+            "max_event_time, skipped, ? FROM offsets WHERE grp = ? AND generation = ? AND topic = ? AND partition = ?",
+            (now, group, generation, topic, partition))
+        for table in ("offsets", "commits"):  # an ended incarnation's commits can never be replayed
+            self.conn.execute(f"DELETE FROM {table} WHERE grp = ? AND generation = ? AND topic = ? AND partition = ?",
+                              (group, generation, topic, partition))
 
     def set_committed_end(self, group: str, generation: int, topic: str, partition: int, end: int,
-                          event_time: int, now: int) -> None:
+                          event_time: int, now: int, *, incarnation: str = "", writer: str = "",
+                          skipped: int = 0) -> None:
+        """Advance the committed end. An empty ``incarnation`` or ``writer`` keeps the stored one."""
         self.conn.execute(
-            "INSERT INTO offsets (grp, generation, topic, partition, committed_end, max_event_time, updated_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (grp, generation, topic, partition) DO UPDATE SET "
+            "INSERT INTO offsets (grp, generation, topic, partition, committed_end, max_event_time, updated_at, "
+            "incarnation, writer, skipped) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (grp, generation, topic, partition) DO UPDATE SET "
             "committed_end = excluded.committed_end, max_event_time = max(max_event_time, excluded.max_event_time), "
-            "updated_at = excluded.updated_at", (group, generation, topic, partition, end, event_time, now))
+            "updated_at = excluded.updated_at, skipped = skipped + excluded.skipped, "
+            "incarnation = CASE WHEN excluded.incarnation = '' THEN incarnation ELSE excluded.incarnation END, "
+            "writer = CASE WHEN excluded.writer = '' THEN writer ELSE excluded.writer END",
+            (group, generation, topic, partition, end, event_time, now, incarnation, writer, skipped))
 
-    def find_commit(self, group: str, generation: int, topic: str, partition: int,
+    def find_commit(self, group: str, generation: int, topic: str, partition: int, incarnation: str,
                     start: int) -> tuple[int, str] | None:
         row = self.conn.execute(
             'SELECT "end", digest FROM commits WHERE grp = ? AND generation = ? AND topic = ? AND partition = ? '
-            "AND start = ?", (group, generation, topic, partition, start)).fetchone()
+            "AND incarnation = ? AND start = ?", (group, generation, topic, partition, incarnation, start)).fetchone()
         return (int(row[0]), str(row[1])) if row else None
 
-    def record_commit(self, group: str, generation: int, topic: str, partition: int, start: int, end: int,
-                      digest: str, now: int, keep: int) -> None:
+    def record_commit(self, group: str, generation: int, topic: str, partition: int, incarnation: str, start: int,
+                      end: int, digest: str, now: int, keep: int) -> None:
+        """Remember a committed range (exact replays are recognised by it); keep the last ``keep`` per partition."""
         self.conn.execute(
-            'INSERT OR REPLACE INTO commits (grp, generation, topic, partition, start, "end", digest, committed_at) '
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (group, generation, topic, partition, start, end, digest, now))
+            'INSERT OR REPLACE INTO commits (grp, generation, topic, partition, incarnation, start, "end", digest, '
+            "committed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (group, generation, topic, partition, incarnation, start, end, digest, now))
+        key = (group, generation, topic, partition, incarnation)
         self.conn.execute(
-            "DELETE FROM commits WHERE grp = ? AND generation = ? AND topic = ? AND partition = ? AND start < ("
-            "SELECT start FROM commits WHERE grp = ? AND generation = ? AND topic = ? AND partition = ? "
-            "ORDER BY start DESC LIMIT 1 OFFSET ?)",
-            (group, generation, topic, partition, group, generation, topic, partition, keep - 1))
+            "DELETE FROM commits WHERE grp = ? AND generation = ? AND topic = ? AND partition = ? AND incarnation = ? "
+            "AND start < (SELECT start FROM commits WHERE grp = ? AND generation = ? AND topic = ? AND partition = ? "
+            "AND incarnation = ? ORDER BY start DESC LIMIT 1 OFFSET ?)", (*key, *key, keep - 1))
+
+    def find_loss(self, group: str, generation: int, topic: str, partition: int, incarnation: str,
+                  start: int) -> int | None:
+        row = self.conn.execute(
+            'SELECT "end" FROM losses WHERE grp = ? AND generation = ? AND topic = ? AND partition = ? '
+            "AND incarnation = ? AND start = ?", (group, generation, topic, partition, incarnation, start)).fetchone()
+        return int(row[0]) if row else None
+
+    def record_loss(self, group: str, generation: int, topic: str, partition: int, incarnation: str, start: int,
+                    end: int, reason: str, now: int) -> None:
+        self.conn.execute(
+            'INSERT OR REPLACE INTO losses (grp, generation, topic, partition, incarnation, start, "end", reason, '
+            "acknowledged_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (group, generation, topic, partition, incarnation, start, end, reason, now))

@@ -1,27 +1,39 @@
-"""Turning one Kafka partition's records of one micro-batch into blocks (runs in Spark tasks).
+"""Turning a chunk of one Kafka partition's records into blocks (runs in Spark tasks, for ingest and reprocess).
 
-The offsets already committed are skipped first (Secor's trim: a replayed batch after a crash, or a Spark
-checkpoint behind the metastore, finds its records committed). The batch's range is ``[committed end, last
-offset + 1)``; ids are deterministic from (group, generation, topic, partition, range, tenant, partition
-values) with the time of the batch's newest record, so replaying a batch rewrites the same keys.
+A chunk covers the exact offsets ``[start, end)`` it was planned for; the records it holds are those of the range
+a read_committed consumer sees (transaction markers, aborted records and compacted-away offsets leave gaps). Every
+block of the chunk carries the whole range, so the blocks of a batch tile the offsets it commits and the bucket
+alone tells which offsets were read (rebuild depends on it). Ids are deterministic from the group, generation,
+topic incarnation, partition, range, tenant and partition values, with the batch's read time as their ULID time,
+so a retried or speculative task rewrites the same keys.
 
 * backup group: one block per tenant, the records verbatim;
 * partition group: the topic's parser gives each record an event time (dt, hour) and columns; one block per
-  (tenant, dt[, hour]); records the parser rejects go, with the reason, to one quarantine block per tenant.
+  (tenant, dt[, hour]);
+* records whose tenant is invalid (a rule or a header that names no valid tenant), or that the parser rejects, go
+  to one quarantine block per tenant with the reason (the default tenant when the record's own is invalid).
+
+Times: a record's Kafka timestamp is stored as it is, whatever it holds (-1, microseconds written as
+milliseconds, a far future). Block times are bounded: the ULID time is the batch's read time, and the data-time
+range in metadata clamps record times into ``[0, read time + MAX_FUTURE_MS]``. In the partition group the event
+time decides the partition, so an event time outside that window is quarantined with the reason.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pydantic import BaseModel, ConfigDict, Field
 
 from shale.block import BlockMeta, BlockSpec, DatasetInput, KafkaRange, ParserInfo, deterministic_block_id, write_block
-from shale.block.schemas import KAFKA_FIELDS, PARTITION_BASE_FIELDS, QUARANTINE_SCHEMA, TIMESTAMP
+from shale.block.schemas import KAFKA_FIELDS, PARTITION_BASE_FIELDS, QUARANTINE_SCHEMA, TIMESTAMP, TIMESTAMP_MS
 from shale.config import BucketConfig, IngestConfig
 from shale.ingest.parsers import ParseError, Parser, load_parser
 from shale.ingest.records import header_value
@@ -29,6 +41,8 @@ from shale.ingest.tenants import TenantMapper
 from shale.objstore import Bucket
 
 GROUPS = ("backup", "partition")
+MAX_FUTURE_MS = 24 * 3600 * 1000
+"""How far past its read time a record's time may lie and still count as its data time (clock skew allowance)."""
 
 
 @dataclass
@@ -51,47 +65,52 @@ class GroupSpec:
     def parser_for(self, topic: str) -> Parser | str:
         """The topic's parser, or the reason there is none (every record then goes to quarantine)."""
         if topic not in self._parsers:
-            import re
-
             rule = next((r for r in self.ingest.parsers if re.fullmatch(r.topic_pattern, topic)), None)
             self._parsers[topic] = (load_parser(rule.parser, dict(rule.options)) if rule is not None
                                     else f"no parser is configured for topic {topic!r} (ingest.parsers)")
         return self._parsers[topic]
 
 
-@dataclass
-class PartitionResult:
+@dataclass(frozen=True)
+class Chunk:
+    """Offsets ``[start, end)`` of one topic-partition incarnation, read at ``read_time_ms``."""
+
     topic: str
     partition: int
+    incarnation: str
     start: int
     end: int
-    records: int
+    read_time_ms: int
+
+
+class Written(BaseModel):
+    """What writing one chunk produced: the one typed record an ingest or reprocess task returns to the driver."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    topic: str
+    partition: int
+    incarnation: str = ""
+    start: int
+    end: int
+    records: int = Field(description="records stored, quarantined ones included")
     quarantined: int
-    bytes: int
-    metas: list[BlockMeta]
+    bytes: int = Field(description="bytes of record values")
+    blocks: list[BlockMeta]
+    peak_rss: int = Field(default=0, description="the task process's peak resident memory while it wrote")
 
 
 def _date(ms: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
 
 
-def _quarantine(rows: pa.Table, reasons: list[str], parser: str) -> pa.Table:
-    return rows.append_column("reason", pa.array(reasons, pa.string())).append_column(
-        "parser", pa.array([parser] * rows.num_rows, pa.string())).cast(QUARANTINE_SCHEMA)
+def _take(table: pa.Table, rows: list[int]) -> pa.Table:
+    return table.take(pa.array(rows, pa.int64()))  # typed: an empty list of indexes must not be null-typed
 
 
-def _tenant_column(spec: GroupSpec, table: pa.Table, topic: str) -> tuple[list[str], list[str | None]]:
-    """Each record's tenant, and a reason for records whose tenant header is invalid (quarantined)."""
-    mapper = spec.tenants
-    default = mapper.for_topic(topic)
-    if not mapper.header:
-        return [default] * table.num_rows, [None] * table.num_rows  # cheap: one shared element repeated
-    tenants, problems = [], []
-    for headers in table.column("headers").to_pylist():
-        tenant, problem = mapper.for_header(header_value(headers, mapper.header))
-        tenants.append(tenant or default)
-        problems.append(problem)
-    return tenants, problems
+def _values(table: pa.Table, rows: int = 1024) -> Iterator[bytes | None]:
+    """The record values as Python bytes, a slice at a time (not all of a chunk's values copied at once)."""
+    for offset in range(0, table.num_rows, rows):
+        yield from table.column("value").slice(offset, rows).to_pylist()
 
 
 def _by(values: list[Any]) -> dict[Any, list[int]]:
@@ -101,38 +120,58 @@ def _by(values: list[Any]) -> dict[Any, list[int]]:
     return groups
 
 
-def _parse(spec: GroupSpec, table: pa.Table,
-           topic: str) -> tuple[pa.Table, list[int], list[tuple[int, str]], Parser | None]:
+def _quarantine(rows: pa.Table, reasons: list[str], parser: str) -> pa.Table:
+    return rows.append_column("reason", pa.array(reasons, pa.string())).append_column(
+        "parser", pa.array([parser] * rows.num_rows, pa.string())).cast(QUARANTINE_SCHEMA)
+
+
+def _tenants(spec: GroupSpec, table: pa.Table, topic: str) -> tuple[list[str], list[str | None]]:
+    """Each record's tenant, and the reason for records whose tenant is invalid (they go to quarantine)."""
+    mapper = spec.tenants
+    default, problem = mapper.for_topic(topic)
+    if not mapper.header:
+        return [default] * table.num_rows, [problem] * table.num_rows
+    tenants, problems = [], []
+    for headers in table.column("headers").to_pylist():
+        tenant, header_problem = mapper.for_header(header_value(headers, mapper.header))
+        tenants.append(tenant or default)
+        problems.append(header_problem or (problem if tenant is None else None))
+    return tenants, problems
+
+
+def _parse(spec: GroupSpec, table: pa.Table, topic: str,
+           latest_ms: int) -> tuple[pa.Table, list[int], list[tuple[int, str]], Parser | None]:
     """Parsed rows (with event_time, dt, hour and the parser's columns), their source row indexes, and the
     (row, reason) of every rejected record."""
     parser = spec.parser_for(topic)
     if isinstance(parser, str):
         return pa.table({}), [], [(i, parser) for i in range(table.num_rows)], None
-    values = table.column("value").to_pylist()
-    stamps = table.column("timestamp").cast(pa.int64()).to_pylist()
+    stamps = table.column("timestamp").cast(TIMESTAMP_MS, safe=False).cast(pa.int64()).to_pylist()
     good: list[int] = []
     times: list[int] = []
     columns: dict[str, list[Any]] = {name: [] for name in parser.columns()}
     rejected: list[tuple[int, str]] = []
-    for i, (value, stamp) in enumerate(zip(values, stamps, strict=True)):
+    for i, (value, stamp) in enumerate(zip(_values(table), stamps, strict=True)):
         try:
             event_time, fields = parser.parse(value, stamp)
-            _date(event_time)  # a time no calendar can hold is the parser's mistake, not the pipeline's
         except ParseError as exc:
             rejected.append((i, exc.reason))
             continue
-        except (ValueError, OverflowError, OSError):
-            rejected.append((i, f"event time {event_time} ms is outside the years 1 to 9999"))
+        except (ValueError, OverflowError, OSError) as exc:  # a Kafka time no calendar holds, for example
+            rejected.append((i, f"the record's time cannot be read ({exc}); Kafka timestamp {stamp}"))
+            continue
+        if not 0 <= event_time <= latest_ms:
+            rejected.append((i, f"event time {event_time} ms is outside [1970-01-01, read time + 1 day]"))
             continue
         good.append(i)
         times.append(event_time)
         for name, values_of in columns.items():
             values_of.append(fields.get(name))
-    base = table.take(good)
+    base = table if len(good) == table.num_rows else _take(table, good)  # usually every record parses: no copy
     days = [_date(t) for t in times]
     out = pa.table({
         **{f.name: base.column(f.name) for f in KAFKA_FIELDS},
-        "event_time": pa.array(times, pa.int64()).cast(TIMESTAMP),
+        "event_time": pa.array(times, pa.int64()).cast(TIMESTAMP_MS).cast(TIMESTAMP),
         "dt": pa.array([d.strftime("%Y-%m-%d") for d in days], pa.string()),
         "hour": pa.array([d.hour if spec.ingest.partition_by_hour else None for d in days], pa.int8()),
         **{name: pa.array(vals, parser.columns()[name]) for name, vals in columns.items()},
@@ -141,55 +180,48 @@ def _parse(spec: GroupSpec, table: pa.Table,
         good, rejected, parser
 
 
-def write_partition(spec: GroupSpec, bucket: Bucket, table: pa.Table, committed_end: int | None,
-                    derived_from: list[str] | None = None) -> PartitionResult | None:
-    """Write the blocks of one topic-partition's records (normalized, in offset order). None if every record
-    is committed already."""
-    if committed_end is not None:
-        table = table.filter(pc.greater_equal(table.column("offset"), committed_end))
-    if table.num_rows == 0:
-        return None
-    topic = table.column("topic")[0].as_py()
-    partition = int(table.column("partition")[0].as_py())
-    first, last = int(table.column("offset")[0].as_py()), int(table.column("offset")[-1].as_py())
-    gap = committed_end is not None and first > committed_end and not spec.ingest.allow_offset_gaps
-    # A gap makes the commit fail loudly (offsets never read), unless the topic may legitimately skip offsets.
-    start = first if committed_end is None or gap else committed_end
-    end = last + 1
-    time_ms = int(pc.max(table.column("timestamp").cast(pa.int64())).as_py())
-    kafka = [KafkaRange(topic=topic, partition=partition, start=start, end=end)]
-    tenants, problems = _tenant_column(spec, table, topic)
-    key = f"{spec.group}/{spec.generation}/{topic}/{partition}/{start}/{end}"
-    value_bytes = int(pc.sum(pc.binary_length(table.column("value"))).as_py() or 0)
-    blocks: list[tuple[BlockSpec, list[DatasetInput]]] = []
-    quarantine: dict[str, tuple[list[int], list[str]]] = defaultdict(lambda: ([], []))
-    parser_name = "-"
+def write_chunk(spec: GroupSpec, bucket: Bucket, table: pa.Table, chunk: Chunk,
+                derived_from: list[str] | None = None) -> Written:
+    """Write the blocks of one chunk: ``table`` holds its records (normalized, in offset order, all inside the
+    chunk's range; it may be empty, then one block with no datasets records the range)."""
+    topic = chunk.topic
+    kafka = [KafkaRange(topic=topic, partition=chunk.partition, start=chunk.start, end=chunk.end,
+                        incarnation=chunk.incarnation)]
+    key = f"{spec.group}/{spec.generation}/{topic}/{chunk.incarnation}/{chunk.partition}/{chunk.start}/{chunk.end}"
+    clamp = (0, chunk.read_time_ms + MAX_FUTURE_MS)
+    value_bytes = int(pc.sum(pc.binary_length(table.column("value"))).as_py() or 0) if table.num_rows else 0
 
     def spec_for(tenant: str, pv: dict[str, str], parser: Parser | None, what: str) -> BlockSpec:
         pv_key = ",".join(f"{k}={v}" for k, v in sorted(pv.items())) or what
         info = (ParserInfo(name=parser.name, version=parser.version, options_digest=parser.digest())
                 if parser is not None else None)
-        return BlockSpec(id=deterministic_block_id(time_ms, f"{key}/{tenant}/{pv_key}"), tenant=tenant,
-                         group=spec.group, generation=spec.generation, kafka=kafka, partition_values=pv, parser=info,
-                         derived_from=sorted(derived_from or []))
+        return BlockSpec(id=deterministic_block_id(chunk.read_time_ms, f"{key}/{tenant}/{pv_key}"), tenant=tenant,
+                         group=spec.group, generation=spec.generation, kafka=kafka, partition_values=pv,
+                         parser=info, derived_from=sorted(derived_from or []))
 
+    if table.num_rows == 0:
+        meta = write_block(bucket, spec_for(spec.tenants.default, {}, None, "empty"), [])
+        return Written(topic=topic, partition=chunk.partition, incarnation=chunk.incarnation, start=chunk.start,
+                       end=chunk.end, records=0, quarantined=0, bytes=0, blocks=[meta])
+    tenants, problems = _tenants(spec, table, topic)
+    blocks: list[tuple[BlockSpec, list[DatasetInput]]] = []
+    quarantine: dict[str, tuple[list[int], list[str]]] = defaultdict(lambda: ([], []))
     for i, problem in enumerate(problems):
         if problem is not None:
             quarantine[spec.tenants.default][0].append(i)
             quarantine[spec.tenants.default][1].append(problem)
     valid = [i for i, p in enumerate(problems) if p is None]
-    if spec.group == "backup" and not spec.tenants.header:
-        # Every record belongs to the topic's tenant: the whole table is the block, no copy.
-        blocks.append((spec_for(tenants[0], {}, None, "records"),
-                       [DatasetInput("records", topic, table, "timestamp", labels=[{"topic": topic}])]))
-    elif spec.group == "backup":
-        for tenant, rows in _by([tenants[i] for i in valid]).items():
-            picked = table.take([valid[r] for r in rows])
+    parser_name = "-"
+    if spec.group == "backup":
+        whole = len(valid) == table.num_rows and len(set(tenants)) == 1
+        for tenant, rows in ({tenants[0]: valid} if whole else _by([tenants[i] for i in valid])).items():
+            picked = table if whole else _take(table, [valid[r] for r in rows])  # one tenant: no copy
             blocks.append((spec_for(tenant, {}, None, "records"),
-                           [DatasetInput("records", topic, picked, "timestamp", labels=[{"topic": topic}])]))
+                           [DatasetInput("records", topic, picked, "timestamp", labels=[{"topic": topic}],
+                                         clamp=clamp)]))
     else:
-        subset = table.take(valid)
-        parsed, good, rejected, parser = _parse(spec, subset, topic)
+        subset = _take(table, valid) if len(valid) < table.num_rows else table
+        parsed, good, rejected, parser = _parse(spec, subset, topic, clamp[1])
         parser_name = parser.name if parser is not None else "-"
         for row, reason in rejected:
             quarantine[tenants[valid[row]]][0].append(valid[row])
@@ -199,16 +231,20 @@ def write_partition(spec: GroupSpec, bucket: Bucket, table: pa.Table, committed_
             days = parsed.column("dt").to_pylist()
             keys = [(tenants[valid[g]], d, h) for g, d, h in zip(good, days, hours, strict=True)]
             label_cols = {n: parsed.column(n).to_pylist() for n in (parser.labels() if parser else [])}
-            for (tenant, day, hour), rows in _by(keys).items():
+            groups = _by(keys)
+            for (tenant, day, hour), rows in groups.items():
                 pv = {"dt": day} if hour is None else {"dt": day, "hour": f"{hour:02d}"}
                 sets = sorted({tuple((n, label_cols[n][r] or "") for n in label_cols) for r in rows})
                 labels = [{"topic": topic, **pv, **dict(s)} for s in sets]
+                picked = parsed if len(groups) == 1 else _take(parsed, rows)  # one day and tenant: no copy
                 blocks.append((spec_for(tenant, pv, parser, "records"),
-                               [DatasetInput("records", topic, parsed.take(rows), "event_time", labels=labels)]))
+                               [DatasetInput("records", topic, picked, "event_time", labels=labels)]))
     for tenant, (rows, reasons) in quarantine.items():
-        picked = _quarantine(table.take(rows), reasons, parser_name)
+        picked = _quarantine(_take(table, rows), reasons, parser_name)
         blocks.append((spec_for(tenant, {}, None, "quarantine"),
-                       [DatasetInput("quarantine", topic, picked, "timestamp", labels=[{"topic": topic}])]))
+                       [DatasetInput("quarantine", topic, picked, "timestamp", labels=[{"topic": topic}],
+                                     clamp=clamp)]))
     metas = [write_block(bucket, block_spec, datasets) for block_spec, datasets in blocks]
     quarantined = sum(len(rows) for rows, _ in quarantine.values())
-    return PartitionResult(topic, partition, start, end, table.num_rows, quarantined, value_bytes, metas)
+    return Written(topic=topic, partition=chunk.partition, incarnation=chunk.incarnation, start=chunk.start,
+                   end=chunk.end, records=table.num_rows, quarantined=quarantined, bytes=value_bytes, blocks=metas)

@@ -1,4 +1,4 @@
-"""The driver's half of the commit protocol: one ``CommitIngestBatch`` per micro-batch, or the dead letter
+"""The driver's half of the commit protocol: one ``CommitIngestBatch`` per batch, or the dead letter
 queue when the metastore cannot be reached, and the offsets this group has committed (Secor's
 ``last_committed_offset``).
 
@@ -9,16 +9,23 @@ apply in batch order and stay contiguous.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Literal, Protocol
 
 from prometheus_client import Histogram
 
 from shale.errors import MetastoreUnavailableError, ShaleError
-from shale.metastore import CommitIngestBatch, DeadLetterQueue, Metastore, Result
+from shale.index import OffsetRow
+from shale.ingest.blocks import Written
+from shale.ingest.plan import PartitionRange
+from shale.metastore import Command, CommitIngestBatch, DeadLetterQueue, OffsetRange, Result, decode
 
 log = logging.getLogger(__name__)
-COMMIT_SECONDS = Histogram("shale_ingest_commit_seconds", "Time to make a micro-batch's commit durable.",
+COMMIT_SECONDS = Histogram("shale_ingest_commit_seconds", "Time to make a batch's commit durable.",
                            ["group"])
 
 
@@ -26,17 +33,52 @@ class IngestConflictError(ShaleError):
     """The metastore refused a batch (offset gap or overlap): this process must not write more."""
 
 
+def batch_commit(written: Sequence[Written], ranges: Sequence[PartitionRange], *, group: str, generation: int,
+                 writer: Literal["ingest", "reprocess"], batch: str) -> CommitIngestBatch:
+    """The one command that commits a batch: every planned range, exactly, with every block its chunks wrote.
+    The chunks of each partition must tile its planned range (a retried task rewrites the same chunks)."""
+    by_partition: dict[tuple[str, int], list[Written]] = defaultdict(list)
+    for w in written:
+        by_partition[(w.topic, w.partition)].append(w)
+    offsets, blocks = [], []
+    for r in ranges:
+        chunks = sorted(by_partition.pop((r.topic, r.partition), []), key=lambda w: w.start)
+        edges = [(c.start, c.end, c.incarnation) for c in chunks]
+        tiled = bool(chunks) and chunks[0].start == r.start and chunks[-1].end == r.end and all(
+            a.end == b.start for a, b in itertools.pairwise(chunks)) and all(
+            c.incarnation == r.incarnation for c in chunks)
+        if not tiled:
+            raise IngestConflictError(f"{r.topic}[{r.partition}]: the written chunks {edges} do not cover the planned "
+                                      f"range [{r.start},{r.end}) exactly; the batch is not committed")
+        offsets.append(OffsetRange(topic=r.topic, partition=r.partition, start=r.start, end=r.end,
+                                   incarnation=r.incarnation, stored=sum(c.records for c in chunks)))
+        blocks += [b for c in chunks for b in c.blocks]
+    if by_partition:
+        raise IngestConflictError(f"tasks wrote partitions the batch did not plan: {sorted(by_partition)}")
+    return CommitIngestBatch(group=group, generation=generation, writer=writer, batch=batch, ranges=offsets,
+                             blocks=blocks)
+
+
+class CommitTarget(Protocol):
+    """What committing needs from the metastore (the embedded service and the HTTP client both fit)."""
+
+    def submit(self, command: Command) -> Result: ...
+
+    def offsets(self, group: str | None = None, generation: int | None = None) -> list[OffsetRow]: ...
+
+
 class Committer:
-    def __init__(self, metastore: Metastore, dlq: DeadLetterQueue | None, group: str, generation: int) -> None:
+    def __init__(self, metastore: CommitTarget, dlq: DeadLetterQueue | None, group: str, generation: int) -> None:
         self.metastore = metastore
         self.dlq = dlq
         self.group = group
         self.generation = generation
         self.stream = f"ingest-{group}-g{generation}"
-        self.committed: dict[tuple[str, int], int] = {}
+        self.committed: dict[tuple[str, int], tuple[int, str]] = {}
+        """(committed end, incarnation) per topic-partition: the metastore's, plus this process's later commits."""
         self.dlq_pending = False
 
-    def load(self, deadline: float = 300.0) -> dict[tuple[str, int], int]:
+    def load(self, deadline: float = 300.0) -> dict[tuple[str, int], tuple[int, str]]:
         """Drain this group's DLQ into the metastore, then read its committed offsets. Waits for the metastore
         (it is the authority on offsets: ingestion cannot start without it)."""
         stop = time.monotonic() + deadline
@@ -55,7 +97,7 @@ class Committer:
                         f"needed to learn the committed offsets ({exc})") from exc
                 log.warning("waiting for the metastore before starting ingestion", extra={"group": self.group})
                 time.sleep(2)
-        self.committed = {(r.topic, r.partition): r.committed_end for r in rows}
+        self.committed = {(r.topic, r.partition): (r.committed_end, r.incarnation) for r in rows}
         self.dlq_pending = False
         return dict(self.committed)
 
@@ -69,12 +111,6 @@ class Committer:
         return not report.pending
 
     def _submit_bytes(self, data: bytes) -> Result:
-        submit = getattr(self.metastore, "submit_bytes", None)
-        if submit is not None:
-            result: Result = submit(data)
-            return result
-        from shale.metastore import decode
-
         return self.metastore.submit(decode(data))
 
     def commit(self, command: CommitIngestBatch) -> str:
@@ -86,7 +122,8 @@ class Committer:
         finally:
             COMMIT_SECONDS.labels(self.group).observe(time.perf_counter() - start)
         for r in command.ranges:
-            self.committed[(r.topic, r.partition)] = r.end
+            known = self.committed.get((r.topic, r.partition))
+            self.committed[(r.topic, r.partition)] = (r.end, r.incarnation or (known[1] if known else ""))
         return outcome
 
     def _commit(self, command: CommitIngestBatch) -> str:

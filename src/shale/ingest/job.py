@@ -1,16 +1,18 @@
-"""``shale ingest``: a Spark Structured Streaming query on Kafka whose ``foreachBatch`` runs the commit protocol.
+"""``shale ingest``: one ingest group's loop. Each batch reads exact Kafka offsets and commits exactly them.
 
-Per micro-batch (docs/DESIGN.md, section 10):
+Per batch (docs/DESIGN.md, section 10):
 
-1. Spark tasks, one per Kafka partition, skip offsets already committed, write each block's data objects then
-   its meta.json (put-if-absent) under deterministic ids, and return the blocks' metadata.
-2. The driver sends one ``CommitIngestBatch`` with every block and every partition's ``[start, end)``; the
-   metastore accepts it only if each range starts at the committed end (or it is an exact replay).
-3. Only then does ``foreachBatch`` return, so Spark records the batch in its checkpoint.
+1. Plan (``plan.py``): from the metastore's committed offsets and Kafka's current state, the exact offsets
+   ``[start, end)`` each partition reads, in its topic incarnation; lost offsets are reported, never skipped.
+2. Read those offsets with Spark's Kafka source (a batch read, ``read_committed``), one task per partition; tasks
+   write blocks in byte-bounded chunks that tile their range (``task.py``), data objects then meta.json, under
+   deterministic ids.
+3. Send one ``CommitIngestBatch`` with every block and every planned range; the metastore accepts it only if
+   each range starts at the committed end (or it is an exact replay). Only then is the next batch planned.
 
-The metastore, not the checkpoint, is the authority on offsets: a query without a checkpoint starts every
-known partition at its committed end, and a checkpoint that is behind the metastore finds its records
-committed already and skips them.
+The metastore is the only record of progress: there is no Spark checkpoint. A crash anywhere leaves, at worst,
+blocks that no commit holds; the next batch is planned from the committed offsets again, and the metastore's
+bucket scan removes the orphans (section 9.5).
 """
 
 from __future__ import annotations
@@ -21,58 +23,29 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
-from shale.block import BlockMeta
+from shale.block.schemas import BACKUP_SCHEMA
 from shale.bucketindex import DeltaWriter
 from shale.config import ShaleConfig
-from shale.errors import ConfigError
+from shale.errors import ConfigError, RetryableError
 from shale.failpoints import failpoint
 from shale.ingest import metrics
-from shale.ingest.blocks import GROUPS, GroupSpec, write_partition
-from shale.ingest.committer import Committer, IngestConflictError
-from shale.ingest.kafka import list_partitions, watermarks
-from shale.ingest.records import SPARK_COLUMNS, SPARK_OUTPUT_SCHEMA, normalize, of_partition, partitions_of
-from shale.metastore import CommitIngestBatch, DeadLetterQueue, Metastore, OffsetRange, open_metastore
-from shale.objstore import open_bucket, task_bucket
+from shale.ingest.blocks import GROUPS, Chunk, GroupSpec, Written, write_chunk
+from shale.ingest.committer import Committer, IngestConflictError, batch_commit
+from shale.ingest.kafka import describe_topics, java_options, offset_bounds
+from shale.ingest.plan import BatchPlan, Limits, plan_batch
+from shale.ingest.records import SPARK_COLUMNS, WRITTEN_SCHEMA
+from shale.ingest.task import make_task
+from shale.metastore import DeadLetterQueue, Metastore, open_metastore
+from shale.objstore import open_bucket
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming.query import StreamingQuery
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
-OUTPUT = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("start", pa.int64()), ("end", pa.int64()),
-                    ("records", pa.int64()), ("quarantined", pa.int64()), ("bytes", pa.int64()),
-                    ("meta", pa.string())])
-LAG_INTERVAL_S = 5.0
-
-
-def make_task(spec: GroupSpec, committed: dict[tuple[str, int], int]) -> Callable[[Iterable[pa.RecordBatch]],
-                                                                                 Iterator[pa.RecordBatch]]:
-    """The function Spark runs per task (``mapInArrow``): write the blocks of its Kafka partition."""
-
-    def task(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        collected = list(batches)
-        if not collected:
-            return
-        table = normalize(pa.Table.from_batches(collected))
-        if table.num_rows == 0:
-            return
-        for topic, partition in partitions_of(table):
-            result = write_partition(spec, task_bucket(spec.bucket), of_partition(table, topic, partition),
-                                     committed.get((topic, partition)))
-            if result is None:
-                continue
-            rows = [{"topic": topic, "partition": partition, "start": result.start, "end": result.end,
-                     "records": result.records, "quarantined": result.quarantined, "bytes": result.bytes,
-                     "meta": meta.model_dump_json()} for meta in result.metas]
-            yield pa.RecordBatch.from_pylist(rows, schema=OUTPUT)
-
-    return task
+TopicPartition = tuple[str, int]
 
 
 class IngestJob:
@@ -89,137 +62,232 @@ class IngestJob:
         self.group = group
         self.generation = ingest.generation
         self.spec = GroupSpec(group, ingest.generation, config.bucket, ingest)
-        self.spec.tenants.for_topic("probe")  # validates the tenant rules now rather than in a task
+        self.spec.tenants  # noqa: B018 - validates the default tenant now rather than in a task
         self.metastore = metastore or open_metastore(config)
         self.bucket = open_bucket(config.bucket)
         self.committer = Committer(self.metastore, DeadLetterQueue(self.bucket), group, ingest.generation)
         self.run_id = uuid.uuid4().hex[:8]
         self._spark = spark
         self.batches = 0
+        self.record_bytes: dict[TopicPartition, float] = {}
+        self.starts: dict[TopicPartition, int] = {}
+        self.last_plan: BatchPlan | None = None
+        self.peak_task_rss = 0  # the largest resident set a task process of this job reported
         # Stale-tolerant bucket index: tell readers about committed blocks before the index writer does.
         self.deltas = DeltaWriter(self.bucket) if config.bucket_index.deltas else None
-        self._lag_due = 0.0
+        self._reported: set[tuple[str, TopicPartition]] = set()
 
-    @property
-    def checkpoint(self) -> str:
-        return str(Path(self.config.ingest.checkpoint_dir) / f"{self.group}-g{self.generation}")
+    # -- planning ---------------------------------------------------------------------------------------
 
-    def starting_offsets(self) -> str:
-        """Every current partition of the subscribed topics: its committed end, or earliest/latest."""
+    def plan(self, targets: Mapping[TopicPartition, int] | None = None) -> BatchPlan:
+        """The next batch, from Kafka's state now and the offsets committed so far."""
         ingest, kafka = self.config.ingest, self.config.kafka
-        found = list_partitions(kafka.bootstrap_servers, ingest.topics, ingest.topic_pattern, kafka.options)
-        missing = sorted(set(ingest.topics) - set(found))
-        if missing:
-            raise ConfigError(f"topics {missing} do not exist in Kafka at {kafka.bootstrap_servers}")
-        default = -2 if ingest.starting_offsets == "earliest" else -1
-        offsets = {topic: {str(p): self.committer.committed.get((topic, p), default) for p in parts}
-                   for topic, parts in found.items()}
-        return json.dumps(offsets) if offsets else ingest.starting_offsets
+        topics = describe_topics(kafka, ingest.topics, ingest.topic_pattern)
+        bounds = offset_bounds(kafka, [(t, p) for t, state in topics.items() for p in state.partitions])
+        incarnations = {t: state.incarnation for t, state in topics.items()}
+        starts: dict[TopicPartition, int] = {}
+        for tp, (earliest, end) in bounds.items():
+            done = self.committer.committed.get(tp)
+            if done is not None and done[1] and done[1] != incarnations[tp[0]]:
+                starts[tp] = earliest  # a recreated topic: its new incarnation starts at its earliest offset
+            elif done is None and ingest.starting_offsets == "latest":
+                starts[tp] = self.starts.setdefault(tp, end)  # pinned: records after it are never skipped
+        limits = Limits(ingest.max_records_per_batch, ingest.max_batch_bytes, self.record_bytes)
+        plan = plan_batch(incarnations, bounds, self.committer.committed, starts, limits, int(time.time() * 1000),
+                          targets)
+        self._report(plan)
+        return plan
 
-    def start(self, available_now: bool = False) -> StreamingQuery:
-        from shale.spark import spark_session
+    def _report(self, plan: BatchPlan) -> None:
+        """Lost and truncated offsets: a metric per partition, and one error log line each time one appears."""
+        metrics.LOST.clear()
+        paused: set[tuple[str, TopicPartition]] = set()
+        for loss in plan.losses:
+            tp = (loss.topic, loss.partition)
+            metrics.LOST.labels(self.group, loss.topic, str(loss.partition)).set(loss.earliest - loss.start)
+            paused.add(("lost", tp))
+            if ("lost", tp) not in self._reported:
+                log.error(
+                    "offsets were deleted by Kafka before they were read; this partition waits, the others go on",
+                    extra={"group": self.group, "topic": loss.topic, "partition": loss.partition,
+                           "lost_from": loss.start, "lost_to": loss.earliest,
+                           "action": f"shale offsets acknowledge-loss --group {self.group} --topic {loss.topic} "
+                                     f"--partition {loss.partition} --to {loss.earliest}"})
+        for ahead in plan.ahead:
+            tp = (ahead.topic, ahead.partition)
+            paused.add(("ahead", tp))
+            if ("ahead", tp) not in self._reported:
+                log.error("the committed end is beyond Kafka's end offset (was the log truncated?); this partition "
+                          "waits until Kafka's end passes it", extra={
+                              "group": self.group, "topic": ahead.topic, "partition": ahead.partition,
+                              "committed_end": ahead.committed_end, "kafka_end": ahead.kafka_end})
+        self._reported = paused
+        for reason in ("lost", "ahead"):
+            metrics.PAUSED.labels(self.group, reason).set(sum(1 for r, _ in paused if r == reason))
 
-        self.committer.load()
-        spark = self._spark or spark_session(f"shale-ingest-{self.group}", self.config.spark)
-        ingest, kafka = self.config.ingest, self.config.kafka
-        reader = (spark.readStream.format("kafka")
-                  .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
-                  .option("startingOffsets", self.starting_offsets())
+    # -- one batch ----------------------------------------------------------------------------------------
+
+    def _spark_session(self) -> SparkSession:
+        if self._spark is None:
+            from shale.spark import spark_session
+
+            self._spark = spark_session(f"shale-ingest-{self.group}", self.config.spark)
+        # Arrow batches from the JVM stay small next to the chunk size, whatever the records' sizes.
+        arrow_bytes = max(2**20, self.config.ingest.max_task_bytes // 32)
+        self._spark.conf.set("spark.sql.execution.arrow.maxBytesPerBatch", str(arrow_bytes))
+        return self._spark
+
+    def _read(self, plan: BatchPlan) -> list[Written]:
+        spark = self._spark_session()
+        assign: dict[str, list[int]] = {}
+        starting: dict[str, dict[str, int]] = {}
+        ending: dict[str, dict[str, int]] = {}
+        for r in plan.ranges:
+            assign.setdefault(r.topic, []).append(r.partition)
+            starting.setdefault(r.topic, {})[str(r.partition)] = r.start
+            ending.setdefault(r.topic, {})[str(r.partition)] = r.end
+        reader = (spark.read.format("kafka")
+                  .option("kafka.bootstrap.servers", self.config.kafka.bootstrap_servers)
+                  .option("assign", json.dumps(assign))
+                  .option("startingOffsets", json.dumps(starting))
+                  .option("endingOffsets", json.dumps(ending))
                   .option("includeHeaders", "true")
-                  .option("failOnDataLoss", str(ingest.fail_on_data_loss).lower())
-                  .option("maxOffsetsPerTrigger", str(ingest.max_records_per_batch)))
-        if ingest.topic_pattern:
-            reader = reader.option("subscribePattern", ingest.topic_pattern)
-        else:
-            reader = reader.option("subscribe", ",".join(ingest.topics))
-        if ingest.min_records_per_batch and not available_now:
-            reader = (reader.option("minOffsetsPerTrigger", str(ingest.min_records_per_batch))
-                      .option("maxTriggerDelay", f"{int(ingest.max_batch_delay)}s"))
-        for key, value in kafka.options.items():
+                  .option("failOnDataLoss", "true")  # offsets deleted between planning and reading: retry the plan
+                  .option("kafka.isolation.level", "read_committed"))
+        for key, value in java_options(self.config.kafka).items():
             reader = reader.option(f"kafka.{key}", value)
-        writer = (reader.load().writeStream.queryName(f"shale-{self.group}-g{self.generation}-{self.run_id}")
-                  .option("checkpointLocation", self.checkpoint).foreachBatch(self._on_batch))
-        writer = (writer.trigger(availableNow=True) if available_now
-                  else writer.trigger(processingTime=f"{int(ingest.trigger_interval * 1000)} milliseconds"))
-        log.info("ingest started", extra={"group": self.group, "generation": self.generation,
-                                          "checkpoint": self.checkpoint})
-        return writer.start()
+        task = make_task(self.spec, plan, self.config.ingest.max_task_bytes)
+        rows = reader.load().selectExpr(*SPARK_COLUMNS).mapInArrow(task, WRITTEN_SCHEMA).collect()
+        written = [Written.model_validate_json(row["written"]) for row in rows]
+        seen = {(w.topic, w.partition) for w in written}
+        for r in plan.ranges:  # a range that held no readable record at all is recorded by an empty block
+            if (r.topic, r.partition) not in seen:
+                chunk = Chunk(r.topic, r.partition, r.incarnation, r.start, r.end, plan.read_time_ms)
+                written.append(write_chunk(self.spec, self.bucket, BACKUP_SCHEMA.empty_table(), chunk))
+        return written
 
-    def _on_batch(self, df: DataFrame, batch_id: int) -> None:
+    def run_batch(self, plan: BatchPlan) -> str:
+        """Read, write and commit one planned batch; return the commit's outcome."""
         started = time.perf_counter()
-        committed = dict(self.committer.committed)
-        rows = df.selectExpr(*SPARK_COLUMNS).mapInArrow(make_task(self.spec, committed), SPARK_OUTPUT_SCHEMA).collect()
-        written = time.perf_counter()
-        spans: dict[tuple[str, int], set[tuple[int, int, int, int, int]]] = {}
-        blocks: list[BlockMeta] = []
-        for row in rows:
-            spans.setdefault((row["topic"], row["partition"]), set()).add(
-                (row["start"], row["end"], row["records"], row["quarantined"], row["bytes"]))
-            if row["meta"] is not None:
-                blocks.append(BlockMeta.model_validate_json(row["meta"]))
-        split = sorted(tp for tp, s in spans.items() if len(s) > 1)
-        if split:
-            raise IngestConflictError(f"Kafka partitions {split} were split across Spark tasks in one batch; Shale "
-                                      "needs one task per Kafka partition (do not set the source's minPartitions)")
-        if not spans:
-            metrics.BATCHES.labels(self.group, "empty").inc()
-            return
-        ranges = [OffsetRange(topic=t, partition=p, start=s[0], end=s[1])
-                  for (t, p), (s,) in sorted((k, tuple(v)) for k, v in spans.items())]
-        command = CommitIngestBatch(group=self.group, generation=self.generation, batch=f"{self.run_id}/{batch_id}",
-                                    ranges=ranges, blocks=blocks)
+        written = self._read(plan)
+        wrote = time.perf_counter()
+        command = batch_commit(written, plan.ranges, group=self.group, generation=self.generation, writer="ingest",
+                               batch=f"{self.run_id}/{self.batches}")
         failpoint("ingest.before-commit")
         outcome = self.committer.commit(command)
         failpoint("ingest.after-commit")
         if outcome == "committed" and self.deltas is not None:
-            for tenant in sorted({b.tenant for b in blocks}):
-                self.deltas.write(tenant, added=[b for b in blocks if b.tenant == tenant])
-        totals = [next(iter(v)) for v in spans.values()]
+            for tenant in sorted({b.tenant for b in command.blocks}):
+                self.deltas.write(tenant, added=[b for b in command.blocks if b.tenant == tenant])
+        self.batches += 1
+        self._observe(plan, written, command.ranges, outcome)
+        log.info("batch committed", extra={
+            "group": self.group, "batch": command.batch, "outcome": outcome, "blocks": len(command.blocks),
+            "records": sum(w.records for w in written), "partitions": len(command.ranges),
+            "offsets": plan.offsets, "write_seconds": round(wrote - started, 3),
+            "seconds": round(time.perf_counter() - started, 3)})
+        return outcome
+
+    def _observe(self, plan: BatchPlan, written: list[Written], ranges: list[Any], outcome: str) -> None:
+        for r in plan.ranges:
+            chunks = [w for w in written if (w.topic, w.partition) == (r.topic, r.partition)]
+            offsets, size = r.end - r.start, sum(w.bytes for w in chunks)
+            if size:  # bytes per offset, smoothed: what the next plans size their ranges by
+                seen = size / offsets
+                old = self.record_bytes.get((r.topic, r.partition))
+                self.record_bytes[(r.topic, r.partition)] = seen if old is None else 0.5 * old + 0.5 * seen
+        for tp, lag in plan.lag.items():
+            planned = plan.range_of(*tp)
+            metrics.LAG.labels(self.group, tp[0], str(tp[1])).set(lag - (planned.end - planned.start if planned else 0))
+        records = sum(w.records for w in written)
         metrics.BATCHES.labels(self.group, outcome).inc()
-        metrics.RECORDS.labels(self.group).inc(sum(t[2] for t in totals))
-        metrics.QUARANTINED.labels(self.group).inc(sum(t[3] for t in totals))
-        metrics.BYTES.labels(self.group).inc(sum(t[4] for t in totals))
-        metrics.BLOCKS.labels(self.group).inc(len(blocks))
+        metrics.RECORDS.labels(self.group).inc(records)
+        metrics.QUARANTINED.labels(self.group).inc(sum(w.quarantined for w in written))
+        metrics.BYTES.labels(self.group).inc(sum(w.bytes for w in written))
+        metrics.BLOCKS.labels(self.group).inc(sum(len(w.blocks) for w in written))
+        metrics.SKIPPED.labels(self.group).inc(plan.offsets - records)
+        peak = max((w.peak_rss for w in written), default=0)
+        self.peak_task_rss = max(self.peak_task_rss, peak)
+        metrics.TASK_PEAK_RSS.labels(self.group).set(peak)
         metrics.DLQ_PENDING.labels(self.group).set(1 if self.committer.dlq_pending else 0)
         metrics.LAST_COMMIT.labels(self.group).set(time.time())
-        self.batches += 1
-        self._update_lag()
-        log.info("batch committed", extra={
-            "group": self.group, "batch": batch_id, "outcome": outcome, "blocks": len(blocks),
-            "records": sum(t[2] for t in totals), "partitions": len(ranges),
-            "write_seconds": round(written - started, 3), "seconds": round(time.perf_counter() - started, 3)})
 
-    def _update_lag(self) -> None:
-        """Refresh the lag gauges, at most every few seconds (one Kafka round trip; never fails a batch)."""
-        if time.monotonic() < self._lag_due:
-            return
-        self._lag_due = time.monotonic() + LAG_INTERVAL_S
-        kafka = self.config.kafka
-        partitions: dict[str, list[int]] = {}
-        for topic, partition in self.committer.committed:
-            partitions.setdefault(topic, []).append(partition)
-        try:
-            marks = watermarks(kafka.bootstrap_servers, partitions, kafka.options)
-        except Exception as exc:  # lag is best effort: never fail a committed batch over it
-            log.debug("could not read Kafka end offsets for the lag metric: %s", exc)
-            return
-        for (topic, partition), (_, end) in marks.items():
-            lag = max(0, end - self.committer.committed.get((topic, partition), end))
-            metrics.LAG.labels(self.group, topic, str(partition)).set(lag)
+    # -- the loop -------------------------------------------------------------------------------------------
 
-    def run(self, available_now: bool = False) -> None:
-        """Run until the query ends (available-now) or SIGTERM/SIGINT stops it."""
-        query = self.start(available_now)
-        stop = threading.Event()
+    def _targets(self) -> dict[TopicPartition, int]:
+        """With --available-now: every current partition's end offset now (what "now" means)."""
+        ingest, kafka = self.config.ingest, self.config.kafka
+        topics = describe_topics(kafka, ingest.topics, ingest.topic_pattern)
+        missing = sorted(set(ingest.topics) - set(topics))
+        if missing:
+            raise ConfigError(f"topics {missing} do not exist in Kafka at {kafka.bootstrap_servers}")
+        bounds = offset_bounds(kafka, [(t, p) for t, state in topics.items() for p in state.partitions])
+        return {tp: end for tp, (_, end) in bounds.items()}
+
+    def run(self, available_now: bool = False, stop: threading.Event | None = None) -> None:
+        """Run until SIGTERM/SIGINT (or ``stop``); with ``available_now``, until what Kafka holds now is stored."""
+        stop = stop or threading.Event()
 
         def on_signal(signum: int, _: Any) -> None:
             log.info("stopping ingest", extra={"group": self.group, "signal": signum})
             stop.set()
-            query.stop()
 
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, on_signal)
             signal.signal(signal.SIGINT, on_signal)
-        query.awaitTermination()
-        if query.exception() is not None and not stop.is_set():
-            raise IngestConflictError(f"ingest {self.group} stopped with an error: {query.exception()}")
+        self.committer.load()
+        targets = self._targets() if available_now else None
+        if not available_now and self.config.ingest.topics:
+            missing = sorted(set(self.config.ingest.topics) - set(describe_topics(
+                self.config.kafka, self.config.ingest.topics)))
+            if missing:
+                log.warning("named topics do not exist (yet); ingesting the others",
+                            extra={"group": self.group, "topics": missing})
+        for counter in (metrics.FAILED, metrics.SKIPPED):
+            counter.labels(self.group)  # served from the start, at 0
+        log.info("ingest started", extra={"group": self.group, "generation": self.generation})
+        waiting_since: float | None = None
+        failures = 0
+        while not stop.is_set():
+            try:
+                plan = self.plan(targets)
+            except RetryableError as exc:
+                log.warning("Kafka did not answer; retrying", extra={"group": self.group, "error": str(exc)})
+                stop.wait(self.config.ingest.trigger_interval)
+                continue
+            self.last_plan = plan
+            if available_now and not plan.ranges:
+                blocked = [f"{x.topic}[{x.partition}]" for x in plan.losses] + [
+                    f"{x.topic}[{x.partition}]" for x in plan.ahead]
+                if blocked:
+                    raise IngestConflictError(
+                        f"ingest {self.group}: stored everything it could, but partitions are blocked: "
+                        f"{', '.join(blocked)} (see the log for the offsets and the command to run)")
+                break
+            minimum = self.config.ingest.min_records_per_batch
+            if plan.ranges and minimum and plan.offsets < minimum and not available_now:
+                waiting_since = waiting_since or time.monotonic()
+                if time.monotonic() - waiting_since < self.config.ingest.max_batch_delay:
+                    stop.wait(min(1.0, self.config.ingest.trigger_interval))
+                    continue
+            waiting_since = None
+            if not plan.ranges:
+                metrics.BATCHES.labels(self.group, "empty").inc()
+                stop.wait(self.config.ingest.trigger_interval)
+                continue
+            try:
+                self.run_batch(plan)
+            except IngestConflictError:
+                raise  # the metastore refused the commit: this process must not write more
+            except Exception as exc:  # Spark, Kafka or the bucket failed before the commit: nothing was committed
+                failures += 1
+                metrics.FAILED.labels(self.group).inc()
+                delay = min(60.0, self.config.ingest.trigger_interval * 2 ** min(failures, 6))
+                log.error("batch failed before its commit; planning it again", extra={
+                    "group": self.group, "error": f"{type(exc).__name__}: {str(exc)[:2000]}", "retry_in": delay})
+                stop.wait(delay)
+                continue
+            failures = 0
+            if sum(plan.lag.values()) <= plan.offsets:  # caught up: wait for new records
+                stop.wait(self.config.ingest.trigger_interval)
+        log.info("ingest stopped", extra={"group": self.group, "batches": self.batches})

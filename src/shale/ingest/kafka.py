@@ -1,65 +1,171 @@
-"""What the driver asks Kafka directly (with confluent-kafka): topics and partitions, their offsets, and the
-offsets that exist (for ``shale verify``). Spark's own connector does the reading of records."""
+"""What Shale asks Kafka directly, with librdkafka (confluent-kafka): topics, their ids (incarnations) and
+partitions, the offsets that bound what may be read, and the offsets that hold records (for ``shale verify``).
+Spark's own Java consumer reads the records.
+
+Both clients get the same typed security settings from ``KafkaConfig``, translated here, because they name them
+differently (``sasl.jaas.config`` for Java, ``sasl.username``/``sasl.password`` for librdkafka). A CA file is
+handed to Spark as inline PEM (``ssl.truststore.certificates``), so executors on other machines need no file.
+"""
 
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from shale.errors import RetryableError
+from shale.config import KafkaConfig
+from shale.errors import ConfigError, RetryableError
 
 TIMEOUT = 30.0
+UNKNOWN_TOPIC = 3  # librdkafka's UNKNOWN_TOPIC_OR_PART
 
 
-def _admin(bootstrap: str, options: dict[str, str]) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap, **options})
+def _jaas_quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def list_partitions(bootstrap: str, topics: Iterable[str] = (), pattern: str = "",
-                    options: dict[str, str] | None = None) -> dict[str, list[int]]:
-    """Partitions of the named topics, or of every topic matching ``pattern`` (internal topics excluded)."""
+def _ca_pem(kafka: KafkaConfig) -> str:
     try:
-        metadata = _admin(bootstrap, options or {}).list_topics(timeout=TIMEOUT)
+        return Path(kafka.ssl_ca_file).read_text()
+    except OSError as exc:
+        raise ConfigError(f"kafka.ssl_ca_file = {kafka.ssl_ca_file!r} cannot be read: {exc.strerror}") from None
+
+
+def java_options(kafka: KafkaConfig) -> dict[str, str]:
+    """Options of Spark's Java Kafka consumer (without Spark's ``kafka.`` prefix). Holds the SASL password:
+    never log the result."""
+    options: dict[str, str] = {"security.protocol": kafka.security_protocol}
+    if kafka.security_protocol.startswith("SASL"):
+        module = ("org.apache.kafka.common.security.plain.PlainLoginModule" if kafka.sasl_mechanism == "PLAIN"
+                  else "org.apache.kafka.common.security.scram.ScramLoginModule")
+        options["sasl.mechanism"] = kafka.sasl_mechanism
+        options["sasl.jaas.config"] = (f"{module} required username={_jaas_quote(kafka.sasl_username)} "
+                                       f"password={_jaas_quote(kafka.sasl_password.get_secret_value())};")
+    if kafka.security_protocol.endswith("SSL"):
+        if kafka.ssl_ca_file:
+            options["ssl.truststore.type"] = "PEM"
+            options["ssl.truststore.certificates"] = _ca_pem(kafka)
+        options["ssl.endpoint.identification.algorithm"] = "https" if kafka.ssl_verify_hostname else ""
+    return {**options, **kafka.spark_options}
+
+
+def client_options(kafka: KafkaConfig) -> dict[str, Any]:
+    """A librdkafka client configuration (bootstrap servers included). Holds the SASL password: never log it."""
+    options: dict[str, Any] = {"bootstrap.servers": kafka.bootstrap_servers,
+                               "security.protocol": kafka.security_protocol}
+    if kafka.security_protocol.startswith("SASL"):
+        options.update({"sasl.mechanisms": kafka.sasl_mechanism, "sasl.username": kafka.sasl_username,
+                        "sasl.password": kafka.sasl_password.get_secret_value()})
+    if kafka.security_protocol.endswith("SSL"):
+        if kafka.ssl_ca_file:
+            options["ssl.ca.pem"] = _ca_pem(kafka)
+        options["ssl.endpoint.identification.algorithm"] = "https" if kafka.ssl_verify_hostname else "none"
+    return {**options, **kafka.client_options}
+
+
+def admin(kafka: KafkaConfig) -> AdminClient:
+    return AdminClient(client_options(kafka))
+
+
+def incarnation_of(topic_id: object) -> str:
+    """Kafka's own spelling of a topic id (URL-safe base64, as `kafka-topics --describe` prints it)."""
+    return str(topic_id).replace("+", "-").replace("/", "_").rstrip("=")
+
+
+@dataclass(frozen=True)
+class TopicState:
+    """A topic as Kafka has it now: its incarnation (topic id) and its partitions."""
+
+    name: str
+    incarnation: str
+    partitions: tuple[int, ...]
+
+
+def _retrying(what: str, call: Any, attempts: int = 5) -> Any:
+    for attempt in range(attempts):
+        try:
+            return call()
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            retriable = getattr(error, "retriable", lambda: False)()
+            if attempt == attempts - 1 or not retriable:
+                raise RetryableError(f"Kafka did not answer {what}: {exc}") from exc
+            time.sleep(0.2 * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+def describe_topics(kafka: KafkaConfig, topics: Iterable[str] = (), pattern: str = "",
+                    client: AdminClient | None = None, timeout: float = TIMEOUT) -> dict[str, TopicState]:
+    """The named topics that exist, or every topic matching ``pattern`` (internal topics excluded)."""
+    client = client or admin(kafka)
+    try:
+        metadata = client.list_topics(timeout=timeout)
     except KafkaException as exc:
-        raise RetryableError(f"Kafka at {bootstrap} did not answer a metadata request: {exc}") from exc
+        raise RetryableError(f"Kafka at {kafka.bootstrap_servers} did not answer a metadata request: {exc}") from exc
     wanted = set(topics)
-    out: dict[str, list[int]] = {}
-    for name, topic in metadata.topics.items():
-        if name.startswith("__"):
-            continue
-        if (wanted and name in wanted) or (pattern and re.fullmatch(pattern, name)):
-            out[name] = sorted(topic.partitions)
+    names = sorted(n for n in metadata.topics if not n.startswith("__")
+                   and ((wanted and n in wanted) or (pattern and re.fullmatch(pattern, n))))
+    if not names:
+        return {}
+    futures = client.describe_topics(TopicCollection(names), request_timeout=timeout)
+    out = {}
+    for name, future in futures.items():
+        try:
+            description = _retrying(f"describe {name}", lambda f=future: f.result())
+        except RetryableError as exc:
+            cause = exc.__cause__
+            code = cause.args[0].code() if isinstance(cause, KafkaException) and cause.args else None
+            if code == UNKNOWN_TOPIC:
+                continue  # deleted between the listing and the description
+            raise
+        out[name] = TopicState(name, incarnation_of(description.topic_id),
+                               tuple(sorted(p.id for p in description.partitions)))
     return out
 
 
-def watermarks(bootstrap: str, partitions: dict[str, list[int]],
-               options: dict[str, str] | None = None) -> dict[tuple[str, int], tuple[int, int]]:
-    """(earliest, end) offsets per topic-partition."""
-    admin = _admin(bootstrap, options or {})
-    tps = [TopicPartition(t, p) for t, ps in partitions.items() for p in ps]
+def offset_bounds(kafka: KafkaConfig, partitions: Iterable[tuple[str, int]],
+                  client: AdminClient | None = None) -> dict[tuple[str, int], tuple[int, int]]:
+    """(earliest, end) per topic-partition, ``end`` as a read_committed consumer sees it: the last stable offset,
+    before any open transaction, so a batch never waits on records that may still be aborted."""
+    client = client or admin(kafka)
+    tps = [TopicPartition(t, p) for t, p in partitions]
+    if not tps:
+        return {}
     result: dict[tuple[str, int], list[int]] = {(tp.topic, tp.partition): [0, 0] for tp in tps}
-    specs: list[tuple[Any, int]] = [(OffsetSpec.earliest(), 0), (OffsetSpec.latest(), 1)]  # type: ignore[no-untyped-call]
-    for spec, index in specs:
-        futures = admin.list_offsets(dict.fromkeys(tps, spec), request_timeout=TIMEOUT)
+    for spec, index in ((OffsetSpec.earliest(), 0), (OffsetSpec.latest(), 1)):  # type: ignore[no-untyped-call]
+        futures = client.list_offsets(dict.fromkeys(tps, spec), isolation_level=IsolationLevel.READ_COMMITTED,
+                                      request_timeout=TIMEOUT)
         for tp, future in futures.items():
-            result[(tp.topic, tp.partition)][index] = int(future.result().offset)
+            result[(tp.topic, tp.partition)][index] = int(
+                _retrying(f"offsets of {tp.topic}[{tp.partition}]", lambda f=future: f.result()).offset)
     return {k: (v[0], v[1]) for k, v in result.items()}
 
 
-def existing_offsets(bootstrap: str, topic: str, partition: int, start: int, end: int,
-                     options: dict[str, str] | None = None) -> list[int]:
-    """Every offset in ``[start, end)`` that holds a record (transaction markers and compacted-away offsets do
-    not), read with a consumer that does not commit."""
+def list_partitions(kafka: KafkaConfig, topics: Iterable[str] = (), pattern: str = "") -> dict[str, list[int]]:
+    """Partitions of the named topics, or of every topic matching ``pattern``."""
+    return {name: list(state.partitions) for name, state in describe_topics(kafka, topics, pattern).items()}
+
+
+def watermarks(kafka: KafkaConfig, partitions: dict[str, list[int]]) -> dict[tuple[str, int], tuple[int, int]]:
+    """(earliest, end) offsets per topic-partition (read_committed)."""
+    return offset_bounds(kafka, [(t, p) for t, ps in partitions.items() for p in ps])
+
+
+def existing_offsets(kafka: KafkaConfig, topic: str, partition: int, start: int, end: int) -> list[int]:
+    """Every offset in ``[start, end)`` that holds a record a read_committed consumer sees (transaction markers,
+    aborted records and compacted-away offsets do not), read with a consumer that commits nothing."""
     if end <= start:
         return []
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"shale-verify-{uuid.uuid4().hex}",
+    consumer = Consumer({**client_options(kafka), "group.id": f"shale-verify-{uuid.uuid4().hex}",
                          "enable.auto.commit": False, "isolation.level": "read_committed",
-                         "fetch.max.bytes": 64 * 1024 * 1024, **(options or {})})
+                         "fetch.max.bytes": 64 * 1024 * 1024})
     offsets: list[int] = []
     try:
         consumer.assign([TopicPartition(topic, partition, start)])
@@ -76,19 +182,17 @@ def existing_offsets(bootstrap: str, topic: str, partition: int, start: int, end
                     if offset >= end:
                         return offsets
                     offsets.append(offset)
-            if offsets and offsets[-1] >= end - 1:
+            position = consumer.position([TopicPartition(topic, partition)])[0].offset
+            if (offsets and offsets[-1] >= end - 1) or position >= end:
                 return offsets
     finally:
         consumer.close()
     return offsets
 
 
-def delete_records_before(bootstrap: str, topic: str, partition: int, offset: int,
-                          options: dict[str, str] | None = None) -> None:
-    """Kafka's delete-records API: drop a partition's records below ``offset``."""
-    from confluent_kafka.admin import AdminClient as _Admin
-
-    admin: Any = _Admin({"bootstrap.servers": bootstrap, **(options or {})})
-    futures = admin.delete_records([TopicPartition(topic, partition, offset)], request_timeout=TIMEOUT)
+def delete_records_before(kafka: KafkaConfig, topic: str, partition: int, offset: int) -> None:
+    """Kafka's delete-records API: drop a partition's records below ``offset`` (what retention does)."""
+    client: Any = admin(kafka)
+    futures = client.delete_records([TopicPartition(topic, partition, offset)], request_timeout=TIMEOUT)
     for future in futures.values():
         future.result()

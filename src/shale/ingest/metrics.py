@@ -15,3 +15,13 @@ LAG = Gauge("shale_ingest_lag_records", "Records in Kafka beyond the committed o
 DLQ_PENDING = Gauge("shale_ingest_dlq_pending", "1 while this group's commits are going to the dead letter queue.",
                     ["group"])
 LAST_COMMIT = Gauge("shale_ingest_last_commit_timestamp_seconds", "When the last batch was made durable.", ["group"])
+SKIPPED = Counter("shale_ingest_skipped_offsets_total", "Committed offsets that held no record a read_committed "
+                  "consumer sees (transaction markers, aborted records, offsets removed by log compaction).", ["group"])
+LOST = Gauge("shale_ingest_lost_offsets", "Offsets Kafka deleted before they were read, per partition, until an "
+             "operator acknowledges the loss (the partition waits meanwhile).", ["group", "topic", "partition"])
+PAUSED = Gauge("shale_ingest_paused_partitions", "Partitions not read, by reason: lost (offsets deleted before "
+               "they were read) or ahead (the committed end is beyond Kafka's end).", ["group", "reason"])
+TASK_PEAK_RSS = Gauge("shale_ingest_task_peak_rss_bytes", "Peak resident memory of a task process of the last "
+                      "batch (bounded by ingest.max_task_bytes).", ["group"])
+FAILED = Counter("shale_ingest_batch_failures_total", "Batches that failed before their commit and were planned "
+                 "again (Kafka or the object store unavailable, offsets deleted while reading).", ["group"])

@@ -16,7 +16,7 @@ class TenantMapper:
     rules: list[tuple[re.Pattern[str], str]]
     default: str
     header: str = ""
-    _cache: dict[str, str] = field(default_factory=dict)
+    _cache: dict[str, tuple[str, str | None]] = field(default_factory=dict)
 
     @classmethod
     def from_config(cls, config: IngestConfig) -> TenantMapper:
@@ -27,21 +27,23 @@ class TenantMapper:
         return cls([(re.compile(r.topic_pattern), r.tenant) for r in config.tenants], config.default_tenant,
                    config.tenant_header)
 
-    def for_topic(self, topic: str) -> str:
-        tenant = self._cache.get(topic)
-        if tenant is None:
-            tenant = self.default
+    def for_topic(self, topic: str) -> tuple[str, str | None]:
+        """The topic's tenant, or the default tenant and the reason when the topic's rule gives no valid tenant
+        (its records then go to quarantine: one topic's bad name never stops the others)."""
+        found = self._cache.get(topic)
+        if found is None:
+            found = (self.default, None)
             for pattern, template in self.rules:
                 match = pattern.fullmatch(topic)
                 if match:
                     try:
-                        tenant = check_tenant(template.format(**match.groupdict()))
-                    except (KeyError, IndexError, InvalidNameError) as exc:
-                        raise ConfigError(f"ingest.tenants: rule {pattern.pattern!r} -> {template!r} gives no valid "
-                                          f"tenant for topic {topic!r}: {exc}") from None
+                        found = (check_tenant(template.format(**match.groupdict())), None)
+                    except (KeyError, IndexError, ValueError, InvalidNameError) as exc:
+                        found = (self.default, f"ingest.tenants rule {pattern.pattern!r} -> {template!r} gives no "
+                                               f"valid tenant for topic {topic!r}: {exc}")
                     break
-            self._cache[topic] = tenant
-        return tenant
+            self._cache[topic] = found
+        return found
 
     def for_header(self, value: bytes | None) -> tuple[str | None, str | None]:
         """(tenant, None) from a header value, or (None, reason) when the value is not a valid tenant."""

@@ -1,22 +1,27 @@
 """``shale verify``: reconcile Kafka's offsets with the index and the blocks' contents (guarantee 1).
 
-For each partition of the topic: the offsets that hold records in Kafka (read with a consumer, so transaction
-markers and compacted-away offsets are not counted as missing), the metastore's committed end, and the offsets
-stored in the group's live blocks (records and quarantine datasets, read one column at a time). Every Kafka
-offset below the committed end must be stored exactly once; offsets Kafka no longer holds (retention) are
-checked for duplicates only.
+For each partition of the topic, in the topic's current incarnation (its Kafka topic id; blocks of an earlier
+incarnation of a recreated topic are not compared with today's offsets): the offsets that hold records in Kafka
+(read with a read_committed consumer, so transaction markers, aborted records and compacted-away offsets are not
+expected), the metastore's committed end, and the offsets stored in the group's live blocks (records and
+quarantine datasets, read one column at a time). Every Kafka offset below the committed end must be stored
+exactly once; offsets Kafka no longer holds (retention) are checked for duplicates only. A stored offset that
+Kafka still holds the range of but no read_committed consumer sees is ``not_in_kafka``: an aborted record stored
+as data (a failure), unless the topic is compacted (then Kafka may have removed it after it was read).
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from typing import Protocol
 
 from shale.block import BlockMeta, Dataset, read_dataset
 from shale.config import KafkaConfig
-from shale.ingest.kafka import existing_offsets, list_partitions, watermarks
-from shale.metastore import Metastore
+from shale.index import OffsetRow
+from shale.ingest.kafka import admin, describe_topics, existing_offsets, offset_bounds
 from shale.objstore import BucketReader
 
 
@@ -32,6 +37,9 @@ class PartitionReport:
     duplicated: int
     not_yet_ingested: int
     missing_sample: list[int] = field(default_factory=list)
+    incarnation: str = ""
+    not_in_kafka: int = 0
+    skipped: int = 0
 
 
 @dataclass
@@ -57,22 +65,54 @@ class VerifyReport:
     def stored(self) -> int:
         return sum(p.stored for p in self.partitions)
 
+    compacted: bool = False
+
+    @property
+    def not_in_kafka(self) -> int:
+        return sum(p.not_in_kafka for p in self.partitions)
+
     @property
     def ok(self) -> bool:
-        return self.missing == 0 and self.duplicated == 0
+        return self.missing == 0 and self.duplicated == 0 and (self.compacted or self.not_in_kafka == 0)
 
     def as_dict(self) -> dict[str, object]:
         return {**asdict(self), "missing": self.missing, "duplicated": self.duplicated,
-                "quarantined": self.quarantined, "stored": self.stored, "ok": self.ok}
+                "quarantined": self.quarantined, "stored": self.stored, "not_in_kafka": self.not_in_kafka,
+                "ok": self.ok}
 
 
-def group_blocks(metastore: Metastore, group: str, generation: int, topic: str) -> list[BlockMeta]:
-    """The group's live blocks holding ``topic`` (every tenant), with only that topic's datasets."""
+class StoredBlocks(Protocol):
+    """What verify and the ledger read from the metastore (the embedded service and the HTTP client both fit)."""
+
+    def tenants(self) -> list[str]: ...
+
+    def query_blocks(self, tenants: Sequence[str], start: int, end: int, selector: str = "",
+                     group: str | None = None) -> list[BlockMeta]: ...
+
+    def offsets(self, group: str | None = None, generation: int | None = None) -> list[OffsetRow]: ...
+
+
+def group_blocks(metastore: StoredBlocks, group: str, generation: int, topic: str,
+                 incarnation: str | None = None) -> list[BlockMeta]:
+    """The group's live blocks holding ``topic`` (every tenant), with only that topic's datasets; with
+    ``incarnation``, only blocks of that topic incarnation (or of unrecorded incarnations, written before Shale
+    kept them)."""
     tenants = metastore.tenants()
     if not tenants:
         return []
     metas = metastore.query_blocks(tenants, 0, 2**62, f'{{topic="{topic}"}}', group=group)
-    return [m for m in metas if m.generation == generation]
+    return [m for m in metas if m.generation == generation and (incarnation is None or any(
+        r.topic == topic and r.incarnation in ("", incarnation) for r in m.kafka))]
+
+
+def _compacted(kafka: KafkaConfig, topic: str) -> bool:
+    from confluent_kafka.admin import ConfigResource
+
+    client = admin(kafka)  # kept alive until its answer arrives
+    for future in client.describe_configs([ConfigResource("topic", topic)]).values():
+        entry = future.result(timeout=30).get("cleanup.policy")
+        return entry is not None and "compact" in str(entry.value)
+    return False
 
 
 def stored_offsets(bucket: BucketReader, metas: list[BlockMeta], topic: str,
@@ -96,25 +136,33 @@ def stored_offsets(bucket: BucketReader, metas: list[BlockMeta], topic: str,
     return offsets, dict(quarantined)
 
 
-def verify_topic(metastore: Metastore, bucket: BucketReader, kafka: KafkaConfig, group: str, generation: int,
+def verify_topic(metastore: StoredBlocks, bucket: BucketReader, kafka: KafkaConfig, group: str, generation: int,
                  topic: str) -> VerifyReport:
-    parts = list_partitions(kafka.bootstrap_servers, [topic], options=kafka.options).get(topic, [])
-    marks = watermarks(kafka.bootstrap_servers, {topic: parts}, kafka.options) if parts else {}
-    committed = {o.partition: o.committed_end for o in metastore.offsets(group, generation) if o.topic == topic}
-    stored, quarantined = stored_offsets(bucket, group_blocks(metastore, group, generation, topic), topic)
+    state = describe_topics(kafka, [topic]).get(topic)
+    if state is None:
+        return VerifyReport(group, generation, topic, [])
+    parts = list(state.partitions)
+    marks = offset_bounds(kafka, [(topic, p) for p in parts])
+    committed = {o.partition: o for o in metastore.offsets(group, generation)
+                 if o.topic == topic and o.incarnation in ("", state.incarnation)}
+    stored, quarantined = stored_offsets(bucket, group_blocks(metastore, group, generation, topic, state.incarnation),
+                                         topic)
     reports = []
     for partition in parts:
         earliest, end = marks[(topic, partition)]
-        done = committed.get(partition)
+        row = committed.get(partition)
+        done = row.committed_end if row is not None else None
         counts = Counter(stored.get(partition, []))
         duplicated = sum(n - 1 for n in counts.values() if n > 1)
         upto = min(end, done) if done is not None else earliest
-        in_kafka = existing_offsets(kafka.bootstrap_servers, topic, partition, earliest, upto, kafka.options)
+        in_kafka = existing_offsets(kafka, topic, partition, earliest, upto)
+        visible = set(in_kafka)
         missing = [o for o in in_kafka if o not in counts]
+        unexpected = [o for o in counts if earliest <= o < upto and o not in visible]
         reports.append(PartitionReport(
             partition=partition, kafka_earliest=earliest, kafka_end=end, committed_end=done,
             stored=sum(counts.values()), quarantined=quarantined.get(partition, 0), missing=len(missing),
             duplicated=duplicated, not_yet_ingested=max(0, end - (done if done is not None else earliest)),
-            missing_sample=missing[:10]))
-    return VerifyReport(group, generation, topic, reports)
-
+            missing_sample=missing[:10], incarnation=state.incarnation, not_in_kafka=len(unexpected),
+            skipped=row.skipped if row is not None else 0))
+    return VerifyReport(group, generation, topic, reports, compacted=_compacted(kafka, topic))

@@ -8,7 +8,9 @@ queue), ``maintenance`` (retention, tombstones), ``rebuild`` (from the bucket), 
 from shale.metastore.api import Metastore
 from shale.metastore.client import MetastoreClient
 from shale.metastore.commands import (
+    AcknowledgeOffsetLoss,
     AddBlocks,
+    Command,
     CommitIngestBatch,
     DeleteTombstones,
     Noop,
@@ -24,11 +26,13 @@ from shale.metastore.commands import (
 from shale.metastore.dlq import DeadLetterQueue
 from shale.metastore.fsm import Entry, StateMachine
 from shale.metastore.log import RaftLog, SingleNodeLog
-from shale.metastore.server import MetastoreNode, open_metastore
+from shale.metastore.server import MetastoreNode, open_block_source, open_metastore
 from shale.metastore.service import MetastoreService
 
 __all__ = [
+    "AcknowledgeOffsetLoss",
     "AddBlocks",
+    "Command",
     "CommitIngestBatch",
     "DeadLetterQueue",
     "DeleteTombstones",
@@ -49,5 +53,6 @@ __all__ = [
     "TruncateIndex",
     "decode",
     "encode",
+    "open_block_source",
     "open_metastore",
 ]

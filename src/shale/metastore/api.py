@@ -8,13 +8,13 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from shale.block import BlockMeta
-from shale.compaction.protocol import PollRequest, PollResponse
-from shale.index import OffsetRow, TombstoneRow
-from shale.metastore.commands import Result, _Command
+from shale.compaction.messages import PollRequest, PollResponse
+from shale.index import IncarnationRow, LossRow, OffsetRow, TombstoneRow
+from shale.metastore.commands import Command, Result
 
 
 class Metastore(Protocol):
-    def submit(self, command: _Command) -> Result:
+    def submit(self, command: Command) -> Result:
         """Propose a command and wait until it is applied. Rejections are results (``ok`` false)."""
         ...
 
@@ -32,6 +32,11 @@ class Metastore(Protocol):
 
     def offsets(self, group: str | None = None, generation: int | None = None) -> list[OffsetRow]:
         """Committed ingest offsets. Linearizable."""
+        ...
+
+    def offset_history(self, group: str | None = None,
+                       generation: int | None = None) -> tuple[list[IncarnationRow], list[LossRow]]:
+        """Past topic incarnations and acknowledged offset losses. Linearizable."""
         ...
 
     def tombstones(self, created_before: int | None = None, limit: int = 1000) -> list[TombstoneRow]: ...

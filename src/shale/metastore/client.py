@@ -1,38 +1,54 @@
 """``MetastoreClient``: the HTTP client. It finds and follows the leader, retries what is safe to retry and
 gives up with ``MetastoreUnavailableError`` after its deadline.
 
-Every command is idempotent (see fsm.py), so a write whose answer was lost is simply sent again.
+Every command is idempotent (see fsm.py), so a write whose answer was lost is simply sent again. Every call
+carries the client's token; a refusal (401, 403) is an ``AccessDeniedError`` at once, never retried. With
+``ca_file`` the client verifies HTTPS nodes against that CA bundle only.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import ssl
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from shale.block import BlockMeta
-from shale.compaction.protocol import PollRequest, PollResponse
-from shale.errors import CommandRejectedError, InvalidNameError, MetastoreUnavailableError
-from shale.index import OffsetRow, TombstoneRow
-from shale.metastore.commands import Result, _Command, encode
+from shale.compaction.messages import PollRequest, PollResponse
+from shale.errors import (
+    AccessDeniedError,
+    CommandRejectedError,
+    InvalidNameError,
+    MetastoreUnavailableError,
+    QueryTimeoutError,
+)
+from shale.index import IncarnationRow, LossRow, OffsetRow, TombstoneRow
+from shale.metastore.commands import Command, Result, encode
 
 log = logging.getLogger(__name__)
 
 
+def tls_verify(ca_file: str) -> ssl.SSLContext | bool:
+    """What httpx verifies HTTPS against: the given CA bundle only, or the system's CAs."""
+    return ssl.create_default_context(cafile=ca_file) if ca_file else True
+
+
 class MetastoreClient:
     def __init__(self, addresses: Sequence[str], *, timeout: float = 10.0, deadline: float = 60.0,
-                 command_format: str = "json") -> None:
+                 command_format: str = "json", token: str = "", ca_file: str = "") -> None:
         if not addresses:
             raise ValueError("a metastore client needs at least one address")
         self.addresses = [a.rstrip("/") for a in addresses]
         self.deadline = deadline
         self.command_format = command_format
         self._leader: str | None = None
-        self._http = httpx.Client(timeout=timeout)
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(timeout=timeout, headers=headers, verify=tls_verify(ca_file))
 
     def close(self) -> None:
         self._http.close()
@@ -69,6 +85,7 @@ class MetastoreClient:
                     continue
                 if method == "POST" and response.status_code in (200, 409):
                     self._leader = address
+                _raise_refusal(response, method, path)
                 return response
             attempt += 1
             if time.monotonic() >= deadline:
@@ -86,7 +103,7 @@ class MetastoreClient:
 
     # -- the Metastore protocol ---------------------------------------------------------------------
 
-    def submit(self, command: _Command) -> Result:
+    def submit(self, command: Command) -> Result:
         response = self._call("POST", "/v1/commands", content=encode(command, self.command_format))
         if response.status_code == 400:
             body = _json(response)
@@ -118,6 +135,12 @@ class MetastoreClient:
         body = self._get("/v1/offsets", group=group, generation=generation)
         return [OffsetRow.model_validate(o) for o in body["offsets"]]
 
+    def offset_history(self, group: str | None = None,
+                       generation: int | None = None) -> tuple[list[IncarnationRow], list[LossRow]]:
+        body = self._get("/v1/offsets", group=group, generation=generation, history=True)
+        return ([IncarnationRow.model_validate(i) for i in body["incarnations"]],
+                [LossRow.model_validate(x) for x in body["losses"]])
+
     def tombstones(self, created_before: int | None = None, limit: int = 1000) -> list[TombstoneRow]:
         body = self._get("/v1/tombstones", created_before=created_before, limit=limit)
         return [TombstoneRow.model_validate(t) for t in body["tombstones"]]
@@ -140,6 +163,8 @@ class MetastoreClient:
         response = self._call("POST", "/v1/compaction/poll", content=request.model_dump_json().encode())
         if response.status_code == 400:
             raise CommandRejectedError(_json(response).get("message", response.text), reason="malformed")
+        if response.status_code >= 500:  # the poll may or may not have been applied: the worker sends it again
+            raise MetastoreUnavailableError(f"compaction poll answered {response.status_code}: {response.text[:300]}")
         response.raise_for_status()
         return PollResponse.model_validate_json(response.content)
 
@@ -150,11 +175,46 @@ class MetastoreClient:
         return dict(self._get("/v1/compaction/jobs")["queue"])
 
     def state_hash(self, address: str) -> dict[str, Any]:
-        """One node's state hash (no leader following): for checking that replicas converged."""
+        """One node's state hash (no leader following): for checking that replicas converged. Needs admin."""
         response = self._http.get(address.rstrip("/") + "/v1/state-hash")
+        _raise_refusal(response, "GET", "/v1/state-hash")
         response.raise_for_status()
         result: dict[str, Any] = response.json()
         return result
+
+    def snapshot(self, out: Path) -> None:
+        """Stream a consistent copy of the state into ``out`` (from the first node that answers). Needs admin."""
+        last = "no node answered"
+        for address in self._order():
+            try:
+                with self._http.stream("GET", address + "/v1/snapshot", timeout=300) as response:
+                    _raise_refusal(response, "GET", "/v1/snapshot")
+                    response.raise_for_status()
+                    with open(out, "wb") as f:
+                        for chunk in response.iter_bytes():
+                            f.write(chunk)
+                return
+            except httpx.HTTPError as exc:
+                last = f"{address}: {exc}"
+        raise MetastoreUnavailableError(f"no metastore node sent a snapshot; last answer: {last}")
+
+
+def _raise_refusal(response: httpx.Response, method: str, path: str) -> None:
+    """Refusals that retrying cannot change: no valid token, the wrong role, an oversized body, a query that ran
+    past its deadline."""
+    code = response.status_code
+    if code not in (401, 403, 413, 422):
+        return
+    if not response.is_stream_consumed:
+        response.read()
+    body = _json(response)
+    message = str(body.get("message", response.text[:300]))
+    if code in (401, 403):
+        raise AccessDeniedError(f"the metastore refused {method} {path}: {message}", status=code)
+    if code == 413:
+        raise CommandRejectedError(message, reason="too-large")
+    if body.get("error") == "query_timeout":
+        raise QueryTimeoutError(message)
 
 
 def _json(response: httpx.Response) -> dict[str, Any]:

@@ -7,27 +7,37 @@ bytes, JSON or msgpack, never as a pickle of a client object. ``decode`` refuses
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 import msgpack
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from shale.block import BlockMeta
-from shale.compaction.protocol import JobUpdate
+from shale.block.meta import INCARNATION_PATTERN
+from shale.compaction.messages import AssignJob, JobUpdate, NewJob
 from shale.errors import CommandRejectedError
 
 
 class _Command(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     version: Literal[1] = 1
+    from_clients: ClassVar[bool] = False
+    """Whether clients may send this command through the API; the others are proposed by the metastore itself."""
 
 
 class OffsetRange(BaseModel):
+    """The exact offsets ``[start, end)`` of one topic-partition that a batch read, of one topic incarnation.
+    ``stored`` counts the records stored from it (records and quarantined); the other offsets of the range held no
+    readable record (transaction markers, aborted records, offsets removed by log compaction) and are recorded as
+    skipped."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
     topic: str
     partition: int = Field(ge=0)
     start: int = Field(ge=0)
     end: int = Field(ge=0)
+    incarnation: str = Field(default="", pattern=INCARNATION_PATTERN)
+    stored: int | None = Field(default=None, ge=0, description="records stored from the range (None: not counted)")
 
 
 class PartitionKey(BaseModel):
@@ -40,6 +50,8 @@ class PartitionKey(BaseModel):
 class Noop(_Command):
     """Changes nothing. Committing one proves leadership (the read barrier of linearizable reads)."""
 
+    from_clients = True
+
     kind: Literal["Noop"] = "Noop"
 
 
@@ -47,24 +59,50 @@ class AddBlocks(_Command):
     """Add blocks to the index. A block that was already compacted or deleted (tombstoned) is rejected; a block
     already present is left as it is."""
 
+    from_clients = True
+
     kind: Literal["AddBlocks"] = "AddBlocks"
     blocks: list[BlockMeta]
 
 
 class CommitIngestBatch(_Command):
-    """Atomically add one micro-batch's blocks and advance its committed offsets. Accepted only when every range
+    """Atomically add one batch's blocks and advance its committed offsets. Accepted only when every range
     starts at its partition's committed end, or when the whole batch is an exact replay (a no-op)."""
+
+    from_clients = True
 
     kind: Literal["CommitIngestBatch"] = "CommitIngestBatch"
     group: str
     generation: int = 1
     batch: str = Field(default="", description="the writer's batch id, for logs")
+    writer: Literal["ingest", "reprocess"] = Field(
+        default="ingest", description="live ingestion or a reprocess job: one generation has one kind of writer")
     ranges: list[OffsetRange]
     blocks: list[BlockMeta]
 
 
+class AcknowledgeOffsetLoss(_Command):
+    """An operator accepts that offsets ``[start, end)`` of one topic-partition are lost (Kafka deleted them before
+    they were read): the committed end moves from ``start`` to ``end`` and the loss is recorded. Accepted only when
+    ``start`` is the partition's committed end in that incarnation."""
+
+    from_clients = True
+
+    kind: Literal["AcknowledgeOffsetLoss"] = "AcknowledgeOffsetLoss"
+    group: str
+    generation: int = Field(ge=0)
+    topic: str
+    partition: int = Field(ge=0)
+    incarnation: str = Field(default="", pattern=INCARNATION_PATTERN)
+    start: int = Field(ge=0)
+    end: int = Field(ge=0)
+    reason: str = Field(default="", max_length=500)
+
+
 class ReplaceBlocks(_Command):
     """Atomically replace ``sources`` by ``blocks`` and tombstone the sources (compaction)."""
+
+    from_clients = True
 
     kind: Literal["ReplaceBlocks"] = "ReplaceBlocks"
     tenant: str
@@ -74,17 +112,24 @@ class ReplaceBlocks(_Command):
 
 
 class TruncateIndex(_Command):
-    """Remove whole partitions (retention) and tombstone their blocks. Prepared by the leader's read of its own
-    state; rejected if leadership changed since (``prepared_term`` must equal the log entry's term)."""
+    """Retention: remove the expired blocks of ``partitions`` and tombstone them. ``cutoffs`` holds, per tenant,
+    the time (ms) computed when the leader prepared the command: a block is expired when its creation window and
+    its data (``max_time``) both end at or before its tenant's cutoff. The apply checks every block again, so a
+    block added to the partition meanwhile (a compaction output holding fresh records in an old creation window)
+    stays. Rejected if leadership changed since the leader prepared it (``prepared_term`` must equal the log
+    entry's term)."""
 
     kind: Literal["TruncateIndex"] = "TruncateIndex"
     prepared_term: int
     partitions: list[PartitionKey]
+    cutoffs: dict[str, int]
     reason: str = "retention"
 
 
 class DeleteTombstones(_Command):
     """Forget tombstones whose objects have been deleted from the bucket."""
+
+    from_clients = True
 
     kind: Literal["DeleteTombstones"] = "DeleteTombstones"
     block_ids: list[str]
@@ -94,6 +139,8 @@ class SetActiveGeneration(_Command):
     """Make ``generation`` the one readers see for a tenant's topic over data time ``[start, end]`` (seed 002's
     reversible parser bugs). With ``retire``, partition-group blocks of other generations that lie wholly in the
     range are tombstoned (their objects go after the delete delay)."""
+
+    from_clients = True
 
     kind: Literal["SetActiveGeneration"] = "SetActiveGeneration"
     tenant: str
@@ -108,28 +155,11 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class NewJob(_Model):
-    name: str
-    tenant: str
-    shard: int
-    level: int
-    group: str
-    generation: int
-    sources: list[str]
-    raw_bytes: int
-    created_at: int
-
-
-class AssignJob(_Model):
-    job: str
-    expect_token: int
-    reassign: bool
-
-
 class UpdateCompactionPlan(_Command):
     kind: Literal["UpdateCompactionPlan"] = "UpdateCompactionPlan"
     prepared_term: int
     worker: str
+    request: str = ""
     lease_ms: int
     updates: list[JobUpdate] = Field(default_factory=list)
     new_jobs: list[NewJob] = Field(default_factory=list)
@@ -140,16 +170,30 @@ class UpdateCompactionPlan(_Command):
 class SetCompactionFailureLimit(_Command):
     """Raise (or lower) the failures after which a job is excluded (seed 003's admin action)."""
 
+    from_clients = True
+
     kind: Literal["SetCompactionFailureLimit"] = "SetCompactionFailureLimit"
     limit: int = Field(ge=1)
 
 
+class TrimBlockChanges(_Command):
+    """Forget the change feed (``shale.index.changes``) up to log index ``through``: its consumer (the Iceberg
+    publisher) has published every change up to there."""
+
+    kind: Literal["TrimBlockChanges"] = "TrimBlockChanges"
+    through: int = Field(ge=0)
+
+
 Command = Annotated[Noop | AddBlocks | CommitIngestBatch | ReplaceBlocks | TruncateIndex | DeleteTombstones
-                    | UpdateCompactionPlan | SetCompactionFailureLimit | SetActiveGeneration,
+                    | UpdateCompactionPlan | SetCompactionFailureLimit | SetActiveGeneration | AcknowledgeOffsetLoss
+                    | TrimBlockChanges,
                     Field(discriminator="kind")]
+"""Every command, declared once: the kinds, the decoder, the API's list of client commands and the state
+machine's handler registry (checked complete at import) all derive from this union."""
 _ADAPTER: TypeAdapter[Command] = TypeAdapter(Command)
-COMMAND_KINDS = ("Noop", "AddBlocks", "CommitIngestBatch", "ReplaceBlocks", "TruncateIndex", "DeleteTombstones",
-                 "UpdateCompactionPlan", "SetCompactionFailureLimit", "SetActiveGeneration")
+COMMAND_TYPES: tuple[type[_Command], ...] = get_args(get_args(Command)[0])
+COMMAND_KINDS = tuple(str(c.model_fields["kind"].default) for c in COMMAND_TYPES)
+CLIENT_COMMANDS = frozenset(str(c.model_fields["kind"].default) for c in COMMAND_TYPES if c.from_clients)
 
 
 class Result(BaseModel):
@@ -167,7 +211,7 @@ class Result(BaseModel):
         return self
 
 
-def encode(command: _Command, fmt: str = "json") -> bytes:
+def encode(command: Command, fmt: str = "json") -> bytes:
     """Bytes of a command: JSON (``{``...) or msgpack (a map, first byte 0x8_ or 0xde/0xdf)."""
     if fmt == "msgpack":
         packed: bytes = msgpack.packb(command.model_dump(mode="json"))

@@ -6,32 +6,35 @@ replica applies it. Each change in the plan carries the state it was prepared ag
 still holds (a job still unassigned, or still holding the token it had), so a plan is idempotent and two plans
 prepared from the same state cannot both assign one job. A plan prepared in an older term is rejected.
 
-Completion replaces the sources by the output atomically (tombstones for the sources, the output queued at the
-next level) and is refused when a source has left the index meanwhile (retention): compaction never resurrects
-data. A report whose token is older than the job's (the lease expired and the job was reassigned) is refused,
-and the worker stops that job.
+Completion replaces the sources by the outputs atomically (tombstones for the sources, the outputs queued at the
+next level) once the outputs are checked against the job (tenant, shard, group, generation, level, parents,
+lineage, Kafka offsets, rows): a report cannot tombstone records it does not hold. It is refused when a source
+has left the index meanwhile (retention): compaction never resurrects data; the job is dropped and its
+surviving sources go back to the queue. A report whose token is older than the job's (the lease expired and the
+job was reassigned) is refused, and the worker stops that job.
+
+Retries are answered as applied, twice over: a poll carries a request id, and a poll already applied is
+answered with the answer it got then (``compaction_polls``, one per worker, kept ``POLL_MEMORY_MS``); and a
+success report for a job that is gone is answered ``completed`` when its effect is in the index (its outputs
+indexed or tombstoned, its sources tombstoned "compacted into" exactly those outputs).
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any
 
 from prometheus_client import Counter, Histogram
 
+from shale.block import BlockMeta
+from shale.compaction.messages import Assigned, AssignJob, JobUpdate, NewJob, PollRequest
 from shale.compaction.model import Assignment, Job, JobStatus, PlanLimits, PlanUpdate, QueueKey
 from shale.compaction.planner import plan_jobs
-from shale.compaction.protocol import Assigned, JobUpdate, PollRequest
 from shale.compaction.scheduler import apply_assignment, choose_assignments, evictions, owns
+from shale.compaction.state import CompactionState
 from shale.errors import CommandRejectedError
 from shale.index import IndexWriter
-from shale.index.compaction_state import CompactionState
-from shale.metastore.commands import (
-    AssignJob,
-    NewJob,
-    Result,
-    SetCompactionFailureLimit,
-    UpdateCompactionPlan,
-)
+from shale.metastore.commands import Result, SetCompactionFailureLimit, UpdateCompactionPlan
 
 REASSIGNED = Counter("shale_compaction_lease_expirations_total", "Jobs reassigned after their lease expired.")
 COMPLETED = Counter("shale_compaction_jobs_completed_total", "Compaction jobs completed, by level.", ["level"])
@@ -41,8 +44,16 @@ FIRST_COMPACTION = Histogram("shale_compaction_time_to_first_compaction_seconds"
                              buckets=(5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600))
 
 
+# How long a worker's last poll answer is kept for the worker to send that poll again (a client's deadline is a
+# minute; a worker riding out a metastore outage sends its unanswered poll again as soon as it is back).
+POLL_MEMORY_MS = 24 * 3_600_000
+
+
 def prepare_plan(state: CompactionState, request: PollRequest, now_ms: int, limits: PlanLimits) -> PlanUpdate:
-    """Step one: decide, from a read of the state, without changing it."""
+    """Step one: decide, from a read of the state, without changing it. A poll already applied plans nothing:
+    the command answers it from the remembered answer."""
+    if request.request and state.poll_answer(request.worker, request.request) is not None:
+        return PlanUpdate()
     jobs = state.jobs()
     limit = state.failure_limit()
     new = plan_jobs(state.queued(), limits, now_ms, max_jobs=request.capacity)
@@ -52,7 +63,8 @@ def prepare_plan(state: CompactionState, request: PollRequest, now_ms: int, limi
 
 def plan_command(plan: PlanUpdate, request: PollRequest, term: int, limits: PlanLimits) -> UpdateCompactionPlan:
     return UpdateCompactionPlan(
-        prepared_term=term, worker=request.worker, lease_ms=limits.lease_ms, updates=request.updates,
+        prepared_term=term, worker=request.worker, request=request.request, lease_ms=limits.lease_ms,
+        updates=request.updates,
         new_jobs=[NewJob(name=j.name, tenant=j.key.tenant, shard=j.key.shard, level=j.key.level, group=j.key.group,
                          generation=j.key.generation, sources=j.sources, raw_bytes=j.raw_bytes,
                          created_at=j.created_at) for j in plan.new_jobs],
@@ -60,14 +72,79 @@ def plan_command(plan: PlanUpdate, request: PollRequest, term: int, limits: Plan
         evict=plan.evict)
 
 
+def _drop_job(w: IndexWriter, job: Job) -> None:
+    """Remove a job that can no longer complete; its sources still in the index go back to the queue (with
+    the time they entered the index, so they are planned again at once)."""
+    w.compaction.delete_job(job.name)
+    for source in job.sources:
+        meta = w.get_block(source)
+        added = w.added_at(source)
+        if meta is not None and added is not None:
+            w.compaction.enqueue([meta], added)
+
+
+def _offsets(blocks: list[BlockMeta]) -> set[tuple[str, int, str, int, int]]:
+    """The union of the blocks' Kafka ranges per topic-partition and incarnation, as maximal ranges."""
+    spans: dict[tuple[str, int, str], list[tuple[int, int]]] = defaultdict(list)
+    for block in blocks:
+        for r in block.kafka:
+            if r.end > r.start:
+                spans[(r.topic, r.partition, r.incarnation)].append((r.start, r.end))
+    out: set[tuple[str, int, str, int, int]] = set()
+    for key, ranges in spans.items():
+        ranges.sort()
+        low, high = ranges[0]
+        for start, stop in ranges[1:]:
+            if start > high:
+                out.add((*key, low, high))
+                low = start
+            high = max(high, stop)
+        out.add((*key, low, high))
+    return out
+
+
+def output_problem(job: Job, sources: list[BlockMeta], outputs: list[BlockMeta]) -> str | None:
+    """Why ``outputs`` cannot replace ``sources`` as ``job``'s result, or None. A buggy or hostile report must
+    not tombstone records: the outputs must be of the job's kind, name the job's sources as parents, and
+    account for the sources' lineage, Kafka offsets and rows."""
+    rows_in = sum(s.rows for s in sources)
+    if not outputs:  # a merge always writes one output, even of sources without records (their offsets)
+        return f"no outputs for sources holding {rows_in} rows"
+    ids = [o.id for o in outputs]
+    if len(set(ids)) != len(ids) or set(ids) & set(job.sources):
+        return "outputs repeat a block id or reuse a source's"
+    k, parents = job.key, sorted(job.sources)
+    for o in outputs:
+        if (o.tenant, o.shard, o.group, o.generation, o.level) != (k.tenant, k.shard, k.group, k.generation,
+                                                                   k.level + 1):
+            return (f"output {o.id} is {o.tenant}/{o.shard} {o.group} generation {o.generation} level {o.level}; "
+                    f"the job needs {k.tenant}/{k.shard} {k.group} generation {k.generation} level {k.level + 1}")
+        if sorted(o.compaction.parents) != parents:
+            return f"output {o.id} names parents other than the job's sources"
+    if {x for o in outputs for x in o.compaction.sources} != {x for s in sources for x in s.compaction.sources}:
+        return "the outputs' lineage (compaction.sources) differs from the sources'"
+    if _offsets(outputs) != _offsets(sources):
+        return "the outputs' Kafka offsets differ from the sources'"
+    rows_out = sum(o.rows for o in outputs)
+    if rows_out > rows_in or (rows_in and not rows_out):
+        return f"the outputs hold {rows_out} rows for {rows_in} source rows"
+    return None
+
+
 def _complete(w: IndexWriter, job: Job, update: JobUpdate, at: int, index: int) -> str:
-    missing = [s for s in job.sources if not w.has_block(s)]
-    if missing:
-        w.compaction.delete_job(job.name)
+    sources = [w.get_block(s) for s in job.sources]
+    present = [s for s in sources if s is not None]
+    if len(present) != len(sources):
+        _drop_job(w, job)
         return "sources-missing"
     outputs = update.outputs
-    if any(o.tenant != job.key.tenant for o in outputs) or w.tombstoned_among([o.id for o in outputs]):
-        return "invalid-outputs"
+    problem = output_problem(job, present, outputs)
+    if problem is None and w.tombstoned_among([o.id for o in outputs]):
+        problem = "an output was already deleted"
+    if problem is None and w.existing([o.id for o in outputs]):
+        problem = "an output is already in the index"
+    if problem is not None:
+        return f"invalid-outputs: {problem}"
     names = ",".join(o.id for o in outputs)
     for source in job.sources:
         added = w.added_at(source)
@@ -83,27 +160,65 @@ def _complete(w: IndexWriter, job: Job, update: JobUpdate, at: int, index: int) 
     return "completed"
 
 
+def already_completed(w: IndexWriter, update: JobUpdate) -> bool:
+    """Whether a success report for a job that is gone describes a completion the index holds: every output
+    indexed (or tombstoned since) and every parent tombstoned "compacted into" exactly these outputs. A retried
+    report then answers as applied, and its worker keeps its committed output."""
+    if update.status != "success" or not update.outputs:
+        return False
+    reason = f"compacted into {','.join(o.id for o in update.outputs)}"
+    parents = {p for o in update.outputs for p in o.compaction.parents}
+    return (bool(parents) and all(w.has_block(o.id) or w.tombstoned(o.id) for o in update.outputs)
+            and all(w.tombstone_reason(p) == reason for p in parents))
+
+
+def _assigned(w: IndexWriter, job: Job) -> dict[str, Any]:
+    sources = [w.get_block(s) for s in job.sources]
+    return Assigned(job=job.name, token=job.token, lease_expires_at=job.lease_expires_at, tenant=job.key.tenant,
+                    shard=job.key.shard, level=job.key.level, group=job.key.group, generation=job.key.generation,
+                    sources=[s for s in sources if s is not None]).model_dump(mode="json")
+
+
+def _replayed(w: IndexWriter, answer: dict[str, Any]) -> Result:
+    """The answer of a poll applied before, for the worker that sends it again: the same outcomes, and the jobs
+    it was assigned that it still holds (same token)."""
+    assigned = []
+    for name, token in answer["assigned"]:
+        job = w.compaction.job(name)
+        if job is not None and job.status is JobStatus.IN_PROGRESS and job.token == token:
+            assigned.append(_assigned(w, job))
+    return Result(ok=True, data={"assigned": assigned, "updates": answer["updates"]})
+
+
 def apply_plan(w: IndexWriter, cmd: UpdateCompactionPlan, index: int, term: int, time_ms: int) -> Result:
     if cmd.prepared_term != term:
         raise CommandRejectedError(f"compaction plan prepared in term {cmd.prepared_term}, committed in term {term}",
                                    reason="stale-term")
     state = w.compaction
+    if cmd.request and (answer := state.poll_answer(cmd.worker, cmd.request)) is not None:
+        return _replayed(w, answer)
     limit = state.failure_limit()
     outcomes: dict[str, str] = {}
     for update in cmd.updates:
         job = state.job(update.job)
         if not owns(job, update.token):
+            if job is None and already_completed(w, update):
+                outcomes[update.job] = "completed"
+                continue
             outcomes[update.job] = "lost" if job is not None else "unknown-job"
-            REJECTED.labels(outcomes[update.job]).inc()
-            continue
-        assert job is not None
-        if update.status == "in_progress":
-            job.lease_expires_at = time_ms + cmd.lease_ms
-            state.save_job(job)
-            outcomes[update.job] = "refreshed"
         else:
-            outcomes[update.job] = _complete(w, job, update, time_ms, index)
+            assert job is not None
+            if update.status == "in_progress":
+                job.lease_expires_at = time_ms + cmd.lease_ms
+                state.save_job(job)
+                outcomes[update.job] = "refreshed"
+            else:
+                outcomes[update.job] = _complete(w, job, update, time_ms, index)
+        if outcomes[update.job] not in ("refreshed", "completed"):
+            REJECTED.labels(outcomes[update.job].split(":")[0]).inc()
     for name in cmd.evict:
+        # Deliberate: an evicted job failed the limit; its sources stay in the index, readable, uncompacted, and
+        # are not queued again (they would only make the same failing job again).
         state.delete_job(name)
     for new in cmd.new_jobs:
         if len(state.queued_ids(new.sources)) != len(new.sources) or state.job(new.name) is not None:
@@ -116,16 +231,19 @@ def apply_plan(w: IndexWriter, cmd: UpdateCompactionPlan, index: int, term: int,
         job = state.job(a.job)
         if job is None:
             continue
+        if not all(w.has_block(s) for s in job.sources):
+            _drop_job(w, job)  # a source left the index (retention): the merge could never complete
+            continue
         if apply_assignment(job, Assignment(a.job, a.expect_token, a.reassign), index, time_ms, cmd.lease_ms, limit,
                             cmd.worker):
             if a.reassign:
                 REASSIGNED.inc()
             state.save_job(job)
-            sources = [w.get_block(s) for s in job.sources]
-            assigned.append(Assigned(
-                job=job.name, token=job.token, lease_expires_at=job.lease_expires_at, tenant=job.key.tenant,
-                shard=job.key.shard, level=job.key.level, group=job.key.group, generation=job.key.generation,
-                sources=[s for s in sources if s is not None]).model_dump(mode="json"))
+            assigned.append(_assigned(w, job))
+    if cmd.request:
+        state.save_poll_answer(cmd.worker, cmd.request, time_ms,
+                               {"updates": outcomes, "assigned": [[a["job"], a["token"]] for a in assigned]})
+        state.forget_poll_answers(before=time_ms - POLL_MEMORY_MS)
     return Result(ok=True, data={"assigned": assigned, "updates": outcomes})
 
 

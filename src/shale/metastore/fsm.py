@@ -20,17 +20,21 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from shale.errors import CommandRejectedError
-from shale.index import IndexReader, IndexWriter, connect, create
+from shale.index import PARTITION_WINDOW_MS, IndexReader, IndexWriter, connect, create
 from shale.metastore.commands import (
+    COMMAND_KINDS,
+    AcknowledgeOffsetLoss,
     AddBlocks,
     Command,
     CommitIngestBatch,
     DeleteTombstones,
     Noop,
+    OffsetRange,
     ReplaceBlocks,
     Result,
     SetActiveGeneration,
     SetCompactionFailureLimit,
+    TrimBlockChanges,
     TruncateIndex,
     UpdateCompactionPlan,
     decode,
@@ -83,14 +87,17 @@ def _batch_digest(cmd: CommitIngestBatch) -> str:
 
 
 def _check_batch(cmd: CommitIngestBatch) -> None:
-    seen: dict[tuple[str, int], tuple[int, int]] = {}
+    seen: dict[tuple[str, int], OffsetRange] = {}
     for r in cmd.ranges:
         if r.end < r.start:
             raise CommandRejectedError(f"{r.topic}[{r.partition}] range [{r.start},{r.end}) ends before it starts",
                                        reason="malformed")
         if (r.topic, r.partition) in seen:
             raise CommandRejectedError(f"{r.topic}[{r.partition}] appears twice in one batch", reason="malformed")
-        seen[(r.topic, r.partition)] = (r.start, r.end)
+        if r.stored is not None and r.stored > r.end - r.start:
+            raise CommandRejectedError(f"{r.topic}[{r.partition}] claims {r.stored} stored records in "
+                                       f"[{r.start},{r.end})", reason="malformed")
+        seen[(r.topic, r.partition)] = r
     for meta in cmd.blocks:
         if meta.group != cmd.group or meta.generation != cmd.generation:
             raise CommandRejectedError(
@@ -98,10 +105,48 @@ def _check_batch(cmd: CommitIngestBatch) -> None:
                 f"generation {cmd.generation}", reason="malformed")
         for kr in meta.kafka:
             span = seen.get((kr.topic, kr.partition))
-            if span is None or kr.start < span[0] or kr.end > span[1]:
+            if span is None or kr.start < span.start or kr.end > span.end or kr.incarnation != span.incarnation:
                 raise CommandRejectedError(
                     f"block {meta.id} holds {kr.topic}[{kr.partition}] [{kr.start},{kr.end}) outside the batch's "
-                    f"ranges", reason="malformed")
+                    f"ranges (or of another topic incarnation)", reason="malformed")
+
+
+def _continuity(w: IndexWriter, cmd: CommitIngestBatch, r: OffsetRange) -> bool:
+    """Check that ``r`` continues its partition's committed offsets; True when it starts a new topic incarnation.
+
+    Within one incarnation a range must start at the committed end: a gap would leave offsets never stored, an
+    overlap would store records twice. A range of an incarnation never seen before is the first of a recreated
+    topic and may start anywhere; a range of an incarnation that has ended is stale. ``''`` (not recorded, from
+    before incarnations were kept) matches any incarnation.
+    """
+    current = w.committed(cmd.group, cmd.generation, r.topic, r.partition)
+    if current is None:
+        return False
+    end, incarnation, writer = current
+    where = f"{cmd.group} generation {cmd.generation} {r.topic}[{r.partition}]"
+    if writer and writer != cmd.writer:
+        raise CommandRejectedError(
+            f"{where} is written by {writer}; a {cmd.writer} commit must use another generation (live ingestion and "
+            "reprocessing never write the same generation)", reason="generation-owned")
+    if incarnation and r.incarnation and incarnation != r.incarnation:
+        if w.is_past_incarnation(cmd.group, cmd.generation, r.topic, r.partition, r.incarnation):
+            raise CommandRejectedError(
+                f"{where}: topic incarnation {r.incarnation} has ended (the topic was deleted and recreated as "
+                f"{incarnation}); this batch was read from the old topic and can never be committed",
+                reason="stale-incarnation")
+        return True
+    if r.start == end:
+        return False
+    if r.start < end:
+        raise CommandRejectedError(
+            f"{where}: the batch starts at offset {r.start} but offsets up to {end} are committed already "
+            f"(overlap [{r.start},{min(end, r.end)})). The writer must start at the committed end; "
+            "a second ingest process of the same group is the usual cause.", reason="offset-overlap")
+    raise CommandRejectedError(
+        f"{where}: the batch starts at offset {r.start} but the committed end is {end}, so offsets "
+        f"[{end},{r.start}) would never be stored. If Kafka deleted them before they were read, accept the loss "
+        f"with `shale offsets acknowledge-loss --group {cmd.group} --topic {r.topic} --partition {r.partition} "
+        f"--to {r.start}`.", reason="offset-gap")
 
 
 @handles(CommitIngestBatch)
@@ -109,37 +154,54 @@ def _commit_ingest_batch(w: IndexWriter, cmd: CommitIngestBatch, entry: Entry) -
     _check_batch(cmd)
     digest = _batch_digest(cmd)
     ranges = [r for r in cmd.ranges if r.end > r.start]
-    known = [w.find_commit(cmd.group, cmd.generation, r.topic, r.partition, r.start) for r in ranges]
+    known = [w.find_commit(cmd.group, cmd.generation, r.topic, r.partition, r.incarnation, r.start) for r in ranges]
     if ranges and all(k == (r.end, digest) for k, r in zip(known, ranges, strict=True)):
         return Result(ok=True, data={"replay": True, "blocks": len(cmd.blocks)})
-    for r in ranges:
-        end = w.committed_end(cmd.group, cmd.generation, r.topic, r.partition)
-        if end is None or r.start == end:
-            continue
-        where = f"{cmd.group} generation {cmd.generation} {r.topic}[{r.partition}]"
-        if r.start < end:
-            raise CommandRejectedError(
-                f"{where}: the batch starts at offset {r.start} but offsets up to {end} are committed already "
-                f"(overlap [{r.start},{min(end, r.end)})). The writer must skip records below the committed end; "
-                "a second ingest process of the same group is the usual cause.", reason="offset-overlap")
-        raise CommandRejectedError(
-            f"{where}: the batch starts at offset {r.start} but the committed end is {end}, so offsets "
-            f"[{end},{r.start}) would never be stored. Restart the ingest group so it resumes from the metastore's "
-            "committed offsets.", reason="offset-gap")
+    restarts = [r for r in ranges if _continuity(w, cmd, r)]
     tombstoned = w.tombstoned_among([m.id for m in cmd.blocks])
     if tombstoned:
         raise CommandRejectedError(f"blocks {sorted(tombstoned)} were already compacted or deleted",
                                    reason="tombstoned")
+    for r in restarts:
+        w.end_incarnation(cmd.group, cmd.generation, r.topic, r.partition, entry.time_ms)
     w.add_blocks(cmd.blocks, entry.time_ms)
     w.touch({m.tenant for m in cmd.blocks}, entry.index)
     for r in ranges:
         event_time = max((d.max_time for b in cmd.blocks if any(k.topic == r.topic and k.partition == r.partition
                                                               for k in b.kafka)
                           for d in b.datasets if d.kind == "records" and d.rows), default=0)
-        w.set_committed_end(cmd.group, cmd.generation, r.topic, r.partition, r.end, event_time, entry.time_ms)
-        w.record_commit(cmd.group, cmd.generation, r.topic, r.partition, r.start, r.end, digest, entry.time_ms,
-                        COMMITS_KEPT_PER_PARTITION)
-    return Result(ok=True, data={"replay": False, "blocks": len(cmd.blocks), "ranges": len(ranges)})
+        skipped = r.end - r.start - r.stored if r.stored is not None else 0
+        w.set_committed_end(cmd.group, cmd.generation, r.topic, r.partition, r.end, event_time, entry.time_ms,
+                            incarnation=r.incarnation, writer=cmd.writer, skipped=skipped)
+        incarnation = (w.committed(cmd.group, cmd.generation, r.topic, r.partition) or (0, "", ""))[1]
+        w.record_commit(cmd.group, cmd.generation, r.topic, r.partition, r.incarnation or incarnation, r.start,
+                        r.end, digest, entry.time_ms, COMMITS_KEPT_PER_PARTITION)
+    return Result(ok=True, data={"replay": False, "blocks": len(cmd.blocks), "ranges": len(ranges),
+                                 "new_incarnations": [f"{r.topic}[{r.partition}]" for r in restarts]})
+
+
+@handles(AcknowledgeOffsetLoss)
+def _acknowledge_offset_loss(w: IndexWriter, cmd: AcknowledgeOffsetLoss, entry: Entry) -> Result:
+    where = f"{cmd.group} generation {cmd.generation} {cmd.topic}[{cmd.partition}]"
+    if cmd.end <= cmd.start:
+        raise CommandRejectedError(f"{where}: the lost range [{cmd.start},{cmd.end}) is empty", reason="malformed")
+    current = w.committed(cmd.group, cmd.generation, cmd.topic, cmd.partition)
+    if current is None:
+        raise CommandRejectedError(f"{where} has no committed offsets: ingestion starts where Kafka's log starts, "
+                                   "there is no loss to acknowledge", reason="no-offsets")
+    end, incarnation, _ = current
+    if incarnation and cmd.incarnation and incarnation != cmd.incarnation:
+        raise CommandRejectedError(f"{where}: the current topic incarnation is {incarnation}, not {cmd.incarnation}",
+                                   reason="stale-incarnation")
+    key = (cmd.group, cmd.generation, cmd.topic, cmd.partition, incarnation or cmd.incarnation)
+    if end == cmd.end and w.find_loss(*key, cmd.start) == cmd.end:
+        return Result(ok=True, data={"replay": True})
+    if end != cmd.start:
+        raise CommandRejectedError(f"{where}: the committed end is {end}, not {cmd.start}; look again at the "
+                                   "partition's committed offsets before acknowledging a loss", reason="offset-moved")
+    w.set_committed_end(cmd.group, cmd.generation, cmd.topic, cmd.partition, cmd.end, 0, entry.time_ms)
+    w.record_loss(*key, cmd.start, cmd.end, cmd.reason or "acknowledged by an operator", entry.time_ms)
+    return Result(ok=True, data={"replay": False, "lost": cmd.end - cmd.start})
 
 
 @handles(ReplaceBlocks)
@@ -155,6 +217,12 @@ def _replace_blocks(w: IndexWriter, cmd: ReplaceBlocks, entry: Entry) -> Result:
         raise CommandRejectedError(
             f"sources {missing} are no longer in the index (retention or another replacement removed them); the "
             "new blocks must not bring their records back", reason="sources-missing")
+    for source in cmd.sources:
+        # A replacement never crosses tenants: a caller naming its own tenant must not remove another's blocks.
+        present = w.get_block(source)
+        if present is not None and present.tenant != cmd.tenant:
+            raise CommandRejectedError(f"source {source} belongs to tenant {present.tenant}, not {cmd.tenant}",
+                                       reason="malformed")
     for meta in cmd.blocks:
         if w.tombstoned(meta.id):
             raise CommandRejectedError(f"block {meta.id} was already deleted", reason="tombstoned")
@@ -175,9 +243,16 @@ def _truncate_index(w: IndexWriter, cmd: TruncateIndex, entry: Entry) -> Result:
         raise CommandRejectedError(
             f"TruncateIndex was prepared in term {cmd.prepared_term} but committed in term {entry.term}: leadership "
             "changed in between, so the new leader prepares its own", reason="stale-term")
+    missing = sorted({key.tenant for key in cmd.partitions} - set(cmd.cutoffs))
+    if missing:
+        raise CommandRejectedError(f"TruncateIndex names partitions of {missing} without their cutoff",
+                                   reason="malformed")
     removed = 0
     for key in cmd.partitions:
-        for block_id in w.partition_blocks(key.tenant, key.shard, key.window_start):
+        cutoff = cmd.cutoffs[key.tenant]
+        if key.window_start + PARTITION_WINDOW_MS > cutoff:
+            continue
+        for block_id in w.partition_blocks(key.tenant, key.shard, key.window_start, data_until=cutoff):
             meta = w.remove_block(block_id)
             assert meta is not None
             w.add_tombstone(meta, entry.time_ms, cmd.reason)
@@ -202,6 +277,11 @@ def _set_failure_limit(w: IndexWriter, cmd: SetCompactionFailureLimit, entry: En
     return apply_failure_limit(w, cmd)
 
 
+@handles(TrimBlockChanges)
+def _trim_block_changes(w: IndexWriter, cmd: TrimBlockChanges, entry: Entry) -> Result:
+    return Result(ok=True, data={"trimmed": w.trim_changes(min(cmd.through, entry.index - 1))})
+
+
 @handles(SetActiveGeneration)
 def _set_active_generation(w: IndexWriter, cmd: SetActiveGeneration, entry: Entry) -> Result:
     if cmd.end < cmd.start:
@@ -219,6 +299,11 @@ def _set_active_generation(w: IndexWriter, cmd: SetActiveGeneration, entry: Entr
     if added or retired:
         w.touch({cmd.tenant}, entry.index)
     return Result(ok=True, data={"switched": added, "retired": retired})
+
+
+_missing = set(COMMAND_KINDS) - set(HANDLERS)
+if _missing:  # every declared command has its handler, or importing the state machine fails
+    raise RuntimeError(f"commands without a handler: {sorted(_missing)}")
 
 
 class StateMachine:
@@ -286,14 +371,18 @@ class StateMachine:
             return self.reader.state_hash()
 
     def backup_to(self, target: Path) -> None:
-        """A consistent copy of the whole state (SQLite's online backup API)."""
-        with self.lock:
-            target.unlink(missing_ok=True)
-            dest = sqlite3.connect(str(target))
-            try:
-                self.conn.backup(dest)
-            finally:
-                dest.close()
+        """A consistent copy of the whole state, without holding the state lock: SQLite's online backup from a
+        separate read-only connection in one step, which is one read transaction, so the copy is exactly one
+        committed state while commands go on being applied (WAL mode lets readers and the writer overlap). The Raft
+        snapshot calls this on the thread that applies entries, so its copy is exactly the last applied entry."""
+        target.unlink(missing_ok=True)
+        source = connect(str(self.path), readonly=True)
+        dest = sqlite3.connect(str(target))
+        try:
+            source.backup(dest)
+        finally:
+            dest.close()
+            source.close()
 
     def restore_from(self, source: Path) -> None:
         """Replace the whole state with a backup taken by ``backup_to``."""

@@ -1,8 +1,12 @@
 """The metastore's HTTP/JSON API (FastAPI). Writes go to the leader; any node answers reads linearizably.
 
-Errors: 400 for a malformed request (the body says what is wrong), 409 for a command the state machine
-rejected (the body is its ``Result``), 503 when this node cannot serve the call right now, with
-``{"error": "not_leader", "leader": "<http address>"}`` when another node is the leader.
+Every route but /healthz, /readyz and /metrics needs a token, checked before anything else about the request
+(auth.py has the rule of each route). Errors: 401 without a valid token, 403 when the token's role or scope does
+not allow the call (the body names the role, group or tenant needed), 400 for a malformed request (the body says
+what is wrong), 409 for a command the state machine rejected (the body is its ``Result``), 413 for a body over
+``metastore.max_request_bytes`` (refused before it is read), 422 for a query stopped at its deadline, 503 when
+this node cannot serve the call right now, with ``{"error": "not_leader", "leader": "<http address>"}`` when
+another node is the leader.
 """
 
 from __future__ import annotations
@@ -13,26 +17,161 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
+from pydantic import ValidationError
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from shale.compaction.protocol import PollRequest
-from shale.errors import CommandRejectedError, InvalidNameError, MetastoreUnavailableError, NotLeaderError
-from shale.metastore.commands import decode
+from shale.compaction.messages import PollRequest
+from shale.errors import (
+    AccessDeniedError,
+    CommandRejectedError,
+    InvalidNameError,
+    MetastoreUnavailableError,
+    NotLeaderError,
+    QueryTimeoutError,
+)
+from shale.metastore import auth
+from shale.metastore.commands import CLIENT_COMMANDS, CommitIngestBatch, decode
 from shale.metastore.service import MetastoreService
 
-CLIENT_COMMANDS = {"Noop", "AddBlocks", "CommitIngestBatch", "ReplaceBlocks", "DeleteTombstones",
-                   "SetCompactionFailureLimit", "SetActiveGeneration"}
+AUTH_FAILURES = Counter("shale_metastore_auth_failures_total", "API calls refused before they ran, by route and "
+                        "reason: missing or unknown token (401), forbidden (403), too-large body (413).",
+                        ["route", "reason"])
+
+
+class _BodyLimit:
+    """Refuse request bodies over ``limit`` bytes with 413: at once when Content-Length says so, else as soon as
+    the chunks received pass the limit (the body is never held whole)."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await self._refuse(scope, send)
+            return
+        received = 0
+        started = False
+
+        async def limited() -> Message:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self.limit:
+                raise _TooLargeError
+            return message
+
+        async def watch(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited, watch)
+        except _TooLargeError:
+            if not started:
+                await self._refuse(scope, send)
+
+    async def _refuse(self, scope: Scope, send: Send) -> None:
+        AUTH_FAILURES.labels("(before routing)", "too-large").inc()  # not the path: callers choose paths freely
+        response = JSONResponse({"error": "too_large", "message": f"request body over {self.limit} bytes "
+                                 "(metastore.max_request_bytes); split the request"}, status_code=413,
+                                headers={"connection": "close"})
+        await response(scope, _no_receive, send)
+
+
+class _TooLargeError(Exception):
+    pass
+
+
+async def _no_receive() -> Message:
+    return {"type": "http.disconnect"}
+
+
+def _principal(request: Request) -> auth.Principal:
+    who: auth.Principal = request.state.principal
+    return who
+
+
+def _deny(request: Request, need: auth.Need) -> None:
+    """Raise 403 unless the caller meets ``need`` (for checks that need data the route rule did not have)."""
+    who = _principal(request)
+    if not need.met_by(who):
+        route = getattr(request.scope.get("route"), "path", request.url.path)
+        AUTH_FAILURES.labels(route, "forbidden").inc()
+        raise _ForbiddenError(who, need)
+
+
+class _ForbiddenError(Exception):
+    def __init__(self, who: auth.Principal, need: auth.Need) -> None:
+        super().__init__(f"{who} may not make this call: it needs {need}")
+        self.need = need
+
+
+def _authorizer(tokens: auth.TokenTable) -> Callable[[Request], Any]:
+    async def authorize(request: Request) -> None:
+        """Every route's first step: authenticate the token (401), then apply the route's rule (403)."""
+        route = getattr(request.scope.get("route"), "path", request.url.path)
+        rule = auth.rule_for(request.method, route)
+        if rule is auth.OPEN:
+            return
+        token = auth.token_from_header(request.headers.get("authorization"))
+        who = tokens.authenticate(token) if token else None
+        if who is None:
+            AUTH_FAILURES.labels(route, "missing-token" if token is None else "unknown-token").inc()
+            raise AccessDeniedError("this call needs a metastore API token (Authorization: Bearer <token>); "
+                                    + ("none was sent" if token is None else "the one sent is not known here")
+                                    + ". Clients read it from metastore.token_file or $SHALE_METASTORE__TOKEN (on a "
+                                    "single-node metastore's host: <metastore.data_dir>/admin.token)",
+                                    status=401)
+        request.state.principal = who
+        if route == "/v1/commands" and request.method == "POST":
+            command = decode(await request.body())  # validated before anything reaches the log
+            request.state.command = command
+            need = auth.command_need(command.kind, command.group if isinstance(command, CommitIngestBatch) else None)
+        else:
+            need = await rule(request) or auth.ADMIN
+        _deny(request, need)
+    return authorize
 
 
 def create_app(service: MetastoreService, leader_http: Callable[[], str | None],
-               ready: Callable[[], bool], barrier: Callable[[], int]) -> FastAPI:
+               ready: Callable[[], bool], barrier: Callable[[], int], tokens: auth.TokenTable,
+               max_request_bytes: int = 16 * 2**20) -> FastAPI:
     """``leader_http`` maps the current Raft leader to its HTTP address; ``ready`` says whether this node can
-    serve (a leader is known and it has caught up); ``barrier`` is the leader's read barrier."""
-    app = FastAPI(title="Shale metastore", version="1")
+    serve (a leader is known and it has caught up); ``barrier`` is the leader's read barrier; ``tokens`` are
+    the callers it accepts."""
+    # No interactive docs or schema: they are routes like any other, and nobody needs them in production.
+    app = FastAPI(title="Shale metastore", version="1", docs_url=None, redoc_url=None, openapi_url=None,
+                  dependencies=[Depends(_authorizer(tokens))])
+    app.add_middleware(_BodyLimit, limit=max_request_bytes)
+
+    @app.exception_handler(AccessDeniedError)
+    async def _unauthenticated(request: Request, exc: AccessDeniedError) -> JSONResponse:
+        # Two challenges, as two headers (Chromium ignores a Basic challenge listed after Bearer in one header):
+        # API clients use Bearer; a browser opening /ui asks for Basic credentials (any user, the token as password).
+        response = JSONResponse({"error": "unauthenticated", "message": str(exc)}, status_code=401)
+        response.headers.append("www-authenticate", 'Bearer realm="shale"')
+        response.headers.append("www-authenticate", 'Basic realm="shale"')
+        return response
+
+    @app.exception_handler(_ForbiddenError)
+    async def _forbidden(request: Request, exc: _ForbiddenError) -> JSONResponse:
+        return JSONResponse({"error": "forbidden", "message": str(exc), "needed": exc.need.describe()},
+                            status_code=403)
+
+    @app.exception_handler(QueryTimeoutError)
+    async def _query_timeout(request: Request, exc: QueryTimeoutError) -> JSONResponse:
+        return JSONResponse({"error": "query_timeout", "message": str(exc)}, status_code=422)
 
     @app.exception_handler(NotLeaderError)
     async def _not_leader(request: Request, exc: NotLeaderError) -> JSONResponse:
@@ -53,7 +192,7 @@ def create_app(service: MetastoreService, leader_http: Callable[[], str | None],
     @app.post("/v1/commands")
     async def commands(request: Request) -> Response:
         body = await request.body()
-        command = decode(body)  # validates before anything reaches the log
+        command = request.state.command  # decoded and authorized by the route's rule
         if command.kind not in CLIENT_COMMANDS:
             raise CommandRejectedError(f"{command.kind} is proposed by the metastore itself, not by clients",
                                        reason="forbidden")
@@ -62,7 +201,12 @@ def create_app(service: MetastoreService, leader_http: Callable[[], str | None],
 
     @app.post("/v1/compaction/poll")
     async def compaction_poll(request: Request) -> Response:
-        poll = PollRequest.model_validate_json(await request.body())
+        try:
+            poll = PollRequest.model_validate_json(await request.body())
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            raise CommandRejectedError(f"invalid poll: {error['msg']} at {'.'.join(str(p) for p in error['loc'])}",
+                                       reason="malformed") from None
         response = await run_in_threadpool(service.poll_compaction, poll)
         return Response(response.model_dump_json(), media_type="application/json")
 
@@ -82,10 +226,11 @@ def create_app(service: MetastoreService, leader_http: Callable[[], str | None],
         return Response(f'{{"blocks": {payload}}}', media_type="application/json")
 
     @app.get("/v1/blocks/{block_id}")
-    def block(block_id: str) -> Response:
+    def block(block_id: str, request: Request) -> Response:
         meta = service.get_block(block_id)
         if meta is None:
             return JSONResponse({"error": "not_found", "message": f"no block {block_id} in the index"}, 404)
+        _deny(request, auth.read([meta.tenant]))
         return Response(meta.model_dump_json(), media_type="application/json")
 
     @app.get("/v1/tenants/{tenant}/blocks")
@@ -109,16 +254,20 @@ def create_app(service: MetastoreService, leader_http: Callable[[], str | None],
         return {"values": service.label_values(name, tenant, start, end, selector)}
 
     @app.get("/v1/offsets")
-    def offsets(group: str | None = None, generation: int | None = None) -> dict[str, Any]:
-        return {"offsets": [o.model_dump() for o in service.offsets(group, generation)]}
+    def offsets(group: str | None = None, generation: int | None = None, history: bool = False) -> dict[str, Any]:
+        body: dict[str, Any] = {"offsets": [o.model_dump() for o in service.offsets(group, generation)]}
+        if history:
+            incarnations, losses = service.offset_history(group, generation)
+            body.update(incarnations=[i.model_dump() for i in incarnations], losses=[x.model_dump() for x in losses])
+        return body
 
     @app.get("/v1/tombstones")
     def tombstones(created_before: int | None = None, limit: int = 1000) -> dict[str, Any]:
         return {"tombstones": [t.model_dump() for t in service.tombstones(created_before, limit)]}
 
     @app.get("/v1/tenants")
-    def tenants() -> dict[str, list[str]]:
-        return {"tenants": service.tenants()}
+    def tenants(request: Request) -> dict[str, list[str]]:
+        return {"tenants": auth.visible_tenants(_principal(request), service.tenants())}
 
     @app.get("/v1/status")
     def status() -> dict[str, Any]:

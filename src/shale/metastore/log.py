@@ -13,15 +13,17 @@ import logging
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from cryptography.fernet import MultiFernet
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjException, replicated
 from pysyncobj import pickle as raft_pickle
 
-from shale.errors import CommandRejectedError, MetastoreUnavailableError, NotLeaderError, ShaleError
+from shale.errors import CommandRejectedError, ConfigError, MetastoreUnavailableError, NotLeaderError, ShaleError
+from shale.metastore import raftwire
 from shale.metastore.commands import Command, Noop, Result, decode, encode
 from shale.metastore.fsm import Entry, StateMachine
 
@@ -82,9 +84,21 @@ class SingleNodeLog:
 class _RaftNode(SyncObj):  # type: ignore[misc]
     """The pysyncobj object. Its one replicated method carries our command bytes and the leader's clock."""
 
-    def __init__(self, state: StateMachine, self_address: str, peers: list[str], conf: SyncObjConf) -> None:
+    def __init__(self, state: StateMachine, self_address: str, peers: list[str], conf: SyncObjConf,
+                 encryptor: MultiFernet) -> None:
         self._state = state
+        self._shale_encryptor = encryptor
         super().__init__(self_address, peers, conf)
+
+    @property
+    def encryptor(self) -> MultiFernet:
+        # pysyncobj's transport seals and opens every frame with this (it reads the property for each connection).
+        # Ours is a MultiFernet, so a node can accept a second secret during a rotation; pysyncobj's own password
+        # option allows one secret only and is left unset.
+        return self._shale_encryptor
+
+    def _getEncryptor(self) -> MultiFernet:  # noqa: N802 - pysyncobj's name
+        return self._shale_encryptor
 
     @replicated  # type: ignore[untyped-decorator]
     def apply_command(self, data: bytes, time_ms: int) -> bytes:
@@ -104,11 +118,19 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
 
 
 class RaftLog:
-    """A member of a 3- or 5-node Raft cluster. Snapshots are SQLite backups of the state."""
+    """A member of a 3- or 5-node Raft cluster. Snapshots are SQLite backups of the state. Every frame is sealed
+    with the cluster secret and unpickled without code (see raftwire.py); the port binds ``bind`` (default: the
+    node's own address)."""
 
     def __init__(self, state: StateMachine, self_address: str, peers: list[str], data_dir: Path,
-                 secret: str = "", clock: Callable[[], float] = time.time,
-                 compaction_min_entries: int = 20_000) -> None:
+                 secret: str, clock: Callable[[], float] = time.time,
+                 compaction_min_entries: int = 20_000, accepted_secrets: Sequence[str] = (), bind: str = "") -> None:
+        if not secret:
+            raise ConfigError(
+                "metastore.secret is required for a multi-node metastore (metastore.raft_address is set): without "
+                "it the Raft port would accept unauthenticated frames. Give every member the same long random "
+                "secret through $SHALE_METASTORE__SECRET or the config file, never on a command line.")
+        raftwire.install()
         self.state = state
         self.clock = clock
         self.self_address = self_address
@@ -119,7 +141,7 @@ class RaftLog:
             fullDumpFile=str(data_dir / "raft.snapshot"),
             serializer=self._serialize,
             deserializer=self._deserialize,
-            password=secret or None,
+            bindAddress=bind or None,
             logCompactionMinEntries=compaction_min_entries,
             logCompactionMinTime=300,
             dynamicMembershipChange=False,
@@ -131,7 +153,7 @@ class RaftLog:
             useFork=False,
             autoTickPeriod=0.02,
         )
-        self.node = _RaftNode(state, self_address, peers, conf)
+        self.node = _RaftNode(state, self_address, peers, conf, raftwire.cluster_encryptor(secret, accepted_secrets))
 
     # -- snapshots: pysyncobj's custom serializer hooks ---------------------------------------------
 
@@ -150,7 +172,8 @@ class RaftLog:
             if source.read(len(SNAPSHOT_MAGIC)) != SNAPSHOT_MAGIC:
                 raise ShaleError(f"{filename} is not a Shale Raft snapshot")
             (size,) = struct.unpack(">Q", source.read(8))
-            raft_data = raft_pickle.loads(source.read(size))
+            # The file may have come from the leader over the network: its header is unpickled without code.
+            raft_data = raftwire.snapshot_loads(source.read(size))
             db = source.read()
         snapshot_index = int(raft_data[0][1])
         if self.state.applied()[0] < snapshot_index:

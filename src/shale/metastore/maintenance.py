@@ -1,5 +1,5 @@
 """The leader's periodic work: retention (``TruncateIndex``), deletion marks and object removal for tombstones
-(``DeleteTombstones``), and dead letter queue replay.
+(``DeleteTombstones``), dead letter queue replay, and the bucket scan (partial blocks, uncommitted blocks).
 
 Retention and tombstone collection follow seed 004's two-phase pattern: read the leader's own state, then
 propose a command; ``TruncateIndex`` carries the term it was prepared in, and is rejected if leadership changed.
@@ -8,6 +8,7 @@ Marks come before tombstones' object removal, and removal goes meta.json first, 
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -21,16 +22,19 @@ from shale.block import (
     BlockState,
     Cleaner,
     DeletionMark,
+    MetastoreView,
     block_file_key,
     deletion_mark_key,
     meta_key,
     write_deletion_mark,
 )
 from shale.bucketindex import DeltaWriter
+from shale.compaction.state import CompactionState
 from shale.config import RetentionConfig
 from shale.index import PartitionRow, TombstoneRow
 from shale.metastore.commands import DeleteTombstones, PartitionKey, TruncateIndex
 from shale.metastore.dlq import DeadLetterQueue
+from shale.metastore.garbage import Claims, unclaimed
 from shale.metastore.service import MetastoreService
 from shale.objstore import Bucket
 
@@ -42,18 +46,23 @@ PARTIAL = Gauge("shale_bucket_partial_blocks", "Partial blocks (no meta.json aft
 PARTIAL_AGE = Gauge("shale_bucket_partial_oldest_seconds", "Age of the oldest partial block at the last scan.",
                     ["tenant"])
 DELETED = Counter("shale_metastore_deleted_blocks_total", "Blocks whose objects were removed after the delay.")
+UNCOMMITTED = Counter("shale_bucket_uncommitted_blocks_marked_total", "Blocks no commit can claim, marked for "
+                      "deletion by the bucket scan.", ["tenant"])
 RETENTION = Counter("shale_metastore_retention_blocks_total", "Blocks removed from the index by retention.")
+
+
+def retention_cutoffs(tenants: set[str], retention: RetentionConfig, now_ms: int) -> dict[str, int]:
+    """Per tenant with a retention, the time (ms) its blocks' creation window and data must both end by to be
+    removed."""
+    return {t: now_ms - int(retention.for_tenant(t) * 1000) for t in sorted(tenants) if retention.for_tenant(t) > 0}
 
 
 def expired_partitions(partitions: list[PartitionRow], retention: RetentionConfig, now_ms: int) -> list[PartitionRow]:
     """Partitions past their tenant's retention: by creation window *and* by data time (seed 004), so that
     backfilled old data is kept for the full period after it was written."""
-    out = []
-    for p in partitions:
-        keep_ms = int(retention.for_tenant(p.tenant) * 1000)
-        if keep_ms > 0 and p.window_end <= now_ms - keep_ms and p.max_time <= now_ms - keep_ms:
-            out.append(p)
-    return out
+    cutoffs = retention_cutoffs({p.tenant for p in partitions}, retention, now_ms)
+    return [p for p in partitions
+            if p.tenant in cutoffs and p.window_end <= cutoffs[p.tenant] and p.max_time <= cutoffs[p.tenant]]
 
 
 @dataclass
@@ -76,36 +85,66 @@ class Maintenance:
         self.partial_blocks: dict[str, int] = {}
 
     def scan_bucket(self) -> dict[str, int]:
-        """Scan every tenant's blocks in the bucket (the metastore cannot see partial uploads), record the
-        partial ones, and run the bucket cleaner with every indexed block protected."""
+        """Scan every tenant's blocks in the bucket (the metastore cannot see partial uploads), record the partial
+        ones, and run the bucket cleaner with the index's view: indexed blocks are protected, and complete blocks
+        that no commit can claim any more (``garbage.unclaimed``) are marked, then removed after the delete delay.
+
+        The bucket is listed first and the index read after (linearizable, one snapshot): a block committed after
+        the listing is then indexed in the read, or still claimable by it, so it is never judged garbage."""
         fetcher = BlockFetcher(self.bucket, self.sync_delay, clock=self.clock)
         cleaner = Cleaner(self.bucket, fetcher, self.delete_delay, clock=self.clock)
+        results = [fetcher.sync(tenant) for tenant in fetcher.tenants()]
+        self.service.linearize()
+        reader = self.service.state.reader
+        with reader.snapshot():
+            claims = Claims.of(reader.offsets(), reader.incarnations(),
+                               [job.sources for job in CompactionState(reader.conn).jobs()])
+            views = {r.tenant: MetastoreView(frozenset(reader.tenant_block_ids(r.tenant)),
+                                             frozenset(reader.tenant_tombstone_ids(r.tenant)),
+                                             functools.partial(unclaimed, claims=claims)) for r in results}
         found: dict[str, int] = {}
-        for tenant in fetcher.tenants():
-            protected = {m.id for m in self.service.state.reader.tenant_blocks(tenant)}
-            result = fetcher.sync(tenant)
+        for result in results:
             partial = result.in_state(BlockState.PARTIAL)
-            found[tenant] = len(partial)
-            PARTIAL.labels(tenant).set(len(partial))
-            PARTIAL_AGE.labels(tenant).set(max((v.age for v in partial), default=0))
-            cleaner.run(tenant, protected=protected)
+            found[result.tenant] = len(partial)
+            PARTIAL.labels(result.tenant).set(len(partial))
+            PARTIAL_AGE.labels(result.tenant).set(max((v.age for v in partial), default=0))
+            report = cleaner.plan(result, views[result.tenant])
+            cleaner.execute(result, report)
+            collected = [a for a in report.actions if a.kind == "mark" and a.reason.startswith("uncommitted")]
+            UNCOMMITTED.labels(result.tenant).inc(len(collected))
+            for action in collected:
+                log.warning("marked an uncommitted block for deletion",
+                            extra={"tenant": action.tenant, "block": action.block_id, "reason": action.reason})
         self.partial_blocks = found
         return found
 
-    def apply_retention(self) -> int:
+    def prepare_retention(self) -> tuple[TruncateIndex, dict[str, list[DeletionMark]]] | None:
+        """Step one of retention: read the state, write the deletion marks of the expired blocks (marks first:
+        a bucket reader never sees a tombstoned block without its mark), and build the command. The command
+        carries the cutoffs, so its apply removes exactly the blocks marked here that are still in the index,
+        and any block added since that the same cutoffs expire (the tombstone collector marks those)."""
         now_ms = int(self.clock() * 1000)
-        expired = expired_partitions(self.service.state.reader.partitions(), self.retention, now_ms)
+        partitions = self.service.state.reader.partitions()
+        expired = expired_partitions(partitions, self.retention, now_ms)
         if not expired:
-            return 0
+            return None
         term = self.term()
+        cutoffs = retention_cutoffs({p.tenant for p in expired}, self.retention, now_ms)
         marks: dict[str, list[DeletionMark]] = {}
-        for p in expired:  # marks first: a bucket reader never sees a tombstoned block without its mark
-            for block_id in self.service.state.reader.partition_blocks(p.tenant, p.shard, p.window_start):
+        for p in expired:
+            for block_id in self.service.state.reader.partition_blocks(p.tenant, p.shard, p.window_start,
+                                                                       data_until=cutoffs[p.tenant]):
                 marks.setdefault(p.tenant, []).append(
                     write_deletion_mark(self.bucket, p.tenant, block_id, self.clock(), "retention"))
-        result = self.service.submit(TruncateIndex(
-            prepared_term=term, partitions=[PartitionKey(tenant=p.tenant, shard=p.shard, window_start=p.window_start)
-                                            for p in expired]))
+        return TruncateIndex(prepared_term=term, cutoffs=cutoffs, partitions=[
+            PartitionKey(tenant=p.tenant, shard=p.shard, window_start=p.window_start) for p in expired]), marks
+
+    def apply_retention(self) -> int:
+        prepared = self.prepare_retention()
+        if prepared is None:
+            return 0
+        command, marks = prepared
+        result = self.service.submit(command)
         if not result.ok:
             log.warning("retention proposal rejected", extra={"reason": result.reason})
             return 0
@@ -114,7 +153,8 @@ class Maintenance:
         if self.deltas is not None:
             for tenant, tenant_marks in sorted(marks.items()):
                 self.deltas.write(tenant, marks=tenant_marks)
-        log.info("retention removed blocks from the index", extra={"blocks": removed, "partitions": len(expired)})
+        log.info("retention removed blocks from the index", extra={"blocks": removed,
+                                                                   "partitions": len(command.partitions)})
         return removed
 
     def collect_tombstones(self) -> int:

@@ -5,23 +5,25 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import uvicorn
 from prometheus_client import Gauge
 
-from shale.bucketindex import MetastoreIndexWriter
-from shale.config import ShaleConfig
-from shale.errors import MetastoreUnavailableError, NotLeaderError
+from shale.bucketindex import BucketIndexWriter
+from shale.config import MetastoreConfig, ShaleConfig
+from shale.errors import ConfigError, MetastoreUnavailableError, NotLeaderError
+from shale.logs import register_secrets
+from shale.metastore import auth, raftwire
 from shale.metastore.api import Metastore
-from shale.metastore.client import MetastoreClient
+from shale.metastore.client import MetastoreClient, tls_verify
 from shale.metastore.fsm import StateMachine
 from shale.metastore.http import create_app
 from shale.metastore.log import CommandLog, RaftLog, SingleNodeLog
 from shale.metastore.maintenance import Maintenance
-from shale.metastore.service import MetastoreService
+from shale.metastore.service import MetastoreService, ReadOnlyIndex
 from shale.objstore import open_bucket
 
 log = logging.getLogger(__name__)
@@ -40,13 +42,62 @@ def state_path(config: ShaleConfig) -> Path:
     return Path(config.metastore.data_dir) / STATE_FILE
 
 
+def client_token(m: MetastoreConfig) -> str:
+    """This process's API token: ``metastore.token``, else the file ``metastore.token_file``, else the local
+    admin token of a single-node metastore on this host (``<data_dir>/admin.token``) when it is readable, else
+    none (calls are then refused with 401 and a message that says what to configure)."""
+    token = m.token.get_secret_value()
+    if not token and m.token_file:
+        token = auth.read_token_file(Path(m.token_file), "metastore.token_file")
+    if not token:
+        local = Path(m.data_dir) / auth.LOCAL_ADMIN_TOKEN
+        if local.exists():
+            token = auth.read_token_file(local, "the local admin token")
+    register_secrets([token])
+    return token
+
+
+def open_block_source(config: ShaleConfig) -> ReadOnlyIndex | MetastoreClient:
+    """What a query reads blocks from: a read-only view of the embedded state, or the remote metastore."""
+    if config.metastore.mode == "embedded":
+        return ReadOnlyIndex(state_path(config), timeout=config.metastore.query_timeout)
+    client = open_metastore(config)
+    assert isinstance(client, MetastoreClient)
+    return client
+
+
 def open_metastore(config: ShaleConfig) -> Metastore:
     """The embedded service (a local single-node state, no network) or a client of remote nodes."""
     m = config.metastore
     if m.mode == "embedded":
         state = StateMachine(state_path(config))
-        return MetastoreService(state, SingleNodeLog(state), compaction=config.compaction)
-    return MetastoreClient(m.addresses, timeout=m.request_timeout, deadline=m.client_deadline)
+        return MetastoreService(state, SingleNodeLog(state), compaction=config.compaction,
+                                query_timeout=m.query_timeout)
+    return MetastoreClient(m.addresses, timeout=m.request_timeout, deadline=m.client_deadline,
+                           token=client_token(m), ca_file=m.tls_ca_file)
+
+
+def token_table(m: MetastoreConfig) -> tuple[auth.TokenTable, str]:
+    """The tokens a node accepts, and a sentence for its start-up log line saying where they come from. A
+    multi-node metastore takes them from ``metastore.tokens_file`` only; a single node also keeps a local admin
+    token in its data directory, so that `shale metastore serve` and `shale run` work with no set-up and local
+    clients with the same configuration find it."""
+    secrets = [s.get_secret_value() for s in [m.secret, *m.accepted_secrets] if s.get_secret_value()]
+    if m.raft_address and not m.tokens_file:
+        raise ConfigError("metastore.tokens_file is required for a multi-node metastore (metastore.raft_address "
+                          "is set): list the API tokens there (`shale metastore token create` writes entries)")
+    table = auth.TokenTable(Path(m.tokens_file) if m.tokens_file else None)
+    source = f"{len(table)} tokens from {m.tokens_file}" if m.tokens_file else "no tokens file"
+    for secret in secrets:
+        peer = raftwire.peer_token(secret)
+        table.add(peer, auth.Principal("metastore-peer", "peer"))
+        register_secrets([peer])
+    if not m.raft_address:
+        path, token = auth.local_admin_token(Path(m.data_dir))
+        table.add(token, auth.Principal("local-admin", "admin"))
+        register_secrets([token])
+        source += f"; local admin token in {path} (mode 0600) for clients on this host with this metastore.data_dir"
+    return table, source
 
 
 class MetastoreNode:
@@ -55,31 +106,42 @@ class MetastoreNode:
     def __init__(self, config: ShaleConfig) -> None:
         self.config = config
         m = config.metastore
+        # The state, the journal and the local admin token are this user's alone.
+        Path(m.data_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
         self.state = StateMachine(state_path(config))
         self.http_of = {member.raft: member.http.rstrip("/") for member in m.members}
         self.self_http = self.http_of.get(m.raft_address, f"http://{m.listen}")
         self.raft: RaftLog | None = None
         self.log: CommandLog
+        self.tokens, self.token_source = token_table(m)
         if m.raft_address:
             peers = [member.raft for member in m.members if member.raft != m.raft_address]
             if not peers:
                 raise MetastoreUnavailableError("metastore.raft_address is set but metastore.members lists no peers")
-            self.raft = RaftLog(self.state, m.raft_address, peers, Path(m.data_dir) / "raft", secret=m.secret,
-                                compaction_min_entries=m.snapshot_entries)
+            self.raft = RaftLog(self.state, m.raft_address, peers, Path(m.data_dir) / "raft",
+                                secret=m.secret.get_secret_value(),
+                                accepted_secrets=[s.get_secret_value() for s in m.accepted_secrets],
+                                compaction_min_entries=m.snapshot_entries, bind=m.raft_listen)
             self.log = self.raft
         else:
             self.log = SingleNodeLog(self.state)
-        self._peer = httpx.Client(timeout=m.request_timeout)
+        peer_headers = {"authorization": f"Bearer {raftwire.peer_token(m.secret.get_secret_value())}"} \
+            if m.raft_address else {}
+        self._peer = httpx.Client(timeout=m.request_timeout, headers=peer_headers, verify=tls_verify(m.tls_ca_file))
         self.service = MetastoreService(self.state, self.log, linearize=self._linearize, timeout=m.request_timeout,
-                                        compaction=config.compaction)
-        self.app = create_app(self.service, self.leader_http, self.ready, self.barrier)
+                                        compaction=config.compaction, query_timeout=m.query_timeout)
+        self.app = create_app(self.service, self.leader_http, self.ready, self.barrier, self.tokens,
+                              max_request_bytes=m.max_request_bytes)
         self.bucket = open_bucket(config.bucket)
         self.maintenance = Maintenance(self.service, self.bucket, config.retention, config.block.delete_delay,
                                        self.is_leader, lambda: self.log.status().term,
                                        sync_delay=config.block.sync_delay,
                                        write_deltas=config.bucket_index.deltas)
-        self.index_writer = MetastoreIndexWriter(self.bucket, self.state.reader, config.bucket_index)
+        self.index_writer = BucketIndexWriter(self.bucket, self.state.reader, config.bucket_index)
         self._stop = threading.Event()
+        self.tasks: list[tuple[str, Callable[[threading.Event], None]]] = []
+        """More leader background loops (name, loop until the event is set), started by ``serve``: the CLI adds the
+        Iceberg publisher here, since it sits above the metastore in the layering."""
         SETTING.labels("block_sync_delay").set(config.block.sync_delay)
         SETTING.labels("block_delete_delay").set(config.block.delete_delay)
         SETTING.labels("bucket_index_max_stale_period").set(config.bucket_index.max_stale_period)
@@ -153,13 +215,21 @@ class MetastoreNode:
                                     args=(self._stop, m.maintenance_interval, m.dlq_interval,
                                           m.bucket_scan_interval)),
                    threading.Thread(target=self.index_writer.loop, name="bucket-index-writer", daemon=True,
-                                    args=(self._stop, self.config.bucket_index.debounce, self.is_leader))]
+                                    args=(self._stop, self.config.bucket_index.debounce, self.is_leader)),
+                   *(threading.Thread(target=task, name=name, daemon=True, args=(self._stop,))
+                     for name, task in self.tasks)]
         for t in threads:
             t.start()
-        log.info("metastore serving", extra={"http": m.listen, "raft": m.raft_address or "single node"})
+        tls = bool(m.tls_cert_file)
+        log.info("metastore serving", extra={"http": f"{'https' if tls else 'http'}://{m.listen}",
+                                             "raft": m.raft_listen or m.raft_address or "single node",
+                                             "auth": self.token_source})
         try:
+            # log_config None: uvicorn's lines go through Shale's handler (its format and secret redaction).
             uvicorn.Server(uvicorn.Config(self.app, host=host, port=int(port), log_level="warning",
-                                          access_log=False)).run()
+                                          access_log=False, log_config=None,
+                                          ssl_certfile=m.tls_cert_file or None,
+                                          ssl_keyfile=m.tls_key_file or None)).run()
         finally:
             self.close()
 
@@ -171,16 +241,3 @@ class MetastoreNode:
         log.info("metastore stopped")
 
 
-def wait_for_leader(client: MetastoreClient, timeout: float = 60.0) -> dict[str, object]:
-    """Block until the cluster answers a status call with a known leader (for tests and launchers)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            status = client.status()
-            if status.get("leader_http"):
-                return status
-        except MetastoreUnavailableError:
-            pass
-        if time.monotonic() > deadline:
-            raise MetastoreUnavailableError(f"no metastore leader within {timeout:.0f}s")
-        time.sleep(0.2)

@@ -16,7 +16,7 @@ from shale.errors import ConfigError
 from shale.objstore.obstore_bucket import ObstoreBucket, RetryPolicy
 
 _MEMORY: dict[str, ObjectStore] = {}
-_CACHE_LOCK = threading.Lock()
+_CACHE_LOCK = threading.RLock()  # task_bucket holds it while open_bucket takes it for memory:// URLs
 _TASK_BUCKETS: dict[str, ObstoreBucket] = {}
 # Shale retries itself (see obstore_bucket), so obstore's client must not retry underneath it.
 _NO_CLIENT_RETRIES: Any = {"max_retries": 0, "retry_timeout": dt.timedelta(seconds=60)}
@@ -52,7 +52,7 @@ def open_bucket(config: BucketConfig) -> ObstoreBucket:
             options.setdefault("virtual_hosted_style_request", False)
         if config.access_key_id:
             options["access_key_id"] = config.access_key_id
-            options["secret_access_key"] = config.secret_access_key
+            options["secret_access_key"] = config.secret_access_key.get_secret_value()
         client: Any = dict(_CLIENT, allow_http=config.allow_http)
         store = S3Store(parsed.netloc, prefix=parsed.path.strip("/") or None, client_options=client,
                         retry_config=_NO_CLIENT_RETRIES, **options)
@@ -66,7 +66,8 @@ def open_bucket(config: BucketConfig) -> ObstoreBucket:
 def task_bucket(config: BucketConfig) -> ObstoreBucket:
     """The process's client for this bucket, for Spark tasks: Python workers are reused from task to task, so one
     client (its connection pool, credentials and TLS sessions) serves them all instead of one per task."""
-    key = config.model_dump_json()
+    # The JSON dump masks the secret key, so the key itself is part of the cache key (kept in memory only).
+    key = config.model_dump_json() + "\0" + config.secret_access_key.get_secret_value()
     with _CACHE_LOCK:
         bucket = _TASK_BUCKETS.get(key)
         if bucket is None:

@@ -1,40 +1,52 @@
 """``shale reprocess``: a Spark batch job from backup-group blocks to a new partition-group generation.
 
-It works in rounds. Each round takes, per Kafka partition, the next backup block(s) of the range (in offset
-order), runs one Spark task per partition that parses their records with the chosen parser and writes
-partition-group blocks of generation N exactly as ingestion does (``write_partition``: deterministic ids,
-meta.json last, quarantine for rejects, offsets already committed skipped), and then commits the round with one
-``CommitIngestBatch`` (group partition, generation N). A killed run resumes from the committed offsets of
-generation N: no duplicates, no gaps. It never touches the generation live ingestion writes, so the two run side
-by side. Every written block names the backup blocks it came from (``derived_from``).
+It works in rounds. Per Kafka partition, the backup blocks of the range give the partition's offsets as intervals
+(a compacted backup block may hold several intervals of a partition, interleaved with another block's). Each
+round takes, per partition, the next offsets from its committed end in generation N (or from its first interval),
+as far as the intervals continue without a gap, within one topic incarnation, over at most a few blocks (so that
+a killed run loses little) and about a task's memory budget of records. One Spark task per partition reads the
+records of that range from the blocks that hold them, parses them with the chosen parser and writes
+partition-group blocks of generation N in chunks exactly as ingestion does (``ChunkWriter``: deterministic ids,
+meta.json last, quarantine for rejects), and the round commits with one ``CommitIngestBatch(writer="reprocess")``
+built by the same function ingestion uses. A killed run resumes from the committed offsets of generation N: no
+duplicates, no gaps. The metastore refuses a reprocess commit into a generation live ingestion writes (and the
+reverse), so the two never share one. Every written block names the backup blocks it came from
+(``derived_from``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pydantic import TypeAdapter
 
 from shale.block import BlockMeta, read_dataset
 from shale.config import BucketConfig, IngestConfig, ParserRule, ShaleConfig
 from shale.errors import ConfigError
 from shale.failpoints import failpoint
-from shale.ingest.blocks import GroupSpec, write_partition
-from shale.ingest.committer import IngestConflictError
+from shale.index import OffsetRow
+from shale.ingest.blocks import GroupSpec, Written
+from shale.ingest.committer import IngestConflictError, batch_commit
 from shale.ingest.parsers import load_parser
-from shale.metastore import CommitIngestBatch, Metastore, OffsetRange
+from shale.ingest.plan import BatchPlan, PartitionRange
+from shale.ingest.task import ChunkWriter, chunk_bytes
+from shale.metastore import Command, Result
 from shale.objstore import task_bucket
+from shale.resources import PeakMemory
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
+WRITTEN_LIST = TypeAdapter(list[Written])
 
 
 @dataclass
@@ -48,131 +60,174 @@ class ReprocessReport:
 
 
 @dataclass(frozen=True)
-class PartitionWork:
-    """One task of one round: backup blocks of one Kafka partition, in offset order."""
+class Interval:
+    """Offsets ``[start, end)`` of one partition incarnation, held by one backup block."""
 
-    topic: str
-    partition: int
-    blocks: list[str]
-    committed_end: int | None
+    start: int
+    end: int
+    incarnation: str
+    block: BlockMeta
 
 
 def run_partition(work_json: str, metas_json: str, spec_json: str, bucket_config: BucketConfig) -> str:
-    """A Spark task: parse one partition's backup records of this round into partition-group blocks."""
-    work = json.loads(work_json)
+    """A Spark task: parse one partition's backup records of one round's range into partition-group blocks."""
+    work = PartitionRange(**json.loads(work_json))
+    read_time_ms, generation, ingest, bound = json.loads(spec_json)
     metas = [BlockMeta.model_validate(m) for m in json.loads(metas_json)]
-    spec_data = json.loads(spec_json)
-    spec = GroupSpec("partition", spec_data["generation"], bucket_config,
-                     IngestConfig.model_validate(spec_data["ingest"]))
+    spec = GroupSpec("partition", generation, bucket_config, IngestConfig.model_validate(ingest))
     bucket = task_bucket(bucket_config)
     tables = []
     for meta in metas:
         for dataset in meta.datasets:
-            if dataset.kind == "records" and dataset.topic == work["topic"]:
+            if dataset.kind == "records" and dataset.topic == work.topic:
                 table = read_dataset(bucket, meta, dataset)
-                tables.append(table.filter(pc.equal(table.column("partition"), work["partition"])))
-    table = pa.concat_tables(tables).sort_by([("offset", "ascending")]) if tables else None
-    if table is None or table.num_rows == 0:
-        return json.dumps({"result": None})
-    result = write_partition(spec, bucket, table, work["committed_end"], derived_from=[m.id for m in metas])
-    if result is None:
-        return json.dumps({"result": None})
-    return json.dumps({"result": {"start": result.start, "end": result.end, "records": result.records,
-                                  "quarantined": result.quarantined,
-                                  "metas": [m.model_dump(mode="json") for m in result.metas]}})
+                offsets = table.column("offset")
+                keep = pc.and_(pc.equal(table.column("partition"), work.partition),
+                               pc.and_(pc.greater_equal(offsets, work.start), pc.less(offsets, work.end)))
+                tables.append(table.filter(keep).select(["topic", "partition", "offset", "timestamp",
+                                                         "timestamp_type", "key", "value", "headers"]))
+    size = chunk_bytes(bound, PeakMemory().start, "partition")
+    writer = ChunkWriter(spec, bucket, BatchPlan(read_time_ms, [work]), size, derived_from=[m.id for m in metas])
+    written: list[Written] = []
+    if tables:
+        table = pa.concat_tables(tables, promote_options="permissive").sort_by([("offset", "ascending")])
+        for piece in table.to_batches(max_chunksize=10_000):
+            written += writer.add_table(pa.Table.from_batches([piece]))
+    written += writer.finish()
+    return WRITTEN_LIST.dump_json(written).decode()
+
+
+class ReprocessStore(Protocol):
+    """What reprocessing needs from the metastore."""
+
+    def query_blocks(self, tenants: Sequence[str], start: int, end: int, selector: str = "",
+                     group: str | None = None) -> list[BlockMeta]: ...
+
+    def offsets(self, group: str | None = None, generation: int | None = None) -> list[OffsetRow]: ...
+
+    def submit(self, command: Command) -> Result: ...
 
 
 class ReprocessJob:
-    def __init__(self, config: ShaleConfig, metastore: Metastore, spark: SparkSession, *, tenant: str, topic: str,
+    def __init__(self, config: ShaleConfig, metastore: ReprocessStore, spark: SparkSession, *, tenant: str, topic: str,
                  start: int, end: int, parser: str, options: dict[str, Any], generation: int,
-                 from_generation: int = 1, blocks_per_round: int = 4) -> None:
-        if generation == from_generation and generation == config.ingest.generation:
-            raise ConfigError(f"--generation {generation} is the generation live ingestion writes; reprocess into a "
-                              "new one, then switch readers to it")
+                 from_generation: int = 1, round_bytes: int | None = None, blocks_per_round: int = 4) -> None:
+        if generation == config.ingest.generation:
+            raise ConfigError(f"--generation {generation} is the generation live ingestion writes (ingest.generation); "
+                              "reprocess into a new one, then switch readers to it")
         load_parser(parser, options)  # fails now, in the driver, on a bad parser or options
         self.config = config
         self.metastore = metastore
         self.spark = spark
         self.tenant, self.topic, self.start, self.end = tenant, topic, start, end
         self.generation, self.from_generation = generation, from_generation
+        self.round_bytes = round_bytes or config.ingest.max_task_bytes // 4
         self.blocks_per_round = blocks_per_round
         self.ingest = config.ingest.model_copy(update={
             "parsers": [ParserRule(topic_pattern=".*", parser=parser, options=options)], "tenants": [],
             "default_tenant": tenant, "tenant_header": ""})
         self.report = ReprocessReport()
 
-    def _backup_blocks(self) -> dict[int, list[BlockMeta]]:
-        """The backup blocks of the range per Kafka partition, in offset order."""
+    def _intervals(self) -> tuple[dict[int, list[Interval]], list[str]]:
+        """Per partition, the backup blocks' intervals of the range in offset order, and the topic incarnations
+        from oldest to newest ('' first: blocks written before incarnations were recorded)."""
         metas = [m for m in self.metastore.query_blocks([self.tenant], self.start, self.end,
                                                         f'{{topic="{self.topic}"}}', group="backup")
                  if m.generation == self.from_generation]
-        per: dict[int, list[BlockMeta]] = defaultdict(list)
+        self.report.backup_blocks = len(metas)
+        first_seen: dict[str, int] = {}
+        per: dict[int, list[Interval]] = defaultdict(list)
         for meta in metas:
             for r in meta.kafka:
-                if r.topic == self.topic:
-                    per[r.partition].append(meta)
-        for partition, blocks in per.items():
-            blocks.sort(key=lambda m: min(r.start for r in m.kafka if r.topic == self.topic
-                                          and r.partition == partition))
-        return per
+                if r.topic == self.topic and r.end > r.start:
+                    per[r.partition].append(Interval(r.start, r.end, r.incarnation, meta))
+                    first_seen[r.incarnation] = min(first_seen.get(r.incarnation, meta.time_ms), meta.time_ms)
+        order = sorted(first_seen, key=lambda i: (i != "", first_seen[i]))
+        for intervals in per.values():
+            intervals.sort(key=lambda i: (order.index(i.incarnation), i.start))
+        return per, order
 
-    def _rounds(self) -> Iterator[list[tuple[PartitionWork, list[BlockMeta]]]]:
-        per = self._backup_blocks()
-        self.report.backup_blocks = sum(len(b) for b in per.values())
-        committed = {o.partition: o.committed_end for o in self.metastore.offsets("partition", self.generation)
-                     if o.topic == self.topic}
-        queues = {}
-        for partition, blocks in per.items():
-            done = committed.get(partition)
-            pending = [m for m in blocks if done is None or self._end(m, partition) > done]
-            self.report.skipped_committed += len(blocks) - len(pending)
-            queues[partition] = pending
-        while any(queues.values()):
+    @staticmethod
+    def _round(intervals: list[Interval], done: tuple[int, str] | None, budget: int, order: list[str],
+               max_blocks: int) -> tuple[PartitionRange, list[BlockMeta]] | None:
+        """The next round's range of one partition and the blocks holding it, or None when nothing is left."""
+
+        def same(a: str, b: str) -> bool:
+            return a == b or not a or not b
+
+        pending = intervals
+        if done is not None:
+            end_done, current = done
+            rank = order.index(current) if current in order else -1
+            pending = [i for i in intervals if not (same(i.incarnation, current) and i.end <= end_done)
+                       and not (i.incarnation and order.index(i.incarnation) < rank)]
+        if not pending:
+            return None
+        incarnation = pending[0].incarnation
+        same_run = [i for i in pending if i.incarnation == incarnation]
+        start = same_run[0].start
+        if done is not None and same(incarnation, done[1]):
+            start = max(start, done[0])
+        end, size, blocks = start, 0.0, list[BlockMeta]()
+        for interval in same_run:
+            if interval.start > end:
+                break  # a gap: this round stops before it
+            if interval.end <= end:
+                continue
+            # The interval's share of its block's data: blocks hold several partitions' intervals.
+            block_offsets = sum(r.end - r.start for r in interval.block.kafka) or 1
+            data = sum(d.bytes for d in interval.block.datasets) * (interval.end - end) / block_offsets
+            if blocks and (size + data > budget or (interval.block not in blocks and len(blocks) >= max_blocks)):
+                break
+            end, size = interval.end, size + data
+            if interval.block not in blocks:
+                blocks.append(interval.block)
+        return PartitionRange("", 0, incarnation, start, end), blocks
+
+    def _rounds(self) -> Iterator[list[tuple[PartitionRange, list[BlockMeta]]]]:
+        per, order = self._intervals()
+        committed = {o.partition: (o.committed_end, o.incarnation)
+                     for o in self.metastore.offsets("partition", self.generation) if o.topic == self.topic}
+        while True:
             round_ = []
-            for partition, pending in sorted(queues.items()):
-                take, queues[partition] = pending[:self.blocks_per_round], pending[self.blocks_per_round:]
-                if take:
-                    round_.append((PartitionWork(self.topic, partition, [m.id for m in take],
-                                                 committed.get(partition)), take))
+            for partition, intervals in sorted(per.items()):
+                found = self._round(intervals, committed.get(partition), self.round_bytes, order,
+                                    self.blocks_per_round)
+                if found is not None:
+                    work, blocks = found
+                    round_.append((PartitionRange(self.topic, partition, work.incarnation, work.start, work.end),
+                                   blocks))
+            if not round_:
+                return
             yield round_
-            for work, take in round_:
-                committed[work.partition] = self._end(take[-1], work.partition)
-
-    def _end(self, meta: BlockMeta, partition: int) -> int:
-        return max(r.end for r in meta.kafka if r.topic == self.topic and r.partition == partition)
+            for work, _ in round_:
+                committed[work.partition] = (work.end, work.incarnation)
 
     def run(self, progress: Callable[[int, int], None] | None = None) -> ReprocessReport:
         bucket = self.config.bucket
-        spec = json.dumps({"generation": self.generation, "ingest": self.ingest.model_dump(mode="json")})
-        total = None
+        spec = json.dumps([int(time.time() * 1000), self.generation, self.ingest.model_dump(mode="json"),
+                           self.config.ingest.max_task_bytes])
+        total = 0
         for round_ in self._rounds():
             total = total or self.report.backup_blocks
-            payloads = [(json.dumps(w.__dict__), json.dumps([m.model_dump(mode="json") for m in metas]))
-                        for w, metas in round_]
+            payloads = [(json.dumps(work.__dict__), json.dumps([m.model_dump(mode="json") for m in metas]))
+                        for work, metas in round_]
             results = (self.spark.sparkContext.parallelize(payloads, len(payloads))
                        .map(lambda p: run_partition(p[0], p[1], spec, bucket)).collect())
-            blocks: list[BlockMeta] = []
-            ranges: list[OffsetRange] = []
-            for (work, _), raw in zip(round_, results, strict=True):
-                result = json.loads(raw)["result"]
-                if result is None:
-                    continue
-                metas = [BlockMeta.model_validate(m) for m in result["metas"]]
-                blocks += metas
-                ranges.append(OffsetRange(topic=self.topic, partition=work.partition, start=result["start"],
-                                          end=result["end"]))
-                self.report.records += result["records"]
-                self.report.quarantined += result["quarantined"]
-            if ranges:
-                command = CommitIngestBatch(group="partition", generation=self.generation,
-                                            batch=f"reprocess/{self.report.rounds}", ranges=ranges, blocks=blocks)
-                outcome = self.metastore.submit(command)
-                if not outcome.ok:
-                    raise IngestConflictError(f"reprocess round refused by the metastore: {outcome.message}")
-                self.report.blocks_written += len(blocks)
+            written = [w for raw in results for w in WRITTEN_LIST.validate_json(raw)]
+            command = batch_commit(written, [work for work, _ in round_], group="partition",
+                                   generation=self.generation, writer="reprocess",
+                                   batch=f"reprocess/{self.report.rounds}")
+            outcome = self.metastore.submit(command)
+            if not outcome.ok:
+                raise IngestConflictError(f"reprocess round refused by the metastore: {outcome.message}")
+            self.report.records += sum(w.records for w in written)
+            self.report.quarantined += sum(w.quarantined for w in written)
+            self.report.blocks_written += len(command.blocks)
             self.report.rounds += 1
-            done = sum(len(w.blocks) for w, _ in round_)
             if progress is not None:
-                progress(done, total or 0)
+                progress(sum(len(metas) for _, metas in round_), total)
+            log.info("reprocess round committed", extra={"round": self.report.rounds, "blocks": len(command.blocks),
+                                                         "records": sum(w.records for w in written)})
             failpoint("reprocess.after-round")
         return self.report

@@ -7,13 +7,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import pyarrow.compute as pc
 
 from shale.block import BlockMeta, read_dataset
 from shale.errors import NotFoundError
-from shale.metastore import Metastore
 from shale.objstore import BucketReader
 
 
@@ -25,14 +26,27 @@ class Location:
     block: str
     dataset: str
     level: int
+    incarnation: str = ""
+    """The topic incarnation the offset belongs to: a recreated topic reuses offsets."""
 
 
-def _all_blocks(metastore: Metastore, topic: str, group: str | None = None) -> list[BlockMeta]:
+class Lineage(Protocol):
+    """What tracing reads from the metastore."""
+
+    def tenants(self) -> list[str]: ...
+
+    def query_blocks(self, tenants: Sequence[str], start: int, end: int, selector: str = "",
+                     group: str | None = None) -> list[BlockMeta]: ...
+
+    def get_block(self, block_id: str) -> BlockMeta | None: ...
+
+
+def _all_blocks(metastore: Lineage, topic: str, group: str | None = None) -> list[BlockMeta]:
     tenants = metastore.tenants()
     return metastore.query_blocks(tenants, 0, 2**62, f'{{topic="{topic}"}}', group=group) if tenants else []
 
 
-def trace_block(metastore: Metastore, block_id: str) -> dict[str, object]:
+def trace_block(metastore: Lineage, block_id: str) -> dict[str, object]:
     meta = metastore.get_block(block_id)
     if meta is None:
         raise NotFoundError(f"no live block {block_id} in the index (compacted or deleted? see its tombstone)")
@@ -48,11 +62,12 @@ def trace_block(metastore: Metastore, block_id: str) -> dict[str, object]:
             "parser": meta.parser.model_dump() if meta.parser else None}
 
 
-def locate(metastore: Metastore, bucket: BucketReader, topic: str, partition: int, offset: int) -> list[Location]:
+def locate(metastore: Lineage, bucket: BucketReader, topic: str, partition: int, offset: int) -> list[Location]:
     """Every live block holding the record, one per group and generation (reads one column of candidates)."""
     found = []
     for meta in _all_blocks(metastore, topic):
-        if not any(r.topic == topic and r.partition == partition and r.start <= offset < r.end for r in meta.kafka):
+        holding = [r for r in meta.kafka if r.topic == topic and r.partition == partition and r.start <= offset < r.end]
+        if not holding:
             continue
         for dataset in meta.datasets:
             if dataset.topic != topic:
@@ -60,5 +75,6 @@ def locate(metastore: Metastore, bucket: BucketReader, topic: str, partition: in
             table = read_dataset(bucket, meta, dataset, columns=["partition", "offset"], whole_object=None,
                                  filters=(pc.field("partition") == partition) & (pc.field("offset") == offset))
             if table.num_rows:
-                found.append(Location(meta.group, meta.generation, meta.tenant, meta.id, dataset.name, meta.level))
-    return sorted(found, key=lambda loc: (loc.group, loc.generation))
+                found.append(Location(meta.group, meta.generation, meta.tenant, meta.id, dataset.name, meta.level,
+                                      holding[0].incarnation))
+    return sorted(found, key=lambda loc: (loc.group, loc.generation, loc.incarnation))

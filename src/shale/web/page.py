@@ -82,6 +82,19 @@ def level_chart(status: Status, width: int = 900, height: int = 220) -> str:
     return "".join(parts)
 
 
+def _iceberg(facts: dict[str, Any]) -> str:
+    """The Iceberg publisher: how far it has published, its lag and its last error."""
+    if not facts.get("enabled"):
+        return '<h2>Iceberg</h2><p class="muted" id="iceberg">not enabled (iceberg.enabled)</p>'
+    lag = float(facts.get("lag_seconds", 0.0))
+    error = facts.get("last_error", "")
+    return ('<h2>Iceberg</h2><p id="iceberg">'
+            f'published through log index <b>{facts.get("published_through", 0)}</b> of '
+            f'{facts.get("applied_index", 0)}; tables: {facts.get("tables", 0)}; lag: '
+            f'<span class="{"bad" if lag > 300 else "ok"}">{_age(lag)}</span>'
+            + (f'; <span class="bad">last error: {escape(str(error))}</span>' if error else "") + "</p>")
+
+
 def render(status: Status, refresh_s: int = 10) -> str:
     node = status.node
     leader_ok = node.get("role") in ("leader", "single") or node.get("leader")
@@ -111,10 +124,19 @@ def render(status: Status, refresh_s: int = 10) -> str:
                                     or "none") + "</p>",
             "<h2>Ingest</h2>",
             f'<p class="bad">{escape(status.kafka_error)}</p>' if status.kafka_error else "",
-            _table(["group", "generation", "topic", "partition", "committed end", "lag", "event time"],
-                   [[escape(o["group"]), o["generation"], escape(o["topic"]), o["partition"], o["committed_end"],
-                     "-" if o["lag"] is None else o["lag"], _when(o["max_event_time"])] for o in status.offsets],
-                   "offsets", left=3),
+            _table(["group", "generation", "topic", "partition", "incarnation", "committed end",
+                    "offsets without a record", "lag", "lost", "event time"],
+                   [[escape(o["group"]), o["generation"], escape(o["topic"]), o["partition"],
+                     escape(o["incarnation"][:8] or "-"), o["committed_end"], o["skipped"],
+                     escape(o["note"]) if o["note"] else ("-" if o["lag"] is None else o["lag"]),
+                     f'<span class="bad">{o["lost"]}: shale offsets acknowledge-loss</span>' if o["lost"] else 0,
+                     _when(o["max_event_time"])] for o in status.offsets],
+                   "offsets", left=4),
+            "<p>acknowledged losses: " + (", ".join(
+                f'{escape(x["group"])} {escape(x["topic"])}[{x["partition"]}] [{x["start"]},{x["end"]}) '
+                f'({escape(x["reason"])})' for x in status.losses) or "none") + "; past topic incarnations: " + (
+                ", ".join(f'{escape(i["topic"])}[{i["partition"]}] {escape(i["incarnation"][:8])} ended at '
+                          f'{i["committed_end"]}' for i in status.incarnations) or "none") + "</p>",
             "<h2>Completeness ledger</h2><p class=\"muted\">a day is complete when every partition's committed "
             "event time has passed its end (shale ledger --topic T)</p>",
             _table(["topic", "generation", "partitions", "complete up to"],
@@ -124,5 +146,5 @@ def render(status: Status, refresh_s: int = 10) -> str:
             f"<p>dead letter queue: <b>{status.dlq_depth}</b> commands; pending deletions: <b>{status.tombstones}"
             f"</b> (oldest {_age(status.oldest_tombstone_s) if status.tombstones else '-'}); partial blocks: "
             + (", ".join(f"{escape(t)}: {n}" for t, n in sorted(status.partial_blocks.items())) or "none")
-            + "</p></body></html>"]
+            + "</p>", _iceberg(status.iceberg), "</body></html>"]
     return "".join(html)

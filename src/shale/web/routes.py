@@ -18,16 +18,17 @@ from shale.web.status import collect
 
 
 def mount(app: FastAPI, service: MetastoreService, bucket: BucketReader, config: ShaleConfig,
-          partial_blocks: Callable[[], dict[str, int]] = dict) -> None:
+          partial_blocks: Callable[[], dict[str, int]] = dict,
+          iceberg: Callable[[], dict[str, Any]] = dict) -> None:
     @app.get("/", include_in_schema=False)
     def root() -> RedirectResponse:
         return RedirectResponse("/ui")
 
     @app.get("/ui", response_class=HTMLResponse)
     async def ui() -> str:
-        status = await run_in_threadpool(collect, service, bucket, config, partial_blocks())
+        status = await run_in_threadpool(collect, service, bucket, config, partial_blocks(), iceberg())
         return render(status)
 
     @app.get("/v1/ui/status")
     async def ui_status() -> dict[str, Any]:
-        return asdict(await run_in_threadpool(collect, service, bucket, config, partial_blocks()))
+        return asdict(await run_in_threadpool(collect, service, bucket, config, partial_blocks(), iceberg()))

@@ -10,10 +10,12 @@ from tests.factories import BASE_MS, backup_table, write_backup_block
 
 from shale.block import (
     BlockFetcher,
+    BlockMeta,
     BlockSpec,
     BlockState,
     Cleaner,
     DatasetInput,
+    MetastoreView,
     block_file_key,
     deterministic_block_id,
     meta_key,
@@ -197,7 +199,8 @@ def test_protected_blocks_are_never_marked_or_deleted(bucket: ObstoreBucket, clo
     block = deterministic_block_id(_now_ms(), "protected")
     bucket.put(block_file_key("acme", block, "records-0.parquet"), b"data")
     clock.advance(SYNC + DELETE)
-    report = Cleaner(bucket, _fetcher(bucket, clock), DELETE, clock=clock).run("acme", protected={block})
+    report = Cleaner(bucket, _fetcher(bucket, clock), DELETE, clock=clock).run(
+        "acme", metastore=lambda: MetastoreView(frozenset({block})))
     assert report.actions == []
     assert report.protected == [block]
     assert bucket.get(block_file_key("acme", block, "records-0.parquet")) == b"data"
@@ -216,10 +219,50 @@ def test_an_unindexed_copy_of_a_compaction_is_marked_whatever_its_id(bucket: Obs
     clock.advance(SYNC)
     for committed, lost in (outputs, outputs[::-1]):
         report = Cleaner(bucket, _fetcher(bucket, clock), DELETE, clock=clock).plan(
-            _fetcher(bucket, clock).sync("acme"), protected={committed})
+            _fetcher(bucket, clock).sync("acme"), MetastoreView(frozenset({committed})))
         marked = {act.block_id for act in report.actions if act.kind == "mark"}
         assert lost in marked
         assert committed not in marked
+
+
+def _uncommitted_compaction(bucket: ObstoreBucket) -> tuple[BlockMeta, BlockMeta, BlockMeta]:
+    """Two committed level-0 blocks and a compaction output of both that was never committed."""
+    a = write_backup_block(bucket, "acme", "app", 0, 0, 10)
+    b = write_backup_block(bucket, "acme", "app", 0, 10, 10)
+    out = write_block(bucket, BlockSpec(id=deterministic_block_id(BASE_MS, "ab/uncommitted"), tenant="acme",
+                                        group="backup", level=1, sources=[a.id, b.id], parents=[a.id, b.id]),
+                      [DatasetInput("records", "app", backup_table("app", 0, 0, 20), "timestamp")])
+    return a, b, out
+
+
+def test_without_the_metastore_overlap_marks_are_refused_unless_forced(bucket: ObstoreBucket, clock: Clock) -> None:
+    # Nobody knows which copy is committed: here the superset is the uncommitted one, and marking its sources
+    # would delete the only committed copy of their records.
+    a, b, _ = _uncommitted_compaction(bucket)
+    partial = deterministic_block_id(_now_ms(), "partial")
+    bucket.put(block_file_key("acme", partial, "records-0.parquet"), b"x")
+    clock.advance(SYNC)
+    cleaner = Cleaner(bucket, _fetcher(bucket, clock), DELETE, clock=clock)
+    report = cleaner.run("acme")
+    assert [(act.kind, act.block_id) for act in report.actions] == [("mark", partial)]
+    assert {act.block_id for act in report.refused} == {a.id, b.id}
+    assert all("without the metastore" in act.reason for act in report.refused)
+    assert _states(_fetcher(bucket, clock))[a.id] is BlockState.HEALTHY_OVERLAPPED  # not marked
+    forced = cleaner.plan(_fetcher(bucket, clock).sync("acme"), force=True)
+    assert {act.block_id for act in forced.actions if act.kind == "mark"} == {a.id, b.id}
+
+
+def test_with_the_metastore_indexed_blocks_are_never_marked(bucket: ObstoreBucket, clock: Clock) -> None:
+    a, b, out = _uncommitted_compaction(bucket)
+    clock.advance(SYNC)
+    cleaner = Cleaner(bucket, _fetcher(bucket, clock), DELETE, clock=clock)
+    report = cleaner.run("acme", metastore=lambda: MetastoreView(frozenset({a.id, b.id})))
+    assert report.actions == []
+    assert report.refused == []
+    assert report.protected == sorted([a.id, b.id])
+    judged = cleaner.run("acme", metastore=lambda: MetastoreView(frozenset({a.id, b.id}),
+                                                                 unclaimed=lambda m: "no job" if m.level else None))
+    assert [(act.block_id, act.reason) for act in judged.actions] == [(out.id, "no job")]
 
 
 def test_delayed_visibility_never_makes_a_fresh_block_partial_or_missing_too_early(clock: Clock) -> None:

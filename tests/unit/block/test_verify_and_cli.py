@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 from tests.factories import BASE_MS, backup_table, write_backup_block
@@ -20,6 +21,8 @@ from shale.block import (
 )
 from shale.block.verify import verify_tenant
 from shale.cli import cli
+from shale.metastore import AddBlocks, encode
+from shale.metastore.fsm import Entry, StateMachine
 from shale.objstore import ObstoreBucket, open_bucket_url
 
 
@@ -35,7 +38,8 @@ def bucket(root: Path) -> ObstoreBucket:
 
 def _run(root: Path, *args: str) -> tuple[int, str]:
     result = CliRunner().invoke(cli, ["--set", f"bucket.url=file://{root}", "--set", "block.sync_delay=0",
-                                      "--set", "block.delete_delay=0", *args])
+                                      "--set", "block.delete_delay=0",
+                                      "--set", f"metastore.data_dir={root.parent / 'metastore'}", *args])
     return result.exit_code, result.output
 
 
@@ -81,7 +85,8 @@ def test_ls_inspect_mark_delete_and_cleanup(root: Path, bucket: ObstoreBucket) -
     assert json.loads(out)["id"] == meta.id
     assert json.loads(out)["state"] == "healthy"
     code, out = _run(root, "bucket", "inspect", "acme", meta.id)
-    assert json.loads(out)["meta"]["kafka"] == [{"topic": "app", "partition": 0, "start": 0, "end": 10}]
+    assert json.loads(out)["meta"]["kafka"] == [{"topic": "app", "partition": 0, "start": 0, "end": 10,
+                                                 "incarnation": ""}]
     code, out = _run(root, "bucket", "mark-delete", "acme", meta.id, "--reason", "test")
     assert code == 0, out
     code, out = _run(root, "bucket", "cleanup", "--tenant", "acme", "--dry-run")
@@ -99,3 +104,55 @@ def test_bad_tenant_and_block_names_are_clear_errors(root: Path) -> None:
     code, out = _run(root, "bucket", "inspect", "acme", "nope")
     assert code == 1
     assert "'nope' is not a block id" in out
+
+
+def test_cleanup_asks_the_metastore_and_refuses_overlap_marks_without_it(root: Path, bucket: ObstoreBucket) -> None:
+    a = write_backup_block(bucket, "acme", "app", 0, 0, 10)
+    b = write_backup_block(bucket, "acme", "app", 0, 10, 10)
+    merged = write_block(bucket, BlockSpec(id=deterministic_block_id(BASE_MS, "ab"), tenant="acme", group="backup",
+                                           level=1, sources=[a.id, b.id], parents=[a.id, b.id]),
+                         [DatasetInput("records", "app", backup_table("app", 0, 0, 20), "timestamp")])
+    # No metastore state: the overlapped sources are not marked, and the output says why.
+    code, out = _run(root, "bucket", "cleanup")
+    assert code == 0, out
+    assert "metastore not reachable" in out
+    assert f"refused to mark acme/{a.id}: overlapped by {merged.id}" in out
+    assert "mark acme/" not in out.replace("refused to mark", "")
+    # The embedded metastore indexes the sources (the merge was never committed): they are kept.
+    state = StateMachine(root.parent / "metastore" / "state.db")
+    assert state.apply(Entry(1, 1, BASE_MS), encode(AddBlocks(blocks=[a, b]))).ok
+    state.close()
+    code, out = _run(root, "bucket", "cleanup")
+    assert code == 0, out
+    assert f"kept acme/{a.id}: the metastore indexes it" in out
+    assert "refused" not in out
+    assert BlockFetcher(bucket, 0).sync("acme").blocks[a.id].mark is None
+    # --force without the metastore marks them (what the operator asked for).
+    (root.parent / "metastore" / "state.db").rename(root.parent / "moved.db")
+    code, out = _run(root, "bucket", "cleanup", "--force")
+    assert f"mark acme/{a.id}: overlapped by {merged.id}" in out
+
+
+def test_blocks_that_share_a_range_but_no_record_are_not_overlaps(bucket: ObstoreBucket) -> None:
+    """A records block and a quarantine block of one chunk, and blocks of two days of one chunk, share their Kafka
+    range and no record; a block holding records another holds is an overlap, found by comparing records."""
+    from shale.block.fetcher import BlockFetcher
+
+    table = backup_table("app", 0, 0, 10)
+    kafka = [KafkaRange(topic="app", partition=0, start=0, end=10)]
+    records = write_block(bucket, BlockSpec(id=deterministic_block_id(BASE_MS, "r"), tenant="acme", group="backup",
+                                            kafka=kafka),
+                          [DatasetInput("records", "app", table.slice(0, 7), "timestamp")])
+    write_block(bucket, BlockSpec(id=deterministic_block_id(BASE_MS, "q"), tenant="acme", group="backup", kafka=kafka),
+                [DatasetInput("quarantine", "app", table.slice(7, 3).append_column("reason", pa.array(["x"] * 3))
+                              .append_column("parser", pa.array(["-"] * 3)), "timestamp")])
+    fetcher = BlockFetcher(bucket, 0)
+    assert verify_tenant(bucket, fetcher.sync("acme")).ok
+    write_block(bucket, BlockSpec(id=deterministic_block_id(BASE_MS, "again"), tenant="acme", group="backup",
+                                  kafka=[KafkaRange(topic="app", partition=0, start=5, end=7)]),
+                [DatasetInput("records", "app", table.slice(5, 2), "timestamp")])
+    report = verify_tenant(bucket, fetcher.sync("acme"))
+    overlaps = [p for p in report.problems if p.kind == "kafka-overlap"]
+    assert len(overlaps) == 1
+    assert "2 records" in overlaps[0].detail
+    assert records.id in overlaps[0].detail

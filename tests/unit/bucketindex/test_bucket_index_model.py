@@ -94,7 +94,7 @@ def test_the_public_surface_is_what_all_claims() -> None:
         value = getattr(bucketindex, name)
         if callable(value):
             assert value.__doc__, f"{name} has no docstring"
-    assert {"BucketIndex", "BucketIndexReader", "MetastoreIndexWriter", "DeltaWriter", "IndexSource",
+    assert {"BucketIndex", "BucketIndexReader", "BucketIndexWriter", "DeltaWriter", "IndexSource",
             "StaleIndexError", "scan_index", "write_scanned_index"} <= set(bucketindex.__all__)
 
 

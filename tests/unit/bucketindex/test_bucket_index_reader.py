@@ -12,9 +12,9 @@ from shale.block import BlockMeta, bucket_index_key
 from shale.bucketindex import (
     BucketIndex,
     BucketIndexReader,
+    BucketIndexWriter,
     DeltaWriter,
     IndexedMark,
-    MetastoreIndexWriter,
     StaleIndexError,
     publish,
     read_index,
@@ -146,7 +146,7 @@ def test_stale_tolerant_mode_catches_up_through_deltas(bucket: ObstoreBucket, te
     old, marked, gone = block(tenant, 1), block(tenant, 2), block(tenant, 3)
     source = FakeSource()
     source.set(tenant, [old, marked, gone])
-    writer = MetastoreIndexWriter(bucket, source, config(debounce=0), clock)
+    writer = BucketIndexWriter(bucket, source, config(debounce=0), clock)
     assert writer.run_once() == [tenant]
     reader = BucketIndexReader(bucket, config(max_stale_period=STALE), clock)
     assert _ids(reader.blocks(tenant)) == sorted([old.id, marked.id, gone.id])

@@ -11,7 +11,7 @@ import pytest
 from tests.unit.bucketindex.helpers import T0, Clock, FakeSource, HookBucket, block, config, sample, tombstone
 
 from shale.block import bucket_index_key
-from shale.bucketindex import BucketIndex, DeltaWriter, MetastoreIndexWriter, publish, read_index
+from shale.bucketindex import BucketIndex, BucketIndexWriter, DeltaWriter, publish, read_index
 from shale.bucketindex.deltas import list_deltas
 from shale.errors import ConflictError, CorruptObjectError
 from shale.metastore import AddBlocks, MetastoreService, ReplaceBlocks, SingleNodeLog, StateMachine
@@ -40,7 +40,7 @@ def _stored(bucket: ObstoreBucket, tenant: str) -> BucketIndex:
 
 def test_writes_after_the_debounce_counted_from_the_first_change(bucket: ObstoreBucket, tenant: str) -> None:
     clock, source = Clock(), FakeSource()
-    writer = MetastoreIndexWriter(bucket, source, config(debounce=5), clock)
+    writer = BucketIndexWriter(bucket, source, config(debounce=5), clock)
     source.set(tenant, [block(tenant, 1)])
     assert writer.run_once() == []
     assert read_index(bucket, tenant) is None
@@ -60,7 +60,7 @@ def test_writes_after_the_debounce_counted_from_the_first_change(bucket: Obstore
 
 def test_rewrites_an_unchanged_index_every_rewrite_interval(bucket: ObstoreBucket, tenant: str) -> None:
     clock, source = Clock(), FakeSource()
-    writer = MetastoreIndexWriter(bucket, source, config(debounce=0, rewrite_interval=300), clock)
+    writer = BucketIndexWriter(bucket, source, config(debounce=0, rewrite_interval=300), clock)
     source.set(tenant, [block(tenant, 1)])
     assert writer.run_once() == [tenant]
     clock.advance(299)
@@ -78,7 +78,7 @@ def test_tombstones_become_deletion_marks(bucket: ObstoreBucket, tenant: str) ->
     a, b = block(tenant, 1), block(tenant, 2)
     source = FakeSource()
     source.set(tenant, [b], [tombstone(a, int(T0 * 1000) - 1500, "retention")])
-    MetastoreIndexWriter(bucket, source, config(debounce=0), Clock()).run_once()
+    BucketIndexWriter(bucket, source, config(debounce=0), Clock()).run_once()
     index = _stored(bucket, tenant)
     assert index.block_ids() == {b.id}
     assert [(m.id, m.deletion_time, m.reason) for m in index.deletion_marks] == [(a.id, T0 - 1.5, "retention")]
@@ -91,7 +91,7 @@ def test_a_failed_tenant_is_counted_and_retried_and_others_still_written(tmp_pat
     source = FakeSource()
     source.set(tenant, [block(tenant, 1)])
     source.set(other, [block(other, 1)])
-    writer = MetastoreIndexWriter(faulty, source, config(debounce=0), Clock())
+    writer = BucketIndexWriter(faulty, source, config(debounce=0), Clock())
     assert writer.run_once() == [other]
     assert sample("shale_bucket_index_writes_total", tenant=tenant, outcome="failed") == 1
     assert writer.run_once() == [tenant]
@@ -102,7 +102,7 @@ def test_writes_from_a_real_metastore_state(tmp_path: Path, bucket: ObstoreBucke
     state = StateMachine(tmp_path / "state.db")
     service = MetastoreService(state, SingleNodeLog(state))
     clock = Clock()
-    writer = MetastoreIndexWriter(bucket, state.reader, config(debounce=0), clock)
+    writer = BucketIndexWriter(bucket, state.reader, config(debounce=0), clock)
     a, b, c = block(tenant, 1), block(tenant, 2), block(tenant, 3)
     service.submit(AddBlocks(blocks=[a, b, c])).raise_for_rejection()
     assert writer.run_once() == [tenant]
@@ -132,7 +132,7 @@ def test_folds_deltas_the_source_holds_and_deletes_them(bucket: ObstoreBucket, t
     young = producer.write(tenant, added=[late])  # 10 s old when the writer runs: inside the margin
     clock.advance(10)
     source.set(tenant, [a, b, late])
-    writer = MetastoreIndexWriter(bucket, source, config(debounce=0), clock, delta_margin=60)
+    writer = BucketIndexWriter(bucket, source, config(debounce=0), clock, delta_margin=60)
     assert writer.run_once() == [tenant]
     assert _stored(bucket, tenant).watermark == second
     assert writer.last_writes[0].deleted_deltas == 2
@@ -150,7 +150,7 @@ def test_an_unreflected_delta_holds_the_watermark_until_the_limit(bucket: Obstor
     after = producer.write(tenant, added=[a])
     clock.advance(200)
     source.set(tenant, [a])
-    writer = MetastoreIndexWriter(bucket, source, config(debounce=0), clock, delta_margin=60,
+    writer = BucketIndexWriter(bucket, source, config(debounce=0), clock, delta_margin=60,
                                   unreflected_delta_limit=600)
     writer.run_once()
     assert _stored(bucket, tenant).watermark == ""
@@ -168,20 +168,20 @@ def test_deltas_off_lists_nothing(tenant: str) -> None:
     source = FakeSource()
     source.set(tenant, [block(tenant, 1)])
     bucket.calls.reset()
-    MetastoreIndexWriter(bucket, source, config(debounce=0, deltas=False), Clock()).run_once()
+    BucketIndexWriter(bucket, source, config(debounce=0, deltas=False), Clock()).run_once()
     assert bucket.calls.snapshot()["list"] == 0
     assert len(list_deltas(bucket, tenant)) == 1
 
 
 def _race(bucket: ObstoreBucket, tenant: str, first: list[int], second: list[int], a_view: list[int],
-          b_view: list[int]) -> tuple[MetastoreIndexWriter, BucketIndex]:
+          b_view: list[int]) -> tuple[BucketIndexWriter, BucketIndex]:
     """Writers A and B over different sources; B writes just before A's conditional write reaches the store."""
     hooked = HookBucket(bucket)
     a_source, b_source = FakeSource(), FakeSource()
     a_source.set(tenant, [block(tenant, n) for n in first])
     b_source.set(tenant, [block(tenant, n) for n in second])
-    a = MetastoreIndexWriter(hooked, a_source, config(debounce=0), Clock())
-    b = MetastoreIndexWriter(bucket, b_source, config(debounce=0), Clock())
+    a = BucketIndexWriter(hooked, a_source, config(debounce=0), Clock())
+    b = BucketIndexWriter(bucket, b_source, config(debounce=0), Clock())
     b.run_once()
     a.run_once()  # both have written once; A now trusts the version it wrote as its base
     a_source.set(tenant, [block(tenant, n) for n in a_view])
@@ -205,8 +205,8 @@ def test_a_conflict_on_the_first_write_is_merged(bucket: ObstoreBucket, tenant: 
     a_source, b_source = FakeSource(), FakeSource()
     a_source.set(tenant, [block(tenant, 1)])
     b_source.set(tenant, [block(tenant, 2)])
-    a = MetastoreIndexWriter(hooked, a_source, config(debounce=0), Clock())
-    b = MetastoreIndexWriter(bucket, b_source, config(debounce=0), Clock())
+    a = BucketIndexWriter(hooked, a_source, config(debounce=0), Clock())
+    b = BucketIndexWriter(bucket, b_source, config(debounce=0), Clock())
     hooked.hook = b.run_once  # A found no index; B creates one before A's put-if-absent
     assert a.run_once() == [tenant]
     assert a.last_writes[0].conflicts == 1
@@ -216,7 +216,7 @@ def test_a_conflict_on_the_first_write_is_merged(bucket: ObstoreBucket, tenant: 
 def test_conflicts_on_every_attempt_give_up_with_a_clear_error(bucket: ObstoreBucket, tenant: str) -> None:
     hooked = HookBucket(bucket)
     rival = FakeSource()
-    rival_writer = MetastoreIndexWriter(bucket, rival, config(debounce=0), Clock())
+    rival_writer = BucketIndexWriter(bucket, rival, config(debounce=0), Clock())
 
     def interfere() -> None:
         rival.set(tenant, [block(tenant, rival.versions.get(tenant, 0) + 10)])
@@ -232,12 +232,12 @@ def test_a_malformed_index_is_replaced_but_a_newer_version_is_left_alone(bucket:
     source = FakeSource()
     source.set(tenant, [block(tenant, 1)])
     bucket.put(bucket_index_key(tenant), b"garbage")
-    assert MetastoreIndexWriter(bucket, source, config(debounce=0), Clock()).run_once() == [tenant]
+    assert BucketIndexWriter(bucket, source, config(debounce=0), Clock()).run_once() == [tenant]
     assert _stored(bucket, tenant).block_ids() == {block(tenant, 1).id}
 
     newer = gzip.compress(b'{"version": 2, "tenant": "%s", "updated_at": 1}' % tenant.encode())
     bucket.put(bucket_index_key(tenant), newer)
-    writer = MetastoreIndexWriter(bucket, source, config(debounce=0), Clock())
+    writer = BucketIndexWriter(bucket, source, config(debounce=0), Clock())
     assert writer.run_once() == []
     assert sample("shale_bucket_index_writes_total", tenant=tenant, outcome="failed") == 1
     assert bucket.get(bucket_index_key(tenant)) == newer
@@ -251,7 +251,7 @@ def test_the_age_keeps_growing_while_writes_fail(tenant: str) -> None:
     faulty = FaultyBucket(inner)
     clock, source = Clock(), FakeSource()
     source.set(tenant, [block(tenant, 1)])
-    writer = MetastoreIndexWriter(faulty, source, config(debounce=0, rewrite_interval=300), clock)
+    writer = BucketIndexWriter(faulty, source, config(debounce=0, rewrite_interval=300), clock)
     assert writer.run_once() == [tenant]
     faulty.faults.append(Fault("put", key=f"^{tenant}/bucket-index", times=100))
     clock.advance(400)
@@ -272,7 +272,7 @@ def test_a_failed_delta_delete_is_retried_by_the_next_write(tenant: str) -> None
     clock, source = Clock(), FakeSource()
     folded = DeltaWriter(inner, Clock(T0 - 120)).write(tenant, added=[block(tenant, 1)])
     source.set(tenant, [block(tenant, 1)])
-    writer = MetastoreIndexWriter(faulty, source, config(debounce=0), clock)
+    writer = BucketIndexWriter(faulty, source, config(debounce=0), clock)
     assert writer.run_once() == [tenant], "a failed cleanup does not fail the write"
     assert _stored(inner, tenant).watermark == folded
     assert [i.key for i in list_deltas(inner, tenant)] == [folded]

@@ -8,7 +8,7 @@ import pytest
 from tests.factories import BASE_MS
 from tests.unit.metastore.helpers import meta
 
-from shale.errors import InvalidNameError
+from shale.errors import InvalidNameError, QueryTimeoutError
 from shale.index import parse_matchers
 from shale.metastore.commands import AddBlocks, encode
 from shale.metastore.fsm import Entry, StateMachine
@@ -77,3 +77,24 @@ def test_matcher_strings_round_trip() -> None:
     matchers = parse_matchers(r'{msg="say \"hi\"", a!~"x|y"}')
     assert [str(m) for m in matchers] == [r'msg="say \"hi\""', 'a!~"x|y"']
     assert matchers[0].value == 'say "hi"'
+
+
+def test_regexes_are_re2_with_prometheus_semantics() -> None:
+    (m,) = parse_matchers('{message=~"(a+)+$"}')
+    long_value = "a" * 200_000 + "b"  # catastrophic for a backtracking engine; linear for RE2
+    assert not m.matches({"message": long_value})
+    assert m.matches({"message": "a" * 200_000})
+    (dot,) = parse_matchers('{m=~"x.y"}')
+    assert dot.matches({"m": "x\ny"})  # as in Prometheus 3, . matches a newline
+    assert not dot.matches({"m": "ax\ny"})  # fully anchored
+    with pytest.raises(InvalidNameError, match="RE2"):
+        parse_matchers('{a=~"(?=x)x"}')  # lookarounds are not RE2 (nor Prometheus)
+
+
+def test_a_query_past_its_deadline_stops_with_a_clear_error(sm: StateMachine) -> None:
+    with pytest.raises(QueryTimeoutError, match=r"metastore\.query_timeout"):
+        sm.reader.query_blocks(["acme"], BASE_MS, BASE_MS + 100 * H, timeout=0.0)
+    with pytest.raises(QueryTimeoutError):
+        sm.reader.label_values("level", ["acme"], BASE_MS, BASE_MS + 100 * H, timeout=0.0)
+    # The connection is usable afterwards, and a generous deadline changes nothing.
+    assert len(sm.reader.query_blocks(["acme"], BASE_MS, BASE_MS + 100 * H, timeout=60)) == 4

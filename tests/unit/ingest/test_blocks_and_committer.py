@@ -1,4 +1,4 @@
-"""One partition's records into blocks (trim, ranges, partition values, quarantine, tenants, determinism),
+"""One chunk of a partition's records into blocks (ranges, partition values, quarantine, tenants, determinism),
 and the driver's committer with its dead letter queue."""
 
 from __future__ import annotations
@@ -9,15 +9,17 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from tests.factories import backup_table
+from tests.factories import BASE_MS, backup_table
 
 from shale.block import read_dataset
 from shale.config import BucketConfig, IngestConfig, ParserRule, TenantRule
 from shale.errors import ConfigError, MetastoreUnavailableError
-from shale.ingest.blocks import GroupSpec, write_partition
+from shale.index import OffsetRow
+from shale.ingest.blocks import Chunk, GroupSpec, write_chunk
 from shale.ingest.committer import Committer, IngestConflictError
 from shale.ingest.tenants import TenantMapper
 from shale.metastore import (
+    Command,
     CommitIngestBatch,
     DeadLetterQueue,
     MetastoreService,
@@ -46,48 +48,53 @@ def bucket_config() -> BucketConfig:
     return BucketConfig(url=f"memory://ingest-{uuid.uuid4().hex}")
 
 
+READ_MS = BASE_MS + 7 * 86_400_000  # a week after the records' times
+
+
+def _chunk(start: int = 0, end: int = 10, incarnation: str = "") -> Chunk:
+    return Chunk("app", 0, incarnation, start, end, READ_MS)
+
+
 def test_backup_block_holds_every_record_verbatim(bucket_config: BucketConfig) -> None:
     bucket = open_bucket(bucket_config)
     table = _table()
-    result = write_partition(GroupSpec("backup", 1, bucket_config, IngestConfig()), bucket, table, None)
-    assert result is not None
+    result = write_chunk(GroupSpec("backup", 1, bucket_config, IngestConfig()), bucket, table, _chunk())
     assert (result.start, result.end, result.records, result.quarantined) == (0, 10, 10, 0)
-    (meta,) = result.metas
+    (meta,) = result.blocks
     assert meta.tenant == "default"
+    assert meta.time_ms == READ_MS  # the read time, not a record's time
     assert read_dataset(bucket, meta, "records/app").equals(table)
 
 
-def test_committed_offsets_are_skipped_and_ids_are_deterministic(bucket_config: BucketConfig) -> None:
+def test_ids_are_deterministic_per_chunk_and_incarnation(bucket_config: BucketConfig) -> None:
     bucket = open_bucket(bucket_config)
     spec = GroupSpec("backup", 1, bucket_config, IngestConfig())
-    first = write_partition(spec, bucket, _table(), 4)
-    again = write_partition(spec, bucket, _table(), 4)
-    assert first is not None
-    assert again is not None
-    assert (first.start, first.end, first.records) == (4, 10, 6)
-    assert [m.id for m in first.metas] == [m.id for m in again.metas]
-    assert write_partition(spec, bucket, _table(), 10) is None  # everything committed already
+    first = write_chunk(spec, bucket, _table(), _chunk())
+    again = write_chunk(spec, bucket, _table(), _chunk())
+    assert [m.id for m in first.blocks] == [m.id for m in again.blocks]
+    other = write_chunk(spec, bucket, _table(), _chunk(incarnation="AAAAAAAAAAAAAAAAAAAAAA"))
+    assert [m.id for m in other.blocks] != [m.id for m in first.blocks]  # a recreated topic never collides
+    assert other.blocks[0].kafka[0].incarnation == "AAAAAAAAAAAAAAAAAAAAAA"
 
 
-def test_a_batch_that_starts_past_the_committed_end_keeps_its_gap_visible(bucket_config: BucketConfig) -> None:
+def test_a_chunk_covers_its_whole_range_even_past_its_last_record(bucket_config: BucketConfig) -> None:
+    """Offsets without a record (a transaction's commit marker, an aborted record) at the end of the range are
+    committed with the chunk, so the blocks of a batch tile the offsets it read."""
     bucket = open_bucket(bucket_config)
-    table = _table(start=20)
-    strict = write_partition(GroupSpec("backup", 1, bucket_config, IngestConfig()), bucket, table, 15)
-    assert strict is not None
-    assert strict.start == 20  # the commit will be rejected as a gap [15, 20)
-    relaxed = write_partition(GroupSpec("backup", 1, bucket_config, IngestConfig(allow_offset_gaps=True)), bucket,
-                              table, 15)
-    assert relaxed is not None
-    assert relaxed.start == 15
+    spec = GroupSpec("backup", 1, bucket_config, IngestConfig())
+    result = write_chunk(spec, bucket, _table(start=20, count=5), _chunk(15, 31))
+    assert [(r.start, r.end) for r in result.blocks[0].kafka] == [(15, 31)]
+    empty = write_chunk(spec, bucket, _table(count=0), _chunk(31, 33))
+    (meta,) = empty.blocks
+    assert (meta.datasets, meta.kafka[0].start, meta.kafka[0].end, empty.records) == ([], 31, 33, 0)
 
 
 def test_partition_group_splits_by_day_and_quarantines_rejects(bucket_config: BucketConfig) -> None:
     bucket = open_bucket(bucket_config)
     spec = GroupSpec("partition", 1, bucket_config, IngestConfig(parsers=[JSON_PARSER]))
-    result = write_partition(spec, bucket, _table(9, bad=(1, 4)), None)
-    assert result is not None
+    result = write_chunk(spec, bucket, _table(9, bad=(1, 4)), _chunk(0, 9))
     assert result.quarantined == 2
-    by_pv = {json.dumps(m.partition_values): m for m in result.metas}
+    by_pv = {json.dumps(m.partition_values): m for m in result.blocks}
     assert sorted(by_pv) == ['{"dt": "2026-11-18"}', '{"dt": "2026-11-19"}', '{"dt": "2026-11-20"}', "{}"]
     quarantine = by_pv["{}"]
     rows = read_dataset(bucket, quarantine, "quarantine/app").to_pylist()
@@ -99,8 +106,8 @@ def test_partition_group_splits_by_day_and_quarantines_rejects(bucket_config: Bu
         (("dt", "2026-11-18"), ("msg", "x"), ("topic", "app")), (("dt", "2026-11-18"), ("msg", "y"), ("topic", "app"))]
     assert day.parser is not None
     assert day.parser.name == "json"
-    assert all(m.kafka[0].start == 0 and m.kafka[0].end == 9 for m in result.metas)
-    stored = sum(m.rows for m in result.metas)
+    assert all(m.kafka[0].start == 0 and m.kafka[0].end == 9 for m in result.blocks)
+    stored = sum(m.rows for m in result.blocks)
     assert stored == 9  # every record exactly once: parsed or quarantined
 
 
@@ -109,10 +116,9 @@ def test_topics_without_a_parser_are_quarantined_not_dropped(bucket_config: Buck
     spec = GroupSpec("partition", 1, bucket_config, IngestConfig(parsers=[ParserRule(topic_pattern="other",
                                                                                       parser="json",
                                                                                       options={"time_field": "n"})]))
-    result = write_partition(spec, bucket, _table(3), None)
-    assert result is not None
+    result = write_chunk(spec, bucket, _table(3), _chunk(0, 3))
     assert result.quarantined == 3
-    rows = read_dataset(bucket, result.metas[0], "quarantine/app").to_pylist()
+    rows = read_dataset(bucket, result.blocks[0], "quarantine/app").to_pylist()
     assert "no parser is configured for topic 'app'" in rows[0]["reason"]
 
 
@@ -120,17 +126,21 @@ def test_tenants_from_rules_and_headers() -> None:
     mapper = TenantMapper.from_config(IngestConfig(tenants=[
         TenantRule(topic_pattern=r"(?P<team>[a-z]+)\.logs", tenant="{team}"),
         TenantRule(topic_pattern="audit", tenant="security")], tenant_header="tenant"))
-    assert mapper.for_topic("billing.logs") == "billing"
-    assert mapper.for_topic("audit") == "security"
-    assert mapper.for_topic("misc") == "default"
+    assert mapper.for_topic("billing.logs") == ("billing", None)
+    assert mapper.for_topic("audit") == ("security", None)
+    assert mapper.for_topic("misc") == ("default", None)
     assert mapper.for_header(b"acme") == ("acme", None)
     tenant, problem = mapper.for_header(b"../etc")
     assert tenant is None
     assert problem is not None
     assert "invalid tenant" in problem
     bad = TenantMapper.from_config(IngestConfig(tenants=[TenantRule(topic_pattern=".*", tenant="{nope}")]))
-    with pytest.raises(ConfigError, match="gives no valid tenant"):
-        bad.for_topic("x")
+    tenant, problem = bad.for_topic("x")
+    assert tenant == "default"
+    assert problem is not None
+    assert "gives no valid tenant" in problem
+    with pytest.raises(ConfigError, match="default_tenant"):
+        TenantMapper.from_config(IngestConfig(default_tenant="Bad"))
 
 
 def test_records_with_an_invalid_tenant_header_are_quarantined(bucket_config: BucketConfig) -> None:
@@ -140,29 +150,30 @@ def test_records_with_an_invalid_tenant_header_are_quarantined(bucket_config: Bu
     table = table.set_column(table.schema.get_field_index("headers"), "headers",
                              pa.array(headers, table.schema.field("headers").type))
     spec = GroupSpec("backup", 1, bucket_config, IngestConfig(tenant_header="tenant"))
-    result = write_partition(spec, bucket, table, None)
-    assert result is not None
-    assert sorted((m.tenant, m.datasets[0].kind, m.rows) for m in result.metas) == [
+    result = write_chunk(spec, bucket, table, _chunk(0, 3))
+    assert sorted((m.tenant, m.datasets[0].kind, m.rows) for m in result.blocks) == [
         ("acme", "records", 1), ("default", "quarantine", 1), ("default", "records", 1)]
 
 
 class FlakyMetastore:
-    """An embedded metastore that can be switched off (as if unreachable)."""
+    """An embedded metastore that can be switched off (as if unreachable): the committer's ``CommitTarget``."""
 
     def __init__(self, path: Path) -> None:
         state = StateMachine(path)
         self.inner = MetastoreService(state, SingleNodeLog(state))
         self.up = True
 
-    def __getattr__(self, name: str) -> object:
+    def _check(self) -> None:
         if not self.up:
             raise MetastoreUnavailableError("down")
-        return getattr(self.inner, name)
 
-    def submit_bytes(self, data: bytes) -> Result:
-        if not self.up:
-            raise MetastoreUnavailableError("down")
-        return self.inner.submit_bytes(data)
+    def submit(self, command: Command) -> Result:
+        self._check()
+        return self.inner.submit(command)
+
+    def offsets(self, group: str | None = None, generation: int | None = None) -> list[OffsetRow]:
+        self._check()
+        return self.inner.offsets(group, generation)
 
 
 def _batch(start: int, end: int) -> CommitIngestBatch:
@@ -173,13 +184,13 @@ def _batch(start: int, end: int) -> CommitIngestBatch:
 def test_committer_falls_back_to_the_dlq_in_order_and_drains_it(tmp_path: Path) -> None:
     metastore = FlakyMetastore(tmp_path / "s.db")
     dlq = DeadLetterQueue(open_bucket(BucketConfig(url=f"memory://dlq-{uuid.uuid4().hex}")))
-    committer = Committer(metastore, dlq, "backup", 1)  # type: ignore[arg-type]
+    committer = Committer(metastore, dlq, "backup", 1)
     assert committer.load() == {}
     assert committer.commit(_batch(0, 10)) == "committed"
     metastore.up = False
     assert committer.commit(_batch(10, 20)) == "dead-lettered"
     assert committer.commit(_batch(20, 30)) == "dead-lettered"
-    assert committer.committed == {("app", 0): 30}
+    assert committer.committed == {("app", 0): (30, "")}
     assert len(dlq.pending("ingest-backup-g1")) == 2
     metastore.up = True
     assert committer.commit(_batch(30, 40)) == "committed"  # drains 10-20 and 20-30 first, in order
@@ -189,7 +200,7 @@ def test_committer_falls_back_to_the_dlq_in_order_and_drains_it(tmp_path: Path) 
 
 def test_committer_stops_on_a_rejected_batch(tmp_path: Path) -> None:
     metastore = FlakyMetastore(tmp_path / "s.db")
-    committer = Committer(metastore, None, "backup", 1)  # type: ignore[arg-type]
+    committer = Committer(metastore, None, "backup", 1)
     committer.commit(_batch(0, 10))
     with pytest.raises(IngestConflictError, match="would never be stored"):
         committer.commit(_batch(15, 20))

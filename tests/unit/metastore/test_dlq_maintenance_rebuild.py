@@ -10,7 +10,15 @@ import pytest
 from tests.factories import BASE_MS, backup_table, write_backup_block
 from tests.unit.metastore.helpers import meta
 
-from shale.block import BlockSpec, DatasetInput, deterministic_block_id, meta_key, write_block, write_deletion_mark
+from shale.block import (
+    BlockSpec,
+    DatasetInput,
+    KafkaRange,
+    deterministic_block_id,
+    meta_key,
+    write_block,
+    write_deletion_mark,
+)
 from shale.config import RetentionConfig
 from shale.errors import MetastoreUnavailableError
 from shale.metastore import (
@@ -158,3 +166,55 @@ def test_rebuilt_index_answers_like_the_live_one(tmp_path: Path, bucket: Obstore
     assert {t.block_id for t in rebuilt.reader.tombstones()} == {s.id for s in sources}
     with pytest.raises(Exception, match="exists"):
         rebuild_from_bucket(bucket, tmp_path / "rebuilt.db")
+
+
+def test_rebuild_adopts_one_chain_where_a_garbage_block_overlaps_the_committed_ones(tmp_path: Path,
+                                                                                   bucket: ObstoreBucket) -> None:
+    service = _service(tmp_path)
+    committed = [write_backup_block(bucket, "acme", "app", 0, start, 10) for start in (0, 10, 20, 30)]
+    for block in committed:
+        (r,) = block.kafka
+        assert service.submit(CommitIngestBatch(group="backup", blocks=[block], ranges=[
+            OffsetRange(topic="app", partition=0, start=r.start, end=r.end)])).ok
+    # The first two are compacted (a committed level-1 output; its sources marked, as the metastore does).
+    merged = write_block(bucket, BlockSpec(
+        id=deterministic_block_id(BASE_MS, "merged"), tenant="acme", group="backup", level=1,
+        sources=[b.id for b in committed[:2]], parents=[b.id for b in committed[:2]],
+        kafka=[committed[0].kafka[0].model_copy(update={"end": 20})]),
+        [DatasetInput("records", "app", backup_table("app", 0, 0, 20), "timestamp", labels=[{"topic": "app"}])])
+    service.submit(ReplaceBlocks(tenant="acme", sources=[b.id for b in committed[:2]], blocks=[merged]))
+    for block in committed[:2]:
+        write_deletion_mark(bucket, "acme", block.id, time.time(), f"compacted into {merged.id}")
+    # Garbage of crashed batches: one overlapping the compacted output and a committed block, one inside a
+    # committed block; and one that the leader's scan already marked (never adopted, whatever it holds).
+    crashed = write_backup_block(bucket, "acme", "app", 0, 10, 15, block_time_ms=BASE_MS + 1)
+    inside = write_backup_block(bucket, "acme", "app", 0, 30, 5, block_time_ms=BASE_MS + 2)
+    collected = write_backup_block(bucket, "acme", "app", 0, 0, 40, block_time_ms=BASE_MS + 3)
+    write_deletion_mark(bucket, "acme", collected.id, time.time(), "uncommitted: offsets [0,40) of app[0] were ...")
+
+    report = rebuild_from_bucket(bucket, tmp_path / "rebuilt.db")
+    rebuilt = StateMachine(tmp_path / "rebuilt.db")
+    adopted = {m.id for m in rebuilt.reader.tenant_blocks("acme")}
+    assert adopted == {merged.id, committed[2].id, committed[3].id}
+    assert dict(report.excluded).keys() == {crashed.id, inside.id}
+    assert "are also in" in dict(report.excluded)[crashed.id]
+    assert collected.id in {t.block_id for t in rebuilt.reader.tombstones()}
+    assert [(o.topic, o.committed_end) for o in rebuilt.reader.offsets()] == [("app", 40)]
+    # Every offset once: the adopted blocks tile [0, 40) exactly.
+    spans = sorted((r.start, r.end) for m in rebuilt.reader.tenant_blocks("acme") for r in m.kafka)
+    assert spans == [(0, 20), (20, 30), (30, 40)]
+
+
+def test_rebuild_keeps_both_incarnations_of_a_recreated_topic(tmp_path: Path, bucket: ObstoreBucket) -> None:
+    old, new = "AAAAAAAAAAAAAAAAAAAAAA", "BBBBBBBBBBBBBBBBBBBBBB"
+    before, after = (write_block(bucket, BlockSpec(
+        id=deterministic_block_id(at, incarnation), tenant="acme", group="backup",
+        kafka=[KafkaRange(topic="app", partition=0, start=0, end=count, incarnation=incarnation)]),
+        [DatasetInput("records", "app", backup_table("app", 0, 0, count), "timestamp")])
+        for at, incarnation, count in ((BASE_MS, old, 100), (BASE_MS + 60_000, new, 30)))
+    report = rebuild_from_bucket(bucket, tmp_path / "rebuilt.db")
+    rebuilt = StateMachine(tmp_path / "rebuilt.db")
+    assert report.excluded == []  # the same offsets of two incarnations are different records
+    assert {m.id for m in rebuilt.reader.tenant_blocks("acme")} == {before.id, after.id}
+    assert [(o.committed_end, o.incarnation) for o in rebuilt.reader.offsets()] == [(30, new)]
+    assert [(i.committed_end, i.incarnation) for i in rebuilt.reader.incarnations()] == [(100, old)]

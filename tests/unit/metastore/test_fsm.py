@@ -18,6 +18,7 @@ from shale.metastore.commands import (
     PartitionKey,
     ReplaceBlocks,
     Result,
+    SetActiveGeneration,
     TruncateIndex,
     decode,
     encode,
@@ -153,12 +154,38 @@ def test_replace_blocks_swaps_atomically_and_never_resurrects(h: Harness) -> Non
     assert {m.id for m in h.sm.reader.tenant_blocks("acme")} == {merged.id, c.id}
     assert {t.block_id for t in h.sm.reader.tombstones()} == {a.id, b.id}
     # Retention removed c; a compaction of c finishing later must not bring c's records back.
-    h.apply(TruncateIndex(prepared_term=1, partitions=[PartitionKey(tenant="acme", shard=0,
-                                                                     window_start=_window(c.time_ms))]))
+    h.apply(TruncateIndex(prepared_term=1, cutoffs={"acme": 2**53}, partitions=[
+        PartitionKey(tenant="acme", shard=0, window_start=_window(c.time_ms))]))
     late = h.apply(ReplaceBlocks(tenant="acme", sources=[c.id], blocks=[meta(start=200, end=300, level=1,
                                                                              sources=[c.id], key="c2")]))
     assert not late.ok
     assert late.reason == "sources-missing"
+
+
+def test_replace_blocks_never_touches_another_tenants_sources(h: Harness) -> None:
+    theirs, ours = meta(tenant="beta", start=0), meta(start=0)
+    h.apply(AddBlocks(blocks=[theirs, ours]))
+    # Outputs of the caller's own tenant, sources naming the other tenant's block: refused, nothing changes.
+    result = h.apply(ReplaceBlocks(tenant="acme", sources=[ours.id, theirs.id], blocks=[]))
+    assert not result.ok
+    assert result.reason == "malformed"
+    assert f"source {theirs.id} belongs to tenant beta, not acme" in result.message
+    assert {m.id for m in h.sm.reader.tenant_blocks("beta")} == {theirs.id}
+    assert {m.id for m in h.sm.reader.tenant_blocks("acme")} == {ours.id}
+    assert h.sm.reader.tombstones() == []
+
+
+def test_a_backup_copies_the_state_without_waiting_for_the_state_lock(h: Harness, tmp_path: Path) -> None:
+    import threading
+
+    h.apply(AddBlocks(blocks=[meta(start=0)]))
+    copy = tmp_path / "copy.db"
+    with h.sm.lock:  # a long command holding the lock must not stall a snapshot
+        worker = threading.Thread(target=h.sm.backup_to, args=(copy,))
+        worker.start()
+        worker.join(timeout=30)
+        assert not worker.is_alive()
+    assert StateMachine(copy).reader.count_blocks() == 1
 
 
 def _window(ms: int) -> int:
@@ -170,14 +197,31 @@ def test_truncate_index_tombstones_whole_partitions_and_checks_the_term(h: Harne
     new = meta(start=100, end=200, time_ms=BASE_MS + 7 * 3600 * 1000)
     h.apply(AddBlocks(blocks=[old, new]))
     key = PartitionKey(tenant="acme", shard=0, window_start=_window(old.time_ms))
-    stale = h.apply(TruncateIndex(prepared_term=0, partitions=[key]))
+    stale = h.apply(TruncateIndex(prepared_term=0, cutoffs={"acme": 2**53}, partitions=[key]))
     assert stale.reason == "stale-term"
-    first, second, _, _ = _twice(h, TruncateIndex(prepared_term=1, partitions=[key]))
+    first, second, _, _ = _twice(h, TruncateIndex(prepared_term=1, cutoffs={"acme": 2**53}, partitions=[key]))
     assert first.data == {"removed": 1}
     assert second.data == {"removed": 0}
     assert [m.id for m in h.sm.reader.tenant_blocks("acme")] == [new.id]
     assert [t.block_id for t in h.sm.reader.tombstones()] == [old.id]
     assert [p.window_start for p in h.sm.reader.partitions("acme")] == [_window(new.time_ms)]
+
+
+def test_truncate_index_removes_only_the_blocks_its_cutoff_expires(h: Harness) -> None:
+    # Two blocks in one creation window: one whose data is old, and a compaction output whose data is fresh.
+    cutoff = BASE_MS + 30 * 86_400_000
+    old = meta(start=0, time_ms=BASE_MS)
+    merged = meta(start=0, end=200, level=1, key="merged", time_ms=BASE_MS, max_time=cutoff + 1)
+    h.apply(AddBlocks(blocks=[old, merged]))
+    key = PartitionKey(tenant="acme", shard=0, window_start=_window(BASE_MS))
+    first, second, _, _ = _twice(h, TruncateIndex(prepared_term=1, cutoffs={"acme": cutoff}, partitions=[key]))
+    assert (first.data, second.data) == ({"removed": 1}, {"removed": 0})
+    assert [m.id for m in h.sm.reader.tenant_blocks("acme")] == [merged.id]
+    # A creation window that ends after the cutoff is kept whole, whatever the partition list says.
+    early = h.apply(TruncateIndex(prepared_term=1, cutoffs={"acme": _window(BASE_MS) + 1}, partitions=[key]))
+    assert early.data == {"removed": 0}
+    missing = h.apply(TruncateIndex(prepared_term=1, cutoffs={}, partitions=[key]))
+    assert (missing.ok, missing.reason) == (False, "malformed")
 
 
 def test_delete_tombstones_and_noop_are_idempotent(h: Harness) -> None:
@@ -207,7 +251,7 @@ def test_two_replicas_fed_the_same_log_have_the_same_state_hash(tmp_path: Path) 
         _batch(0, 100), _batch(100, 200), _batch(150, 300, key="x"), AddBlocks(blocks=[meta(tenant="beta")]),
         ReplaceBlocks(tenant="acme", sources=[meta(start=0).id], blocks=[meta(start=0, level=1, key="m",
                                                                               sources=[meta(start=0).id])]),
-        TruncateIndex(prepared_term=1,
+        TruncateIndex(prepared_term=1, cutoffs={"beta": 2**53},
                       partitions=[PartitionKey(tenant="beta", shard=0, window_start=_window(BASE_MS))]),
         Noop(),
     ]
@@ -237,3 +281,56 @@ def test_bad_commands_are_rejected_deterministically(h: Harness, data: bytes, re
     assert not result.ok
     assert result.reason == reason
     assert h.sm.applied() == (1, 1)  # the rejection is the entry's outcome: the index still advances
+
+
+def _once_and_twice(tmp_path: Path, setup: list[object], command: object) -> tuple[Harness, Harness, Result, Result]:
+    """The same log prefix on two state machines, then ``command`` once (and a Noop, so both logs have the same
+    length) on one, and twice on the other."""
+    once, twice = Harness(tmp_path / "once.db"), Harness(tmp_path / "twice.db")
+    for c in setup:
+        once.apply(c)
+        twice.apply(c)
+    once.apply(command)
+    once.apply(Noop())
+    first = twice.apply(command)
+    second = twice.apply(command)
+    return once, twice, first, second
+
+
+def test_set_active_generation_applied_twice_is_applied_once(tmp_path: Path) -> None:
+    switch = SetActiveGeneration(tenant="acme", topic="app", generation=2, start=BASE_MS, end=BASE_MS + 3_600_000)
+    once, twice, first, second = _once_and_twice(tmp_path, [], switch)
+    assert first.data == {"switched": True, "retired": []}
+    assert second.data == {"switched": False, "retired": []}
+    assert twice.sm.state_hash() == once.sm.state_hash()
+    assert twice.sm.reader.generation_rules("acme") == [("app", BASE_MS, BASE_MS + 3_600_000, 2)]
+    # Switching back is a new switch (the latest one wins), and so is switching forward again after it.
+    back = SetActiveGeneration(tenant="acme", topic="app", generation=1, start=BASE_MS, end=BASE_MS + 3_600_000)
+    assert twice.apply(back).data == {"switched": True, "retired": []}
+    assert twice.apply(switch).data == {"switched": True, "retired": []}
+    assert [g for _, _, _, g in twice.sm.reader.generation_rules("acme")] == [2, 1, 2]
+
+
+def test_set_active_generation_retires_the_replaced_blocks_once(tmp_path: Path) -> None:
+    hour = 3_600_000
+    old = meta(group="partition", generation=1, start=0, min_time=BASE_MS, max_time=BASE_MS + hour)
+    new = meta(group="partition", generation=2, start=0, min_time=BASE_MS, max_time=BASE_MS + hour)
+    outside = meta(group="partition", generation=1, start=100, end=200, min_time=BASE_MS, max_time=BASE_MS + 3 * hour)
+    other_topic = meta(group="partition", generation=1, topic="web", min_time=BASE_MS, max_time=BASE_MS + hour)
+    backup = meta(group="backup", generation=1, min_time=BASE_MS, max_time=BASE_MS + hour)
+    retire = SetActiveGeneration(tenant="acme", topic="app", generation=2, start=BASE_MS, end=BASE_MS + 2 * hour,
+                                 retire=True)
+    once, twice, first, second = _once_and_twice(
+        tmp_path, [AddBlocks(blocks=[old, new, outside, other_topic, backup])], retire)
+    assert first.data == {"switched": True, "retired": [old.id]}  # only generation 1 of app wholly in the range
+    assert second.data == {"switched": False, "retired": []}
+    assert twice.sm.state_hash() == once.sm.state_hash()
+    assert {m.id for m in twice.sm.reader.tenant_blocks("acme")} == {new.id, outside.id, other_topic.id, backup.id}
+    (tombstone,) = twice.sm.reader.tombstones()
+    assert tombstone.block_id == old.id
+
+
+def test_set_active_generation_refuses_a_reversed_range(h: Harness) -> None:
+    result = h.apply(SetActiveGeneration(tenant="acme", topic="app", generation=2, start=10, end=5))
+    assert result.reason == "malformed"
+    assert h.sm.reader.generation_rules("acme") == []

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import shutil
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from tests.unit.metastore.helpers import meta
+from tests.waiting import eventually
 
 from shale.errors import NotLeaderError
 from shale.metastore import AddBlocks, Noop, RaftLog, StateMachine, encode
 from shale.metastore.commands import PartitionKey, TruncateIndex
 from shale.process import free_port
+
+SECRET = "unit-test-cluster-secret"
 
 
 class Cluster:
@@ -21,22 +23,28 @@ class Cluster:
         self.root = root
         self.compaction = compaction
         self.addresses = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+        # Per node: the secret it seals with and the further secrets it accepts (a rotation changes these).
+        self.secrets: list[tuple[str, list[str]]] = [(SECRET, [])] * 3
         self.logs: list[RaftLog | None] = [self._node(i) for i in range(3)]
 
     def _node(self, i: int) -> RaftLog:
         peers = [a for a in self.addresses if a != self.addresses[i]]
         state = StateMachine(self.root / f"n{i}" / "state.db")
-        return RaftLog(state, self.addresses[i], peers, self.root / f"n{i}" / "raft",
-                       compaction_min_entries=self.compaction)
+        secret, accepted = self.secrets[i]
+        return RaftLog(state, self.addresses[i], peers, self.root / f"n{i}" / "raft", secret=secret,
+                       accepted_secrets=accepted, compaction_min_entries=self.compaction)
+
+    def restart(self, i: int, secret: str, accepted: list[str]) -> None:
+        log = self.logs[i]
+        if log is not None:
+            log.close()
+            log.state.close()
+        self.secrets[i] = (secret, accepted)
+        self.logs[i] = self._node(i)
 
     def leader(self, timeout: float = 20) -> RaftLog:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for log in self.logs:
-                if log is not None and log.is_leader():
-                    return log
-            time.sleep(0.05)
-        raise AssertionError("no leader elected")
+        return eventually(lambda: next((log for log in self.logs if log is not None and log.is_leader()), None),
+                          timeout, "a leader to be elected")
 
     def settle(self, index: int, timeout: float = 20) -> None:
         for log in self.logs:
@@ -76,9 +84,10 @@ def test_commands_see_the_entry_term_and_stale_plans_are_rejected(cluster: Clust
     term = leader.status().term
     assert term >= 1
     key = PartitionKey(tenant="acme", shard=0, window_start=0)
-    stale = leader.propose(encode(TruncateIndex(prepared_term=term - 1, partitions=[key])))
+    cutoffs = {"acme": 2**53}
+    stale = leader.propose(encode(TruncateIndex(prepared_term=term - 1, cutoffs=cutoffs, partitions=[key])))
     assert stale.reason == "stale-term"
-    assert leader.propose(encode(TruncateIndex(prepared_term=term, partitions=[key]))).ok
+    assert leader.propose(encode(TruncateIndex(prepared_term=term, cutoffs=cutoffs, partitions=[key]))).ok
     # Every replica reached the same verdicts from the entries' own terms.
     cluster.settle(leader.barrier())
     assert len({log.state.state_hash() for log in cluster.logs if log is not None}) == 1
@@ -99,8 +108,8 @@ def test_a_follower_that_lost_its_disk_catches_up_from_a_snapshot(tmp_path: Path
         for i in range(80, 160):
             leader.propose(encode(AddBlocks(blocks=[meta(start=i * 10, end=i * 10 + 10)])))
         leader.node.forceLogCompaction()
-        time.sleep(1.0)
-        assert (tmp_path / f"n{cluster.addresses.index(leader.self_address)}" / "raft" / "raft.snapshot").exists()
+        snapshot = tmp_path / f"n{cluster.addresses.index(leader.self_address)}" / "raft" / "raft.snapshot"
+        eventually(snapshot.exists, 30, f"the leader's snapshot {snapshot}")
         cluster.logs[lost] = cluster._node(lost)
         index = leader.barrier()
         cluster.settle(index, timeout=30)

@@ -1,4 +1,5 @@
-"""The contract between compaction workers and the compaction service (seed 003's messages).
+"""The messages of the compaction service (seed 003): what workers and the service say to each other, and the
+entries of the plan update the leader replicates.
 
 A worker polls with its free capacity and its reports (lease refreshes, successes with outputs); the service
 answers with new assignments (each with its fencing token and lease) and an outcome per report.
@@ -26,9 +27,17 @@ class JobUpdate(_Model):
     outputs: list[BlockMeta] = Field(default_factory=list)
 
 
+# The most jobs one poll may ask for: a worker cannot hoard the whole queue, however many slots it claims.
+MAX_POLL_CAPACITY = 256
+
+
 class PollRequest(_Model):
-    worker: str
-    capacity: int = Field(ge=0)
+    """``request`` names this poll: a worker sends an unanswered poll again unchanged, with the same id, and the
+    service answers a poll it already applied with the answer it gave then (the same assignments, no new work)."""
+
+    worker: str = Field(min_length=1, max_length=200)
+    request: str = Field(default="", max_length=200)
+    capacity: int = Field(ge=0, le=MAX_POLL_CAPACITY)
     updates: list[JobUpdate] = Field(default_factory=list)
 
 
@@ -48,3 +57,25 @@ class PollResponse(_Model):
     assigned: list[Assigned] = Field(default_factory=list)
     updates: dict[str, str] = Field(default_factory=dict, description="per reported job: refreshed, completed, "
                                                                         "or why it was refused")
+
+
+class NewJob(_Model):
+    """A job the leader planned (the replicated plan update carries it; every replica applies it)."""
+
+    name: str
+    tenant: str
+    shard: int
+    level: int
+    group: str
+    generation: int
+    sources: list[str]
+    raw_bytes: int
+    created_at: int
+
+
+class AssignJob(_Model):
+    """An assignment the leader planned, applied only if the job still has the token it was planned against."""
+
+    job: str
+    expect_token: int
+    reassign: bool

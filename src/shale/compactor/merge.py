@@ -9,8 +9,6 @@ records it holds (seed 000's full-overlap rule) and, as ``parents``, the blocks 
 
 from __future__ import annotations
 
-import os
-import threading
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +29,7 @@ from shale.block import (
 )
 from shale.failpoints import failpoint
 from shale.objstore import Bucket
+from shale.resources import PeakMemory
 
 READ_THREADS = 8
 
@@ -54,21 +53,21 @@ def output_id(sources: list[BlockMeta], job: str, token: int) -> str:
 
 
 def merge_ranges(ranges: list[KafkaRange]) -> list[KafkaRange]:
-    """The union of offset ranges per topic-partition, as few ranges as possible."""
-    by_tp: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
+    """The union of offset ranges per topic-partition and topic incarnation, as few ranges as possible."""
+    by_tp: dict[tuple[str, int, str], list[tuple[int, int]]] = defaultdict(list)
     for r in ranges:
-        by_tp[(r.topic, r.partition)].append((r.start, r.end))
+        by_tp[(r.topic, r.partition, r.incarnation)].append((r.start, r.end))
     out: list[KafkaRange] = []
-    for (topic, partition), spans in sorted(by_tp.items()):
+    for (topic, partition, incarnation), spans in sorted(by_tp.items()):
         spans.sort()
         start, end = spans[0]
         for s, e in spans[1:]:
             if s <= end:
                 end = max(end, e)
             else:
-                out.append(KafkaRange(topic=topic, partition=partition, start=start, end=end))
+                out.append(KafkaRange(topic=topic, partition=partition, start=start, end=end, incarnation=incarnation))
                 start, end = s, e
-        out.append(KafkaRange(topic=topic, partition=partition, start=start, end=end))
+        out.append(KafkaRange(topic=topic, partition=partition, start=start, end=end, incarnation=incarnation))
     return out
 
 
@@ -105,40 +104,10 @@ def merge_tables(tables: list[pa.Table]) -> tuple[pa.Table, str]:
     return table, time_column
 
 
-class RssWatch:
-    """Peak memory while a block of code runs, sampled every 10 ms: the process's resident set (which also holds
-    allocator caches and modules loaded on first use) and the bytes Arrow has allocated (the merge's data)."""
-
-    def __init__(self) -> None:
-        self.start = self.peak = self._rss()
-        self.arrow_start = self.arrow_peak = pa.total_allocated_bytes()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    @staticmethod
-    def _rss() -> int:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.01):
-            self.peak = max(self.peak, self._rss())
-            self.arrow_peak = max(self.arrow_peak, pa.total_allocated_bytes())
-
-    def __enter__(self) -> RssWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self._rss())
-
-
 def merge_blocks(bucket: Bucket, sources: list[BlockMeta], *, job: str, token: int, level: int) -> MergeResult:
     failpoint("compaction.merge")
     started = time.perf_counter()
-    with RssWatch() as rss:
+    with PeakMemory() as rss:
         parts: dict[str, list[tuple[BlockMeta, Dataset]]] = defaultdict(list)
         for meta in sources:
             for dataset in meta.datasets:
@@ -152,8 +121,11 @@ def merge_blocks(bucket: Bucket, sources: list[BlockMeta], *, job: str, token: i
             merged, time_column = merge_tables(tables)  # empties tables
             labels = sorted({tuple(sorted(ls.items())) for _, d in parts[name] for ls in d.labels})
             first = parts[name][0][1]
+            # The sources' metadata times are bounded already (ingest clamps out-of-range record times); the
+            # output's stay within theirs, so compaction never widens a block's data-time range.
+            clamp = (min(d.min_time for _, d in parts[name]), max(d.max_time for _, d in parts[name]))
             inputs.append(DatasetInput(first.kind, first.topic, merged, time_column,
-                                       labels=[dict(ls) for ls in labels]))
+                                       labels=[dict(ls) for ls in labels], clamp=clamp))
         head = sources[0]
         parsers = {(m.parser.name, m.parser.version, m.parser.options_digest) if m.parser else None for m in sources}
         spec = BlockSpec(

@@ -1,16 +1,57 @@
-"""The compaction service's state in the index: the planner's queues, the scheduler's jobs, and settings.
+"""The compaction service's state, kept in the metastore's index: the planner's queues, the scheduler's jobs, each
+worker's last poll answer, and settings. The tables are declared here (``COMPACTION_DDL``, part of the index
+schema) beside the only code that reads and writes them.
 
 Blocks join the queue when they are added to the index and leave it when a job takes them or when they leave
-the index. Everything here runs inside the metastore's apply transaction (writes) or on a read connection.
+the index; a job dropped before it completed (its sources changed) gives its surviving sources back to the queue.
+Everything here runs inside the metastore's apply transaction (writes) or on a read connection.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
+from typing import Any
 
 from shale.block import BlockMeta
 from shale.compaction.model import Job, JobStatus, QueuedBlock, QueueKey
+
+COMPACTION_DDL = """
+CREATE TABLE IF NOT EXISTS compaction_queue (
+    block_id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    shard INTEGER NOT NULL,
+    level INTEGER NOT NULL,
+    grp TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    raw_bytes INTEGER NOT NULL,
+    added_at INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS compaction_jobs (
+    name TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    shard INTEGER NOT NULL,
+    level INTEGER NOT NULL,
+    grp TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    sources TEXT NOT NULL,
+    raw_bytes INTEGER NOT NULL,
+    created_at INTEGER NOT NULL,
+    status INTEGER NOT NULL,
+    token INTEGER NOT NULL,
+    lease_expires_at INTEGER NOT NULL,
+    failures INTEGER NOT NULL,
+    worker TEXT NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS compaction_polls (
+    worker TEXT PRIMARY KEY,
+    request TEXT NOT NULL,
+    applied_at INTEGER NOT NULL,
+    answer TEXT NOT NULL
+) WITHOUT ROWID;
+"""
 
 _JOB_COLUMNS = ("name, tenant, shard, level, grp, generation, sources, raw_bytes, created_at, status, token, "
                 "lease_expires_at, failures, worker")
@@ -71,6 +112,23 @@ class CompactionState:
 
     def delete_job(self, name: str) -> None:
         self.conn.execute("DELETE FROM compaction_jobs WHERE name = ?", (name,))
+
+    # -- poll answers ----------------------------------------------------------------------------------
+
+    def poll_answer(self, worker: str, request: str) -> dict[str, Any] | None:
+        """The answer given to ``worker``'s poll ``request``, if that poll was applied and is still remembered."""
+        row = self.conn.execute("SELECT answer FROM compaction_polls WHERE worker = ? AND request = ?",
+                                (worker, request)).fetchone()
+        answer: dict[str, Any] | None = json.loads(row[0]) if row else None
+        return answer
+
+    def save_poll_answer(self, worker: str, request: str, applied_at: int, answer: dict[str, Any]) -> None:
+        """Remember a worker's last poll answer (one per worker: a worker retries only its last poll)."""
+        self.conn.execute("INSERT OR REPLACE INTO compaction_polls (worker, request, applied_at, answer) "
+                          "VALUES (?, ?, ?, ?)", (worker, request, applied_at, json.dumps(answer, sort_keys=True)))
+
+    def forget_poll_answers(self, before: int) -> None:
+        self.conn.execute("DELETE FROM compaction_polls WHERE applied_at < ?", (before,))
 
     # -- settings ------------------------------------------------------------------------------------
 

@@ -1,0 +1,142 @@
+"""The Iceberg SQL catalog Shale publishes into, and how engines reach the same catalog.
+
+pyiceberg's ``SqlCatalog`` keeps tables in two SQL tables (``iceberg_tables``, ``iceberg_namespace_properties``)
+with the same names and columns as Iceberg's Java ``JdbcCatalog`` (schema version V1, which has the
+``iceberg_type`` column), so Spark, Trino or Flink configured with a JDBC catalog on the same database and catalog
+name see the same tables. pyiceberg creates the two tables when they are absent; engines are configured with
+``jdbc.schema-version=V1`` (``spark_catalog_conf``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pyarrow as pa
+
+from shale.block.schemas import PARTITION_BASE_FIELDS
+from shale.config import BucketConfig, ShaleConfig
+from shale.errors import ConfigError
+from shale.failpoints import failpoint
+from shale.objstore import local_path
+
+SUMMARY_INDEX = "shale.applied-index"
+"""Snapshot summary key: the metastore log index whose change this snapshot publishes."""
+SUMMARY_RELEASED = "shale.released-copies"
+"""Snapshot summary key: copies this snapshot stopped referencing (JSON list of bucket keys), deleted later."""
+TABLE_PROPERTIES = {
+    # Shale owns the data files: Iceberg must never delete them (docs/DESIGN.md 16.5).
+    "gc.enabled": "false",
+    # Old metadata.json files are Iceberg's own, and would otherwise pile up at one per snapshot.
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "50",
+    # Appends merge small manifests, so a table of many snapshots plans from few manifests.
+    "commit.manifest-merge.enabled": "true",
+    "shale.owner": "shale",
+}
+FAILPOINT_BEFORE_CATALOG_COMMIT = "iceberg.before-catalog-commit"
+
+
+def warehouse(config: ShaleConfig) -> str:
+    return config.iceberg.warehouse or f"{object_uri(config.bucket, '')}_shale/iceberg"
+
+
+def object_uri(bucket: BucketConfig, key: str) -> str:
+    """The URI engines read an object by: ``s3://bucket/prefix/key``, or ``file:///abs/path/key``."""
+    scheme = urlparse(bucket.url).scheme
+    if scheme == "file":
+        return f"file://{local_path(bucket.url)}/{key}"
+    if scheme in ("s3", "gs"):
+        return f"{bucket.url.rstrip('/')}/{key}"
+    raise ConfigError(f"Iceberg tables need an s3://, gs:// or file:// bucket; bucket.url is {bucket.url}")
+
+
+def io_properties(bucket: BucketConfig) -> dict[str, str]:
+    """pyiceberg FileIO properties for the bucket (the same credentials Shale uses)."""
+    props: dict[str, str] = {}
+    if urlparse(bucket.url).scheme == "s3":
+        props["s3.region"] = bucket.region
+        if bucket.endpoint:
+            props["s3.endpoint"] = bucket.endpoint
+        if bucket.access_key_id:
+            props["s3.access-key-id"] = bucket.access_key_id
+            props["s3.secret-access-key"] = bucket.secret_access_key.get_secret_value()
+    return props
+
+
+def open_catalog(config: ShaleConfig) -> Any:
+    """The catalog (pyiceberg ``SqlCatalog``), its tables created if absent. A SQLite file's folder is created."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    class ShaleSqlCatalog(SqlCatalog):
+        """pyiceberg's SQL catalog with one failpoint: after the new metadata.json is written, before the catalog
+        row points to it (the moment a crash leaves an unreferenced metadata file behind)."""
+
+        @staticmethod
+        def _write_metadata(metadata: Any, io: Any, metadata_path: str) -> None:
+            SqlCatalog._write_metadata(metadata, io, metadata_path)
+            failpoint(FAILPOINT_BEFORE_CATALOG_COMMIT)
+
+    uri = config.iceberg.catalog_uri
+    if uri.startswith("sqlite:///"):
+        Path(uri.removeprefix("sqlite:///")).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
+    return ShaleSqlCatalog(config.iceberg.catalog_name, uri=uri, warehouse=warehouse(config),
+                           **io_properties(config.bucket))
+
+
+def table_schema(columns: list[str]) -> pa.Schema:
+    """The table's Arrow schema: the partition group's base columns, then the parser's (string) columns."""
+    return pa.schema([*PARTITION_BASE_FIELDS, *(pa.field(c, pa.string()) for c in columns)])
+
+
+def _jdbc_url(uri: str) -> tuple[str, dict[str, str]]:
+    """A SQLAlchemy URL as a JDBC URL plus its user and password (which never go into the URL)."""
+    if uri.startswith("sqlite:///"):
+        return f"jdbc:sqlite:{Path(uri.removeprefix('sqlite:///')).expanduser().resolve()}", {}
+    parsed = urlparse(uri)
+    if parsed.scheme.split("+")[0] in ("postgresql", "postgres"):
+        port = f":{parsed.port}" if parsed.port else ""
+        extra = {"jdbc.user": parsed.username or ""}
+        if parsed.password:
+            extra["jdbc.password"] = parsed.password
+        return f"jdbc:postgresql://{parsed.hostname}{port}{parsed.path}", extra
+    raise ConfigError(f"iceberg.catalog_uri {uri!r}: use sqlite:///PATH or postgresql://user@host/db")
+
+
+def spark_catalog_conf(config: ShaleConfig, name: str | None = None) -> dict[str, str]:
+    """Spark configuration of Iceberg's own ``SparkCatalog`` over the same catalog (JDBC) and bucket (S3FileIO),
+    credentials included: pass it as Spark conf (``SparkSession.builder.config``), never on a command line. The
+    jars are ``shale.dev.fetch.iceberg_jars()``."""
+    name = name or config.iceberg.catalog_name
+    url, jdbc = _jdbc_url(config.iceberg.catalog_uri)
+    prefix = f"spark.sql.catalog.{name}"
+    conf = {prefix: "org.apache.iceberg.spark.SparkCatalog",
+            f"{prefix}.catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog",
+            f"{prefix}.uri": url, f"{prefix}.jdbc.schema-version": "V1",
+            f"{prefix}.warehouse": warehouse(config),
+            # Every query sees the latest snapshot (Iceberg caches a loaded table for 30 s by default).
+            f"{prefix}.cache-enabled": "false"}
+    conf.update({f"{prefix}.{k}": v for k, v in jdbc.items()})
+    bucket = config.bucket
+    if urlparse(bucket.url).scheme == "s3":
+        conf[f"{prefix}.io-impl"] = "org.apache.iceberg.aws.s3.S3FileIO"
+        conf[f"{prefix}.client.region"] = bucket.region
+        if bucket.endpoint:
+            conf[f"{prefix}.s3.endpoint"] = bucket.endpoint
+            conf[f"{prefix}.s3.path-style-access"] = "true"
+        if bucket.access_key_id:
+            conf[f"{prefix}.s3.access-key-id"] = bucket.access_key_id
+            conf[f"{prefix}.s3.secret-access-key"] = bucket.secret_access_key.get_secret_value()
+    return conf
+
+
+_IDENT = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+def identifier(tenant: str, topic: str) -> tuple[str, str]:
+    """The table of a tenant's topic: namespace = tenant, table = topic (quote it in SQL: `a.b`)."""
+    if not _IDENT.match(topic):
+        raise ConfigError(f"topic {topic!r} cannot name an Iceberg table")
+    return (tenant, topic)

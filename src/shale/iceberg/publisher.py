@@ -1,0 +1,427 @@
+"""``IcebergPublisher``: every committed metastore change to a table's blocks becomes exactly one Iceberg snapshot.
+
+One round (``run_once``), on the metastore leader:
+
+1. One consistent read of the index (a single SQLite read transaction): the applied index N, the change feed
+   after the published point P (``shale.index.changes``), the metadata of the blocks it names, and the
+   generation switches of the tenants it touches.
+2. For each log entry in order and each table it touches, unless the table's current snapshot already records
+   that entry or a later one (its summary's ``shale.applied-index``): one snapshot. An ingest commit appends
+   files; a compaction removes its sources' files and adds its output's in one overwrite snapshot; retention
+   and retirement remove files; a generation switch replaces the table's files by those the new switches show.
+   A table created after the feed was trimmed starts with one snapshot of its state at P.
+3. ``TrimBlockChanges(through)`` once every entry up to ``through`` is published.
+
+A crash anywhere is safe: an Iceberg commit is atomic (the catalog row points to the new metadata.json or not),
+and a restarted publisher skips, per table, the entries its last snapshot already records, so no change is
+published twice and none is skipped. Copies that a snapshot stops referencing are deleted ``block.delete_delay``
+after it, like Shale's own objects. Not thread-safe: one loop calls ``run_once``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from itertools import groupby
+from typing import Any
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from shale.block import BlockMeta
+from shale.config import ShaleConfig
+from shale.errors import NotFoundError
+from shale.iceberg.catalog import (
+    SUMMARY_INDEX,
+    SUMMARY_RELEASED,
+    TABLE_PROPERTIES,
+    identifier,
+    object_uri,
+    open_catalog,
+    table_schema,
+)
+from shale.iceberg.files import block_of, copy_key, key_of, register
+from shale.iceberg.plan import (
+    FileSpec,
+    Rule,
+    TableKey,
+    blocks_at,
+    desired,
+    rules_at,
+    table_files,
+    tables_of,
+)
+from shale.index import IndexReader
+from shale.index.changes import BlockChange, change_metas, pending_entries, published_through, read_changes
+from shale.metastore.commands import Result, TrimBlockChanges
+from shale.objstore import Bucket
+
+log = logging.getLogger(__name__)
+LAG_ENTRIES = Gauge("shale_iceberg_lag_entries", "Metastore log entries whose block changes are not yet published "
+                    "as Iceberg snapshots.")
+LAG_SECONDS = Gauge("shale_iceberg_lag_seconds", "Seconds since the publisher first saw the oldest change it has "
+                    "not yet published (0 when caught up).")
+SNAPSHOTS = Counter("shale_iceberg_snapshots_total", "Iceberg snapshots committed by the publisher.", ["operation"])
+ROUNDS = Counter("shale_iceberg_rounds_total", "Publisher rounds, by outcome: ok or failed.", ["outcome"])
+COPIES = Counter("shale_iceberg_copies_total", "Data objects copied because a table shows only some of their rows "
+                 "or they hold millisecond timestamps.")
+PUBLISH_SECONDS = Histogram("shale_iceberg_publish_seconds", "From the publisher first seeing a change to its "
+                            "snapshot being committed.", buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
+LAST_SUCCESS = Gauge("shale_iceberg_last_success_timestamp_seconds", "When a publisher round last succeeded.")
+
+
+@dataclass
+class _Table:
+    """A table as its current snapshot holds it: the data files by URI, and which block each comes from."""
+
+    table: Any
+    last_index: int
+    files: dict[str, Any] = field(default_factory=dict)
+    blocks: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    swept_ms: int = 0
+
+
+@dataclass
+class _Read:
+    applied: int
+    published: int
+    changes: list[BlockChange]
+    metas: dict[str, BlockMeta]
+    rules: dict[str, list[Rule]]
+    live: dict[str, dict[str, BlockMeta]]
+    """Every live block of the tenants read whole (those with a generation switch or a table to bootstrap)."""
+
+
+class IcebergPublisher:
+    def __init__(self, config: ShaleConfig, reader: IndexReader, submit: Callable[[TrimBlockChanges], Result],
+                 bucket: Bucket, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.reader = reader
+        self.submit = submit
+        self.bucket = bucket
+        self.clock = clock
+        self._catalog: Any = None
+        self._tables: dict[TableKey, _Table] = {}
+        self._started = False
+        self._first_seen: dict[int, float] = {}
+        self.last_error = ""
+        self.published_through = 0
+        self.applied = 0
+        self._lock = threading.Lock()  # the loop and an HTTP-triggered sync take turns
+
+    # -- one round --------------------------------------------------------------------------------
+
+    def run_once(self) -> int:
+        """Publish what the feed holds (at most ``max_entries_per_round`` log entries); return the snapshots
+        committed. Without ``iceberg.enabled`` the feed is only trimmed, so it never grows."""
+        with self._lock:
+            return self._guarded_round()
+
+    def _guarded_round(self) -> int:
+        try:
+            committed = self._round()
+        except Exception as exc:
+            ROUNDS.labels("failed").inc()
+            LAG_SECONDS.set(self.clock() - min(self._first_seen.values()) if self._first_seen else 0)
+            self.last_error = f"{type(exc).__name__}: {exc}"[:500]
+            self._tables.clear()  # reload every table from the catalog: a failed commit leaves ours stale
+            self._started = False
+            raise
+        ROUNDS.labels("ok").inc()
+        LAST_SUCCESS.set(self.clock())
+        self.last_error = ""
+        return committed
+
+    def _round(self) -> int:
+        enabled = self.config.iceberg.enabled
+        read = self._read(whole_tenants=not self._started and enabled)
+        self.applied, self.published_through = read.applied, read.published
+        now = self.clock()
+        for index in sorted({c.index for c in read.changes}):
+            self._first_seen.setdefault(index, now)
+        through = min(read.applied, read.published + self.config.iceberg.max_entries_per_round)
+        committed = 0
+        if enabled:
+            if not self._started:
+                committed += self._start(read)
+            committed += self._publish(read, through)
+            self._sweep()
+        if any(c.index <= through for c in read.changes):
+            self.submit(TrimBlockChanges(through=through)).raise_for_rejection()
+            self.published_through = through
+        for index in [i for i in self._first_seen if i <= through]:
+            if enabled:
+                PUBLISH_SECONDS.observe(self.clock() - self._first_seen[index])
+            del self._first_seen[index]
+        pending = pending_entries(self.reader.conn)
+        LAG_ENTRIES.set(pending)
+        LAG_SECONDS.set(self.clock() - min(self._first_seen.values()) if self._first_seen else 0)
+        return committed
+
+    def _read(self, *, whole_tenants: bool) -> _Read:
+        conn = self.reader.conn
+        conn.execute("BEGIN")
+        try:
+            applied, _ = self.reader.applied()
+            published = published_through(conn)
+            changes = read_changes(conn, published, applied)
+            metas = change_metas(conn, sorted({c.subject for c in changes if c.change != "generations"}))
+            tenants = {c.tenant for c in changes}
+            whole = set(self.reader.tenants()) if whole_tenants else {
+                c.tenant for c in changes if c.change == "generations"}
+            rules = {t: self.reader.generation_rules(t) for t in sorted(tenants | whole)}
+            live = {t: {m.id: m for m in self.reader.tenant_blocks(t)} for t in sorted(whole)}
+        finally:
+            conn.execute("COMMIT")
+        return _Read(applied, published, changes, metas, rules, live)
+
+    # -- tables -------------------------------------------------------------------------------------
+
+    @property
+    def catalog(self) -> Any:
+        if self._catalog is None:
+            self._catalog = open_catalog(self.config)
+        return self._catalog
+
+    def _load(self, key: TableKey) -> _Table | None:
+        if key in self._tables:
+            return self._tables[key]
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            table = self.catalog.load_table(identifier(key.tenant, key.topic))
+        except NoSuchTableError:
+            return None
+        snapshot = table.current_snapshot()
+        last = int(_summary(snapshot, SUMMARY_INDEX) or 0) if snapshot is not None else 0
+        state = _Table(table, last)
+        if snapshot is not None:
+            for task in table.scan().plan_files():
+                state.files[task.file.file_path] = task.file
+                state.blocks[block_of(task.file.file_path)].add(task.file.file_path)
+        self._tables[key] = state
+        return state
+
+    def _create(self, key: TableKey, columns: list[str]) -> _Table:
+        namespace, name = identifier(key.tenant, key.topic)
+        self.catalog.create_namespace_if_not_exists(namespace)
+        table = self.catalog.create_table((namespace, name), schema=table_schema(columns),
+                                          properties=TABLE_PROPERTIES)
+        from pyiceberg.table import TableProperties
+
+        with table.transaction() as tx:  # a name mapping: Shale's Parquet objects carry no Iceberg field ids
+            tx.set_properties({TableProperties.DEFAULT_NAME_MAPPING: table.schema().name_mapping.model_dump_json()})
+        state = _Table(table, 0)
+        self._tables[key] = state
+        log.info("iceberg table created", extra={"tenant": key.tenant, "topic": key.topic})
+        return state
+
+    def _start(self, read: _Read) -> int:
+        """First round: every table of every live block exists, created with its state at the published point
+        when the feed no longer holds its history."""
+        keys = sorted({k for blocks in read.live.values() for m in blocks.values() for k in tables_of(m)})
+        committed = 0
+        for key in keys:
+            if self._load(key) is not None:
+                continue
+            before = [c for c in read.changes if c.tenant == key.tenant]
+            blocks = blocks_at(read.live[key.tenant], read.metas, before)
+            files = desired(blocks.values(), key, rules_at(read.rules.get(key.tenant, []), key.topic, before),
+                            self.config.ingest.generation)
+            state = self._create(key, _columns(files))
+            if files:
+                committed += self._commit(key, state, read.published, [], [s for f in files.values() for s in f])
+        self._started = True
+        return committed
+
+    # -- publishing -----------------------------------------------------------------------------------
+
+    def _publish(self, read: _Read, through: int) -> int:
+        committed = 0
+        entries = [(i, list(g)) for i, g in groupby(read.changes, key=lambda c: c.index)]
+        for n, (index, changes) in enumerate(entries):
+            if index > through:
+                break
+            after = [c for _, g in entries[n + 1:] for c in g]
+            for key, (removed, added, switched) in sorted(self._touched(read, changes).items()):
+                later = [c for c in after if c.tenant == key.tenant]
+                state = self._load(key)
+                if state is None:
+                    state = self._create(key, [])
+                if index <= state.last_index:
+                    continue  # published before a crash or by a previous leader
+                rules = rules_at(read.rules.get(key.tenant, []), key.topic, later)
+                if switched:
+                    remove, add = self._rediff(read, key, state, rules, later)
+                else:
+                    remove = sorted(u for b in removed for u in state.blocks.get(b, ()))
+                    add = [s for m in added if m.id not in state.blocks
+                           for s in table_files(m, key.topic, rules, self.config.ingest.generation)]
+                if remove or add:
+                    committed += self._commit(key, state, index, remove, add)
+        return committed
+
+    def _touched(self, read: _Read, changes: list[BlockChange],
+                 ) -> dict[TableKey, tuple[list[str], list[BlockMeta], bool]]:
+        """Per table: blocks removed, blocks added, and whether its generation switches changed."""
+        out: dict[TableKey, tuple[list[str], list[BlockMeta], bool]] = {}
+
+        def entry(key: TableKey) -> tuple[list[str], list[BlockMeta], bool]:
+            return out.setdefault(key, ([], [], False))
+
+        for c in changes:
+            if c.change == "generations":
+                removed, added, _ = entry(TableKey(c.tenant, c.subject))
+                out[TableKey(c.tenant, c.subject)] = (removed, added, True)
+                continue
+            meta = read.metas.get(c.subject)
+            keys = tables_of(meta) if meta is not None else self._tables_holding(c.tenant, c.subject)
+            for key in keys:
+                if c.change == "add" and meta is not None:
+                    entry(key)[1].append(meta)
+                elif c.change == "remove":
+                    entry(key)[0].append(c.subject)
+        return out
+
+    def _tables_holding(self, tenant: str, block_id: str) -> list[TableKey]:
+        """Tables holding a block whose metadata is gone (the publisher lagged past the delete delay)."""
+        for namespace, name in self.catalog.list_tables(tenant):
+            self._load(TableKey(namespace, name))
+        return [k for k, t in self._tables.items() if k.tenant == tenant and block_id in t.blocks]
+
+    def _rediff(self, read: _Read, key: TableKey, state: _Table, rules: list[Rule],
+                later: Sequence[BlockChange]) -> tuple[list[str], list[FileSpec]]:
+        """After a generation switch: the files to remove and to add so that the table shows what the switches
+        show, as of this entry."""
+        blocks = blocks_at(read.live[key.tenant], read.metas, [c for c in later if c.tenant == key.tenant])
+        want = desired(blocks.values(), key, rules, self.config.ingest.generation)
+        remove: list[str] = []
+        add: list[FileSpec] = []
+        for block_id in sorted(set(state.blocks) | set(want)):
+            have = state.blocks.get(block_id, set())
+            specs = want.get(block_id, [])
+            if have and specs and all(have & self._uris(s) for s in specs) and len(have) == len(specs):
+                continue
+            remove += sorted(have)
+            add += specs
+        return remove, add
+
+    def _uris(self, spec: FileSpec) -> set[str]:
+        """The URIs that hold exactly ``spec``'s rows: its object (when whole) or its copy."""
+        uris = {object_uri(self.config.bucket, copy_key(spec.block.tenant, spec.copy_name()))}
+        if spec.intervals is None:
+            uris.add(object_uri(self.config.bucket, f"{spec.block.tenant}/blocks/{spec.block.id}/{spec.dataset.file}"))
+        return uris
+
+    def _commit(self, key: TableKey, state: _Table, index: int, remove: list[str], add: list[FileSpec]) -> int:
+        """One snapshot: ``remove`` and ``add`` at log entry ``index`` (schema evolved first, same commit)."""
+        table = state.table
+        released = [key_of(self.config.bucket, u) for u in remove if "/iceberg-copies/" in u]
+        properties = {SUMMARY_INDEX: str(index)}
+        if released:
+            properties[SUMMARY_RELEASED] = json.dumps(released)
+        with table.transaction() as tx:
+            have = set(tx.table_metadata.schema().column_names)
+            columns = _columns({s.block_id: [s] for s in add})
+            if set(columns) - have:  # a parser gained a column: the table's schema gains it in the same commit
+                from pyiceberg.types import StringType
+
+                with tx.update_schema() as evolve:
+                    for column in sorted(set(columns) - have):
+                        evolve.add_column(column, StringType())
+            registered = [register(self.bucket, self.config.bucket, tx.table_metadata, s) for s in add]
+            COPIES.inc(sum(1 for r in registered if r.copy))
+            update = tx.update_snapshot(snapshot_properties=properties)
+            with (update.overwrite() if remove else update.merge_append()) as producer:
+                for uri in remove:
+                    producer.delete_data_file(state.files[uri])
+                for r in registered:
+                    producer.append_data_file(r.data_file)
+        for uri in remove:
+            del state.files[uri]
+            state.blocks[block_of(uri)].discard(uri)
+            if not state.blocks[block_of(uri)]:
+                del state.blocks[block_of(uri)]
+        for r in registered:
+            state.files[r.uri] = r.data_file
+            state.blocks[block_of(r.uri)].add(r.uri)
+        state.last_index = index
+        SNAPSHOTS.labels("overwrite" if remove and add else "delete" if remove else "append").inc()
+        log.info("iceberg snapshot committed", extra={"tenant": key.tenant, "topic": key.topic, "index": index,
+                                                      "added": len(add), "removed": len(remove)})
+        return 1
+
+    def _sweep(self) -> None:
+        """Delete copies released by snapshots older than the delete delay (idempotent: a delete of a missing
+        object is a no-op)."""
+        horizon = int((self.clock() - self.config.block.delete_delay) * 1000)
+        for state in self._tables.values():
+            for snapshot in state.table.metadata.snapshots:
+                if not state.swept_ms < snapshot.timestamp_ms <= horizon:
+                    continue
+                for key in json.loads(_summary(snapshot, SUMMARY_RELEASED) or "[]"):
+                    with contextlib.suppress(NotFoundError):
+                        self.bucket.delete(key)
+            state.swept_ms = max(state.swept_ms, horizon)
+
+    # -- repair -------------------------------------------------------------------------------------
+
+    def sync(self, *, full: bool = False) -> dict[str, Any]:
+        """Publish everything pending; with ``full``, then compare every table with the index and commit one
+        repair snapshot where they differ (a table rolled back or edited by hand, a catalog restored)."""
+        with self._lock:
+            return self._sync(full)
+
+    def _sync(self, full: bool) -> dict[str, Any]:
+        committed = 0
+        while True:
+            committed += self._guarded_round()
+            if pending_entries(self.reader.conn) == 0:
+                break
+        repaired = 0
+        if full and self.config.iceberg.enabled:
+            read = self._read(whole_tenants=True)
+            keys = {k for blocks in read.live.values() for m in blocks.values() for k in tables_of(m)}
+            for tenant in read.live:
+                keys |= {TableKey(n, t) for n, t in self.catalog.list_tables(tenant)}
+            for key in sorted(keys):
+                state = self._load(key) or self._create(key, [])
+                remove, add = self._rediff(read, key, state, read.rules.get(key.tenant, []), [])
+                if remove or add:
+                    repaired += self._commit(key, state, max(read.applied, state.last_index), remove, add)
+        return {"snapshots": committed + repaired, "repaired": repaired, "published_through": self.published_through,
+                "tables": len(self._tables)}
+
+    def status(self) -> dict[str, Any]:
+        return {"enabled": self.config.iceberg.enabled, "published_through": self.published_through,
+                "applied_index": self.applied, "tables": len(self._tables), "last_error": self.last_error,
+                "lag_seconds": self.clock() - min(self._first_seen.values()) if self._first_seen else 0.0}
+
+    def loop(self, stop: threading.Event, is_leader: Callable[[], bool] = lambda: True) -> None:
+        """Run rounds every ``iceberg.interval`` while leader, until ``stop``. A follower forgets its tables (the
+        next leadership reloads them from the catalog, which another leader may have changed)."""
+        while not stop.is_set():
+            try:
+                if is_leader():
+                    self.run_once()
+                else:
+                    self._tables.clear()
+                    self._started = False
+            except Exception:
+                log.exception("iceberg publisher round failed; retrying next period")
+            stop.wait(self.config.iceberg.interval)
+
+
+def _columns(files: dict[str, list[FileSpec]]) -> list[str]:
+    return sorted({c for specs in files.values() for s in specs for c in s.dataset.columns})
+
+
+def _summary(snapshot: Any, key: str) -> str | None:
+    """A snapshot summary property (pyiceberg's ``Summary.get`` ignores a default)."""
+    summary = snapshot.summary
+    return None if summary is None else summary.additional_properties.get(key)

@@ -1,0 +1,137 @@
+"""The Spark task of an ingest batch (``mapInArrow``): one Kafka partition's planned range, written in chunks.
+
+Records arrive as Arrow batches (at most ``spark.sql.execution.arrow.maxBytesPerBatch`` each). They are buffered
+until the buffer reaches the chunk size, so a task holds at most about two chunks and one batch however large
+its partition's range or its records; the chunk size is what the task process's memory bound leaves once its
+interpreter and libraries are loaded (``chunk_bytes``). The last full buffer is kept pending until the next one
+fills or the input ends, because only then is it known whether it is the range's last chunk (which ends at the
+planned end, covering trailing offsets without records such as a transaction's commit marker). Chunks tile the
+planned range.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shale.errors import ShaleError
+from shale.failpoints import failpoint
+from shale.ingest.blocks import Chunk, GroupSpec, Written, write_chunk
+from shale.ingest.plan import BatchPlan
+from shale.ingest.records import normalize
+from shale.objstore import Bucket, task_bucket
+from shale.resources import PeakMemory
+
+
+class ChunkWriter:
+    """Not thread-safe; one per task."""
+
+    def __init__(self, spec: GroupSpec, bucket: Bucket, plan: BatchPlan, chunk_bytes: int,
+                 derived_from: list[str] | None = None) -> None:
+        self.spec = spec
+        self.derived_from = derived_from
+        self.bucket = bucket
+        self.plan = plan
+        self.chunk_bytes = chunk_bytes
+        self.chunk: Chunk | None = None  # the planned range, once the first record names the partition
+        self.next_start = 0
+        self.buffer: list[pa.Table] = []
+        self.buffered = 0
+        self.pending: pa.Table | None = None
+
+    def _identify(self, table: pa.Table) -> None:
+        topics, partitions = pc.unique(table.column("topic")), pc.unique(table.column("partition"))
+        if len(topics) != 1 or len(partitions) != 1:
+            raise ShaleError("an ingest task received records of several Kafka partitions; Shale needs one task per "
+                             "partition (do not set the Kafka source's minPartitions)")
+        topic, partition = topics[0].as_py(), int(partitions[0].as_py())
+        if self.chunk is None:
+            planned = self.plan.range_of(topic, partition)
+            if planned is None:
+                raise ShaleError(f"an ingest task received {topic}[{partition}], which this batch did not plan")
+            self.chunk = Chunk(topic, partition, planned.incarnation, planned.start, planned.end,
+                               self.plan.read_time_ms)
+            self.next_start = planned.start
+        elif (topic, partition) != (self.chunk.topic, self.chunk.partition):
+            raise ShaleError(f"an ingest task received {topic}[{partition}] after {self.chunk.topic}"
+                             f"[{self.chunk.partition}]; Shale needs one task per partition")
+        offsets = pc.min_max(table.column("offset"))
+        if offsets["min"].as_py() < self.chunk.start or offsets["max"].as_py() >= self.chunk.end:
+            raise ShaleError(f"{topic}[{partition}]: Spark read offsets [{offsets['min']}, {offsets['max']}] outside "
+                             f"the planned range [{self.chunk.start},{self.chunk.end})")
+
+    def _write(self, table: pa.Table, end: int) -> Written:
+        assert self.chunk is not None
+        chunk = Chunk(self.chunk.topic, self.chunk.partition, self.chunk.incarnation, self.next_start, end,
+                      self.chunk.read_time_ms)
+        self.next_start = end
+        return write_chunk(self.spec, self.bucket, table, chunk, self.derived_from)
+
+    def _write_pending(self) -> list[Written]:
+        if self.pending is None:
+            return []
+        table, self.pending = self.pending, None
+        return [self._write(table, int(table.column("offset")[-1].as_py()) + 1)]
+
+    def add(self, batch: pa.RecordBatch) -> list[Written]:
+        """Records as Spark's Kafka source hands them over."""
+        if batch.num_rows == 0:
+            return []
+        return self.add_table(normalize(pa.Table.from_batches([batch])))
+
+    def add_table(self, table: pa.Table) -> list[Written]:
+        """Records in the backup schema, in offset order after everything added before."""
+        if table.num_rows == 0:
+            return []
+        self._identify(table)
+        self.buffer.append(table)
+        self.buffered += table.nbytes
+        if self.buffered < self.chunk_bytes:
+            return []
+        written = self._write_pending()
+        self.pending = pa.concat_tables(self.buffer)  # no copy: the chunks stay as they arrived
+        self.buffer, self.buffered = [], 0
+        return written
+
+    def finish(self) -> list[Written]:
+        """Write what is left; the last chunk ends at the planned end. Nothing if no record arrived at all (the
+        driver then records the range with an empty block)."""
+        if self.chunk is None:
+            return []
+        if self.buffer:
+            written = self._write_pending()
+            table = pa.concat_tables(self.buffer)
+            self.buffer = []
+            return [*written, self._write(table, self.chunk.end)]
+        assert self.pending is not None
+        table, self.pending = self.pending, None
+        return [self._write(table, self.chunk.end)]
+
+
+def chunk_bytes(bound: int, resident: int, group: str) -> int:
+    """The chunk size that keeps a task process within ``bound`` bytes of resident memory, given what it holds
+    already (its interpreter, libraries and caches): a task holds about two chunks and one incoming batch, and
+    writing a chunk needs about four more copies of it in the backup group (encoding) and eight in the partition
+    group (parsing builds Python values and new columns), as measured with 5 MB records."""
+    copies = 6 if group == "backup" else 10
+    return max(2**20, min(bound // 8, (bound - resident) // copies))
+
+
+def make_task(spec: GroupSpec, plan: BatchPlan, bound: int) -> Callable[[Iterable[pa.RecordBatch]],
+                                                                           Iterator[pa.RecordBatch]]:
+    """The function Spark runs per task. It returns one row per chunk: a ``Written`` record as JSON. ``bound`` is
+    the memory the task process may use (``ingest.max_task_bytes``)."""
+
+    def task(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        failpoint("ingest.task")
+        with PeakMemory() as memory:
+            writer = ChunkWriter(spec, task_bucket(spec.bucket), plan, chunk_bytes(bound, memory.start, spec.group))
+            written = [w for batch in batches for w in writer.add(batch)]
+            written += writer.finish()
+        for w in written:
+            row = w.model_copy(update={"peak_rss": memory.peak}).model_dump_json()
+            yield pa.RecordBatch.from_pylist([{"written": row}], schema=pa.schema([("written", pa.string())]))
+
+    return task

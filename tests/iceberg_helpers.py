@@ -1,0 +1,118 @@
+"""Building partition-group blocks and metastore changes for the Iceberg tests, through public APIs only
+(``write_block`` and metastore commands), and comparing an Iceberg table with ``shale query``."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+import pyarrow as pa
+
+from shale.block import BlockMeta, BlockSpec, DatasetInput, KafkaRange, deterministic_block_id, write_block
+from shale.block.schemas import TIMESTAMP, partition_schema
+from shale.metastore import CommitIngestBatch, MetastoreService, OffsetRange, ReplaceBlocks, Result
+from shale.objstore import Bucket
+from shale.query import Query, run_query
+
+HOUR = 3_600_000
+T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR  # 2026-11-18 09:00 UTC
+KEY = ("topic", "partition", "offset", "event_time", "level", "msg")
+
+
+def records(topic: str, partition: int, start: int, count: int, base_ms: int, step_ms: int,
+            columns: Sequence[str] = ("level", "msg"), generation: int = 1) -> pa.Table:
+    """Parsed records of offsets [start, start+count), event times base_ms + i*step_ms."""
+    offsets = list(range(start, start + count))
+    times = [(base_ms + (o - start) * step_ms) * 1000 for o in offsets]
+    data: dict[str, object] = {
+        "topic": [topic] * count, "partition": pa.array([partition] * count, pa.int32()),
+        "offset": pa.array(offsets, pa.int64()), "timestamp": pa.array(times, TIMESTAMP),
+        "timestamp_type": pa.array([0] * count, pa.int8()), "key": [f"k{o}".encode() for o in offsets],
+        "value": [f"v{o}".encode() for o in offsets],
+        "headers": pa.array([None] * count, partition_schema([]).field("headers").type),
+        "event_time": pa.array(times, TIMESTAMP),
+        "dt": [dt.datetime.fromtimestamp(t / 1e6, dt.UTC).strftime("%Y-%m-%d") for t in times],
+        "hour": pa.array([None] * count, pa.int8())}
+    for c in columns:
+        data[c] = [f"{c}-g{generation}-{o % 3}" if c == "level" else f"{c}-g{generation}-{o}" for o in offsets]
+    return pa.table(data, schema=partition_schema(list(columns)))
+
+
+def write_records_block(bucket: Bucket, tenant: str, topic: str, partition: int, start: int, count: int,
+                        base_ms: int, step_ms: int = 1000, *, generation: int = 1,
+                        columns: Sequence[str] = ("level", "msg"), block_time_ms: int | None = None) -> BlockMeta:
+    table = records(topic, partition, start, count, base_ms, step_ms, columns, generation)
+    day = table.column("dt")[0].as_py()
+    block_id = deterministic_block_id(block_time_ms or base_ms,
+                                      f"partition/{generation}/{topic}/{partition}/{start}/{start + count}")
+    spec = BlockSpec(id=block_id, tenant=tenant, group="partition", generation=generation,
+                     kafka=[KafkaRange(topic=topic, partition=partition, start=start, end=start + count)],
+                     partition_values={"dt": day})
+    return write_block(bucket, spec, [DatasetInput("records", topic, table, "event_time",
+                                                   labels=[{"topic": topic, "dt": day}])])
+
+
+def commit(service: MetastoreService, blocks: list[BlockMeta], generation: int = 1) -> Result:
+    ranges: dict[tuple[str, int], list[int]] = {}
+    for b in blocks:
+        for r in b.kafka:
+            span = ranges.setdefault((r.topic, r.partition), [r.start, r.end])
+            span[0], span[1] = min(span[0], r.start), max(span[1], r.end)
+    result = service.submit(CommitIngestBatch(
+        group="partition", generation=generation, writer="ingest" if generation == 1 else "reprocess",
+        ranges=[OffsetRange(topic=t, partition=p, start=s, end=e) for (t, p), (s, e) in sorted(ranges.items())],
+        blocks=blocks))
+    return result.raise_for_rejection()
+
+
+def compact(service: MetastoreService, bucket: Bucket, sources: list[BlockMeta]) -> BlockMeta:
+    """Merge ``sources`` (one tenant, topic and generation) into one level-1 block and replace them."""
+    from shale.block import read_dataset
+
+    first = sources[0]
+    tables = [read_dataset(bucket, m, m.datasets[0]) for m in sources]
+    columns = sorted({c for m in sources for c in m.datasets[0].columns})
+    merged = pa.concat_tables([t.select(partition_schema(columns).names) for t in tables], promote_options="default")
+    merged = merged.sort_by([("event_time", "ascending"), ("offset", "ascending")])
+    topic = first.datasets[0].topic
+    block_id = deterministic_block_id(min(m.time_ms for m in sources),
+                                      "compact/" + ",".join(sorted(m.id for m in sources)))
+    kafka = [KafkaRange(topic=topic, partition=r.partition, start=min(x.start for m in sources for x in m.kafka
+                                                                       if x.partition == r.partition),
+                        end=max(x.end for m in sources for x in m.kafka if x.partition == r.partition))
+             for r in {r.partition: r for m in sources for r in m.kafka}.values()]
+    spec = BlockSpec(id=block_id, tenant=first.tenant, group="partition", generation=first.generation, level=1,
+                     kafka=kafka, sources=sorted({s for m in sources for s in m.compaction.sources}),
+                     parents=[m.id for m in sources])
+    meta = write_block(bucket, spec, [DatasetInput("records", topic, merged, "event_time",
+                                                   labels=[{"topic": topic}])])
+    service.submit(ReplaceBlocks(tenant=first.tenant, sources=[m.id for m in sources], blocks=[meta])
+                   ).raise_for_rejection()
+    return meta
+
+
+def rows(table: pa.Table) -> Counter[tuple[object, ...]]:
+    """The multiset of records, compared on identity, time and parsed columns (timestamps as microseconds)."""
+    cols = []
+    for name in KEY:
+        column = table.column(name)
+        if pa.types.is_timestamp(column.type):
+            column = column.cast(TIMESTAMP).cast(pa.int64())
+        cols.append(column.to_pylist())
+    return Counter(zip(*cols, strict=True))
+
+
+def query_rows(service: MetastoreService, bucket: Bucket, tenant: str, topic: str, start: int, end: int) -> Counter[
+        tuple[object, ...]]:
+    reader = run_query(Query(tenant, start, end, f'{{topic="{topic}"}}'), service, bucket)
+    return rows(reader.read_all())
+
+
+SPARK_COLUMNS = "topic, partition, offset, unix_micros(event_time) AS event_time, level, msg"
+"""What a Spark SQL query selects to compare with ``rows`` (times as microseconds, computed by Spark)."""
+
+
+def spark_rows(collected: Iterable[object]) -> Counter[tuple[object, ...]]:
+    """Rows collected from Spark with ``SPARK_COLUMNS``."""
+    return Counter(tuple(getattr(row, name) for name in KEY) for row in collected)

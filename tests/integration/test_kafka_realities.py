@@ -1,0 +1,248 @@
+"""Kafka as it is, against a real broker, MinIO and Spark, each asserting the exact multiset of stored
+(partition, offset) per group: a compacted topic read from its start; a topic deleted and recreated with fewer
+records than the old committed end; offsets deleted by retention before they were read (reported with the exact
+range, the other partitions go on, an operator's command lets the partition continue); records with bad
+timestamps and a topic whose tenant rule gives no valid tenant (nothing halts); 5 MB records within a task's
+memory bound."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+from tests.integration.ingest_helpers import ROOT, config_of, write_config
+from tests.integration.kafka_world import create_topic, json_value, stored
+from tests.waiting import eventually
+
+from shale.block import read_dataset
+from shale.ingest.committer import IngestConflictError
+from shale.ingest.job import IngestJob
+from shale.ingest.kafka import delete_records_before, describe_topics, existing_offsets, offset_bounds
+from shale.ingest.plan import Loss
+from shale.ingest.verify import group_blocks, verify_topic
+from shale.metastore import open_metastore
+from shale.objstore import open_bucket
+
+GROUPS = ("backup", "partition")
+
+
+def _produce(bootstrap: str, topic: str, values: list[bytes], partition: int | None = None,
+             keys: list[bytes] | None = None, timestamps: list[int] | None = None, **config: object) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **config})
+    errors: list[str] = []
+
+    def delivered(err: object, _: object) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    for i, value in enumerate(values):
+        extra: dict[str, object] = {}
+        if partition is not None:
+            extra["partition"] = partition
+        if keys is not None:
+            extra["key"] = keys[i]
+        if timestamps is not None:
+            extra["timestamp"] = timestamps[i]
+        while True:
+            try:
+                producer.produce(topic, value=value, on_delivery=delivered, **extra)
+                break
+            except BufferError:
+                producer.poll(0.5)
+        producer.poll(0)
+    assert producer.flush(120) == 0
+    assert not errors, errors[:3]
+
+
+def _ingest(config, spark, metastore, groups=GROUPS) -> list[IngestJob]:  # type: ignore[no-untyped-def]
+    jobs = [IngestJob(config, group, spark=spark, metastore=metastore) for group in groups]
+    for job in jobs:
+        job.run(available_now=True)
+    return jobs
+
+
+def test_compacted_topic_is_read_from_its_start(kafka, minio_bucket, spark, tmp_path: Path) -> None:
+    topic = f"accounts-{uuid.uuid4().hex[:6]}"
+    create_topic(kafka.bootstrap_servers, topic, 1, **{"cleanup.policy": "compact", "segment.ms": "100",
+                                                       "min.cleanable.dirty.ratio": "0.01",
+                                                       "delete.retention.ms": "100", "min.compaction.lag.ms": "0"})
+    for round_ in range(6):  # every key updated six times, in segments that roll
+        _produce(kafka.bootstrap_servers, topic, [json_value(round_ * 50 + k) for k in range(50)],
+                 keys=[f"account-{k}".encode() for k in range(50)])
+        time.sleep(0.3)
+    file = write_config(tmp_path, kafka.bootstrap_servers, minio_bucket, [topic])
+    config = config_of(file)
+
+    def compacted() -> bool:
+        _produce(kafka.bootstrap_servers, topic, [json_value(999)], keys=[b"roll"])  # rolls the active segment
+        return len(existing_offsets(config.kafka, topic, 0, 0, 300)) < 300
+
+    eventually(compacted, 120, "Kafka's log cleaner to compact the topic")
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})  # stop the cleaner: the log holds still
+    resource = ConfigResource("topic", topic, incremental_configs=[
+        ConfigEntry("cleanup.policy", "delete", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("retention.ms", "-1", incremental_operation=AlterConfigOpType.SET)])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=30)
+    _, end = offset_bounds(config.kafka, [(topic, 0)])[(topic, 0)]
+
+    def settled() -> set[tuple[int, int]]:  # a cleaning pass already under way has ended: two reads agree
+        first = {(0, o) for o in existing_offsets(config.kafka, topic, 0, 0, end)}
+        return first if first == {(0, o) for o in existing_offsets(config.kafka, topic, 0, 0, end)} else set()
+
+    visible = eventually(settled, 60, "the compacted log to hold still")
+    assert len(visible) < end  # compaction left gaps
+    metastore = open_metastore(config)
+    _ingest(config, spark, metastore)
+    bucket = open_bucket(config.bucket)
+    for group in GROUPS:
+        records = stored(metastore, bucket, group, topic)
+        assert set(records) == visible
+        assert max(records.values()) == 1
+        report = verify_topic(metastore, bucket, config.kafka, group, 1, topic)
+        assert report.ok, report.as_dict()
+        assert report.partitions[0].committed_end == end
+        assert report.partitions[0].skipped == end - len(visible)
+
+
+def test_recreated_topic_is_a_new_incarnation(kafka, minio_bucket, spark, tmp_path: Path) -> None:
+    topic = f"orders-{uuid.uuid4().hex[:6]}"
+    create_topic(kafka.bootstrap_servers, topic, 1)
+    _produce(kafka.bootstrap_servers, topic, [json_value(i) for i in range(500)])
+    file = write_config(tmp_path, kafka.bootstrap_servers, minio_bucket, [topic])
+    config = config_of(file)
+    metastore = open_metastore(config)
+    _ingest(config, spark, metastore)
+    old = describe_topics(config.kafka, [topic])[topic].incarnation
+
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    for future in admin.delete_topics([topic]).values():
+        future.result(timeout=30)
+    eventually(lambda: topic not in admin.list_topics(timeout=5).topics, 60, "the topic to be deleted")
+    create_topic(kafka.bootstrap_servers, topic, 1)
+    _produce(kafka.bootstrap_servers, topic, [json_value(1_000 + i) for i in range(100)])
+    new = describe_topics(config.kafka, [topic])[topic].incarnation
+    assert new != old
+    _ingest(config, spark, metastore)
+
+    bucket = open_bucket(config.bucket)
+    for group in GROUPS:
+        assert stored(metastore, bucket, group, topic, new) == {(0, o): 1 for o in range(100)}
+        assert sum(stored(metastore, bucket, group, topic).values()) == 600  # the old incarnation's 500 are kept
+        report = verify_topic(metastore, bucket, config.kafka, group, 1, topic)
+        assert report.ok, report.as_dict()
+        assert (report.stored, report.partitions[0].committed_end, report.partitions[0].incarnation) == (100, 100,
+                                                                                                         new)
+        [row] = [o for o in metastore.offsets(group, 1) if o.topic == topic]
+        assert (row.committed_end, row.incarnation) == (100, new)
+        past, _ = metastore.offset_history(group, 1)
+        assert [(i.incarnation, i.committed_end) for i in past if i.topic == topic] == [(old, 500)]
+        lineage = {r.incarnation for m in group_blocks(metastore, group, 1, topic) for r in m.kafka}
+        assert lineage == {old, new}
+
+
+def test_offsets_deleted_before_they_were_read(kafka, minio_bucket, spark, tmp_path: Path) -> None:
+    topic = f"events-{uuid.uuid4().hex[:6]}"
+    create_topic(kafka.bootstrap_servers, topic, 2)
+    for partition in (0, 1):
+        _produce(kafka.bootstrap_servers, topic, [json_value(i) for i in range(500)], partition=partition)
+    file = write_config(tmp_path, kafka.bootstrap_servers, minio_bucket, [topic])
+    config = config_of(file)
+    metastore = open_metastore(config)
+    _ingest(config, spark, metastore, ["backup"])
+    for partition in (0, 1):
+        _produce(kafka.bootstrap_servers, topic, [json_value(500 + i) for i in range(500)], partition=partition)
+    delete_records_before(config.kafka, topic, 0, 800)  # retention ran before ingestion read [500, 800)
+
+    job = IngestJob(config, "backup", spark=spark, metastore=metastore)
+    job.committer.load()
+    incarnation = describe_topics(config.kafka, [topic])[topic].incarnation
+    assert job.plan().losses == [Loss(topic, 0, incarnation, 500, 800)]  # the exact range, per partition
+    with pytest.raises(IngestConflictError, match=rf"blocked: {topic}\[0\]"):
+        job.run(available_now=True)
+    committed = {o.partition: o.committed_end for o in metastore.offsets("backup", 1) if o.topic == topic}
+    assert committed == {0: 500, 1: 1000}  # the other partition went on
+
+    ack = subprocess.run([sys.executable, "-m", "shale.cli", "--config", str(file), "offsets", "acknowledge-loss",
+                          "--group", "backup", "--topic", topic, "--partition", "0", "--to", "800",
+                          "--reason", "retention ran while ingestion was down"],
+                         capture_output=True, text=True, cwd=ROOT, check=False)
+    assert ack.returncode == 0, ack.stderr
+    assert "offsets [500,800) acknowledged as lost" in ack.stdout
+    _ingest(config, spark, metastore, ["backup"])
+    bucket = open_bucket(config.bucket)
+    expected = {(0, o): 1 for o in [*range(500), *range(800, 1000)]} | {(1, o): 1 for o in range(1000)}
+    assert stored(metastore, bucket, "backup", topic) == expected
+    report = verify_topic(metastore, bucket, config.kafka, "backup", 1, topic)
+    assert report.ok, report.as_dict()
+    _, losses = metastore.offset_history("backup", 1)
+    assert [(x.partition, x.start, x.end, x.reason) for x in losses] == [
+        (0, 500, 800, "retention ran while ingestion was down")]
+
+
+def test_bad_timestamps_and_a_bad_tenant_never_stop_a_group(kafka, minio_bucket, spark, tmp_path: Path) -> None:
+    run = uuid.uuid4().hex[:6]
+    stamps, good, bad_tenant = f"stamps{run}.x", f"billing{run}.events", f"Billing{run}.events"
+    for topic in (stamps, good, bad_tenant):
+        create_topic(kafka.bootstrap_servers, topic, 1, **{"message.timestamp.after.max.ms": str(2**63 - 1)})
+    now_ms = int(time.time() * 1000)
+    times = [-1, now_ms * 1000, now_ms + 5 * 365 * 86_400_000, now_ms]  # none, microseconds, far future, fine
+    values = [json.dumps({"ts": t // 1000 if t > 0 else 1_795_000_000, "level": "INFO", "msg": "x"}).encode()
+              for t in times]
+    _produce(kafka.bootstrap_servers, stamps, values, timestamps=times)
+    _produce(kafka.bootstrap_servers, good, [json_value(i) for i in range(10)])
+    _produce(kafka.bootstrap_servers, bad_tenant, [json_value(i) for i in range(10)])
+    file = write_config(tmp_path, kafka.bootstrap_servers, minio_bucket, [stamps, good, bad_tenant],
+                        tenants=[{"topic_pattern": r"(?P<team>[A-Za-z0-9]+)\.events", "tenant": "{team}"}],
+                        parsers_override=[{"parser": "json", "options": {"time_field": "ts",
+                                                                          "time_format": "epoch_s"}}])
+    config = config_of(file)
+    metastore = open_metastore(config)
+    _ingest(config, spark, metastore)  # nothing halts
+    bucket = open_bucket(config.bucket)
+    for group in GROUPS:
+        assert stored(metastore, bucket, group, stamps) == {(0, o): 1 for o in range(4)}
+        assert stored(metastore, bucket, group, good) == {(0, o): 1 for o in range(10)}
+        assert stored(metastore, bucket, group, bad_tenant) == {(0, o): 1 for o in range(10)}
+        blocks = group_blocks(metastore, group, 1, stamps)
+        assert all(0 <= b.min_time <= b.max_time <= b.time_ms + 86_400_000 for b in blocks)  # bounded times
+        assert {b.tenant for b in group_blocks(metastore, group, 1, good)} == {f"billing{run}"}
+        [quarantine] = group_blocks(metastore, group, 1, bad_tenant)
+        assert (quarantine.tenant, quarantine.datasets[0].kind) == ("default", "quarantine")
+        reason = read_dataset(bucket, quarantine, quarantine.datasets[0]).column("reason")[0].as_py()
+        assert f"gives no valid tenant for topic '{bad_tenant}'" in reason
+    backup = next(b for b in group_blocks(metastore, "backup", 1, stamps) if b.datasets[0].kind == "records")
+    kept = read_dataset(bucket, backup, backup.datasets[0]).column("timestamp")
+    assert kept.cast(pa.timestamp("ms", tz="UTC")).cast(pa.int64()).to_pylist() == times  # stored as they are
+    # The partition group parsed the event time from the value; the far-future record went to quarantine.
+    partition_records = stored(metastore, bucket, "partition", stamps)
+    assert sum(partition_records.values()) == 4
+
+
+def test_large_records_stay_within_the_task_memory_bound(kafka, minio_bucket, spark, tmp_path: Path) -> None:
+    topic = f"blobs-{uuid.uuid4().hex[:6]}"
+    mib = 2**20
+    create_topic(kafka.bootstrap_servers, topic, 1, **{"max.message.bytes": str(16 * mib)})
+    payload = "x" * (5 * mib)
+    values = [json.dumps({"ts": 1_795_000_000 + i, "level": "INFO", "msg": payload}).encode() for i in range(40)]
+    _produce(kafka.bootstrap_servers, topic, values, **{"message.max.bytes": 16 * mib, "batch.size": 16 * mib})
+    bound = 384 * mib
+    file = write_config(tmp_path, kafka.bootstrap_servers, minio_bucket, [topic], max_task_bytes=bound)
+    config = config_of(file)
+    metastore = open_metastore(config)
+    jobs = _ingest(config, spark, metastore)
+    bucket = open_bucket(config.bucket)
+    for job in jobs:
+        records = stored(metastore, bucket, job.group, topic)
+        assert records == {(0, o): 1 for o in range(40)}
+        print(f"{job.group}: peak task memory {job.peak_task_rss / mib:.0f} MiB of {bound / mib:.0f} MiB, "
+              f"{len(group_blocks(metastore, job.group, 1, topic))} blocks")
+        assert 0 < job.peak_task_rss <= bound

@@ -1,0 +1,71 @@
+"""Planning a batch's exact offsets: a table of the rules (continuity, incarnations, starting offsets, losses,
+truncation, record and byte limits, --available-now targets)."""
+
+from __future__ import annotations
+
+import pytest
+
+from shale.ingest.plan import PROBE_RECORDS, Ahead, Limits, Loss, PartitionRange, plan_batch
+
+A, B = "AAAAAAAAAAAAAAAAAAAAAA", "BBBBBBBBBBBBBBBBBBBBBB"
+SIZED = {("t", 0): 100.0, ("t", 1): 100.0}
+ROOMY = Limits(max_records=10_000_000, max_bytes=10**12, record_bytes=SIZED)
+
+
+@pytest.mark.parametrize(("committed", "starts", "bounds", "expected"), [
+    # continue at the committed end, up to Kafka's (last stable) end
+    ({("t", 0): (500, A)}, {}, {("t", 0): (0, 900)}, [PartitionRange("t", 0, A, 500, 900)]),
+    # an unrecorded incarnation matches the current one
+    ({("t", 0): (500, "")}, {}, {("t", 0): (0, 900)}, [PartitionRange("t", 0, A, 500, 900)]),
+    # caught up: nothing to read
+    ({("t", 0): (900, A)}, {}, {("t", 0): (0, 900)}, []),
+    # never committed: from the start the caller resolved (earliest, or a pinned "latest")
+    ({}, {}, {("t", 0): (40, 900)}, [PartitionRange("t", 0, A, 40, 900)]),
+    ({}, {("t", 0): 700}, {("t", 0): (40, 900)}, [PartitionRange("t", 0, A, 700, 900)]),
+    # a recreated topic (another incarnation committed): the caller starts it at its earliest offset
+    ({("t", 0): (5_000, B)}, {("t", 0): 0}, {("t", 0): (0, 300)}, [PartitionRange("t", 0, A, 0, 300)]),
+])
+def test_where_each_partition_reads(committed: dict[tuple[str, int], tuple[int, str]],
+                                    starts: dict[tuple[str, int], int],
+                                    bounds: dict[tuple[str, int], tuple[int, int]],
+                                    expected: list[PartitionRange]) -> None:
+    plan = plan_batch({"t": A}, bounds, committed, starts, ROOMY, 1)
+    assert plan.ranges == expected
+    assert not plan.losses
+    assert not plan.ahead
+
+
+def test_offsets_deleted_before_they_were_read_pause_only_their_partition() -> None:
+    plan = plan_batch({"t": A}, {("t", 0): (700, 900), ("t", 1): (0, 50)}, {("t", 0): (500, A), ("t", 1): (10, A)},
+                      {}, ROOMY, 1)
+    assert plan.losses == [Loss("t", 0, A, 500, 700)]
+    assert plan.ranges == [PartitionRange("t", 1, A, 10, 50)]
+
+
+def test_a_committed_end_beyond_kafka_is_reported_not_skipped() -> None:
+    plan = plan_batch({"t": A}, {("t", 0): (0, 100)}, {("t", 0): (500, A)}, {}, ROOMY, 1)
+    assert plan.ahead == [Ahead("t", 0, A, 500, 100)]
+    assert plan.ranges == []
+
+
+def test_records_are_shared_by_lag_and_unknown_sizes_are_probed() -> None:
+    limits = Limits(max_records=1_000, max_bytes=10**12, record_bytes=SIZED)
+    plan = plan_batch({"t": A}, {("t", 0): (0, 3_000), ("t", 1): (0, 1_000), ("t", 2): (0, 50_000)},
+                      {}, {}, limits, 1)
+    counts = {r.partition: r.end - r.start for r in plan.ranges}
+    assert counts == {0: 55, 1: 18, 2: 925}  # 1,000 shared by lag ...
+    probe = plan_batch({"t": A}, {("t", 2): (0, 50_000)}, {}, {}, ROOMY, 1)
+    assert probe.ranges[0].end == PROBE_RECORDS  # ... and a size never seen is probed first
+
+
+def test_bytes_bound_a_batch_of_large_records() -> None:
+    limits = Limits(max_records=2_000_000, max_bytes=64 * 2**20, record_bytes={("t", 0): 5 * 2**20})
+    plan = plan_batch({"t": A}, {("t", 0): (0, 100)}, {}, {}, limits, 1)
+    assert plan.ranges == [PartitionRange("t", 0, A, 0, 12)]
+
+
+def test_available_now_stops_at_the_targets_and_deleted_topics_are_left_alone() -> None:
+    plan = plan_batch({"t": A}, {("t", 0): (0, 900), ("gone", 0): (0, 10)}, {("t", 0): (100, A)}, {}, ROOMY, 1,
+                      targets={("t", 0): 400})
+    assert plan.ranges == [PartitionRange("t", 0, A, 100, 400)]
+    assert plan.lag == {("t", 0): 800}

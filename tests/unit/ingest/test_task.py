@@ -1,0 +1,147 @@
+"""An ingest task's chunks: byte-bounded, tiling the planned range; the one commit built from them; and records
+that must never stop a group (bad timestamps, a topic whose tenant rule gives no valid tenant)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import uuid
+
+import pyarrow as pa
+import pytest
+from tests.factories import BASE_MS, backup_table
+
+from shale.block import read_dataset
+from shale.config import BucketConfig, IngestConfig, ParserRule, TenantRule
+from shale.errors import ShaleError
+from shale.ingest.blocks import Chunk, GroupSpec, Written, write_chunk
+from shale.ingest.committer import IngestConflictError, batch_commit
+from shale.ingest.plan import BatchPlan, PartitionRange
+from shale.ingest.task import ChunkWriter
+from shale.objstore import open_bucket
+
+READ_MS = BASE_MS + 86_400_000
+INC = "AAAAAAAAAAAAAAAAAAAAAA"
+
+
+@pytest.fixture
+def bucket_config() -> BucketConfig:
+    return BucketConfig(url=f"memory://task-{uuid.uuid4().hex}")
+
+
+def spark_batch(table: pa.Table) -> pa.RecordBatch:
+    """Records as Spark's Kafka source hands them to a task."""
+    spark = pa.table({
+        "key": table.column("key"), "value": table.column("value"), "topic": table.column("topic"),
+        "partition": table.column("partition"), "offset": table.column("offset"),
+        "timestamp": table.column("timestamp").cast(pa.timestamp("us", tz="UTC")),
+        "timestampType": pa.array([0] * table.num_rows, pa.int32()),
+        "headers_json": pa.nulls(table.num_rows, pa.string())})
+    return spark.combine_chunks().to_batches()[0]
+
+
+def _plan(start: int, end: int, partition: int = 0) -> BatchPlan:
+    return BatchPlan(READ_MS, [PartitionRange("app", partition, INC, start, end)])
+
+
+def test_chunks_are_byte_bounded_and_tile_the_planned_range(bucket_config: BucketConfig) -> None:
+    bucket = open_bucket(bucket_config)
+    spec = GroupSpec("backup", 1, bucket_config, IngestConfig())
+    plan = _plan(100, 1_010)  # the last offsets (1,000 to 1,009) hold no record: markers, aborted records
+    writer = ChunkWriter(spec, bucket, plan, chunk_bytes=20_000)
+    written: list[Written] = []
+    for first in range(100, 1_000, 50):
+        written += writer.add(spark_batch(backup_table("app", 0, first, 50)))
+    written += writer.finish()
+    assert len(written) >= 3
+    assert written[0].start == 100
+    assert written[-1].end == 1_010
+    assert all(a.end == b.start for a, b in itertools.pairwise(written))
+    assert sum(w.records for w in written) == 900
+    for w in written:  # each chunk's blocks hold exactly its records
+        rows = read_dataset(bucket, w.blocks[0], "records/app").column("offset").to_pylist()
+        assert rows == list(range(w.start, min(w.end, 1_000)))
+        assert w.blocks[0].kafka[0].incarnation == INC
+    command = batch_commit(written, plan.ranges, group="backup", generation=1, writer="ingest", batch="b")
+    [offsets] = command.ranges
+    assert (offsets.start, offsets.end, offsets.stored, offsets.incarnation) == (100, 1_010, 900, INC)
+    assert len(command.blocks) == len(written)
+
+
+def test_a_task_refuses_records_it_did_not_plan(bucket_config: BucketConfig) -> None:
+    spec = GroupSpec("backup", 1, bucket_config, IngestConfig())
+    writer = ChunkWriter(spec, open_bucket(bucket_config), _plan(0, 10), chunk_bytes=10**6)
+    with pytest.raises(ShaleError, match="outside the planned range"):
+        writer.add(spark_batch(backup_table("app", 0, 5, 10)))
+    other = ChunkWriter(spec, open_bucket(bucket_config), _plan(0, 10), chunk_bytes=10**6)
+    with pytest.raises(ShaleError, match="did not plan"):
+        other.add(spark_batch(backup_table("app", 3, 0, 5)))
+
+
+def test_the_commit_refuses_chunks_that_do_not_tile_the_plan(bucket_config: BucketConfig) -> None:
+    spec = GroupSpec("backup", 1, bucket_config, IngestConfig())
+    bucket = open_bucket(bucket_config)
+    piece = write_chunk(spec, bucket, backup_table("app", 0, 0, 5), Chunk("app", 0, INC, 0, 5, READ_MS))
+    with pytest.raises(IngestConflictError, match="do not cover the planned range"):
+        batch_commit([piece], _plan(0, 9).ranges, group="backup", generation=1, writer="ingest", batch="b")
+    with pytest.raises(IngestConflictError, match="did not plan"):
+        batch_commit([piece], [], group="backup", generation=1, writer="ingest", batch="b")
+
+
+def _stamped(times_ms: list[int]) -> pa.Table:
+    table = backup_table("app", 0, 0, len(times_ms))
+    return table.set_column(table.schema.get_field_index("timestamp"), "timestamp",
+                            pa.array(times_ms, pa.int64()).cast(pa.timestamp("ms", tz="UTC")))
+
+
+BAD_TIMES = [-1, 1_795_000_000_000_000, READ_MS + 400 * 86_400_000, BASE_MS]
+"""No timestamp (-1), microseconds written as milliseconds, far in the future, and a normal one."""
+
+
+def test_bad_kafka_timestamps_are_stored_as_they_are_with_bounded_block_times(bucket_config: BucketConfig) -> None:
+    bucket = open_bucket(bucket_config)
+    spec = GroupSpec("backup", 1, bucket_config, IngestConfig())
+    result = write_chunk(spec, bucket, _stamped(BAD_TIMES), Chunk("app", 0, INC, 0, 4, READ_MS))
+    (meta,) = result.blocks
+    stored = read_dataset(bucket, meta, "records/app").column("timestamp").cast(pa.timestamp("ms", tz="UTC"))
+    assert stored.cast(pa.int64()).to_pylist() == BAD_TIMES
+    assert meta.time_ms == READ_MS  # the block's age counts from when it was read
+    assert (meta.min_time, meta.max_time) == (0, READ_MS + 86_400_000)
+
+
+def test_out_of_range_event_times_are_quarantined_with_the_reason(bucket_config: BucketConfig) -> None:
+    bucket = open_bucket(bucket_config)
+    parser = ParserRule(parser="json", options={"time_field": "t", "time_format": "epoch_ms"})
+    spec = GroupSpec("partition", 1, bucket_config, IngestConfig(parsers=[parser]))
+    table = _stamped(BAD_TIMES)
+    values = [json.dumps({"t": t}).encode() for t in BAD_TIMES]
+    table = table.set_column(table.schema.get_field_index("value"), "value", pa.array(values, pa.binary()))
+    result = write_chunk(spec, bucket, table, Chunk("app", 0, INC, 0, 4, READ_MS))
+    assert (result.records, result.quarantined) == (4, 3)
+    quarantine = next(m for m in result.blocks if m.datasets[0].kind == "quarantine")
+    rows = read_dataset(bucket, quarantine, "quarantine/app").select(["offset", "reason"]).to_pylist()
+    assert [r["offset"] for r in rows] == [0, 1, 2]
+    assert all("outside [1970-01-01, read time + 1 day]" in r["reason"] for r in rows)
+
+
+def test_a_topic_whose_rule_gives_no_valid_tenant_is_quarantined(bucket_config: BucketConfig) -> None:
+    bucket = open_bucket(bucket_config)
+    ingest = IngestConfig(tenants=[TenantRule(topic_pattern=r"(?P<team>[A-Za-z]+)\..*", tenant="{team}")])
+    spec = GroupSpec("backup", 1, bucket_config, ingest)
+    table = backup_table("Billing.events", 0, 0, 3)
+    result = write_chunk(spec, bucket, table, Chunk("Billing.events", 0, INC, 0, 3, READ_MS))
+    [meta] = result.blocks
+    assert (meta.tenant, meta.datasets[0].kind, result.quarantined) == ("default", "quarantine", 3)
+    reason = read_dataset(bucket, meta, "quarantine/Billing.events").column("reason")[0].as_py()
+    assert "gives no valid tenant for topic 'Billing.events'" in reason
+    fine = write_chunk(spec, bucket, backup_table("billing.events", 0, 0, 3),
+                       Chunk("billing.events", 0, INC, 0, 3, READ_MS))
+    assert fine.blocks[0].tenant == "billing"
+
+
+def test_a_chunk_whose_every_record_is_rejected(bucket_config: BucketConfig) -> None:
+    parser = ParserRule(parser="json", options={"time_field": "t", "time_format": "epoch_ms"})
+    spec = GroupSpec("partition", 1, bucket_config, IngestConfig(parsers=[parser]))
+    result = write_chunk(spec, open_bucket(bucket_config), backup_table("app", 0, 0, 3),
+                         Chunk("app", 0, INC, 0, 3, READ_MS))
+    assert (result.records, result.quarantined) == (3, 3)
