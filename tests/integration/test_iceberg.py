@@ -141,7 +141,7 @@ def test_spark_sql_reads_what_shale_query_returns(iceberg_spark, module_bucket: 
 
     before = len(state.reader.tenant_blocks(TENANT))
     oldest = state.reader.partitions(TENANT)[0]
-    service.submit(TruncateIndex(prepared_term=1, partitions=[
+    service.submit(TruncateIndex(prepared_term=1, cutoffs={TENANT: 2**53}, partitions=[
         PartitionKey(tenant=TENANT, shard=oldest.shard, window_start=oldest.window_start)])).raise_for_rejection()
     check("after retention")  # the oldest creation window is gone, the rest remains
     assert 0 < len(state.reader.tenant_blocks(TENANT)) < before
@@ -154,6 +154,7 @@ def test_spark_sql_reads_what_shale_query_returns(iceberg_spark, module_bucket: 
 def _write_toml(config: ShaleConfig, path: Path) -> Path:
     data = config.model_dump(mode="json", include={"bucket", "metastore", "iceberg"})
     data["bucket"].pop("retry")
+    data["bucket"]["secret_access_key"] = config.bucket.secret_access_key.get_secret_value()  # dumped masked
     lines = []
     for section, values in data.items():
         lines.append(f"[{section}]")
@@ -172,7 +173,8 @@ def test_publisher_killed_between_metadata_and_catalog_commit(minio_bucket: Buck
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHALE_FAILPOINT")}
 
     commit(service, [write_records_block(bucket, TENANT, TOPIC, 0, 0, 50, T0)])
-    subprocess.run(sync, env=env, cwd=ROOT, check=True, capture_output=True, timeout=300)
+    first = subprocess.run(sync, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
     for i in range(1, 4):
         commit(service, [write_records_block(bucket, TENANT, TOPIC, 0, i * 50, 50, T0 + i * 60_000)])
     expected_indexes = [c.index for c in _feed(state)]
@@ -198,7 +200,8 @@ def test_publisher_killed_between_metadata_and_catalog_commit(minio_bucket: Buck
     assert table.metadata_location.removeprefix(f"{config.bucket.url}/") in written
     assert len(written) >= 3
 
-    subprocess.run(sync, env=env, cwd=ROOT, check=True, capture_output=True, timeout=300)
+    first = subprocess.run(sync, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
     table = catalog.load_table(identifier(TENANT, TOPIC))
     indexes = [int(s.summary.additional_properties[SUMMARY_INDEX]) for s in table.snapshots()]
     assert indexes[1:] == expected_indexes  # none missing, none twice
