@@ -59,9 +59,13 @@ def minio_bucket(minio: MinioServer) -> BucketConfig:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
+    from shale.dev.fetch import iceberg_jars
     from shale.spark import spark_session
 
-    session = spark_session("shale-tests", SparkConfig(master="local[2]", conf=connector_conf()))
+    # One SparkContext per test process: it carries the Kafka connector and Iceberg's runtime (test_iceberg reads
+    # the published tables through it, its catalog set at run time).
+    jars = ",".join([connector_conf()["spark.jars"], *(str(p) for p in iceberg_jars())])
+    session = spark_session("shale-tests", SparkConfig(master="local[2]", conf={"spark.jars": jars}))
     yield session
     session.stop()
 

@@ -21,9 +21,10 @@ def test_ingest_resolves_the_default_connector_package(kafka, minio_bucket, tmp_
     create_topic(kafka.bootstrap_servers, topic, 2)
     produce_json(kafka.bootstrap_servers, topic, 3_000)
     file = write_config(tmp_path, kafka.bootstrap_servers, minio_bucket, [topic])
-    text = file.read_text()
-    jars_line = next(line for line in text.splitlines() if line.startswith('"spark.jars" = '))
-    file.write_text(text.replace(jars_line, f'"spark.jars.ivy" = "{cache_dir() / "ivy"}"'))
+    ivy = f'"spark.jars.ivy" = "{cache_dir() / "ivy"}"'
+    text, replaced = re.subn(r'"spark\.jars" = "[^"]*"', ivy, file.read_text())
+    assert replaced == 1
+    file.write_text(text)
     config = config_of(file)
     assert "spark.jars" not in config.spark.conf
     assert "spark.jars.packages" not in config.spark.conf
