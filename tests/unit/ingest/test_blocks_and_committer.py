@@ -220,3 +220,33 @@ def test_headers_arrive_as_json_and_are_kept_verbatim() -> None:
     assert out.column("headers").to_pylist() == [None, [{"key": "h1", "value": b"\x00\xffbin"},
                                                         {"key": "h2", "value": None}], None]
     assert out.column("timestamp").to_pylist() == table.column("timestamp").to_pylist()
+
+
+def test_available_now_gives_up_after_repeated_batch_failures_and_a_service_keeps_retrying(tmp_path: Path) -> None:
+    import threading
+
+    from shale.config import load_config
+    from shale.ingest.job import AVAILABLE_NOW_ATTEMPTS, IngestJob
+    from shale.ingest.plan import BatchPlan, PartitionRange
+
+    config = load_config(env={}, overrides=["bucket.url=memory://", f"metastore.data_dir={tmp_path}",
+                                            "ingest.topic_pattern=app", "ingest.trigger_interval=0.001s"])
+    job = IngestJob(config, "backup")
+    attempts: list[int] = []
+    stop = threading.Event()
+
+    def failing_batch(plan: BatchPlan) -> None:
+        attempts.append(plan.offsets)
+        if len(attempts) == AVAILABLE_NOW_ATTEMPTS + 2:
+            stop.set()  # the continuous run retried past the one-shot limit: stop it
+        raise RuntimeError("the SparkContext was stopped")
+
+    job.plan = lambda targets=None: BatchPlan(0, [PartitionRange("app", 0, "id", 0, 10)])  # type: ignore[method-assign]
+    job._targets = dict  # type: ignore[method-assign]
+    job.run_batch = failing_batch  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="SparkContext was stopped"):
+        job.run(available_now=True)
+    assert attempts == [10] * AVAILABLE_NOW_ATTEMPTS
+    attempts.clear()
+    job.run(stop=stop)  # a service rides failures out until it is stopped
+    assert len(attempts) == AVAILABLE_NOW_ATTEMPTS + 2
