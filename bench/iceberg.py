@@ -159,6 +159,7 @@ def run() -> dict[str, Any]:
 def _write_toml(config: ShaleConfig, path: Path) -> None:
     data = config.model_dump(mode="json", include={"bucket", "metastore", "iceberg", "ingest"})
     data["bucket"].pop("retry")
+    data["bucket"]["secret_access_key"] = config.bucket.secret_access_key.get_secret_value()  # dumped masked
     lines = []
     for section, values in data.items():
         lines.append(f"[{section}]")

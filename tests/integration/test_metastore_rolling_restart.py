@@ -17,7 +17,7 @@ from shale.dev import SparkStandalone, driver_conf
 from shale.dev.metastore import MetastoreCluster
 from shale.errors import MetastoreUnavailableError
 from shale.ingest.verify import verify_topic
-from shale.metastore import MetastoreClient
+from shale.metastore import MetastoreClient, auth
 from shale.objstore import open_bucket
 
 BATCH = 500
@@ -64,10 +64,12 @@ def test_rolling_restart_of_a_three_node_metastore_during_ingest(kafka, minio_bu
             produce_json(kafka.bootstrap_servers, topic, BATCH, start=produced[0], seed=produced[0])
             produced[0] += BATCH
 
+    token_file = tmp_path / "ingest.token"
+    auth.write_private(token_file, cluster.issue_token("ingest-backup", "ingest", groups=["backup"]) + "\n")
     file = write_config(tmp_path, kafka.bootstrap_servers, minio_bucket, [topic],
                         spark={"master": spark_cluster.master_url, "conf": driver_conf()},
                         metastore={"mode": "remote", "addresses": cluster.addresses, "request_timeout": 3,
-                                   "client_deadline": 30})
+                                   "client_deadline": 30, "token_file": str(token_file)})
     process = shale_process(file, ["ingest", "--group", "backup"], tmp_path / "ingest.log")
     observer = Observer(cluster.client(deadline=5))
     producer = threading.Thread(target=produce)

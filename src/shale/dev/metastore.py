@@ -171,7 +171,8 @@ class MetastoreCluster:
 
     def status(self, i: int) -> dict[str, Any]:
         """Node ``i``'s ``/v1/status`` (role, leader, term, applied index)."""
-        body: dict[str, Any] = httpx.get(self.addresses[i] + "/v1/status", timeout=5).json()
+        with self._http(timeout=5) as http:
+            body: dict[str, Any] = http.get(self.addresses[i] + "/v1/status").json()
         return body
 
     def kill9(self, i: int) -> None:
