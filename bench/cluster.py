@@ -21,6 +21,7 @@ fastest run of each is reported.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -43,6 +44,7 @@ WARMUP_RECORDS = 200_000
 ROUNDS = 3
 WORKERS = 2
 TOPIC, WARMUP_TOPIC = "bench", "warmup"
+BUCKET_ENV = "SHALE_BENCH_BUCKET"
 
 
 def _ingest(spark: Any, config: ShaleConfig, topic: str, bucket: BucketConfig, work: Path, expected: int) -> float:
@@ -72,8 +74,11 @@ def measure(master: str, bootstrap: str, bucket: BucketConfig, work: Path) -> di
 
 
 def _run_measure(master: str, bootstrap: str, bucket: BucketConfig, work: Path) -> dict[str, float]:
-    command = [sys.executable, "-m", "bench.cluster", master, bootstrap, bucket.model_dump_json(), str(work)]
-    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+    # The bucket, secret key included, goes through the environment: never on a command line (or masked).
+    secret = {**bucket.model_dump(mode="json"), "secret_access_key": bucket.secret_access_key.get_secret_value()}
+    command = [sys.executable, "-m", "bench.cluster", master, bootstrap, str(work)]
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False,
+                          env={**os.environ, BUCKET_ENV: json.dumps(secret)})
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(command[:4])} failed:\n{(proc.stdout + proc.stderr)[-4000:]}")
     result: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -117,5 +122,6 @@ def run() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    master_url, servers, bucket_json, folder = sys.argv[1:5]
-    print(json.dumps(measure(master_url, servers, BucketConfig.model_validate_json(bucket_json), Path(folder))))
+    master_url, servers, folder = sys.argv[1:4]
+    print(json.dumps(measure(master_url, servers, BucketConfig.model_validate_json(os.environ[BUCKET_ENV]),
+                             Path(folder))))
