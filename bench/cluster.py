@@ -30,13 +30,11 @@ from typing import Any
 
 from tests.integration.ingest_helpers import create_topic
 
-from bench.common import ROOT, progress, timed, write_result
-from bench.ingest import PARTITIONS, RECORDS, produce_records
+from bench.common import ROOT, progress, write_result
+from bench.ingest import PARTITIONS, RECORDS, produce_records, timed_backup_ingest
 from bench.services import kafka_broker, minio_bucket
 from shale.config import BucketConfig, IngestConfig, ShaleConfig, SparkConfig
 from shale.dev import SparkStandalone, connector_conf, driver_conf
-from shale.ingest.job import IngestJob
-from shale.metastore import open_metastore
 from shale.spark import spark_session
 
 BATCH = 500_000
@@ -50,13 +48,8 @@ BUCKET_ENV = "SHALE_BENCH_BUCKET"
 def _ingest(spark: Any, config: ShaleConfig, topic: str, bucket: BucketConfig, work: Path, expected: int) -> float:
     config = config.model_copy(update={
         "bucket": bucket, "metastore": config.metastore.model_copy(update={"data_dir": str(work / "metastore")}),
-        "ingest": config.ingest.model_copy(update={"topics": [topic], "checkpoint_dir": str(work / "checkpoints")})})
-    job = IngestJob(config, "backup", spark=spark, metastore=open_metastore(config))
-    with timed() as t:
-        job.run(available_now=True)
-    committed = sum(o.committed_end for o in job.metastore.offsets("backup", 1))
-    assert committed == expected, committed
-    return t[0]
+        "ingest": config.ingest.model_copy(update={"topics": [topic]})})
+    return timed_backup_ingest(spark, config, expected)
 
 
 def measure(master: str, bootstrap: str, bucket: BucketConfig, work: Path) -> dict[str, float]:

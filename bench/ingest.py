@@ -70,11 +70,17 @@ def _shale(spark: Any, bootstrap: str, topic: str, bucket: BucketConfig, work: P
     config = ShaleConfig(bucket=bucket, kafka={"bootstrap_servers": bootstrap},  # type: ignore[arg-type]
                          metastore={"data_dir": str(work / "metastore")},  # type: ignore[arg-type]
                          ingest=IngestConfig(topics=[topic], max_records_per_batch=BATCH))
+    return timed_backup_ingest(spark, config, RECORDS)
+
+
+def timed_backup_ingest(spark: Any, config: ShaleConfig, expected: int) -> float:
+    """Seconds the backup group takes to store everything Kafka holds now; checks it committed ``expected``
+    offsets."""
     job = IngestJob(config, "backup", spark=spark, metastore=open_metastore(config))
     with timed() as t:
         job.run(available_now=True)
     committed = sum(o.committed_end for o in job.metastore.offsets("backup", 1))
-    assert committed == RECORDS, committed
+    assert committed == expected, committed
     return t[0]
 
 
