@@ -6,7 +6,8 @@ import importlib
 import subprocess
 import sys
 
-BENCHMARKS = ["fetcher_sync", "metastore", "ingest", "compaction", "bucket_index", "query", "reprocess", "iceberg"]
+BENCHMARKS = ["fetcher_sync", "metastore", "ingest", "compaction", "bucket_index", "query", "reprocess", "iceberg",
+              "cluster"]
 
 
 def main(argv: list[str]) -> int:

@@ -99,8 +99,7 @@ def run() -> dict[str, Any]:
         config = ShaleConfig.model_validate({
             "bucket": bucket.model_dump(), "kafka": {"bootstrap_servers": broker.bootstrap_servers},
             "metastore": {"data_dir": str(work / "metastore")},
-            "ingest": {"topics": [topic], "checkpoint_dir": str(work / "checkpoints"),
-                       "max_records_per_batch": BATCH,
+            "ingest": {"topics": [topic], "max_records_per_batch": BATCH,
                        "parsers": [{"parser": "json", "options": {"time_field": "ts", "time_format": "epoch_ms",
                                                                   "label_fields": ["level"], "fields": ["msg"]}}]},
             "iceberg": {"enabled": True, "catalog_uri": f"sqlite:///{work}/catalog.db", "interval": 0.2}})
@@ -123,7 +122,7 @@ def run() -> dict[str, Any]:
         progress("ingesting (partition group) with the publisher running beside it")
         job = IngestJob(config, "partition", spark=spark, metastore=service)
         with timed() as ingest_time:
-            job.start(available_now=True).awaitTermination()
+            job.run(available_now=True)
         deadline = time.monotonic() + 120
         while set(service.committed) - set(publisher.visible) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -160,6 +159,7 @@ def run() -> dict[str, Any]:
 def _write_toml(config: ShaleConfig, path: Path) -> None:
     data = config.model_dump(mode="json", include={"bucket", "metastore", "iceberg", "ingest"})
     data["bucket"].pop("retry")
+    data["bucket"]["secret_access_key"] = config.bucket.secret_access_key.get_secret_value()  # dumped masked
     lines = []
     for section, values in data.items():
         lines.append(f"[{section}]")

@@ -30,6 +30,7 @@ from bench.common import progress, timed, write_result
 from bench.services import kafka_broker, minio_bucket
 from shale.config import BucketConfig, IngestConfig, ShaleConfig, SparkConfig
 from shale.demo import LOGHUB_FORMATS, loghub_lines
+from shale.dev import connector_conf
 from shale.ingest.job import IngestJob
 from shale.metastore import open_metastore
 from shale.spark import spark_session
@@ -40,12 +41,12 @@ BATCH = 500_000
 ROUNDS = 3
 
 
-def _produce(bootstrap: str, topic: str) -> int:
+def produce_records(bootstrap: str, topic: str, count: int = RECORDS) -> int:
     lines = [line for sample in LOGHUB_FORMATS for line in loghub_lines(sample)]
     producer = CheckedProducer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
                                 "compression.type": "lz4", "queue.buffering.max.messages": 500_000})
     size = 0
-    for i in range(RECORDS):
+    for i in range(count):
         value = lines[i % len(lines)]
         size += len(value)
         producer.produce(topic, value, partition=i % PARTITIONS)
@@ -68,14 +69,18 @@ def _raw_consumer(bootstrap: str, topic: str) -> float:
 def _shale(spark: Any, bootstrap: str, topic: str, bucket: BucketConfig, work: Path) -> float:
     config = ShaleConfig(bucket=bucket, kafka={"bootstrap_servers": bootstrap},  # type: ignore[arg-type]
                          metastore={"data_dir": str(work / "metastore")},  # type: ignore[arg-type]
-                         ingest=IngestConfig(topics=[topic], checkpoint_dir=str(work / "checkpoints"),
-                                             max_records_per_batch=BATCH))
+                         ingest=IngestConfig(topics=[topic], max_records_per_batch=BATCH))
+    return timed_backup_ingest(spark, config, RECORDS)
+
+
+def timed_backup_ingest(spark: Any, config: ShaleConfig, expected: int) -> float:
+    """Seconds the backup group takes to store everything Kafka holds now; checks it committed ``expected``
+    offsets."""
     job = IngestJob(config, "backup", spark=spark, metastore=open_metastore(config))
     with timed() as t:
-        query = job.start(available_now=True)
-        query.awaitTermination()
+        job.run(available_now=True)
     committed = sum(o.committed_end for o in job.metastore.offsets("backup", 1))
-    assert committed == RECORDS, committed
+    assert committed == expected, committed
     return t[0]
 
 
@@ -98,8 +103,8 @@ def run() -> dict[str, Any]:
         topic = "bench"
         create_topic(broker.bootstrap_servers, topic, PARTITIONS)
         progress(f"producing {RECORDS:,} records")
-        size = _produce(broker.bootstrap_servers, topic)
-        spark = spark_session("shale-bench-ingest", SparkConfig(master="local[2]"))
+        size = produce_records(broker.bootstrap_servers, topic)
+        spark = spark_session("shale-bench-ingest", SparkConfig(master="local[2]", conf=connector_conf()))
         progress("warming up Spark and its Python workers")
         spark.range(1000).mapInArrow(lambda it: it, "id long").count()
         raws, sinks, ours_runs, minio_runs = [], [], [], []

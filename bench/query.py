@@ -24,7 +24,7 @@ from bench.common import progress, timed, write_result
 from bench.services import minio_bucket
 from shale.compactor.worker import CompactionWorker
 from shale.config import CompactionConfig, IngestConfig, ParserRule, ShaleConfig, SparkConfig
-from shale.ingest.blocks import GroupSpec, write_partition
+from shale.ingest.blocks import Chunk, GroupSpec, write_chunk
 from shale.metastore import AddBlocks, MetastoreService, open_metastore
 from shale.objstore import ObstoreBucket, open_bucket
 from shale.query import Query, run_query
@@ -44,9 +44,8 @@ def _write(bucket: ObstoreBucket, spec: GroupSpec, i: int) -> list[Any]:
     values = [json.dumps({"t": T0 + (start + j) * step + partition, "msg": f"event {start + j}",
                           "level": ["INFO", "WARN", "ERROR"][(start + j) % 3]}).encode() for j in range(PER_BLOCK)]
     table = table.set_column(table.schema.get_field_index("value"), "value", pa.array(values, pa.binary()))
-    result = write_partition(spec, bucket, table, None)
-    assert result is not None
-    return result.metas
+    result = write_chunk(spec, bucket, table, Chunk("logs", partition, "", start, start + PER_BLOCK, T0 + 7 * DAY))
+    return list(result.blocks)
 
 
 def _query(service: MetastoreService, bucket: ObstoreBucket) -> tuple[Query, Counter[tuple[object, ...]], float]:

@@ -17,6 +17,7 @@ from tests.integration.ingest_helpers import create_topic, produce_json
 from bench.common import progress, timed, write_result
 from bench.services import kafka_broker, minio_bucket
 from shale.config import IngestConfig, ParserRule, ShaleConfig, SparkConfig
+from shale.dev import connector_conf
 from shale.ingest.job import IngestJob
 from shale.metastore import open_metastore
 from shale.reprocess import ReprocessJob
@@ -36,17 +37,15 @@ def run() -> dict[str, Any]:
         produce_json(broker.bootstrap_servers, topic, RECORDS)
         config = ShaleConfig(bucket=bucket_config, kafka={"bootstrap_servers": broker.bootstrap_servers},  # type: ignore[arg-type]
                              metastore={"data_dir": str(Path(tmp) / "ms")},  # type: ignore[arg-type]
-                             ingest=IngestConfig(topics=[topic], checkpoint_dir=str(Path(tmp) / "ckpt"),
-                                                 max_records_per_batch=100_000,
+                             ingest=IngestConfig(topics=[topic], max_records_per_batch=100_000,
                                                  parsers=[ParserRule(parser="json", options=OPTIONS)]))
-        spark = spark_session("shale-bench-reprocess", SparkConfig(master="local[2]"))
+        spark = spark_session("shale-bench-reprocess", SparkConfig(master="local[2]", conf=connector_conf()))
         metastore = open_metastore(config)
         progress("backup group")
-        IngestJob(config, "backup", spark=spark, metastore=metastore).start(available_now=True).awaitTermination()
+        IngestJob(config, "backup", spark=spark, metastore=metastore).run(available_now=True)
         progress("live partition-group ingest (baseline)")
         with timed() as live:
-            IngestJob(config, "partition", spark=spark, metastore=metastore).start(
-                available_now=True).awaitTermination()
+            IngestJob(config, "partition", spark=spark, metastore=metastore).run(available_now=True)
         progress("reprocess into generation 2")
         job = ReprocessJob(config, metastore, spark, tenant="default", topic=topic, start=0, end=2**62,
                            parser="json", options=OPTIONS, generation=2, blocks_per_round=4)

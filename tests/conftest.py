@@ -1,6 +1,6 @@
-"""Shared fixtures. Real services (Kafka, MinIO, Spark) start once per session, on free loopback ports, when a
-test first asks for them. If one cannot start, the fixture raises and every test that needs it errors: nothing
-is skipped."""
+"""Shared fixtures. Real services (Kafka, MinIO, Spark in local mode, a Spark standalone cluster) start once per
+session, on free loopback ports, when a test first asks for them. If one cannot start, the fixture raises and
+every test that needs it errors: nothing is skipped."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from shale.config import BucketConfig, SparkConfig
-from shale.dev import KafkaBroker, MinioServer
+from shale.dev import KafkaBroker, MinioServer, SparkStandalone, connector_conf
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -59,11 +59,25 @@ def minio_bucket(minio: MinioServer) -> BucketConfig:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
+    from shale.dev.fetch import iceberg_jars
     from shale.spark import spark_session
 
-    session = spark_session("shale-tests", SparkConfig(master="local[2]"))
+    # One SparkContext per test process: it carries the Kafka connector and Iceberg's runtime (test_iceberg reads
+    # the published tables through it, its catalog set at run time).
+    jars = ",".join([connector_conf()["spark.jars"], *(str(p) for p in iceberg_jars())])
+    session = spark_session("shale-tests", SparkConfig(master="local[2]", conf={"spark.jars": jars}))
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(services_dir: Path) -> Iterator[SparkStandalone]:
+    """A Spark standalone master and two one-core workers, each its own JVM (see shale.dev.spark_cluster). Tests
+    that kill a worker restart it with ``ensure_workers``. A test process can hold one SparkContext at a time, so
+    tests on the cluster run their Spark applications as ``shale`` commands in their own processes."""
+    cluster = SparkStandalone(services_dir / "spark", workers=2).start()
+    yield cluster
+    cluster.stop()
 
 
 @pytest.fixture

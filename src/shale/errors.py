@@ -15,7 +15,7 @@ briefly unreachable, the leader changed); anything else will fail the same way u
     ├── CommandRejectedError        the metastore refused a command (offset gap, stale fencing token, ...)
     ├── AccessDeniedError           the metastore refused the caller: no valid token (401) or the wrong role (403)
     ├── QueryTimeoutError           a metastore query ran past metastore.query_timeout
-    ├── ServiceStartError           a development service (Kafka, MinIO, ...) did not become ready
+    ├── ServiceStartError           a service process (metastore node, Kafka, MinIO, Spark) did not start
     └── RetryableError              try again later
         ├── StoreUnavailableError   the object store answered 5xx or timed out
         ├── MetastoreUnavailableError

@@ -2,11 +2,14 @@
 
 Processes, in start order: the metastore (``shale metastore serve``, which also serves the status page), one
 ``shale ingest`` per configured group, and the compaction workers. The others reach the metastore over HTTP.
+``run.services`` selects which of them this machine runs (docs/DEPLOY.md): a machine without the metastore uses
+the configuration's remote metastore nodes.
 Each runs in its own process group; one that dies is restarted after ``run.restart_delay``. SIGTERM or SIGINT
 stops everything in reverse order (SIGTERM, then SIGKILL after a grace period) and leaves no process behind.
 
 Secrets never go on a child's command line: each ingest group and compaction worker gets a token of its own
-(role ingest for its group, role compactor) in a 0600 file under ``<metastore.data_dir>/run/``, which the
+(role ingest for its group, role compactor; only where this machine runs the metastore, else they use the
+configured ``metastore.token_file``) in a 0600 file under ``<metastore.data_dir>/run/``, which the
 metastore accepts through a tokens file there that also carries the configured ``metastore.tokens_file``'s
 entries (kept in step while running). A secret given to ``shale run`` with ``--set`` reaches the children through
 their environment instead.
@@ -27,11 +30,11 @@ from pathlib import Path
 import httpx
 
 from shale.config import ShaleConfig
-from shale.dev.process import ManagedProcess, free_port
-from shale.errors import ShaleError
+from shale.errors import ConfigError, ShaleError
 from shale.logs import register_secrets
 from shale.metastore import auth
 from shale.metastore.client import tls_verify
+from shale.process import ManagedProcess, free_port
 
 log = logging.getLogger(__name__)
 
@@ -56,32 +59,41 @@ class Deployment:
     stop: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
-        m = self.config.metastore
+        run, m = self.config.run, self.config.metastore
         http = f"{'https' if m.tls_cert_file else 'http'}://{m.listen}"
         self.run_dir = Path(m.data_dir) / "run"
         self.tokens_file = self.run_dir / "tokens.toml"
         self._configured_stamp: tuple[int, int] | None = None
-        remote = ["--set", "metastore.mode=remote", "--set", f'metastore.addresses=["{http}"]']
-        self.services.append(Service("metastore", ["--set", f"metastore.tokens_file={self.tokens_file}",
-                                                   "metastore", "serve"], f"{http}/metrics"))
-        base = self.config.run.metrics_base_port
+        self.local_metastore = "metastore" in run.services
+        remote: list[str] = []  # without a local metastore, the configuration's metastore section is used as is
+        self.status_page = f"{m.addresses[0]}/ui"
+        if self.local_metastore:
+            remote = ["--set", "metastore.mode=remote", "--set", f'metastore.addresses=["{http}"]']
+            self.services.append(Service("metastore", ["--set", f"metastore.tokens_file={self.tokens_file}",
+                                                       "metastore", "serve"], f"{http}/metrics"))
+            self.status_page = f"{http}/ui"
+        elif m.mode != "remote":
+            raise ConfigError("run.services does not start the metastore here, so metastore.mode must be "
+                              "'remote' with metastore.addresses naming the metastore nodes")
+        base = run.metrics_base_port
         ports = iter(range(base, base + 1000)) if base else iter(free_port, None)
-        for group in self.config.run.ingest_groups:
+        for group in run.ingest_groups if "ingest" in run.services else []:
             port = next(ports)
             self.services.append(self._child(f"ingest-{group}", "ingest", [group], [
                 *remote, "--set", f"ingest.metrics_port={port}", "ingest", "--group", group], port))
-        for i in range(self.config.run.compaction_workers):
+        for i in range(run.compaction_workers if "compaction" in run.services else 0):
             port = next(ports)
             self.services.append(self._child(f"compact-{i}", "compactor", [], [
                 *remote, "--set", f"compaction.metrics_port={port}", "compact"], port))
-        self.status_page = f"{http}/ui"
 
     def _child(self, name: str, role: str, groups: list[str], args: list[str], port: int) -> Service:
+        metrics = f"http://127.0.0.1:{port}/metrics"
+        if not self.local_metastore:  # the remote metastore's tokens: the configured token (metastore.token_file)
+            return Service(name, args, metrics)
         token_file = self.run_dir / f"{name}.token"
         entry = auth.TokenEntry(name=f"run-{name}", role=role, groups=groups,  # type: ignore[arg-type]
                                 sha256="0" * 64)
-        return Service(name, ["--set", f"metastore.token_file={token_file}", *args],
-                       f"http://127.0.0.1:{port}/metrics", entry)
+        return Service(name, ["--set", f"metastore.token_file={token_file}", *args], metrics, entry)
 
     def issue_tokens(self) -> None:
         """A fresh token per child (0600 files), and the metastore's tokens file: the children's digests plus the
@@ -111,7 +123,7 @@ class Deployment:
 
     def _environment(self) -> dict[str, str]:
         # A token the operator exported for their own CLI must not replace a child's own, narrower one.
-        own = ("SHALE_METASTORE__TOKEN", "SHALE_METASTORE__TOKEN_FILE")
+        own = ("SHALE_METASTORE__TOKEN", "SHALE_METASTORE__TOKEN_FILE") if self.local_metastore else ()
         env = {k: v for k, v in os.environ.items() if k not in own}
         return {**env, **self.secret_env}
 
@@ -133,21 +145,22 @@ class Deployment:
 
     def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.issue_tokens()
-        metastore = self.services[0]
-        self._start(metastore)
-        assert metastore.process is not None
+        if self.local_metastore:
+            self.issue_tokens()
         health = self.status_page.removesuffix("/ui") + "/healthz"
-        with httpx.Client(timeout=1, verify=tls_verify(self.config.metastore.tls_ca_file)) as http:
-            metastore.process.wait_ready(lambda: http.get(health).status_code == 200, 60, "serving HTTP")
-        for service in self.services[1:]:
+        for service in self.services:
             self._start(service)
+            if service.name == "metastore":  # the others need it: wait until it serves
+                assert service.process is not None
+                with httpx.Client(timeout=1, verify=tls_verify(self.config.metastore.tls_ca_file)) as http:
+                    service.process.wait_ready(lambda: http.get(health).status_code == 200, 60, "serving HTTP")
 
     def supervise(self, poll: float = 1.0) -> None:
         """Restart processes that die, until stopped; keep the metastore's tokens file in step."""
         while not self.stop.wait(poll):
             try:
-                self.sync_tokens()
+                if self.local_metastore:
+                    self.sync_tokens()
             except (OSError, ShaleError) as exc:
                 log.error("could not re-read metastore.tokens_file; the tokens loaded before stay",
                           extra={"error": str(exc)})

@@ -1,5 +1,21 @@
-"""SparkSession factory: local mode on loopback, the project's interpreter for Python workers, and the Kafka
-connector jars (fetched from Maven Central at the exact pyspark version) on ``spark.jars``."""
+"""SparkSession factory: the ``[spark]`` configuration turned into a session, in local mode or as the driver of an
+application on a cluster (client mode: the driver runs in the calling process).
+
+What the executors of a cluster need, and where each comes from (nothing is installed on the worker machines but
+the ``shale`` package in a Python environment):
+
+* **the interpreter**: ``spark.pyspark.python`` when configured (its path on the worker machines), else the
+  interpreter running the driver. PySpark sends it with every Python function, so executors start that one.
+* **the Kafka connector jars** (ingest only): ``spark.jars`` (files on the driver machine, which the driver serves
+  to its executors) or ``spark.jars.packages`` (Maven coordinates that Spark resolves on the driver at start-up).
+  When neither is configured, ``KAFKA_CONNECTOR_PACKAGE`` is used (with ``KAFKA_CONNECTOR_EXCLUDES``). Shale itself
+  never runs Maven.
+* **the bucket and the rest of the configuration**: pickled into the task closures (``BucketConfig``,
+  ``GroupSpec``, compaction and reprocess payloads); a task never reads the driver's config file or environment.
+  With ``bucket.access_key_id`` empty, each executor uses its own machine's credentials (instance profile,
+  workload identity, ``spark.executorEnv.AWS_*``).
+* **failpoints** (fault-injection tests): the driver's, through ``spark.executorEnv``.
+"""
 
 from __future__ import annotations
 
@@ -9,16 +25,77 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
+from urllib.parse import urlparse
 
-from shale.config import SparkConfig
+from shale import failpoints
+from shale.config import BucketConfig, SparkConfig
 from shale.config.secrets import looks_secret
+from shale.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+# Spark's Kafka connector for the pinned pyspark (4.0.0, Scala 2.13). Spark's resolver adds what its pom
+# declares: spark-token-provider-kafka-0-10_2.13 4.0.0, kafka-clients 3.9.0 and commons-pool2 2.12.0, and seven
+# libraries pyspark 4.0.0 already ships in the very same versions, excluded so that no class is on the classpath
+# twice: the resolved set is the same four jars as the development cache's (docs/DEPLOY.md).
+KAFKA_CONNECTOR_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0"
+KAFKA_CONNECTOR_EXCLUDES = ",".join([
+    "org.apache.hadoop:hadoop-client-api", "org.apache.hadoop:hadoop-client-runtime", "org.lz4:lz4-java",
+    "org.xerial.snappy:snappy-java", "org.slf4j:slf4j-api", "com.google.code.findbugs:jsr305",
+    "org.scala-lang.modules:scala-parallel-collections_2.13"])
+LOOPBACK = "127.0.0.1"
+
+_DEFAULTS = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.python.worker.reuse": "true",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
+    "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+    # The Kafka source prefers to run a partition's task on the executor that read it before (a cached consumer);
+    # on a cluster a free executor would otherwise sit idle for 3 s per locality level while another is busy.
+    # Shale's other inputs have no preferred locations. Local mode has one executor, so it changes nothing there.
+    "spark.locality.wait": "0s",
+}
+
 
 def _local(master: str) -> bool:
     return master.startswith("local")
+
+
+def _loopback(host: str) -> bool:
+    return host == "localhost" or host.startswith("127.")
+
+
+def session_conf(config: SparkConfig, *, kafka: bool, extra_conf: dict[str, str] | None = None) -> dict[str, str]:
+    """Every setting the session is built with: Shale's defaults, local-mode binding, the configuration, then
+    ``extra_conf``; the connector package when the session reads Kafka and nothing else names jars."""
+    conf = dict(_DEFAULTS)
+    if _local(config.master):
+        conf["spark.driver.host"] = LOOPBACK
+        conf["spark.driver.bindAddress"] = LOOPBACK
+    conf.update(failpoints.executor_conf())
+    conf.update(config.conf)
+    conf.update(extra_conf or {})
+    if kafka and "spark.jars" not in conf and "spark.jars.packages" not in conf:
+        conf["spark.jars.packages"] = KAFKA_CONNECTOR_PACKAGE
+        conf.setdefault("spark.jars.excludes", KAFKA_CONNECTOR_EXCLUDES)
+    conf.setdefault("spark.pyspark.python", sys.executable)
+    return conf
+
+
+def check_shared_bucket(config: SparkConfig, bucket: BucketConfig) -> None:
+    """A cluster's executors must reach the bucket the driver uses: a ``memory://`` bucket lives in one process, and
+    a relative ``file://`` path would resolve against each executor's own working directory."""
+    if _local(config.master):
+        return
+    parsed = urlparse(bucket.url)
+    if parsed.scheme == "memory" or (parsed.scheme == "file" and not bucket.url.removeprefix("file://").startswith("/")):
+        raise ConfigError(f"bucket.url = {bucket.url!r} cannot be shared with the executors of spark.master = "
+                          f"{config.master!r}, which run in other processes and directories; use s3://, gs:// or "
+                          "az:// (or file:///absolute/path on a filesystem every Spark worker mounts)")
 
 
 def spark_session(
@@ -27,36 +104,24 @@ def spark_session(
     *,
     kafka: bool = True,
     extra_conf: dict[str, str] | None = None,
+    bucket: BucketConfig | None = None,
 ) -> SparkSession:
-    """Return the process's SparkSession, creating it on first use.
-
-    With ``kafka`` the four connector jars are added to ``spark.jars`` (they are fetched into the cache if
-    missing). Local masters bind the driver to 127.0.0.1; the Python workers run the interpreter running
-    this code, so that they see the same packages.
-    """
+    """Return the process's SparkSession, creating it on first use (see the module docstring for what executors
+    get). ``kafka`` asks for the Kafka connector; ``bucket``, when given, is checked to be reachable from
+    executors."""
     from pyspark.sql import SparkSession
 
     config = config or SparkConfig()
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    if bucket is not None:
+        check_shared_bucket(config, bucket)
+    conf = session_conf(config, kafka=kafka, extra_conf=extra_conf)
+    # PySpark reads the executors' interpreter from the driver's environment, not from spark.pyspark.python.
+    os.environ["PYSPARK_PYTHON"] = conf["spark.pyspark.python"]
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    conf: dict[str, str] = {
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": "4",
-        "spark.python.worker.reuse": "true",
-        "spark.sql.session.timeZone": "UTC",
-        "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
-        "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
-    }
-    if _local(config.master):
-        conf["spark.driver.host"] = "127.0.0.1"
-        conf["spark.driver.bindAddress"] = "127.0.0.1"
-    if kafka:
-        from shale.dev.fetch import spark_connector_jars
-
-        conf["spark.jars"] = ",".join(str(p) for p in spark_connector_jars())
-    conf.update(config.conf)
-    conf.update(extra_conf or {})
+    host = conf.get("spark.driver.host", "")
+    if _loopback(host):
+        # Without it the driver's JVM resolves the machine's hostname, finds a loopback address and warns.
+        os.environ.setdefault("SPARK_LOCAL_IP", host)
     builder = SparkSession.builder.appName(app_name).master(config.master)
     # PySpark starts the JVM with every setting as `--conf key=value` on its command line, where `ps` shows it:
     # settings whose key looks secret go through a private properties file instead.

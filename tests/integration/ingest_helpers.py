@@ -15,8 +15,9 @@ from tests.producing import CheckedProducer
 from tests.waiting import eventually
 
 from shale.config import BucketConfig, ShaleConfig, load_config
-from shale.dev import ManagedProcess
+from shale.dev import connector_conf
 from shale.failpoints import paused
+from shale.process import ManagedProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 JSON_PARSER = {"parser": "json", "options": {"time_field": "ts", "time_format": "epoch_s",
@@ -51,13 +52,15 @@ def produce_json(bootstrap: str, topic: str, count: int, invalid_every: int = 0,
 
 def write_config(path: Path, bootstrap: str, bucket: BucketConfig, topics: list[str],
                  metastore: dict[str, Any] | None = None, parsers_override: list[dict[str, Any]] | None = None,
-                 kafka: dict[str, Any] | None = None, **ingest: Any) -> Path:
-    """A TOML config for one test: MinIO bucket and embedded metastore (unless ``metastore`` says otherwise)."""
+                 kafka: dict[str, Any] | None = None, spark: dict[str, Any] | None = None, **ingest: Any) -> Path:
+    """A TOML config for one test: MinIO bucket, embedded metastore (unless ``metastore`` says otherwise), and
+    Spark in local mode with the cached connector jars (``spark`` adds a master and settings)."""
     data = {
         "bucket": {**bucket.model_dump(mode="json"), "secret_access_key": bucket.secret_access_key.get_secret_value()},
         "kafka": kafka or {"bootstrap_servers": bootstrap},
         "metastore": metastore or {"data_dir": str(path / "metastore")},
-        "spark": {"master": "local[2]"},
+        "spark": {"master": (spark or {}).get("master", "local[2]"),
+                  "conf": {**connector_conf(), **(spark or {}).get("conf", {})}},
         "ingest": {"topics": topics, "trigger_interval": "1s",
                    "parsers": parsers_override or [JSON_PARSER], **ingest},
     }
@@ -84,7 +87,7 @@ def write_config(path: Path, bootstrap: str, bucket: BucketConfig, topics: list[
 def _toml(value: Any) -> str:
     """A TOML value: JSON's spelling for scalars and arrays, inline tables for dicts."""
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{json.dumps(k)} = {_toml(v)}" for k, v in value.items()) + "}"  # "a.b" quoted
     if isinstance(value, list):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
     return json.dumps(value)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from tests.waiting import eventually
 
 from shale.ingest.verify import group_blocks, stored_offsets
 from shale.metastore import Metastore
@@ -22,10 +23,8 @@ def create_topic(bootstrap: str, topic: str, partitions: int, **config: str) -> 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(topic, partitions, 1, config=config)]).values():
         future.result(timeout=30)
-    deadline = time.monotonic() + 30
-    while set(admin.list_topics(topic, timeout=5).topics[topic].partitions) != set(range(partitions)):
-        assert time.monotonic() < deadline, f"topic {topic} has no partitions after 30s"
-        time.sleep(0.2)
+    eventually(lambda: set(admin.list_topics(topic, timeout=5).topics[topic].partitions) == set(range(partitions)),
+               30, f"topic {topic}'s partitions")
 
 
 def stored(metastore: Metastore, bucket: BucketReader, group: str, topic: str,

@@ -20,11 +20,11 @@ from shale.block import BlockFetcher, BlockMeta, block_file_key, read_dataset
 from shale.compaction.messages import PollRequest
 from shale.compactor.worker import CompactionWorker
 from shale.config import BucketConfig, CompactionConfig, ShaleConfig
-from shale.dev import ManagedProcess
 from shale.dev.metastore import MetastoreCluster
 from shale.failpoints import paused
 from shale.metastore import AddBlocks, MetastoreService, open_metastore
 from shale.objstore import ObstoreBucket, open_bucket
+from shale.process import ManagedProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ from tests.iceberg_helpers import (
     write_records_block,
 )
 
-from shale.config import BucketConfig, ShaleConfig, SparkConfig
+from shale.config import BucketConfig, ShaleConfig
 from shale.dev import MinioServer
 from shale.failpoints import paused
 from shale.iceberg import IcebergPublisher, open_catalog, spark_catalog_conf
@@ -62,18 +61,13 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def iceberg_spark(module_bucket: BucketConfig, work: Path) -> Iterator[Any]:
-    """A Spark session with Iceberg's runtime, the AWS bundle and the SQLite JDBC driver, its catalog configured
-    through Spark conf (credentials included: never on a command line)."""
-    from shale.dev.fetch import iceberg_jars
-    from shale.spark import spark_session
-
-    conf = {"spark.jars": ",".join(str(p) for p in iceberg_jars()),
-            "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
-            **spark_catalog_conf(_config(module_bucket, work))}
-    session = spark_session("shale-iceberg-tests", SparkConfig(master="local[2]"), kafka=False, extra_conf=conf)
-    yield session
-    session.stop()
+def iceberg_spark(spark: Any, module_bucket: BucketConfig, work: Path) -> Any:
+    """The test process's Spark session (it has Iceberg's runtime, the AWS bundle and the SQLite JDBC driver) with
+    Iceberg's own catalog over this module's catalog and bucket, configured through Spark conf (credentials
+    included: never on a command line)."""
+    for key, value in spark_catalog_conf(_config(module_bucket, work)).items():
+        spark.conf.set(key, value)
+    return spark
 
 
 def _spark(spark: Any, start: int, end: int) -> object:
@@ -141,7 +135,7 @@ def test_spark_sql_reads_what_shale_query_returns(iceberg_spark, module_bucket: 
 
     before = len(state.reader.tenant_blocks(TENANT))
     oldest = state.reader.partitions(TENANT)[0]
-    service.submit(TruncateIndex(prepared_term=1, partitions=[
+    service.submit(TruncateIndex(prepared_term=1, cutoffs={TENANT: 2**53}, partitions=[
         PartitionKey(tenant=TENANT, shard=oldest.shard, window_start=oldest.window_start)])).raise_for_rejection()
     check("after retention")  # the oldest creation window is gone, the rest remains
     assert 0 < len(state.reader.tenant_blocks(TENANT)) < before
@@ -154,6 +148,7 @@ def test_spark_sql_reads_what_shale_query_returns(iceberg_spark, module_bucket: 
 def _write_toml(config: ShaleConfig, path: Path) -> Path:
     data = config.model_dump(mode="json", include={"bucket", "metastore", "iceberg"})
     data["bucket"].pop("retry")
+    data["bucket"]["secret_access_key"] = config.bucket.secret_access_key.get_secret_value()  # dumped masked
     lines = []
     for section, values in data.items():
         lines.append(f"[{section}]")
@@ -172,7 +167,8 @@ def test_publisher_killed_between_metadata_and_catalog_commit(minio_bucket: Buck
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHALE_FAILPOINT")}
 
     commit(service, [write_records_block(bucket, TENANT, TOPIC, 0, 0, 50, T0)])
-    subprocess.run(sync, env=env, cwd=ROOT, check=True, capture_output=True, timeout=300)
+    first = subprocess.run(sync, check=False, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
     for i in range(1, 4):
         commit(service, [write_records_block(bucket, TENANT, TOPIC, 0, i * 50, 50, T0 + i * 60_000)])
     expected_indexes = [c.index for c in _feed(state)]
@@ -198,7 +194,8 @@ def test_publisher_killed_between_metadata_and_catalog_commit(minio_bucket: Buck
     assert table.metadata_location.removeprefix(f"{config.bucket.url}/") in written
     assert len(written) >= 3
 
-    subprocess.run(sync, env=env, cwd=ROOT, check=True, capture_output=True, timeout=300)
+    first = subprocess.run(sync, check=False, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
     table = catalog.load_table(identifier(TENANT, TOPIC))
     indexes = [int(s.summary.additional_properties[SUMMARY_INDEX]) for s in table.snapshots()]
     assert indexes[1:] == expected_indexes  # none missing, none twice

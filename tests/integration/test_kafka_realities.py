@@ -20,6 +20,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from tests.integration.ingest_helpers import ROOT, config_of, write_config
 from tests.integration.kafka_world import create_topic, json_value, stored
+from tests.waiting import eventually
 
 from shale.block import read_dataset
 from shale.ingest.committer import IngestConflictError
@@ -79,20 +80,25 @@ def test_compacted_topic_is_read_from_its_start(kafka, minio_bucket, spark, tmp_
         time.sleep(0.3)
     file = write_config(tmp_path, kafka.bootstrap_servers, minio_bucket, [topic])
     config = config_of(file)
-    deadline = time.monotonic() + 120
-    while len(existing_offsets(config.kafka, topic, 0, 0, 300)) >= 300:  # wait for the log cleaner
-        assert time.monotonic() < deadline, "Kafka did not compact the topic within 120 s"
+
+    def compacted() -> bool:
         _produce(kafka.bootstrap_servers, topic, [json_value(999)], keys=[b"roll"])  # rolls the active segment
-        time.sleep(1)
+        return len(existing_offsets(config.kafka, topic, 0, 0, 300)) < 300
+
+    eventually(compacted, 120, "Kafka's log cleaner to compact the topic")
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})  # stop the cleaner: the log holds still
     resource = ConfigResource("topic", topic, incremental_configs=[
         ConfigEntry("cleanup.policy", "delete", incremental_operation=AlterConfigOpType.SET),
         ConfigEntry("retention.ms", "-1", incremental_operation=AlterConfigOpType.SET)])
     for future in admin.incremental_alter_configs([resource]).values():
         future.result(timeout=30)
-    time.sleep(2)  # a cleaning pass already under way ends
     _, end = offset_bounds(config.kafka, [(topic, 0)])[(topic, 0)]
-    visible = {(0, o) for o in existing_offsets(config.kafka, topic, 0, 0, end)}
+
+    def settled() -> set[tuple[int, int]]:  # a cleaning pass already under way has ended: two reads agree
+        first = {(0, o) for o in existing_offsets(config.kafka, topic, 0, 0, end)}
+        return first if first == {(0, o) for o in existing_offsets(config.kafka, topic, 0, 0, end)} else set()
+
+    visible = eventually(settled, 60, "the compacted log to hold still")
     assert len(visible) < end  # compaction left gaps
     metastore = open_metastore(config)
     _ingest(config, spark, metastore)
@@ -120,10 +126,7 @@ def test_recreated_topic_is_a_new_incarnation(kafka, minio_bucket, spark, tmp_pa
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
     for future in admin.delete_topics([topic]).values():
         future.result(timeout=30)
-    deadline = time.monotonic() + 60
-    while topic in admin.list_topics(timeout=5).topics:
-        assert time.monotonic() < deadline, "the topic was not deleted"
-        time.sleep(0.2)
+    eventually(lambda: topic not in admin.list_topics(timeout=5).topics, 60, "the topic to be deleted")
     create_topic(kafka.bootstrap_servers, topic, 1)
     _produce(kafka.bootstrap_servers, topic, [json_value(1_000 + i) for i in range(100)])
     new = describe_topics(config.kafka, [topic])[topic].incarnation

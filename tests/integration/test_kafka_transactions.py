@@ -12,10 +12,12 @@ from pathlib import Path
 
 from tests.integration.ingest_helpers import config_of, finish, ingest_process, write_config
 from tests.integration.kafka_world import TransactionalProducer, create_topic, stored
+from tests.waiting import eventually
 
 from shale.ingest.verify import verify_topic
 from shale.metastore import open_metastore
 from shale.objstore import open_bucket
+from shale.process import ManagedProcess
 
 GROUPS = ("backup", "partition")
 
@@ -36,11 +38,12 @@ def test_transactional_topic_with_aborts_and_two_sigkills(kafka, minio_bucket, t
         processes = {group: ingest_process(file, group, tmp_path / f"{group}-{kill}.log") for group in GROUPS}
         for group, process in processes.items():
             before = sum(o.committed_end for o in metastore.offsets(group, 1) if o.topic == topic)
-            deadline = time.monotonic() + 240
-            while sum(o.committed_end for o in metastore.offsets(group, 1) if o.topic == topic) <= before:
+
+            def committed_more(group: str = group, process: ManagedProcess = process, before: int = before) -> bool:
                 assert process.alive(), process.log_path.read_text()[-3000:]
-                assert time.monotonic() < deadline, process.log_path.read_text()[-3000:]
-                time.sleep(0.2)
+                return sum(o.committed_end for o in metastore.offsets(group, 1) if o.topic == topic) > before
+
+            eventually(committed_more, 240, f"{group} to commit a batch")
             time.sleep(rng.uniform(0.2, 3.0))  # a random moment: mid-batch, mid-upload or mid-commit
             process.kill9()
         assert not producer.done.is_set()  # the producer was still writing at every kill

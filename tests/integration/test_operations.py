@@ -23,9 +23,9 @@ from tests.promtool import alerts_mismatch
 from tests.waiting import eventually
 
 from shale.config import BucketConfig
-from shale.dev import ManagedProcess, free_port
-from shale.dev.process import pid_alive
+from shale.dev import connector_conf
 from shale.metastore import MetastoreClient, auth
+from shale.process import ManagedProcess, free_port, pid_alive
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,6 +45,7 @@ CLUSTER_SECRET = "cluster-secret-" + uuid.uuid4().hex  # given through the envir
 
 
 def _config(tmp: Path, bootstrap: str, bucket: BucketConfig, topic: str, port: int, tokens: Path) -> Path:
+    jars = connector_conf()["spark.jars"]
     text = f"""
 [bucket]
 url = "{bucket.url}"
@@ -69,6 +70,7 @@ bucket_scan_interval = "5s"
 master = "local[1]"
 [spark.conf]
 "spark.hadoop.fs.s3a.secret.key" = "{SPARK_SECRET}"
+"spark.jars" = "{jars}"
 [ingest]
 topics = ["{topic}"]
 trigger_interval = "2s"

@@ -18,7 +18,7 @@ from shale.block import block_file_key
 from shale.cli import cli
 from shale.compactor.worker import CompactionWorker
 from shale.config import BucketConfig, CompactionConfig, IngestConfig, ParserRule, ShaleConfig
-from shale.ingest.blocks import GroupSpec, write_partition
+from shale.ingest.blocks import Chunk, GroupSpec, write_chunk
 from shale.metastore import CommitIngestBatch, MetastoreService, OffsetRange, open_metastore
 from shale.objstore import local_path, open_bucket
 from shale.query import Query, run_query
@@ -43,9 +43,9 @@ def _ingest(service: MetastoreService, bucket_config: BucketConfig, batches: int
             values = [json.dumps({"t": START + (start + i) * 1800 + partition, "msg": f"m{start + i}",
                                   "level": ["INFO", "WARN", "ERROR"][(start + i) % 3]}).encode() for i in range(500)]
             table = table.set_column(table.schema.get_field_index("value"), "value", pa.array(values, pa.binary()))
-            result = write_partition(spec, bucket, table, start if b else None)
-            assert result is not None
-            blocks += result.metas
+            result = write_chunk(spec, bucket, table, Chunk("app", partition, "", start, start + 500,
+                                                            START + 7 * 24 * HOUR))
+            blocks += result.blocks
             ranges.append(OffsetRange(topic="app", partition=partition, start=result.start, end=result.end))
         assert service.submit(CommitIngestBatch(group="partition", ranges=ranges, blocks=blocks)).ok
 

@@ -18,11 +18,11 @@ from tests.integration.ingest_helpers import config_of, create_topic, wait_pause
 from tests.producing import CheckedProducer
 from tests.waiting import eventually
 
-from shale.dev import ManagedProcess
 from shale.ingest.job import IngestJob
 from shale.ingest.kafka import delete_records_before, watermarks
 from shale.metastore import SetActiveGeneration, open_metastore
 from shale.objstore import open_bucket
+from shale.process import ManagedProcess
 from shale.query import Query, run_query
 from shale.reprocess import locate, trace_block
 

@@ -1,15 +1,19 @@
 """`shale run`'s tokens and secrets, without starting processes: each child a token of its own role in a 0600
-file, the metastore's tokens file in step with the configured one, secrets off the children's command lines."""
+file, the metastore's tokens file in step with the configured one, secrets off the children's command lines; and
+``run.services`` on one machine of a multi-machine deployment: without the metastore, the others use the configured
+remote nodes and token (an embedded metastore there is refused)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from shale.cli import cli
 from shale.config import load_config
+from shale.errors import ConfigError
 from shale.launcher import Deployment
 from shale.metastore import auth
 
@@ -80,3 +84,32 @@ def test_token_create_appends_a_digest_and_prints_the_token_once(tmp_path: Path)
                                    "--tokens-file", str(path)])
     assert unscoped.exit_code == 1
     assert "a reader token lists its tenants" in unscoped.output
+
+
+def _deployment(tmp_path: Path, *overrides: str) -> Deployment:
+    config = load_config(None, env={}, overrides=["run.metrics_base_port=9500", *overrides])
+    return Deployment(config, [], tmp_path)
+
+
+def test_the_whole_deployment_by_default(tmp_path: Path) -> None:
+    names = [s.name for s in _deployment(tmp_path).services]
+    assert names == ["metastore", "ingest-backup", "ingest-partition", "compact-0"]
+
+
+def test_a_metastore_member_runs_the_metastore_only(tmp_path: Path) -> None:
+    deployment = _deployment(tmp_path, 'run.services=["metastore"]')
+    assert [s.name for s in deployment.services] == ["metastore"]
+
+
+def test_a_worker_machine_uses_the_remote_metastore_nodes(tmp_path: Path) -> None:
+    nodes = '["http://10.0.0.1:7070", "http://10.0.0.2:7070", "http://10.0.0.3:7070"]'
+    deployment = _deployment(tmp_path, 'run.services=["ingest", "compaction"]', "metastore.mode=remote",
+                             f"metastore.addresses={nodes}", "run.compaction_workers=2")
+    assert [s.name for s in deployment.services] == ["ingest-backup", "ingest-partition", "compact-0", "compact-1"]
+    for service in deployment.services:
+        assert "metastore.mode=remote" not in service.args  # the configuration's own nodes, not a local one
+        assert service.token is None  # and the configured token: the remote metastore knows no run/ tokens
+        assert not any(arg.startswith("metastore.token_file=") for arg in service.args)
+    assert deployment.status_page == "http://10.0.0.1:7070/ui"
+    with pytest.raises(ConfigError, match=r"metastore\.mode must be 'remote'"):
+        _deployment(tmp_path, 'run.services=["ingest"]')

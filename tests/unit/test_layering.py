@@ -1,5 +1,7 @@
 """The layering of docs/DESIGN.md section 1 is the real one: every import in src/shale (function-level imports
-included) goes to the module's own package or to a package on a line above it."""
+included) goes to the module's own package or to a package on a line above it; and production code never reaches
+into development code: only ``shale.dev`` itself, ``shale.demo`` and the ``shale dev`` command may import
+``shale.dev`` (a cluster deployment has neither Maven nor a development cache)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ def layers() -> dict[str, int]:
     section = design[design.index("## 1. Components and layering"):design.index("## 2.")]
     block = section.split("```")[1]
     found: dict[str, int] = {}
-    for rank, line in enumerate(l for l in block.splitlines() if l.strip()):
+    for rank, line in enumerate(text for text in block.splitlines() if text.strip()):
         for name in re.findall(r"shale\.(\w+)", line.split("  ")[0]):
             found[name] = rank
     return found
@@ -29,13 +31,8 @@ def package_of(path: Path) -> str:
 
 
 def imports(path: Path) -> set[str]:
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            out.add(node.module)
-    return {name.split(".")[1] for name in out if name.startswith("shale.")}
+    """The Shale packages the file imports (``from shale import errors`` counts as ``errors``)."""
+    return {name.split(".")[1] for name in _imports(path) if name.startswith("shale.")}
 
 
 def test_every_package_is_in_the_documented_layering() -> None:
@@ -62,3 +59,60 @@ def test_the_layering_check_catches_an_upward_import(tmp_path: Path) -> None:
     module.write_text("def f():\n    from shale.cli import main\n")
     assert imports(module) == {"cli"}
     assert layers()["cli"] > layers()["block"]
+
+
+ALLOWED = ("shale.dev", "shale.demo", "shale.cli.dev_cmd")
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module an import statement anywhere in the file names, ``from shale import dev`` as ``shale.dev``."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}: relative import; Shale imports absolutely"
+            base = node.module or ""
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _is_dev(name: str) -> bool:
+    return name == "shale.dev" or name.startswith("shale.dev.")
+
+
+def _allowed(module: str) -> bool:
+    return any(module == a or module.startswith(a + ".") for a in ALLOWED)
+
+
+def test_only_development_modules_import_shale_dev() -> None:
+    offenders = {}
+    files = sorted(SRC.rglob("*.py"))
+    assert len(files) > 50  # the walk found the package
+    for path in files:
+        module = _module(path)
+        if _allowed(module):
+            continue
+        dev = sorted(name for name in _imports(path) if _is_dev(name))
+        if dev:
+            offenders[module] = dev
+    assert offenders == {}
+
+
+def test_the_check_sees_function_level_and_from_imports(tmp_path: Path) -> None:
+    for text in ("def f():\n    from shale.dev.fetch import x\n", "def f():\n    import shale.dev.stack\n",
+                 "from shale import dev\n"):
+        sample = tmp_path / "sample.py"
+        sample.write_text(text)
+        assert any(_is_dev(name) for name in _imports(sample)), text
+    assert not _is_dev("shale.devices")
+    assert not _allowed("shale.cli.dev_cmd_extra")
+    assert _allowed("shale.demo.pipeline")

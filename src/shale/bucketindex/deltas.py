@@ -147,7 +147,7 @@ def apply_delta(index: BucketIndex, delta: IndexDelta, key: str) -> BucketIndex:
         blocks.pop(block_id, None)
         marks.pop(block_id, None)
     return BucketIndex.build(index.tenant, index.updated_at, blocks.values(), marks.values(), uploaded,
-                             watermark=max(index.watermark, key))
+                             watermark=max(index.watermark, key), generations=index.generations)
 
 
 @dataclass(frozen=True)

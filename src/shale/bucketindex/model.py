@@ -69,6 +69,10 @@ class BucketIndex(BaseModel):
     blocks: list[BlockMeta] = Field(default_factory=list)
     deletion_marks: list[IndexedMark] = Field(default_factory=list)
     uploaded: dict[str, float] = Field(default_factory=dict, description="block id -> seconds since the epoch")
+    generations: list[tuple[str, int, int, int]] | None = Field(
+        default=None, description="the tenant's generation switches, oldest first: (topic, start ms, end ms, "
+                                  "generation), as the metastore holds them; None when the writer could not know "
+                                  "them (an index written from a bucket scan alone)")
 
     @model_validator(mode="after")
     def _consistent(self) -> BucketIndex:
@@ -90,12 +94,13 @@ class BucketIndex(BaseModel):
 
     @classmethod
     def build(cls, tenant: str, updated_at: float, blocks: Iterable[BlockMeta], marks: Iterable[IndexedMark] = (),
-              uploaded: dict[str, float] | None = None, watermark: str = "") -> BucketIndex:
+              uploaded: dict[str, float] | None = None, watermark: str = "",
+              generations: list[tuple[str, int, int, int]] | None = None) -> BucketIndex:
         """An index with blocks and marks in id order (so equal contents give equal bytes), and ``uploaded``
         limited to the blocks it lists."""
         by_id = {b.id: b for b in blocks}
         times = uploaded or {}
-        return cls(tenant=tenant, updated_at=updated_at, watermark=watermark,
+        return cls(tenant=tenant, updated_at=updated_at, watermark=watermark, generations=generations,
                    blocks=[by_id[i] for i in sorted(by_id)],
                    deletion_marks=sorted({m.id: m for m in marks}.values(), key=lambda m: m.id),
                    uploaded={i: times[i] for i in sorted(by_id) if i in times})

@@ -135,6 +135,11 @@ class BucketIndexReader:
         """The tenant's readable blocks in id order: not marked for deletion, not HealthyOverlapped."""
         return list(self._current(tenant).live)
 
+    def generations(self, tenant: str) -> list[tuple[str, int, int, int]] | None:
+        """The tenant's generation switches as its index records them (None: the index could not know them)."""
+        generations = self._current(tenant).view.generations
+        return None if generations is None else [(topic, start, end, g) for topic, start, end, g in generations]
+
     def index(self, tenant: str) -> BucketIndex:
         """The tenant's index as queries see it (with deltas applied in stale-tolerant mode), under the same
         loading and staleness rules as ``blocks``."""

@@ -41,7 +41,8 @@ INDEXED_STATES = (BlockState.HEALTHY, BlockState.HEALTHY_OVERLAPPED, BlockState.
 
 
 def _scan(bucket: BucketReader, tenant: str, sync_delay: float, clock: Callable[[], float], deltas: bool,
-          after: str, margin: float) -> tuple[BucketIndex, list[str]]:
+          after: str, margin: float,
+          generations: list[tuple[str, int, int, int]] | None = None) -> tuple[BucketIndex, list[str]]:
     """The index, and every delta key present (for the cleanup after a write)."""
     now = clock()
     present = list_deltas(bucket, tenant) if deltas else []
@@ -61,7 +62,7 @@ def _scan(bucket: BucketReader, tenant: str, sync_delay: float, clock: Callable[
              for v in result.blocks.values() if v.mark is not None]
     uploaded = {v.id: max(o.last_modified for o in v.objects) for v in views if v.objects}
     index = BucketIndex.build(tenant, now, [v.meta for v in views if v.meta is not None], marks, uploaded,
-                              watermark=watermark)
+                              watermark=watermark, generations=generations)
     return index, [i.key for i in present]
 
 
@@ -78,7 +79,9 @@ def write_scanned_index(bucket: Bucket, tenant: str, sync_delay: float, clock: C
     """Scan the tenant and write its index conditionally (merging with a concurrent writer's change), then
     delete the deltas the new index folded. What `shale bucket index --tenant T` runs."""
     base = read_index(bucket, tenant, replace_corrupt=True)
-    index, present = _scan(bucket, tenant, sync_delay, clock, deltas, base.index.watermark if base else "", margin)
+    # A scan cannot see generation switches (they live in the metastore): the current index's are kept.
+    index, present = _scan(bucket, tenant, sync_delay, clock, deltas, base.index.watermark if base else "", margin,
+                           base.index.generations if base else None)
     published = publish(bucket, index, base, attempts)
     deleted = delete_folded(bucket, present, published.stored.index.watermark)
     return TenantWrite(tenant, published.stored, published.conflicts, deleted)

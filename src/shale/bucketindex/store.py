@@ -83,7 +83,8 @@ def _is_newer_version(data: bytes) -> bool:
 def merge(base: BucketIndex | None, ours: BucketIndex, theirs: BucketIndex) -> BucketIndex:
     """``theirs`` with our change applied: blocks and marks in ``ours`` but not in ``base`` are added, those in
     ``base`` but not in ``ours`` are removed. Upload times keep the earliest; ``updated_at`` and ``watermark``
-    take the later of the two (the merged index holds both sides' changes)."""
+    take the later of the two (the merged index holds both sides' changes); generation switches are ours when we
+    know them (the metastore's writer), else theirs (a scan knows none)."""
     base_blocks = base.block_ids() if base else set()
     base_marks = base.marked_ids() if base else set()
     our_blocks = {b.id: b for b in ours.blocks}
@@ -103,8 +104,10 @@ def merge(base: BucketIndex | None, ours: BucketIndex, theirs: BucketIndex) -> B
         times = [t for t in (theirs.uploaded.get(block_id), ours.uploaded.get(block_id)) if t is not None]
         if times:
             uploaded[block_id] = min(times)
+    generations = ours.generations if ours.generations is not None else theirs.generations
     return BucketIndex.build(theirs.tenant, max(ours.updated_at, theirs.updated_at), blocks.values(),
-                             marks.values(), uploaded, watermark=max(ours.watermark, theirs.watermark))
+                             marks.values(), uploaded, watermark=max(ours.watermark, theirs.watermark),
+                             generations=generations)
 
 
 def _earlier(current: IndexedMark | None, mine: IndexedMark) -> IndexedMark:

@@ -85,6 +85,10 @@ class IndexSource(Protocol):
 
     def tenant_tombstones(self, tenant: str) -> Sequence[Tombstone]: ...
 
+    def generation_rules(self, tenant: str) -> list[tuple[str, int, int, int]]:
+        """The tenant's generation switches, oldest first: (topic, start ms, end ms, generation)."""
+        ...
+
 
 @dataclass
 class _Tenant:
@@ -181,7 +185,8 @@ class BucketIndexWriter:
         desired = BucketIndex.build(
             tenant, now, blocks,
             [IndexedMark(id=t.block_id, deletion_time=t.created_at / 1000, reason=t.reason) for t in tombstones],
-            {b.id: before.get(b.id, now) for b in blocks}, watermark=watermark)
+            {b.id: before.get(b.id, now) for b in blocks}, watermark=watermark,
+            generations=self.source.generation_rules(tenant))
         try:
             published = publish(self.bucket, desired, base, self.attempts)
         except ShaleError:

@@ -14,7 +14,7 @@ from shale.errors import ShaleError
 _COMMANDS: dict[str, tuple[str, str, str]] = {
     "bucket": ("shale.cli.bucket_cmd", "bucket", "Inspect and maintain blocks directly in the bucket."),
     "config": ("shale.cli.config_cmd", "config", "Check and show the configuration."),
-    "dev": ("shale.cli.dev_cmd", "dev", "Start, inspect and stop the local Kafka broker and MinIO server."),
+    "dev": ("shale.cli.dev_cmd", "dev", "Start, inspect and stop the local Kafka, MinIO and Spark services."),
     "metastore": ("shale.cli.metastore_cmd", "metastore", "Run and administer the metastore."),
     "iceberg": ("shale.cli.iceberg_cmd", "iceberg", "Publish the blocks as Apache Iceberg tables."),
     "ingest": ("shale.cli.ingest_cmd", "ingest", "Persist Kafka topics into blocks, exactly once."),

@@ -43,7 +43,7 @@ def compact(ctx: click.Context, until_idle: bool, show_jobs: bool, set_failure_l
         from prometheus_client import start_http_server
 
         start_http_server(config.compaction.metrics_port, addr="127.0.0.1")
-    spark = spark_session("shale-compact", config.spark, kafka=False)
+    spark = spark_session("shale-compact", config.spark, kafka=False, bucket=config.bucket)
     worker = CompactionWorker(metastore, config.bucket, spark, slots=config.compaction.slots,
                               poll_interval=config.compaction.poll_interval, save_reports=save_reports,
                               deltas=config.bucket_index.deltas)

@@ -43,7 +43,8 @@ def reprocess(ctx: click.Context, tenant: str, topic: str, start: str, end: str,
     from shale.spark import spark_session
 
     config = get_config(ctx)
-    job = ReprocessJob(config, open_metastore(config), spark_session("shale-reprocess", config.spark, kafka=False),
+    spark = spark_session("shale-reprocess", config.spark, kafka=False, bucket=config.bucket)
+    job = ReprocessJob(config, open_metastore(config), spark,
                        tenant=tenant, topic=topic, start=parse_time(start), end=parse_time(end), parser=parser,
                        options=_options(parser_options), generation=generation, from_generation=from_generation)
     with Progress() as progress:

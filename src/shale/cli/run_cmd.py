@@ -18,8 +18,8 @@ log = logging.getLogger(__name__)
 @click.pass_context
 @shale_errors
 def run(ctx: click.Context, log_dir: Path) -> None:
-    """Start the metastore (with the status page), both ingest groups and a compaction worker; stop them all
-    cleanly on SIGTERM or Ctrl-C."""
+    """Start the metastore (with the status page), both ingest groups and a compaction worker (or what
+    run.services lists); stop them all cleanly on SIGTERM or Ctrl-C."""
     from shale.config import ShaleConfig, parse_override
     from shale.config.secrets import is_secret_location
     from shale.launcher import run_deployment

@@ -27,6 +27,7 @@ from shale.block import (
     read_dataset,
     write_block,
 )
+from shale.failpoints import failpoint
 from shale.objstore import Bucket
 from shale.resources import PeakMemory
 
@@ -104,6 +105,7 @@ def merge_tables(tables: list[pa.Table]) -> tuple[pa.Table, str]:
 
 
 def merge_blocks(bucket: Bucket, sources: list[BlockMeta], *, job: str, token: int, level: int) -> MergeResult:
+    failpoint("compaction.merge")
     started = time.perf_counter()
     with PeakMemory() as rss:
         parts: dict[str, list[tuple[BlockMeta, Dataset]]] = defaultdict(list)

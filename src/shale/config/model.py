@@ -310,8 +310,11 @@ class IcebergConfig(_Section):
 
 
 class RunConfig(_Section):
-    """``shale run``: one machine's whole deployment from this configuration."""
+    """``shale run``: one machine's deployment from this configuration (all of it, or the services it lists)."""
 
+    services: list[Literal["metastore", "ingest", "compaction"]] = Field(
+        default_factory=lambda: ["metastore", "ingest", "compaction"],  # type: ignore[arg-type]
+        description="what this machine runs; without metastore, metastore.mode must be remote (docs/DEPLOY.md)")
     ingest_groups: list[Literal["backup", "partition"]] = Field(
         default_factory=lambda: ["backup", "partition"])  # type: ignore[arg-type]
     compaction_workers: int = Field(default=1, ge=0)

@@ -29,7 +29,7 @@ from shale.config import (
     TenantRule,
 )
 from shale.demo import LOGHUB_FORMATS, loghub_lines
-from shale.dev import KafkaBroker, MinioServer
+from shale.dev import KafkaBroker, MinioServer, connector_conf
 from shale.ingest.job import IngestJob
 from shale.ingest.kafka import list_partitions
 from shale.ingest.ledger import build_ledger
@@ -58,7 +58,7 @@ def _config(root: Path, minio: MinioServer, broker: KafkaBroker, bucket: str) ->
                             secret_access_key=SecretStr(minio.secret_key), allow_http=True),
         kafka={"bootstrap_servers": broker.bootstrap_servers},  # type: ignore[arg-type]
         metastore={"data_dir": str(root / "metastore")},  # type: ignore[arg-type]
-        spark=SparkConfig(master="local[2]"),
+        spark=SparkConfig(master="local[2]", conf=connector_conf()),  # the cached jars, not a Maven resolve
         ingest=IngestConfig(
             topics=topics, default_tenant="infra",
             max_records_per_batch=6000,  # several batches, so that there are blocks to compact

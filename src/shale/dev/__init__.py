@@ -1,12 +1,14 @@
-"""Development services: fetch and run a real Kafka broker and a real MinIO server on loopback ports.
+"""Development services: fetch and run a real Kafka broker, a real MinIO server and a Spark standalone cluster on
+loopback ports.
 
-Used by ``shale dev up | down | status``, by the test fixtures and by ``make demo``. Nothing here is needed in
-production, where Kafka and the bucket already exist.
+Used by ``shale dev up | down | status``, by the test fixtures, the benchmarks and ``make demo``. Nothing here is
+needed in production, where Kafka, the bucket and Spark already exist; no module outside ``shale.dev``,
+``shale.demo`` and the ``shale dev`` command imports it (``tests/unit/test_layering.py`` checks).
 """
 
 from shale.dev.kafka import KafkaBroker
 from shale.dev.minio import MinioServer
-from shale.dev.process import ManagedProcess, free_port
+from shale.dev.spark_cluster import SparkStandalone, connector_conf, driver_conf
 from shale.dev.stack import DevStack, StackState
 
-__all__ = ["DevStack", "KafkaBroker", "ManagedProcess", "MinioServer", "StackState", "free_port"]
+__all__ = ["DevStack", "KafkaBroker", "MinioServer", "SparkStandalone", "StackState", "connector_conf", "driver_conf"]

@@ -170,20 +170,25 @@ def fetch_kafka(cache: Path | None = None) -> Path:
     return target
 
 
-def fetch_spark_connector(cache: Path | None = None) -> Path:
-    """The folder holding exactly the four connector jars, fetched if missing."""
-    target = spark_jars_dir(cache)
+def _fetch_jar_set(target: Path, artifacts: tuple[tuple[str, str, str], ...], version: str, what: str) -> Path:
+    """``target`` holding exactly ``artifacts`` (each without its dependencies), fetched if missing."""
     with _locked(target):
         if (target / ".complete").exists():
             return target
-        _log(f"fetching Spark {SPARK_VERSION} Kafka connector jars from Maven Central")
-        _maven_copy(target, [_dependency(g, a, v, exclude_all=True) for g, a, v in SPARK_CONNECTOR_ARTIFACTS])
+        _log(f"fetching {what} from Maven Central")
+        _maven_copy(target, [_dependency(g, a, v, exclude_all=True) for g, a, v in artifacts])
         found = sorted(p.name for p in target.glob("*.jar"))
-        if len(found) != len(SPARK_CONNECTOR_ARTIFACTS):
-            raise FetchError(f"expected {len(SPARK_CONNECTOR_ARTIFACTS)} connector jars, got {found}")
-        (target / ".complete").write_text(SPARK_VERSION)
-        _log(f"Spark Kafka connector jars ready in {target}")
+        if len(found) != len(artifacts):
+            raise FetchError(f"expected {len(artifacts)} jars for {what}, got {found}")
+        (target / ".complete").write_text(version)
+        _log(f"{what} ready in {target}")
     return target
+
+
+def fetch_spark_connector(cache: Path | None = None) -> Path:
+    """The folder holding exactly the four connector jars, fetched if missing."""
+    return _fetch_jar_set(spark_jars_dir(cache), SPARK_CONNECTOR_ARTIFACTS, SPARK_VERSION,
+                          f"Spark {SPARK_VERSION} Kafka connector jars")
 
 
 def spark_connector_jars(cache: Path | None = None) -> list[Path]:
@@ -192,18 +197,8 @@ def spark_connector_jars(cache: Path | None = None) -> list[Path]:
 
 def fetch_iceberg(cache: Path | None = None) -> Path:
     """The folder holding exactly the Iceberg Spark runtime, the AWS bundle and the SQLite JDBC driver."""
-    target = iceberg_jars_dir(cache)
-    with _locked(target):
-        if (target / ".complete").exists():
-            return target
-        _log(f"fetching Apache Iceberg {ICEBERG_VERSION} Spark jars and the SQLite JDBC driver from Maven Central")
-        _maven_copy(target, [_dependency(g, a, v, exclude_all=True) for g, a, v in ICEBERG_ARTIFACTS])
-        found = sorted(p.name for p in target.glob("*.jar"))
-        if len(found) != len(ICEBERG_ARTIFACTS):
-            raise FetchError(f"expected {len(ICEBERG_ARTIFACTS)} Iceberg jars, got {found}")
-        (target / ".complete").write_text(ICEBERG_VERSION)
-        _log(f"Iceberg jars ready in {target}")
-    return target
+    return _fetch_jar_set(iceberg_jars_dir(cache), ICEBERG_ARTIFACTS, ICEBERG_VERSION,
+                          f"Apache Iceberg {ICEBERG_VERSION} Spark jars and the SQLite JDBC driver")
 
 
 def iceberg_jars(cache: Path | None = None) -> list[Path]:

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from shale.dev.fetch import fetch_kafka
-from shale.dev.process import ManagedProcess, free_port, port_open
 from shale.errors import ServiceStartError
+from shale.process import ManagedProcess, free_port, port_open
 
 READY_TIMEOUT_S = 90.0
 

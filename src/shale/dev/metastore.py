@@ -14,14 +14,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from shale.config import BucketConfig
-from shale.dev.process import ManagedProcess, free_port
 from shale.errors import ServiceStartError
 from shale.metastore import auth
 from shale.metastore.client import MetastoreClient, tls_verify
+from shale.process import ManagedProcess, free_port
 
 READY_TIMEOUT_S = 60.0
 
@@ -160,6 +161,19 @@ class MetastoreCluster:
             time.sleep(0.1)
         raise ServiceStartError(f"the metastore cluster elected no leader within {timeout:.0f}s; logs in "
                                 f"{self.directory}")
+
+    def stop_node(self, i: int) -> None:
+        """Stop node ``i`` gracefully (SIGTERM, as ``systemctl stop`` does): one step of a rolling restart."""
+        process = self.processes[i]
+        if process is not None:
+            process.stop()
+        self.processes[i] = None
+
+    def status(self, i: int) -> dict[str, Any]:
+        """Node ``i``'s ``/v1/status`` (role, leader, term, applied index)."""
+        with self._http(timeout=5) as http:
+            body: dict[str, Any] = http.get(self.addresses[i] + "/v1/status").json()
+        return body
 
     def kill9(self, i: int) -> None:
         process = self.processes[i]

@@ -14,8 +14,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from shale.dev.fetch import fetch_minio
-from shale.dev.process import ManagedProcess, free_port
 from shale.errors import ServiceStartError
+from shale.process import ManagedProcess, free_port
 
 READY_TIMEOUT_S = 60.0
 DEV_ACCESS_KEY = "shale-dev"

@@ -1,20 +1,28 @@
-"""``shale dev up | down | status``: a local Kafka broker and a MinIO server that outlive the command.
+"""``shale dev up | down | status``: a local Kafka broker, a MinIO server and, with ``--spark-workers N``, a Spark
+standalone cluster (a master and N workers), all outliving the command.
 
-The state (pids, ports, endpoint) is kept in ``<dir>/state.json`` so that ``status`` and ``down`` find the
-processes again; every process runs in its own session, and ``down`` kills each whole process group.
+The state (pids, ports, endpoints) is kept in ``<dir>/state.json`` so that ``status`` and ``down`` find the
+processes again; every process runs in its own session, and ``down`` kills each whole process group (a Spark
+worker's group holds its executors). ``StackState.env`` is the configuration handed out: the endpoints, the
+bucket's credentials, the cached Kafka connector jars on ``spark.jars`` and, with a cluster, ``spark.master``.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from shale.dev.kafka import KafkaBroker
 from shale.dev.minio import MinioServer
-from shale.dev.process import pid_alive, port_open, stop_process_group
+from shale.dev.spark_cluster import SparkStandalone, connector_conf, driver_conf
+from shale.process import pid_alive, port_open, stop_process_group
 
 DEV_BUCKET = "shale"
+
+
+def _port(address: str) -> int:
+    return int(address.rsplit(":", 1)[1])
 
 
 @dataclass
@@ -26,17 +34,36 @@ class StackState:
     bucket: str
     access_key: str
     secret_key: str
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    spark_master: str = ""  # spark://127.0.0.1:PORT when a standalone cluster runs
+    spark_ui: str = ""
+    spark_pids: list[int] = field(default_factory=list)  # the master's, then each worker's
 
     def env(self) -> dict[str, str]:
         """Environment overrides that point a Shale process at this stack."""
-        return {
+        out = {
             "SHALE_KAFKA__BOOTSTRAP_SERVERS": self.kafka_bootstrap,
             "SHALE_BUCKET__URL": f"s3://{self.bucket}",
             "SHALE_BUCKET__ENDPOINT": self.minio_endpoint,
             "SHALE_BUCKET__ACCESS_KEY_ID": self.access_key,
             "SHALE_BUCKET__SECRET_ACCESS_KEY": self.secret_key,
             "SHALE_BUCKET__ALLOW_HTTP": "true",
+            # A TOML inline table, as the configuration loader reads environment values.
+            "SHALE_SPARK__CONF": "{" + ", ".join(f"{json.dumps(k)} = {json.dumps(v)}"
+                                                 for k, v in sorted(self.spark_conf.items())) + "}",
         }
+        if self.spark_master:
+            out["SHALE_SPARK__MASTER"] = self.spark_master
+        return out
+
+    def services(self) -> dict[str, tuple[int, str]]:
+        """Each process: its pid and where it is reached."""
+        out = {"kafka": (self.kafka_pid, self.kafka_bootstrap), "minio": (self.minio_pid, self.minio_endpoint)}
+        if self.spark_pids:
+            out["spark-master"] = (self.spark_pids[0], f"{self.spark_master} (status {self.spark_ui})")
+            for i, pid in enumerate(self.spark_pids[1:]):
+                out[f"spark-worker-{i}"] = (pid, "")
+        return out
 
 
 class DevStack:
@@ -50,24 +77,38 @@ class DevStack:
         except FileNotFoundError:
             return None
 
-    def up(self) -> StackState:
-        """Start both services (or return the running ones). Idempotent."""
+    def up(self, spark_workers: int = 0) -> StackState:
+        """Start every service (or return the running ones if they match). Idempotent."""
         state = self.load()
-        if state is not None and all(self.status(state).values()):
+        if (state is not None and all(self.status(state).values())
+                and len(state.spark_pids[1:]) == spark_workers):
             return state
         if state is not None:
             self.down()
-        broker = KafkaBroker(self.directory / "kafka").start()
+        conf = connector_conf()  # fetches the jars now rather than at the first ingest
+        started: list[KafkaBroker | MinioServer | SparkStandalone] = []
         try:
+            broker = KafkaBroker(self.directory / "kafka").start()
+            started.append(broker)
             minio = MinioServer(self.directory / "minio").start()
+            started.append(minio)
+            minio.create_bucket(DEV_BUCKET)
+            cluster = None
+            if spark_workers:
+                cluster = SparkStandalone(self.directory / "spark", workers=spark_workers).start()
+                started.append(cluster)
+                conf.update(driver_conf())
         except Exception:
-            broker.stop()
+            for service in reversed(started):
+                service.stop()
             raise
-        minio.create_bucket(DEV_BUCKET)
         assert broker.process is not None
         assert minio.process is not None
         state = StackState(broker.process.pid, broker.bootstrap_servers, minio.process.pid, minio.endpoint,
-                           DEV_BUCKET, minio.access_key, minio.secret_key)
+                           DEV_BUCKET, minio.access_key, minio.secret_key, spark_conf=conf)
+        if cluster is not None:
+            state.spark_master, state.spark_ui = cluster.master_url, cluster.ui_url
+            state.spark_pids = [p.pid for p in cluster.processes()]
         self.directory.mkdir(parents=True, exist_ok=True)
         self.state_file.write_text(json.dumps(asdict(state), indent=2))
         return state
@@ -76,12 +117,12 @@ class DevStack:
         state = state or self.load()
         if state is None:
             return {"kafka": False, "minio": False}
-        kafka_port = int(state.kafka_bootstrap.rsplit(":", 1)[1])
-        minio_port = int(state.minio_endpoint.rsplit(":", 1)[1])
-        return {
-            "kafka": pid_alive(state.kafka_pid) and port_open(kafka_port),
-            "minio": pid_alive(state.minio_pid) and port_open(minio_port),
-        }
+        out = {name: pid_alive(pid) for name, (pid, _) in state.services().items()}
+        out["kafka"] = out["kafka"] and port_open(_port(state.kafka_bootstrap))
+        out["minio"] = out["minio"] and port_open(_port(state.minio_endpoint))
+        if state.spark_master:
+            out["spark-master"] = out["spark-master"] and port_open(_port(state.spark_master))
+        return out
 
     def down(self) -> list[str]:
         """Stop every process this stack started; return the names of those that were running."""
@@ -89,9 +130,9 @@ class DevStack:
         stopped: list[str] = []
         if state is None:
             return stopped
-        for name, pid in (("kafka", state.kafka_pid), ("minio", state.minio_pid)):
+        for name, (pid, _) in reversed(list(state.services().items())):  # Spark workers first, Kafka last
             if pid_alive(pid):
                 stop_process_group(pid)
                 stopped.append(name)
         self.state_file.unlink(missing_ok=True)
-        return stopped
+        return sorted(stopped)

@@ -1,7 +1,7 @@
 """The metadata index as state (seed 004): SQLite schema, writes for the metastore's command handlers, and
 queries. No networking and no clock: the metastore drives it."""
 
-from shale.index.matchers import Matcher, match_label_sets, parse_matchers
+from shale.index.matchers import Matcher, match_label_sets, matching_datasets, parse_matchers
 from shale.index.reader import IndexReader
 from shale.index.records import (
     IncarnationRow,
@@ -30,5 +30,6 @@ __all__ = [
     "decode_meta",
     "encode_meta",
     "match_label_sets",
+    "matching_datasets",
     "parse_matchers",
 ]

@@ -9,7 +9,7 @@ matches a newline: ``x=~"v"`` means the whole value matches ``(?s:v)``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,3 +89,12 @@ def match_label_sets(label_sets: Sequence[Mapping[str, str]], matchers: Sequence
     if not matchers:
         return True
     return any(all(m.matches(ls) for m in matchers) for ls in label_sets)
+
+
+def matching_datasets(datasets: Iterable[tuple[int, int, Sequence[Mapping[str, str]]]], start: int, end: int,
+                      matchers: Sequence[Matcher]) -> list[int]:
+    """Dataset pruning, the one rule every block source applies: the positions of the datasets, given as
+    (min_time, max_time, label sets with the implicit ``topic``, ``kind`` and ``group`` labels), whose data time
+    overlaps ``[start, end]`` (ms, inclusive) and whose labels match."""
+    return [i for i, (low, high, sets) in enumerate(datasets)
+            if high >= start and low <= end and match_label_sets(sets, matchers)]

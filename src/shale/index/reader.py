@@ -19,7 +19,7 @@ import msgpack
 
 from shale.block import BlockMeta
 from shale.errors import QueryTimeoutError
-from shale.index.matchers import Matcher, match_label_sets
+from shale.index.matchers import Matcher, match_label_sets, matching_datasets
 from shale.index.records import IncarnationRow, LossRow, OffsetRow, PartitionRow, TombstoneRow, decode_meta
 from shale.index.schema import PARTITION_WINDOW_MS
 
@@ -137,8 +137,8 @@ class IndexReader:
         with self._deadline(timeout) as check:
             for _, group_sid, labels_blob, meta_blob in self._candidates(tenants, start, end, group):
                 check()
-                keep = [i for low, high, i, sets in self._datasets(group_sid, labels_blob)
-                        if high >= start and low <= end and match_label_sets(sets, matchers)]
+                keep = matching_datasets([(low, high, sets) for low, high, _, sets in
+                                          self._datasets(group_sid, labels_blob)], start, end, matchers)
                 if not keep:
                     continue
                 meta = decode_meta(meta_blob)

@@ -14,14 +14,15 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, Protocol
 
 from prometheus_client import Histogram
 
 from shale.errors import MetastoreUnavailableError, ShaleError
+from shale.index import OffsetRow
 from shale.ingest.blocks import Written
 from shale.ingest.plan import PartitionRange
-from shale.metastore import CommitIngestBatch, DeadLetterQueue, Metastore, OffsetRange, Result
+from shale.metastore import Command, CommitIngestBatch, DeadLetterQueue, OffsetRange, Result, decode
 
 log = logging.getLogger(__name__)
 COMMIT_SECONDS = Histogram("shale_ingest_commit_seconds", "Time to make a batch's commit durable.",
@@ -58,8 +59,16 @@ def batch_commit(written: Sequence[Written], ranges: Sequence[PartitionRange], *
                              blocks=blocks)
 
 
+class CommitTarget(Protocol):
+    """What committing needs from the metastore (the embedded service and the HTTP client both fit)."""
+
+    def submit(self, command: Command) -> Result: ...
+
+    def offsets(self, group: str | None = None, generation: int | None = None) -> list[OffsetRow]: ...
+
+
 class Committer:
-    def __init__(self, metastore: Metastore, dlq: DeadLetterQueue | None, group: str, generation: int) -> None:
+    def __init__(self, metastore: CommitTarget, dlq: DeadLetterQueue | None, group: str, generation: int) -> None:
         self.metastore = metastore
         self.dlq = dlq
         self.group = group
@@ -102,12 +111,6 @@ class Committer:
         return not report.pending
 
     def _submit_bytes(self, data: bytes) -> Result:
-        submit = getattr(self.metastore, "submit_bytes", None)
-        if submit is not None:
-            result: Result = submit(data)
-            return result
-        from shale.metastore import decode
-
         return self.metastore.submit(decode(data))
 
     def commit(self, command: CommitIngestBatch) -> str:

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
+AVAILABLE_NOW_ATTEMPTS = 5  # consecutive failed batches before `--available-now` gives up (about a minute)
 TopicPartition = tuple[str, int]
 
 
@@ -225,7 +226,9 @@ class IngestJob:
         return {tp: end for tp, (_, end) in bounds.items()}
 
     def run(self, available_now: bool = False, stop: threading.Event | None = None) -> None:
-        """Run until SIGTERM/SIGINT (or ``stop``); with ``available_now``, until what Kafka holds now is stored."""
+        """Run until SIGTERM/SIGINT (or ``stop``); with ``available_now``, until what Kafka holds now is stored. A
+        failed batch is planned again after a growing delay, for ever when running continuously; with
+        ``available_now``, the ``AVAILABLE_NOW_ATTEMPTS``-th failure in a row is raised."""
         stop = stop or threading.Event()
 
         def on_signal(signum: int, _: Any) -> None:
@@ -282,6 +285,8 @@ class IngestJob:
             except Exception as exc:  # Spark, Kafka or the bucket failed before the commit: nothing was committed
                 failures += 1
                 metrics.FAILED.labels(self.group).inc()
+                if available_now and failures >= AVAILABLE_NOW_ATTEMPTS:
+                    raise  # a one-shot run reports a persistent failure instead of retrying for ever
                 delay = min(60.0, self.config.ingest.trigger_interval * 2 ** min(failures, 6))
                 log.error("batch failed before its commit; planning it again", extra={
                     "group": self.group, "error": f"{type(exc).__name__}: {str(exc)[:2000]}", "retry_in": delay})

@@ -102,11 +102,11 @@ def _retrying(what: str, call: Any, attempts: int = 5) -> Any:
 
 
 def describe_topics(kafka: KafkaConfig, topics: Iterable[str] = (), pattern: str = "",
-                    client: AdminClient | None = None) -> dict[str, TopicState]:
+                    client: AdminClient | None = None, timeout: float = TIMEOUT) -> dict[str, TopicState]:
     """The named topics that exist, or every topic matching ``pattern`` (internal topics excluded)."""
     client = client or admin(kafka)
     try:
-        metadata = client.list_topics(timeout=TIMEOUT)
+        metadata = client.list_topics(timeout=timeout)
     except KafkaException as exc:
         raise RetryableError(f"Kafka at {kafka.bootstrap_servers} did not answer a metadata request: {exc}") from exc
     wanted = set(topics)
@@ -114,7 +114,7 @@ def describe_topics(kafka: KafkaConfig, topics: Iterable[str] = (), pattern: str
                    and ((wanted and n in wanted) or (pattern and re.fullmatch(pattern, n))))
     if not names:
         return {}
-    futures = client.describe_topics(TopicCollection(names), request_timeout=TIMEOUT)
+    futures = client.describe_topics(TopicCollection(names), request_timeout=timeout)
     out = {}
     for name, future in futures.items():
         try:

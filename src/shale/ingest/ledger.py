@@ -12,8 +12,7 @@ import datetime as dt
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
-from shale.ingest.verify import group_blocks
-from shale.metastore import Metastore
+from shale.ingest.verify import StoredBlocks, group_blocks
 
 
 @dataclass
@@ -50,7 +49,7 @@ def _day_end_ms(day: str) -> int:
     return int((start + dt.timedelta(days=1)).timestamp() * 1000)
 
 
-def build_ledger(metastore: Metastore, group: str, generation: int, topic: str, day: str | None = None) -> Ledger:
+def build_ledger(metastore: StoredBlocks, group: str, generation: int, topic: str, day: str | None = None) -> Ledger:
     offsets = [o for o in metastore.offsets(group, generation) if o.topic == topic]
     watermarks = [PartitionWatermark(o.partition, o.committed_end, o.max_event_time, o.incarnation, o.skipped)
                   for o in sorted(offsets, key=lambda o: o.partition)]

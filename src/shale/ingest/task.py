@@ -3,7 +3,8 @@
 Records arrive as Arrow batches (at most ``spark.sql.execution.arrow.maxBytesPerBatch`` each). They are buffered
 until the buffer reaches the chunk size, so a task holds at most about two chunks and one batch however large
 its partition's range or its records; the chunk size is what the task process's memory bound leaves once its
-interpreter and libraries are loaded (``chunk_bytes``). The last full buffer is kept pending until the next one
+interpreter and libraries are loaded (``chunk_bytes``), measured again after every chunk (a reused Python worker
+may keep memory from earlier tasks), never grown. The last full buffer is kept pending until the next one
 fills or the input ends, because only then is it known whether it is the range's last chunk (which ends at the
 planned end, covering trailing offsets without records such as a transaction's commit marker). Chunks tile the
 planned range.
@@ -22,19 +23,20 @@ from shale.ingest.blocks import Chunk, GroupSpec, Written, write_chunk
 from shale.ingest.plan import BatchPlan
 from shale.ingest.records import normalize
 from shale.objstore import Bucket, task_bucket
-from shale.resources import PeakMemory
+from shale.resources import PeakMemory, release_free_memory
 
 
 class ChunkWriter:
     """Not thread-safe; one per task."""
 
     def __init__(self, spec: GroupSpec, bucket: Bucket, plan: BatchPlan, chunk_bytes: int,
-                 derived_from: list[str] | None = None) -> None:
+                 derived_from: list[str] | None = None, resize: Callable[[int], int] | None = None) -> None:
         self.spec = spec
         self.derived_from = derived_from
         self.bucket = bucket
         self.plan = plan
         self.chunk_bytes = chunk_bytes
+        self.resize = resize  # after each written chunk: a new size given the bytes still held (never larger)
         self.chunk: Chunk | None = None  # the planned range, once the first record names the partition
         self.next_start = 0
         self.buffer: list[pa.Table] = []
@@ -93,6 +95,8 @@ class ChunkWriter:
         written = self._write_pending()
         self.pending = pa.concat_tables(self.buffer)  # no copy: the chunks stay as they arrived
         self.buffer, self.buffered = [], 0
+        if written and self.resize is not None:
+            self.chunk_bytes = min(self.chunk_bytes, self.resize(self.pending.nbytes))
         return written
 
     def finish(self) -> list[Written]:
@@ -113,9 +117,10 @@ class ChunkWriter:
 def chunk_bytes(bound: int, resident: int, group: str) -> int:
     """The chunk size that keeps a task process within ``bound`` bytes of resident memory, given what it holds
     already (its interpreter, libraries and caches): a task holds about two chunks and one incoming batch, and
-    writing a chunk needs about four more copies of it in the backup group (encoding) and eight in the partition
-    group (parsing builds Python values and new columns), as measured with 5 MB records."""
-    copies = 6 if group == "backup" else 10
+    writing a chunk needs about three more copies of it in the backup group (encoding) and up to eleven in the
+    partition group (parsing builds Python values and new columns), as measured with 5 MB records (the partition
+    group peaked at 389 MiB of 384 with ten, in a Python worker reused after other ingests)."""
+    copies = 6 if group == "backup" else 14
     return max(2**20, min(bound // 8, (bound - resident) // copies))
 
 
@@ -126,8 +131,16 @@ def make_task(spec: GroupSpec, plan: BatchPlan, bound: int) -> Callable[[Iterabl
 
     def task(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         failpoint("ingest.task")
+        release_free_memory()  # a reused worker starts from what it really holds, not an earlier task's peak
         with PeakMemory() as memory:
-            writer = ChunkWriter(spec, task_bucket(spec.bucket), plan, chunk_bytes(bound, memory.start, spec.group))
+            def resize(held: int) -> int:
+                # What the process keeps after a chunk (allocator caches, fragments of earlier tasks in a reused
+                # worker) counts against the bound: measure it again, without the chunk still pending.
+                release_free_memory()
+                return chunk_bytes(bound, PeakMemory.resident() - held, spec.group)
+
+            writer = ChunkWriter(spec, task_bucket(spec.bucket), plan, chunk_bytes(bound, memory.start, spec.group),
+                                 resize=resize)
             written = [w for batch in batches for w in writer.add(batch)]
             written += writer.finish()
         for w in written:

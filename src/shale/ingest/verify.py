@@ -13,13 +13,15 @@ as data (a failure), unless the topic is compacted (then Kafka may have removed 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from typing import Protocol
 
 from shale.block import BlockMeta, Dataset, read_dataset
 from shale.config import KafkaConfig
+from shale.index import OffsetRow
 from shale.ingest.kafka import admin, describe_topics, existing_offsets, offset_bounds
-from shale.metastore import Metastore
 from shale.objstore import BucketReader
 
 
@@ -79,7 +81,18 @@ class VerifyReport:
                 "ok": self.ok}
 
 
-def group_blocks(metastore: Metastore, group: str, generation: int, topic: str,
+class StoredBlocks(Protocol):
+    """What verify and the ledger read from the metastore (the embedded service and the HTTP client both fit)."""
+
+    def tenants(self) -> list[str]: ...
+
+    def query_blocks(self, tenants: Sequence[str], start: int, end: int, selector: str = "",
+                     group: str | None = None) -> list[BlockMeta]: ...
+
+    def offsets(self, group: str | None = None, generation: int | None = None) -> list[OffsetRow]: ...
+
+
+def group_blocks(metastore: StoredBlocks, group: str, generation: int, topic: str,
                  incarnation: str | None = None) -> list[BlockMeta]:
     """The group's live blocks holding ``topic`` (every tenant), with only that topic's datasets; with
     ``incarnation``, only blocks of that topic incarnation (or of unrecorded incarnations, written before Shale
@@ -123,7 +136,7 @@ def stored_offsets(bucket: BucketReader, metas: list[BlockMeta], topic: str,
     return offsets, dict(quarantined)
 
 
-def verify_topic(metastore: Metastore, bucket: BucketReader, kafka: KafkaConfig, group: str, generation: int,
+def verify_topic(metastore: StoredBlocks, bucket: BucketReader, kafka: KafkaConfig, group: str, generation: int,
                  topic: str) -> VerifyReport:
     state = describe_topics(kafka, [topic]).get(topic)
     if state is None:

@@ -10,6 +10,7 @@ from shale.metastore.client import MetastoreClient
 from shale.metastore.commands import (
     AcknowledgeOffsetLoss,
     AddBlocks,
+    Command,
     CommitIngestBatch,
     DeleteTombstones,
     Noop,
@@ -26,12 +27,13 @@ from shale.metastore.commands import (
 from shale.metastore.dlq import DeadLetterQueue
 from shale.metastore.fsm import Entry, StateMachine
 from shale.metastore.log import RaftLog, SingleNodeLog
-from shale.metastore.server import MetastoreNode, open_metastore
+from shale.metastore.server import MetastoreNode, open_block_source, open_metastore
 from shale.metastore.service import MetastoreService
 
 __all__ = [
     "AcknowledgeOffsetLoss",
     "AddBlocks",
+    "Command",
     "CommitIngestBatch",
     "DeadLetterQueue",
     "DeleteTombstones",
@@ -53,5 +55,6 @@ __all__ = [
     "TruncateIndex",
     "decode",
     "encode",
+    "open_block_source",
     "open_metastore",
 ]

@@ -10,11 +10,11 @@ from typing import Any, Protocol
 from shale.block import BlockMeta
 from shale.compaction.messages import PollRequest, PollResponse
 from shale.index import IncarnationRow, LossRow, OffsetRow, TombstoneRow
-from shale.metastore.commands import Result, _Command
+from shale.metastore.commands import Command, Result
 
 
 class Metastore(Protocol):
-    def submit(self, command: _Command) -> Result:
+    def submit(self, command: Command) -> Result:
         """Propose a command and wait until it is applied. Rejections are results (``ok`` false)."""
         ...
 

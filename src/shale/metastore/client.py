@@ -28,7 +28,7 @@ from shale.errors import (
     QueryTimeoutError,
 )
 from shale.index import IncarnationRow, LossRow, OffsetRow, TombstoneRow
-from shale.metastore.commands import Result, _Command, encode
+from shale.metastore.commands import Command, Result, encode
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class MetastoreClient:
 
     # -- the Metastore protocol ---------------------------------------------------------------------
 
-    def submit(self, command: _Command) -> Result:
+    def submit(self, command: Command) -> Result:
         response = self._call("POST", "/v1/commands", content=encode(command, self.command_format))
         if response.status_code == 400:
             body = _json(response)

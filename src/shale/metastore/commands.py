@@ -7,7 +7,7 @@ bytes, JSON or msgpack, never as a pickle of a client object. ``decode`` refuses
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 import msgpack
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -21,6 +21,8 @@ from shale.errors import CommandRejectedError
 class _Command(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     version: Literal[1] = 1
+    from_clients: ClassVar[bool] = False
+    """Whether clients may send this command through the API; the others are proposed by the metastore itself."""
 
 
 class OffsetRange(BaseModel):
@@ -48,12 +50,16 @@ class PartitionKey(BaseModel):
 class Noop(_Command):
     """Changes nothing. Committing one proves leadership (the read barrier of linearizable reads)."""
 
+    from_clients = True
+
     kind: Literal["Noop"] = "Noop"
 
 
 class AddBlocks(_Command):
     """Add blocks to the index. A block that was already compacted or deleted (tombstoned) is rejected; a block
     already present is left as it is."""
+
+    from_clients = True
 
     kind: Literal["AddBlocks"] = "AddBlocks"
     blocks: list[BlockMeta]
@@ -62,6 +68,8 @@ class AddBlocks(_Command):
 class CommitIngestBatch(_Command):
     """Atomically add one batch's blocks and advance its committed offsets. Accepted only when every range
     starts at its partition's committed end, or when the whole batch is an exact replay (a no-op)."""
+
+    from_clients = True
 
     kind: Literal["CommitIngestBatch"] = "CommitIngestBatch"
     group: str
@@ -78,6 +86,8 @@ class AcknowledgeOffsetLoss(_Command):
     they were read): the committed end moves from ``start`` to ``end`` and the loss is recorded. Accepted only when
     ``start`` is the partition's committed end in that incarnation."""
 
+    from_clients = True
+
     kind: Literal["AcknowledgeOffsetLoss"] = "AcknowledgeOffsetLoss"
     group: str
     generation: int = Field(ge=0)
@@ -92,6 +102,8 @@ class AcknowledgeOffsetLoss(_Command):
 class ReplaceBlocks(_Command):
     """Atomically replace ``sources`` by ``blocks`` and tombstone the sources (compaction)."""
 
+    from_clients = True
+
     kind: Literal["ReplaceBlocks"] = "ReplaceBlocks"
     tenant: str
     sources: list[str]
@@ -105,6 +117,7 @@ class QuarantineBlocks(_Command):
     index is left alone (idempotent)."""
 
     kind: Literal["QuarantineBlocks"] = "QuarantineBlocks"
+    from_clients = True
     tenant: str
     block_ids: list[str]
     reason: str = Field(default="", max_length=2000)
@@ -128,6 +141,8 @@ class TruncateIndex(_Command):
 class DeleteTombstones(_Command):
     """Forget tombstones whose objects have been deleted from the bucket."""
 
+    from_clients = True
+
     kind: Literal["DeleteTombstones"] = "DeleteTombstones"
     block_ids: list[str]
 
@@ -136,6 +151,8 @@ class SetActiveGeneration(_Command):
     """Make ``generation`` the one readers see for a tenant's topic over data time ``[start, end]`` (seed 002's
     reversible parser bugs). With ``retire``, partition-group blocks of other generations that lie wholly in the
     range are tombstoned (their objects go after the delete delay)."""
+
+    from_clients = True
 
     kind: Literal["SetActiveGeneration"] = "SetActiveGeneration"
     tenant: str
@@ -165,6 +182,8 @@ class UpdateCompactionPlan(_Command):
 class SetCompactionFailureLimit(_Command):
     """Raise (or lower) the failures after which a job is excluded (seed 003's admin action)."""
 
+    from_clients = True
+
     kind: Literal["SetCompactionFailureLimit"] = "SetCompactionFailureLimit"
     limit: int = Field(ge=1)
 
@@ -181,10 +200,12 @@ Command = Annotated[Noop | AddBlocks | CommitIngestBatch | ReplaceBlocks | Trunc
                     | UpdateCompactionPlan | SetCompactionFailureLimit | SetActiveGeneration | AcknowledgeOffsetLoss
                     | TrimBlockChanges | QuarantineBlocks,
                     Field(discriminator="kind")]
+"""Every command, declared once: the kinds, the decoder, the API's list of client commands and the state
+machine's handler registry (checked complete at import) all derive from this union."""
 _ADAPTER: TypeAdapter[Command] = TypeAdapter(Command)
-COMMAND_KINDS = ("Noop", "AddBlocks", "CommitIngestBatch", "ReplaceBlocks", "TruncateIndex", "DeleteTombstones",
-                 "UpdateCompactionPlan", "SetCompactionFailureLimit", "SetActiveGeneration", "AcknowledgeOffsetLoss",
-                 "TrimBlockChanges", "QuarantineBlocks")
+COMMAND_TYPES: tuple[type[_Command], ...] = get_args(get_args(Command)[0])
+COMMAND_KINDS = tuple(str(c.model_fields["kind"].default) for c in COMMAND_TYPES)
+CLIENT_COMMANDS = frozenset(str(c.model_fields["kind"].default) for c in COMMAND_TYPES if c.from_clients)
 
 
 class Result(BaseModel):
@@ -202,7 +223,7 @@ class Result(BaseModel):
         return self
 
 
-def encode(command: _Command, fmt: str = "json") -> bytes:
+def encode(command: Command, fmt: str = "json") -> bytes:
     """Bytes of a command: JSON (``{``...) or msgpack (a map, first byte 0x8_ or 0xde/0xdf)."""
     if fmt == "msgpack":
         packed: bytes = msgpack.packb(command.model_dump(mode="json"))

@@ -22,7 +22,7 @@ from prometheus_client import Counter, Gauge
 from shale.block.layout import DLQ_PREFIX
 from shale.block.names import check_tenant
 from shale.errors import MetastoreUnavailableError, NotFoundError, RetryableError
-from shale.metastore.commands import Result, _Command, encode
+from shale.metastore.commands import Command, Result, encode
 from shale.objstore import Bucket
 from shale.objstore.naming import OrderedNames
 
@@ -45,14 +45,14 @@ class DeadLetterQueue:
         self.bucket = bucket
         self._names = OrderedNames(clock)
 
-    def enqueue(self, stream: str, command: _Command) -> str:
+    def enqueue(self, stream: str, command: Command) -> str:
         """Write a command durably; return its key. ``stream`` is the writer's name (e.g. the ingest group)."""
         check_tenant(stream)  # the same strict syntax as tenants: it becomes a key segment
         key = f"{DLQ_PREFIX}{stream}/{self._names.next()[0]}.json"
         self.bucket.put_if_absent(key, encode(command))
         DLQ_EVENTS.labels("enqueued").inc()
         log.warning("metastore unreachable: command written to the dead letter queue",
-                    extra={"key": key, "command": getattr(command, "kind", "?")})
+                    extra={"key": key, "command": command.kind})
         return key
 
     def pending(self, stream: str | None = None) -> list[str]:

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from shale.errors import CommandRejectedError
 from shale.index import PARTITION_WINDOW_MS, IndexReader, IndexWriter, connect, create
 from shale.metastore.commands import (
+    COMMAND_KINDS,
     AcknowledgeOffsetLoss,
     AddBlocks,
     Command,
@@ -315,6 +316,11 @@ def _set_active_generation(w: IndexWriter, cmd: SetActiveGeneration, entry: Entr
     if added or retired:
         w.touch({cmd.tenant}, entry.index)
     return Result(ok=True, data={"switched": added, "retired": retired})
+
+
+_missing = set(COMMAND_KINDS) - set(HANDLERS)
+if _missing:  # every declared command has its handler, or importing the state machine fails
+    raise RuntimeError(f"commands without a handler: {sorted(_missing)}")
 
 
 class StateMachine:

@@ -35,14 +35,12 @@ from shale.errors import (
     QueryTimeoutError,
 )
 from shale.metastore import auth
-from shale.metastore.commands import decode
+from shale.metastore.commands import CLIENT_COMMANDS, CommitIngestBatch, decode
 from shale.metastore.service import MetastoreService
 
 AUTH_FAILURES = Counter("shale_metastore_auth_failures_total", "API calls refused before they ran, by route and "
                         "reason: missing or unknown token (401), forbidden (403), too-large body (413).",
                         ["route", "reason"])
-CLIENT_COMMANDS = {"Noop", "AddBlocks", "CommitIngestBatch", "ReplaceBlocks", "DeleteTombstones",
-                   "SetCompactionFailureLimit", "SetActiveGeneration", "AcknowledgeOffsetLoss", "QuarantineBlocks"}
 
 
 class _BodyLimit:
@@ -139,7 +137,7 @@ def _authorizer(tokens: auth.TokenTable) -> Callable[[Request], Any]:
         if route == "/v1/commands" and request.method == "POST":
             command = decode(await request.body())  # validated before anything reaches the log
             request.state.command = command
-            need = auth.command_need(command.kind, getattr(command, "group", None))
+            need = auth.command_need(command.kind, command.group if isinstance(command, CommitIngestBatch) else None)
         else:
             need = await rule(request) or auth.ADMIN
         _deny(request, need)

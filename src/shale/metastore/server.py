@@ -23,7 +23,7 @@ from shale.metastore.fsm import StateMachine
 from shale.metastore.http import create_app
 from shale.metastore.log import CommandLog, RaftLog, SingleNodeLog
 from shale.metastore.maintenance import Maintenance
-from shale.metastore.service import MetastoreService
+from shale.metastore.service import MetastoreService, ReadOnlyIndex
 from shale.objstore import open_bucket
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,15 @@ def client_token(m: MetastoreConfig) -> str:
             token = auth.read_token_file(local, "the local admin token")
     register_secrets([token])
     return token
+
+
+def open_block_source(config: ShaleConfig) -> ReadOnlyIndex | MetastoreClient:
+    """What a query reads blocks from: a read-only view of the embedded state, or the remote metastore."""
+    if config.metastore.mode == "embedded":
+        return ReadOnlyIndex(state_path(config), timeout=config.metastore.query_timeout)
+    client = open_metastore(config)
+    assert isinstance(client, MetastoreClient)
+    return client
 
 
 def open_metastore(config: ShaleConfig) -> Metastore:

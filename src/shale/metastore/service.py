@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import Counter, Histogram
@@ -20,9 +21,9 @@ from shale.compaction.messages import PollRequest, PollResponse
 from shale.compaction.model import PlanLimits
 from shale.compaction.state import CompactionState
 from shale.config import CompactionConfig
-from shale.errors import MetastoreUnavailableError
-from shale.index import IncarnationRow, LossRow, OffsetRow, TombstoneRow, parse_matchers
-from shale.metastore.commands import Result, _Command
+from shale.errors import ConfigError, MetastoreUnavailableError
+from shale.index import IncarnationRow, IndexReader, LossRow, OffsetRow, TombstoneRow, connect, parse_matchers
+from shale.metastore.commands import Command, Result
 from shale.metastore.compaction import job_status, plan_command, prepare_plan
 from shale.metastore.fsm import StateMachine
 from shale.metastore.log import CommandLog
@@ -62,12 +63,11 @@ class MetastoreService:
 
     # -- writes ---------------------------------------------------------------------------------
 
-    def submit(self, command: _Command) -> Result:
-        kind = str(getattr(command, "kind", type(command).__name__))
+    def submit(self, command: Command) -> Result:
         start = time.perf_counter()
-        result = self.log.propose_command(command, self.timeout)  # type: ignore[arg-type]
-        COMMAND_SECONDS.labels(kind).observe(time.perf_counter() - start)
-        COMMANDS.labels(kind, "ok" if result.ok else result.reason).inc()
+        result = self.log.propose_command(command, self.timeout)
+        COMMAND_SECONDS.labels(command.kind).observe(time.perf_counter() - start)
+        COMMANDS.labels(command.kind, "ok" if result.ok else result.reason).inc()
         return result
 
     def submit_bytes(self, data: bytes) -> Result:
@@ -164,3 +164,25 @@ class MetastoreService:
         return {"role": s.role, "leader": s.leader, "term": s.term, "applied_index": s.applied_index,
                 "commit_index": s.commit_index, "members": s.members, "has_quorum": s.has_quorum,
                 "blocks": self.state.reader.count_blocks()}
+
+
+class ReadOnlyIndex:
+    """A read-only view of an embedded metastore's state for queries: no log, no writes, and a query cannot hold
+    the state's write lock. Reads see what is committed when each statement runs."""
+
+    def __init__(self, path: Path, timeout: float | None = None) -> None:
+        if not path.exists():
+            raise ConfigError(f"no metastore state at {path}: nothing was ingested with this configuration yet "
+                              "(check metastore.data_dir)")
+        self.reader = IndexReader(lambda: connect(str(path), readonly=True))
+        self.timeout = timeout
+
+    def query_blocks(self, tenants: Sequence[str], start: int, end: int, selector: str = "",
+                     group: str | None = None) -> list[BlockMeta]:
+        return self.reader.query_blocks(list(tenants), start, end, parse_matchers(selector), group, self.timeout)
+
+    def generation_rules(self, tenant: str) -> list[tuple[str, int, int, int]]:
+        return self.reader.generation_rules(tenant)
+
+    def tenants(self) -> list[str]:
+        return self.reader.tenants()

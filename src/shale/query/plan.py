@@ -18,15 +18,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shale.block import BlockMeta, Dataset
-from shale.block.schemas import BACKUP_SCHEMA, QUARANTINE_SCHEMA, TIMESTAMP_MS, partition_schema
+from shale.block.schemas import BACKUP_SCHEMA, QUARANTINE_SCHEMA, TIMESTAMP, partition_schema
 from shale.index import Matcher
 
 Kind = Literal["records", "quarantine"]
 
 
 class BlockSource(Protocol):
+    """Where a query finds its blocks: the metastore, a read-only view of its state, or a bucket index. Every
+    source answers both questions, so every source returns the same rows."""
+
     def query_blocks(self, tenants: Sequence[str], start: int, end: int, selector: str = "",
                      group: str | None = None) -> list[BlockMeta]: ...
+
+    def generation_rules(self, tenant: str) -> list[tuple[str, int, int, int]]:
+        """The tenant's generation switches, oldest first: (topic, start ms, end ms, generation)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -141,14 +148,22 @@ def _label_expression(matcher: Matcher, field: Any) -> Any:
     return hit if matcher.op == "=~" else pc.invert(hit)
 
 
+_LAST_MS = (2**63 - 1) // 1000
+
+
+def _instant(ms: int) -> Any:
+    """A time bound in milliseconds as a column-typed (microsecond) scalar; "no bound" (2**62 ms) clamps to the
+    last representable microsecond instead of overflowing."""
+    return pa.scalar(max(-_LAST_MS, min(ms, _LAST_MS)) * 1000, TIMESTAMP)
+
+
 def row_filter(plan: QueryPlan, part: Part, start: int, end: int, matchers: Sequence[Matcher]) -> Any:
     """A pyarrow expression for one part: the time range (or its generation's intervals in it) and every matcher
     on one of its columns."""
     time = pc.field(plan.time_column)
-    expression = (time >= pa.scalar(start, TIMESTAMP_MS)) & (time <= pa.scalar(end, TIMESTAMP_MS))
+    expression = (time >= _instant(start)) & (time <= _instant(end))
     if part.intervals is not None:
-        spans = [(time >= pa.scalar(low, TIMESTAMP_MS)) & (time <= pa.scalar(high, TIMESTAMP_MS))
-                 for low, high in part.intervals]
+        spans = [(time >= _instant(low)) & (time <= _instant(high)) for low, high in part.intervals]
         either = spans[0]
         for span in spans[1:]:
             either = either | span

@@ -12,13 +12,14 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 import pyarrow as pa
 
 from shale.block import read_dataset
 from shale.block.names import check_tenant
 from shale.index import Matcher, parse_matchers
-from shale.objstore import BucketReader
+from shale.objstore import BucketReader, CallCounter
 from shale.query.plan import BlockSource, Kind, QueryPlan, check_regex, plan_query, row_filter
 
 
@@ -57,8 +58,7 @@ class Query:
 
     def plan(self, source: BlockSource) -> QueryPlan:
         blocks = source.query_blocks([self.tenant], self.start, self.end, self.selector, group=self.group)
-        rules_of = getattr(source, "generation_rules", None)
-        rules = rules_of(self.tenant) if rules_of is not None and self.group == "partition" else []
+        rules = source.generation_rules(self.tenant) if self.group == "partition" else []
         plan = plan_query(blocks, self.group, self.kind, self.columns, rules=rules,
                           default_generation=self.default_generation, start=self.start, end=self.end)
         self.stats.blocks = len({p.block.id for p in plan.parts})
@@ -76,9 +76,17 @@ def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.table(columns, schema=schema)
 
 
+@runtime_checkable
+class Counted(Protocol):
+    """A bucket that counts its requests (``shale.objstore.ObstoreBucket`` does): queries report what they cost."""
+
+    @property
+    def calls(self) -> CallCounter: ...
+
+
 def execute(query: Query, plan: QueryPlan, bucket: BucketReader) -> Iterator[pa.RecordBatch]:
     started = time.perf_counter()
-    counter = getattr(bucket, "calls", None)
+    counter = bucket.calls if isinstance(bucket, Counted) else None
     bytes_before = counter.bytes_read if counter is not None else 0
     requests_before = counter.total() if counter is not None else 0
     seen: dict[tuple[str, int], set[int]] = defaultdict(set)
@@ -91,7 +99,8 @@ def execute(query: Query, plan: QueryPlan, bucket: BucketReader) -> Iterator[pa.
 
 
 def _parts(query: Query, plan: QueryPlan, bucket: BucketReader, seen: dict[tuple[str, int], set[int]],
-           wanted: set[str], counter: object, bytes_before: int, requests_before: int) -> Iterator[pa.RecordBatch]:
+           wanted: set[str], counter: CallCounter | None, bytes_before: int,
+           requests_before: int) -> Iterator[pa.RecordBatch]:
     for part in plan.parts:
         if query.limit is not None and query.stats.rows >= query.limit:
             break
@@ -102,8 +111,8 @@ def _parts(query: Query, plan: QueryPlan, bucket: BucketReader, seen: dict[tuple
                              columns=read_cols)
         query.stats.objects += 1
         if counter is not None:
-            query.stats.bytes_read = counter.bytes_read - bytes_before  # type: ignore[attr-defined]
-            query.stats.requests = counter.total() - requests_before  # type: ignore[attr-defined]
+            query.stats.bytes_read = counter.bytes_read - bytes_before
+            query.stats.requests = counter.total() - requests_before
         if plan.dedup_partitions and table.num_rows:
             keep = []
             keys = zip(table.column("topic").to_pylist(), table.column("partition").to_pylist(),

@@ -1,21 +1,33 @@
-"""Where a query finds its blocks: the metastore (linearizable, the default) or a tenant's bucket index
-(one GET, no metastore needed)."""
+"""Where a query finds its blocks: the metastore (linearizable, the default; in embedded mode a read-only view of
+its state), or a tenant's bucket index (one GET, no metastore needed). Every source prunes datasets with the same
+rule (``shale.index.matching_datasets``) and answers the tenant's generation switches, so every source returns the
+same rows."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 from shale.block import BlockMeta
 from shale.config import ShaleConfig
-from shale.index import match_label_sets, parse_matchers
+from shale.errors import ShaleError
+from shale.index import matching_datasets, parse_matchers
 from shale.objstore import BucketReader
 from shale.query.plan import BlockSource
 
 
-class BucketIndexSource:
-    """Blocks from the tenants' bucket indexes, pruned here by time and labels as the metastore would."""
+class IndexedBlocks(Protocol):
+    """What this source reads (``shale.bucketindex.BucketIndexReader`` fits)."""
 
-    def __init__(self, reader: object) -> None:
+    def blocks(self, tenant: str) -> list[BlockMeta]: ...
+
+    def generations(self, tenant: str) -> list[tuple[str, int, int, int]] | None: ...
+
+
+class BucketIndexSource:
+    """Blocks and generation switches from the tenants' bucket indexes."""
+
+    def __init__(self, reader: IndexedBlocks) -> None:
         self.reader = reader
 
     def query_blocks(self, tenants: Sequence[str], start: int, end: int, selector: str = "",
@@ -23,16 +35,31 @@ class BucketIndexSource:
         matchers = parse_matchers(selector)
         out = []
         for tenant in tenants:
-            for meta in self.reader.blocks(tenant):  # type: ignore[attr-defined]
+            for meta in self.reader.blocks(tenant):
                 if group is not None and meta.group != group:
                     continue
-                keep = [d for d in meta.datasets if d.max_time >= start and d.min_time <= end and match_label_sets(
-                    [{"topic": d.topic, "kind": d.kind, "group": meta.group, **ls}
-                     for ls in (d.labels or [{}])], matchers)]
+                keep = matching_datasets([(d.min_time, d.max_time, [
+                    {"topic": d.topic, "kind": d.kind, "group": meta.group, **ls} for ls in (d.labels or [{}])])
+                    for d in meta.datasets], start, end, matchers)
                 if keep:
                     out.append(meta if len(keep) == len(meta.datasets) else
-                               meta.model_copy(update={"datasets": keep}))
+                               meta.model_copy(update={"datasets": [meta.datasets[i] for i in keep]}))
         return out
+
+    def generation_rules(self, tenant: str) -> list[tuple[str, int, int, int]]:
+        """The switches the metastore's index writer recorded. An index written from a bucket scan alone cannot
+        know them: it is refused when its partition group holds more than one generation (a query could read the
+        wrong one), and taken as "no switches" otherwise."""
+        rules = self.reader.generations(tenant)
+        if rules is not None:
+            return rules
+        found = {m.generation for m in self.reader.blocks(tenant) if m.group == "partition"}
+        if len(found) > 1:
+            raise ShaleError(
+                f"tenant {tenant}'s bucket index was written from a bucket scan, which cannot see generation "
+                f"switches, and its partition group holds generations {sorted(found)}: query through the "
+                "metastore, or let the metastore leader write the index")
+        return []
 
 
 def open_source(config: ShaleConfig, name: str, bucket: BucketReader) -> BlockSource:
@@ -40,6 +67,6 @@ def open_source(config: ShaleConfig, name: str, bucket: BucketReader) -> BlockSo
         from shale.bucketindex import BucketIndexReader
 
         return BucketIndexSource(BucketIndexReader(bucket, config.bucket_index))
-    from shale.metastore import open_metastore
+    from shale.metastore import open_block_source
 
-    return open_metastore(config)
+    return open_block_source(config)

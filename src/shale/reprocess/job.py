@@ -20,9 +20,9 @@ import json
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,12 +32,13 @@ from shale.block import BlockMeta, read_dataset
 from shale.config import BucketConfig, IngestConfig, ParserRule, ShaleConfig
 from shale.errors import ConfigError
 from shale.failpoints import failpoint
+from shale.index import OffsetRow
 from shale.ingest.blocks import GroupSpec, Written
 from shale.ingest.committer import IngestConflictError, batch_commit
 from shale.ingest.parsers import load_parser
 from shale.ingest.plan import BatchPlan, PartitionRange
 from shale.ingest.task import ChunkWriter, chunk_bytes
-from shale.metastore import Metastore
+from shale.metastore import Command, Result
 from shale.objstore import task_bucket
 from shale.resources import PeakMemory
 
@@ -96,8 +97,19 @@ def run_partition(work_json: str, metas_json: str, spec_json: str, bucket_config
     return WRITTEN_LIST.dump_json(written).decode()
 
 
+class ReprocessStore(Protocol):
+    """What reprocessing needs from the metastore."""
+
+    def query_blocks(self, tenants: Sequence[str], start: int, end: int, selector: str = "",
+                     group: str | None = None) -> list[BlockMeta]: ...
+
+    def offsets(self, group: str | None = None, generation: int | None = None) -> list[OffsetRow]: ...
+
+    def submit(self, command: Command) -> Result: ...
+
+
 class ReprocessJob:
-    def __init__(self, config: ShaleConfig, metastore: Metastore, spark: SparkSession, *, tenant: str, topic: str,
+    def __init__(self, config: ShaleConfig, metastore: ReprocessStore, spark: SparkSession, *, tenant: str, topic: str,
                  start: int, end: int, parser: str, options: dict[str, Any], generation: int,
                  from_generation: int = 1, round_bytes: int | None = None, blocks_per_round: int = 4) -> None:
         if generation == config.ingest.generation:

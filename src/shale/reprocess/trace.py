@@ -7,13 +7,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import pyarrow.compute as pc
 
 from shale.block import BlockMeta, read_dataset
 from shale.errors import NotFoundError
-from shale.metastore import Metastore
 from shale.objstore import BucketReader
 
 
@@ -29,12 +30,23 @@ class Location:
     """The topic incarnation the offset belongs to: a recreated topic reuses offsets."""
 
 
-def _all_blocks(metastore: Metastore, topic: str, group: str | None = None) -> list[BlockMeta]:
+class Lineage(Protocol):
+    """What tracing reads from the metastore."""
+
+    def tenants(self) -> list[str]: ...
+
+    def query_blocks(self, tenants: Sequence[str], start: int, end: int, selector: str = "",
+                     group: str | None = None) -> list[BlockMeta]: ...
+
+    def get_block(self, block_id: str) -> BlockMeta | None: ...
+
+
+def _all_blocks(metastore: Lineage, topic: str, group: str | None = None) -> list[BlockMeta]:
     tenants = metastore.tenants()
     return metastore.query_blocks(tenants, 0, 2**62, f'{{topic="{topic}"}}', group=group) if tenants else []
 
 
-def trace_block(metastore: Metastore, block_id: str) -> dict[str, object]:
+def trace_block(metastore: Lineage, block_id: str) -> dict[str, object]:
     meta = metastore.get_block(block_id)
     if meta is None:
         raise NotFoundError(f"no live block {block_id} in the index (compacted or deleted? see its tombstone)")
@@ -50,7 +62,7 @@ def trace_block(metastore: Metastore, block_id: str) -> dict[str, object]:
             "parser": meta.parser.model_dump() if meta.parser else None}
 
 
-def locate(metastore: Metastore, bucket: BucketReader, topic: str, partition: int, offset: int) -> list[Location]:
+def locate(metastore: Lineage, bucket: BucketReader, topic: str, partition: int, offset: int) -> list[Location]:
     """Every live block holding the record, one per group and generation (reads one column of candidates)."""
     found = []
     for meta in _all_blocks(metastore, topic):

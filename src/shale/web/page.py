@@ -137,10 +137,19 @@ def render(status: Status, refresh_s: int = 10) -> str:
                                     or "none") + "</p>",
             "<h2>Ingest</h2>",
             f'<p class="bad">{escape(status.kafka_error)}</p>' if status.kafka_error else "",
-            _table(["group", "generation", "topic", "partition", "committed end", "lag", "event time"],
-                   [[escape(o["group"]), o["generation"], escape(o["topic"]), o["partition"], o["committed_end"],
-                     "-" if o["lag"] is None else o["lag"], _when(o["max_event_time"])] for o in status.offsets],
-                   "offsets", left=3),
+            _table(["group", "generation", "topic", "partition", "incarnation", "committed end",
+                    "offsets without a record", "lag", "lost", "event time"],
+                   [[escape(o["group"]), o["generation"], escape(o["topic"]), o["partition"],
+                     escape(o["incarnation"][:8] or "-"), o["committed_end"], o["skipped"],
+                     escape(o["note"]) if o["note"] else ("-" if o["lag"] is None else o["lag"]),
+                     f'<span class="bad">{o["lost"]}: shale offsets acknowledge-loss</span>' if o["lost"] else 0,
+                     _when(o["max_event_time"])] for o in status.offsets],
+                   "offsets", left=4),
+            "<p>acknowledged losses: " + (", ".join(
+                f'{escape(x["group"])} {escape(x["topic"])}[{x["partition"]}] [{x["start"]},{x["end"]}) '
+                f'({escape(x["reason"])})' for x in status.losses) or "none") + "; past topic incarnations: " + (
+                ", ".join(f'{escape(i["topic"])}[{i["partition"]}] {escape(i["incarnation"][:8])} ended at '
+                          f'{i["committed_end"]}' for i in status.incarnations) or "none") + "</p>",
             "<h2>Completeness ledger</h2><p class=\"muted\">a day is complete when every partition's committed "
             "event time has passed its end (shale ledger --topic T)</p>",
             _table(["topic", "generation", "partitions", "complete up to"],

@@ -37,6 +37,8 @@ class Status:
     overlaps: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     """Per tenant, indexed blocks that overlap where compaction will not merge them (the leader's last scan)."""
     kafka_error: str = ""
+    losses: list[dict[str, Any]] = field(default_factory=list)
+    incarnations: list[dict[str, Any]] = field(default_factory=list)
     iceberg: dict[str, Any] = field(default_factory=dict)
 
 
@@ -50,21 +52,27 @@ def _index_age(bucket: BucketReader, tenant: str, now: float) -> float | None:
 
 
 def _lag(config: ShaleConfig, offsets: list[dict[str, Any]]) -> str:
-    from shale.ingest.kafka import watermarks
+    """Fill each committed partition's lag and its lost offsets (deleted by Kafka before they were read, waiting for
+    `shale offsets acknowledge-loss`) from Kafka; a partition whose topic was recreated since is marked so."""
+    from shale.ingest.kafka import describe_topics, offset_bounds
 
-    partitions: dict[str, list[int]] = {}
-    for o in offsets:
-        partitions.setdefault(o["topic"], []).append(o["partition"])
-    if not partitions:
+    topics = sorted({o["topic"] for o in offsets})
+    if not topics:
         return ""
     try:
-        marks = watermarks(config.kafka, {t: sorted(set(p)) for t, p in partitions.items()})
+        current = describe_topics(config.kafka, topics, timeout=3)  # a page must not hang on a broker that is down
+        marks = offset_bounds(config.kafka, [(t, p) for t, state in current.items() for p in state.partitions])
     except Exception as exc:  # Kafka is optional for the page: show what is known
         # The page is not a log, but it shows this error as text: redact configured secrets from it too.
         return f"Kafka not reachable: {redact(str(exc))[:200]}"
     for o in offsets:
-        end = marks.get((o["topic"], o["partition"]), (0, None))[1]
-        o["lag"] = None if end is None else max(0, end - o["committed_end"])
+        state = current.get(o["topic"])
+        if state is None or (o["incarnation"] and o["incarnation"] != state.incarnation):
+            o["note"] = "topic deleted" if state is None else "topic recreated: a new incarnation starts"
+            continue
+        earliest, end = marks.get((o["topic"], o["partition"]), (0, o["committed_end"]))
+        o["lag"] = max(0, end - o["committed_end"])
+        o["lost"] = max(0, earliest - o["committed_end"])
     return ""
 
 
@@ -80,8 +88,10 @@ def collect(service: MetastoreService, bucket: BucketReader, config: ShaleConfig
     status.histogram = reader.level_histogram(HOUR_MS)
     status.jobs = service.compaction_jobs()
     status.queue = service.compaction_queue()
-    status.offsets = [{**o.model_dump(), "lag": None} for o in reader.offsets()]
+    status.offsets = [{**o.model_dump(), "lag": None, "lost": 0, "note": ""} for o in reader.offsets()]
     status.kafka_error = _lag(config, status.offsets)
+    status.losses = [x.model_dump() for x in reader.losses()]
+    status.incarnations = [i.model_dump() for i in reader.incarnations()]
     days: dict[tuple[str, int, str], dict[str, Any]] = {}
     for o in status.offsets:
         if o["group"] != "partition":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 from tests.factories import BASE_MS, backup_table, write_backup_block
@@ -143,3 +144,28 @@ def test_cleanup_asks_the_metastore_and_refuses_overlap_marks_without_it(root: P
     (root.parent / "metastore" / "state.db").rename(root.parent / "moved.db")
     code, out = _run(root, "bucket", "cleanup", "--force")
     assert f"mark acme/{a.id}: overlapped by {merged.id}" in out
+
+
+def test_blocks_that_share_a_range_but_no_record_are_not_overlaps(bucket: ObstoreBucket) -> None:
+    """A records block and a quarantine block of one chunk, and blocks of two days of one chunk, share their Kafka
+    range and no record; a block holding records another holds is an overlap, found by comparing records."""
+    from shale.block.fetcher import BlockFetcher
+
+    table = backup_table("app", 0, 0, 10)
+    kafka = [KafkaRange(topic="app", partition=0, start=0, end=10)]
+    records = write_block(bucket, BlockSpec(id=deterministic_block_id(BASE_MS, "r"), tenant="acme", group="backup",
+                                            kafka=kafka),
+                          [DatasetInput("records", "app", table.slice(0, 7), "timestamp")])
+    write_block(bucket, BlockSpec(id=deterministic_block_id(BASE_MS, "q"), tenant="acme", group="backup", kafka=kafka),
+                [DatasetInput("quarantine", "app", table.slice(7, 3).append_column("reason", pa.array(["x"] * 3))
+                              .append_column("parser", pa.array(["-"] * 3)), "timestamp")])
+    fetcher = BlockFetcher(bucket, 0)
+    assert verify_tenant(bucket, fetcher.sync("acme")).ok
+    write_block(bucket, BlockSpec(id=deterministic_block_id(BASE_MS, "again"), tenant="acme", group="backup",
+                                  kafka=[KafkaRange(topic="app", partition=0, start=5, end=7)]),
+                [DatasetInput("records", "app", table.slice(5, 2), "timestamp")])
+    report = verify_tenant(bucket, fetcher.sync("acme"))
+    overlaps = [p for p in report.problems if p.kind == "kafka-overlap"]
+    assert len(overlaps) == 1
+    assert "2 records" in overlaps[0].detail
+    assert records.id in overlaps[0].detail

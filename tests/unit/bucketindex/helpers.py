@@ -70,6 +70,9 @@ class FakeSource:
     def tenant_tombstones(self, tenant: str) -> list[TombstoneRow]:
         return list(self.tombstones.get(tenant, []))
 
+    def generation_rules(self, tenant: str) -> list[tuple[str, int, int, int]]:
+        return []
+
 
 class HookBucket:
     """A ``Bucket`` that runs ``hook`` once, just before the next conditional write (put_if_absent or

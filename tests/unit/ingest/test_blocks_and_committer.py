@@ -14,10 +14,12 @@ from tests.factories import BASE_MS, backup_table
 from shale.block import read_dataset
 from shale.config import BucketConfig, IngestConfig, ParserRule, TenantRule
 from shale.errors import ConfigError, MetastoreUnavailableError
+from shale.index import OffsetRow
 from shale.ingest.blocks import Chunk, GroupSpec, write_chunk
 from shale.ingest.committer import Committer, IngestConflictError
 from shale.ingest.tenants import TenantMapper
 from shale.metastore import (
+    Command,
     CommitIngestBatch,
     DeadLetterQueue,
     MetastoreService,
@@ -154,22 +156,24 @@ def test_records_with_an_invalid_tenant_header_are_quarantined(bucket_config: Bu
 
 
 class FlakyMetastore:
-    """An embedded metastore that can be switched off (as if unreachable)."""
+    """An embedded metastore that can be switched off (as if unreachable): the committer's ``CommitTarget``."""
 
     def __init__(self, path: Path) -> None:
         state = StateMachine(path)
         self.inner = MetastoreService(state, SingleNodeLog(state))
         self.up = True
 
-    def __getattr__(self, name: str) -> object:
+    def _check(self) -> None:
         if not self.up:
             raise MetastoreUnavailableError("down")
-        return getattr(self.inner, name)
 
-    def submit_bytes(self, data: bytes) -> Result:
-        if not self.up:
-            raise MetastoreUnavailableError("down")
-        return self.inner.submit_bytes(data)
+    def submit(self, command: Command) -> Result:
+        self._check()
+        return self.inner.submit(command)
+
+    def offsets(self, group: str | None = None, generation: int | None = None) -> list[OffsetRow]:
+        self._check()
+        return self.inner.offsets(group, generation)
 
 
 def _batch(start: int, end: int) -> CommitIngestBatch:
@@ -180,7 +184,7 @@ def _batch(start: int, end: int) -> CommitIngestBatch:
 def test_committer_falls_back_to_the_dlq_in_order_and_drains_it(tmp_path: Path) -> None:
     metastore = FlakyMetastore(tmp_path / "s.db")
     dlq = DeadLetterQueue(open_bucket(BucketConfig(url=f"memory://dlq-{uuid.uuid4().hex}")))
-    committer = Committer(metastore, dlq, "backup", 1)  # type: ignore[arg-type]
+    committer = Committer(metastore, dlq, "backup", 1)
     assert committer.load() == {}
     assert committer.commit(_batch(0, 10)) == "committed"
     metastore.up = False
@@ -196,7 +200,7 @@ def test_committer_falls_back_to_the_dlq_in_order_and_drains_it(tmp_path: Path) 
 
 def test_committer_stops_on_a_rejected_batch(tmp_path: Path) -> None:
     metastore = FlakyMetastore(tmp_path / "s.db")
-    committer = Committer(metastore, None, "backup", 1)  # type: ignore[arg-type]
+    committer = Committer(metastore, None, "backup", 1)
     committer.commit(_batch(0, 10))
     with pytest.raises(IngestConflictError, match="would never be stored"):
         committer.commit(_batch(15, 20))
@@ -216,3 +220,33 @@ def test_headers_arrive_as_json_and_are_kept_verbatim() -> None:
     assert out.column("headers").to_pylist() == [None, [{"key": "h1", "value": b"\x00\xffbin"},
                                                         {"key": "h2", "value": None}], None]
     assert out.column("timestamp").to_pylist() == table.column("timestamp").to_pylist()
+
+
+def test_available_now_gives_up_after_repeated_batch_failures_and_a_service_keeps_retrying(tmp_path: Path) -> None:
+    import threading
+
+    from shale.config import load_config
+    from shale.ingest.job import AVAILABLE_NOW_ATTEMPTS, IngestJob
+    from shale.ingest.plan import BatchPlan, PartitionRange
+
+    config = load_config(env={}, overrides=["bucket.url=memory://", f"metastore.data_dir={tmp_path}",
+                                            "ingest.topic_pattern=app", "ingest.trigger_interval=0.001s"])
+    job = IngestJob(config, "backup")
+    attempts: list[int] = []
+    stop = threading.Event()
+
+    def failing_batch(plan: BatchPlan) -> None:
+        attempts.append(plan.offsets)
+        if len(attempts) == AVAILABLE_NOW_ATTEMPTS + 2:
+            stop.set()  # the continuous run retried past the one-shot limit: stop it
+        raise RuntimeError("the SparkContext was stopped")
+
+    job.plan = lambda targets=None: BatchPlan(0, [PartitionRange("app", 0, "id", 0, 10)])  # type: ignore[method-assign]
+    job._targets = dict  # type: ignore[method-assign]
+    job.run_batch = failing_batch  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="SparkContext was stopped"):
+        job.run(available_now=True)
+    assert attempts == [10] * AVAILABLE_NOW_ATTEMPTS
+    attempts.clear()
+    job.run(stop=stop)  # a service rides failures out until it is stopped
+    assert len(attempts) == AVAILABLE_NOW_ATTEMPTS + 2

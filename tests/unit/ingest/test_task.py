@@ -68,6 +68,27 @@ def test_chunks_are_byte_bounded_and_tile_the_planned_range(bucket_config: Bucke
     assert len(command.blocks) == len(written)
 
 
+def test_chunks_shrink_when_the_process_keeps_more_memory_than_expected(bucket_config: BucketConfig) -> None:
+    spec = GroupSpec("backup", 1, bucket_config, IngestConfig())
+    held: list[int] = []
+
+    def resize(pending: int) -> int:  # the process grew: the next chunks get a tenth of the first size
+        held.append(pending)
+        return 2_000
+
+    writer = ChunkWriter(spec, open_bucket(bucket_config), _plan(0, 2_000), chunk_bytes=20_000, resize=resize)
+    written: list[Written] = []
+    for first in range(0, 2_000, 20):
+        written += writer.add(spark_batch(backup_table("app", 0, first, 20)))
+    written += writer.finish()
+    assert held[0] > 0  # measured without the chunk still pending
+    assert writer.chunk_bytes == 2_000  # never grows back
+    sizes = [w.records for w in written]
+    assert sizes[0] > 2 * max(sizes[2:-1])  # the first chunk at 20 kB, the following at about 2 kB
+    assert all(a.end == b.start for a, b in itertools.pairwise(written))
+    assert sum(sizes) == 2_000
+
+
 def test_a_task_refuses_records_it_did_not_plan(bucket_config: BucketConfig) -> None:
     spec = GroupSpec("backup", 1, bucket_config, IngestConfig())
     writer = ChunkWriter(spec, open_bucket(bucket_config), _plan(0, 10), chunk_bytes=10**6)

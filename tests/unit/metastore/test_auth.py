@@ -18,7 +18,6 @@ from fastapi import FastAPI
 from tests.unit.metastore.helpers import meta
 
 from shale.config import ShaleConfig
-from shale.dev import free_port
 from shale.errors import ConfigError
 from shale.metastore import AddBlocks, CommitIngestBatch, OffsetRange, SingleNodeLog, StateMachine, auth
 from shale.metastore.auth import (
@@ -36,6 +35,7 @@ from shale.metastore.auth import (
 from shale.metastore.http import create_app
 from shale.metastore.service import MetastoreService
 from shale.objstore import open_bucket_url
+from shale.process import free_port
 from shale.web import mount
 
 WHO = {

@@ -10,10 +10,10 @@ import pytest
 from tests.unit.metastore.helpers import meta
 from tests.waiting import eventually
 
-from shale.dev import free_port
 from shale.errors import NotLeaderError
 from shale.metastore import AddBlocks, Noop, RaftLog, StateMachine, encode
 from shale.metastore.commands import PartitionKey, TruncateIndex
+from shale.process import free_port
 
 SECRET = "unit-test-cluster-secret"
 

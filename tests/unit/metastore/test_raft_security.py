@@ -17,9 +17,9 @@ from pysyncobj.node import TCPNode
 from tests.unit.metastore.helpers import meta
 from tests.unit.metastore.test_raft_log import SECRET, Cluster
 
-from shale.dev import free_port
 from shale.errors import ConfigError
 from shale.metastore import AddBlocks, RaftLog, StateMachine, encode, raftwire
+from shale.process import free_port
 
 
 class _RunsCode:

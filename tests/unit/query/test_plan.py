@@ -164,3 +164,19 @@ def test_an_empty_plan_has_the_base_schema() -> None:
     plan = plan_query([], "partition", "records")
     assert plan.parts == []
     assert plan.schema.names == plan.base_columns
+
+
+def test_the_row_filter_of_an_unbounded_query_keeps_every_row() -> None:
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    from shale.block.schemas import TIMESTAMP
+    from shale.query.plan import row_filter
+
+    plan = plan_query([block("a")], "partition", "records")
+    times = pa.array([BASE_MS * 1000, (BASE_MS + 5) * 1000], TIMESTAMP)
+    table = pa.table({"event_time": times, "topic": ["app", "app"], "dt": ["2026-11-18"] * 2})
+    unbounded = row_filter(plan, plan.parts[0], 0, 2**62, [])
+    assert ds.dataset(table).to_table(filter=unbounded).num_rows == 2  # 2**62 ms overflows microseconds: clamped
+    bounded = row_filter(plan, plan.parts[0], BASE_MS + 1, BASE_MS + 10, [])
+    assert ds.dataset(table).to_table(filter=bounded).column("event_time").to_pylist() == [times[1].as_py()]

@@ -1,4 +1,8 @@
-"""Starting, watching and stopping the local service processes (Kafka, MinIO, metastore nodes)."""
+"""Starting, watching and stopping service processes: ``shale run``'s supervised processes and the development
+services (Kafka, MinIO, Spark standalone, metastore nodes).
+
+Each process runs in its own session, so stopping it stops its whole process group (a JVM's children included).
+"""
 
 from __future__ import annotations
 
@@ -18,10 +22,10 @@ from shale.errors import ServiceStartError
 _log = logging.getLogger(__name__)
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now (the OS picks it)."""
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` that is free right now (the OS picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         return int(sock.getsockname()[1])
 
 
