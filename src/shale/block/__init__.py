@@ -22,7 +22,15 @@ from shale.block.marks import DeletionMark, QuarantineMark, write_deletion_mark,
 from shale.block.meta import BlockMeta, Compaction, Dataset, FileInfo, KafkaRange, ParserInfo, parse_meta
 from shale.block.names import check_label_name, check_tenant, check_topic
 from shale.block.reader import BucketFile, read_dataset, read_footer_meta, read_meta
-from shale.block.writer import BlockSpec, DatasetInput, encode_parquet, plan_block, write_block
+from shale.block.writer import (
+    BlockSpec,
+    DatasetInput,
+    DatasetStream,
+    encode_parquet,
+    plan_block,
+    write_block,
+    write_block_streamed,
+)
 
 __all__ = [
     "Action",
@@ -37,6 +45,7 @@ __all__ = [
     "Compaction",
     "Dataset",
     "DatasetInput",
+    "DatasetStream",
     "DeletionMark",
     "FetchResult",
     "FileInfo",
@@ -67,6 +76,7 @@ __all__ = [
     "read_meta",
     "ulid_time_ms",
     "write_block",
+    "write_block_streamed",
     "write_deletion_mark",
     "write_quarantine_mark",
 ]

@@ -155,7 +155,8 @@ class BlockMeta(_Record):
         raise KeyError(name)
 
     def to_json(self) -> bytes:
-        return self.model_dump_json(exclude_none=True).encode()
+        # The serializer itself returns bytes: no str round trip (this runs for every block the metastore adds).
+        return self.__pydantic_serializer__.to_json(self, exclude_none=True)
 
     def logical_key(self) -> tuple[object, ...]:
         """What makes two metas the same block, independent of byte-level encoding of its files."""

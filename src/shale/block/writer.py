@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -78,48 +79,63 @@ def _time_bounds(times: pa.ChunkedArray | pa.Array) -> tuple[int, int]:
     return int(low), int(high)
 
 
+def _parquet_options(schema: pa.Schema) -> dict[str, object]:
+    """zstd, statistics and page checksums (checked by ranged readers). Dictionaries pay off for repeated short
+    strings (topic, labels); for record keys, values and headers they are tried and thrown away, so they are not
+    tried."""
+    return {"compression": "zstd", "write_statistics": True, "write_page_checksum": True,
+            "use_dictionary": [f.name for f in schema if f.name not in _NO_DICTIONARY]}
+
+
 def encode_parquet(table: pa.Table, footer: bytes | None = None, row_group_rows: int = DEFAULT_ROW_GROUP_ROWS) -> bytes:
-    """Parquet with zstd, statistics and page checksums (checked by ranged readers)."""
+    """One Parquet object holding ``table`` (with ``footer`` as its Shale metadata)."""
     if footer is not None:
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), FOOTER_META_KEY: footer})
     sink = io.BytesIO()
-    # Dictionaries pay off for repeated short strings (topic, labels); for record keys, values and headers
-    # they are tried and thrown away, so they are not tried.
-    dictionary = [f.name for f in table.schema if f.name not in _NO_DICTIONARY]
-    pq.write_table(table, sink, compression="zstd", row_group_size=row_group_rows, write_statistics=True,
-                   write_page_checksum=True, use_dictionary=dictionary)
+    pq.write_table(table, sink, row_group_size=row_group_rows, **_parquet_options(table.schema))
     return sink.getvalue()
+
+
+def micros_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with every timestamp column in UTC microseconds."""
+    fields = [f.with_type(TIMESTAMP) if pa.types.is_timestamp(f.type) else f for f in schema]
+    return pa.schema(fields, metadata=schema.metadata)
 
 
 def in_micros(table: pa.Table) -> pa.Table:
     """Every timestamp column as UTC microseconds (Spark's and Iceberg's unit), whatever unit it came in."""
     if not any(pa.types.is_timestamp(f.type) and f.type != TIMESTAMP for f in table.schema):
         return table
-    fields = [f.with_type(TIMESTAMP) if pa.types.is_timestamp(f.type) else f for f in table.schema]
-    return table.cast(pa.schema(fields, metadata=table.schema.metadata))
+    return table.cast(micros_schema(table.schema))
 
 
 def crc32_hex(data: bytes) -> str:
     return f"{zlib.crc32(data) & 0xFFFFFFFF:08x}"
 
 
+def _entry(index: int, kind: DatasetKind, topic: str, labels: list[dict[str, str]], columns: list[str], rows: int,
+           size: int, groups: list[tuple[int, int, int]]) -> Dataset:
+    return Dataset(name=f"{kind}/{topic}", kind=kind, topic=topic, file=f"{kind}-{index}.parquet", rows=rows,
+                   bytes=size, min_time=min((g[1] for g in groups), default=0),
+                   max_time=max((g[2] for g in groups), default=0), labels=labels[:MAX_LABEL_SETS],
+                   row_groups=groups, columns=[c for c in columns if c not in BASE_COLUMNS])
+
+
+def _group_bounds(table: pa.Table, time_column: str, clamp: tuple[int, int] | None) -> tuple[int, int, int]:
+    return (table.num_rows, *_time_bounds(_times_ms(table.column(time_column), clamp)))
+
+
 def plan_block(spec: BlockSpec, datasets: list[DatasetInput],
                row_group_rows: int = DEFAULT_ROW_GROUP_ROWS) -> BlockMeta:
     """The block's metadata before its files are written (``files`` is empty)."""
-    entries: list[Dataset] = []
-    for index, ds in enumerate(datasets):
-        time_col = _times_ms(ds.table.column(ds.time_column), ds.clamp)
-        low, high = _time_bounds(time_col)
-        groups = []
-        for offset in range(0, ds.table.num_rows, row_group_rows):
-            piece = time_col.slice(offset, row_group_rows)
-            g_low, g_high = _time_bounds(piece)
-            groups.append((len(piece), g_low, g_high))
-        labels = ds.labels[:MAX_LABEL_SETS]
-        extra = [name for name in ds.table.column_names if name not in BASE_COLUMNS]
-        entries.append(Dataset(name=f"{ds.kind}/{ds.topic}", kind=ds.kind, topic=ds.topic,
-                               file=f"{ds.kind}-{index}.parquet", rows=ds.table.num_rows, bytes=ds.table.nbytes,
-                               min_time=low, max_time=high, labels=labels, row_groups=groups, columns=extra))
+    entries = [_entry(index, ds.kind, ds.topic, ds.labels, ds.table.column_names, ds.table.num_rows, ds.table.nbytes,
+                      [_group_bounds(ds.table.slice(offset, row_group_rows), ds.time_column, ds.clamp)
+                       for offset in range(0, ds.table.num_rows, row_group_rows)])
+               for index, ds in enumerate(datasets)]
+    return _block_meta(spec, entries)
+
+
+def _block_meta(spec: BlockSpec, entries: list[Dataset]) -> BlockMeta:
     nonempty = [d for d in entries if d.rows]
     return BlockMeta(
         id=spec.id, tenant=spec.tenant, shard=spec.shard, level=spec.level, group=spec.group,
@@ -164,17 +180,72 @@ def write_block(bucket: Bucket, spec: BlockSpec, datasets: list[DatasetInput],
     if done is not None:
         return _same_or_conflict(done, planned)
     footer = planned.to_json()
+    return _upload(bucket, planned, [encode_parquet(ds.table, footer, row_group_rows) for ds in datasets])
+
+
+def _upload(bucket: Bucket, planned: BlockMeta, objects: list[bytes]) -> BlockMeta:
+    """Put the data objects, then meta.json with put-if-absent."""
     files: list[FileInfo] = []
-    for entry, ds in zip(planned.datasets, datasets, strict=True):
-        data = encode_parquet(ds.table, footer, row_group_rows)
-        bucket.put(block_file_key(spec.tenant, spec.id, entry.file), data)
+    for entry, data in zip(planned.datasets, objects, strict=True):
+        bucket.put(block_file_key(planned.tenant, planned.id, entry.file), data)
         files.append(FileInfo(name=entry.file, size=len(data), crc32=crc32_hex(data)))
     meta = planned.model_copy(update={"files": files})
     failpoint("block.before-meta")
-    key = meta_key(spec.tenant, spec.id)
+    key = meta_key(planned.tenant, planned.id)
     try:
         bucket.put_if_absent(key, meta.to_json())
     except ConflictError:
-        existing = parse_meta(bucket.get(key), where=key, block_id=spec.id)
+        existing = parse_meta(bucket.get(key), where=key, block_id=planned.id)
         return _same_or_conflict(existing, meta)
     return meta
+
+
+@dataclass
+class DatasetStream:
+    """Rows of one dataset as a stream of row groups (each at most ``row_group_rows``, all but the last exactly
+    that many), for writers that must not hold the whole dataset in memory. Every table has ``schema``."""
+
+    kind: DatasetKind
+    topic: str
+    schema: pa.Schema
+    row_groups: Iterable[pa.Table]
+    time_column: str
+    labels: list[dict[str, str]] = field(default_factory=list)
+    clamp: tuple[int, int] | None = None
+
+
+def write_block_streamed(bucket: Bucket, spec: BlockSpec, datasets: list[DatasetStream],
+                         row_group_rows: int = DEFAULT_ROW_GROUP_ROWS) -> BlockMeta:
+    """``write_block`` for datasets given as streams of row groups: memory holds one row group and the encoded
+    (compressed) objects, never a whole dataset. The metadata is known only once every row group is encoded, so
+    each object gets its footer when it is closed; the objects are uploaded (data, then meta.json) after that,
+    and a complete block with this id already in the bucket makes the write a no-op as in ``write_block``."""
+    writers: list[tuple[pq.ParquetWriter, pa.BufferOutputStream]] = []
+    entries: list[Dataset] = []
+    for index, ds in enumerate(datasets):
+        schema = micros_schema(ds.schema)
+        sink = pa.BufferOutputStream()
+        writer = pq.ParquetWriter(sink, schema, **_parquet_options(schema))
+        rows = size = 0
+        groups: list[tuple[int, int, int]] = []
+        for group in ds.row_groups:
+            table = in_micros(group)
+            if table.num_rows > row_group_rows:
+                raise ValueError(f"a row group of {table.num_rows} rows; at most {row_group_rows}")
+            writer.write_table(table, row_group_size=row_group_rows)
+            groups.append(_group_bounds(table, ds.time_column, ds.clamp))
+            rows += table.num_rows
+            size += table.nbytes
+        writers.append((writer, sink))
+        entries.append(_entry(index, ds.kind, ds.topic, ds.labels, schema.names, rows, size, groups))
+    planned = _block_meta(spec, entries)
+    footer = planned.to_json()
+    objects = []
+    for writer, sink in writers:
+        writer.add_key_value_metadata({FOOTER_META_KEY: footer})
+        writer.close()
+        objects.append(sink.getvalue().to_pybytes())
+    done = existing_block(bucket, spec.tenant, spec.id)
+    if done is not None:
+        return _same_or_conflict(done, planned)
+    return _upload(bucket, planned, objects)

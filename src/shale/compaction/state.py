@@ -72,11 +72,14 @@ class CompactionState:
     # -- queue ---------------------------------------------------------------------------------------
 
     def enqueue(self, metas: list[BlockMeta], added_at: int) -> None:
+        self.enqueue_rows([(m.id, m.tenant, m.shard, m.level, m.group, m.generation,
+                            sum(d.bytes for d in m.datasets), added_at) for m in metas])
+
+    def enqueue_rows(self, rows: list[tuple[str, str, int, int, str, int, int, int]]) -> None:
+        """Rows of (block id, tenant, shard, level, group, generation, uncompressed bytes, added at)."""
         self.conn.executemany(
             "INSERT OR IGNORE INTO compaction_queue (block_id, tenant, shard, level, grp, generation, raw_bytes, "
-            "added_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [(m.id, m.tenant, m.shard, m.level, m.group, m.generation, sum(d.bytes for d in m.datasets), added_at)
-             for m in metas])
+            "added_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
 
     def dequeue(self, block_ids: list[str]) -> None:
         self.conn.executemany("DELETE FROM compaction_queue WHERE block_id = ?", [(b,) for b in block_ids])

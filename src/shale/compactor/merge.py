@@ -1,6 +1,10 @@
 """The merge a compaction job runs (in a Spark task): read the sources' datasets, merge matching datasets,
 drop duplicates by (topic, partition, offset), sort, and write one output block with the block writer.
 
+Memory: the merge holds its decoded input, the sort order (computed from the key columns alone) and one output
+row group at a time, gathered from the input by the order and encoded at once (``write_block_streamed``); never
+a sorted copy of the whole input.
+
 The output's ULID time is the oldest source's (seed 004); its random part is derived from the job, the fencing
 token and the sources, so a retried report of one attempt names the same block, while a stale attempt's output
 never collides with the current owner's. The output lists, as ``compaction.sources``, the level-0 blocks whose
@@ -11,9 +15,11 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -21,12 +27,13 @@ from shale.block import (
     BlockMeta,
     BlockSpec,
     Dataset,
-    DatasetInput,
+    DatasetStream,
     KafkaRange,
     deterministic_block_id,
     read_dataset,
-    write_block,
+    write_block_streamed,
 )
+from shale.block.writer import DEFAULT_ROW_GROUP_ROWS
 from shale.failpoints import failpoint
 from shale.objstore import Bucket
 from shale.resources import PeakMemory
@@ -80,28 +87,45 @@ def _time_column(table: pa.Table) -> str:
     return "event_time" if "event_time" in table.column_names else "timestamp"
 
 
-def merge_tables(tables: list[pa.Table]) -> tuple[pa.Table, str]:
-    """Concatenate, sort by (time, topic, partition, offset) and keep the first of rows with equal
-    (topic, partition, offset): the same Kafka record stored twice has the same time, so duplicates are
-    neighbours after the sort. Empties ``tables`` once they are copied, so that at most two copies of the data
-    (the combined input and its sorted copy) are alive at once."""
-    table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
-    table = table.combine_chunks()  # one chunk: the take below is about twice as fast
-    tables.clear()
+def merge_order(table: pa.Table) -> pa.Array:
+    """The rows of ``table`` to write, in order: sorted by (time, topic, partition, offset), keeping the first of
+    rows with equal (topic, partition, offset). The same Kafka record stored twice has the same time, so copies
+    are neighbours after the sort. Only the key columns are sorted and compared."""
     time_column = _time_column(table)
-    order = pc.sort_indices(table, sort_keys=[(time_column, "ascending"), ("topic", "ascending"),
-                                              ("partition", "ascending"), ("offset", "ascending")])
-    table = table.take(order)
-    n = table.num_rows
+    keys = table.select([time_column, "topic", "partition", "offset"])
+    order = pc.sort_indices(keys, sort_keys=[(time_column, "ascending"), ("topic", "ascending"),
+                                             ("partition", "ascending"), ("offset", "ascending")])
+    n = len(order)
     if n > 1:
+        keys = keys.take(order)
         same = pc.and_(pc.and_(
-            pc.equal(table.column("offset").slice(1), table.column("offset").slice(0, n - 1)),
-            pc.equal(table.column("partition").slice(1), table.column("partition").slice(0, n - 1))),
-            pc.equal(table.column("topic").slice(1), table.column("topic").slice(0, n - 1)))
+            pc.equal(keys.column("offset").slice(1), keys.column("offset").slice(0, n - 1)),
+            pc.equal(keys.column("partition").slice(1), keys.column("partition").slice(0, n - 1))),
+            pc.equal(keys.column("topic").slice(1), keys.column("topic").slice(0, n - 1)))
         keep = pa.concat_arrays([pa.array([True]), pc.invert(same).combine_chunks()])
         if not pc.all(keep).as_py():
-            table = table.filter(keep)
-    return table, time_column
+            order = order.filter(keep)
+    return order
+
+
+def _sorted_row_groups(table: pa.Table, order: pa.Array, rows: int = DEFAULT_ROW_GROUP_ROWS) -> Iterator[pa.Table]:
+    """``table.take(order)``, one row group at a time. Arrow's take on a table of many chunks first concatenates
+    each column whole (a copy of the input per call), so rows are gathered from each record batch by itself and
+    put in order within the row group: the extra memory is about two row groups."""
+    batches = [b for b in table.to_batches() if b.num_rows]
+    starts = np.cumsum([0] + [b.num_rows for b in batches])
+    for first in range(0, len(order), rows):
+        wanted = order.slice(first, rows).to_numpy().astype(np.int64)
+        owner = np.searchsorted(starts, wanted, side="right") - 1
+        pieces, placed = [], []
+        for batch in np.unique(owner):
+            where = np.flatnonzero(owner == batch)
+            pieces.append(batches[batch].take(pa.array(wanted[where] - starts[batch])))
+            placed.append(where)
+        gathered = pa.Table.from_batches(pieces, schema=table.schema).combine_chunks()
+        position = np.empty(len(wanted), dtype=np.int64)
+        position[np.concatenate(placed)] = np.arange(len(wanted))
+        yield gathered.take(pa.array(position))
 
 
 def merge_blocks(bucket: Bucket, sources: list[BlockMeta], *, job: str, token: int, level: int) -> MergeResult:
@@ -112,20 +136,22 @@ def merge_blocks(bucket: Bucket, sources: list[BlockMeta], *, job: str, token: i
         for meta in sources:
             for dataset in meta.datasets:
                 parts[dataset.name].append((meta, dataset))
-        inputs: list[DatasetInput] = []
+        streams: list[DatasetStream] = []
         rows_in = 0
         for name in sorted(parts):
             with ThreadPoolExecutor(READ_THREADS) as pool:  # object reads overlap; Arrow decodes without the GIL
                 tables = list(pool.map(lambda part: read_dataset(bucket, part[0], part[1]), parts[name]))
             rows_in += sum(t.num_rows for t in tables)
-            merged, time_column = merge_tables(tables)  # empties tables
+            table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
+            del tables
             labels = sorted({tuple(sorted(ls.items())) for _, d in parts[name] for ls in d.labels})
             first = parts[name][0][1]
             # The sources' metadata times are bounded already (ingest clamps out-of-range record times); the
             # output's stay within theirs, so compaction never widens a block's data-time range.
             clamp = (min(d.min_time for _, d in parts[name]), max(d.max_time for _, d in parts[name]))
-            inputs.append(DatasetInput(first.kind, first.topic, merged, time_column,
-                                       labels=[dict(ls) for ls in labels], clamp=clamp))
+            streams.append(DatasetStream(first.kind, first.topic, table.schema,
+                                         _sorted_row_groups(table, merge_order(table)), _time_column(table),
+                                         labels=[dict(ls) for ls in labels], clamp=clamp))
         head = sources[0]
         parsers = {(m.parser.name, m.parser.version, m.parser.options_digest) if m.parser else None for m in sources}
         spec = BlockSpec(
@@ -136,6 +162,6 @@ def merge_blocks(bucket: Bucket, sources: list[BlockMeta], *, job: str, token: i
             parents=sorted(m.id for m in sources),
             parser=head.parser if len(parsers) == 1 else None,
             derived_from=sorted({d for m in sources for d in m.derived_from}))
-        output = write_block(bucket, spec, inputs)
+        output = write_block_streamed(bucket, spec, streams)
     return MergeResult(output, rows_in, output.rows, sum(m.size for m in sources), output.size,
                        rss.peak, rss.peak - rss.start, rss.arrow_peak - rss.arrow_start, time.perf_counter() - started)

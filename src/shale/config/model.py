@@ -275,7 +275,8 @@ class CompactionConfig(_Section):
     lease_duration: Duration = Field(default=15.0, description="a job's lease; workers refresh it")
     queue_limit: int = Field(default=10_000, ge=1, description="jobs kept at most; excluded ones are evicted")
     poll_interval: Duration = Field(default=2.0, description="how often a worker polls and refreshes leases")
-    slots: int = Field(default=0, ge=0, le=256, description="jobs one worker runs at once (0: Spark's parallelism)")
+    slots: int = Field(default=0, ge=0, le=256, description="jobs one worker claims at once, run as the tasks of "
+                       "one Spark job (0: eight per Spark core)")
     metrics_port: int = Field(default=0, ge=0, le=65535, description="worker's Prometheus metrics port (0: none)")
 
     @field_validator("blocks_per_job")

@@ -55,6 +55,13 @@ class PendingChanges:
     def clear(self) -> None:
         self._items.clear()
 
+    def mark(self) -> int:
+        return len(self._items)
+
+    def forget_since(self, mark: int) -> None:
+        """Drop the changes recorded after ``mark`` (their savepoint was rolled back)."""
+        del self._items[mark:]
+
     def flush(self, conn: sqlite3.Connection, index: int) -> None:
         if self._items:
             conn.executemany("INSERT OR REPLACE INTO block_changes (idx, seq, change, tenant, subject) "

@@ -16,6 +16,9 @@ from shale.index.changes import trim as trim_changes
 from shale.index.records import decode_meta, encode_meta
 from shale.index.schema import PARTITION_WINDOW_MS
 
+PACKED_CACHE = 10_000
+"""Label-set combinations whose packed form a writer remembers (the cache starts over when full)."""
+
 
 class IndexWriter:
     """Not thread-safe: one writer per connection, used by the thread that applies the log."""
@@ -25,6 +28,7 @@ class IndexWriter:
         self.compaction = CompactionState(conn)
         self._sids: dict[str, int] = {}
         self._partitions: dict[tuple[int, int, int], int] = {}
+        self._packed: dict[tuple[tuple[tuple[str, str], ...], ...], list[list[int]]] = {}
         self.changes = PendingChanges()
         """Blocks added and removed by the command being applied: the change feed (``shale.index.changes``)."""
 
@@ -45,6 +49,7 @@ class IndexWriter:
     def forget_cache(self) -> None:
         """After a rollback, ids created by the rolled-back transaction are gone."""
         self._sids.clear()
+        self._packed.clear()
         self._partitions.clear()
         self.changes.clear()
 
@@ -113,47 +118,72 @@ class IndexWriter:
         Fast path: insert everything, assuming no block is present yet (the usual case); if one is, roll back
         to a savepoint and insert only the missing ones."""
         self.conn.execute("SAVEPOINT add_blocks")
+        mark = self.changes.mark()
         try:
             added = self._insert(metas, added_at, set())
         except sqlite3.IntegrityError:
             self.conn.execute("ROLLBACK TO add_blocks")
+            # Strings and partitions created since the savepoint are gone: their cached ids with them.
+            self._sids.clear()
+            self._packed.clear()
             self._partitions.clear()
+            self.changes.forget_since(mark)
             added = self._insert(metas, added_at, self.existing([m.id for m in metas]))
         self.conn.execute("RELEASE add_blocks")
         return added
 
+    def _label_sets(self, labels: list[dict[str, str]]) -> list[list[int]]:
+        """A dataset's label sets as flat [name, value, name, value, ...] lists of string ids (seed 004), so a query
+        matches labels without decoding the metadata. Blocks of one topic repeat the same label sets: packed once
+        per writer (the ids of a rolled-back transaction are forgotten with the string cache)."""
+        key = tuple(tuple(ls.items()) for ls in labels)
+        packed = self._packed.get(key)
+        if packed is None:
+            if len(self._packed) >= PACKED_CACHE:
+                self._packed.clear()
+            packed = self._packed[key] = [[sid for k, v in ls for sid in (self.intern(k), self.intern(v))]
+                                          for ls in key]
+        return packed
+
     def _insert(self, metas: list[BlockMeta], added_at: int, present: set[str]) -> list[str]:
-        rows = []
+        # One pass per block over its datasets, for the blocks row, the compaction queue and the change feed: this
+        # loop is most of the cost of an AddBlocks that SQLite does not account for.
+        rows, queued = [], []
         bounds: dict[int, list[int]] = {}
+        record, intern, packb = self.changes.record, self.intern, msgpack.packb
         for meta in metas:
             if meta.id in present:
                 continue
             present.add(meta.id)
-            tenant = self.intern(meta.tenant)
-            window = meta.time_ms - meta.time_ms % PARTITION_WINDOW_MS
-            pid = self._partition(tenant, meta.shard, window, meta.min_time, meta.max_time)
-            b = bounds.setdefault(pid, [0, meta.min_time, meta.max_time])
-            b[0] += 1
-            b[1], b[2] = min(b[1], meta.min_time), max(b[2], meta.max_time)
-            # Per dataset: topic, kind, time range, and its label sets as flat [name, value, name, value, ...]
-            # lists of string ids (seed 004), so a query matches labels without decoding the metadata.
-            labels = [[self.intern(ds.topic), self.intern(ds.kind), ds.min_time, ds.max_time,
-                       [[sid for k, v in ls.items() for sid in (self.intern(k), self.intern(v))] for ls in ds.labels]]
-                      for ds in meta.datasets]
-            rows.append((meta.id, pid, tenant, meta.shard, meta.level, self.intern(meta.group), meta.generation,
-                         meta.min_time, meta.max_time, meta.size, meta.rows, added_at, msgpack.packb(labels),
+            tenant = intern(meta.tenant)
+            time_ms, min_time, max_time = meta.time_ms, meta.min_time, meta.max_time
+            pid = self._partition(tenant, meta.shard, time_ms - time_ms % PARTITION_WINDOW_MS, min_time, max_time)
+            b = bounds.get(pid)
+            if b is None:
+                bounds[pid] = [1, min_time, max_time]
+            else:
+                b[0] += 1
+                b[1], b[2] = min(b[1], min_time), max(b[2], max_time)
+            # Per dataset: topic, kind, time range and label sets (packed as string ids).
+            labels, n_rows, raw_bytes = [], 0, 0
+            for ds in meta.datasets:
+                labels.append([intern(ds.topic), intern(ds.kind), ds.min_time, ds.max_time,
+                               self._label_sets(ds.labels)])
+                n_rows += ds.rows
+                raw_bytes += ds.bytes
+            rows.append((meta.id, pid, tenant, meta.shard, meta.level, intern(meta.group), meta.generation,
+                         min_time, max_time, sum(f.size for f in meta.files), n_rows, added_at, packb(labels),
                          encode_meta(meta)))
+            queued.append((meta.id, meta.tenant, meta.shard, meta.level, meta.group, meta.generation, raw_bytes,
+                           added_at))
+            record("add", meta.tenant, meta.id)
         self.conn.executemany(
             "INSERT INTO blocks (id, partition_id, tenant, shard, level, grp, generation, min_time, max_time, size, "
             "rows, added_at, labels, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
         self.conn.executemany(
             "UPDATE partitions SET blocks = blocks + ?, min_time = min(min_time, ?), max_time = max(max_time, ?) "
             "WHERE id = ?", [(n, low, high, pid) for pid, (n, low, high) in sorted(bounds.items())])
-        inserted = {r[0] for r in rows}
-        for meta in metas:
-            if meta.id in inserted:
-                self.changes.record("add", meta.tenant, meta.id)
-        self.compaction.enqueue([m for m in metas if m.id in inserted], added_at)
+        self.compaction.enqueue_rows(queued)
         return [r[0] for r in rows]
 
     def remove_block(self, block_id: str) -> BlockMeta | None:

@@ -11,6 +11,7 @@ from tests.factories import BASE_MS, backup_table, write_backup_block
 from shale.block import (
     BlockSpec,
     DatasetInput,
+    DatasetStream,
     KafkaRange,
     block_file_key,
     deterministic_block_id,
@@ -19,6 +20,7 @@ from shale.block import (
     read_footer_meta,
     read_meta,
     write_block,
+    write_block_streamed,
 )
 from shale.errors import ConflictError, CorruptObjectError
 from shale.objstore import ObstoreBucket, open_bucket_url
@@ -145,3 +147,30 @@ def test_multiple_datasets_and_empty_tables(bucket: ObstoreBucket) -> None:
     assert read_dataset(bucket, meta, "records/b").num_rows == 0
     assert (meta.min_time, meta.max_time) == (BASE_MS, BASE_MS + 2000)
     assert isinstance(read_dataset(bucket, meta, "records/a"), pa.Table)
+
+
+def test_a_streamed_block_equals_the_block_written_whole(bucket: ObstoreBucket) -> None:
+    """``write_block_streamed`` (row groups encoded one at a time, as compaction writes) gives the same metadata
+    (rows, row-group table of contents, time bounds, labels) and the same rows as ``write_block``, its footer
+    included, and still writes meta.json last."""
+    table = backup_table("app", 0, 0, 250)
+    spec = BlockSpec(id=deterministic_block_id(BASE_MS, "whole"), tenant="acme", group="backup",
+                     kafka=[KafkaRange(topic="app", partition=0, start=0, end=250)])
+    whole = write_block(bucket, spec, [DatasetInput("records", "app", table, "timestamp", [{"topic": "app"}])],
+                        row_group_rows=100)
+    recording = RecordingBucket(bucket)
+    streamed_spec = BlockSpec(**{**vars(spec), "id": deterministic_block_id(BASE_MS, "streamed")})
+    groups = (table.slice(start, 100) for start in range(0, 250, 100))
+    streamed = write_block_streamed(recording, streamed_spec,  # type: ignore[arg-type]
+                                    [DatasetStream("records", "app", table.schema, groups, "timestamp",
+                                                   [{"topic": "app"}])], row_group_rows=100)
+    assert recording.writes[-1] == meta_key("acme", streamed.id)
+    assert streamed.datasets == whole.datasets
+    assert (streamed.rows, streamed.min_time, streamed.max_time) == (whole.rows, whole.min_time, whole.max_time)
+    assert read_dataset(bucket, streamed, "records/app").equals(read_dataset(bucket, whole, "records/app"))
+    key = block_file_key("acme", streamed.id, "records-0.parquet")
+    assert read_footer_meta(bucket, key, streamed.files[0].size) == streamed.model_copy(update={"files": []})
+    with pytest.raises(ValueError, match="at most 100"):
+        write_block_streamed(bucket, BlockSpec(**{**vars(spec), "id": deterministic_block_id(BASE_MS, "big")}),
+                             [DatasetStream("records", "app", table.schema, [table], "timestamp")],
+                             row_group_rows=100)

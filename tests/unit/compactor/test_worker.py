@@ -3,7 +3,6 @@ task's own code in threads of this process (``ThreadRunner``) instead of on Spar
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import uuid
@@ -14,9 +13,9 @@ from typing import Any
 import pytest
 from tests.factories import write_backup_block
 
-from shale.block import BlockFetcher, BlockMeta, BlockState
+from shale.block import BlockFetcher, BlockMeta, BlockState, block_file_key
 from shale.compaction.messages import Assigned, PollRequest, PollResponse
-from shale.compactor.worker import CompactionWorker, run_merge_task
+from shale.compactor.worker import CompactionWorker, parse_merge_result, run_merge_task, spread
 from shale.config import BucketConfig, CompactionConfig
 from shale.errors import MetastoreUnavailableError
 from shale.metastore import AddBlocks, MetastoreService, SingleNodeLog, StateMachine
@@ -28,8 +27,10 @@ class ThreadRunner:
         self.bucket = bucket
         self.pool = ThreadPoolExecutor(2)
 
-    def start(self, job: Assigned) -> Future[dict[str, Any]]:
-        return self.pool.submit(lambda: json.loads(run_merge_task(job.model_dump_json(), self.bucket)))
+    def start(self, jobs: list[Assigned]) -> list[Future[dict[str, Any]]]:
+        return [self.pool.submit(lambda job=job: parse_merge_result(run_merge_task(job.model_dump_json(),
+                                                                                  self.bucket)))
+                for job in jobs]
 
     def cancel(self, job: str) -> None:
         pass
@@ -178,3 +179,44 @@ def test_the_worker_rides_out_an_outage_longer_than_its_client_deadline(flaky: F
     assert {m.level for m in flaky.service.query_blocks(["acme"], 0, 2**62)} == {1}
     assert _offsets(flaky) == list(range(60))
     assert _marked(bucket) == set()
+
+
+def test_a_failing_merge_fails_only_its_own_job(flaky: Flaky, bucket: BucketConfig) -> None:
+    """The jobs of one poll share a Spark job: a merge that raises (here: a source object cut short) is that job's
+    error, returned by its task, and the other job of the poll completes."""
+    first = min(flaky.service.query_blocks(["acme"], 0, 2**62), key=lambda m: m.kafka[0].start)
+    store = open_bucket(bucket)
+    key = block_file_key("acme", first.id, first.files[0].name)
+    store.put(key, store.get(key)[:100])
+    worker = _worker(flaky, bucket)
+    assert worker.step() is not None
+    assert len(worker.running) == 2
+    _until_merged_or_failed(worker)
+    (bad,) = [r for r in worker.running.values() if r.future.exception() is not None]
+    assert "CorruptObjectError" in str(bad.future.exception())
+    response = worker.step()
+    assert response is not None
+    assert list(response.updates.values()) == ["completed"]
+    assert len(worker.completed) == 1
+    assert bad.job.job not in worker.running  # abandoned: its lease runs out and the scheduler hands it out again
+
+
+def _until_merged_or_failed(worker: CompactionWorker) -> None:
+    for running in worker.running.values():
+        running.future.exception(timeout=60)
+
+
+def test_jobs_are_spread_over_tasks_by_input_bytes(bucket: BucketConfig) -> None:
+    """A poll's jobs run as one Spark job of one task per core: each task gets about the same input bytes, every
+    job exactly once, in the order given."""
+    store = open_bucket(bucket)
+    sizes = [5, 1, 1, 1, 1, 1, 3]
+    jobs = [Assigned(job=f"j{i}", token=1, lease_expires_at=0, tenant="acme", shard=0, level=0, group="backup",
+                     generation=1, sources=[write_backup_block(store, "acme", "app", 0, i * 1000, 100 * n)])
+            for i, n in enumerate(sizes)]
+    shares = spread(jobs, 2)
+    assert sorted(p for share in shares for p in share) == list(range(len(jobs)))
+    assert all(share == sorted(share) for share in shares)
+    weight = [sum(jobs[p].sources[0].size for p in share) for share in shares]
+    assert max(weight) - min(weight) <= max(j.sources[0].size for j in jobs[1:6])
+    assert spread(jobs[:1], 4) == [[0]]
