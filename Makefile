@@ -7,15 +7,21 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
 export SHALE_CACHE_DIR ?= $(CURDIR)/.cache
 
-.PHONY: demo test unit integration lint typecheck bench env deps venv browser clean
+.PHONY: demo test checks unit integration lint typecheck bench env deps venv browser clean
 
 demo: env
 	$(BIN)/shale demo
 
-test: env
+# Lint, types and the unit tests need only the virtual environment: they run while the services are fetched (the
+# Go builds of MinIO and promtool take minutes on a cold machine), then the integration tests.
+test:
+	@$(MAKE) --no-print-directory -j3 checks deps browser
+	$(BIN)/pytest tests/integration
+
+checks: venv
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
-	$(BIN)/pytest
+	$(BIN)/pytest tests/unit
 
 unit: venv
 	$(BIN)/pytest tests/unit
