@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pyarrow as pa
 
 from shale.block import BlockMeta, BlockSpec, DatasetInput, KafkaRange, deterministic_block_id, write_block
@@ -37,3 +39,17 @@ def write_backup_block(bucket: Bucket, tenant: str, topic: str, partition: int, 
                            **spec)  # type: ignore[arg-type]
     return write_block(bucket, block_spec, [DatasetInput("records", topic, table, "timestamp",
                                                          labels=[{"topic": topic}])])
+
+
+class Clock:
+    """A clock that moves only when told to: ``now`` in seconds, the real time unless given."""
+
+    def __init__(self, now: float | None = None) -> None:
+        self.now = time.time() if now is None else now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        """Move ``seconds`` past the later of this clock and the real time (objects carry real upload times)."""
+        self.now = max(self.now, time.time()) + seconds

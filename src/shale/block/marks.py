@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import json
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -80,21 +80,22 @@ def write_quarantine_mark(bucket: Bucket, tenant: str, block_id: str, now: float
     return mark
 
 
-def parse_mark(data: bytes, key: str) -> DeletionMark:
+_M = TypeVar("_M", "DeletionMark", "QuarantineMark")
+
+
+def _parse(model: type[_M], what: str, data: bytes, key: str) -> _M:
     try:
-        mark = DeletionMark.model_validate(json.loads(data))
+        mark = model.model_validate(json.loads(data))
     except (ValueError, ValidationError) as exc:
-        raise CorruptObjectError(f"{key}: deletion mark is not valid: {exc}", key=key) from None
+        raise CorruptObjectError(f"{key}: {what} is not valid: {exc}", key=key) from None
     if mark.version != MARK_VERSION:
-        raise CorruptObjectError(f"{key}: deletion mark version {mark.version} is unknown; upgrade Shale", key=key)
+        raise CorruptObjectError(f"{key}: {what} version {mark.version} is unknown; upgrade Shale", key=key)
     return mark
+
+
+def parse_mark(data: bytes, key: str) -> DeletionMark:
+    return _parse(DeletionMark, "deletion mark", data, key)
 
 
 def parse_quarantine_mark(data: bytes, key: str) -> QuarantineMark:
-    try:
-        mark = QuarantineMark.model_validate(json.loads(data))
-    except (ValueError, ValidationError) as exc:
-        raise CorruptObjectError(f"{key}: quarantine mark is not valid: {exc}", key=key) from None
-    if mark.version != MARK_VERSION:
-        raise CorruptObjectError(f"{key}: quarantine mark version {mark.version} is unknown; upgrade Shale", key=key)
-    return mark
+    return _parse(QuarantineMark, "quarantine mark", data, key)

@@ -205,6 +205,16 @@ def _acknowledge_offset_loss(w: IndexWriter, cmd: AcknowledgeOffsetLoss, entry: 
     return Result(ok=True, data={"replay": False, "lost": cmd.end - cmd.start})
 
 
+def _own_tenant(w: IndexWriter, block_ids: list[str], tenant: str) -> None:
+    """A command that removes blocks never crosses tenants: a caller naming its own tenant must not remove
+    another's blocks."""
+    for block_id in block_ids:
+        present = w.get_block(block_id)
+        if present is not None and present.tenant != tenant:
+            raise CommandRejectedError(f"block {block_id} belongs to tenant {present.tenant}, not {tenant}",
+                                       reason="malformed")
+
+
 @handles(ReplaceBlocks)
 def _replace_blocks(w: IndexWriter, cmd: ReplaceBlocks, entry: Entry) -> Result:
     for meta in cmd.blocks:
@@ -218,12 +228,7 @@ def _replace_blocks(w: IndexWriter, cmd: ReplaceBlocks, entry: Entry) -> Result:
         raise CommandRejectedError(
             f"sources {missing} are no longer in the index (retention or another replacement removed them); the "
             "new blocks must not bring their records back", reason="sources-missing")
-    for source in cmd.sources:
-        # A replacement never crosses tenants: a caller naming its own tenant must not remove another's blocks.
-        present = w.get_block(source)
-        if present is not None and present.tenant != cmd.tenant:
-            raise CommandRejectedError(f"source {source} belongs to tenant {present.tenant}, not {cmd.tenant}",
-                                       reason="malformed")
+    _own_tenant(w, cmd.sources, cmd.tenant)
     for meta in cmd.blocks:
         if w.tombstoned(meta.id):
             raise CommandRejectedError(f"block {meta.id} was already deleted", reason="tombstoned")
@@ -241,11 +246,7 @@ def _replace_blocks(w: IndexWriter, cmd: ReplaceBlocks, entry: Entry) -> Result:
 @handles(QuarantineBlocks)
 def _quarantine_blocks(w: IndexWriter, cmd: QuarantineBlocks, entry: Entry) -> Result:
     removed = []
-    for block_id in cmd.block_ids:
-        present = w.get_block(block_id)
-        if present is not None and present.tenant != cmd.tenant:
-            raise CommandRejectedError(f"block {block_id} belongs to tenant {present.tenant}, not {cmd.tenant}",
-                                       reason="malformed")
+    _own_tenant(w, cmd.block_ids, cmd.tenant)
     for block_id in cmd.block_ids:
         if w.remove_block(block_id) is not None:
             removed.append(block_id)

@@ -6,7 +6,7 @@ import time
 import uuid
 
 import pytest
-from tests.factories import BASE_MS, backup_table, write_backup_block
+from tests.factories import BASE_MS, Clock, backup_table, write_backup_block
 
 from shale.block import (
     BlockFetcher,
@@ -30,18 +30,6 @@ from shale.objstore import ObstoreBucket, open_bucket_url
 from shale.objstore.testing import DelayedVisibilityBucket
 
 SYNC, DELETE = 60.0, 120.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        """Move ``seconds`` past the later of this clock and the real time (objects carry real upload times)."""
-        self.now = max(self.now, time.time()) + seconds
 
 
 @pytest.fixture

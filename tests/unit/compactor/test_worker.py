@@ -4,14 +4,13 @@ task's own code in threads of this process (``ThreadRunner``) instead of on Spar
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.factories import write_backup_block
+from tests.factories import Clock, write_backup_block
 
 from shale.block import BlockFetcher, BlockMeta, BlockState, block_file_key
 from shale.compaction.messages import Assigned, PollRequest, PollResponse
@@ -69,14 +68,6 @@ class Flaky:
         if self.down:
             raise MetastoreUnavailableError("no metastore node answered (test)")
         return self.service.get_block(block_id)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.factories import BASE_MS
+from tests.factories import BASE_MS, Clock
 from tests.unit.metastore.helpers import meta, output_of
 
 from shale.block import BlockMeta, Compaction, deletion_mark_key
@@ -29,17 +29,9 @@ from shale.metastore.maintenance import Maintenance
 from shale.objstore import open_bucket_url
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = BASE_MS / 1000 + 3600
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def clock() -> Clock:
-    return Clock()
+    return Clock(BASE_MS / 1000 + 3600)
 
 
 @pytest.fixture

@@ -170,7 +170,7 @@ def test_replace_blocks_never_touches_another_tenants_sources(h: Harness) -> Non
     result = h.apply(ReplaceBlocks(tenant="acme", sources=[ours.id, theirs.id], blocks=[]))
     assert not result.ok
     assert result.reason == "malformed"
-    assert f"source {theirs.id} belongs to tenant beta, not acme" in result.message
+    assert f"block {theirs.id} belongs to tenant beta, not acme" in result.message
     assert {m.id for m in h.sm.reader.tenant_blocks("beta")} == {theirs.id}
     assert {m.id for m in h.sm.reader.tenant_blocks("acme")} == {ours.id}
     assert h.sm.reader.tombstones() == []

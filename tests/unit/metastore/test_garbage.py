@@ -3,13 +3,12 @@ in-memory bucket and metastore (list first, read after; marks; removal after the
 
 from __future__ import annotations
 
-import time
 import uuid
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from tests.factories import BASE_MS, backup_table, write_backup_block
+from tests.factories import BASE_MS, Clock, backup_table, write_backup_block
 from tests.unit.metastore.helpers import meta, output_of
 
 from shale.block import BlockFetcher, BlockMeta, BlockState, KafkaRange, write_block
@@ -85,17 +84,6 @@ def test_claimability(block: BlockMeta, offsets: list[OffsetRow], ended: list[In
 # -- the leader's bucket scan ---------------------------------------------------------------------------
 
 SYNC, DELETE = 60.0, 120.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now = max(self.now, time.time()) + seconds
 
 
 @pytest.fixture

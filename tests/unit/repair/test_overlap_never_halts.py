@@ -4,13 +4,12 @@ repair command) while everything else goes on."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 from prometheus_client import REGISTRY
-from tests.factories import BASE_MS, write_backup_block
+from tests.factories import BASE_MS, Clock, write_backup_block
 
 from shale.block import BlockMeta, read_dataset
 from shale.block.overlap import Overlap
@@ -51,14 +50,6 @@ def _block(bucket: ObstoreBucket, start: int, count: int, **spec: object) -> Blo
     """A backup block of offsets [start, start + count): the record at offset o has time BASE_MS + o s in every
     block that holds it (the same Kafka record has the same timestamp)."""
     return write_backup_block(bucket, "acme", "app", 0, start, count, base_ms=BASE_MS + start * 1000, **spec)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
