@@ -21,7 +21,7 @@ from shale.block.layout import (
 from shale.block.marks import DeletionMark, QuarantineMark, write_deletion_mark, write_quarantine_mark
 from shale.block.meta import BlockMeta, Compaction, Dataset, FileInfo, KafkaRange, ParserInfo, parse_meta
 from shale.block.names import check_label_name, check_tenant, check_topic
-from shale.block.reader import BucketFile, read_dataset, read_footer_meta, read_meta
+from shale.block.reader import BucketFile, backup_rows, read_dataset, read_footer_meta, read_meta
 from shale.block.writer import (
     BlockSpec,
     DatasetInput,
@@ -53,6 +53,7 @@ __all__ = [
     "MetastoreView",
     "ParserInfo",
     "QuarantineMark",
+    "backup_rows",
     "block_file_key",
     "block_prefix",
     "blocks_prefix",

@@ -12,10 +12,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shale.block.layout import block_file_key, meta_key
 from shale.block.meta import BlockMeta, Dataset, parse_meta
+from shale.block.schemas import BACKUP_SCHEMA
 from shale.block.writer import FOOTER_META_KEY, crc32_hex
 from shale.errors import CorruptObjectError
 from shale.objstore import BucketReader
@@ -118,3 +120,18 @@ def read_footer_meta(bucket: BucketReader, key: str, size: int) -> BlockMeta:
     if raw is None:
         raise CorruptObjectError(f"{key}: no Shale metadata in the Parquet footer", key=key)
     return parse_meta(raw, where=key)
+
+
+def backup_rows(bucket: BucketReader, meta: BlockMeta, topic: str, partition: int, start: int,
+                end: int) -> list[pa.Table]:
+    """The rows of ``meta``'s records datasets of ``topic`` whose partition is ``partition`` and offset in
+    [start, end), with the backup group's columns."""
+    tables = []
+    for dataset in meta.datasets:
+        if dataset.kind == "records" and dataset.topic == topic:
+            table = read_dataset(bucket, meta, dataset)
+            offsets = table.column("offset")
+            keep = pc.and_(pc.equal(table.column("partition"), partition),
+                           pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end)))
+            tables.append(table.filter(keep).select(BACKUP_SCHEMA.names))
+    return tables

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from obstore.store import MemoryStore
 
-from shale.block import BlockMeta, BlockSpec, DatasetInput, KafkaRange, read_dataset, write_block
+from shale.block import BlockMeta, BlockSpec, DatasetInput, KafkaRange, backup_rows, read_dataset, write_block
 from shale.block.schemas import BACKUP_SCHEMA
 from shale.compactor.merge import merge_blocks
 from shale.config import BucketConfig, IngestConfig, KafkaConfig
@@ -107,13 +107,7 @@ def backup_records(bucket: Bucket, blocks: list[BlockMeta], r: KafkaRange) -> pa
     for meta in blocks:
         if not any((q.topic, q.partition, q.incarnation) == (r.topic, r.partition, r.incarnation) for q in meta.kafka):
             continue
-        for dataset in meta.datasets:
-            if dataset.kind == "records" and dataset.topic == r.topic:
-                table = read_dataset(bucket, meta, dataset)
-                offsets = table.column("offset")
-                keep = pc.and_(pc.equal(table.column("partition"), r.partition),
-                               pc.and_(pc.greater_equal(offsets, r.start), pc.less(offsets, r.end)))
-                tables.append(table.filter(keep).select(BACKUP_SCHEMA.names).cast(BACKUP_SCHEMA))
+        tables += [t.cast(BACKUP_SCHEMA) for t in backup_rows(bucket, meta, r.topic, r.partition, r.start, r.end)]
     if not tables:
         return BACKUP_SCHEMA.empty_table()
     table = pa.concat_tables(tables).sort_by([("offset", "ascending")])

@@ -25,10 +25,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pydantic import TypeAdapter
 
-from shale.block import BlockMeta, read_dataset
+from shale.block import BlockMeta, backup_rows
 from shale.config import BucketConfig, IngestConfig, ParserRule, ShaleConfig
 from shale.errors import ConfigError
 from shale.failpoints import failpoint
@@ -76,16 +75,7 @@ def run_partition(work_json: str, metas_json: str, spec_json: str, bucket_config
     metas = [BlockMeta.model_validate(m) for m in json.loads(metas_json)]
     spec = GroupSpec("partition", generation, bucket_config, IngestConfig.model_validate(ingest))
     bucket = task_bucket(bucket_config)
-    tables = []
-    for meta in metas:
-        for dataset in meta.datasets:
-            if dataset.kind == "records" and dataset.topic == work.topic:
-                table = read_dataset(bucket, meta, dataset)
-                offsets = table.column("offset")
-                keep = pc.and_(pc.equal(table.column("partition"), work.partition),
-                               pc.and_(pc.greater_equal(offsets, work.start), pc.less(offsets, work.end)))
-                tables.append(table.filter(keep).select(["topic", "partition", "offset", "timestamp",
-                                                         "timestamp_type", "key", "value", "headers"]))
+    tables = [t for meta in metas for t in backup_rows(bucket, meta, work.topic, work.partition, work.start, work.end)]
     size = chunk_bytes(bound, PeakMemory().start, "partition")
     writer = ChunkWriter(spec, bucket, BatchPlan(read_time_ms, [work]), size, derived_from=[m.id for m in metas])
     written: list[Written] = []
