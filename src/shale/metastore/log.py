@@ -240,5 +240,11 @@ class RaftLog:
                          bool(raw.get("has_quorum", False)))
 
     def close(self) -> None:
+        """Stop the node and wait for its tick thread. pysyncobj's destroy() only flags the thread, which goes on
+        appending to the journal until it notices; a node reopened on the same journal meanwhile (a restart in the
+        same process) would write the file through two mappings and corrupt it."""
         with contextlib.suppress(SyncObjException):  # already stopped
             self.node.destroy()
+        thread = getattr(self.node, "_SyncObj__thread", None)
+        if isinstance(thread, threading.Thread) and thread is not threading.current_thread():
+            thread.join(timeout=30)

@@ -38,6 +38,8 @@ class Cluster:
         log = self.logs[i]
         if log is not None:
             log.close()
+            # The old node's tick thread is gone before the new node opens the same journal (two writers corrupt it).
+            assert not log.node.tick_thread_alive()
             log.state.close()
         self.secrets[i] = (secret, accepted)
         self.logs[i] = self._node(i)
