@@ -1,24 +1,42 @@
-"""Backup-group ingest throughput against Spark's own Kafka-to-Parquet file sink and a raw consumer, on the same
-topic in the same run.
+"""Backup-group ingest throughput against Spark's own Kafka-to-Parquet file sink (to local disk and to MinIO
+through Hadoop's S3A connector), Kafka's own consumer performance tool and a raw consumer, on the same topic in
+the same run.
 
-One topic of 4 partitions holds 1,000,000 records (real Loghub lines, cycled: about 110 bytes each). Shale's
-backup group and Spark's file sink both run one ``availableNow`` streaming query from the earliest offsets in
-the same local-mode SparkSession (``local[2]``, batches of at most 500,000 records), write zstd Parquet, and
-are timed from query start to its end (Spark's session start-up is excluded from both). Both persist the
-whole record, headers included (``includeHeaders``), as a backup must. Spark's sink writes to
-a local folder (its S3 connector is not part of this build); Shale's headline figures write to MinIO over HTTP
-on the same disk, with put-if-absent, checksums, meta.json and a metastore commit per batch; Shale writing to a
-``file://`` bucket is reported too (obstore's local store syncs every object to disk, which the sink does not).
-The contenders run in two interleaved rounds on the same topic and the faster run of each is reported (this
-machine's timings vary by tens of percent from run to run).
-The raw consumer (confluent-kafka, one process) only reads the topic: the ceiling.
+One topic of 4 partitions holds 1,000,000 records (real Loghub lines, cycled: about 110 bytes each). Every
+contender runs in the same local-mode SparkSession (``local[2]``: this machine's two cores), reads from the
+earliest offsets in batches of at most 500,000 records, writes zstd Parquet, and is timed from its start to its
+end (Spark's session start-up is excluded). Both persist the whole record, headers included (``includeHeaders``),
+as a backup must.
+
+* Shale: the backup group (``IngestJob.run(available_now=True)``): per batch, offsets planned from the metastore,
+  Spark's Kafka batch source, ``mapInArrow`` into the chunk writer, put-if-absent, checksums, meta.json last and
+  one metastore commit. Its headline figures write to MinIO over HTTP on the same disk; Shale writing to a
+  ``file://`` bucket is reported too (obstore's local store syncs every object to disk, which Spark's sink does
+  not).
+* Spark's file sink: an ``availableNow`` Structured Streaming query (Kafka source, ``maxOffsetsPerTrigger``
+  500,000, Parquet sink, checkpoint on local disk). That is Spark's own exactly-once Kafka-to-Parquet pipeline,
+  the one a user would run to keep a topic in Parquet (offsets in its checkpoint, files in the sink's
+  ``_spark_metadata`` log), so it is the fair counterpart of an ingest group. A batch
+  ``spark.read.format("kafka")...write.parquet`` keeps no offsets (so no exactly-once), and its commit renames
+  every file, a copy on S3A: it would be both less than a sink and slower than one. The sink writes once to a
+  local folder and once to MinIO through Hadoop's S3A connector (``hadoop-aws`` and the AWS SDK bundle for
+  pyspark's Hadoop, credentials in the session's secret properties file), the same object store Shale writes to.
+* Kafka's ``org.apache.kafka.tools.ConsumerPerformance`` (``kafka-tools`` at the broker's version, its own JVM)
+  reads the same topic: the physical ceiling. Its fetch rate (``fetch.nMsg.sec``: from its first fetch to its
+  last record, its group join excluded) is the baseline, which is the stricter of its two rates.
+* A confluent-kafka consumer in one Python process only reads the topic.
+
+The contenders run interleaved in three rounds on the same topic and the best run of each is reported (this
+machine's timings vary by tens of percent from run to run). Ratios above 1 mean Shale is faster.
 """
 
 from __future__ import annotations
 
 import shutil
+import subprocess
 import tempfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +49,10 @@ from bench.services import kafka_broker, minio_bucket
 from shale.config import BucketConfig, IngestConfig, ShaleConfig, SparkConfig
 from shale.demo import LOGHUB_FORMATS, loghub_lines
 from shale.dev import connector_conf
+from shale.dev.fetch import kafka_tools_classpath, s3a_jars
+from shale.dev.kafka import java_binary
 from shale.ingest.job import IngestJob
+from shale.ingest.kafka import FETCH_BYTES
 from shale.metastore import open_metastore
 from shale.spark import spark_session
 
@@ -66,6 +87,22 @@ def _raw_consumer(bootstrap: str, topic: str) -> float:
     return t[0]
 
 
+def _consumer_perf(bootstrap: str, topic: str) -> float:
+    """Seconds Kafka's ConsumerPerformance takes to fetch the topic, by its own report (``fetch.nMsg.sec``)."""
+    command = [java_binary(), "-Xmx512m", "-cp", kafka_tools_classpath(), "org.apache.kafka.tools.ConsumerPerformance",
+               "--bootstrap-server", bootstrap, "--topic", topic, "--messages", str(RECORDS),
+               "--group", f"bench-{uuid.uuid4().hex}", "--timeout", "60000"]
+    proc = subprocess.run(command, capture_output=True, text=True, check=False, timeout=300)
+    lines = [line for line in proc.stdout.splitlines() if "," in line]
+    if proc.returncode != 0 or len(lines) < 2:
+        raise RuntimeError(f"ConsumerPerformance failed (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}")
+    report = dict(zip([h.strip() for h in lines[0].split(",")], [v.strip() for v in lines[-1].split(",")],
+                      strict=True))
+    if int(report["data.consumed.in.nMsg"]) < RECORDS:
+        raise RuntimeError(f"ConsumerPerformance read {report['data.consumed.in.nMsg']} of {RECORDS} records")
+    return RECORDS / float(report["fetch.nMsg.sec"])
+
+
 def _shale(spark: Any, bootstrap: str, topic: str, bucket: BucketConfig, work: Path) -> float:
     config = ShaleConfig(bucket=bucket, kafka={"bootstrap_servers": bootstrap},  # type: ignore[arg-type]
                          metastore={"data_dir": str(work / "metastore")},  # type: ignore[arg-type]
@@ -84,56 +121,86 @@ def timed_backup_ingest(spark: Any, config: ShaleConfig, expected: int) -> float
     return t[0]
 
 
-def _spark_file_sink(spark: Any, bootstrap: str, topic: str, work: Path) -> float:
+def _spark_sink(spark: Any, bootstrap: str, topic: str, path: str, checkpoint: Path,
+                consumer: dict[str, str] | None = None) -> float:
     with timed() as t:
-        query = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-                 .option("subscribe", topic).option("startingOffsets", "earliest").option("includeHeaders", "true")
-                 .option("maxOffsetsPerTrigger", str(BATCH)).load()
+        source = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+                  .option("subscribe", topic).option("startingOffsets", "earliest").option("includeHeaders", "true")
+                  .option("maxOffsetsPerTrigger", str(BATCH)))
+        for key, value in (consumer or {}).items():
+            source = source.option(f"kafka.{key}", value)
+        query = (source.load()
                  .writeStream.format("parquet").option("compression", "zstd")
-                 .option("path", str(work / "sink")).option("checkpointLocation", str(work / "checkpoint"))
+                 .option("path", path).option("checkpointLocation", str(checkpoint))
                  .trigger(availableNow=True).start())
         query.awaitTermination()
-    assert spark.read.parquet(str(work / "sink")).count() == RECORDS
+    assert spark.read.parquet(path).count() == RECORDS
     return t[0]
 
 
+def s3a_conf(bucket: BucketConfig) -> dict[str, str]:
+    """Spark settings for Hadoop's S3A connector to reach ``bucket``'s MinIO. The keys' names look secret, so
+    ``spark_session`` passes them in a private properties file, never on the JVM's command line."""
+    return {"spark.jars": ",".join(str(p) for p in s3a_jars()),
+            "spark.hadoop.fs.s3a.endpoint": bucket.endpoint, "spark.hadoop.fs.s3a.endpoint.region": "us-east-1",
+            "spark.hadoop.fs.s3a.path.style.access": "true",
+            "spark.hadoop.fs.s3a.connection.ssl.enabled": str(not bucket.allow_http).lower(),
+            "spark.hadoop.fs.s3a.access.key": bucket.access_key_id,
+            "spark.hadoop.fs.s3a.secret.key": bucket.secret_access_key.get_secret_value()}
+
+
 def run() -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="shale-bench-ingest-") as tmp, kafka_broker() as broker:
-        work = Path(tmp)
-        topic = "bench"
-        create_topic(broker.bootstrap_servers, topic, PARTITIONS)
+    with tempfile.TemporaryDirectory(prefix="shale-bench-ingest-") as tmp, kafka_broker() as broker, \
+            minio_bucket() as bucket:
+        work, topic, bootstrap = Path(tmp), "bench", broker.bootstrap_servers
+        create_topic(bootstrap, topic, PARTITIONS)
         progress(f"producing {RECORDS:,} records")
-        size = produce_records(broker.bootstrap_servers, topic)
-        spark = spark_session("shale-bench-ingest", SparkConfig(master="local[2]", conf=connector_conf()))
+        size = produce_records(bootstrap, topic)
+        s3a = s3a_conf(bucket)
+        conf = {**s3a, "spark.jars": f"{connector_conf()['spark.jars']},{s3a['spark.jars']}"}
+        spark = spark_session("shale-bench-ingest", SparkConfig(master="local[2]", conf=conf))
         progress("warming up Spark and its Python workers")
         spark.range(1000).mapInArrow(lambda it: it, "id long").count()
-        raws, sinks, ours_runs, minio_runs = [], [], [], []
-        with minio_bucket() as bucket:
-            for attempt in range(ROUNDS):  # interleaved rounds; the best of each is reported
-                progress(f"round {attempt + 1}/{ROUNDS}: raw consumer")
-                raws.append(_raw_consumer(broker.bootstrap_servers, topic))
-                progress(f"round {attempt + 1}/{ROUNDS}: Spark file sink (local disk)")
-                sinks.append(_spark_file_sink(spark, broker.bootstrap_servers, topic, work / f"s{attempt}"))
-                progress(f"round {attempt + 1}/{ROUNDS}: Shale backup group (local file bucket)")
-                ours_runs.append(_shale(spark, broker.bootstrap_servers, topic,
-                                        BucketConfig(url=f"file://{work}/bucket{attempt}"), work / f"a{attempt}"))
-                progress(f"round {attempt + 1}/{ROUNDS}: Shale backup group (MinIO)")
-                minio_runs.append(_shale(spark, broker.bootstrap_servers, topic,
-                                         bucket.model_copy(update={"url": bucket.url + f"/r{attempt}"}),
-                                         work / f"b{attempt}"))
-        raw, sink, ours, ours_minio = min(raws), min(sinks), min(ours_runs), min(minio_runs)
+        s3a_root = f"s3a://{bucket.url.removeprefix('s3://')}"
+        contenders: dict[str, tuple[str, Callable[[int], float]]] = {
+            "consumer_perf": ("Kafka ConsumerPerformance", lambda _: _consumer_perf(bootstrap, topic)),
+            "raw": ("raw consumer", lambda _: _raw_consumer(bootstrap, topic)),
+            "sink": ("Spark file sink (local disk)", lambda i: _spark_sink(
+                spark, bootstrap, topic, str(work / f"sink{i}"), work / f"sink-checkpoint{i}")),
+            "sink_same_fetch": ("Spark file sink (local disk, Shale's fetch size)", lambda i: _spark_sink(
+                spark, bootstrap, topic, str(work / f"sink-fetch{i}"), work / f"sink-fetch-checkpoint{i}",
+                {"max.partition.fetch.bytes": str(FETCH_BYTES)})),
+            "s3a_sink": ("Spark file sink (MinIO through S3A)", lambda i: _spark_sink(
+                spark, bootstrap, topic, f"{s3a_root}/spark-sink/r{i}", work / f"s3a-checkpoint{i}")),
+            "shale_file": ("Shale backup group (local file bucket)", lambda i: _shale(
+                spark, bootstrap, topic, BucketConfig(url=f"file://{work}/bucket{i}"), work / f"a{i}")),
+            "shale_minio": ("Shale backup group (MinIO)", lambda i: _shale(
+                spark, bootstrap, topic, bucket.model_copy(update={"url": f"{bucket.url}/r{i}"}), work / f"b{i}")),
+        }
+        runs: dict[str, list[float]] = {name: [] for name in contenders}
+        for attempt in range(ROUNDS):  # interleaved rounds; the best of each is reported
+            for name, (what, contender) in contenders.items():
+                progress(f"round {attempt + 1}/{ROUNDS}: {what}")
+                runs[name].append(contender(attempt))
+        best = {name: min(seconds) for name, seconds in runs.items()}
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
-    mb = size / 1e6
+    ours, mb = best["shale_minio"], size / 1e6
     return write_result(
         "ingest",
-        figures={"records_per_s": round(RECORDS / ours_minio), "mb_per_s": round(mb / ours_minio, 2),
-                 "records_per_s_local_bucket": round(RECORDS / ours), "records": RECORDS,
+        figures={"records_per_s": round(RECORDS / ours), "mb_per_s": round(mb / ours, 2),
+                 "records_per_s_local_bucket": round(RECORDS / best["shale_file"]), "records": RECORDS,
                  "value_mb": round(mb, 1)},
-        baseline={"spark_file_sink_records_per_s": round(RECORDS / sink),
-                  "raw_consumer_records_per_s": round(RECORDS / raw)},
-        ratios={"vs_spark_file_sink": round(sink / ours_minio, 2), "vs_raw_consumer": round(raw / ours_minio, 2),
-                "local_bucket_vs_spark_file_sink": round(sink / ours, 2)},
+        baseline={"spark_file_sink_records_per_s": round(RECORDS / best["sink"]),
+                  "spark_s3a_sink_records_per_s": round(RECORDS / best["s3a_sink"]),
+                  "spark_file_sink_same_fetch_records_per_s": round(RECORDS / best["sink_same_fetch"]),
+                  "kafka_consumer_perf_records_per_s": round(RECORDS / best["consumer_perf"]),
+                  "raw_consumer_records_per_s": round(RECORDS / best["raw"])},
+        ratios={"vs_spark_file_sink": round(best["sink"] / ours, 2),
+                "vs_spark_s3a_sink": round(best["s3a_sink"] / ours, 2),
+                "vs_spark_file_sink_same_fetch": round(best["sink_same_fetch"] / ours, 2),
+                "vs_kafka_consumer_perf": round(best["consumer_perf"] / ours, 2),
+                "vs_raw_consumer": round(best["raw"] / ours, 2),
+                "local_bucket_vs_spark_file_sink": round(best["sink"] / best["shale_file"], 2)},
         notes=__doc__ or "",
     )
-

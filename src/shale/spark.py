@@ -58,6 +58,8 @@ _DEFAULTS = {
     # on a cluster a free executor would otherwise sit idle for 3 s per locality level while another is busy.
     # Shale's other inputs have no preferred locations. Local mode has one executor, so it changes nothing there.
     "spark.locality.wait": "0s",
+    # pyspark's daemon without Spark's archives on the Python workers' path: 80 ms of CPU less per task.
+    "spark.python.daemon.module": "shale.spark_daemon",
 }
 
 

@@ -246,3 +246,21 @@ def test_large_records_stay_within_the_task_memory_bound(kafka, minio_bucket, sp
         print(f"{job.group}: peak task memory {job.peak_task_rss / mib:.0f} MiB of {bound / mib:.0f} MiB, "
               f"{len(group_blocks(metastore, job.group, 1, topic))} blocks")
         assert 0 < job.peak_task_rss <= bound
+
+
+def test_a_partition_never_read_is_sized_from_its_first_records(kafka, minio_bucket, spark, tmp_path: Path) -> None:
+    """No probe batch: the first plan samples the partition's first records and keeps to ``max_batch_bytes``."""
+    topic = f"sized-{uuid.uuid4().hex[:6]}"
+    create_topic(kafka.bootstrap_servers, topic, 1)
+    _produce(kafka.bootstrap_servers, topic, [json_value(i, msg="y" * 10_000) for i in range(300)])
+    file = write_config(tmp_path, kafka.bootstrap_servers, minio_bucket, [topic], max_batch_bytes="1MiB")
+    config = config_of(file)
+    job = IngestJob(config, "backup", spark=spark, metastore=open_metastore(config))
+    job.committer.load()
+    sampled = job.plan().ranges[0]
+    assert sampled.start == 0
+    assert job.record_bytes[(topic, 0)] > 10_000
+    assert 90 <= sampled.end <= 105  # about 1 MiB of 10 kB values (a probe would have read all 300 at once)
+    job.run(available_now=True)
+    assert job.batches == 3
+    assert stored(job.metastore, open_bucket(config.bucket), "backup", topic) == {(0, o): 1 for o in range(300)}

@@ -18,6 +18,13 @@ What is fetched, and from where (the machines reach Maven Central and the Go mod
 * Apache Iceberg's Spark runtime for Spark 4.0, its AWS bundle (S3FileIO) and the SQLite JDBC driver, three jars
   and nothing else, so that Spark SQL reads the Iceberg tables Shale publishes (JDBC catalog on SQLite, S3FileIO).
 
+Two more sets only the ingest benchmark needs, fetched when it first runs (not by ``all``):
+
+* ``kafka-tools`` at the broker's version, for ``org.apache.kafka.tools.ConsumerPerformance``; it runs on the
+  broker's classpath plus this one jar.
+* Hadoop's S3A connector for Spark's own Hadoop: ``hadoop-aws`` at pyspark's Hadoop version and the AWS SDK
+  bundle it declares, two jars (Hadoop itself is inside pyspark).
+
 Every fetch is idempotent: a ``.complete`` marker is written last, so an interrupted fetch is redone.
 """
 
@@ -59,6 +66,14 @@ ICEBERG_ARTIFACTS = (
     ("org.apache.iceberg", "iceberg-spark-runtime-4.0_2.13", ICEBERG_VERSION),
     ("org.apache.iceberg", "iceberg-aws-bundle", ICEBERG_VERSION),
     ("org.xerial", "sqlite-jdbc", SQLITE_JDBC_VERSION),
+)
+
+KAFKA_TOOLS_ARTIFACTS = (("org.apache.kafka", "kafka-tools", KAFKA_VERSION),)
+HADOOP_VERSION = "3.4.1"  # pyspark 4.0.0 ships hadoop-client-api and hadoop-client-runtime 3.4.1
+AWS_SDK_BUNDLE_VERSION = "2.24.6"  # as declared by hadoop-aws 3.4.1
+S3A_ARTIFACTS = (
+    ("org.apache.hadoop", "hadoop-aws", HADOOP_VERSION),
+    ("software.amazon.awssdk", "bundle", AWS_SDK_BUNDLE_VERSION),
 )
 
 SPARK_CONNECTOR_ARTIFACTS = (
@@ -203,6 +218,20 @@ def fetch_iceberg(cache: Path | None = None) -> Path:
 
 def iceberg_jars(cache: Path | None = None) -> list[Path]:
     return sorted(fetch_iceberg(cache).glob("*.jar"))
+
+
+def kafka_tools_classpath(cache: Path | None = None) -> str:
+    """The classpath that runs Kafka's command-line tools: the broker's jars and ``kafka-tools``."""
+    tools = _fetch_jar_set((cache or cache_dir()) / "jars" / f"kafka-tools-{KAFKA_VERSION}", KAFKA_TOOLS_ARTIFACTS,
+                           KAFKA_VERSION, f"Apache Kafka {KAFKA_VERSION} tools jar")
+    return f"{fetch_kafka(cache)}/*:{tools}/*"
+
+
+def s3a_jars(cache: Path | None = None) -> list[Path]:
+    """Hadoop's S3A connector for pyspark's Hadoop (``hadoop-aws`` and the AWS SDK bundle), fetched if missing."""
+    target = (cache or cache_dir()) / "jars" / f"hadoop-aws-{HADOOP_VERSION}"
+    return sorted(_fetch_jar_set(target, S3A_ARTIFACTS, HADOOP_VERSION, f"Hadoop {HADOOP_VERSION} S3A jars")
+                  .glob("*.jar"))
 
 
 def promtool_binary(cache: Path | None = None) -> Path:

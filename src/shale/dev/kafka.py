@@ -72,7 +72,7 @@ ssl.key.password={password}
 ssl.client.auth=none"""
 
 
-def _java() -> str:
+def java_binary() -> str:
     home = os.environ.get("JAVA_HOME")
     if home and Path(home, "bin", "java").exists():
         return str(Path(home, "bin", "java"))
@@ -85,7 +85,7 @@ def _java() -> str:
 def make_tls(folder: Path, host: str = "127.0.0.1") -> tuple[Path, Path, str]:
     """A CA and a broker key pair signed by it, made with the JDK's keytool: (CA PEM, broker PKCS12 keystore,
     keystore password). Passwords reach keytool through the environment (``-storepass:env``), never argv."""
-    keytool = str(Path(_java()).parent / "keytool")
+    keytool = str(Path(java_binary()).parent / "keytool")
     folder.mkdir(parents=True, exist_ok=True)
     password = secrets.token_urlsafe(18)
     env = {**os.environ, "SHALE_KEYTOOL_PASS": password}
@@ -171,7 +171,7 @@ class KafkaBroker:
         config.write_text(_SERVER_PROPERTIES.format(listeners=self._listeners(), controller_port=self.controller_port,
                                                     log_dir=log_dir))
         config.chmod(0o600)  # it may hold the keystore password
-        java = _java()
+        java = java_binary()
         classpath = f"{jars}/*"
         if not (log_dir / "meta.properties").exists():
             # A fresh log directory must be formatted once with a cluster id (KRaft's replacement for ZooKeeper).

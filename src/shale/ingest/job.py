@@ -34,7 +34,14 @@ from shale.failpoints import failpoint
 from shale.ingest import metrics
 from shale.ingest.blocks import GROUPS, Chunk, GroupSpec, Written, write_chunk
 from shale.ingest.committer import Committer, IngestConflictError, batch_commit
-from shale.ingest.kafka import describe_topics, java_options, offset_bounds
+from shale.ingest.kafka import (
+    FETCH_BYTES,
+    admin,
+    describe_topics,
+    java_options,
+    offset_bounds,
+    value_bytes_per_offset,
+)
 from shale.ingest.plan import BatchPlan, Limits, plan_batch
 from shale.ingest.records import SPARK_COLUMNS, WRITTEN_SCHEMA
 from shale.ingest.task import make_task
@@ -42,6 +49,7 @@ from shale.metastore import DeadLetterQueue, Metastore, open_metastore
 from shale.objstore import open_bucket
 
 if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
@@ -69,6 +77,7 @@ class IngestJob:
         self.committer = Committer(self.metastore, DeadLetterQueue(self.bucket), group, ingest.generation)
         self.run_id = uuid.uuid4().hex[:8]
         self._spark = spark
+        self._admin: AdminClient | None = None
         self.batches = 0
         self.record_bytes: dict[TopicPartition, float] = {}
         self.starts: dict[TopicPartition, int] = {}
@@ -80,11 +89,20 @@ class IngestJob:
 
     # -- planning ---------------------------------------------------------------------------------------
 
+    @property
+    def kafka_admin(self) -> AdminClient:
+        """One admin client for the job's questions to Kafka (it keeps its connections between batches)."""
+        if self._admin is None:
+            self._admin = admin(self.config.kafka)
+        return self._admin
+
     def plan(self, targets: Mapping[TopicPartition, int] | None = None) -> BatchPlan:
-        """The next batch, from Kafka's state now and the offsets committed so far."""
+        """The next batch, from Kafka's state now and the offsets committed so far. Partitions never read before
+        are sized from a sample of their first records (``value_bytes_per_offset``)."""
         ingest, kafka = self.config.ingest, self.config.kafka
-        topics = describe_topics(kafka, ingest.topics, ingest.topic_pattern)
-        bounds = offset_bounds(kafka, [(t, p) for t, state in topics.items() for p in state.partitions])
+        topics = describe_topics(kafka, ingest.topics, ingest.topic_pattern, client=self.kafka_admin)
+        bounds = offset_bounds(kafka, [(t, p) for t, state in topics.items() for p in state.partitions],
+                               client=self.kafka_admin)
         incarnations = {t: state.incarnation for t, state in topics.items()}
         starts: dict[TopicPartition, int] = {}
         for tp, (earliest, end) in bounds.items():
@@ -94,8 +112,13 @@ class IngestJob:
             elif done is None and ingest.starting_offsets == "latest":
                 starts[tp] = self.starts.setdefault(tp, end)  # pinned: records after it are never skipped
         limits = Limits(ingest.max_records_per_batch, ingest.max_batch_bytes, self.record_bytes)
-        plan = plan_batch(incarnations, bounds, self.committer.committed, starts, limits, int(time.time() * 1000),
-                          targets)
+        now = int(time.time() * 1000)
+        plan = plan_batch(incarnations, bounds, self.committer.committed, starts, limits, now, targets)
+        unknown = {(r.topic, r.partition): (r.start, bounds[(r.topic, r.partition)][1]) for r in plan.ranges
+                   if (r.topic, r.partition) not in self.record_bytes}
+        if unknown:  # sampled once; a partition that gave no size (0.0) is probed by the plan, as before
+            self.record_bytes.update(value_bytes_per_offset(kafka, unknown))
+            plan = plan_batch(incarnations, bounds, self.committer.committed, starts, limits, now, targets)
         self._report(plan)
         return plan
 
@@ -154,7 +177,8 @@ class IngestJob:
                   .option("endingOffsets", json.dumps(ending))
                   .option("includeHeaders", "true")
                   .option("failOnDataLoss", "true")  # offsets deleted between planning and reading: retry the plan
-                  .option("kafka.isolation.level", "read_committed"))
+                  .option("kafka.isolation.level", "read_committed")
+                  .option("kafka.max.partition.fetch.bytes", str(FETCH_BYTES)))
         for key, value in java_options(self.config.kafka).items():
             reader = reader.option(f"kafka.{key}", value)
         task = make_task(self.spec, plan, self.config.ingest.max_task_bytes)
@@ -196,7 +220,7 @@ class IngestJob:
             if size:  # bytes per offset, smoothed: what the next plans size their ranges by
                 seen = size / offsets
                 old = self.record_bytes.get((r.topic, r.partition))
-                self.record_bytes[(r.topic, r.partition)] = seen if old is None else 0.5 * old + 0.5 * seen
+                self.record_bytes[(r.topic, r.partition)] = 0.5 * old + 0.5 * seen if old else seen
         for tp, lag in plan.lag.items():
             planned = plan.range_of(*tp)
             metrics.LAG.labels(self.group, tp[0], str(tp[1])).set(lag - (planned.end - planned.start if planned else 0))
@@ -218,11 +242,12 @@ class IngestJob:
     def _targets(self) -> dict[TopicPartition, int]:
         """With --available-now: every current partition's end offset now (what "now" means)."""
         ingest, kafka = self.config.ingest, self.config.kafka
-        topics = describe_topics(kafka, ingest.topics, ingest.topic_pattern)
+        topics = describe_topics(kafka, ingest.topics, ingest.topic_pattern, client=self.kafka_admin)
         missing = sorted(set(ingest.topics) - set(topics))
         if missing:
             raise ConfigError(f"topics {missing} do not exist in Kafka at {kafka.bootstrap_servers}")
-        bounds = offset_bounds(kafka, [(t, p) for t, state in topics.items() for p in state.partitions])
+        bounds = offset_bounds(kafka, [(t, p) for t, state in topics.items() for p in state.partitions],
+                               client=self.kafka_admin)
         return {tp: end for tp, (_, end) in bounds.items()}
 
     def run(self, available_now: bool = False, stop: threading.Event | None = None) -> None:
@@ -242,7 +267,7 @@ class IngestJob:
         targets = self._targets() if available_now else None
         if not available_now and self.config.ingest.topics:
             missing = sorted(set(self.config.ingest.topics) - set(describe_topics(
-                self.config.kafka, self.config.ingest.topics)))
+                self.config.kafka, self.config.ingest.topics, client=self.kafka_admin)))
             if missing:
                 log.warning("named topics do not exist (yet); ingesting the others",
                             extra={"group": self.group, "topics": missing})
@@ -293,6 +318,6 @@ class IngestJob:
                 stop.wait(delay)
                 continue
             failures = 0
-            if sum(plan.lag.values()) <= plan.offsets:  # caught up: wait for new records
+            if not available_now and sum(plan.lag.values()) <= plan.offsets:  # caught up: wait for new records
                 stop.wait(self.config.ingest.trigger_interval)
         log.info("ingest stopped", extra={"group": self.group, "batches": self.batches})
