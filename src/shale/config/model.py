@@ -217,7 +217,8 @@ class IngestConfig(_Section):
     tenant_header: str = Field(default="", description="take the tenant from this record header when present")
     parsers: list[ParserRule] = Field(default_factory=list, description="partition group: parser per topic")
     partition_by_hour: bool = Field(default=False, description="partition values dt and hour (default: dt)")
-    trigger_interval: Duration = Field(default=5.0, description="time policy: look for new records this often")
+    trigger_interval: Duration = Field(default=5.0, description="time policy: a caught-up group plans its next "
+                                       "batch this long after its last plan (at once if that batch took longer)")
     max_records_per_batch: int = Field(default=2_000_000, ge=1, description="size policy: at most this many "
                                                                              "records in one batch")
     max_batch_bytes: ByteSize = Field(default=1024 * 2**20, ge=2**20, description="size policy: about this many "
