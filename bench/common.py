@@ -1,5 +1,5 @@
-"""What every benchmark shares: the machine description, and writing results to bench/results/ and
-docs/BENCHMARKS.md."""
+"""What every benchmark shares: the machine description, CPU seconds per process, and writing results to
+bench/results/ and docs/BENCHMARKS.md."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -77,3 +78,33 @@ def _update_doc(name: str, result: dict[str, Any], notes: str) -> None:
     pattern = re.compile(rf"<!-- bench:{name} -->.*?<!-- /bench:{name} -->", re.S)
     text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip() + "\n\n" + section + "\n"
     DOC.write_text(text)
+
+
+@dataclass
+class CpuSnapshot:
+    at: float
+    processes: dict[int, tuple[int, int, str, float]]
+    """pid -> (parent pid, session id, command line start, CPU seconds so far)"""
+    busy: float
+    """CPU seconds the whole machine spent busy so far (user, nice, system, irq, softirq)."""
+    steal: float
+    """CPU seconds the hypervisor gave to other machines while this one wanted them."""
+
+
+def cpu_snapshot() -> CpuSnapshot:
+    """Every process's session, command line and CPU seconds, and the machine's, from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    processes = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:300]
+        except OSError:
+            continue  # exited meanwhile
+        processes[int(entry.name)] = (int(fields[1]), int(fields[3]), command,
+                                      (int(fields[11]) + int(fields[12])) / tick)
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (
+        int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9])
+    return CpuSnapshot(time.monotonic(), processes, (user + nice + system + irq + softirq) / tick, steal / tick)

@@ -80,7 +80,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from tests.integration.ingest_helpers import create_topic
 from tests.producing import CheckedProducer
 
-from bench.common import ROOT, progress, write_result
+from bench.common import ROOT, CpuSnapshot, cpu_snapshot, progress, write_result
 from bench.services import kafka_broker, minio_bucket
 from shale.block import BlockFetcher, BlockMeta, BlockState
 from shale.bucketindex import BucketIndexReader
@@ -349,36 +349,6 @@ def count_objects(bucket: BucketReader) -> dict[str, int]:
     return {"l0_objects": sum(len(v.objects) for v in level0), "l0_blocks": len(level0),
             "live_objects": sum(len(v.objects) for v in live), "live_blocks": len(live),
             "live_levels": max((v.meta.level for v in live if v.meta is not None), default=0)}
-
-
-@dataclass
-class CpuSnapshot:
-    at: float
-    processes: dict[int, tuple[int, int, str, float]]
-    """pid -> (parent pid, session id, command line start, CPU seconds so far)"""
-    busy: float
-    """CPU seconds the whole machine spent busy so far (user, nice, system, irq, softirq)."""
-    steal: float
-    """CPU seconds the hypervisor gave to other machines while this one wanted them."""
-
-
-def cpu_snapshot() -> CpuSnapshot:
-    """Every process's session, command line and CPU seconds, and the machine's, from /proc."""
-    tick = os.sysconf("SC_CLK_TCK")
-    processes = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:300]
-        except OSError:
-            continue  # exited meanwhile
-        processes[int(entry.name)] = (int(fields[1]), int(fields[3]), command,
-                                      (int(fields[11]) + int(fields[12])) / tick)
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (
-        int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9])
-    return CpuSnapshot(time.monotonic(), processes, (user + nice + system + irq + softirq) / tick, steal / tick)
 
 
 def cpu_use(before: CpuSnapshot, after: CpuSnapshot, services: dict[int, str]) -> dict[str, float]:

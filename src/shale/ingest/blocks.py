@@ -97,6 +97,8 @@ class Written(BaseModel):
     bytes: int = Field(description="bytes of record values")
     blocks: list[BlockMeta]
     peak_rss: int = Field(default=0, description="the task process's peak resident memory while it wrote")
+    seconds: dict[str, float] = Field(default_factory=dict, description="seconds spent on this chunk by phase "
+                                      "(shale.ingest.task.PHASES), since the chunk before it in its task")
 
 
 def _date(ms: int) -> dt.datetime:

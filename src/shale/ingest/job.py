@@ -99,6 +99,7 @@ class IngestJob:
     def plan(self, targets: Mapping[TopicPartition, int] | None = None) -> BatchPlan:
         """The next batch, from Kafka's state now and the offsets committed so far. Partitions never read before
         are sized from a sample of their first records (``value_bytes_per_offset``)."""
+        started = time.perf_counter()
         ingest, kafka = self.config.ingest, self.config.kafka
         topics = describe_topics(kafka, ingest.topics, ingest.topic_pattern, client=self.kafka_admin)
         bounds = offset_bounds(kafka, [(t, p) for t, state in topics.items() for p in state.partitions],
@@ -120,6 +121,7 @@ class IngestJob:
             self.record_bytes.update(value_bytes_per_offset(kafka, unknown))
             plan = plan_batch(incarnations, bounds, self.committer.committed, starts, limits, now, targets)
         self._report(plan)
+        metrics.BATCH_SECONDS.labels(self.group, "plan").inc(time.perf_counter() - started)
         return plan
 
     def _report(self, plan: BatchPlan) -> None:
@@ -205,6 +207,8 @@ class IngestJob:
             for tenant in sorted({b.tenant for b in command.blocks}):
                 self.deltas.write(tenant, added=[b for b in command.blocks if b.tenant == tenant])
         self.batches += 1
+        metrics.BATCH_SECONDS.labels(self.group, "spark").inc(wrote - started)
+        metrics.BATCH_SECONDS.labels(self.group, "commit").inc(time.perf_counter() - wrote)
         self._observe(plan, written, command.ranges, outcome)
         log.info("batch committed", extra={
             "group": self.group, "batch": command.batch, "outcome": outcome, "blocks": len(command.blocks),
@@ -231,6 +235,9 @@ class IngestJob:
         metrics.BYTES.labels(self.group).inc(sum(w.bytes for w in written))
         metrics.BLOCKS.labels(self.group).inc(sum(len(w.blocks) for w in written))
         metrics.SKIPPED.labels(self.group).inc(plan.offsets - records)
+        for w in written:
+            for phase, seconds in w.seconds.items():
+                metrics.TASK_SECONDS.labels(self.group, phase).inc(seconds)
         peak = max((w.peak_rss for w in written), default=0)
         self.peak_task_rss = max(self.peak_task_rss, peak)
         metrics.TASK_PEAK_RSS.labels(self.group).set(peak)

@@ -12,7 +12,10 @@ planned range.
 
 from __future__ import annotations
 
+import time
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -22,14 +25,21 @@ from shale.failpoints import failpoint
 from shale.ingest.blocks import Chunk, GroupSpec, Written, write_chunk
 from shale.ingest.plan import BatchPlan
 from shale.ingest.records import normalize
-from shale.objstore import Bucket, task_bucket
+from shale.objstore import Bucket, CallCounter, task_bucket
 from shale.resources import PeakMemory, release_free_memory
 
 
-class ChunkWriter:
-    """Not thread-safe; one per task."""
+class CountedBucket(Bucket, Protocol):
+    """A bucket that counts its requests and the time they took (what an upload costs a chunk)."""
 
-    def __init__(self, spec: GroupSpec, bucket: Bucket, plan: BatchPlan, chunk_bytes: int,
+    calls: CallCounter
+
+
+class ChunkWriter:
+    """Not thread-safe; one per task. Every chunk's ``Written`` carries the seconds spent on it by phase
+    (``PHASES``), since the chunk before: the time since then is the chunk's."""
+
+    def __init__(self, spec: GroupSpec, bucket: CountedBucket, plan: BatchPlan, chunk_bytes: int,
                  derived_from: list[str] | None = None, resize: Callable[[int], int] | None = None) -> None:
         self.spec = spec
         self.derived_from = derived_from
@@ -42,6 +52,7 @@ class ChunkWriter:
         self.buffer: list[pa.Table] = []
         self.buffered = 0
         self.pending: pa.Table | None = None
+        self.spent: defaultdict[str, float] = defaultdict(float)
 
     def _identify(self, table: pa.Table) -> None:
         topics, partitions = pc.unique(table.column("topic")), pc.unique(table.column("partition"))
@@ -69,7 +80,14 @@ class ChunkWriter:
         chunk = Chunk(self.chunk.topic, self.chunk.partition, self.chunk.incarnation, self.next_start, end,
                       self.chunk.read_time_ms)
         self.next_start = end
-        return write_chunk(self.spec, self.bucket, table, chunk, self.derived_from)
+        started, waited = time.perf_counter(), self.bucket.calls.seconds
+        written = write_chunk(self.spec, self.bucket, table, chunk, self.derived_from)
+        upload = self.bucket.calls.seconds - waited
+        self.spent["upload"] += upload
+        self.spent["encode"] += time.perf_counter() - started - upload
+        seconds = {k: round(v, 6) for k, v in self.spent.items()}
+        self.spent.clear()  # in place: the task's batch iterator adds its waits to this dict
+        return written.model_copy(update={"seconds": seconds})
 
     def _write_pending(self) -> list[Written]:
         if self.pending is None:
@@ -81,7 +99,10 @@ class ChunkWriter:
         """Records as Spark's Kafka source hands them over."""
         if batch.num_rows == 0:
             return []
-        return self.add_table(normalize(pa.Table.from_batches([batch])))
+        started = time.perf_counter()
+        table = normalize(pa.Table.from_batches([batch]))
+        self.spent["normalize"] += time.perf_counter() - started
+        return self.add_table(table)
 
     def add_table(self, table: pa.Table) -> list[Written]:
         """Records in the backup schema, in offset order after everything added before."""
@@ -124,6 +145,27 @@ def chunk_bytes(bound: int, resident: int, group: str) -> int:
     return max(2**20, min(bound // 8, (bound - resident) // copies))
 
 
+PHASES = {
+    "wait": "waiting for Spark's next Arrow batch (the JVM reading Kafka and converting to Arrow, the hand-off)",
+    "normalize": "Spark's columns to the backup schema",
+    "encode": "parsing, partitioning, Parquet encoding and checksums",
+    "upload": "object-store requests (put-if-absent, the existence check, meta.json)",
+}
+"""The phases of a task's time (``Written.seconds``, ``shale_ingest_task_seconds_total``)."""
+
+
+def _timed(batches: Iterable[pa.RecordBatch], spent: defaultdict[str, float]) -> Iterator[pa.RecordBatch]:
+    """The batches, with the time spent waiting for each added to ``spent["wait"]``."""
+    source = iter(batches)
+    while True:
+        started = time.perf_counter()
+        batch = next(source, None)
+        spent["wait"] += time.perf_counter() - started
+        if batch is None:
+            return
+        yield batch
+
+
 def make_task(spec: GroupSpec, plan: BatchPlan, bound: int) -> Callable[[Iterable[pa.RecordBatch]],
                                                                            Iterator[pa.RecordBatch]]:
     """The function Spark runs per task. It returns one row per chunk: a ``Written`` record as JSON. ``bound`` is
@@ -141,7 +183,7 @@ def make_task(spec: GroupSpec, plan: BatchPlan, bound: int) -> Callable[[Iterabl
 
             writer = ChunkWriter(spec, task_bucket(spec.bucket), plan, chunk_bytes(bound, memory.start, spec.group),
                                  resize=resize)
-            written = [w for batch in batches for w in writer.add(batch)]
+            written = [w for batch in _timed(batches, writer.spent) for w in writer.add(batch)]
             written += writer.finish()
         for w in written:
             row = w.model_copy(update={"peak_rss": memory.peak}).model_dump_json()

@@ -14,6 +14,9 @@ REQUESTS = PromCounter(
 )
 
 BYTES_READ = PromCounter("shale_objstore_read_bytes_total", "Bytes received from the object store.")
+SECONDS = PromCounter("shale_objstore_request_seconds_total",
+                      "Seconds spent waiting on object-store requests, by operation (retries and backoff included).",
+                      ["operation"])
 
 OPERATIONS = ("get", "get_range", "head", "list", "put", "delete")
 
@@ -26,6 +29,7 @@ class CallCounter:
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
         self._bytes_read = 0
+        self._seconds = 0.0
 
     def add(self, operation: str, outcome: str = "ok", n: int = 1) -> None:
         with self._lock:
@@ -36,6 +40,17 @@ class CallCounter:
         with self._lock:
             self._bytes_read += n
         BYTES_READ.inc(n)
+
+    def add_seconds(self, operation: str, seconds: float) -> None:
+        with self._lock:
+            self._seconds += seconds
+        SECONDS.labels(operation).inc(seconds)
+
+    @property
+    def seconds(self) -> float:
+        """Seconds spent waiting on requests (retries and backoff included), all operations."""
+        with self._lock:
+            return self._seconds
 
     @property
     def bytes_read(self) -> int:
@@ -55,3 +70,4 @@ class CallCounter:
         with self._lock:
             self._counts.clear()
             self._bytes_read = 0
+            self._seconds = 0.0

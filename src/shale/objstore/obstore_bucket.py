@@ -102,6 +102,13 @@ class ObstoreBucket:
 
     def _call(self, operation: str, key: str, fn: Callable[[], T], retried: list[bool] | None = None) -> T:
         """Run one request with the retry policy. ``retried`` (if given) records whether any attempt failed."""
+        started = time.perf_counter()
+        try:
+            return self._attempts(operation, key, fn, retried)
+        finally:
+            self.calls.add_seconds(operation, time.perf_counter() - started)
+
+    def _attempts(self, operation: str, key: str, fn: Callable[[], T], retried: list[bool] | None) -> T:
         last: Exception | None = None
         for attempt in range(self.retry.attempts):
             self.retry.backoff(attempt)

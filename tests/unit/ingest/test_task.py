@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 import uuid
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
@@ -17,7 +19,7 @@ from shale.errors import ShaleError
 from shale.ingest.blocks import Chunk, GroupSpec, Written, write_chunk
 from shale.ingest.committer import IngestConflictError, batch_commit
 from shale.ingest.plan import BatchPlan, PartitionRange
-from shale.ingest.task import ChunkWriter
+from shale.ingest.task import PHASES, ChunkWriter, make_task
 from shale.objstore import open_bucket
 
 READ_MS = BASE_MS + 86_400_000
@@ -166,3 +168,21 @@ def test_a_chunk_whose_every_record_is_rejected(bucket_config: BucketConfig) -> 
     result = write_chunk(spec, open_bucket(bucket_config), backup_table("app", 0, 0, 3),
                          Chunk("app", 0, INC, 0, 3, READ_MS))
     assert (result.records, result.quarantined) == (3, 3)
+
+
+def test_a_task_reports_where_its_time_went_per_chunk(bucket_config: BucketConfig) -> None:
+    spec = GroupSpec("backup", 1, bucket_config, IngestConfig())
+    batches = [spark_batch(backup_table("app", 0, first, 50)) for first in range(0, 1_000, 50)]
+
+    def slow_source() -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            time.sleep(0.01)  # Spark's JVM taking its time to hand over the next batch
+            yield batch
+
+    rows = list(make_task(spec, _plan(0, 1_000), bound=512 * 2**20)(slow_source()))
+    written = [Written.model_validate_json(row.column("written")[0].as_py()) for row in rows]
+    assert written
+    assert all(set(w.seconds) <= set(PHASES) for w in written)
+    total = {phase: sum(w.seconds.get(phase, 0.0) for w in written) for phase in PHASES}
+    assert total["wait"] >= 0.2  # twenty batches, each 10 ms late, and no wait lost between chunks
+    assert all(total[phase] > 0 for phase in ("normalize", "encode", "upload"))

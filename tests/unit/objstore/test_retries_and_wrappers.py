@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 
@@ -37,6 +38,21 @@ def test_transient_errors_are_retried_with_bounded_jittered_backoff() -> None:
     assert len(b.sleeps) == 2  # type: ignore[attr-defined]
     assert all(0 <= s <= 5.0 for s in b.sleeps)  # type: ignore[attr-defined]
     assert b.calls.snapshot()["get"] == 3
+
+
+def test_the_time_requests_take_is_counted_failures_included() -> None:
+    b = _bucket()
+
+    def slow() -> None:
+        time.sleep(0.02)
+        raise FileNotFoundError("k")
+
+    with pytest.raises(NotFoundError):
+        b._call("head", "k", slow)
+    b._call("get", "k", lambda: time.sleep(0.02))
+    assert b.calls.seconds >= 0.04
+    b.calls.reset()
+    assert b.calls.seconds == 0
 
 
 def test_exhausted_retries_raise_store_unavailable_naming_the_call() -> None:
