@@ -136,9 +136,11 @@ def _cpu_seconds(before: CpuSnapshot, after: CpuSnapshot) -> dict[str, float]:
     me, use = os.getpid(), {"cpu.driver": 0.0, "cpu.jvm": 0.0, "cpu.python_workers": 0.0, "cpu.kafka": 0.0,
                             "cpu.minio": 0.0}
     for pid, (_, _, command, cpu) in after.processes.items():
-        name = ("cpu.driver" if pid == me else "cpu.jvm" if "SparkSubmit" in command
+        # Command lines are cut at 300 characters: Spark's JVM is the Java process that is not Kafka's.
+        name = ("cpu.driver" if pid == me else "cpu.kafka" if "kafka.Kafka" in command
+                else "cpu.jvm" if "java" in command.split(" ", 1)[0]
                 else "cpu.python_workers" if "daemon" in command and "python" in command
-                else "cpu.kafka" if "kafka.Kafka" in command else "cpu.minio" if "minio" in command else None)
+                else "cpu.minio" if "minio" in command else None)
         if name:
             use[name] += cpu - before.processes.get(pid, (0, 0, "", 0.0))[3]
     use["cpu.other"] = max(0.0, after.busy - before.busy - sum(use.values()))

@@ -39,12 +39,20 @@ from shale.process import ManagedProcess, free_port
 log = logging.getLogger(__name__)
 
 
+BACKGROUND_NICE = 10
+"""How much lower the CPU priority of the backup group and the compaction workers is in ``shale run``: when the
+machine is busy, the partition group (what queries read) gets the cores first, so its batches and the latency
+from produce to query stay short; the background services get every core the partition group leaves idle, and
+their work is the same, only later (the backup group's records wait in Kafka, within its retention)."""
+
+
 @dataclass
 class Service:
     name: str
     args: list[str]
     metrics: str
     token: auth.TokenEntry | None = None  # the role this service's token carries (none for the metastore)
+    background: bool = False  # runs at a lower CPU priority (BACKGROUND_NICE)
     process: ManagedProcess | None = None
     restarts: int = 0
 
@@ -80,20 +88,23 @@ class Deployment:
         for group in run.ingest_groups if "ingest" in run.services else []:
             port = next(ports)
             self.services.append(self._child(f"ingest-{group}", "ingest", [group], [
-                *remote, "--set", f"ingest.metrics_port={port}", "ingest", "--group", group], port))
+                *remote, "--set", f"ingest.metrics_port={port}", "ingest", "--group", group], port,
+                background=group == "backup"))
         for i in range(run.compaction_workers if "compaction" in run.services else 0):
             port = next(ports)
             self.services.append(self._child(f"compact-{i}", "compactor", [], [
-                *remote, "--set", f"compaction.metrics_port={port}", "compact"], port))
+                *remote, "--set", f"compaction.metrics_port={port}", "compact"], port, background=True))
 
-    def _child(self, name: str, role: str, groups: list[str], args: list[str], port: int) -> Service:
+    def _child(self, name: str, role: str, groups: list[str], args: list[str], port: int,
+               background: bool = False) -> Service:
         metrics = f"http://127.0.0.1:{port}/metrics"
         if not self.local_metastore:  # the remote metastore's tokens: the configured token (metastore.token_file)
-            return Service(name, args, metrics)
+            return Service(name, args, metrics, background=background)
         token_file = self.run_dir / f"{name}.token"
         entry = auth.TokenEntry(name=f"run-{name}", role=role, groups=groups,  # type: ignore[arg-type]
                                 sha256="0" * 64)
-        return Service(name, ["--set", f"metastore.token_file={token_file}", *args], metrics, entry)
+        return Service(name, ["--set", f"metastore.token_file={token_file}", *args], metrics, entry,
+                       background=background)
 
     def issue_tokens(self) -> None:
         """A fresh token per child (0600 files), and the metastore's tokens file: the children's digests plus the
@@ -128,7 +139,8 @@ class Deployment:
         return {**env, **self.secret_env}
 
     def _start(self, service: Service) -> None:
-        command = [sys.executable, "-m", "shale.cli", *self.base_args, *service.args]
+        nice = ["nice", "-n", str(BACKGROUND_NICE)] if service.background else []
+        command = [*nice, sys.executable, "-m", "shale.cli", *self.base_args, *service.args]
         service.process = ManagedProcess(service.name, command, self.log_dir / f"{service.name}.log",
                                          env=self._environment())
         service.process.start()

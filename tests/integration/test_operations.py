@@ -24,6 +24,7 @@ from tests.waiting import eventually
 
 from shale.config import BucketConfig
 from shale.dev import connector_conf
+from shale.launcher import BACKGROUND_NICE
 from shale.metastore import MetastoreClient, auth
 from shale.process import ManagedProcess, free_port, pid_alive
 
@@ -129,6 +130,10 @@ def test_a_whole_deployment_is_observable_and_stops_cleanly(kafka, minio_bucket,
               "the deployment to start")
         manifest = json.loads(manifest_file.read_text())
         services = manifest["services"]
+        # The backup group and the compactor yield the CPU to the partition group (what queries read).
+        nice = {name: os.getpriority(os.PRIO_PROCESS, s["pid"]) for name, s in services.items()}
+        assert nice["ingest-backup"] == nice["compact-0"] == nice["ingest-partition"] + BACKGROUND_NICE
+        assert nice["metastore"] == nice["ingest-partition"]
         admin_token = (tmp_path / "metastore" / "admin.token").read_text().strip()
         client = MetastoreClient([f"http://127.0.0.1:{port}"], deadline=30, token=admin_token)
         assert httpx.get(f"http://127.0.0.1:{port}/v1/status", timeout=10).status_code == 401

@@ -101,6 +101,9 @@ class Written(BaseModel):
                                       "(shale.ingest.task.PHASES), since the chunk before it in its task")
 
 
+HOUR_MS = 3_600_000
+
+
 def _date(ms: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
 
@@ -170,12 +173,17 @@ def _parse(spec: GroupSpec, table: pa.Table, topic: str,
         for name, values_of in columns.items():
             values_of.append(fields.get(name))
     base = table if len(good) == table.num_rows else _take(table, good)  # usually every record parses: no copy
-    days = [_date(t) for t in times]
+    hours: dict[int, tuple[str, int | None]] = {}  # UTC hour since the epoch -> (dt, hour): one strftime per hour
+    for t in times:
+        if t // HOUR_MS not in hours:
+            day = _date(t // HOUR_MS * HOUR_MS)
+            hours[t // HOUR_MS] = (day.strftime("%Y-%m-%d"), day.hour if spec.ingest.partition_by_hour else None)
+    partitions = [hours[t // HOUR_MS] for t in times]
     out = pa.table({
         **{f.name: base.column(f.name) for f in KAFKA_FIELDS},
         "event_time": pa.array(times, pa.int64()).cast(TIMESTAMP_MS).cast(TIMESTAMP),
-        "dt": pa.array([d.strftime("%Y-%m-%d") for d in days], pa.string()),
-        "hour": pa.array([d.hour if spec.ingest.partition_by_hour else None for d in days], pa.int8()),
+        "dt": pa.array([p[0] for p in partitions], pa.string()),
+        "hour": pa.array([p[1] for p in partitions], pa.int8()),
         **{name: pa.array(vals, parser.columns()[name]) for name, vals in columns.items()},
     })
     return out.cast(pa.schema([*PARTITION_BASE_FIELDS, *(pa.field(n, t) for n, t in parser.columns().items())])), \

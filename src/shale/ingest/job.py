@@ -76,6 +76,11 @@ class IngestJob:
         self.bucket = open_bucket(config.bucket)
         self.committer = Committer(self.metastore, DeadLetterQueue(self.bucket), group, ingest.generation)
         self.run_id = uuid.uuid4().hex[:8]
+        # One consumer group for every batch's read (``kafka.group.id``; ``kafka.spark_options`` may name another).
+        # Spark's executors pool their Kafka consumers by group and partition; its default, a new group per query,
+        # made every task of every batch open a new consumer (connection, authentication, metadata, a cold
+        # fetch). Shale assigns partitions and commits nothing to Kafka, so the group never rebalances anything.
+        self.consumer_group = f"shale-ingest-{group}-{ingest.generation}"
         self._spark = spark
         self._admin: AdminClient | None = None
         self.batches = 0
@@ -180,7 +185,8 @@ class IngestJob:
                   .option("includeHeaders", "true")
                   .option("failOnDataLoss", "true")  # offsets deleted between planning and reading: retry the plan
                   .option("kafka.isolation.level", "read_committed")
-                  .option("kafka.max.partition.fetch.bytes", str(FETCH_BYTES)))
+                  .option("kafka.max.partition.fetch.bytes", str(FETCH_BYTES))
+                  .option("kafka.group.id", self.consumer_group))
         for key, value in java_options(self.config.kafka).items():
             reader = reader.option(f"kafka.{key}", value)
         task = make_task(self.spec, plan, self.config.ingest.max_task_bytes)

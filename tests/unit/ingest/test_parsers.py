@@ -114,3 +114,21 @@ def test_unknown_parser_and_missing_options() -> None:
         load_parser("xml")
     with pytest.raises(ConfigError, match="time_field is required"):
         load_parser("json", {})
+
+
+@pytest.mark.parametrize("value", [
+    b'{"ts": 5, "level": 123456789012345678901234567890, "x": {"n": 98765432109876543210987}}',  # beyond 64 bits
+    b'\xef\xbb\xbf{"ts": 5, "level": "bom", "x": 1}',  # a byte-order mark
+    '{"ts": 5, "level": "utf-16", "x": 1.5}'.encode("utf-16"),
+    b'{"ts": 5, "level": NaN, "x": [1, 2.0, "\\ud800"]}',  # NaN and a lone surrogate
+    b'{"ts": 5, "level": "a", "level": "last", "x": null}',  # a repeated key: the last one counts
+    b'{"ts": 5.9, "level": "fast path", "x": "\\u00e9"}',
+])
+def test_json_reads_every_record_as_the_standard_library_does(value: bytes) -> None:
+    parser = load_parser("json", {"time_field": "ts", "time_format": "epoch_s", "label_fields": ["level"],
+                                  "fields": ["x"]})
+    document = json.loads(value)
+    expected = {name: None if document.get(name) is None else
+                document[name] if isinstance(document[name], str) else json.dumps(document[name])
+                for name in ("level", "x")}
+    assert parser.parse(value, 0) == (int(float(document["ts"]) * 1000), expected)

@@ -14,6 +14,9 @@ class MsgpackParser(JsonTimestampParser):
     name = "msgpack"
 
     def decode(self, value: bytes) -> Any:
+        return self.decode_exact(value)
+
+    def decode_exact(self, value: bytes) -> Any:
         try:
             return msgpack.unpackb(value, raw=False, timestamp=0)
         except (ValueError, msgpack.UnpackException) as exc:
