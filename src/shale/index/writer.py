@@ -146,9 +146,9 @@ class IndexWriter:
         return packed
 
     def _insert(self, metas: list[BlockMeta], added_at: int, present: set[str]) -> list[str]:
-        # One pass per block over its datasets, for the blocks row, the compaction queue and the change feed: this
-        # loop is most of the cost of an AddBlocks that SQLite does not account for.
-        rows, queued = [], []
+        # One pass per block over its datasets, for the blocks row (which also puts the block in the compaction
+        # queue) and the change feed: this loop is most of the cost of an AddBlocks that SQLite does not account for.
+        rows = []
         bounds: dict[int, list[int]] = {}
         record, intern, packb = self.changes.record, self.intern, msgpack.packb
         for meta in metas:
@@ -173,17 +173,15 @@ class IndexWriter:
                 raw_bytes += ds.bytes
             rows.append((meta.id, pid, tenant, meta.shard, meta.level, intern(meta.group), meta.generation,
                          min_time, max_time, sum(f.size for f in meta.files), n_rows, added_at, packb(labels),
-                         encode_meta(meta)))
-            queued.append((meta.id, meta.tenant, meta.shard, meta.level, meta.group, meta.generation, raw_bytes,
-                           added_at))
+                         encode_meta(meta), raw_bytes))
             record("add", meta.tenant, meta.id)
         self.conn.executemany(
             "INSERT INTO blocks (id, partition_id, tenant, shard, level, grp, generation, min_time, max_time, size, "
-            "rows, added_at, labels, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            "rows, added_at, labels, meta, raw_bytes, queued) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
+            rows)
         self.conn.executemany(
             "UPDATE partitions SET blocks = blocks + ?, min_time = min(min_time, ?), max_time = max(max_time, ?) "
             "WHERE id = ?", [(n, low, high, pid) for pid, (n, low, high) in sorted(bounds.items())])
-        self.compaction.enqueue_rows(queued)
         return [r[0] for r in rows]
 
     def remove_block(self, block_id: str) -> BlockMeta | None:
@@ -192,8 +190,7 @@ class IndexWriter:
             return None
         self.conn.execute("DELETE FROM blocks WHERE id = ?", (block_id,))
         meta = decode_meta(row[1])
-        self.changes.record("remove", meta.tenant, block_id)
-        self.compaction.dequeue([block_id])
+        self.changes.record("remove", meta.tenant, block_id)  # and it leaves the compaction queue with its row
         self.conn.execute("UPDATE partitions SET blocks = blocks - 1 WHERE id = ?", (row[0],))
         if self.conn.execute("DELETE FROM partitions WHERE id = ? AND blocks <= 0", (row[0],)).rowcount:
             self._partitions = {k: v for k, v in self._partitions.items() if v != row[0]}
