@@ -4,7 +4,9 @@ schema) beside the only code that reads and writes them.
 
 Blocks join the queue when they are added to the index and leave it when a job takes them or when they leave
 the index; a job dropped before it completed (its sources changed) gives its surviving sources back to the queue.
-Everything here runs inside the metastore's apply transaction (writes) or on a read connection.
+The queue is a flag on the index's ``blocks`` rows (``queued``, with a partial index in arrival order: added time,
+then id), so adding a block writes one row, not two. Everything here runs inside the metastore's apply transaction
+(writes) or on a read connection.
 """
 
 from __future__ import annotations
@@ -13,21 +15,9 @@ import json
 import sqlite3
 from typing import Any
 
-from shale.block import BlockMeta
 from shale.compaction.model import Job, JobStatus, QueuedBlock, QueueKey
 
 COMPACTION_DDL = """
-CREATE TABLE IF NOT EXISTS compaction_queue (
-    block_id TEXT PRIMARY KEY,
-    tenant TEXT NOT NULL,
-    shard INTEGER NOT NULL,
-    level INTEGER NOT NULL,
-    grp TEXT NOT NULL,
-    generation INTEGER NOT NULL,
-    raw_bytes INTEGER NOT NULL,
-    added_at INTEGER NOT NULL
-) WITHOUT ROWID;
-
 CREATE TABLE IF NOT EXISTS compaction_jobs (
     name TEXT PRIMARY KEY,
     tenant TEXT NOT NULL,
@@ -71,30 +61,25 @@ class CompactionState:
 
     # -- queue ---------------------------------------------------------------------------------------
 
-    def enqueue(self, metas: list[BlockMeta], added_at: int) -> None:
-        self.enqueue_rows([(m.id, m.tenant, m.shard, m.level, m.group, m.generation,
-                            sum(d.bytes for d in m.datasets), added_at) for m in metas])
-
-    def enqueue_rows(self, rows: list[tuple[str, str, int, int, str, int, int, int]]) -> None:
-        """Rows of (block id, tenant, shard, level, group, generation, uncompressed bytes, added at)."""
-        self.conn.executemany(
-            "INSERT OR IGNORE INTO compaction_queue (block_id, tenant, shard, level, grp, generation, raw_bytes, "
-            "added_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    def requeue(self, block_ids: list[str]) -> None:
+        """Put blocks back in the queue (those still in the index)."""
+        self.conn.executemany("UPDATE blocks SET queued = 1 WHERE id = ?", [(b,) for b in block_ids])
 
     def dequeue(self, block_ids: list[str]) -> None:
-        self.conn.executemany("DELETE FROM compaction_queue WHERE block_id = ?", [(b,) for b in block_ids])
+        self.conn.executemany("UPDATE blocks SET queued = 0 WHERE id = ?", [(b,) for b in block_ids])
 
     def queued(self) -> list[QueuedBlock]:
         return [QueuedBlock(r[0], QueueKey(r[1], r[2], r[3], r[4], r[5]), r[6], r[7]) for r in self.conn.execute(
-            "SELECT block_id, tenant, shard, level, grp, generation, raw_bytes, added_at FROM compaction_queue "
-            "ORDER BY added_at, block_id")]
+            "SELECT b.id, t.value, b.shard, b.level, g.value, b.generation, b.raw_bytes, b.added_at "
+            "FROM blocks b INDEXED BY blocks_queued JOIN strings t ON t.id = b.tenant JOIN strings g ON g.id = b.grp "
+            "WHERE b.queued = 1 ORDER BY b.added_at, b.id")]
 
     def queued_ids(self, block_ids: list[str]) -> set[str]:
         found: set[str] = set()
         for i in range(0, len(block_ids), 500):
             chunk = block_ids[i:i + 500]
             found.update(r[0] for r in self.conn.execute(
-                f"SELECT block_id FROM compaction_queue WHERE block_id IN ({','.join('?' * len(chunk))})", chunk))
+                f"SELECT id FROM blocks WHERE queued = 1 AND id IN ({','.join('?' * len(chunk))})", chunk))
         return found
 
     # -- jobs ----------------------------------------------------------------------------------------

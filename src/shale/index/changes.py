@@ -6,6 +6,11 @@ Rows are written by ``IndexWriter`` in the same transaction as the change and wi
 while the handler runs, written by ``set_applied``), so every command that adds or removes a block is covered
 without the handlers knowing. A rolled-back command leaves no row. The consumer trims the feed through the
 ``TrimBlockChanges`` command once it has published it; ``published_through`` is the trim point.
+
+One row holds a run of blocks added (or removed) for the same tenant in one entry (an ``AddBlocks`` of 500 blocks of
+one tenant is one row): ``subject`` is their ids joined by ``,`` in the order they were changed (a block id is a
+ULID, without a comma). A generation change is one row per topic, whatever its name holds. Rows written before
+schema version 3 hold one block each, which reads the same.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ CREATE TABLE IF NOT EXISTS block_changes (
 
 ChangeKind = Literal["add", "remove", "generations"]
 PUBLISHED_KEY = "changes_published"
+SEPARATOR = ","
 
 
 @dataclass(frozen=True)
@@ -44,36 +50,46 @@ class BlockChange:
 
 
 class PendingChanges:
-    """Changes made by the command being applied, written with its index by ``flush``. Not thread-safe."""
+    """Changes made by the command being applied, written with its index by ``flush``, as runs of the same change
+    and tenant. Not thread-safe."""
 
     def __init__(self) -> None:
-        self._items: list[tuple[str, str, str]] = []
+        self._runs: list[tuple[str, str, list[str]]] = []
 
     def record(self, change: ChangeKind, tenant: str, subject: str) -> None:
-        self._items.append((change, tenant, subject))
+        runs = self._runs
+        if runs and runs[-1][0] == change and runs[-1][1] == tenant and change != "generations":
+            runs[-1][2].append(subject)
+        else:
+            runs.append((change, tenant, [subject]))
 
     def clear(self) -> None:
-        self._items.clear()
+        self._runs.clear()
 
-    def mark(self) -> int:
-        return len(self._items)
+    def mark(self) -> tuple[int, int]:
+        return len(self._runs), len(self._runs[-1][2]) if self._runs else 0
 
-    def forget_since(self, mark: int) -> None:
+    def forget_since(self, mark: tuple[int, int]) -> None:
         """Drop the changes recorded after ``mark`` (their savepoint was rolled back)."""
-        del self._items[mark:]
+        runs, last = mark
+        del self._runs[runs:]
+        if runs:
+            del self._runs[-1][2][last:]
 
     def flush(self, conn: sqlite3.Connection, index: int) -> None:
-        if self._items:
+        if self._runs:
             conn.executemany("INSERT OR REPLACE INTO block_changes (idx, seq, change, tenant, subject) "
-                             "VALUES (?, ?, ?, ?, ?)", [(index, i, *item) for i, item in enumerate(self._items)])
-            self._items.clear()
+                             "VALUES (?, ?, ?, ?, ?)",
+                             [(index, i, change, tenant, SEPARATOR.join(subjects))
+                              for i, (change, tenant, subjects) in enumerate(self._runs)])
+            self._runs.clear()
 
 
 def read_changes(conn: sqlite3.Connection, after: int, through: int) -> list[BlockChange]:
-    """Changes of entries ``after < index <= through``, in log order."""
-    return [BlockChange(int(r[0]), r[1], r[2], r[3]) for r in conn.execute(
+    """Changes of entries ``after < index <= through``, in log order (one per block or topic)."""
+    return [BlockChange(int(idx), change, tenant, subject) for idx, change, tenant, subjects in conn.execute(
         "SELECT idx, change, tenant, subject FROM block_changes WHERE idx > ? AND idx <= ? ORDER BY idx, seq",
-        (after, through))]
+        (after, through)) for subject in (subjects.split(SEPARATOR) if change != "generations" else (subjects,))]
 
 
 def published_through(conn: sqlite3.Connection) -> int:
@@ -82,7 +98,8 @@ def published_through(conn: sqlite3.Connection) -> int:
 
 
 def trim(conn: sqlite3.Connection, through: int) -> int:
-    """Forget changes up to ``through`` and remember it as published (never moves back). Returns rows removed."""
+    """Forget changes up to ``through`` and remember it as published (never moves back). Returns rows removed (one
+    row per run of changes, see the module's docstring)."""
     removed = conn.execute("DELETE FROM block_changes WHERE idx <= ?", (through,)).rowcount
     conn.execute("INSERT INTO state (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET "
                  "value = max(value, excluded.value)", (PUBLISHED_KEY, through))

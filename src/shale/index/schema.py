@@ -14,7 +14,7 @@ import sqlite3
 from shale.compaction.state import COMPACTION_DDL
 from shale.index.changes import DDL as CHANGES_DDL
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 PARTITION_WINDOW_MS = 6 * 3600 * 1000
 
 DDL = """
@@ -47,7 +47,9 @@ CREATE TABLE IF NOT EXISTS blocks (
     rows INTEGER NOT NULL,
     added_at INTEGER NOT NULL,
     labels BLOB NOT NULL,
-    meta BLOB NOT NULL
+    meta BLOB NOT NULL,
+    raw_bytes INTEGER NOT NULL DEFAULT 0,
+    queued INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS blocks_by_partition_time ON blocks (partition_id, min_time);
 
@@ -147,6 +149,30 @@ DROP TABLE commits_v1;
 """
 
 
+# The compaction queue (``shale.compaction.state``): the blocks whose ``queued`` is 1, in arrival order. Created after
+# the migrations, which run on tables without the column.
+QUEUE_INDEX = "CREATE INDEX IF NOT EXISTS blocks_queued ON blocks (added_at, id) WHERE queued = 1;"
+
+
+def _migrate_2_to_3(conn: sqlite3.Connection) -> None:
+    """Version 2 -> 3: the compaction queue becomes a flag on the blocks (one row less per block added), and blocks
+    keep their uncompressed bytes (the sum over their datasets, read from the metadata JSON). Deterministic, so
+    every replica migrates its own copy the same way; a state rebuilt by replaying the log reaches the same rows."""
+    columns = {r[1] for r in conn.execute("PRAGMA table_info(blocks)")}
+    has_queue = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'compaction_queue'").fetchone() is not None
+    conn.execute("BEGIN IMMEDIATE")
+    if columns and "queued" not in columns:
+        conn.execute("ALTER TABLE blocks ADD COLUMN raw_bytes INTEGER NOT NULL DEFAULT 0")
+        conn.execute("ALTER TABLE blocks ADD COLUMN queued INTEGER NOT NULL DEFAULT 0")
+        conn.execute("UPDATE blocks SET raw_bytes = (SELECT coalesce(sum(json_extract(d.value, '$.bytes')), 0) "
+                     "FROM json_each(CAST(meta AS TEXT), '$.datasets') d)")
+    if has_queue:
+        conn.execute("UPDATE blocks SET queued = 1 WHERE id IN (SELECT block_id FROM compaction_queue)")
+        conn.execute("DROP TABLE compaction_queue")
+    conn.execute("UPDATE state SET value = 3 WHERE key = 'schema_version'")
+    conn.execute("COMMIT")
+
+
 def connect(path: str, *, readonly: bool = False) -> sqlite3.Connection:
     """A connection with the settings every user of the index needs (WAL, foreign keys off, no autocommit)."""
     if readonly:
@@ -172,7 +198,9 @@ def create(conn: sqlite3.Connection) -> None:
     if row is not None and int(row[0]) == 1:
         conn.executescript("BEGIN IMMEDIATE;" + _MIGRATE_1_TO_2 + DDL + _COPY_COMMITS_V1
                            + "UPDATE state SET value = 2 WHERE key = 'schema_version'; COMMIT;")
-    conn.executescript(DDL + CHANGES_DDL)
+    if row is not None and int(row[0]) in (1, 2):
+        _migrate_2_to_3(conn)
+    conn.executescript(DDL + CHANGES_DDL + QUEUE_INDEX)
     conn.execute("INSERT OR IGNORE INTO state (key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
     conn.execute("INSERT OR IGNORE INTO state (key, value) VALUES ('applied_index', 0)")
     conn.execute("INSERT OR IGNORE INTO state (key, value) VALUES ('applied_term', 0)")

@@ -136,7 +136,7 @@ class IndexWriter:
         """A dataset's label sets as flat [name, value, name, value, ...] lists of string ids (seed 004), so a query
         matches labels without decoding the metadata. Blocks of one topic repeat the same label sets: packed once
         per writer (the ids of a rolled-back transaction are forgotten with the string cache)."""
-        key = tuple(tuple(ls.items()) for ls in labels)
+        key = tuple([tuple(ls.items()) for ls in labels])
         packed = self._packed.get(key)
         if packed is None:
             if len(self._packed) >= PACKED_CACHE:
@@ -146,44 +146,50 @@ class IndexWriter:
         return packed
 
     def _insert(self, metas: list[BlockMeta], added_at: int, present: set[str]) -> list[str]:
-        # One pass per block over its datasets, for the blocks row, the compaction queue and the change feed: this
-        # loop is most of the cost of an AddBlocks that SQLite does not account for.
-        rows, queued = [], []
+        # One pass per block over its datasets, for the blocks row (which also puts the block in the compaction
+        # queue) and the change feed: this loop is most of the cost of an AddBlocks that SQLite does not account for,
+        # so the caches are read inline (a string or partition id is never 0) and their methods called on a miss.
+        rows = []
         bounds: dict[int, list[int]] = {}
-        record, intern, packb = self.changes.record, self.intern, msgpack.packb
+        record, intern, packb, label_sets = self.changes.record, self.intern, msgpack.packb, self._label_sets
+        sids, partitions = self._sids, self._partitions
         for meta in metas:
-            if meta.id in present:
+            block_id = meta.id
+            if block_id in present:
                 continue
-            present.add(meta.id)
-            tenant = intern(meta.tenant)
+            present.add(block_id)
+            tenant_name, shard = meta.tenant, meta.shard
+            tenant = sids.get(tenant_name) or intern(tenant_name)
             time_ms, min_time, max_time = meta.time_ms, meta.min_time, meta.max_time
-            pid = self._partition(tenant, meta.shard, time_ms - time_ms % PARTITION_WINDOW_MS, min_time, max_time)
+            window = time_ms - time_ms % PARTITION_WINDOW_MS
+            pid = partitions.get((tenant, shard, window)) or self._partition(tenant, shard, window, min_time, max_time)
             b = bounds.get(pid)
             if b is None:
                 bounds[pid] = [1, min_time, max_time]
             else:
                 b[0] += 1
-                b[1], b[2] = min(b[1], min_time), max(b[2], max_time)
+                b[1] = min(b[1], min_time)
+                b[2] = max(b[2], max_time)
             # Per dataset: topic, kind, time range and label sets (packed as string ids).
             labels, n_rows, raw_bytes = [], 0, 0
             for ds in meta.datasets:
-                labels.append([intern(ds.topic), intern(ds.kind), ds.min_time, ds.max_time,
-                               self._label_sets(ds.labels)])
+                topic, kind = ds.topic, ds.kind
+                labels.append([sids.get(topic) or intern(topic), sids.get(kind) or intern(kind), ds.min_time,
+                               ds.max_time, label_sets(ds.labels)])
                 n_rows += ds.rows
                 raw_bytes += ds.bytes
-            rows.append((meta.id, pid, tenant, meta.shard, meta.level, intern(meta.group), meta.generation,
-                         min_time, max_time, sum(f.size for f in meta.files), n_rows, added_at, packb(labels),
-                         encode_meta(meta)))
-            queued.append((meta.id, meta.tenant, meta.shard, meta.level, meta.group, meta.generation, raw_bytes,
-                           added_at))
-            record("add", meta.tenant, meta.id)
+            group = meta.group
+            rows.append((block_id, pid, tenant, shard, meta.level, sids.get(group) or intern(group), meta.generation,
+                         min_time, max_time, sum([f.size for f in meta.files]), n_rows, added_at, packb(labels),
+                         encode_meta(meta), raw_bytes))
+            record("add", tenant_name, block_id)
         self.conn.executemany(
             "INSERT INTO blocks (id, partition_id, tenant, shard, level, grp, generation, min_time, max_time, size, "
-            "rows, added_at, labels, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            "rows, added_at, labels, meta, raw_bytes, queued) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
+            rows)
         self.conn.executemany(
             "UPDATE partitions SET blocks = blocks + ?, min_time = min(min_time, ?), max_time = max(max_time, ?) "
             "WHERE id = ?", [(n, low, high, pid) for pid, (n, low, high) in sorted(bounds.items())])
-        self.compaction.enqueue_rows(queued)
         return [r[0] for r in rows]
 
     def remove_block(self, block_id: str) -> BlockMeta | None:
@@ -192,8 +198,7 @@ class IndexWriter:
             return None
         self.conn.execute("DELETE FROM blocks WHERE id = ?", (block_id,))
         meta = decode_meta(row[1])
-        self.changes.record("remove", meta.tenant, block_id)
-        self.compaction.dequeue([block_id])
+        self.changes.record("remove", meta.tenant, block_id)  # and it leaves the compaction queue with its row
         self.conn.execute("UPDATE partitions SET blocks = blocks - 1 WHERE id = ?", (row[0],))
         if self.conn.execute("DELETE FROM partitions WHERE id = ? AND blocks <= 0", (row[0],)).rowcount:
             self._partitions = {k: v for k, v in self._partitions.items() if v != row[0]}

@@ -76,11 +76,7 @@ def _drop_job(w: IndexWriter, job: Job) -> None:
     """Remove a job that can no longer complete; its sources still in the index go back to the queue (with
     the time they entered the index, so they are planned again at once)."""
     w.compaction.delete_job(job.name)
-    for source in job.sources:
-        meta = w.get_block(source)
-        added = w.added_at(source)
-        if meta is not None and added is not None:
-            w.compaction.enqueue([meta], added)
+    w.compaction.requeue(job.sources)
 
 
 def _offsets(blocks: list[BlockMeta]) -> set[tuple[str, int, str, int, int]]:

@@ -403,13 +403,15 @@ class StateMachine:
             source.close()
 
     def restore_from(self, source: Path) -> None:
-        """Replace the whole state with a backup taken by ``backup_to``."""
+        """Replace the whole state with a backup taken by ``backup_to``; a backup of an older schema (a snapshot
+        from a leader not yet upgraded) is migrated as opening it would."""
         with self.lock:
             src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
             try:
                 src.backup(self.conn)
             finally:
                 src.close()
+            create(self.conn)
             self.writer.forget_cache()
 
 

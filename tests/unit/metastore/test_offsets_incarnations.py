@@ -12,6 +12,7 @@ from tests.unit.metastore.helpers import meta
 
 from shale.block import KafkaRange
 from shale.index import connect, create
+from shale.index.schema import SCHEMA_VERSION
 from shale.metastore.commands import AcknowledgeOffsetLoss, CommitIngestBatch, OffsetRange, Result, encode
 from shale.metastore.fsm import Entry, StateMachine
 
@@ -151,7 +152,7 @@ def test_version_1_index_is_migrated(tmp_path: Path) -> None:
     conn.close()
     migrated = connect(str(path))
     create(migrated)
-    assert migrated.execute("SELECT value FROM state WHERE key = 'schema_version'").fetchone()[0] == 2
+    assert migrated.execute("SELECT value FROM state WHERE key = 'schema_version'").fetchone()[0] == SCHEMA_VERSION
     assert migrated.execute("SELECT committed_end, incarnation, writer, skipped FROM offsets").fetchall() == [
         (100, "", "", 0)]
     assert migrated.execute("SELECT incarnation, start, \"end\" FROM commits").fetchall() == [("", 0, 100)]
