@@ -110,22 +110,32 @@ def merge_order(table: pa.Table) -> pa.Array:
 
 def _sorted_row_groups(table: pa.Table, order: pa.Array, rows: int = DEFAULT_ROW_GROUP_ROWS) -> Iterator[pa.Table]:
     """``table.take(order)``, one row group at a time. Arrow's take on a table of many chunks first concatenates
-    each column whole (a copy of the input per call), so rows are gathered from each record batch by itself and
-    put in order within the row group: the extra memory is about two row groups."""
+    each column whole (a copy of the input per call), so each row group is taken from a window of its own: from
+    each record batch, the span between the first and the last of its rows in this group (sources sorted by time
+    give spans about as long as their share of the group), or just those rows when they are spread thinner than
+    one in two. The window is at most two row groups, copied once; the take is the second and last copy."""
     batches = [b for b in table.to_batches() if b.num_rows]
     starts = np.cumsum([0] + [b.num_rows for b in batches])
     for first in range(0, len(order), rows):
         wanted = order.slice(first, rows).to_numpy().astype(np.int64)
         owner = np.searchsorted(starts, wanted, side="right") - 1
-        pieces, placed = [], []
+        pieces: list[pa.RecordBatch] = []
+        index = np.empty(len(wanted), dtype=np.int64)
+        size = 0
         for batch in np.unique(owner):
             where = np.flatnonzero(owner == batch)
-            pieces.append(batches[batch].take(pa.array(wanted[where] - starts[batch])))
-            placed.append(where)
-        gathered = pa.Table.from_batches(pieces, schema=table.schema).combine_chunks()
-        position = np.empty(len(wanted), dtype=np.int64)
-        position[np.concatenate(placed)] = np.arange(len(wanted))
-        yield gathered.take(pa.array(position))
+            local = wanted[where] - starts[batch]
+            low, high = int(local.min()), int(local.max()) + 1
+            if high - low <= 2 * len(where):
+                pieces.append(batches[batch].slice(low, high - low))
+                index[where] = size + local - low
+                size += high - low
+            else:
+                pieces.append(batches[batch].take(pa.array(local)))
+                index[where] = size + np.arange(len(where))
+                size += len(where)
+        window = pa.Table.from_batches(pieces, schema=table.schema).combine_chunks()
+        yield window.take(pa.array(index))
 
 
 def merge_blocks(bucket: Bucket, sources: list[BlockMeta], *, job: str, token: int, level: int) -> MergeResult:
