@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +29,7 @@ from shale.block import (
     Dataset,
     DatasetStream,
     KafkaRange,
+    block_file_key,
     deterministic_block_id,
     read_dataset,
     write_block_streamed,
@@ -138,8 +139,25 @@ def _sorted_row_groups(table: pa.Table, order: pa.Array, rows: int = DEFAULT_ROW
         yield window.take(pa.array(index))
 
 
-def merge_blocks(bucket: Bucket, sources: list[BlockMeta], *, job: str, token: int, level: int) -> MergeResult:
+def fetch_sources(bucket: Bucket, sources: list[BlockMeta], pool: Executor) -> dict[str, Future[bytes]]:
+    """Start the GETs of every data object of ``sources`` in ``pool``, by key: a task fetches its next merge's
+    input while the current merge runs (the bytes are checked against their CRC32 when the merge reads them)."""
+    keys = {block_file_key(m.tenant, m.id, d.file) for m in sources for d in m.datasets}
+    return {key: pool.submit(bucket.get, key) for key in sorted(keys)}
+
+
+def merge_blocks(bucket: Bucket, sources: list[BlockMeta], *, job: str, token: int, level: int,
+                 fetched: dict[str, Future[bytes]] | None = None) -> MergeResult:
+    """Merge ``sources`` into one output block of ``level + 1``. ``fetched`` holds the input objects whose GETs
+    were started already (``fetch_sources``); each is taken out of it when read, so its bytes go once decoded."""
     failpoint("compaction.merge")
+    fetched = fetched if fetched is not None else {}
+
+    def read(part: tuple[BlockMeta, Dataset]) -> pa.Table:
+        meta, dataset = part
+        early = fetched.pop(block_file_key(meta.tenant, meta.id, dataset.file), None)
+        return read_dataset(bucket, meta, dataset, data=early.result() if early is not None else None)
+
     started = time.perf_counter()
     with PeakMemory() as rss:
         parts: dict[str, list[tuple[BlockMeta, Dataset]]] = defaultdict(list)
@@ -150,7 +168,7 @@ def merge_blocks(bucket: Bucket, sources: list[BlockMeta], *, job: str, token: i
         rows_in = 0
         for name in sorted(parts):
             with ThreadPoolExecutor(READ_THREADS) as pool:  # object reads overlap; Arrow decodes without the GIL
-                tables = list(pool.map(lambda part: read_dataset(bucket, part[0], part[1]), parts[name]))
+                tables = list(pool.map(read, parts[name]))
             rows_in += sum(t.num_rows for t in tables)
             table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
             del tables
