@@ -3,14 +3,17 @@ Arrow's own take, whether the sources are sorted (spans of record batches) or sh
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from tests.factories import BASE_MS, write_backup_block
 
-from shale.block import read_dataset
-from shale.compactor.merge import _sorted_row_groups, merge_blocks, merge_order
+from shale.block import block_file_key, read_dataset
+from shale.compactor.merge import _sorted_row_groups, fetch_sources, merge_blocks, merge_order
+from shale.errors import CorruptObjectError
 from shale.objstore import open_bucket_url
 
 
@@ -54,3 +57,20 @@ def test_a_merge_drops_copies_and_sorts_by_time() -> None:
     time_order = pc.sort_indices(table, sort_keys=[("timestamp", "ascending"), ("topic", "ascending"),
                                                    ("partition", "ascending"), ("offset", "ascending")])
     assert time_order.to_pylist() == list(range(table.num_rows))
+
+
+def test_input_fetched_ahead_is_checked_like_input_read_by_the_merge() -> None:
+    """A task fetches the next merge's objects early (``fetch_sources``): bytes that differ from meta.json's CRC32
+    fail the merge before they are decoded, as bytes the merge fetched itself would."""
+    bucket = open_bucket_url("memory://test-merge-fetched")
+    sources = [write_backup_block(bucket, "acme", "app", 0, start, 100) for start in (0, 100)]
+    with ThreadPoolExecutor(2) as pool:
+        fetched = fetch_sources(bucket, sources, pool)
+        assert merge_blocks(bucket, sources, job="j", token=1, level=0, fetched=fetched).rows_out == 200
+        assert fetched == {}  # each object's bytes were taken once read
+        fetched = fetch_sources(bucket, sources, pool)
+        key = block_file_key("acme", sources[1].id, sources[1].files[0].name)
+        good = fetched[key].result()
+        fetched[key] = pool.submit(lambda: good[:-9] + bytes([good[-9] ^ 1]) + good[-8:])
+        with pytest.raises(CorruptObjectError, match=r"meta\.json says"):
+            merge_blocks(bucket, sources, job="j", token=2, level=0, fetched=fetched)
