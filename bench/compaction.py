@@ -9,10 +9,11 @@ CRC-check every object, merge, drop duplicates by (topic, partition, offset), so
 the index. The baseline, with two threads, GETs the same 40 objects per job, concatenates them with pyarrow and
 PUTs one zstd Parquet object: no sort, no checks, no metadata, no commit. Throughput is input object bytes per
 second; the contenders run in three interleaved rounds (each Shale round on a fresh index holding the same level-0
-blocks) and the faster run of each is reported, since this machine's timings vary by tens of percent from run to
-run. ``peak_rss_bytes`` is the largest resident set of a worker process during a merge (the Python interpreter and
-its modules included; sampled every 10 ms), against the job byte limit; ``peak_arrow_bytes`` is the largest Arrow
-allocation of one merge (its data).
+blocks, whose outputs are deleted after each round so that every round uploads them) and the faster run of each
+is reported, since this machine's timings vary by tens of percent from run to run. ``peak_rss_bytes`` is the
+largest resident set of a worker process during a merge (the Python interpreter and its modules included; sampled
+every 10 ms), against the job byte limit; ``peak_arrow_bytes`` is the largest Arrow allocation of one merge (its
+data).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from shale.block import (
     KafkaRange,
     block_file_key,
     deterministic_block_id,
+    meta_key,
     write_block,
 )
 from shale.block.schemas import BACKUP_SCHEMA
@@ -133,6 +135,13 @@ def run() -> dict[str, Any]:
             completed += worker.completed
             objects_after = sum(len(m.files) for m in service.query_blocks(["bench"], *day))
             assert sum(m.rows for m in service.query_blocks(["bench"], *day)) == BLOCKS * RECORDS_PER_BLOCK
+            # Job names and fencing tokens repeat in a fresh index, and so do the outputs' ids: without this, a
+            # later round would find each output complete in the bucket and skip its uploads.
+            for result in worker.completed:
+                output = BlockMeta.model_validate(result["output"])
+                for key in [block_file_key(output.tenant, output.id, f.name) for f in output.files]:
+                    bucket.delete(key)
+                bucket.delete(meta_key(output.tenant, output.id))
         raw_seconds, ours_seconds = min(raws), min(ours)
         peak_rss = max(r["peak_rss"] for r in completed)
         peak_arrow = max(r["peak_arrow_bytes"] for r in completed)

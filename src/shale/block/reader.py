@@ -86,17 +86,20 @@ def read_dataset(
     columns: Sequence[str] | None = None,
     filters: Any = None,
     whole_object: bool | None = True,
+    data: bytes | None = None,
 ) -> pa.Table:
     """One dataset's rows. ``whole_object`` fetches the object in one GET and checks its CRC32; ``False`` fetches
-    only the needed byte ranges and checks Parquet page checksums; ``None`` chooses by size (``SMALL_OBJECT_BYTES``)."""
+    only the needed byte ranges and checks Parquet page checksums; ``None`` chooses by size (``SMALL_OBJECT_BYTES``).
+    ``data`` is the whole object when the caller fetched it already; its CRC32 is checked all the same."""
     entry = _dataset(meta, dataset)
     key = block_file_key(meta.tenant, meta.id, entry.file)
     info = meta.file(entry.file)
     if whole_object is None:
         whole_object = info.size <= SMALL_OBJECT_BYTES
     try:
-        if whole_object:
-            data = bucket.get(key)
+        if whole_object or data is not None:
+            whole_object = True
+            data = bucket.get(key) if data is None else data
             if len(data) != info.size or crc32_hex(data) != info.crc32:
                 raise CorruptObjectError(
                     f"{key}: block {meta.tenant}/{meta.id} file {entry.file} is corrupt: {len(data)} bytes with "
@@ -106,8 +109,11 @@ def read_dataset(
             source: Any = pa.BufferReader(data)
         else:
             source = BucketFile(bucket, key, info.size)
-        return pq.read_table(source, columns=list(columns) if columns is not None else None, filters=filters,
-                             page_checksum_verification=True, pre_buffer=whole_object)
+        wanted = list(columns) if columns is not None else None
+        if filters is None:  # a third less CPU than read_table, which goes through the datasets layer
+            return pq.ParquetFile(source, page_checksum_verification=True, pre_buffer=whole_object).read(wanted)
+        return pq.read_table(source, columns=wanted, filters=filters, page_checksum_verification=True,
+                             pre_buffer=whole_object)
     except (OSError, pa.ArrowInvalid) as exc:
         raise CorruptObjectError(f"{key}: block {meta.tenant}/{meta.id} file {entry.file} cannot be read: {exc}",
                                  key=key, block_id=meta.id) from exc

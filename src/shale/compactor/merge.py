@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +29,7 @@ from shale.block import (
     Dataset,
     DatasetStream,
     KafkaRange,
+    block_file_key,
     deterministic_block_id,
     read_dataset,
     write_block_streamed,
@@ -110,26 +111,53 @@ def merge_order(table: pa.Table) -> pa.Array:
 
 def _sorted_row_groups(table: pa.Table, order: pa.Array, rows: int = DEFAULT_ROW_GROUP_ROWS) -> Iterator[pa.Table]:
     """``table.take(order)``, one row group at a time. Arrow's take on a table of many chunks first concatenates
-    each column whole (a copy of the input per call), so rows are gathered from each record batch by itself and
-    put in order within the row group: the extra memory is about two row groups."""
+    each column whole (a copy of the input per call), so each row group is taken from a window of its own: from
+    each record batch, the span between the first and the last of its rows in this group (sources sorted by time
+    give spans about as long as their share of the group), or just those rows when they are spread thinner than
+    one in two. The window is at most two row groups, copied once; the take is the second and last copy."""
     batches = [b for b in table.to_batches() if b.num_rows]
     starts = np.cumsum([0] + [b.num_rows for b in batches])
     for first in range(0, len(order), rows):
         wanted = order.slice(first, rows).to_numpy().astype(np.int64)
         owner = np.searchsorted(starts, wanted, side="right") - 1
-        pieces, placed = [], []
+        pieces: list[pa.RecordBatch] = []
+        index = np.empty(len(wanted), dtype=np.int64)
+        size = 0
         for batch in np.unique(owner):
             where = np.flatnonzero(owner == batch)
-            pieces.append(batches[batch].take(pa.array(wanted[where] - starts[batch])))
-            placed.append(where)
-        gathered = pa.Table.from_batches(pieces, schema=table.schema).combine_chunks()
-        position = np.empty(len(wanted), dtype=np.int64)
-        position[np.concatenate(placed)] = np.arange(len(wanted))
-        yield gathered.take(pa.array(position))
+            local = wanted[where] - starts[batch]
+            low, high = int(local.min()), int(local.max()) + 1
+            if high - low <= 2 * len(where):
+                pieces.append(batches[batch].slice(low, high - low))
+                index[where] = size + local - low
+                size += high - low
+            else:
+                pieces.append(batches[batch].take(pa.array(local)))
+                index[where] = size + np.arange(len(where))
+                size += len(where)
+        window = pa.Table.from_batches(pieces, schema=table.schema).combine_chunks()
+        yield window.take(pa.array(index))
 
 
-def merge_blocks(bucket: Bucket, sources: list[BlockMeta], *, job: str, token: int, level: int) -> MergeResult:
+def fetch_sources(bucket: Bucket, sources: list[BlockMeta], pool: Executor) -> dict[str, Future[bytes]]:
+    """Start the GETs of every data object of ``sources`` in ``pool``, by key: a task fetches its next merge's
+    input while the current merge runs (the bytes are checked against their CRC32 when the merge reads them)."""
+    keys = {block_file_key(m.tenant, m.id, d.file) for m in sources for d in m.datasets}
+    return {key: pool.submit(bucket.get, key) for key in sorted(keys)}
+
+
+def merge_blocks(bucket: Bucket, sources: list[BlockMeta], *, job: str, token: int, level: int,
+                 fetched: dict[str, Future[bytes]] | None = None) -> MergeResult:
+    """Merge ``sources`` into one output block of ``level + 1``. ``fetched`` holds the input objects whose GETs
+    were started already (``fetch_sources``); each is taken out of it when read, so its bytes go once decoded."""
     failpoint("compaction.merge")
+    fetched = fetched if fetched is not None else {}
+
+    def read(part: tuple[BlockMeta, Dataset]) -> pa.Table:
+        meta, dataset = part
+        early = fetched.pop(block_file_key(meta.tenant, meta.id, dataset.file), None)
+        return read_dataset(bucket, meta, dataset, data=early.result() if early is not None else None)
+
     started = time.perf_counter()
     with PeakMemory() as rss:
         parts: dict[str, list[tuple[BlockMeta, Dataset]]] = defaultdict(list)
@@ -140,7 +168,7 @@ def merge_blocks(bucket: Bucket, sources: list[BlockMeta], *, job: str, token: i
         rows_in = 0
         for name in sorted(parts):
             with ThreadPoolExecutor(READ_THREADS) as pool:  # object reads overlap; Arrow decodes without the GIL
-                tables = list(pool.map(lambda part: read_dataset(bucket, part[0], part[1]), parts[name]))
+                tables = list(pool.map(read, parts[name]))
             rows_in += sum(t.num_rows for t in tables)
             table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
             del tables

@@ -1,5 +1,5 @@
 """The compaction worker's loop against a real embedded metastore and an in-memory bucket. Merges run the Spark
-task's own code in threads of this process (``ThreadRunner``) instead of on Spark: the loop's logic is the same."""
+task's own code in a thread of this process (``ThreadRunner``) instead of on Spark: the loop's logic is the same."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from tests.factories import Clock, write_backup_block
 
 from shale.block import BlockFetcher, BlockMeta, BlockState, block_file_key
 from shale.compaction.messages import Assigned, PollRequest, PollResponse
-from shale.compactor.worker import CompactionWorker, parse_merge_result, run_merge_task, spread
+from shale.compactor.worker import CompactionWorker, MergeFailedError, parse_merge_result, run_merge_share, spread
 from shale.config import BucketConfig, CompactionConfig
 from shale.errors import MetastoreUnavailableError
 from shale.metastore import AddBlocks, MetastoreService, SingleNodeLog, StateMachine
@@ -22,14 +22,26 @@ from shale.objstore import open_bucket
 
 
 class ThreadRunner:
+    """A poll's jobs as one share, run by the task code itself (``run_merge_share``: each merge's input fetched
+    while the merge before runs) in a thread of this process."""
+
     def __init__(self, bucket: BucketConfig) -> None:
         self.bucket = bucket
         self.pool = ThreadPoolExecutor(2)
 
     def start(self, jobs: list[Assigned]) -> list[Future[dict[str, Any]]]:
-        return [self.pool.submit(lambda job=job: parse_merge_result(run_merge_task(job.model_dump_json(),
-                                                                                  self.bucket)))
-                for job in jobs]
+        futures: list[Future[dict[str, Any]]] = [Future() for _ in jobs]
+
+        def run() -> None:
+            results = run_merge_share([job.model_dump_json() for job in jobs], self.bucket)
+            for future, result in zip(futures, results, strict=True):
+                try:
+                    future.set_result(parse_merge_result(result))
+                except MergeFailedError as exc:
+                    future.set_exception(exc)
+
+        self.pool.submit(run)
+        return futures
 
     def cancel(self, job: str) -> None:
         pass
