@@ -55,9 +55,10 @@ UNANSWERED = Counter("shale_compaction_polls_unanswered_total", "Polls the metas
 MAX_BACKOFF = 10.0
 JOBS_PER_CORE = 8
 """Default slots: the jobs a worker claims per Spark core. Spark runs one merge per core at a time, and a poll's
-jobs run as one Spark job of one task per core, each task merging its share one after the other. A Spark job and a
-Python task cost about 0.3 s and 0.1 s on a 2-core machine, where a 40-block level-0 merge takes about 0.35 s: with
-eight merges per core the fixed costs stay near a tenth of the work (four: a fifth)."""
+jobs run as one Spark job of one task per core, each task merging its share one after the other. On a 2-core
+machine a poll's Spark job starts its first merge 0.07-0.1 s after the poll and a Python task costs about 0.1 s of a
+core, where a 40-block level-0 merge takes about 0.4 s: with eight merges per core the fixed costs stay a few
+percent of the work."""
 
 
 class CompactionService(Protocol):
