@@ -61,7 +61,8 @@ trigger_interval = "1s"
 parser = "json"
 options = {{time_field = "ts", time_format = "epoch_s", label_fields = ["level"]}}
 [compaction]
-blocks_per_job = [4, 4]
+# Once the kills stop, a group may store the whole run in one batch: one level-0 block per Kafka partition, three.
+blocks_per_job = [2, 2]
 poll_interval = "0.5s"
 lease_duration = "5s"
 [run]
