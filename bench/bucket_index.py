@@ -49,6 +49,9 @@ class _WrittenBlocks:
     def tenant_tombstones(self, tenant: str) -> list[TombstoneRow]:
         return []
 
+    def generation_rules(self, tenant: str) -> list[tuple[str, int, int, int]]:
+        return []  # no generation switches: every group reads its default generation
+
 
 def run() -> dict[str, Any]:
     tenants = [f"tenant-{i:03d}" for i in range(TENANTS)]
