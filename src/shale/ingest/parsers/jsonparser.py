@@ -70,12 +70,16 @@ class JsonTimestampParser(Parser):
             raise ConfigError(f"parser json: timezone {options.get('timezone')!r} is unknown: {exc}") from None
         self.label_paths = {p.replace(".", "_"): p.split(".") for p in options.get("label_fields", [])}
         self.field_paths = {p.replace(".", "_"): p.split(".") for p in options.get("fields", [])}
+        self.column_paths = {**self.label_paths, **self.field_paths}
 
     def columns(self) -> dict[str, pa.DataType]:
-        return {name: pa.string() for name in (*self.label_paths, *self.field_paths)}
+        return dict.fromkeys(self.column_paths, pa.string())
 
     def labels(self) -> list[str]:
         return list(self.label_paths)
+
+    approximate: ClassVar[bool] = True
+    """Whether ``decode`` may read a number inexactly (orjson: an integer beyond 64 bits becomes a float)."""
 
     def decode(self, value: bytes) -> Any:
         """The document, read by orjson (several times faster); what orjson refuses is read by ``json``, whose
@@ -102,11 +106,11 @@ class JsonTimestampParser(Parser):
         if raw_time is None:
             raise ParseError(f"no time field {'.'.join(self.time_path)!r}")
         event_time = parse_time(raw_time, self.time_format, kafka_time_ms, self.tz)
-        found = {name: dig(document, path) for name, path in (*self.label_paths.items(), *self.field_paths.items())}
-        if any(isinstance(v, float | dict | list) for v in found.values()):
+        found = {name: dig(document, path) for name, path in self.column_paths.items()}
+        if self.approximate and any(isinstance(v, float | dict | list) for v in found.values()):
             # orjson reads an integer beyond 64 bits as a float: a column that may hold a number is written from
             # the exact document, so it keeps every digit (the time field is read through a float either way).
             exact = self.decode_exact(value)
-            found = {name: dig(exact, path) for name, path in (*self.label_paths.items(), *self.field_paths.items())}
+            found = {name: dig(exact, path) for name, path in self.column_paths.items()}
         return event_time, {name: None if v is None else (v if isinstance(v, str) else json.dumps(v))
                             for name, v in found.items()}

@@ -12,11 +12,9 @@ from shale.ingest.parsers.jsonparser import JsonTimestampParser
 
 class MsgpackParser(JsonTimestampParser):
     name = "msgpack"
+    approximate = False  # msgpack keeps every integer as it was packed
 
     def decode(self, value: bytes) -> Any:
-        return self.decode_exact(value)
-
-    def decode_exact(self, value: bytes) -> Any:
         try:
             return msgpack.unpackb(value, raw=False, timestamp=0)
         except (ValueError, msgpack.UnpackException) as exc:
