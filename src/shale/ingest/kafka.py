@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
@@ -23,6 +23,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from shale.config import KafkaConfig
 from shale.errors import ConfigError, RetryableError
 
+T = TypeVar("T")
 TIMEOUT = 30.0
 UNKNOWN_TOPIC = 3  # librdkafka's UNKNOWN_TOPIC_OR_PART
 FETCH_BYTES = 16 * 2**20
@@ -94,10 +95,12 @@ class TopicState:
     partitions: tuple[int, ...]
 
 
-def _retrying(what: str, call: Any, attempts: int = 5) -> Any:
+def _retrying(what: str, request: Callable[[], T], attempts: int = 5) -> T:
+    """``request()``, issued again (a new request, not the failed future) after a retriable error such as a
+    leader moving, with backoff; the last error, or one Kafka calls final, as a :class:`RetryableError`."""
     for attempt in range(attempts):
         try:
-            return call()
+            return request()
         except KafkaException as exc:
             error = exc.args[0] if exc.args else None
             retriable = getattr(error, "retriable", lambda: False)()
@@ -120,20 +123,20 @@ def describe_topics(kafka: KafkaConfig, topics: Iterable[str] = (), pattern: str
                    and ((wanted and n in wanted) or (pattern and re.fullmatch(pattern, n))))
     if not names:
         return {}
-    futures = client.describe_topics(TopicCollection(names), request_timeout=timeout)
-    out = {}
-    for name, future in futures.items():
-        try:
-            description = _retrying(f"describe {name}", lambda f=future: f.result())
-        except RetryableError as exc:
-            cause = exc.__cause__
-            code = cause.args[0].code() if isinstance(cause, KafkaException) and cause.args else None
-            if code == UNKNOWN_TOPIC:
-                continue  # deleted between the listing and the description
-            raise
-        out[name] = TopicState(name, incarnation_of(description.topic_id),
-                               tuple(sorted(p.id for p in description.partitions)))
-    return out
+
+    def describe() -> dict[str, Any]:
+        out = {}
+        for name, future in client.describe_topics(TopicCollection(names), request_timeout=timeout).items():
+            try:
+                out[name] = future.result()
+            except KafkaException as exc:
+                if exc.args and getattr(exc.args[0], "code", lambda: None)() == UNKNOWN_TOPIC:
+                    continue  # deleted between the listing and the description
+                raise
+        return out
+
+    return {name: TopicState(name, incarnation_of(d.topic_id), tuple(sorted(p.id for p in d.partitions)))
+            for name, d in _retrying(f"a description of {', '.join(names)}", describe).items()}
 
 
 def offset_bounds(kafka: KafkaConfig, partitions: Iterable[tuple[str, int]],
@@ -144,14 +147,16 @@ def offset_bounds(kafka: KafkaConfig, partitions: Iterable[tuple[str, int]],
     tps = [TopicPartition(t, p) for t, p in partitions]
     if not tps:
         return {}
-    result: dict[tuple[str, int], list[int]] = {(tp.topic, tp.partition): [0, 0] for tp in tps}
-    for spec, index in ((OffsetSpec.earliest(), 0), (OffsetSpec.latest(), 1)):  # type: ignore[no-untyped-call]
+
+    def offsets(spec: OffsetSpec) -> dict[tuple[str, int], int]:
         futures = client.list_offsets(dict.fromkeys(tps, spec), isolation_level=IsolationLevel.READ_COMMITTED,
                                       request_timeout=TIMEOUT)
-        for tp, future in futures.items():
-            result[(tp.topic, tp.partition)][index] = int(
-                _retrying(f"offsets of {tp.topic}[{tp.partition}]", lambda f=future: f.result()).offset)
-    return {k: (v[0], v[1]) for k, v in result.items()}
+        return {(tp.topic, tp.partition): int(future.result().offset) for tp, future in futures.items()}
+
+    what = f"the offsets of {len(tps)} partitions"
+    earliest = _retrying(what, lambda: offsets(OffsetSpec.earliest()))  # type: ignore[no-untyped-call]
+    end = _retrying(what, lambda: offsets(OffsetSpec.latest()))  # type: ignore[no-untyped-call]
+    return {tp: (earliest[tp], end[tp]) for tp in earliest}
 
 
 def value_bytes_per_offset(kafka: KafkaConfig, ranges: Mapping[tuple[str, int], tuple[int, int]],

@@ -1,0 +1,64 @@
+"""The admin-client questions of the ingest job, against a scripted client: a retry sends a new request."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from shale.config import KafkaConfig
+from shale.errors import RetryableError
+from shale.ingest import kafka
+
+NOT_LEADER = KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION, "not leader", retriable=True)
+CONFIG = KafkaConfig(bootstrap_servers="127.0.0.1:1")
+
+
+def _future(value: Any = None, error: KafkaError | None = None) -> Future[Any]:
+    future: Future[Any] = Future()
+    if error is not None:
+        future.set_exception(KafkaException(error))
+    else:
+        future.set_result(value)
+    return future
+
+
+class ScriptedAdmin:
+    """``list_offsets`` answers from a script: one entry per request, an offset or an error per partition."""
+
+    def __init__(self, answers: list[int | KafkaError]) -> None:
+        self.answers, self.requests = answers, 0
+
+    def list_offsets(self, partitions: dict[Any, Any], **_: Any) -> dict[Any, Future[Any]]:
+        answer = self.answers[self.requests]
+        self.requests += 1
+        return {tp: _future(error=answer) if isinstance(answer, KafkaError)
+                else _future(SimpleNamespace(offset=answer + tp.partition)) for tp in partitions}
+
+
+def test_a_moved_leader_is_asked_again_with_a_new_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(time, "sleep", lambda _: None)
+    client = ScriptedAdmin([NOT_LEADER, 10, NOT_LEADER, NOT_LEADER, 50])
+    bounds = kafka.offset_bounds(CONFIG, [("t", 0), ("t", 1)], client=client)  # type: ignore[arg-type]
+    assert bounds == {("t", 0): (10, 50), ("t", 1): (11, 51)}
+    assert client.requests == 5
+
+
+def test_offsets_give_up_with_a_retryable_error_after_five_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(time, "sleep", lambda _: None)
+    client = ScriptedAdmin([NOT_LEADER] * 5)
+    with pytest.raises(RetryableError, match="the offsets of 1 partitions"):
+        kafka.offset_bounds(CONFIG, [("t", 0)], client=client)  # type: ignore[arg-type]
+    assert client.requests == 5
+
+
+def test_a_final_error_is_not_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(time, "sleep", lambda _: None)
+    client = ScriptedAdmin([KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "denied"), 0])
+    with pytest.raises(RetryableError, match="denied"):
+        kafka.offset_bounds(CONFIG, [("t", 0)], client=client)  # type: ignore[arg-type]
+    assert client.requests == 1
