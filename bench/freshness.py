@@ -538,8 +538,8 @@ def run() -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="shale-bench-freshness-") as tmp, kafka_broker() as broker, \
             minio_bucket() as bucket:
         for i in range(ROUNDS):  # interleaved; each round a fresh deployment, topic and bucket prefix
+            progress(f"round {i + 1}/{ROUNDS}")
             for name, profile in (("default", {}), ("low_latency", LOW_LATENCY)):
-                progress(f"round {i + 1}/{ROUNDS}")
                 rounds[name].append(measure(f"{name}-{i}", profile, broker.bootstrap_servers,
                                             bucket.model_copy(update={"url": f"{bucket.url}/{name}-{i}"}),
                                             Path(tmp) / f"{name}-{i}"))

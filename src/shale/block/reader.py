@@ -94,11 +94,12 @@ def read_dataset(
     entry = _dataset(meta, dataset)
     key = block_file_key(meta.tenant, meta.id, entry.file)
     info = meta.file(entry.file)
-    if whole_object is None:
+    if data is not None:
+        whole_object = True  # fetched whole by the caller
+    elif whole_object is None:
         whole_object = info.size <= SMALL_OBJECT_BYTES
     try:
-        if whole_object or data is not None:
-            whole_object = True
+        if whole_object:
             data = bucket.get(key) if data is None else data
             if len(data) != info.size or crc32_hex(data) != info.crc32:
                 raise CorruptObjectError(

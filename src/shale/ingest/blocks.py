@@ -174,11 +174,14 @@ def _parse(spec: GroupSpec, table: pa.Table, topic: str,
             values_of.append(fields.get(name))
     base = table if len(good) == table.num_rows else _take(table, good)  # usually every record parses: no copy
     hours: dict[int, tuple[str, int | None]] = {}  # UTC hour since the epoch -> (dt, hour): one strftime per hour
+    partitions = []
     for t in times:
-        if t // HOUR_MS not in hours:
-            day = _date(t // HOUR_MS * HOUR_MS)
-            hours[t // HOUR_MS] = (day.strftime("%Y-%m-%d"), day.hour if spec.ingest.partition_by_hour else None)
-    partitions = [hours[t // HOUR_MS] for t in times]
+        hour = t // HOUR_MS
+        partition = hours.get(hour)
+        if partition is None:
+            day = _date(hour * HOUR_MS)
+            partition = hours[hour] = (day.strftime("%Y-%m-%d"), day.hour if spec.ingest.partition_by_hour else None)
+        partitions.append(partition)
     out = pa.table({
         **{f.name: base.column(f.name) for f in KAFKA_FIELDS},
         "event_time": pa.array(times, pa.int64()).cast(TIMESTAMP_MS).cast(TIMESTAMP),
