@@ -4,12 +4,14 @@ every test that needs it errors: nothing is skipped."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from shale.config import BucketConfig, SparkConfig
 from shale.dev import KafkaBroker, MinioServer, SparkStandalone, connector_conf
@@ -18,6 +20,15 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Property-based tests run on a fixed budget in `make test` ("ci", the default) and longer nightly
+# (HYPOTHESIS_PROFILE=nightly). Examples that failed once are replayed from .hypothesis/ (git-ignored); a property
+# that finds a bug keeps that input as a named example test.
+settings.register_profile("ci", max_examples=60, deadline=None, derandomize=False,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("nightly", max_examples=2000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
