@@ -30,12 +30,17 @@ def backup_table(topic: str, partition: int, start: int, count: int, base_ms: in
 
 
 def write_backup_block(bucket: Bucket, tenant: str, topic: str, partition: int, start: int, count: int,
-                       base_ms: int = BASE_MS, block_time_ms: int | None = None, **spec: object) -> BlockMeta:
-    """One level-0 backup block holding offsets ``[start, start+count)`` of one partition."""
+                       base_ms: int = BASE_MS, block_time_ms: int | None = None, incarnation: str = "",
+                       **spec: object) -> BlockMeta:
+    """One level-0 backup block holding offsets ``[start, start+count)`` of one partition (of one incarnation of
+    its topic: a recreated topic's offsets start again at 0)."""
     table = backup_table(topic, partition, start, count, base_ms)
-    block_id = deterministic_block_id(block_time_ms or base_ms, f"backup/1/{topic}/{partition}/{start}/{start + count}")
+    generation = spec.get("generation", 1)
+    block_id = deterministic_block_id(block_time_ms or base_ms, f"backup/{generation}/{topic}/{incarnation}/"
+                                                                f"{partition}/{start}/{start + count}")
     block_spec = BlockSpec(id=block_id, tenant=tenant, group="backup",
-                           kafka=[KafkaRange(topic=topic, partition=partition, start=start, end=start + count)],
+                           kafka=[KafkaRange(topic=topic, partition=partition, start=start, end=start + count,
+                                             incarnation=incarnation)],
                            **spec)  # type: ignore[arg-type]
     return write_block(bucket, block_spec, [DatasetInput("records", topic, table, "timestamp",
                                                          labels=[{"topic": topic}])])

@@ -41,6 +41,8 @@ allow_http = true
 [block]
 sync_delay = "5s"
 delete_delay = "10s"
+[bucket_index]
+max_stale_period = "10s"
 [kafka]
 bootstrap_servers = "{bootstrap}"
 [metastore]

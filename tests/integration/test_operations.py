@@ -85,7 +85,7 @@ lease_duration = "5s"
 [bucket_index]
 debounce = "1s"
 rewrite_interval = "1h"
-max_stale_period = "30s"
+max_stale_period = "10s"
 [run]
 metrics_base_port = 0
 """
@@ -218,7 +218,8 @@ def test_a_whole_deployment_is_observable_and_stops_cleanly(kafka, minio_bucket,
                                                                "tenant": "default"}]}, hold=1)
 
         # Once the last arrivals and deletions are indexed nothing changes any more, and the tenant's bucket index
-        # ages past 80 % of its 30 s limit (how soon depends on when the delete delays of the last blocks end).
+        # ages past 80 % of its 10 s limit (block.delete_delay may be no shorter; how soon depends on when the
+        # delete delays of the last blocks end).
         eventually(lambda: not stale_index(), 120, lambda: f"the stale-index alert on tenant default: {stale_index()}")
         os.kill(worker, signal.SIGCONT)
     finally:

@@ -36,3 +36,23 @@ def check_topic(name: str) -> str:
     if not isinstance(name, str) or not KAFKA_TOPIC_RE.fullmatch(name) or name in (".", ".."):
         raise InvalidNameError(f"{name!r} is not a Kafka topic name (1-249 characters of a-z A-Z 0-9 . _ -)")
     return name
+
+
+MORE_LABEL_SETS = "__shale_more__"
+"""A label name no parser may declare (``__`` names are reserved, as in Prometheus): a dataset whose rows have
+more distinct label sets than a block keeps lists a set with this label, holding only the labels every row
+shares. Pruning treats any other label of that set as unknown: it may match (``shale.index.matchers``)."""
+
+
+def cap_label_sets(label_sets: list[dict[str, str]], limit: int) -> list[dict[str, str]]:
+    """At most ``limit`` label sets that still let pruning find every row: the first ``limit - 1`` and, when
+    some were left out, one "more" set of the labels all of them share."""
+    if len(label_sets) <= limit:
+        return label_sets
+    plain = [ls for ls in label_sets if MORE_LABEL_SETS not in ls]
+    common = dict(label_sets[0])
+    for ls in label_sets[1:]:
+        common = {k: v for k, v in common.items() if ls.get(k) == v}
+    common.pop(MORE_LABEL_SETS, None)
+    return [*plain[:limit - 1], {**common, MORE_LABEL_SETS: "1"}]
+

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from shale.block.layout import block_file_key, meta_key
 from shale.block.meta import BlockMeta, Compaction, Dataset, DatasetKind, FileInfo, KafkaRange, ParserInfo, parse_meta
+from shale.block.names import cap_label_sets
 from shale.block.schemas import BASE_COLUMNS, TIMESTAMP, TIMESTAMP_MS
 from shale.errors import ConflictError, NotFoundError
 from shale.failpoints import failpoint
@@ -117,7 +118,7 @@ def _entry(index: int, kind: DatasetKind, topic: str, labels: list[dict[str, str
            size: int, groups: list[tuple[int, int, int]]) -> Dataset:
     return Dataset(name=f"{kind}/{topic}", kind=kind, topic=topic, file=f"{kind}-{index}.parquet", rows=rows,
                    bytes=size, min_time=min((g[1] for g in groups), default=0),
-                   max_time=max((g[2] for g in groups), default=0), labels=labels[:MAX_LABEL_SETS],
+                   max_time=max((g[2] for g in groups), default=0), labels=cap_label_sets(labels, MAX_LABEL_SETS),
                    row_groups=groups, columns=[c for c in columns if c not in BASE_COLUMNS])
 
 

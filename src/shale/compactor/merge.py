@@ -1,5 +1,10 @@
 """The merge a compaction job runs (in a Spark task): read the sources' datasets, merge matching datasets,
-drop duplicates by (topic, partition, offset), sort, and write one output block with the block writer.
+sort, drop copies of one record, and write one output block with the block writer.
+
+Copies are dropped only where two sources' metadata says they may hold one record (``shale.block.records``:
+the same topic incarnation and intersecting offsets), keyed by (incarnation, topic, partition, offset); a
+recreated topic's offset 0 is another record than the old topic's. Elsewhere every row is kept, and the
+metastore then requires as many rows out as in.
 
 Memory: the merge holds its decoded input, the sort order (computed from the key columns alone) and one output
 row group at a time, gathered from the input by the order and encoded at once (``write_block_streamed``); never
@@ -34,6 +39,7 @@ from shale.block import (
     read_dataset,
     write_block_streamed,
 )
+from shale.block.records import IncarnationCodes, row_incarnations, shared_scopes
 from shale.block.writer import DEFAULT_ROW_GROUP_ROWS
 from shale.failpoints import failpoint
 from shale.objstore import Bucket
@@ -88,21 +94,24 @@ def _time_column(table: pa.Table) -> str:
     return "event_time" if "event_time" in table.column_names else "timestamp"
 
 
-def merge_order(table: pa.Table) -> pa.Array:
-    """The rows of ``table`` to write, in order: sorted by (time, topic, partition, offset), keeping the first of
-    rows with equal (topic, partition, offset). The same Kafka record stored twice has the same time, so copies
-    are neighbours after the sort. Only the key columns are sorted and compared."""
+def merge_order(table: pa.Table, incarnations: np.ndarray | None = None) -> pa.Array:
+    """The rows of ``table`` to write, in order: sorted by (time, topic, partition, offset). With
+    ``incarnations`` (a code per row, ``shale.block.records``), of rows with equal (incarnation, topic,
+    partition, offset) the first is kept: the same Kafka record stored twice has the same time, so copies are
+    neighbours after the sort. Only the key columns are sorted and compared."""
     time_column = _time_column(table)
-    keys = table.select([time_column, "topic", "partition", "offset"])
-    order = pc.sort_indices(keys, sort_keys=[(time_column, "ascending"), ("topic", "ascending"),
-                                             ("partition", "ascending"), ("offset", "ascending")])
+    names = [time_column, "topic", "partition", "offset"]
+    keys = table.select(names)
+    if incarnations is not None:
+        keys = keys.append_column("incarnation", pa.array(incarnations, pa.int64()))
+        names.append("incarnation")
+    order = pc.sort_indices(keys, sort_keys=[(name, "ascending") for name in names])
     n = len(order)
-    if n > 1:
+    if n > 1 and incarnations is not None:
         keys = keys.take(order)
-        same = pc.and_(pc.and_(
-            pc.equal(keys.column("offset").slice(1), keys.column("offset").slice(0, n - 1)),
-            pc.equal(keys.column("partition").slice(1), keys.column("partition").slice(0, n - 1))),
-            pc.equal(keys.column("topic").slice(1), keys.column("topic").slice(0, n - 1)))
+        same = pc.equal(keys.column("offset").slice(1), keys.column("offset").slice(0, n - 1))
+        for name in ("partition", "topic", "incarnation"):
+            same = pc.and_(same, pc.equal(keys.column(name).slice(1), keys.column(name).slice(0, n - 1)))
         keep = pa.concat_arrays([pa.array([True]), pc.invert(same).combine_chunks()])
         if not pc.all(keep).as_py():
             order = order.filter(keep)
@@ -166,10 +175,17 @@ def merge_blocks(bucket: Bucket, sources: list[BlockMeta], *, job: str, token: i
                 parts[dataset.name].append((meta, dataset))
         streams: list[DatasetStream] = []
         rows_in = 0
+        shared = shared_scopes(sources)
+        codes = IncarnationCodes()
         for name in sorted(parts):
             with ThreadPoolExecutor(READ_THREADS) as pool:  # object reads overlap; Arrow decodes without the GIL
                 tables = list(pool.map(read, parts[name]))
             rows_in += sum(t.num_rows for t in tables)
+            incarnations = None
+            if any(topic == parts[name][0][1].topic for topic, _, _ in shared):
+                incarnations = np.concatenate([
+                    row_incarnations(meta, dataset.topic, t.column("partition"), t.column("offset"), codes)
+                    for (meta, dataset), t in zip(parts[name], tables, strict=True)])
             table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
             del tables
             labels = sorted({tuple(sorted(ls.items())) for _, d in parts[name] for ls in d.labels})
@@ -178,7 +194,8 @@ def merge_blocks(bucket: Bucket, sources: list[BlockMeta], *, job: str, token: i
             # output's stay within theirs, so compaction never widens a block's data-time range.
             clamp = (min(d.min_time for _, d in parts[name]), max(d.max_time for _, d in parts[name]))
             streams.append(DatasetStream(first.kind, first.topic, table.schema,
-                                         _sorted_row_groups(table, merge_order(table)), _time_column(table),
+                                         _sorted_row_groups(table, merge_order(table, incarnations)),
+                                         _time_column(table),
                                          labels=[dict(ls) for ls in labels], clamp=clamp))
         head = sources[0]
         parsers = {(m.parser.name, m.parser.version, m.parser.options_digest) if m.parser else None for m in sources}

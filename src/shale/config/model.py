@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import string
 from collections.abc import Iterator
 from typing import Any, Literal
 from urllib.parse import urlparse
@@ -61,7 +63,8 @@ class BlockConfig(_Section):
         default=900.0, description="blocks younger than this are Fresh: bucket scanners do not trust them yet"
     )
     delete_delay: Duration = Field(
-        default=900.0, description="time between a deletion mark and the removal of the block's objects"
+        default=7200.0, description="time between a deletion mark and the removal of the block's objects; at "
+                                    "least bucket_index.max_stale_period (a reader may use an index that old)"
     )
 
 
@@ -195,6 +198,22 @@ class TenantRule(_Section):
 
     topic_pattern: Regex
     tenant: str
+
+    @model_validator(mode="after")
+    def _template(self) -> TenantRule:
+        """Every ``{field}`` of the tenant must be a named group of the pattern, used as it is (no attribute,
+        index, conversion or format spec): anything else would fail on every record of the topics it matches."""
+        groups = sorted(re.compile(self.topic_pattern).groupindex)
+        try:
+            fields = list(string.Formatter().parse(self.tenant))
+        except ValueError as exc:
+            raise ValueError(f"tenant {self.tenant!r} is not a valid template: {exc}") from None
+        for _, name, spec, conversion in fields:
+            if name is not None and (spec or conversion or name not in groups):
+                raise ValueError(f"tenant {self.tenant!r}: {{{name}}} is not a named group of topic_pattern "
+                                 f"{self.topic_pattern!r} used as it is (its groups: {groups or 'none'}); write "
+                                 "{group} with no attribute, index, conversion or format spec")
+        return self
 
 
 class ParserRule(_Section):
@@ -341,3 +360,14 @@ class ShaleConfig(_Section):
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
     iceberg: IcebergConfig = Field(default_factory=IcebergConfig)
     run: RunConfig = Field(default_factory=RunConfig)
+
+    @model_validator(mode="after")
+    def _delays(self) -> ShaleConfig:
+        """A bucket-index reader may list blocks from an index up to ``max_stale_period`` old (seed 001): a block
+        marked for deletion just after that index was written must outlive it, or the reader lists deleted
+        objects. Cortex states the same rule for its deletion delay."""
+        if self.block.delete_delay < self.bucket_index.max_stale_period:
+            raise ValueError(f"block.delete_delay ({self.block.delete_delay:g} s) must be at least "
+                             f"bucket_index.max_stale_period ({self.bucket_index.max_stale_period:g} s): a reader "
+                             "may use an index that old, and would list blocks already deleted")
+        return self

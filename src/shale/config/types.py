@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated
 
@@ -18,9 +19,7 @@ def parse_duration(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError("a duration must be a number of seconds or a string like '15m'")
     if isinstance(value, int | float):
-        if value < 0:
-            raise ValueError("a duration cannot be negative")
-        return float(value)
+        return _bounded(float(value))
     if not isinstance(value, str):
         raise ValueError("a duration must be a number of seconds or a string like '15m'")
     text = value.strip().lower()
@@ -34,7 +33,21 @@ def parse_duration(value: object) -> float:
         pos = match.end()
     if pos != len(text) or pos == 0:
         raise ValueError(f"{value!r} is not a duration; write it like '250ms', '30s', '15m', '6h' or '7d'")
-    return total
+    return _bounded(total)
+
+
+MAX_DURATION = 100 * 366 * 86400.0
+"""A century: longer is a mistake (and ``inf`` or ``nan`` would overflow or never compare)."""
+
+
+def _bounded(seconds: float) -> float:
+    if math.isnan(seconds):
+        raise ValueError("a duration cannot be NaN")
+    if seconds < 0:
+        raise ValueError("a duration cannot be negative")
+    if seconds > MAX_DURATION:
+        raise ValueError(f"a duration cannot be longer than a century ({MAX_DURATION:.0f} s)")
+    return seconds
 
 
 def parse_size(value: object) -> int:

@@ -15,7 +15,7 @@ from typing import Any
 
 import re2
 
-from shale.block.names import check_label_name
+from shale.block.names import MORE_LABEL_SETS, check_label_name
 from shale.errors import InvalidNameError
 
 _RE2_OPTIONS = re2.Options()
@@ -85,10 +85,13 @@ def parse_matchers(text: str) -> list[Matcher]:
 
 
 def match_label_sets(label_sets: Sequence[Mapping[str, str]], matchers: Sequence[Matcher]) -> bool:
-    """Does any label set satisfy every matcher? With no matchers, everything matches."""
+    """Does any label set satisfy every matcher? With no matchers, everything matches. A "more" set (a dataset
+    with more label sets than its block keeps: ``shale.block.names.MORE_LABEL_SETS``) satisfies any matcher on a
+    label it does not hold: the rows it stands for may have any value there."""
     if not matchers:
         return True
-    return any(all(m.matches(ls) for m in matchers) for ls in label_sets)
+    return any(all(m.matches(ls) or (MORE_LABEL_SETS in ls and m.name not in ls) for m in matchers)
+               for ls in label_sets)
 
 
 def matching_datasets(datasets: Iterable[tuple[int, int, Sequence[Mapping[str, str]]]], start: int, end: int,

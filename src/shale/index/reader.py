@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 import msgpack
 
 from shale.block import BlockMeta
+from shale.block.names import MORE_LABEL_SETS
 from shale.errors import QueryTimeoutError
 from shale.index.matchers import Matcher, match_label_sets, matching_datasets
 from shale.index.records import IncarnationRow, LossRow, OffsetRow, PartitionRow, TombstoneRow, decode_meta
@@ -156,7 +157,7 @@ class IndexReader:
                 for _, _, _, sets in self._datasets(group_sid, labels_blob):
                     for ls in sets:
                         if match_label_sets([ls], matchers):
-                            names.update(ls)
+                            names.update(n for n in ls if n != MORE_LABEL_SETS)
         return sorted(names)
 
     def label_values(self, name: str, tenants: Sequence[str], start: int, end: int,

@@ -144,6 +144,39 @@ def _tenants(spec: GroupSpec, table: pa.Table, topic: str) -> tuple[list[str], l
     return tenants, problems
 
 
+MAX_LABEL_VALUE_BYTES = 2048
+"""A label value is kept in the block's metadata and the metastore's index: a record whose label is longer is
+quarantined with the reason (a few megabyte values would make a commit larger than the metastore takes)."""
+
+
+def _field_problem(fields: dict[str, Any], columns: dict[str, list[Any]], labels: list[str]) -> str | None:
+    """Why a parser's fields cannot be stored in its string columns, or None."""
+    for name in columns:
+        value = fields.get(name)
+        if value is not None and not isinstance(value, str):
+            return f"column {name!r}: the parser gave a {type(value).__name__}, not a string"
+    for name in labels:
+        value = fields.get(name)
+        if value is not None and len(value) * 4 > MAX_LABEL_VALUE_BYTES \
+                and len(value.encode("utf-8", "surrogatepass")) > MAX_LABEL_VALUE_BYTES:
+            return (f"label {name!r} is {len(value.encode('utf-8', 'surrogatepass'))} bytes, over the "
+                    f"{MAX_LABEL_VALUE_BYTES}-byte limit of a label value")
+    return None
+
+
+def _unstorable(columns: dict[str, list[Any]]) -> dict[int, str]:
+    """The rows (positions) whose string values are not valid Unicode, with the reason."""
+    bad: dict[int, str] = {}
+    for name, values in columns.items():
+        for k, value in enumerate(values):
+            if k not in bad and isinstance(value, str):
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    bad[k] = f"column {name!r} is not valid Unicode ({exc.reason} at position {exc.start})"
+    return bad
+
+
 def _parse(spec: GroupSpec, table: pa.Table, topic: str,
            latest_ms: int) -> tuple[pa.Table, list[int], list[tuple[int, str]], Parser | None]:
     """Parsed rows (with event_time, dt, hour and the parser's columns), their source row indexes, and the
@@ -156,6 +189,7 @@ def _parse(spec: GroupSpec, table: pa.Table, topic: str,
     times: list[int] = []
     columns: dict[str, list[Any]] = {name: [] for name in parser.columns()}
     rejected: list[tuple[int, str]] = []
+    labels = parser.labels()
     for i, (value, stamp) in enumerate(zip(_values(table), stamps, strict=True)):
         try:
             event_time, fields = parser.parse(value, stamp)
@@ -165,13 +199,29 @@ def _parse(spec: GroupSpec, table: pa.Table, topic: str,
         except (ValueError, OverflowError, OSError) as exc:  # a Kafka time no calendar holds, for example
             rejected.append((i, f"the record's time cannot be read ({exc}); Kafka timestamp {stamp}"))
             continue
-        if not 0 <= event_time <= latest_ms:
-            rejected.append((i, f"event time {event_time} ms is outside [1970-01-01, read time + 1 day]"))
+        except Exception as exc:
+            rejected.append((i, f"parser {parser.name} failed on this record: {type(exc).__name__}: {exc}"[:1000]))
+            continue
+        if not isinstance(event_time, int) or not 0 <= event_time <= latest_ms:
+            rejected.append((i, f"event time {event_time!r} ms is outside [1970-01-01, read time + 1 day]"))
+            continue
+        problem = _field_problem(fields, columns, labels)
+        if problem is not None:
+            rejected.append((i, problem))
             continue
         good.append(i)
         times.append(event_time)
         for name, values_of in columns.items():
             values_of.append(fields.get(name))
+    try:
+        arrays = {name: pa.array(vals, parser.columns()[name]) for name, vals in columns.items()}
+    except (UnicodeEncodeError, pa.ArrowException):  # a lone surrogate (JSON allows "\ud800"), for example
+        bad = _unstorable(columns)
+        rejected = sorted([*rejected, *((good[k], reason) for k, reason in bad.items())])
+        keep = [k for k in range(len(good)) if k not in bad]
+        good, times = [good[k] for k in keep], [times[k] for k in keep]
+        columns = {name: [vals[k] for k in keep] for name, vals in columns.items()}
+        arrays = {name: pa.array(vals, parser.columns()[name]) for name, vals in columns.items()}
     base = table if len(good) == table.num_rows else _take(table, good)  # usually every record parses: no copy
     hours: dict[int, tuple[str, int | None]] = {}  # UTC hour since the epoch -> (dt, hour): one strftime per hour
     partitions = []
@@ -187,7 +237,7 @@ def _parse(spec: GroupSpec, table: pa.Table, topic: str,
         "event_time": pa.array(times, pa.int64()).cast(TIMESTAMP_MS).cast(TIMESTAMP),
         "dt": pa.array([p[0] for p in partitions], pa.string()),
         "hour": pa.array([p[1] for p in partitions], pa.int8()),
-        **{name: pa.array(vals, parser.columns()[name]) for name, vals in columns.items()},
+        **arrays,
     })
     return out.cast(pa.schema([*PARTITION_BASE_FIELDS, *(pa.field(n, t) for n, t in parser.columns().items())])), \
         good, rejected, parser

@@ -38,7 +38,7 @@ class TenantMapper:
                 if match:
                     try:
                         found = (check_tenant(template.format(**match.groupdict())), None)
-                    except (KeyError, IndexError, ValueError, InvalidNameError) as exc:
+                    except (KeyError, IndexError, AttributeError, ValueError, InvalidNameError) as exc:
                         found = (self.default, f"ingest.tenants rule {pattern.pattern!r} -> {template!r} gives no "
                                                f"valid tenant for topic {topic!r}: {exc}")
                     break

@@ -27,6 +27,7 @@ from typing import Any
 from prometheus_client import Counter, Histogram
 
 from shale.block import BlockMeta
+from shale.block.records import shared_scopes
 from shale.compaction.messages import Assigned, AssignJob, JobUpdate, NewJob, PollRequest
 from shale.compaction.model import Assignment, Job, JobStatus, PlanLimits, PlanUpdate, QueueKey
 from shale.compaction.planner import plan_jobs
@@ -124,6 +125,9 @@ def output_problem(job: Job, sources: list[BlockMeta], outputs: list[BlockMeta])
     rows_out = sum(o.rows for o in outputs)
     if rows_out > rows_in or (rows_in and not rows_out):
         return f"the outputs hold {rows_out} rows for {rows_in} source rows"
+    if rows_out < rows_in and not shared_scopes(sources):
+        # No two sources may hold one record (same topic incarnation, intersecting offsets): nothing is a copy.
+        return f"the outputs hold {rows_out} rows for {rows_in} source rows, and no two sources share a record"
     return None
 
 

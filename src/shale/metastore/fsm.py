@@ -14,11 +14,13 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import threading
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from shale.block import BlockMeta
 from shale.errors import CommandRejectedError
 from shale.index import PARTITION_WINDOW_MS, IndexReader, IndexWriter, connect, create
 from shale.metastore.commands import (
@@ -304,19 +306,52 @@ def _trim_block_changes(w: IndexWriter, cmd: TrimBlockChanges, entry: Entry) -> 
 def _set_active_generation(w: IndexWriter, cmd: SetActiveGeneration, entry: Entry) -> Result:
     if cmd.end < cmd.start:
         raise CommandRejectedError(f"the range ends ({cmd.end}) before it starts ({cmd.start})", reason="malformed")
+    retiring = []
+    if cmd.retire:
+        metas = [m for m in w.tenant_block_metas(cmd.tenant) if m.group == "partition"
+                 and all(r.topic == cmd.topic for r in m.kafka) and all(d.topic == cmd.topic for d in m.datasets)]
+        held = _offsets_held([m for m in metas if m.generation == cmd.generation])
+        retiring = [m for m in metas if m.generation != cmd.generation
+                    and m.min_time >= cmd.start and m.max_time <= cmd.end]
+        for meta in retiring:
+            for r in meta.kafka:
+                gap = _first_gap(held.get((r.partition, r.incarnation), []), r.start, r.end)
+                if gap is not None:
+                    raise CommandRejectedError(
+                        f"generation {cmd.generation} does not hold offsets [{gap[0]}, {gap[1]}) of "
+                        f"{cmd.topic}[{r.partition}] that block {meta.id} of generation {meta.generation} holds: "
+                        "retiring it would lose them; reprocess them into the new generation first, or switch "
+                        "without --retire", reason="not-covered")
     added = w.add_generation_rule(cmd.tenant, cmd.topic, cmd.start, cmd.end, cmd.generation)
     retired = []
-    if cmd.retire:
-        for meta in w.tenant_block_metas(cmd.tenant):
-            if (meta.group == "partition" and meta.generation != cmd.generation
-                    and all(d.topic == cmd.topic for d in meta.datasets)
-                    and meta.min_time >= cmd.start and meta.max_time <= cmd.end):
-                w.remove_block(meta.id)
-                w.add_tombstone(meta, entry.time_ms, f"generation {cmd.generation} replaced it")
-                retired.append(meta.id)
+    for meta in retiring:
+        w.remove_block(meta.id)
+        w.add_tombstone(meta, entry.time_ms, f"generation {cmd.generation} replaced it")
+        retired.append(meta.id)
     if added or retired:
         w.touch({cmd.tenant}, entry.index)
     return Result(ok=True, data={"switched": added, "retired": retired})
+
+
+def _offsets_held(metas: list[BlockMeta]) -> dict[tuple[int, str], list[tuple[int, int]]]:
+    """Per (partition, incarnation), the offset ranges the blocks account for, sorted."""
+    held: dict[tuple[int, str], list[tuple[int, int]]] = defaultdict(list)
+    for meta in metas:
+        for r in meta.kafka:
+            held[(r.partition, r.incarnation)].append((r.start, r.end))
+    return {key: sorted(spans) for key, spans in held.items()}
+
+
+def _first_gap(spans: list[tuple[int, int]], start: int, end: int) -> tuple[int, int] | None:
+    """The first part of ``[start, end)`` no span covers, or None."""
+    at = start
+    for low, high in spans:
+        if at >= end:
+            break
+        if low > at:
+            return at, min(low, end)
+        at = max(at, high)
+    return (at, end) if at < end else None
 
 
 _missing = set(COMMAND_KINDS) - set(HANDLERS)

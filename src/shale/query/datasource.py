@@ -62,7 +62,8 @@ def _for_spark(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 def _groups(plan: QueryPlan) -> list[list[Part]]:
     """Parts in groups of about PARTITION_BYTES; parts on topic-partitions needing dedup stay together."""
-    shared = [p for p in plan.parts if any((r.topic, r.partition) in plan.dedup_partitions for r in p.block.kafka)]
+    shared = [p for p in plan.parts
+              if any((r.topic, r.partition, r.incarnation) in plan.dedup_partitions for r in p.block.kafka)]
     alone = [p for p in plan.parts if p not in shared]
     groups: list[list[Part]] = [shared] if shared else []
     current: list[Part] = []
@@ -91,8 +92,7 @@ class ShaleDataSource(DataSource):
         config = load_config(options.get("config") or None)
         query = Query(options["tenant"], parse_time(options.get("from", "0")), parse_time(options.get("to", "now")),
                       options.get("selector", ""), group=options.get("group", "partition"),
-                      kind="quarantine" if options.get("quarantine", "false").lower() == "true" else "records",
-                      default_generation=config.ingest.generation)
+                      kind="quarantine" if options.get("quarantine", "false").lower() == "true" else "records")
         bucket = open_bucket(config.bucket)
         plan = query.plan(open_source(config, options.get("source", "metastore"), bucket))
         return config, query, plan
@@ -120,7 +120,7 @@ class ShaleReader(DataSourceReader):
             return
         parts = _groups(self.plan)[partition.value]
         sub = QueryPlan(parts, self.plan.schema, self.plan.time_column, self.plan.dedup_partitions,
-                        self.plan.base_columns)  # parts keep their generation intervals
+                        self.plan.base_columns, self.plan.unswitched)  # parts keep their generation intervals
         for batch in execute(self.query, sub, task_bucket(self.config.bucket)):
             yield _for_spark(batch)
 

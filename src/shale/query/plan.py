@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shale.block import BlockMeta, Dataset
+from shale.block.records import RecordScope, shared_scopes
 from shale.block.schemas import BACKUP_SCHEMA, QUARANTINE_SCHEMA, TIMESTAMP, partition_schema
 from shale.index import Matcher
 
@@ -46,10 +47,11 @@ class Part:
     intervals: tuple[tuple[int, int], ...] | None = None
 
 
-def active_intervals(rules: list[tuple[str, int, int, int]], topic: str, generation: int, default: int,
+def active_intervals(rules: list[tuple[str, int, int, int]], topic: str, generation: int, default: int | None,
                      start: int, end: int) -> list[tuple[int, int]]:
     """Where in ``[start, end]`` ``generation`` is the active one for ``topic``: the latest switch covering a
-    time wins; times no switch covers belong to ``default``."""
+    time wins; times no switch covers belong to ``default``, or to every generation when it is None (a query
+    then reads each record once, from the oldest generation holding it: ``plan_query``)."""
     mine = [(s, e, g) for t, s, e, g in rules if t == topic and e >= start and s <= end]
     cuts = sorted({start, end + 1, *(max(start, s) for s, _, _ in mine), *(min(end, e) + 1 for _, e, _ in mine)})
     out: list[tuple[int, int]] = []
@@ -58,7 +60,7 @@ def active_intervals(rules: list[tuple[str, int, int, int]], topic: str, generat
         for s, e, g in mine:  # oldest first: later switches override
             if s <= low and high - 1 <= e:
                 active = g
-        if active == generation:
+        if active == generation or active is None:
             if out and out[-1][1] == low - 1:
                 out[-1] = (out[-1][0], high - 1)
             else:
@@ -71,10 +73,15 @@ class QueryPlan:
     parts: list[Part]
     schema: pa.Schema
     time_column: str
-    dedup_partitions: set[tuple[str, int]]
-    """Topic-partitions where two selected blocks may hold the same record (only then are rows deduplicated)."""
+    dedup_partitions: set[RecordScope]
+    """(topic, partition, incarnation) where two selected blocks may hold the same record (only there are rows
+    deduplicated; the first read is kept)."""
     base_columns: list[str]
     """The columns every dataset of this query has (its kind's base schema)."""
+    unswitched: dict[str, list[tuple[int, int]]] | None = None
+    """Per topic, the data-time spans no generation switch covers (the partition group): there every generation
+    is read, the oldest first, and a row is dropped as a copy of another generation's. Elsewhere only copies
+    within one generation are. None: copies across generations are dropped everywhere (the backup group)."""
 
     @property
     def objects(self) -> int:
@@ -89,43 +96,26 @@ def output_schema(group: str, kind: Kind, parts: list[Part]) -> pa.Schema:
     return partition_schema(sorted({c for p in parts for c in p.dataset.columns}))
 
 
-def _may_share_records(a: BlockMeta, b: BlockMeta) -> set[tuple[str, int]]:
-    """Topic-partitions on which two blocks' offset ranges intersect such that a record could be in both.
-    Level-0 partition-group blocks of different partition values share ranges but never records."""
-    if (a.group, a.generation) != (b.group, b.generation):
-        return set()
-    if (a.group == "partition" and a.level == 0 and b.level == 0 and a.partition_values and b.partition_values
-            and a.partition_values != b.partition_values):
-        return set()
-    shared = set()
-    for ra in a.kafka:
-        for rb in b.kafka:
-            if (ra.topic, ra.partition) == (rb.topic, rb.partition) and ra.start < rb.end and rb.start < ra.end:
-                shared.add((ra.topic, ra.partition))
-    return shared
-
-
 def plan_query(blocks: list[BlockMeta], group: str, kind: Kind, columns: Sequence[str] | None = None, *,
-               rules: list[tuple[str, int, int, int]] | None = None, default_generation: int = 1,
-               start: int = 0, end: int = 2**62) -> QueryPlan:
-    """Parts to read. In the partition group only the active generation of each topic is read (section 14)."""
+               rules: list[tuple[str, int, int, int]] | None = None, start: int = 0, end: int = 2**62) -> QueryPlan:
+    """Parts to read. In the partition group a part is read only where its generation is active (section 14);
+    times no switch covers read every generation, and each record once: parts are read oldest generation first,
+    and later copies of a record there are dropped (``QueryPlan.unswitched``). The backup group stores one
+    verbatim record in every generation: its copies are dropped the same way, at any time."""
     parts = []
-    for b in sorted(blocks, key=lambda m: (m.min_time, m.id)):
+    for b in sorted(blocks, key=lambda m: (m.generation, m.min_time, m.id)):
         for d in b.datasets:
             if d.kind != kind or b.group != group:
                 continue
             if group == "partition":
-                spans = active_intervals(rules or [], d.topic, b.generation, default_generation, start, end)
+                spans = active_intervals(rules or [], d.topic, b.generation, None, start, end)
                 if not spans:
                     continue
                 parts.append(Part(b, d, tuple(spans) if spans != [(start, end)] else None))
             else:
                 parts.append(Part(b, d))
     blocks = [b for b in blocks if any(p.block is b for p in parts)]
-    dedup: set[tuple[str, int]] = set()
-    for i, a in enumerate(blocks):
-        for b in blocks[i + 1:]:
-            dedup |= _may_share_records(a, b)
+    dedup = shared_scopes(blocks)
     schema = output_schema(group, kind, parts)
     base = [f.name for f in output_schema(group, kind, [])]
     if columns:
@@ -134,7 +124,10 @@ def plan_query(blocks: list[BlockMeta], group: str, kind: Kind, columns: Sequenc
             raise ValueError(f"unknown columns {unknown}; this query's columns are {schema.names}")
         schema = pa.schema([schema.field(c) for c in columns])
     time_column = "event_time" if group == "partition" and kind == "records" else "timestamp"
-    return QueryPlan(parts, schema, time_column, dedup, base)
+    unswitched = None
+    if group == "partition":
+        unswitched = {t: active_intervals(rules or [], t, -1, -1, start, end) for t in {p.dataset.topic for p in parts}}
+    return QueryPlan(parts, schema, time_column, dedup, base, unswitched)
 
 
 def _label_expression(matcher: Matcher, field: Any) -> Any:

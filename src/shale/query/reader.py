@@ -1,9 +1,9 @@
 """Running a query: a stream of Arrow record batches, never the whole result in memory.
 
 Datasets are read one at a time with column projection and the row filter (ranged reads: only the footer and
-the needed column chunks are fetched, Parquet page checksums checked). Rows whose (topic, partition, offset)
-were already returned are dropped, only on topic-partitions where two selected blocks could share records;
-elsewhere no state is kept at all.
+the needed column chunks are fetched, Parquet page checksums checked). Rows whose record (topic incarnation,
+topic, partition, offset: ``shale.block.records``) was already returned are dropped, only where two selected
+blocks could share records; elsewhere no state is kept at all.
 """
 
 from __future__ import annotations
@@ -14,13 +14,16 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+import numpy as np
 import pyarrow as pa
 
 from shale.block import read_dataset
 from shale.block.names import check_tenant
+from shale.block.records import IncarnationCodes, row_incarnations
+from shale.block.schemas import TIMESTAMP
 from shale.index import Matcher, parse_matchers
 from shale.objstore import BucketReader, CallCounter
-from shale.query.plan import BlockSource, Kind, QueryPlan, check_regex, plan_query, row_filter
+from shale.query.plan import BlockSource, Kind, Part, QueryPlan, check_regex, plan_query, row_filter
 
 
 @dataclass
@@ -44,7 +47,6 @@ class Query:
     kind: Kind = "records"
     columns: Sequence[str] | None = None
     limit: int | None = None
-    default_generation: int = 1
     stats: QueryStats = field(default_factory=QueryStats)
 
     def __post_init__(self) -> None:
@@ -59,8 +61,7 @@ class Query:
     def plan(self, source: BlockSource) -> QueryPlan:
         blocks = source.query_blocks([self.tenant], self.start, self.end, self.selector, group=self.group)
         rules = source.generation_rules(self.tenant) if self.group == "partition" else []
-        plan = plan_query(blocks, self.group, self.kind, self.columns, rules=rules,
-                          default_generation=self.default_generation, start=self.start, end=self.end)
+        plan = plan_query(blocks, self.group, self.kind, self.columns, rules=rules, start=self.start, end=self.end)
         self.stats.blocks = len({p.block.id for p in plan.parts})
         return plan
 
@@ -89,18 +90,19 @@ def execute(query: Query, plan: QueryPlan, bucket: BucketReader) -> Iterator[pa.
     counter = bucket.calls if isinstance(bucket, Counted) else None
     bytes_before = counter.bytes_read if counter is not None else 0
     requests_before = counter.total() if counter is not None else 0
-    seen: dict[tuple[str, int], set[int]] = defaultdict(set)
+    seen: dict[tuple[int, str, int, int], set[int]] = defaultdict(set)
     needed = set(plan.schema.names)
-    dedup_cols = {"topic", "partition", "offset"} if plan.dedup_partitions else set()
+    dedup_cols = {"topic", "partition", "offset", plan.time_column} if plan.dedup_partitions else set()
     try:
         yield from _parts(query, plan, bucket, seen, needed | dedup_cols, counter, bytes_before, requests_before)
     finally:
         query.stats.seconds = time.perf_counter() - started
 
 
-def _parts(query: Query, plan: QueryPlan, bucket: BucketReader, seen: dict[tuple[str, int], set[int]],
+def _parts(query: Query, plan: QueryPlan, bucket: BucketReader, seen: dict[tuple[int, str, int, int], set[int]],
            wanted: set[str], counter: CallCounter | None, bytes_before: int,
            requests_before: int) -> Iterator[pa.RecordBatch]:
+    codes = IncarnationCodes()
     for part in plan.parts:
         if query.limit is not None and query.stats.rows >= query.limit:
             break
@@ -114,26 +116,44 @@ def _parts(query: Query, plan: QueryPlan, bucket: BucketReader, seen: dict[tuple
             query.stats.bytes_read = counter.bytes_read - bytes_before
             query.stats.requests = counter.total() - requests_before
         if plan.dedup_partitions and table.num_rows:
-            keep = []
-            keys = zip(table.column("topic").to_pylist(), table.column("partition").to_pylist(),
-                       table.column("offset").to_pylist(), strict=True)
-            for topic, partition, offset in keys:
-                tp = (topic, partition)
-                if tp not in plan.dedup_partitions:
-                    keep.append(True)
-                    continue
-                fresh = offset not in seen[tp]
-                seen[tp].add(offset)
-                keep.append(fresh)
-            dropped = keep.count(False)
-            if dropped:
-                query.stats.duplicates_dropped += dropped
-                table = table.filter(pa.array(keep))
+            table = _drop_copies(query, plan, part, table, seen, codes)
         table = _conform(table, plan.schema)
         if query.limit is not None:
             table = table.slice(0, max(0, query.limit - query.stats.rows))
         query.stats.rows += table.num_rows
         yield from table.to_batches()
+
+
+def _drop_copies(query: Query, plan: QueryPlan, part: Part, table: pa.Table,
+                 seen: dict[tuple[int, str, int, int], set[int]], codes: IncarnationCodes) -> pa.Table:
+    """``table`` without the rows whose record was returned already (only records of scopes two blocks share).
+    A record is compared with other generations' copies where the plan says so (``QueryPlan.unswitched``),
+    else only with its own generation's."""
+    scopes = {(t, p, codes.code(i)) for t, p, i in plan.dedup_partitions}
+    incarnations = row_incarnations(part.block, part.dataset.topic, table.column("partition"),
+                                    table.column("offset"), codes)
+    across = np.ones(table.num_rows, dtype=bool)
+    if plan.unswitched is not None:
+        times = table.column(plan.time_column).cast(TIMESTAMP).cast(pa.int64()).to_numpy() // 1000
+        across[:] = False
+        for low, high in plan.unswitched.get(part.dataset.topic, []):
+            across |= (times >= low) & (times <= high)
+    generation = part.block.generation
+    keep = []
+    keys = zip(table.column("topic").to_pylist(), table.column("partition").to_pylist(),
+               table.column("offset").to_pylist(), incarnations.tolist(), across.tolist(), strict=True)
+    for topic, partition, offset, incarnation, shared in keys:
+        if (topic, partition, incarnation) not in scopes:
+            keep.append(True)
+            continue
+        offsets = seen[(-1 if shared else generation, topic, partition, incarnation)]
+        keep.append(offset not in offsets)
+        offsets.add(offset)
+    dropped = keep.count(False)
+    if not dropped:
+        return table
+    query.stats.duplicates_dropped += dropped
+    return table.filter(pa.array(keep))
 
 
 def run_query(query: Query, source: BlockSource, bucket: BucketReader) -> pa.RecordBatchReader:

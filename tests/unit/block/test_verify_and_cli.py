@@ -40,6 +40,7 @@ def bucket(root: Path) -> ObstoreBucket:
 def _run(root: Path, *args: str) -> tuple[int, str]:
     result = CliRunner().invoke(cli, ["--set", f"bucket.url=file://{root}", "--set", "block.sync_delay=0",
                                       "--set", "block.delete_delay=0",
+                                      "--set", "bucket_index.max_stale_period=0",
                                       "--set", f"metastore.data_dir={root.parent / 'metastore'}", *args])
     return result.exit_code, result.output
 

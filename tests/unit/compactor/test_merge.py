@@ -74,3 +74,25 @@ def test_input_fetched_ahead_is_checked_like_input_read_by_the_merge() -> None:
         fetched[key] = pool.submit(lambda: good[:-9] + bytes([good[-9] ^ 1]) + good[-8:])
         with pytest.raises(CorruptObjectError, match=r"meta\.json says"):
             merge_blocks(bucket, sources, job="j", token=2, level=0, fetched=fetched)
+
+
+def test_a_merge_keeps_records_of_two_topic_incarnations() -> None:
+    """Issue 26 case 1: a topic deleted and recreated starts again at offset 0. A merge of one block of each
+    incarnation, with equal offsets and times, holds all their records: they are other records, not copies."""
+    bucket = open_bucket_url("memory://test-merge-incarnations")
+    old, new = "AAAAAAAAAAAAAAAAAAAAAA", "BBBBBBBBBBBBBBBBBBBBBB"
+    sources = [write_backup_block(bucket, "acme", "app", 0, 0, 3, incarnation=inc) for inc in (old, new)]
+    result = merge_blocks(bucket, sources, job="j", token=1, level=0)
+    assert result.rows_in == result.rows_out == 6
+    assert sorted((r.incarnation, r.start, r.end) for r in result.output.kafka) == [(old, 0, 3), (new, 0, 3)]
+    # A later merge of that output with a copy of one incarnation's block: the output cannot tell which of its
+    # rows at offsets 0-2 is of which incarnation, so nothing of it is taken for a copy (a row is dropped only on
+    # proof); the plain copy's rows are kept too, and the metastore accepts rows out == rows in.
+    again = merge_blocks(bucket, [result.output, write_backup_block(bucket, "acme", "app", 0, 0, 3, incarnation=new,
+                                                                   block_time_ms=BASE_MS + 1)],
+                         job="j2", token=1, level=1)
+    assert (again.rows_in, again.rows_out) == (9, 9)
+    # Two copies of one incarnation's block: the copy's rows are dropped.
+    copies = [write_backup_block(bucket, "acme", "app", 0, 0, 3, incarnation=new, block_time_ms=BASE_MS + t)
+              for t in (2, 3)]
+    assert merge_blocks(bucket, copies, job="j3", token=1, level=0).rows_out == 3

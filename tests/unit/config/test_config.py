@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 from shale.cli import cli
 from shale.config import load_config, parse_duration, parse_size
+from shale.config.types import MAX_DURATION
 from shale.errors import ConfigError
 
 
@@ -22,7 +26,7 @@ def test_file_then_environment_then_flags(tmp_path: Path) -> None:
     path = tmp_path / "shale.toml"
     path.write_text('[bucket]\nurl = "s3://from-file"\n[block]\nsync_delay = "5m"\ndelete_delay = "1h"\n')
     env = {"SHALE_BLOCK__SYNC_DELAY": "30s", "SHALE_CONFIG_IGNORED": "x"}
-    config = load_config(path, env=env, overrides=["block.delete_delay=10"])
+    config = load_config(path, env=env, overrides=["block.delete_delay=10", "bucket_index.max_stale_period=5"])
     assert config.bucket.url == "s3://from-file"
     assert config.block.sync_delay == 30.0
     assert config.block.delete_delay == 10.0
@@ -63,7 +67,8 @@ def test_durations(text: object, seconds: float) -> None:
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["-1", "5 minutes", "1x", True, "m5"])
+@pytest.mark.parametrize("text", ["-1", "5 minutes", "1x", True, "m5", float("nan"), float("inf"), -0.5,
+                                  "99999999999999999999d"])
 def test_bad_durations(text: object) -> None:
     with pytest.raises(ValueError, match="duration"):
         parse_duration(text)
@@ -85,3 +90,43 @@ def test_config_check_command_exit_codes() -> None:
     bad = runner.invoke(cli, ["--set", "kafka.bootstrap_servers=nohost", "config", "check"])
     assert bad.exit_code == 1
     assert "kafka.bootstrap_servers = 'nohost': 'nohost' is not host:port" in bad.output
+
+
+@given(st.one_of(st.floats(), st.integers(), st.text(max_size=12)))
+def test_a_duration_is_a_finite_number_of_seconds_or_refused(value: object) -> None:
+    """Issue 26 case 8: ``nan`` and ``inf`` were accepted (``lease_duration = nan`` failed every poll)."""
+    try:
+        seconds = parse_duration(value)
+    except ValueError as exc:
+        message = str(exc)
+        seconds = None
+    if seconds is None:
+        assert "duration" in message
+    else:
+        assert math.isfinite(seconds)
+        assert 0 <= seconds <= MAX_DURATION
+
+
+def test_the_delete_delay_outlives_a_stale_bucket_index() -> None:
+    """Issue 26 case 7: a reader may use a bucket index up to max_stale_period old; a block deleted sooner after
+    its mark is listed by that reader although its objects are gone."""
+    with pytest.raises(ConfigError) as info:
+        load_config(env={}, overrides=["block.delete_delay=15m", "bucket_index.max_stale_period=1h"])
+    assert "block.delete_delay (900 s) must be at least bucket_index.max_stale_period (3600 s)" in str(info.value)
+    config = load_config(env={})
+    assert config.block.delete_delay >= config.bucket_index.max_stale_period
+
+
+@pytest.mark.parametrize(("template", "named"), [
+    ("{team.name}", "{team.name}"), ("{team[0]}", "{team[0]}"), ("{other}", "{other}"), ("{team!r}", "{team}"),
+    ("{team:>5}", "{team}"), ("{}", "{}"), ("{team", "not a valid template")])
+def test_a_tenant_template_that_cannot_work_is_refused(tmp_path: Path, template: str, named: str) -> None:
+    """Issue 26 case 8: ``{team.name}`` passed ``shale config check`` and then failed every task."""
+    path = tmp_path / "shale.toml"
+    path.write_text(f'[[ingest.tenants]]\ntopic_pattern = "(?P<team>[a-z]+)\\\\..*"\ntenant = "{template}"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={})
+    assert "ingest.tenants.0" in str(info.value)
+    assert named in str(info.value)
+    path.write_text('[[ingest.tenants]]\ntopic_pattern = "(?P<team>[a-z]+)\\\\..*"\ntenant = "t-{team}"\n')
+    assert load_config(path, env={}).ingest.tenants[0].tenant == "t-{team}"

@@ -353,3 +353,28 @@ def test_set_active_generation_refuses_a_reversed_range(h: Harness) -> None:
     result = h.apply(SetActiveGeneration(tenant="acme", topic="app", generation=2, start=10, end=5))
     assert result.reason == "malformed"
     assert h.sm.reader.generation_rules("acme") == []
+
+
+@pytest.mark.parametrize(("new_ranges", "gap"), [
+    ([], "[0, 100)"),  # the new generation holds nothing yet
+    ([(0, 60)], "[60, 100)"),  # a reprocess stopped half way
+    ([(10, 100)], "[0, 10)"),
+    ([(0, 40), (50, 100)], "[40, 50)"),
+])
+def test_retire_refuses_while_the_new_generation_lacks_offsets(tmp_path: Path, new_ranges: list[tuple[int, int]],
+                                                               gap: str) -> None:
+    """Issue 26 case 5: ``generation switch --retire`` to a generation with no, or partial, data tombstoned the
+    live generation's blocks in the range. Now it is refused as a whole, naming the offsets that would be lost."""
+    hour = 3_600_000
+    old = meta(group="partition", generation=1, start=0, end=100, min_time=BASE_MS, max_time=BASE_MS + hour)
+    new = [meta(group="partition", generation=2, start=s, end=e, min_time=BASE_MS, max_time=BASE_MS + hour)
+           for s, e in new_ranges]
+    h = Harness(tmp_path / "state.db")
+    h.apply(AddBlocks(blocks=[old, *new]))
+    result = h.apply(SetActiveGeneration(tenant="acme", topic="app", generation=2, start=BASE_MS,
+                                         end=BASE_MS + 2 * hour, retire=True))
+    assert result.reason == "not-covered"
+    assert f"does not hold offsets {gap} of app[0]" in result.message
+    assert old.id in {m.id for m in h.sm.reader.tenant_blocks("acme")}
+    assert h.sm.reader.tombstones() == []
+    assert h.sm.reader.generation_rules("acme") == []  # nothing applied: the switch is refused with its retire

@@ -7,22 +7,24 @@ import pytest
 from tests.factories import BASE_MS
 
 from shale.block import BlockMeta, Compaction, Dataset, KafkaRange, deterministic_block_id
+from shale.block.records import may_share_records
 from shale.block.schemas import BACKUP_SCHEMA, QUARANTINE_SCHEMA
-from shale.query.plan import _may_share_records, active_intervals, plan_query
+from shale.query.plan import active_intervals, plan_query
 
 Range = tuple[str, int, int, int]  # topic, partition, start offset, end offset (exclusive)
 
 
 def block(key: str, *, group: str = "partition", generation: int = 1, level: int = 0,
           ranges: tuple[Range, ...] = (("app", 0, 0, 100),), dt: str = "2026-11-18", min_time: int = BASE_MS,
-          kinds: tuple[str, ...] = ("records",), columns: tuple[str, ...] = ("level",)) -> BlockMeta:
+          kinds: tuple[str, ...] = ("records",), columns: tuple[str, ...] = ("level",),
+          incarnation: str = "") -> BlockMeta:
     """A block's metadata (no data behind it: the planner reads metadata only)."""
     block_id = deterministic_block_id(BASE_MS, key)
     topic = ranges[0][0]
     return BlockMeta(
         id=block_id, tenant="acme", level=level, group=group, generation=generation,
         min_time=min_time, max_time=min_time + 1000,
-        kafka=[KafkaRange(topic=t, partition=p, start=s, end=e) for t, p, s, e in ranges],
+        kafka=[KafkaRange(topic=t, partition=p, start=s, end=e, incarnation=incarnation) for t, p, s, e in ranges],
         partition_values={"dt": dt} if group == "partition" else {},
         datasets=[Dataset(name=f"{kind}/{topic}", kind=kind, topic=topic, file=f"{kind}-0.parquet", rows=1, bytes=1,
                           min_time=min_time, max_time=min_time + 1000,
@@ -75,30 +77,39 @@ def test_active_intervals_partition_the_query_range() -> None:
 
 # -- the shared-records check --------------------------------------------------------------------------------------
 
+INC_A, INC_B = "AAAAAAAAAAAAAAAAAAAAAA", "BBBBBBBBBBBBBBBBBBBBBB"  # two incarnations of a recreated topic
+
 SHARED = [
-    ("overlapping offsets of one partition", block("a"), block("b", ranges=(("app", 0, 50, 150),)), {("app", 0)}),
+    ("overlapping offsets of one partition", block("a"), block("b", ranges=(("app", 0, 50, 150),)),
+     {("app", 0, "")}),
     ("adjacent offsets share nothing", block("a"), block("b", ranges=(("app", 0, 100, 200),)), set()),
     ("other partitions share nothing", block("a"), block("b", ranges=(("app", 1, 0, 100),)), set()),
     ("other topics share nothing", block("a"), block("b", ranges=(("web", 0, 0, 100),)), set()),
-    ("other generations never share", block("a"), block("b", generation=2), set()),
+    ("other incarnations of a recreated topic never share", block("a", incarnation=INC_A),
+     block("b", incarnation=INC_B), set()),
+    ("one incarnation shares", block("a", incarnation=INC_A), block("b", incarnation=INC_A), {("app", 0, INC_A)}),
+    ("other generations of the partition group may share (a reprocess)", block("a"), block("b", generation=2),
+     {("app", 0, "")}),
+    ("backup generations store the same records", block("a", group="backup"),
+     block("b", group="backup", generation=2), {("app", 0, "")}),
     ("other groups never share", block("a", group="backup"), block("b"), set()),
     ("level-0 partition blocks of other days never share", block("a", dt="2026-11-18"),
      block("b", dt="2026-11-19"), set()),
-    ("level-0 partition blocks of one day may share", block("a"), block("b"), {("app", 0)}),
+    ("level-0 partition blocks of one day may share", block("a"), block("b"), {("app", 0, "")}),
     ("a compacted partition block may share with a level-0 one of another day", block("a", level=1),
-     block("b", dt="2026-11-19"), {("app", 0)}),
+     block("b", dt="2026-11-19"), {("app", 0, "")}),
     ("backup blocks of one partition may share", block("a", group="backup"), block("b", group="backup"),
-     {("app", 0)}),
+     {("app", 0, "")}),
     ("only the overlapping ranges of many are named",
      block("a", ranges=(("app", 0, 0, 100), ("app", 1, 0, 100), ("web", 0, 0, 10))),
-     block("b", ranges=(("app", 1, 99, 200), ("web", 0, 10, 20))), {("app", 1)}),
+     block("b", ranges=(("app", 1, 99, 200), ("web", 0, 10, 20))), {("app", 1, "")}),
 ]
 
 
 @pytest.mark.parametrize(("a", "b", "expected"), [case[1:] for case in SHARED], ids=[case[0] for case in SHARED])
-def test_may_share_records(a: BlockMeta, b: BlockMeta, expected: set[tuple[str, int]]) -> None:
-    assert _may_share_records(a, b) == expected
-    assert _may_share_records(b, a) == expected  # symmetric
+def test_may_share_records(a: BlockMeta, b: BlockMeta, expected: set[tuple[str, int, str]]) -> None:
+    assert may_share_records(a, b) == expected
+    assert may_share_records(b, a) == expected  # symmetric
 
 
 # -- plan_query ----------------------------------------------------------------------------------------------------
@@ -135,8 +146,11 @@ def test_plan_reads_each_generation_only_where_it_is_active() -> None:
     plan = plan_query([first, second, third], "partition", "records", rules=rules, start=0, end=99)
     assert {p.block.id: p.intervals for p in plan.parts} == {first.id: ((50, 99),), third.id: ((0, 49),)}
 
-    untouched = plan_query([first, second], "partition", "records", rules=[("web", 0, 99, 2)], start=0, end=99)
-    assert {p.block.id: p.intervals for p in untouched.parts} == {first.id: None}  # None: the whole range
+    # Times no switch covers read every generation, the oldest first, and drop later copies of a record: raising
+    # ingest.generation (an upgrade) hides nothing, whatever generation the querying process is configured with.
+    untouched = plan_query([second, first], "partition", "records", rules=[("web", 0, 99, 2)], start=0, end=99)
+    assert [(p.block.id, p.intervals) for p in untouched.parts] == [(first.id, None), (second.id, None)]
+    assert untouched.dedup_partitions == {("app", 0, "")}
 
 
 def test_plan_deduplicates_only_where_read_blocks_may_share_records() -> None:
@@ -146,11 +160,11 @@ def test_plan_deduplicates_only_where_read_blocks_may_share_records() -> None:
     # Two blocks of a generation nobody reads overlap each other; they are not read, so they add no duplicates.
     inactive = [block("inactive-1", generation=2, ranges=(("app", 1, 0, 100),)),
                 block("inactive-2", generation=2, ranges=(("app", 1, 50, 150),))]
-    plan = plan_query([a, overlapping, other_day, *inactive], "partition", "records")
-    assert plan.dedup_partitions == {("app", 0)}
+    plan = plan_query([a, overlapping, other_day, *inactive], "partition", "records", rules=[("app", 0, 2**62, 1)])
+    assert plan.dedup_partitions == {("app", 0, "")}
     assert {p.block.id for p in plan.parts} == {a.id, overlapping.id, other_day.id}
     active = plan_query([a, overlapping, other_day, *inactive], "partition", "records", rules=[("app", 0, 2**62, 2)])
-    assert active.dedup_partitions == {("app", 1)}
+    assert active.dedup_partitions == {("app", 1, "")}
 
 
 def test_plan_selects_columns_and_refuses_unknown_ones() -> None:

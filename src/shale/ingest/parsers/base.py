@@ -70,6 +70,8 @@ class Parser(ABC):
             check_label_name(column)
             if column in RESERVED_COLUMNS:
                 raise ConfigError(f"parser {self.name}: column {column!r} clashes with a built-in column")
+            if column.startswith("__"):
+                raise ConfigError(f"parser {self.name}: column {column!r}: names starting with '__' are reserved")
         missing = set(self.labels()) - set(self.columns())
         if missing:
             raise ConfigError(f"parser {self.name}: labels {sorted(missing)} are not among its columns")

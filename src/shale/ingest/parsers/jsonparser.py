@@ -95,6 +95,8 @@ class JsonTimestampParser(Parser):
             return json.loads(value)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ParseError(f"invalid JSON: {exc}") from None
+        except RecursionError:
+            raise ParseError("the JSON value is nested too deeply to read") from None
 
     def parse(self, value: bytes | None, kafka_time_ms: int) -> tuple[int, dict[str, Any]]:
         if value is None:
@@ -112,5 +114,22 @@ class JsonTimestampParser(Parser):
             # the exact document, so it keeps every digit (the time field is read through a float either way).
             exact = self.decode_exact(value)
             found = {name: dig(exact, path) for name, path in self.column_paths.items()}
-        return event_time, {name: None if v is None else (v if isinstance(v, str) else json.dumps(v))
+        return event_time, {name: None if v is None else (v if isinstance(v, str) else as_text(name, v))
                             for name, v in found.items()}
+
+
+def _refuse(value: Any) -> Any:
+    raise ParseError(f"it holds {type(value).__name__} data, which has no JSON text")
+
+
+def as_text(column: str, value: Any) -> str:
+    """A non-string field value as the JSON text of a string column; what has none (binary or extension data
+    from msgpack, a value nested too deeply) is a reason to quarantine the record, naming the column."""
+    try:
+        return json.dumps(value, default=_refuse)
+    except ParseError as exc:
+        raise ParseError(f"column {column!r}: {exc.reason}") from None
+    except RecursionError:
+        raise ParseError(f"column {column!r}: the value is nested too deeply") from None
+    except (TypeError, ValueError) as exc:  # a map with keys JSON cannot have, for example
+        raise ParseError(f"column {column!r}: {exc}") from None

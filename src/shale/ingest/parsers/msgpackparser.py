@@ -17,5 +17,7 @@ class MsgpackParser(JsonTimestampParser):
     def decode(self, value: bytes) -> Any:
         try:
             return msgpack.unpackb(value, raw=False, timestamp=0)
-        except (ValueError, msgpack.UnpackException) as exc:
+        except (ValueError, TypeError, msgpack.UnpackException) as exc:
             raise ParseError(f"invalid msgpack: {exc}") from None
+        except RecursionError:
+            raise ParseError("the msgpack value is nested too deeply to read") from None

@@ -1,0 +1,89 @@
+"""Which Kafka record a row is, and which blocks may hold the same record.
+
+A record is (topic incarnation, topic, partition, offset): after a topic is deleted and recreated, offset 0 of
+the new topic is another record than offset 0 of the old one. Rows carry topic, partition and offset; the
+incarnation is their block's, read from its Kafka ranges. Deduplication (queries, compaction) keys rows by all
+four, so records of two incarnations are never taken for copies of each other.
+
+A row whose incarnation its block cannot tell (two ranges of different incarnations cover its offset, which a
+block merged from both incarnations may have, or no range covers it) gets a key of its own: it is never
+dropped as a copy. Dropping a row needs proof; keeping a copy does not lose data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from shale.block.meta import BlockMeta
+
+RecordScope = tuple[str, int, str]
+"""(topic, partition, incarnation)"""
+
+
+def may_share_records(a: BlockMeta, b: BlockMeta) -> set[RecordScope]:
+    """The (topic, partition, incarnation) on which two blocks' offset ranges intersect so that one record could
+    be in both. Blocks of different groups never share a row (a backup row and a parsed row differ); the backup
+    group stores the same verbatim record in every generation, so its generations share. Level-0 partition-group
+    blocks of one generation and different partition values share ranges but never records."""
+    if a.group != b.group:
+        return set()
+    if (a.group == "partition" and a.generation == b.generation and a.level == 0 and b.level == 0
+            and a.partition_values and b.partition_values and a.partition_values != b.partition_values):
+        return set()
+    shared = set()
+    for ra in a.kafka:
+        for rb in b.kafka:
+            if ((ra.topic, ra.partition, ra.incarnation) == (rb.topic, rb.partition, rb.incarnation)
+                    and ra.start < rb.end and rb.start < ra.end):
+                shared.add((ra.topic, ra.partition, ra.incarnation))
+    return shared
+
+
+def shared_scopes(blocks: Sequence[BlockMeta]) -> set[RecordScope]:
+    """Every scope on which two of ``blocks`` may hold one record: only there are rows deduplicated."""
+    out: set[RecordScope] = set()
+    for i, a in enumerate(blocks):
+        for b in blocks[i + 1:]:
+            out |= may_share_records(a, b)
+    return out
+
+
+class IncarnationCodes:
+    """Incarnations as small integers, one numbering for every table compared (a sort key cheaper than strings),
+    and negative codes, each used once, for rows whose incarnation is unknown."""
+
+    def __init__(self) -> None:
+        self._codes: dict[str, int] = {}
+        self._unknown = 0
+
+    def code(self, incarnation: str) -> int:
+        return self._codes.setdefault(incarnation, len(self._codes))
+
+    def unknown(self, n: int) -> np.ndarray:
+        first = self._unknown
+        self._unknown += n
+        return -1 - first - np.arange(n, dtype=np.int64)
+
+
+def row_incarnations(meta: BlockMeta, topic: str, partitions: pa.Array | pa.ChunkedArray,
+                     offsets: pa.Array | pa.ChunkedArray, codes: IncarnationCodes) -> np.ndarray:
+    """Per row of ``meta``'s dataset of ``topic``, its incarnation's code. A row whose incarnation the block
+    cannot tell gets a negative code of its own, so it is never taken for a copy of another row."""
+    part = np.asarray(partitions.to_numpy(zero_copy_only=False), dtype=np.int64)
+    off = np.asarray(offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
+    out = np.full(len(part), -1, dtype=np.int64)
+    ambiguous = np.zeros(len(part), dtype=bool)
+    for r in meta.kafka:
+        if r.topic != topic:
+            continue
+        code = codes.code(r.incarnation)
+        mask = (part == r.partition) & (off >= r.start) & (off < r.end)
+        ambiguous |= mask & (out >= 0) & (out != code)
+        out[mask] = code
+    unknown = np.flatnonzero((out < 0) | ambiguous)
+    if len(unknown):
+        out[unknown] = codes.unknown(len(unknown))
+    return out
