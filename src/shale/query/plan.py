@@ -136,7 +136,7 @@ def _label_expression(matcher: Matcher, field: Any) -> Any:
         return pc.equal(value, matcher.value)
     if matcher.op == "!=":
         return pc.not_equal(value, matcher.value)
-    anchored = f"^(?:{matcher.value})$"
+    anchored = f"^(?s:{matcher.value})$"  # as the index matches (Prometheus 3: "." matches a newline)
     hit = pc.match_substring_regex(value, anchored)
     return hit if matcher.op == "=~" else pc.invert(hit)
 
@@ -173,7 +173,7 @@ def check_regex(matchers: Sequence[Matcher]) -> None:
     for matcher in matchers:
         if matcher.op in ("=~", "!~"):
             try:
-                pc.match_substring_regex(pa.array([""]), f"^(?:{matcher.value})$")
+                pc.match_substring_regex(pa.array([""]), f"^(?s:{matcher.value})$")
             except pa.ArrowInvalid as exc:
                 raise ValueError(f"{matcher}: RE2 cannot run this regular expression ({exc})") from None
             re.compile(matcher.value)
