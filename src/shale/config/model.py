@@ -366,6 +366,10 @@ class ShaleConfig(_Section):
         """A bucket-index reader may list blocks from an index up to ``max_stale_period`` old (seed 001): a block
         marked for deletion just after that index was written must outlive it, or the reader lists deleted
         objects. Cortex states the same rule for its deletion delay."""
+        if self.block.delete_delay < self.block.sync_delay:
+            raise ValueError(f"block.delete_delay ({self.block.delete_delay:g} s) must be at least block.sync_delay "
+                             f"({self.block.sync_delay:g} s): a compaction's sources are marked once its output is "
+                             "past the sync delay, and bucket scanners must always see one of the two")
         if self.block.delete_delay < self.bucket_index.max_stale_period:
             raise ValueError(f"block.delete_delay ({self.block.delete_delay:g} s) must be at least "
                              f"bucket_index.max_stale_period ({self.bucket_index.max_stale_period:g} s): a reader "

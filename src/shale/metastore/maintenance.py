@@ -187,13 +187,16 @@ class Maintenance:
         return removed
 
     def collect_tombstones(self) -> int:
-        """Mark every tombstoned block in the bucket; remove the objects of those past the delete delay."""
+        """Mark every tombstoned block in the bucket once it is ``sync_delay`` old; remove the objects of those
+        past the delete delay. A compaction's tombstones are as old as its output's commit, and the output was
+        uploaded before it: marking its sources only once the output is past the sync delay means a bucket
+        scanner, which trusts no block younger than that, always sees one of the two (seed 000)."""
         now = self.clock()
         rows = self.service.tombstones(limit=10_000)
         TOMBSTONES.set(len(rows))
         OLDEST_TOMBSTONE.set(max(0.0, now - min(r.created_at for r in rows) / 1000) if rows else 0)
         for row in rows:
-            if row.block_id not in self._marked:
+            if row.block_id not in self._marked and row.created_at / 1000 + self.sync_delay <= now:
                 write_deletion_mark(self.bucket, row.tenant, row.block_id, row.created_at / 1000, row.reason)
                 self._marked.add(row.block_id)
         due = [r for r in rows if r.created_at / 1000 + self.delete_delay <= now]

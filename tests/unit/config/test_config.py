@@ -26,10 +26,10 @@ def test_file_then_environment_then_flags(tmp_path: Path) -> None:
     path = tmp_path / "shale.toml"
     path.write_text('[bucket]\nurl = "s3://from-file"\n[block]\nsync_delay = "5m"\ndelete_delay = "1h"\n')
     env = {"SHALE_BLOCK__SYNC_DELAY": "30s", "SHALE_CONFIG_IGNORED": "x"}
-    config = load_config(path, env=env, overrides=["block.delete_delay=10", "bucket_index.max_stale_period=5"])
+    config = load_config(path, env=env, overrides=["block.delete_delay=40", "bucket_index.max_stale_period=5"])
     assert config.bucket.url == "s3://from-file"
     assert config.block.sync_delay == 30.0
-    assert config.block.delete_delay == 10.0
+    assert config.block.delete_delay == 40.0
 
 
 def test_every_bad_key_is_named_with_value_and_advice() -> None:
@@ -113,6 +113,8 @@ def test_the_delete_delay_outlives_a_stale_bucket_index() -> None:
     with pytest.raises(ConfigError) as info:
         load_config(env={}, overrides=["block.delete_delay=15m", "bucket_index.max_stale_period=1h"])
     assert "block.delete_delay (900 s) must be at least bucket_index.max_stale_period (3600 s)" in str(info.value)
+    with pytest.raises(ConfigError, match=r"block.delete_delay \(60 s\) must be at least block.sync_delay \(900 s\)"):
+        load_config(env={}, overrides=["block.delete_delay=1m", "bucket_index.max_stale_period=1m"])
     config = load_config(env={})
     assert config.block.delete_delay >= config.bucket_index.max_stale_period
 

@@ -123,12 +123,20 @@ def test_retention_marks_then_tombstones_then_removes_after_the_delay(tmp_path: 
     assert service.tombstones() == []
 
 
-def test_compaction_tombstones_get_marks_as_soon_as_they_are_collected(tmp_path: Path, bucket: ObstoreBucket) -> None:
-    service = _service(tmp_path)
+def test_compaction_tombstones_get_marks_once_the_output_is_past_the_sync_delay(tmp_path: Path,
+                                                                              bucket: ObstoreBucket) -> None:
+    """Issue 26 case 14: marking the sources at once, while the output is still Fresh, left bucket scanners with
+    neither copy. The mark waits until the tombstone (as old as the output's commit) is ``sync_delay`` old."""
+    now = [time.time()]
+    service = _service(tmp_path, clock=lambda: now[0])
     a = write_backup_block(bucket, "acme", "app", 0, 0, 10)
     service.submit(AddBlocks(blocks=[a]))
     service.submit(ReplaceBlocks(tenant="acme", sources=[a.id], blocks=[], reason="deleted by test"))
-    m = Maintenance(service, bucket, RetentionConfig(), delete_delay=3600, is_leader=lambda: True, term=lambda: 1)
+    m = Maintenance(service, bucket, RetentionConfig(), delete_delay=3600, is_leader=lambda: True, term=lambda: 1,
+                    clock=lambda: now[0], sync_delay=900)
+    m.collect_tombstones()
+    assert list(bucket.list("acme/markers/")) == []  # its replacement is still Fresh
+    now[0] += 901
     m.collect_tombstones()
     assert b"deleted by test" in bucket.get(f"acme/markers/{a.id}-deletion-mark.json")
     assert bucket.head(meta_key("acme", a.id))
