@@ -41,7 +41,7 @@ compacted into another, not marked) once the compactor in ``shale run``, which c
 job left for 10 s after it, x 3600 / 180 s. This is an upper bound: queues shorter than a job
 (``compaction.blocks_per_job``: 20 blocks at level 0, 10 above) wait up to ``compaction.max_age`` (1 h), and in an
 hour of steady load the level-1 outputs would compact 10 to 1 again, which a three-minute run cannot show.
-Compacted blocks stay in the bucket for ``block.delete_delay`` (15 min) before they are deleted: a constant, not a
+Compacted blocks stay in the bucket for ``block.delete_delay`` (2 h) before they are deleted: a constant, not a
 growth per hour.
 
 Low-latency profile (``LOW_LATENCY``; README, "Configuration"): ``ingest.trigger_interval = "0s"`` (the next batch

@@ -185,10 +185,18 @@ def write_block(bucket: Bucket, spec: BlockSpec, datasets: list[DatasetInput],
 
 
 def _upload(bucket: Bucket, planned: BlockMeta, objects: list[bytes]) -> BlockMeta:
-    """Put the data objects, then meta.json with put-if-absent."""
+    """Put the data objects, then meta.json, each with put-if-absent: an object is never replaced (Thanos rule 1).
+    A data object already there (an earlier attempt, or a concurrent writer of this deterministic id) is adopted
+    when its footer says it holds this block's contents: meta.json then names its bytes, whatever the encoder
+    wrote this time, so a meta.json can never describe bytes other than those in the bucket."""
     files: list[FileInfo] = []
-    for entry, data in zip(planned.datasets, objects, strict=True):
-        bucket.put(block_file_key(planned.tenant, planned.id, entry.file), data)
+    for entry, encoded in zip(planned.datasets, objects, strict=True):
+        key = block_file_key(planned.tenant, planned.id, entry.file)
+        try:
+            bucket.put_if_absent(key, encoded)
+            data = encoded
+        except ConflictError:
+            data = _adopt(bucket, key, planned)
         files.append(FileInfo(name=entry.file, size=len(data), crc32=crc32_hex(data)))
     meta = planned.model_copy(update={"files": files})
     failpoint("block.before-meta")
@@ -199,6 +207,20 @@ def _upload(bucket: Bucket, planned: BlockMeta, objects: list[bytes]) -> BlockMe
         existing = parse_meta(bucket.get(key), where=key, block_id=planned.id)
         return _same_or_conflict(existing, meta)
     return meta
+
+
+def _adopt(bucket: Bucket, key: str, planned: BlockMeta) -> bytes:
+    """The bytes of a data object already at ``key``, once its footer shows the same block contents."""
+    data = bucket.get(key)
+    try:
+        raw = (pq.read_metadata(pa.BufferReader(data)).metadata or {}).get(FOOTER_META_KEY)
+    except (pa.ArrowException, OSError):
+        raw = None
+    if raw is None:
+        raise ConflictError(f"{key} exists and is not a Shale data object of block {planned.id}; it is never "
+                            "overwritten: move it aside and retry")
+    _same_or_conflict(parse_meta(raw, where=key, block_id=planned.id), planned)
+    return data
 
 
 @dataclass

@@ -174,3 +174,40 @@ def test_a_streamed_block_equals_the_block_written_whole(bucket: ObstoreBucket) 
         write_block_streamed(bucket, BlockSpec(**{**vars(spec), "id": deterministic_block_id(BASE_MS, "big")}),
                              [DatasetStream("records", "app", table.schema, [table], "timestamp")],
                              row_group_rows=100)
+
+
+def _spec(key: str = "race") -> BlockSpec:
+    return BlockSpec(id=deterministic_block_id(BASE_MS, key), tenant="acme", group="backup",
+                     kafka=[KafkaRange(topic="app", partition=0, start=0, end=300)])
+
+
+def _dataset() -> list[DatasetInput]:
+    return [DatasetInput("records", "app", backup_table("app", 0, 0, 300), "timestamp", labels=[{"topic": "app"}])]
+
+
+def test_a_second_writer_never_replaces_data_objects(bucket: ObstoreBucket) -> None:
+    """Issue 26 case 16: two writers of one deterministic id whose encodings differ (here: row groups of another
+    size). The second's data put used to overwrite the first's bytes, so a meta.json could name a CRC its object
+    no longer had. Data puts are put-if-absent now: the later writer adopts the bytes already there."""
+    first = write_block(bucket, _spec(), _dataset(), row_group_rows=50)
+    bucket.delete(meta_key("acme", first.id))  # as if the first writer died before meta.json
+    key = block_file_key("acme", first.id, first.files[0].name)
+    before = bucket.get(key)
+    second = write_block(bucket, _spec(), _dataset(), row_group_rows=1000)  # other bytes, same contents
+    assert bucket.get(key) == before
+    assert second.files == first.files  # meta.json names the bytes in the bucket
+    assert read_dataset(bucket, read_meta(bucket, "acme", first.id), "records/app").num_rows == 300
+
+
+def test_a_foreign_object_under_a_blocks_key_is_not_overwritten(bucket: ObstoreBucket) -> None:
+    spec = _spec("foreign")
+    key = block_file_key("acme", spec.id, "records-0.parquet")
+    bucket.put(key, b"something else")
+    with pytest.raises(ConflictError, match="not a Shale data object"):
+        write_block(bucket, spec, _dataset())
+    assert bucket.get(key) == b"something else"
+    other = [DatasetInput("records", "app", backup_table("app", 0, 0, 10), "timestamp", labels=[{"topic": "app"}])]
+    write_block(bucket, _spec("other"), other)  # a data object of other contents under this id's key: refused
+    bucket.delete(meta_key("acme", _spec("other").id))
+    with pytest.raises(ConflictError, match="different contents"):
+        write_block(bucket, _spec("other"), _dataset())

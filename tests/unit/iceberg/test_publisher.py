@@ -23,7 +23,7 @@ def setup(tmp_path: Path) -> tuple[ShaleConfig, MetastoreService, IcebergPublish
     config = ShaleConfig.model_validate({
         "bucket": {"url": f"file://{tmp_path}/bucket"}, "metastore": {"data_dir": str(tmp_path / "ms")},
         "iceberg": {"enabled": True, "catalog_uri": f"sqlite:///{tmp_path}/catalog.db"},
-        "block": {"delete_delay": 0}, "bucket_index": {"max_stale_period": 0}})
+        "block": {"delete_delay": 0, "sync_delay": 0}, "bucket_index": {"max_stale_period": 0}})
     state = StateMachine(tmp_path / "ms" / "state.db")
     service = MetastoreService(state, SingleNodeLog(state))
     publisher = IcebergPublisher(config, state.reader, service.submit, open_bucket(config.bucket))

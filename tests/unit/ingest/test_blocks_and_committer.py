@@ -134,8 +134,10 @@ def test_tenants_from_rules_and_headers() -> None:
     assert tenant is None
     assert problem is not None
     assert "invalid tenant" in problem
-    bad = TenantMapper.from_config(IngestConfig(tenants=[TenantRule(topic_pattern=".*", tenant="{nope}")]))
-    tenant, problem = bad.for_topic("x")
+    with pytest.raises(ValueError, match="not a named group"):  # refused by the configuration now
+        TenantRule(topic_pattern=".*", tenant="{nope}")
+    bad = TenantMapper.from_config(IngestConfig(tenants=[TenantRule(topic_pattern="(?P<t>.*)", tenant="{t}")]))
+    tenant, problem = bad.for_topic("Bad")  # the template works, but this topic gives no valid tenant
     assert tenant == "default"
     assert problem is not None
     assert "gives no valid tenant" in problem
