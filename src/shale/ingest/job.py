@@ -42,7 +42,7 @@ from shale.ingest.kafka import (
     offset_bounds,
     value_bytes_per_offset,
 )
-from shale.ingest.plan import BatchPlan, Limits, plan_batch
+from shale.ingest.plan import BatchPlan, Limits, plan_batch, recreated
 from shale.ingest.records import SPARK_COLUMNS, WRITTEN_SCHEMA
 from shale.ingest.task import make_task
 from shale.metastore import DeadLetterQueue, Metastore, open_metastore
@@ -203,6 +203,11 @@ class IngestJob:
         """Read, write and commit one planned batch; return the commit's outcome."""
         started = time.perf_counter()
         written = self._read(plan)
+        topics = describe_topics(self.config.kafka, {r.topic for r in plan.ranges}, client=self.kafka_admin)
+        changed = recreated(plan.ranges, {name: t.incarnation for name, t in topics.items()})
+        if changed:  # the blocks written stay orphans, removed by the bucket cleaner's rule
+            raise RetryableError(f"topics {changed} were deleted and recreated while this batch read them; it is "
+                                 "not committed and is planned again for the new incarnation")
         wrote = time.perf_counter()
         command = batch_commit(written, plan.ranges, group=self.group, generation=self.generation, writer="ingest",
                                batch=f"{self.run_id}/{self.batches}")

@@ -89,6 +89,15 @@ def _share(total: int, weight: float, weights: float) -> int:
     return max(1, int(total * weight / weights)) if weights > 0 else total
 
 
+def recreated(ranges: list[PartitionRange], current: Mapping[str, str]) -> list[str]:
+    """Topics of ``ranges`` whose incarnation (``current``: topic -> Kafka topic id now) is no longer the one the
+    batch was planned for: the topic was deleted and recreated while the batch read it by name, so the records
+    read may be the new topic's and must not be committed under the old incarnation. A topic that is gone is not
+    among them: the read succeeded, so it read the only incarnation there was."""
+    return sorted({r.topic for r in ranges
+                   if r.incarnation and current.get(r.topic, r.incarnation) != r.incarnation})
+
+
 def plan_batch(incarnations: Mapping[str, str], bounds: Mapping[TopicPartition, tuple[int, int]],
                committed: Mapping[TopicPartition, tuple[int, str]], starts: Mapping[TopicPartition, int],
                limits: Limits, read_time_ms: int, targets: Mapping[TopicPartition, int] | None = None) -> BatchPlan:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from shale.ingest.plan import PROBE_RECORDS, Ahead, Limits, Loss, PartitionRange, plan_batch
+from shale.ingest.plan import PROBE_RECORDS, Ahead, Limits, Loss, PartitionRange, plan_batch, recreated
 
 A, B = "AAAAAAAAAAAAAAAAAAAAAA", "BBBBBBBBBBBBBBBBBBBBBB"
 SIZED = {("t", 0): 100.0, ("t", 1): 100.0}
@@ -69,3 +69,13 @@ def test_available_now_stops_at_the_targets_and_deleted_topics_are_left_alone() 
                       targets={("t", 0): 400})
     assert plan.ranges == [PartitionRange("t", 0, A, 100, 400)]
     assert plan.lag == {("t", 0): 800}
+
+
+def test_a_topic_recreated_while_its_batch_read_it_is_not_committed() -> None:
+    """Issue 26 case 11: a batch reads by topic name; a topic recreated between planning and reading would have
+    its new records stored under the old incarnation. After the read the driver compares the incarnations."""
+    old, new = "AAAAAAAAAAAAAAAAAAAAAA", "BBBBBBBBBBBBBBBBBBBBBB"
+    ranges = [PartitionRange("app", 0, old, 0, 10), PartitionRange("app", 1, old, 5, 10),
+              PartitionRange("web", 0, old, 0, 3), PartitionRange("legacy", 0, "", 0, 3)]
+    assert recreated(ranges, {"app": new, "web": old, "legacy": new}) == ["app"]
+    assert recreated(ranges, {"app": old, "web": old}) == []  # gone after the read: what it read was the old topic
