@@ -358,13 +358,19 @@ class IcebergPublisher:
 
     def _sweep(self) -> None:
         """Delete copies released by snapshots older than the delete delay (idempotent: a delete of a missing
-        object is a no-op)."""
+        object is a no-op). A released key is deleted only when it is one of its tenant's copies and no table's
+        current snapshot holds it: a copy released and added again (a switch A -> B -> A within the delay) stays,
+        and a summary written by another catalog writer can name nothing else for deletion."""
         horizon = int((self.clock() - self.config.block.delete_delay) * 1000)
-        for state in self._tables.values():
+        held = {key_of(self.config.bucket, uri) for state in self._tables.values() for uri in state.files}
+        for table_key, state in self._tables.items():
+            copies = copy_key(table_key.tenant, "")
             for snapshot in state.table.metadata.snapshots:
                 if not state.swept_ms < snapshot.timestamp_ms <= horizon:
                     continue
                 for key in json.loads(_summary(snapshot, SUMMARY_RELEASED) or "[]"):
+                    if not isinstance(key, str) or not key.startswith(copies) or key in held:
+                        continue
                     with contextlib.suppress(NotFoundError):
                         self.bucket.delete(key)
             state.swept_ms = max(state.swept_ms, horizon)

@@ -3,6 +3,7 @@ change becomes one snapshot, and the table holds exactly the rows ``shale query`
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,27 @@ def test_a_restarted_publisher_publishes_nothing_twice(setup, tmp_path: Path) ->
     assert fresh.run_once() == 1
     assert len(snapshots(fresh)) == 4
     assert table_rows(fresh) == query_rows(service, bucket, TENANT, TOPIC, 0, T0 + HOUR)
+
+
+def test_a_copy_released_and_added_again_is_not_swept(setup) -> None:
+    """Issue 26 case 6: switching A -> B -> A within the delete delay releases a copy and adds it again (the same
+    rows make the same copy); once the delay passed, the sweep deleted it although the current snapshot held it."""
+    config, service, _ = setup
+    config = config.model_copy(update={"block": config.block.model_copy(update={"delete_delay": 60.0})})
+    now = [time.time()]
+    publisher = IcebergPublisher(config, service.state.reader, service.submit, open_bucket(config.bucket),
+                                 clock=lambda: now[0])
+    bucket = open_bucket(config.bucket)
+    commit(service, [write_records_block(bucket, TENANT, TOPIC, 0, 0, 100, T0, step_ms=HOUR // 100)])
+    commit(service, [write_records_block(bucket, TENANT, TOPIC, 0, 0, 100, T0, step_ms=HOUR // 100, generation=2)],
+           generation=2)
+    publisher.run_once()
+    middle = T0 + HOUR // 2
+    for generation in (2, 1, 2):  # generation 2 from the middle on, then back, then again
+        service.submit(SetActiveGeneration(tenant=TENANT, topic=TOPIC, generation=generation, start=middle,
+                                           end=T0 + 10 * HOUR)).raise_for_rejection()
+        assert publisher.run_once() == 1
+    assert [o.key for o in bucket.list(f"{TENANT}/iceberg-copies/")]  # the straddling blocks show through copies
+    now[0] += 120  # the delete delay has passed for the snapshot that released them
+    assert publisher.run_once() == 0
+    assert table_rows(publisher) == query_rows(service, bucket, TENANT, TOPIC, 0, T0 + 10 * HOUR)  # all readable
