@@ -30,6 +30,7 @@ from shale.ingest.plan import Loss
 from shale.ingest.verify import group_blocks, verify_topic
 from shale.metastore import open_metastore
 from shale.objstore import open_bucket
+from shale.query import Query, run_query
 
 GROUPS = ("backup", "partition")
 
@@ -147,6 +148,10 @@ def test_recreated_topic_is_a_new_incarnation(kafka, minio_bucket, spark, tmp_pa
         assert [(i.incarnation, i.committed_end) for i in past if i.topic == topic] == [(old, 500)]
         lineage = {r.incarnation for m in group_blocks(metastore, group, 1, topic) for r in m.kafka}
         assert lineage == {old, new}
+    # A query across both incarnations returns all 600 records: offsets 0-99 of each are other records (issue 26).
+    rows = run_query(Query("default", 0, 2**62, f'{{topic="{topic}"}}', group="backup"), metastore,
+                     bucket).read_all()
+    assert sorted(rows.column("offset").to_pylist()) == sorted([*range(500), *range(100)])
 
 
 def test_offsets_deleted_before_they_were_read(kafka, minio_bucket, spark, tmp_path: Path) -> None:
