@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import os
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 from tests.unit.metastore.helpers import meta
+from tests.waiting import eventually
 
 from shale.config import ShaleConfig
 from shale.errors import ConfigError
@@ -93,10 +93,7 @@ def _served(app: FastAPI) -> Iterator[httpx.Client]:
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "the test server did not start"
-        time.sleep(0.02)
+    eventually(lambda: server.started, 30, "the test server to start")
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
             yield client
