@@ -19,7 +19,7 @@ from tests.waiting import eventually
 
 from shale.config import ShaleConfig
 from shale.errors import ConfigError
-from shale.metastore import AddBlocks, CommitIngestBatch, OffsetRange, SingleNodeLog, StateMachine, auth
+from shale.metastore import AddBlocks, CommitIngestBatch, OffsetRange, ReadOnlyIndex, SingleNodeLog, StateMachine, auth
 from shale.metastore.auth import (
     ADMIN,
     ANY_ROLE,
@@ -83,7 +83,8 @@ def _app(tmp_path: Path, tokens: auth.TokenTable, **kwargs: object) -> tuple[Fas
     state = StateMachine(tmp_path / "state.db")
     service = MetastoreService(state, SingleNodeLog(state))
     app = create_app(service, lambda: "http://self", lambda: True, lambda: 0, tokens, **kwargs)  # type: ignore[arg-type]
-    mount(app, service, open_bucket_url(f"memory://auth-{os.getpid()}"), ShaleConfig())
+    mount(app, ReadOnlyIndex(tmp_path / "state.db"), service.status, open_bucket_url(f"memory://auth-{os.getpid()}"),
+          ShaleConfig())
     return app, service
 
 
