@@ -138,13 +138,13 @@ def run() -> dict[str, Any]:
             # Job names and fencing tokens repeat in a fresh index, and so do the outputs' ids: without this, a
             # later round would find each output complete in the bucket and skip its uploads.
             for result in worker.completed:
-                output = BlockMeta.model_validate(result["output"])
+                output = result.output
                 for key in [block_file_key(output.tenant, output.id, f.name) for f in output.files]:
                     bucket.delete(key)
                 bucket.delete(meta_key(output.tenant, output.id))
         raw_seconds, ours_seconds = min(raws), min(ours)
-        peak_rss = max(r["peak_rss"] for r in completed)
-        peak_arrow = max(r["peak_arrow_bytes"] for r in completed)
+        peak_rss = max(r.peak_rss for r in completed)
+        peak_arrow = max(r.peak_arrow_bytes for r in completed)
         spark.stop()
     mb = input_bytes / 1e6
     return write_result(

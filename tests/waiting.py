@@ -1,7 +1,9 @@
 """Waiting for a condition in tests: poll with a short backoff until it holds or a deadline passes.
 
 Tests never sleep a fixed time before an assertion; they wait for the condition the assertion needs, with a
-deadline long enough for a slow machine, and fail with a message that names what they waited for.
+deadline long enough for a slow machine, and fail with a message that names what they waited for. This is the
+tests' one way to wait: ``tests/unit/test_waiting.py`` fails on a hand-written deadline loop or a fixed sleep in a
+test.
 """
 
 from __future__ import annotations

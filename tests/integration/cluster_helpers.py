@@ -12,9 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,14 +52,6 @@ def finished(process: ManagedProcess, timeout: float = 600) -> str:
 
 def run_shale(config: Path, args: list[str], log: Path, timeout: float = 600) -> str:
     return finished(shale_process(config, args, log), timeout)
-
-
-def wait_for(condition: Callable[[], object], timeout: float, failure: Callable[[], str] | str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(failure() if callable(failure) else failure)
-        time.sleep(0.2)
 
 
 def executor_lost(log: str) -> bool:

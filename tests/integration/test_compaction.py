@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -154,12 +153,12 @@ def test_the_worker_rides_out_a_metastore_outage_longer_than_its_client_deadline
         worker = CompactionWorker(client, minio_bucket, spark, slots=2, poll_interval=0.3)
         loop = threading.Thread(target=worker.run, args=(stop,))
         loop.start()
-        _until(lambda: len(worker.running) == 2, 120, "the worker never got two jobs")
+        eventually(lambda: len(worker.running) == 2, 120, "the worker to get two jobs")
 
         cluster.kill9(0)  # SIGKILL the metastore while both merges run
         # The outage outlasts the client's deadline three times over; merges finish meanwhile.
-        _until(lambda: worker.unanswered_polls >= 3, 120, "the worker never noticed the outage")
-        _until(lambda: all(r.future.done() for r in list(worker.running.values())), 120, "merges stopped")
+        eventually(lambda: worker.unanswered_polls >= 3, 120, "the worker to notice the outage")
+        eventually(lambda: all(r.future.done() for r in list(worker.running.values())), 120, "the merges to finish")
         assert loop.is_alive()
         assert worker.unanswered is not None
         cluster.start_node(0)
@@ -168,7 +167,7 @@ def test_the_worker_rides_out_a_metastore_outage_longer_than_its_client_deadline
             levels = Counter(m.level for m in client.query_blocks(["acme"], 0, 2**62))
             return levels == {1: 4} and client.compaction_jobs() == []
 
-        _until(compacted, 180, "compaction did not complete after the metastore came back")
+        eventually(compacted, 180, "compaction to complete after the metastore came back")
         stop.set()
         loop.join(timeout=60)
         assert not loop.is_alive()
@@ -187,10 +186,3 @@ def test_the_worker_rides_out_a_metastore_outage_longer_than_its_client_deadline
         stop.set()
         client.close()
         cluster.stop()
-
-
-def _until(condition, timeout: float, failure: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, failure
-        time.sleep(0.2)

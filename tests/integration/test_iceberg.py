@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from tests.iceberg_helpers import (
     spark_rows,
     write_records_block,
 )
+from tests.waiting import eventually
 
 from shale.config import BucketConfig, ShaleConfig
 from shale.dev import MinioServer
@@ -179,11 +179,11 @@ def test_publisher_killed_between_metadata_and_catalog_commit(minio_bucket: Buck
     process = subprocess.Popen(sync, env={**env, "SHALE_FAILPOINTS": FAILPOINT_BEFORE_CATALOG_COMMIT,
                                           "SHALE_FAILPOINT_DIR": str(points)},
                                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 240
-    while not paused(points, FAILPOINT_BEFORE_CATALOG_COMMIT):
+    def reached() -> bool:
         assert process.poll() is None, (tmp_path / "killed.log").read_text()[-3000:]
-        assert time.monotonic() < deadline, "the publisher never reached the failpoint"
-        time.sleep(0.2)
+        return bool(paused(points, FAILPOINT_BEFORE_CATALOG_COMMIT))
+
+    eventually(reached, 240, "the publisher to reach the failpoint")
     process.kill()  # SIGKILL
     process.wait(timeout=30)
 

@@ -4,7 +4,6 @@ letter queue and are recovered when it returns). Every time, verify finds 0 miss
 
 from __future__ import annotations
 
-import time
 import uuid
 from pathlib import Path
 
@@ -56,6 +55,10 @@ def test_kill_9_at_each_step_of_the_commit_protocol(kafka, minio_bucket, tmp_pat
     _verify(file, topic, "backup", 30_000)
 
 
+OUTAGE = "Kafka did not answer; retrying"
+"""What the ingest process logs when a plan finds no broker (``shale.ingest.job``)."""
+
+
 def test_broker_restart_during_ingest(minio_bucket, tmp_path: Path) -> None:
     broker = KafkaBroker(tmp_path / "kafka").start()
     try:
@@ -66,8 +69,10 @@ def test_broker_restart_during_ingest(minio_bucket, tmp_path: Path) -> None:
         process = ingest_process(file, "backup", tmp_path / "ingest.log")
         store = open_metastore(config_of(file))
         _wait_committed(store, 5_000, process)
+        noticed = process.log_path.read_text().count(OUTAGE)
         broker.stop()
-        time.sleep(3)
+        eventually(lambda: process.log_path.read_text().count(OUTAGE) > noticed, 180,
+                   "the ingest process to notice the broker is gone")
         broker.start()  # same ports, same log directory
         produce_json(broker.bootstrap_servers, topic, 5_000, start=5_000)
         _wait_committed(store, 10_000, process)

@@ -75,10 +75,12 @@ def test_compacted_topic_is_read_from_its_start(kafka, minio_bucket, spark, tmp_
     create_topic(kafka.bootstrap_servers, topic, 1, **{"cleanup.policy": "compact", "segment.ms": "100",
                                                        "min.cleanable.dirty.ratio": "0.01",
                                                        "delete.retention.ms": "100", "min.compaction.lag.ms": "0"})
-    for round_ in range(6):  # every key updated six times, in segments that roll
+    # Every key updated six times, in segments that roll: the rounds' record times are a second apart, and Kafka
+    # rolls a segment once a record's time is segment.ms past the segment's first record (no waiting needed).
+    first = int(time.time() * 1000) - 60_000
+    for round_ in range(6):
         _produce(kafka.bootstrap_servers, topic, [json_value(round_ * 50 + k) for k in range(50)],
-                 keys=[f"account-{k}".encode() for k in range(50)])
-        time.sleep(0.3)
+                 keys=[f"account-{k}".encode() for k in range(50)], timestamps=[first + round_ * 1000] * 50)
     file = write_config(tmp_path, kafka.bootstrap_servers, minio_bucket, [topic])
     config = config_of(file)
 

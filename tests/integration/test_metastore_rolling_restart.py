@@ -10,8 +10,9 @@ import threading
 import uuid
 from pathlib import Path
 
-from tests.integration.cluster_helpers import bucket_records, offsets, shale_process, wait_for
+from tests.integration.cluster_helpers import bucket_records, offsets, shale_process
 from tests.integration.ingest_helpers import config_of, create_topic, produce_json, write_config
+from tests.waiting import eventually
 
 from shale.dev import SparkStandalone, driver_conf
 from shale.dev.metastore import MetastoreCluster
@@ -78,8 +79,8 @@ def test_rolling_restart_of_a_three_node_metastore_during_ingest(kafka, minio_bu
         observer.thread.start()
 
         def ingesting(beyond: int) -> None:
-            wait_for(lambda: observer.total() > beyond or not process.alive(), 240,
-                     lambda: f"no commit beyond {beyond}:\n{process.log_path.read_text()[-3000:]}")
+            eventually(lambda: observer.total() > beyond or not process.alive(), 240,
+                       lambda: f"a commit beyond {beyond}:\n{process.log_path.read_text()[-3000:]}")
             assert process.alive(), process.log_path.read_text()[-3000:]
 
         ingesting(0)
@@ -89,13 +90,13 @@ def test_rolling_restart_of_a_three_node_metastore_during_ingest(kafka, minio_bu
             ingesting(observer.total())  # ingestion goes on with two of three nodes
             cluster.start_node(node)  # same data directory and ports: it replays its journal and catches up
             target = cluster.status(cluster.wait_leader())["applied_index"]
-            wait_for(lambda n=node, t=target: cluster.status(n)["applied_index"] >= t, 120,
-                     f"node {node} did not catch up to index {target}")
+            eventually(lambda n=node, t=target: cluster.status(n)["applied_index"] >= t, 120,
+                       f"node {node} to catch up to index {target}")
         ingesting(observer.total())  # and after the last restart
         stop_producing.set()
         producer.join()
-        wait_for(lambda: observer.total() >= produced[0] or not process.alive(), 240,
-                 lambda: f"ingest did not catch up with {produced[0]}:\n{process.log_path.read_text()[-3000:]}")
+        eventually(lambda: observer.total() >= produced[0] or not process.alive(), 240,
+                   lambda: f"ingest to catch up with {produced[0]}:\n{process.log_path.read_text()[-3000:]}")
         assert process.alive(), process.log_path.read_text()[-3000:]
         process.stop()
         observer.stop.set()

@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from tests.unit.metastore.helpers import meta
+from tests.waiting import eventually
 
 from shale.dev.metastore import MetastoreCluster, TlsFiles
 from shale.errors import AccessDeniedError, MetastoreUnavailableError, QueryTimeoutError, ServiceStartError
@@ -93,13 +94,11 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Metastor
 
 def _settled_hashes(cluster: MetastoreCluster) -> list[tuple[str, int]]:
     """Every node's (hash, applied index) once they agree (followers apply an entry shortly after the leader)."""
-    deadline = time.monotonic() + 60
-    while True:
+    def agreed() -> list[tuple[str, int]]:
         hashes = cluster.state_hashes()
-        if len(set(hashes)) == 1 and len(hashes) == cluster.size:
-            return hashes
-        assert time.monotonic() < deadline, f"replicas did not converge: {hashes}"
-        time.sleep(0.2)
+        return hashes if len(set(hashes)) == 1 and len(hashes) == cluster.size else []
+
+    return eventually(agreed, 60, "the replicas to converge")
 
 
 def _mutating_calls() -> list[tuple[str, str, bytes]]:

@@ -24,9 +24,9 @@ from tests.integration.cluster_helpers import (
     healthy_blocks,
     offsets,
     shale_process,
-    wait_for,
 )
 from tests.integration.ingest_helpers import config_of, create_topic, produce_json, write_config
+from tests.waiting import eventually
 
 from shale.config import BucketConfig
 from shale.dev import SparkStandalone, driver_conf
@@ -73,8 +73,8 @@ def _speculative_attempts(tmp_path: Path) -> int:
 
 def _kill_the_paused_worker(cluster: SparkStandalone, process: ManagedProcess, points: Path, name: str) -> None:
     """Wait until one task of ``process`` pauses at failpoint ``name``; SIGKILL the worker running it."""
-    wait_for(lambda: paused(points, name) or not process.alive(), 300,
-             lambda: f"no task reached {name}:\n{process.log_path.read_text()[-3000:]}")
+    eventually(lambda: paused(points, name) or not process.alive(), 300,
+               lambda: f"a task to reach {name}:\n{process.log_path.read_text()[-3000:]}")
     assert process.alive(), process.log_path.read_text()[-3000:]
     (pause,) = paused(points, name)
     worker = cluster.worker_of(paused_pid(pause))

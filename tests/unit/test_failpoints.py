@@ -4,10 +4,10 @@ a bad action is an error naming the allowed ones."""
 from __future__ import annotations
 
 import multiprocessing
-import time
 from pathlib import Path
 
 import pytest
+from tests.waiting import eventually
 
 from shale.failpoints import failpoint, paused, paused_pid
 
@@ -39,10 +39,7 @@ def test_pause_once_stops_one_process_and_lets_the_others_pass(monkeypatch: pyte
     context = multiprocessing.get_context("fork")
     first = context.Process(target=_reach, args=("compaction.merge",))
     first.start()
-    deadline = time.monotonic() + 30
-    while not paused(tmp_path, "compaction.merge"):
-        assert time.monotonic() < deadline, "the first process never paused"
-        time.sleep(0.05)
+    eventually(lambda: paused(tmp_path, "compaction.merge"), 30, "the first process to pause")
     second = context.Process(target=_reach, args=("compaction.merge",))
     second.start()
     second.join(timeout=30)

@@ -116,3 +116,63 @@ def test_the_check_sees_function_level_and_from_imports(tmp_path: Path) -> None:
     assert not _is_dev("shale.devices")
     assert not _allowed("shale.cli.dev_cmd_extra")
     assert _allowed("shale.demo.pipeline")
+
+
+def module_graph(root: Path = SRC) -> dict[str, set[str]]:
+    """Module -> the Shale modules it imports, function-level and type-checking imports included. ``from a import
+    b`` imports the module ``a.b`` when there is one, else (a name defined in ``a``) the module ``a``."""
+    paths = {_module(p): p for p in root.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names if alias.name in paths)
+            elif isinstance(node, ast.ImportFrom) and node.module in paths:
+                targets.update(f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in paths else node.module
+                               for a in node.names)
+        graph[module] = targets - {module}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles: strongly connected groups of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycles() -> None:
+    graph = module_graph()
+    assert len(graph) > 50
+    assert cycles(graph) == []
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []

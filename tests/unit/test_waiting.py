@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import itertools
+from pathlib import Path
 
 import pytest
 from tests.waiting import eventually
@@ -45,3 +47,72 @@ def test_an_assertion_in_the_condition_fails_at_once() -> None:
     with pytest.raises(AssertionError, match="the process exited"):
         eventually(exited, 60, "the process")
     assert next(calls) == 1  # called once, not retried until the deadline
+
+
+# -- one way to wait ------------------------------------------------------------------------------------------
+
+TESTS = Path(__file__).resolve().parents[1]
+
+
+def _is_call(node: ast.AST, names: set[str]) -> bool:
+    """Whether ``node`` is a call of ``time.<name>`` or of a bare ``<name>``, for one of ``names``."""
+    if not isinstance(node, ast.Call):
+        return False
+    f = node.func
+    return ((isinstance(f, ast.Attribute) and f.attr in names and isinstance(f.value, ast.Name)
+             and f.value.id == "time") or (isinstance(f, ast.Name) and f.id in names))
+
+
+def _calls(node: ast.AST, names: set[str]) -> bool:
+    return any(_is_call(n, names) for n in ast.walk(node))
+
+
+def _own_statements(function: ast.FunctionDef) -> list[ast.AST]:
+    """The nodes of ``function``'s own body: not those of functions, lambdas or classes defined in it."""
+    found: list[ast.AST] = []
+    todo: list[ast.AST] = list(function.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        found.append(node)
+        todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _fixed(call: ast.AST) -> bool:
+    """Whether a call's arguments are constants (``time.sleep(3)``: a fixed time, not a random moment of a fault
+    test such as ``time.sleep(rng.uniform(0.2, 3.0))``)."""
+    assert isinstance(call, ast.Call)
+    return all(isinstance(n, (ast.Constant, ast.BinOp, ast.UnaryOp, ast.operator, ast.unaryop))
+               for arg in call.args for n in ast.walk(arg))
+
+
+def waiting_offences(source: str) -> list[str]:
+    """Hand-written deadline loops (a loop that reads the clock and sleeps: ``eventually`` does that) and fixed
+    sleeps in a test's own body (a test waits for the condition it needs, never a fixed time)."""
+    tree = ast.parse(source)
+    offences = [f"line {n.lineno}: a deadline loop" for n in ast.walk(tree) if isinstance(n, (ast.While, ast.For))
+                and _calls(n, {"sleep"}) and _calls(n, {"monotonic", "time", "perf_counter"})]
+    for function in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")):
+        offences += [f"line {n.lineno}: a fixed sleep in {function.name}" for n in _own_statements(function)
+                     if _is_call(n, {"sleep"}) and _fixed(n)]
+    return sorted(set(offences))
+
+
+def test_tests_wait_one_way() -> None:
+    files = sorted(p for p in TESTS.rglob("*.py") if p.name != "waiting.py")
+    assert len(files) > 50
+    offenders = {str(p.relative_to(TESTS)): found for p in files if (found := waiting_offences(p.read_text()))}
+    assert offenders == {}
+
+
+def test_the_wait_check_sees_deadline_loops_and_fixed_sleeps() -> None:
+    loop = ("def helper():\n    deadline = time.monotonic() + 5\n    while not ready():\n"
+            "        assert time.monotonic() < deadline\n        time.sleep(0.2)\n")
+    sleep = "def test_x():\n    produce()\n    time.sleep(3)\n    assert consumed()\n"
+    nested = "def test_y():\n    def slow():\n        time.sleep(0.01)\n    run(slow)\n"
+    random_moment = "def test_z():\n    start()\n    time.sleep(rng.uniform(0.2, 3.0))\n    kill()\n"
+    assert waiting_offences(loop) == ["line 3: a deadline loop"]
+    assert waiting_offences(sleep) == ["line 3: a fixed sleep in test_x"]
+    assert waiting_offences(nested) == waiting_offences(random_moment) == []

@@ -1,4 +1,6 @@
-"""The ``shale`` command. Subcommands are imported lazily so that ``shale --help`` stays fast."""
+"""The ``shale`` command. Every command is registered here, in ``_COMMANDS`` (and ``_SUBCOMMANDS`` for a command
+kept in a module of its own under a group), and imported lazily so that ``shale --help`` stays fast. Command
+modules import only ``shale.cli.common`` of the CLI, never each other."""
 
 from __future__ import annotations
 
@@ -31,6 +33,17 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "demo": ("shale.cli.demo_cmd", "demo", "Run the main pipeline on embedded defaults and print what it did."),
 }
 
+# group -> subcommand name -> (module, attribute): commands of a group that live in a module of their own.
+_SUBCOMMANDS: dict[str, dict[str, tuple[str, str]]] = {
+    "bucket": {"repair": ("shale.cli.repair_cmd", "repair")},  # the largest bucket command
+}
+
+
+def _load(module: str, attr: str) -> click.Command:
+    command = getattr(importlib.import_module(module), attr)
+    assert isinstance(command, click.Command)
+    return command
+
 
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -40,8 +53,10 @@ class LazyGroup(click.Group):
         if cmd_name not in _COMMANDS:
             return None
         module, attr, _ = _COMMANDS[cmd_name]
-        command = getattr(importlib.import_module(module), attr)
-        assert isinstance(command, click.Command)
+        command = _load(module, attr)
+        for name, (sub_module, sub_attr) in _SUBCOMMANDS.get(cmd_name, {}).items():
+            assert isinstance(command, click.Group)
+            command.add_command(_load(sub_module, sub_attr), name)
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

@@ -11,12 +11,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from shale.cli.common import get_config, shale_errors
+from shale.cli.common import get_config, reachable_metastore, shale_errors
 
 if TYPE_CHECKING:
     from shale.block import MetastoreView
-    from shale.config import ShaleConfig
-    from shale.metastore import Metastore
+    from shale.metastore import MetastoreClient, ReadOnlyIndex
 
 
 def _fetcher(ctx: click.Context):  # type: ignore[no-untyped-def]
@@ -145,32 +144,10 @@ def mark_delete(ctx: click.Context, tenant: str, block_id: str, reason: str) -> 
     click.echo(f"marked {tenant}/{block_id} for deletion at {mark.deletion_time:.0f} ({mark.reason})")
 
 
-def _indexed_view(metastore: Metastore, tenant: str) -> MetastoreView:
+def _indexed_view(metastore: ReadOnlyIndex | MetastoreClient, tenant: str) -> MetastoreView:
     from shale.block import MetastoreView
 
     return MetastoreView(frozenset(m.id for m in metastore.tenant_blocks(tenant)))
-
-
-def _reachable_metastore(config: ShaleConfig) -> tuple[Metastore | None, str]:
-    """The metastore, if it can be reached now; else None and why. An embedded metastore is reachable when its
-    state file exists (opening it would otherwise create an empty index that protects nothing)."""
-    from shale.errors import RetryableError
-    from shale.metastore import MetastoreClient, open_metastore
-    from shale.metastore.server import state_path
-
-    m = config.metastore
-    if m.mode == "embedded":
-        path = state_path(config)
-        if not path.exists():
-            return None, f"no embedded metastore state at {path}"
-        return open_metastore(config), ""
-    client = MetastoreClient(m.addresses, timeout=m.request_timeout, deadline=min(m.client_deadline, 15.0))
-    try:
-        client.status()
-    except RetryableError as exc:
-        client.close()
-        return None, str(exc)
-    return client, ""
 
 
 @bucket.command()
@@ -187,7 +164,7 @@ def cleanup(ctx: click.Context, tenant: tuple[str, ...], dry_run: bool, force: b
 
     config = get_config(ctx)
     bucket_, fetcher = _fetcher(ctx)
-    metastore, why = _reachable_metastore(config)
+    metastore, why = reachable_metastore(config, write=False)
     if metastore is None:
         click.echo(f"metastore not reachable ({why}): overlap-based marks are refused"
                    f"{', but --force marks them anyway' if force else ' (--force marks them anyway)'}")
@@ -204,13 +181,3 @@ def cleanup(ctx: click.Context, tenant: tuple[str, ...], dry_run: bool, force: b
             click.echo(f"refused to {action.kind} {name}/{action.block_id}: {action.reason}")
         if not report.actions and not report.refused:
             click.echo(f"tenant {name}: nothing to do")
-
-
-def _add_repair() -> None:
-    # Its own module (it is the largest); registered here so that it is a `shale bucket` command.
-    from shale.cli.repair_cmd import repair
-
-    bucket.add_command(repair)
-
-
-_add_repair()

@@ -1,16 +1,20 @@
-"""What every subcommand shares: loading the configuration once, and turning Shale errors into exit codes."""
+"""What the subcommands share: loading the configuration once, turning Shale errors into exit codes, and
+reaching the metastore when it can be reached (``bucket cleanup`` and ``bucket repair`` go on without it)."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 import click
 
 from shale.config import ShaleConfig, load_config, secret_values
 from shale.errors import ShaleError
 from shale.logs import redact, setup_logging
+
+if TYPE_CHECKING:
+    from shale.metastore import MetastoreClient, MetastoreService, ReadOnlyIndex
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -37,3 +41,37 @@ def shale_errors(fn: F) -> F:
             raise click.ClickException(redact(str(exc))) from exc
 
     return wrapper  # type: ignore[return-value]
+
+
+@overload
+def reachable_metastore(config: ShaleConfig, *, write: Literal[False]
+                        ) -> tuple[ReadOnlyIndex | MetastoreClient | None, str]: ...
+
+
+@overload
+def reachable_metastore(config: ShaleConfig, *, write: Literal[True]
+                        ) -> tuple[MetastoreService | MetastoreClient | None, str]: ...
+
+
+def reachable_metastore(config: ShaleConfig, *, write: bool
+                        ) -> tuple[ReadOnlyIndex | MetastoreService | MetastoreClient | None, str]:
+    """The metastore, if it can be reached now; else None and why. An embedded metastore is reachable when its
+    state file exists: a reader gets the read-only view (``open_index_view``), a writer the embedded service (which
+    would otherwise create an empty index that protects nothing)."""
+    from shale.errors import RetryableError
+    from shale.metastore import MetastoreClient, open_index_view, open_metastore
+    from shale.metastore.server import state_path
+
+    m = config.metastore
+    if m.mode == "embedded":
+        path = state_path(config)
+        if not path.exists():
+            return None, f"no embedded metastore state at {path}"
+        return open_metastore(config) if write else open_index_view(config), ""
+    client = MetastoreClient(m.addresses, timeout=m.request_timeout, deadline=min(m.client_deadline, 15.0))
+    try:
+        client.status()
+    except RetryableError as exc:
+        client.close()
+        return None, str(exc)
+    return client, ""

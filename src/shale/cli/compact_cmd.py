@@ -23,15 +23,15 @@ from shale.cli.common import get_config, shale_errors
 def compact(ctx: click.Context, until_idle: bool, show_jobs: bool, set_failure_limit: int | None,
             save_reports: Path | None) -> None:
     """Poll the metastore for compaction jobs and merge blocks on Spark (seed 003's worker)."""
-    from shale.metastore import open_metastore
+    from shale.metastore import open_index_view, open_metastore
     from shale.metastore.commands import SetCompactionFailureLimit
 
     config = get_config(ctx)
-    metastore = open_metastore(config)
     if show_jobs:
-        click.echo(json.dumps({"jobs": metastore.compaction_jobs(), "queue": metastore.compaction_queue()},
-                              indent=2))
+        view = open_index_view(config)
+        click.echo(json.dumps({"jobs": view.compaction_jobs(), "queue": view.compaction_queue()}, indent=2))
         return
+    metastore = open_metastore(config)
     if set_failure_limit is not None:
         result = metastore.submit(SetCompactionFailureLimit(limit=set_failure_limit))
         click.echo(f"compaction failure limit set to {result.data['limit']}")

@@ -50,12 +50,12 @@ def verify(ctx: click.Context, group: str, topic: str, generation: int | None, a
     import json
 
     from shale.ingest.verify import verify_topic
-    from shale.metastore import open_metastore
+    from shale.metastore import open_index_view
     from shale.objstore import open_bucket
 
     config = get_config(ctx)
     gen = config.ingest.generation if generation is None else generation
-    report = verify_topic(open_metastore(config), open_bucket(config.bucket), config.kafka, group, gen, topic)
+    report = verify_topic(open_index_view(config), open_bucket(config.bucket), config.kafka, group, gen, topic)
     if as_json:
         click.echo(json.dumps(report.as_dict()))
     else:
@@ -87,11 +87,11 @@ def ledger(ctx: click.Context, group: str, topic: str, day: str | None, generati
     import json
 
     from shale.ingest.ledger import build_ledger
-    from shale.metastore import open_metastore
+    from shale.metastore import open_index_view
 
     config = get_config(ctx)
     gen = config.ingest.generation if generation is None else generation
-    book = build_ledger(open_metastore(config), group, gen, topic, day)
+    book = build_ledger(open_index_view(config), group, gen, topic, day)
     if as_json:
         click.echo(json.dumps(book.as_dict()))
         return

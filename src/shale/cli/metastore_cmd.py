@@ -22,7 +22,8 @@ def metastore() -> None:
 def serve(ctx: click.Context) -> None:
     """Serve one metastore node (single node, or a Raft member when metastore.raft_address is set)."""
     from shale.iceberg import IcebergPublisher, mount_sync
-    from shale.metastore.server import MetastoreNode
+    from shale.metastore import ReadOnlyIndex
+    from shale.metastore.server import MetastoreNode, state_path
     from shale.web import mount
 
     config = get_config(ctx)
@@ -31,8 +32,9 @@ def serve(ctx: click.Context) -> None:
     publisher = IcebergPublisher(config, node.state.reader, node.service.submit, node.bucket)
     node.tasks.append(("iceberg-publisher", lambda stop: publisher.loop(stop, node.is_leader)))
     mount_sync(node.app, publisher, node.is_leader)
-    mount(node.app, node.service, node.bucket, config, lambda: node.maintenance.partial_blocks, publisher.status,
-          lambda: node.maintenance.overlaps)
+    # The page reads the node's state through a read-only view; the node's role comes from its log.
+    mount(node.app, ReadOnlyIndex(state_path(config)), node.service.status, node.bucket, config,
+          lambda: node.maintenance.partial_blocks, publisher.status, lambda: node.maintenance.overlaps)
     node.serve()
 
 
@@ -41,9 +43,9 @@ def serve(ctx: click.Context) -> None:
 @shale_errors
 def status(ctx: click.Context) -> None:
     """Print the metastore's status: role, leader, term, applied index, blocks."""
-    from shale.metastore import open_metastore
+    from shale.metastore import open_index_view
 
-    click.echo(json.dumps(open_metastore(get_config(ctx)).status(), indent=2))
+    click.echo(json.dumps(open_index_view(get_config(ctx)).status(), indent=2))
 
 
 @metastore.command()
@@ -71,17 +73,9 @@ def rebuild(ctx: click.Context, from_bucket: bool, out: Path) -> None:
 def snapshot(ctx: click.Context, out: Path) -> None:
     """Write a consistent copy of the state (from a running node, with an admin token, or the local embedded
     state)."""
-    from shale.metastore import MetastoreClient, open_metastore
-    from shale.metastore.fsm import StateMachine
-    from shale.metastore.server import state_path
+    from shale.metastore import open_index_view
 
-    config = get_config(ctx)
-    if config.metastore.mode == "embedded":
-        StateMachine(state_path(config)).backup_to(out)
-    else:
-        client = open_metastore(config)
-        assert isinstance(client, MetastoreClient)
-        client.snapshot(out)
+    open_index_view(get_config(ctx)).snapshot(out)  # the embedded state, or a node's (with an admin token)
     click.echo(f"snapshot written to {out}")
 
 

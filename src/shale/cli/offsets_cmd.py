@@ -26,9 +26,9 @@ def offsets() -> None:
 @shale_errors
 def show(ctx: click.Context, group: str | None, generation: int | None, as_json: bool) -> None:
     """Each partition's committed end in its current incarnation, past incarnations and acknowledged losses."""
-    from shale.metastore import open_metastore
+    from shale.metastore import open_index_view
 
-    metastore = open_metastore(get_config(ctx))
+    metastore = open_index_view(get_config(ctx))
     current = metastore.offsets(group, generation)
     incarnations, losses = metastore.offset_history(group, generation)
     if as_json:

@@ -7,14 +7,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from shale.cli.common import get_config, shale_errors
+from shale.cli.common import get_config, reachable_metastore, shale_errors
 
 if TYPE_CHECKING:
     from shale.config import ShaleConfig
-    from shale.metastore import Metastore
+    from shale.metastore import MetastoreClient, MetastoreService
     from shale.objstore import Bucket
     from shale.repair.model import Plan
-    from shale.repair.scan import Scan
+    from shale.repair.scan import IndexView, Scan
 
 NO_METASTORE = (
     "nothing was applied: the metastore cannot be reached ({why}). A repair changes the index and the bucket "
@@ -78,7 +78,6 @@ def repair(ctx: click.Context, tenant: str, group: str | None, dry_run: bool, as
     into one deduplicated block; damaged blocks are rebuilt from the backup group or Kafka, or quarantined;
     records found nowhere else are never deleted."""
     from shale.block import check_tenant
-    from shale.cli.bucket_cmd import _reachable_metastore
     from shale.objstore import open_bucket
     from shale.repair.plan import plan_repair
     from shale.repair.scan import current_parsers, kafka_state, scan_tenant
@@ -86,7 +85,13 @@ def repair(ctx: click.Context, tenant: str, group: str | None, dry_run: bool, as
     check_tenant(tenant)
     config = get_config(ctx)
     bucket = open_bucket(config.bucket)
-    metastore, why = _reachable_metastore(config)
+    writer: MetastoreService | MetastoreClient | None = None
+    metastore: IndexView | None
+    if dry_run:  # changes nothing: reads through the read-only view
+        metastore, why = reachable_metastore(config, write=False)
+    else:
+        writer, why = reachable_metastore(config, write=True)
+        metastore = writer
     scan = scan_tenant(bucket, tenant, sync_delay=config.block.sync_delay, index=metastore,
                        kafka=kafka_state(config.kafka), parsers=current_parsers(config.bucket, config.ingest))
     plan = plan_repair(tenant, scan.facts, metastore=metastore is not None, sources=scan.sources)
@@ -96,9 +101,9 @@ def repair(ctx: click.Context, tenant: str, group: str | None, dry_run: bool, as
         plan = _in_group(plan, {f.id: f.meta.group for f in scan.facts if f.meta is not None}, group)
     applied: dict[str, Any] | None = None
     if not dry_run:
-        if metastore is None:
+        if writer is None:
             raise click.ClickException(NO_METASTORE.format(why=why))
-        applied = _apply(config, plan, scan, bucket, metastore)
+        applied = _apply(config, plan, scan, bucket, writer)
     if as_json:
         click.echo(json.dumps({**plan.model_dump(mode="json"), "applied": applied}, indent=2))
     else:
@@ -107,7 +112,8 @@ def repair(ctx: click.Context, tenant: str, group: str | None, dry_run: bool, as
         raise SystemExit(1)
 
 
-def _apply(config: ShaleConfig, plan: Plan, scan: Scan, bucket: Bucket, metastore: Metastore) -> dict[str, Any]:
+def _apply(config: ShaleConfig, plan: Plan, scan: Scan, bucket: Bucket,
+           metastore: MetastoreService | MetastoreClient) -> dict[str, Any]:
     """Apply the plan; merges and rebuilds run as Spark tasks (a session is started only if one is needed)."""
     from shale.repair.apply import apply_plan
     from shale.repair.build import Builder, LocalBuilder, SparkBuilder

@@ -84,10 +84,10 @@ def switch(ctx: click.Context, tenant: str, topic: str, gen: int, start: str, en
 @shale_errors
 def trace(ctx: click.Context, block_id: str) -> None:
     """Where a block's records came from: Kafka ranges and backup blocks."""
-    from shale.metastore import open_metastore
+    from shale.metastore import open_index_view
     from shale.reprocess import trace_block
 
-    click.echo(json.dumps(trace_block(open_metastore(get_config(ctx)), block_id), indent=2))
+    click.echo(json.dumps(trace_block(open_index_view(get_config(ctx)), block_id), indent=2))
 
 
 @click.command()
@@ -98,12 +98,12 @@ def trace(ctx: click.Context, block_id: str) -> None:
 @shale_errors
 def locate(ctx: click.Context, topic: str, partition: int, offset: int) -> None:
     """The block in each group and generation that holds a Kafka record."""
-    from shale.metastore import open_metastore
+    from shale.metastore import open_index_view
     from shale.objstore import open_bucket
     from shale.reprocess import locate as find
 
     config = get_config(ctx)
-    found = find(open_metastore(config), open_bucket(config.bucket), topic, partition, offset)
+    found = find(open_index_view(config), open_bucket(config.bucket), topic, partition, offset)
     if not found:
         raise click.ClickException(f"no live block holds {topic}[{partition}]@{offset}")
     for loc in found:

@@ -18,7 +18,6 @@ refreshes the leases the worker still holds and completes the jobs it reported.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random
@@ -28,13 +27,22 @@ import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import Counter, Gauge
 
 from shale.block import BlockMeta, write_deletion_mark
 from shale.bucketindex import DeltaWriter
 from shale.compaction.messages import MAX_POLL_CAPACITY, Assigned, JobUpdate, PollRequest, PollResponse
+from shale.compactor.merge import READ_THREADS, MergeResult, fetch_sources, merge_blocks
+from shale.compactor.wire import (
+    MergeFailedError,
+    decode_job,
+    decode_outcome,
+    encode_failure,
+    encode_job,
+    encode_result,
+)
 from shale.config import BucketConfig
 from shale.errors import RetryableError
 from shale.failpoints import failpoint
@@ -72,9 +80,9 @@ class CompactionService(Protocol):
 class MergeRunner(Protocol):
     """Where merges run: Spark tasks in production (``SparkMergeRunner``)."""
 
-    def start(self, jobs: list[Assigned]) -> list[Future[dict[str, Any]]]:
-        """Start the jobs' merges; each future holds its job's ``run_merge_task`` result, parsed (a merge that
-        raised has the error as its exception)."""
+    def start(self, jobs: list[Assigned]) -> list[Future[MergeResult]]:
+        """Start the jobs' merges; each future holds its job's merge result (a merge that raised has the error
+        as its exception)."""
         ...
 
     def cancel(self, job: str) -> None: ...
@@ -82,23 +90,17 @@ class MergeRunner(Protocol):
     def close(self) -> None: ...
 
 
-class MergeFailedError(Exception):
-    """A merge raised in its task; the message is the task's error."""
-
-
 def run_merge_task(payload: str, bucket_config: BucketConfig, fetched: dict[str, Future[bytes]] | None = None) -> str:
-    """One job's merge, in a Spark task. Input and output are JSON so nothing but plain data crosses to tasks. A
-    merge that raises returns ``{"error": ...}``: the other jobs of the Spark job go on."""
-    from shale.compactor.merge import merge_blocks
-
-    job = Assigned.model_validate_json(payload)
+    """One job's merge, in a Spark task: an encoded job in, its encoded outcome out (``shale.compactor.wire``). A
+    merge that raises returns its error: the other jobs of the Spark job go on."""
+    job = decode_job(payload)
     try:
         result = merge_blocks(task_bucket(bucket_config), job.sources, job=job.job, token=job.token,
                               level=job.level, fetched=fetched)
     except Exception as exc:
         log.exception("compaction merge failed", extra={"job": job.job, "token": job.token})
-        return json.dumps({"error": f"{type(exc).__name__}: {exc}"[:2000]})
-    return json.dumps({**vars(result), "output": result.output.model_dump(mode="json")})
+        return encode_failure(exc)
+    return encode_result(result)
 
 
 def run_merge_share(payloads: list[str], bucket_config: BucketConfig) -> list[str]:
@@ -107,11 +109,9 @@ def run_merge_share(payloads: list[str], bucket_config: BucketConfig) -> list[st
     Memory an earlier task freed is returned to the system first (its peak must not count towards this task's);
     memory a merge frees stays with the process for the next merge of the share, which would otherwise fault the
     same pages in again (a tenth of a 40-block merge's time)."""
-    from shale.compactor.merge import READ_THREADS, fetch_sources
-
     release_free_memory()
     bucket = task_bucket(bucket_config)
-    sources = [Assigned.model_validate_json(p).sources for p in payloads]
+    sources = [decode_job(p).sources for p in payloads]
     results: list[str] = []
     with ThreadPoolExecutor(READ_THREADS, thread_name_prefix="compaction-fetch") as pool:
         fetched = fetch_sources(bucket, sources[0], pool) if sources else {}
@@ -119,14 +119,6 @@ def run_merge_share(payloads: list[str], bucket_config: BucketConfig) -> list[st
             current, fetched = fetched, fetch_sources(bucket, sources[k + 1], pool) if k + 1 < len(payloads) else {}
             results.append(run_merge_task(payload, bucket_config, current))
     return results
-
-
-def parse_merge_result(result: str) -> dict[str, Any]:
-    """A task's result, or ``MergeFailedError`` if its merge raised."""
-    parsed: dict[str, Any] = json.loads(result)
-    if "error" in parsed:
-        raise MergeFailedError(parsed["error"])
-    return parsed
 
 
 def spread(jobs: list[Assigned], tasks: int) -> list[list[int]]:
@@ -154,12 +146,12 @@ class SparkMergeRunner:
         self.pending: dict[str, set[str]] = {}
         """The jobs of each job group not cancelled yet."""
 
-    def start(self, jobs: list[Assigned]) -> list[Future[dict[str, Any]]]:
+    def start(self, jobs: list[Assigned]) -> list[Future[MergeResult]]:
         group = f"shale-compaction-{uuid.uuid4().hex[:8]}"
         self.pending[group] = {j.job for j in jobs}
         self.groups.update((j.job, group) for j in jobs)
         shares = spread(jobs, max(1, self.spark.sparkContext.defaultParallelism))
-        payloads = [[jobs[i].model_dump_json() for i in share] for share in shares]
+        payloads = [[encode_job(jobs[i]) for i in share] for share in shares]
         names = ", ".join(j.job for j in jobs)
         bucket = self.bucket
 
@@ -174,7 +166,7 @@ class SparkMergeRunner:
             return results
 
         batch = self.pool.submit(run)
-        futures: list[Future[dict[str, Any]]] = [Future() for _ in jobs]
+        futures: list[Future[MergeResult]] = [Future() for _ in jobs]
 
         def settle(done: Future[list[list[str]]]) -> None:
             error = done.exception()
@@ -185,7 +177,7 @@ class SparkMergeRunner:
                         futures[position].set_exception(error)
                         continue
                     try:
-                        futures[position].set_result(parse_merge_result(results[t][k]))
+                        futures[position].set_result(decode_outcome(results[t][k]))
                     except MergeFailedError as exc:
                         futures[position].set_exception(exc)
 
@@ -206,10 +198,10 @@ class SparkMergeRunner:
 @dataclass
 class RunningJob:
     job: Assigned
-    future: Future[dict[str, Any]]
+    future: Future[MergeResult]
     started: float = field(default_factory=time.monotonic)
 
-    def result(self) -> dict[str, Any] | None:
+    def result(self) -> MergeResult | None:
         """The merge's result once it finished well, else None."""
         if not self.future.done() or self.future.exception() is not None:
             return None
@@ -235,7 +227,7 @@ class CompactionWorker:
         self.save_reports = save_reports
         self.running: dict[str, RunningJob] = {}
         self.deltas = DeltaWriter(self.bucket) if deltas else None
-        self.completed: list[dict[str, Any]] = []
+        self.completed: list[MergeResult] = []
         self.unanswered: PollRequest | None = None
         """A poll that got no answer: sent again, unchanged, before anything else."""
         self.unanswered_polls = 0
@@ -258,7 +250,7 @@ class CompactionWorker:
                 del self.running[name]
                 continue
             updates.append(JobUpdate(job=name, token=running.job.token, status="success",
-                                     outputs=[BlockMeta.model_validate(running.future.result()["output"])]))
+                                     outputs=[running.future.result().output]))
         busy = sum(1 for r in self.running.values() if not r.future.done())
         free = min(MAX_POLL_CAPACITY, max(0, self.slots - busy))
         request = PollRequest(worker=self.worker_id, request=uuid.uuid4().hex, capacity=free, updates=updates)
@@ -302,35 +294,35 @@ class CompactionWorker:
         RUNNING.set(len(self.running))
         return response
 
-    def _completed(self, running: RunningJob, result: dict[str, Any]) -> None:
+    def _completed(self, running: RunningJob, result: MergeResult) -> None:
         if self.deltas is not None:
             now = time.time()
-            self.deltas.write(running.job.tenant, added=[BlockMeta.model_validate(result["output"])],
+            self.deltas.write(running.job.tenant, added=[result.output],
                               marks=[(s.id, now, "compacted") for s in running.job.sources])
-        BYTES.labels("in").inc(result["bytes_in"])
-        BYTES.labels("out").inc(result["bytes_out"])
-        PEAK_RSS.set(result["peak_rss"])
-        PEAK_ARROW.set(result["peak_arrow_bytes"])
+        BYTES.labels("in").inc(result.bytes_in)
+        BYTES.labels("out").inc(result.bytes_out)
+        PEAK_RSS.set(result.peak_rss)
+        PEAK_ARROW.set(result.peak_arrow_bytes)
         self.completed.append(result)
         log.info("compaction job completed", extra={"job": running.job.job, "token": running.job.token,
-                                                    "block": result["output"]["id"], "rows": result["rows_out"]})
+                                                    "block": result.output.id, "rows": result.rows_out})
 
-    def _refused(self, running: RunningJob, result: dict[str, Any] | None, outcome: str) -> None:
+    def _refused(self, running: RunningJob, result: MergeResult | None, outcome: str) -> None:
         """Stop a job the service refused, and mark its output for deletion unless the metastore indexes it (a
         report answered wrongly must never delete committed data). Unreachable metastore: no mark; the leader's
         bucket scan collects the output once no job can claim it."""
         self.runner.cancel(running.job.job)
-        extra = {"job": running.job.job, "token": running.job.token, "outcome": outcome}
+        extra: dict[str, object] = {"job": running.job.job, "token": running.job.token, "outcome": outcome}
         if result is not None:
-            output = result["output"]
+            output = result.output
             try:
-                mark = self.service.get_block(output["id"]) is None
+                mark = self.service.get_block(output.id) is None
             except RetryableError:
                 mark = False
             if mark:
-                write_deletion_mark(self.bucket, output["tenant"], output["id"], time.time(),
+                write_deletion_mark(self.bucket, output.tenant, output.id, time.time(),
                                     f"compaction report refused: {outcome}")
-            extra["output"] = output["id"]
+            extra["output"] = output.id
             extra["marked"] = mark
         log.warning("compaction job stopped: the service refused its report", extra=extra)
 

@@ -104,6 +104,12 @@ def block_of(uri: str) -> str:
     return parts[-1][:26]
 
 
+def is_copy(uri: str) -> bool:
+    """Whether a data file URI is a copy (``.../<tenant>/iceberg-copies/<name>``), not a block's own object."""
+    parts = uri.rsplit("/", 2)
+    return len(parts) == 3 and parts[1] == COPIES_DIR
+
+
 def key_of(bucket_config: BucketConfig, uri: str) -> str:
     return uri.removeprefix(object_uri(bucket_config, ""))
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from shale.block import BlockMeta
+from shale.block import BlockMeta, block_file_key
 from shale.config import ShaleConfig
 from shale.errors import NotFoundError
 from shale.iceberg.catalog import (
@@ -45,7 +45,7 @@ from shale.iceberg.catalog import (
     open_catalog,
     table_schema,
 )
-from shale.iceberg.files import block_of, copy_key, key_of, register
+from shale.iceberg.files import block_of, copy_key, is_copy, key_of, register
 from shale.iceberg.plan import (
     FileSpec,
     Rule,
@@ -57,7 +57,7 @@ from shale.iceberg.plan import (
     tables_of,
 )
 from shale.index import IndexReader
-from shale.index.changes import BlockChange, change_metas, pending_entries, published_through, read_changes
+from shale.index.changes import BlockChange
 from shale.metastore.commands import Result, TrimBlockChanges
 from shale.objstore import Bucket
 
@@ -158,26 +158,23 @@ class IcebergPublisher:
             if enabled:
                 PUBLISH_SECONDS.observe(self.clock() - self._first_seen[index])
             del self._first_seen[index]
-        pending = pending_entries(self.reader.conn)
+        pending = self.reader.pending_change_entries()
         LAG_ENTRIES.set(pending)
         LAG_SECONDS.set(self.clock() - min(self._first_seen.values()) if self._first_seen else 0)
         return committed
 
     def _read(self, *, whole_tenants: bool) -> _Read:
-        conn = self.reader.conn
-        conn.execute("BEGIN")
-        try:
-            applied, _ = self.reader.applied()
-            published = published_through(conn)
-            changes = read_changes(conn, published, applied)
-            metas = change_metas(conn, sorted({c.subject for c in changes if c.change != "generations"}))
+        reader = self.reader
+        with reader.snapshot():
+            applied, _ = reader.applied()
+            published = reader.changes_published_through()
+            changes = reader.block_changes(published, applied)
+            metas = reader.change_metas(sorted({c.subject for c in changes if c.change != "generations"}))
             tenants = {c.tenant for c in changes}
-            whole = set(self.reader.tenants()) if whole_tenants else {
+            whole = set(reader.tenants()) if whole_tenants else {
                 c.tenant for c in changes if c.change == "generations"}
-            rules = {t: self.reader.generation_rules(t) for t in sorted(tenants | whole)}
-            live = {t: {m.id: m for m in self.reader.tenant_blocks(t)} for t in sorted(whole)}
-        finally:
-            conn.execute("COMMIT")
+            rules = {t: reader.generation_rules(t) for t in sorted(tenants | whole)}
+            live = {t: {m.id: m for m in reader.tenant_blocks(t)} for t in sorted(whole)}
         return _Read(applied, published, changes, metas, rules, live)
 
     # -- tables -------------------------------------------------------------------------------------
@@ -315,13 +312,14 @@ class IcebergPublisher:
         """The URIs that hold exactly ``spec``'s rows: its object (when whole) or its copy."""
         uris = {object_uri(self.config.bucket, copy_key(spec.block.tenant, spec.copy_name()))}
         if spec.intervals is None:
-            uris.add(object_uri(self.config.bucket, f"{spec.block.tenant}/blocks/{spec.block.id}/{spec.dataset.file}"))
+            uris.add(object_uri(self.config.bucket, block_file_key(spec.block.tenant, spec.block.id,
+                                                                    spec.dataset.file)))
         return uris
 
     def _commit(self, key: TableKey, state: _Table, index: int, remove: list[str], add: list[FileSpec]) -> int:
         """One snapshot: ``remove`` and ``add`` at log entry ``index`` (schema evolved first, same commit)."""
         table = state.table
-        released = [key_of(self.config.bucket, u) for u in remove if "/iceberg-copies/" in u]
+        released = [key_of(self.config.bucket, u) for u in remove if is_copy(u)]
         properties = {SUMMARY_INDEX: str(index)}
         if released:
             properties[SUMMARY_RELEASED] = json.dumps(released)
@@ -387,7 +385,7 @@ class IcebergPublisher:
         committed = 0
         while True:
             committed += self._guarded_round()
-            if pending_entries(self.reader.conn) == 0:
+            if self.reader.pending_change_entries() == 0:
                 break
         repaired = 0
         if full and self.config.iceberg.enabled:

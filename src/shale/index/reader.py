@@ -20,6 +20,7 @@ import msgpack
 from shale.block import BlockMeta
 from shale.block.names import MORE_LABEL_SETS
 from shale.errors import QueryTimeoutError
+from shale.index.changes import BlockChange, change_metas, pending_entries, published_through, read_changes
 from shale.index.matchers import Matcher, match_label_sets, matching_datasets
 from shale.index.records import IncarnationRow, LossRow, OffsetRow, PartitionRow, TombstoneRow, decode_meta
 from shale.index.schema import PARTITION_WINDOW_MS
@@ -290,6 +291,24 @@ class IndexReader:
             yield
         finally:
             self.conn.execute("COMMIT")
+
+    # -- the change feed (shale.index.changes) --------------------------------------------------------
+
+    def block_changes(self, after: int, through: int) -> list[BlockChange]:
+        """Changes of entries ``after < index <= through``, in log order."""
+        return read_changes(self.conn, after, through)
+
+    def changes_published_through(self) -> int:
+        """The feed's trim point: every change up to it is published."""
+        return published_through(self.conn)
+
+    def change_metas(self, block_ids: list[str]) -> dict[str, BlockMeta]:
+        """Metadata of blocks named by changes, removed ones included while their tombstones last."""
+        return change_metas(self.conn, block_ids)
+
+    def pending_change_entries(self) -> int:
+        """How many log entries have changes not yet published."""
+        return pending_entries(self.conn)
 
     def state_hash(self, *, with_applied: bool = True) -> str:
         """SHA-256 of every table's rows in primary-key order: equal on replicas that applied the same log.

@@ -33,7 +33,7 @@ from shale.errors import ConfigError, RetryableError
 from shale.failpoints import failpoint
 from shale.ingest import metrics
 from shale.ingest.blocks import GROUPS, Chunk, GroupSpec, Written, write_chunk
-from shale.ingest.committer import Committer, IngestConflictError, batch_commit
+from shale.ingest.committer import CommitTarget, Committer, IngestConflictError, batch_commit
 from shale.ingest.kafka import (
     FETCH_BYTES,
     admin,
@@ -45,7 +45,7 @@ from shale.ingest.kafka import (
 from shale.ingest.plan import BatchPlan, Limits, plan_batch, recreated
 from shale.ingest.records import SPARK_COLUMNS, WRITTEN_SCHEMA
 from shale.ingest.task import make_task
-from shale.metastore import DeadLetterQueue, Metastore, open_metastore
+from shale.metastore import DeadLetterQueue, open_metastore
 from shale.objstore import open_bucket
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ TopicPartition = tuple[str, int]
 
 class IngestJob:
     def __init__(self, config: ShaleConfig, group: str, *, spark: SparkSession | None = None,
-                 metastore: Metastore | None = None) -> None:
+                 metastore: CommitTarget | None = None) -> None:
         if group not in GROUPS:
             raise ConfigError(f"--group {group!r}: choose one of {', '.join(GROUPS)}")
         ingest = config.ingest

@@ -1,11 +1,11 @@
 """The metastore (seeds 004 and 003): the replicated service around the index.
 
 Components: ``commands`` (typed records), ``fsm`` (the handler registry and state machine), ``log`` (single node
-or Raft via pysyncobj), ``service`` (reads and writes), ``http``/``client`` (the API), ``dlq`` (dead letter
-queue), ``maintenance`` (retention, tombstones), ``rebuild`` (from the bucket), ``server`` (one process).
+or Raft via pysyncobj), ``service`` (reads and writes), ``view`` (read-only), ``http``/``client`` (the API),
+``dlq`` (dead letter queue), ``maintenance`` (retention, tombstones), ``rebuild`` (from the bucket), ``server``
+(one process; ``open_metastore`` for writers, ``open_index_view`` for readers).
 """
 
-from shale.metastore.api import Metastore
 from shale.metastore.client import MetastoreClient
 from shale.metastore.commands import (
     AcknowledgeOffsetLoss,
@@ -27,8 +27,9 @@ from shale.metastore.commands import (
 from shale.metastore.dlq import DeadLetterQueue
 from shale.metastore.fsm import Entry, StateMachine
 from shale.metastore.log import RaftLog, SingleNodeLog
-from shale.metastore.server import MetastoreNode, open_block_source, open_metastore
+from shale.metastore.server import MetastoreNode, open_index_view, open_metastore
 from shale.metastore.service import MetastoreService
+from shale.metastore.view import ReadOnlyIndex
 
 __all__ = [
     "AcknowledgeOffsetLoss",
@@ -38,7 +39,6 @@ __all__ = [
     "DeadLetterQueue",
     "DeleteTombstones",
     "Entry",
-    "Metastore",
     "MetastoreClient",
     "MetastoreNode",
     "MetastoreService",
@@ -47,6 +47,7 @@ __all__ = [
     "PartitionKey",
     "QuarantineBlocks",
     "RaftLog",
+    "ReadOnlyIndex",
     "ReplaceBlocks",
     "Result",
     "SetActiveGeneration",
@@ -55,6 +56,6 @@ __all__ = [
     "TruncateIndex",
     "decode",
     "encode",
-    "open_block_source",
+    "open_index_view",
     "open_metastore",
 ]

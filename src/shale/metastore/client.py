@@ -101,7 +101,7 @@ class MetastoreClient:
         response.raise_for_status()
         return response.json()
 
-    # -- the Metastore protocol ---------------------------------------------------------------------
+    # -- reads and writes (the embedded service's API, over HTTP) ---------------------------------------
 
     def submit(self, command: Command) -> Result:
         response = self._call("POST", "/v1/commands", content=encode(command, self.command_format))

@@ -258,3 +258,23 @@ def job_status(job: Job, now_ms: int, failure_limit: int) -> str:
     if job.failures >= failure_limit and job.lease_expires_at <= now_ms:
         return "excluded"
     return "in_progress" if job.lease_expires_at > now_ms else "lease_expired"
+
+
+def job_rows(state: CompactionState, now_ms: int) -> list[dict[str, Any]]:
+    """Every compaction job as ``shale compact jobs``, the HTTP API and the status page show it."""
+    limit = state.failure_limit()
+    return [{"name": j.name, "tenant": j.key.tenant, "shard": j.key.shard, "level": j.key.level,
+             "group": j.key.group, "generation": j.key.generation, "sources": len(j.sources),
+             "source_ids": list(j.sources),
+             "raw_bytes": j.raw_bytes, "status": job_status(j, now_ms, limit), "token": j.token,
+             "lease_expires_at": j.lease_expires_at, "failures": j.failures, "worker": j.worker}
+            for j in state.jobs()]
+
+
+def queue_counts(state: CompactionState) -> dict[str, int]:
+    """Blocks waiting to be planned into a job, per ``<tenant>/L<level>``."""
+    counts: dict[str, int] = {}
+    for block in state.queued():
+        name = f"{block.key.tenant}/L{block.key.level}"
+        counts[name] = counts.get(name, 0) + 1
+    return counts

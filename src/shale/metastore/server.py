@@ -1,5 +1,6 @@
-"""One metastore process (``shale metastore serve``), and the factory every component uses to reach the
-metastore (``open_metastore``)."""
+"""One metastore process (``shale metastore serve``), and the two ways to reach a metastore: ``open_metastore``
+for writers (the embedded service over a writable state, or a client) and ``open_index_view`` for readers (a
+read-only view of the embedded state, or a client)."""
 
 from __future__ import annotations
 
@@ -17,13 +18,13 @@ from shale.config import MetastoreConfig, ShaleConfig
 from shale.errors import ConfigError, MetastoreUnavailableError, NotLeaderError
 from shale.logs import register_secrets
 from shale.metastore import auth, raftwire
-from shale.metastore.api import Metastore
 from shale.metastore.client import MetastoreClient, tls_verify
 from shale.metastore.fsm import StateMachine
 from shale.metastore.http import create_app
 from shale.metastore.log import CommandLog, RaftLog, SingleNodeLog
 from shale.metastore.maintenance import Maintenance
-from shale.metastore.service import MetastoreService, ReadOnlyIndex
+from shale.metastore.service import MetastoreService
+from shale.metastore.view import ReadOnlyIndex
 from shale.objstore import open_bucket
 
 log = logging.getLogger(__name__)
@@ -57,22 +58,26 @@ def client_token(m: MetastoreConfig) -> str:
     return token
 
 
-def open_block_source(config: ShaleConfig) -> ReadOnlyIndex | MetastoreClient:
-    """What a query reads blocks from: a read-only view of the embedded state, or the remote metastore."""
+def open_index_view(config: ShaleConfig) -> ReadOnlyIndex | MetastoreClient:
+    """What a reader reads through: a read-only view of the embedded state (it never creates one: a missing state
+    is a ``ConfigError``), or a client of the remote metastore. Commands that change nothing use this."""
     if config.metastore.mode == "embedded":
         return ReadOnlyIndex(state_path(config), timeout=config.metastore.query_timeout)
-    client = open_metastore(config)
-    assert isinstance(client, MetastoreClient)
-    return client
+    return _client(config.metastore)
 
 
-def open_metastore(config: ShaleConfig) -> Metastore:
-    """The embedded service (a local single-node state, no network) or a client of remote nodes."""
+def open_metastore(config: ShaleConfig) -> MetastoreService | MetastoreClient:
+    """For writers: the embedded service (a local single-node state, created if missing, no network) or a
+    client of remote nodes."""
     m = config.metastore
     if m.mode == "embedded":
         state = StateMachine(state_path(config))
         return MetastoreService(state, SingleNodeLog(state), compaction=config.compaction,
                                 query_timeout=m.query_timeout)
+    return _client(m)
+
+
+def _client(m: MetastoreConfig) -> MetastoreClient:
     return MetastoreClient(m.addresses, timeout=m.request_timeout, deadline=m.client_deadline,
                            token=client_token(m), ca_file=m.tls_ca_file)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from prometheus_client import Counter, Histogram
@@ -21,10 +20,10 @@ from shale.compaction.messages import PollRequest, PollResponse
 from shale.compaction.model import PlanLimits
 from shale.compaction.state import CompactionState
 from shale.config import CompactionConfig
-from shale.errors import ConfigError, MetastoreUnavailableError
-from shale.index import IncarnationRow, IndexReader, LossRow, OffsetRow, TombstoneRow, connect, parse_matchers
+from shale.errors import MetastoreUnavailableError
+from shale.index import IncarnationRow, LossRow, OffsetRow, TombstoneRow, parse_matchers
 from shale.metastore.commands import Command, Result
-from shale.metastore.compaction import job_status, plan_command, prepare_plan
+from shale.metastore.compaction import job_rows, plan_command, prepare_plan, queue_counts
 from shale.metastore.fsm import StateMachine
 from shale.metastore.log import CommandLog
 
@@ -143,21 +142,10 @@ class MetastoreService:
         return PollResponse.model_validate(result.data)
 
     def compaction_jobs(self) -> list[dict[str, Any]]:
-        state = CompactionState(self.state.reader.conn)
-        limit, now = state.failure_limit(), int(self.clock() * 1000)
-        return [{"name": j.name, "tenant": j.key.tenant, "shard": j.key.shard, "level": j.key.level,
-                 "group": j.key.group, "generation": j.key.generation, "sources": len(j.sources),
-                 "source_ids": list(j.sources),
-                 "raw_bytes": j.raw_bytes, "status": job_status(j, now, limit), "token": j.token,
-                 "lease_expires_at": j.lease_expires_at, "failures": j.failures, "worker": j.worker}
-                for j in state.jobs()]
+        return job_rows(CompactionState(self.state.reader.conn), int(self.clock() * 1000))
 
     def compaction_queue(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for block in CompactionState(self.state.reader.conn).queued():
-            name = f"{block.key.tenant}/L{block.key.level}"
-            counts[name] = counts.get(name, 0) + 1
-        return counts
+        return queue_counts(CompactionState(self.state.reader.conn))
 
     def status(self) -> dict[str, Any]:
         s = self.log.status()
@@ -165,24 +153,3 @@ class MetastoreService:
                 "commit_index": s.commit_index, "members": s.members, "has_quorum": s.has_quorum,
                 "blocks": self.state.reader.count_blocks()}
 
-
-class ReadOnlyIndex:
-    """A read-only view of an embedded metastore's state for queries: no log, no writes, and a query cannot hold
-    the state's write lock. Reads see what is committed when each statement runs."""
-
-    def __init__(self, path: Path, timeout: float | None = None) -> None:
-        if not path.exists():
-            raise ConfigError(f"no metastore state at {path}: nothing was ingested with this configuration yet "
-                              "(check metastore.data_dir)")
-        self.reader = IndexReader(lambda: connect(str(path), readonly=True))
-        self.timeout = timeout
-
-    def query_blocks(self, tenants: Sequence[str], start: int, end: int, selector: str = "",
-                     group: str | None = None) -> list[BlockMeta]:
-        return self.reader.query_blocks(list(tenants), start, end, parse_matchers(selector), group, self.timeout)
-
-    def generation_rules(self, tenant: str) -> list[tuple[str, int, int, int]]:
-        return self.reader.generation_rules(tenant)
-
-    def tenants(self) -> list[str]:
-        return self.reader.tenants()

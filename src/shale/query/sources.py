@@ -67,6 +67,6 @@ def open_source(config: ShaleConfig, name: str, bucket: BucketReader) -> BlockSo
         from shale.bucketindex import BucketIndexReader
 
         return BucketIndexSource(BucketIndexReader(bucket, config.bucket_index))
-    from shale.metastore import open_block_source
+    from shale.metastore import open_index_view
 
-    return open_block_source(config)
+    return open_index_view(config)

@@ -16,7 +16,6 @@ reverse), so the two never share one. Every written block names the backup block
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections import defaultdict
@@ -25,10 +24,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
-from pydantic import TypeAdapter
 
 from shale.block import BlockMeta, backup_rows
-from shale.config import BucketConfig, IngestConfig, ParserRule, ShaleConfig
+from shale.config import BucketConfig, ParserRule, ShaleConfig
 from shale.errors import ConfigError
 from shale.failpoints import failpoint
 from shale.index import OffsetRow
@@ -39,13 +37,22 @@ from shale.ingest.plan import BatchPlan, PartitionRange
 from shale.ingest.task import ChunkWriter, chunk_bytes
 from shale.metastore import Command, Result
 from shale.objstore import task_bucket
+from shale.reprocess.wire import (
+    PartitionWork,
+    RoundSpec,
+    decode_spec,
+    decode_work,
+    decode_written,
+    encode_spec,
+    encode_work,
+    encode_written,
+)
 from shale.resources import PeakMemory
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
-WRITTEN_LIST = TypeAdapter(list[Written])
 
 
 @dataclass
@@ -68,23 +75,24 @@ class Interval:
     block: BlockMeta
 
 
-def run_partition(work_json: str, metas_json: str, spec_json: str, bucket_config: BucketConfig) -> str:
-    """A Spark task: parse one partition's backup records of one round's range into partition-group blocks."""
-    work = PartitionRange(**json.loads(work_json))
-    read_time_ms, generation, ingest, bound = json.loads(spec_json)
-    metas = [BlockMeta.model_validate(m) for m in json.loads(metas_json)]
-    spec = GroupSpec("partition", generation, bucket_config, IngestConfig.model_validate(ingest))
+def run_partition(work_json: str, spec_json: str, bucket_config: BucketConfig) -> str:
+    """A Spark task: parse one partition's backup records of one round's range into partition-group blocks. Its
+    input and output are encoded by ``shale.reprocess.wire``."""
+    task, round_ = decode_work(work_json), decode_spec(spec_json)
+    work, metas = task.range, task.blocks
+    spec = GroupSpec("partition", round_.generation, bucket_config, round_.ingest)
     bucket = task_bucket(bucket_config)
     tables = [t for meta in metas for t in backup_rows(bucket, meta, work.topic, work.partition, work.start, work.end)]
-    size = chunk_bytes(bound, PeakMemory().start, "partition")
-    writer = ChunkWriter(spec, bucket, BatchPlan(read_time_ms, [work]), size, derived_from=[m.id for m in metas])
+    size = chunk_bytes(round_.task_bytes, PeakMemory().start, "partition")
+    writer = ChunkWriter(spec, bucket, BatchPlan(round_.read_time_ms, [work]), size,
+                         derived_from=[m.id for m in metas])
     written: list[Written] = []
     if tables:
         table = pa.concat_tables(tables, promote_options="permissive").sort_by([("offset", "ascending")])
         for piece in table.to_batches(max_chunksize=10_000):
             written += writer.add_table(pa.Table.from_batches([piece]))
     written += writer.finish()
-    return WRITTEN_LIST.dump_json(written).decode()
+    return encode_written(written)
 
 
 class ReprocessStore(Protocol):
@@ -195,16 +203,15 @@ class ReprocessJob:
 
     def run(self, progress: Callable[[int, int], None] | None = None) -> ReprocessReport:
         bucket = self.config.bucket
-        spec = json.dumps([int(time.time() * 1000), self.generation, self.ingest.model_dump(mode="json"),
-                           self.config.ingest.max_task_bytes])
+        spec = encode_spec(RoundSpec(int(time.time() * 1000), self.generation, self.ingest,
+                                     self.config.ingest.max_task_bytes))
         total = 0
         for round_ in self._rounds():
             total = total or self.report.backup_blocks
-            payloads = [(json.dumps(work.__dict__), json.dumps([m.model_dump(mode="json") for m in metas]))
-                        for work, metas in round_]
+            payloads = [encode_work(PartitionWork(work, tuple(metas))) for work, metas in round_]
             results = (self.spark.sparkContext.parallelize(payloads, len(payloads))
-                       .map(lambda p: run_partition(p[0], p[1], spec, bucket)).collect())
-            written = [w for raw in results for w in WRITTEN_LIST.validate_json(raw)]
+                       .map(lambda p: run_partition(p, spec, bucket)).collect())
+            written = [w for raw in results for w in decode_written(raw)]
             command = batch_commit(written, [work for work, _ in round_], group="partition",
                                    generation=self.generation, writer="reprocess",
                                    batch=f"reprocess/{self.report.rounds}")

@@ -5,14 +5,14 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from shale.block import bucket_index_key
 from shale.block.layout import DLQ_PREFIX
 from shale.config import ShaleConfig
 from shale.errors import NotFoundError, ShaleError
+from shale.index import IncarnationRow, LossRow, OffsetRow, TombstoneRow
 from shale.logs import redact
-from shale.metastore.service import MetastoreService
 from shale.objstore import BucketReader
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,25 @@ class Status:
     losses: list[dict[str, Any]] = field(default_factory=list)
     incarnations: list[dict[str, Any]] = field(default_factory=list)
     iceberg: dict[str, Any] = field(default_factory=dict)
+
+
+class PageIndex(Protocol):
+    """What the page reads from the metastore's state (``ReadOnlyIndex`` over the node's state file fits)."""
+
+    def tenant_totals(self) -> list[tuple[str, int, int, int]]: ...
+
+    def level_histogram(self, bucket_ms: int) -> list[tuple[str, int, int, int]]: ...
+
+    def offsets(self, group: str | None = None, generation: int | None = None) -> list[OffsetRow]: ...
+
+    def offset_history(self, group: str | None = None,
+                       generation: int | None = None) -> tuple[list[IncarnationRow], list[LossRow]]: ...
+
+    def tombstones(self, created_before: int | None = None, limit: int = 1000) -> list[TombstoneRow]: ...
+
+    def compaction_jobs(self) -> list[dict[str, Any]]: ...
+
+    def compaction_queue(self) -> dict[str, int]: ...
 
 
 def _index_age(bucket: BucketReader, tenant: str, now: float) -> float | None:
@@ -76,22 +95,23 @@ def _lag(config: ShaleConfig, offsets: list[dict[str, Any]]) -> str:
     return ""
 
 
-def collect(service: MetastoreService, bucket: BucketReader, config: ShaleConfig,
+def collect(index: PageIndex, node: dict[str, Any], bucket: BucketReader, config: ShaleConfig,
             partial_blocks: dict[str, int] | None = None, iceberg: dict[str, Any] | None = None,
             overlaps: dict[str, list[dict[str, Any]]] | None = None) -> Status:
+    """The page's facts: ``index`` read-only, ``node`` the serving node's status (role, term, applied index)."""
     now = time.time()
-    reader = service.state.reader
-    status = Status(generated_at=now, node=service.status())
-    for tenant, blocks, rows, size in reader.tenant_totals():
+    status = Status(generated_at=now, node=node)
+    for tenant, blocks, rows, size in index.tenant_totals():
         status.tenants.append({"tenant": tenant, "blocks": blocks, "rows": rows, "bytes": size,
                                "index_age_s": _index_age(bucket, tenant, now)})
-    status.histogram = reader.level_histogram(HOUR_MS)
-    status.jobs = service.compaction_jobs()
-    status.queue = service.compaction_queue()
-    status.offsets = [{**o.model_dump(), "lag": None, "lost": 0, "note": ""} for o in reader.offsets()]
+    status.histogram = index.level_histogram(HOUR_MS)
+    status.jobs = index.compaction_jobs()
+    status.queue = index.compaction_queue()
+    status.offsets = [{**o.model_dump(), "lag": None, "lost": 0, "note": ""} for o in index.offsets()]
     status.kafka_error = _lag(config, status.offsets)
-    status.losses = [x.model_dump() for x in reader.losses()]
-    status.incarnations = [i.model_dump() for i in reader.incarnations()]
+    incarnations, losses = index.offset_history()
+    status.losses = [x.model_dump() for x in losses]
+    status.incarnations = [i.model_dump() for i in incarnations]
     days: dict[tuple[str, int, str], dict[str, Any]] = {}
     for o in status.offsets:
         if o["group"] != "partition":
@@ -104,7 +124,7 @@ def collect(service: MetastoreService, bucket: BucketReader, config: ShaleConfig
         entry["watermark"] = watermark if entry["watermark"] is None else min(entry["watermark"], watermark)
     status.ledger = list(days.values())
     status.dlq_depth = sum(1 for i in bucket.list(DLQ_PREFIX) if i.key.endswith(".json"))
-    tombstones = service.tombstones(limit=100_000)
+    tombstones = index.tombstones(limit=100_000)
     status.tombstones = len(tombstones)
     if tombstones:
         status.oldest_tombstone_s = now - min(t.created_at for t in tombstones) / 1000

@@ -7,14 +7,15 @@ import threading
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import pytest
 from tests.factories import Clock, write_backup_block
 
 from shale.block import BlockFetcher, BlockMeta, BlockState, block_file_key
 from shale.compaction.messages import Assigned, PollRequest, PollResponse
-from shale.compactor.worker import CompactionWorker, MergeFailedError, parse_merge_result, run_merge_share, spread
+from shale.compactor.merge import MergeResult
+from shale.compactor.wire import MergeFailedError, decode_outcome, encode_job
+from shale.compactor.worker import CompactionWorker, run_merge_share, spread
 from shale.config import BucketConfig, CompactionConfig
 from shale.errors import MetastoreUnavailableError
 from shale.metastore import AddBlocks, MetastoreService, SingleNodeLog, StateMachine
@@ -29,14 +30,14 @@ class ThreadRunner:
         self.bucket = bucket
         self.pool = ThreadPoolExecutor(2)
 
-    def start(self, jobs: list[Assigned]) -> list[Future[dict[str, Any]]]:
-        futures: list[Future[dict[str, Any]]] = [Future() for _ in jobs]
+    def start(self, jobs: list[Assigned]) -> list[Future[MergeResult]]:
+        futures: list[Future[MergeResult]] = [Future() for _ in jobs]
 
         def run() -> None:
-            results = run_merge_share([job.model_dump_json() for job in jobs], self.bucket)
+            results = run_merge_share([encode_job(job) for job in jobs], self.bucket)
             for future, result in zip(futures, results, strict=True):
                 try:
-                    future.set_result(parse_merge_result(result))
+                    future.set_result(decode_outcome(result))
                 except MergeFailedError as exc:
                     future.set_exception(exc)
 
@@ -144,7 +145,7 @@ def test_a_worker_never_marks_an_output_the_index_holds(flaky: Flaky, bucket: Bu
     worker.step()
     assert worker.running == {}
     indexed = {m.id for m in flaky.service.query_blocks(["acme"], 0, 2**62)}
-    assert {r["output"]["id"] for r in worker.completed} == set()
+    assert {r.output.id for r in worker.completed} == set()
     assert len(indexed) == 2
     assert _marked(bucket) == set()
 

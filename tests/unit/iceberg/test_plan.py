@@ -36,3 +36,20 @@ def test_state_before_later_changes() -> None:
     assert rules_at(rules, "app", later) == [("app", 0, 1, 2)]
     assert rules_at(rules, "other", later) == [("other", 0, 1, 3)]
     assert set(desired([a, b], TableKey("acme", "app"), [], 1)) == {a.id, b.id}
+
+
+def test_data_file_uris_name_their_block_and_whether_they_are_copies() -> None:
+    from shale.block import block_file_key
+    from shale.config import BucketConfig
+    from shale.iceberg.catalog import object_uri
+    from shale.iceberg.files import block_of, copy_key, is_copy, key_of
+
+    block = meta(group="partition")
+    spec = table_files(block, "app", [("app", LOW + 1000, HIGH + 5, 2)], 1)[0]
+    for url in ("s3://bucket/prefix", "file:///tmp/shale-bucket"):
+        bucket = BucketConfig(url=url)
+        own = object_uri(bucket, block_file_key(block.tenant, block.id, spec.dataset.file))
+        copy = object_uri(bucket, copy_key(block.tenant, spec.copy_name()))
+        assert (block_of(own), block_of(copy)) == (block.id, block.id)
+        assert (is_copy(own), is_copy(copy)) == (False, True)
+        assert key_of(bucket, copy) == copy_key(block.tenant, spec.copy_name())

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import os
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,10 +15,11 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 from tests.unit.metastore.helpers import meta
+from tests.waiting import eventually
 
 from shale.config import ShaleConfig
 from shale.errors import ConfigError
-from shale.metastore import AddBlocks, CommitIngestBatch, OffsetRange, SingleNodeLog, StateMachine, auth
+from shale.metastore import AddBlocks, CommitIngestBatch, OffsetRange, ReadOnlyIndex, SingleNodeLog, StateMachine, auth
 from shale.metastore.auth import (
     ADMIN,
     ANY_ROLE,
@@ -83,7 +83,8 @@ def _app(tmp_path: Path, tokens: auth.TokenTable, **kwargs: object) -> tuple[Fas
     state = StateMachine(tmp_path / "state.db")
     service = MetastoreService(state, SingleNodeLog(state))
     app = create_app(service, lambda: "http://self", lambda: True, lambda: 0, tokens, **kwargs)  # type: ignore[arg-type]
-    mount(app, service, open_bucket_url(f"memory://auth-{os.getpid()}"), ShaleConfig())
+    mount(app, ReadOnlyIndex(tmp_path / "state.db"), service.status, open_bucket_url(f"memory://auth-{os.getpid()}"),
+          ShaleConfig())
     return app, service
 
 
@@ -93,10 +94,7 @@ def _served(app: FastAPI) -> Iterator[httpx.Client]:
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "the test server did not start"
-        time.sleep(0.02)
+    eventually(lambda: server.started, 30, "the test server to start")
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
             yield client

@@ -18,8 +18,7 @@ from shale.errors import ShaleError
 from shale.ingest.blocks import Chunk, GroupSpec, write_chunk
 from shale.ingest.committer import batch_commit
 from shale.ingest.plan import PartitionRange
-from shale.metastore import MetastoreService, SetActiveGeneration, SingleNodeLog, StateMachine
-from shale.metastore.service import ReadOnlyIndex
+from shale.metastore import MetastoreService, ReadOnlyIndex, SetActiveGeneration, SingleNodeLog, StateMachine
 from shale.objstore import open_bucket
 from shale.query import Query, run_query
 from shale.query.sources import BucketIndexSource

@@ -15,6 +15,7 @@ from shale.metastore import (
     CommitIngestBatch,
     MetastoreService,
     OffsetRange,
+    ReadOnlyIndex,
     SingleNodeLog,
     StateMachine,
 )
@@ -42,7 +43,8 @@ def test_offsets_incarnations_and_losses_on_the_page(tmp_path: Path) -> None:
                                          start=100, end=150, reason="retention")).raise_for_rejection()
     _commit(service, 0, 40, B, 40)  # the topic was recreated
     config = ShaleConfig.model_validate({"kafka": {"bootstrap_servers": "127.0.0.1:1"}})
-    status = collect(service, open_bucket_url(f"memory://page-{uuid.uuid4().hex}"), config)
+    status = collect(ReadOnlyIndex(tmp_path / "state.db"), service.status(),
+                     open_bucket_url(f"memory://page-{uuid.uuid4().hex}"), config)
     assert status.kafka_error.startswith("Kafka not reachable")
     [row] = status.offsets
     assert (row["committed_end"], row["incarnation"], row["skipped"]) == (40, B, 0)

@@ -1,0 +1,110 @@
+"""Every value that crosses the Spark boundary comes back equal after its encoding and decoding: compaction jobs
+and merge outcomes (``shale.compactor.wire``), reprocess rounds, work and written chunks (``shale.reprocess.wire``).
+A field added to one of these types without a round trip fails here, not in a Spark task."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from tests.factories import BASE_MS
+from tests.unit.metastore.helpers import meta
+
+from shale.block import BlockMeta
+from shale.compaction.messages import Assigned
+from shale.compactor.merge import MergeResult
+from shale.compactor.wire import (
+    ERROR_CHARS,
+    MergeFailedError,
+    decode_job,
+    decode_outcome,
+    encode_failure,
+    encode_job,
+    encode_result,
+)
+from shale.config import IngestConfig, ParserRule
+from shale.ingest.blocks import Written
+from shale.ingest.plan import PartitionRange
+from shale.reprocess.wire import (
+    PartitionWork,
+    RoundSpec,
+    decode_spec,
+    decode_work,
+    decode_written,
+    encode_spec,
+    encode_work,
+    encode_written,
+)
+
+names = st.from_regex(r"[a-z][a-z0-9-]{0,12}", fullmatch=True)
+label_names = st.from_regex(r"[a-z_][a-z0-9_]{0,12}", fullmatch=True)
+counts = st.integers(min_value=0, max_value=2**53)
+times = st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def blocks(draw: st.DrawFn) -> BlockMeta:
+    start = draw(st.integers(min_value=0, max_value=2**40))
+    return meta(tenant=draw(names), topic=draw(names), partition=draw(st.integers(0, 1000)), start=start,
+                end=start + draw(st.integers(0, 10**6)), group=draw(st.sampled_from(["backup", "partition"])),
+                generation=draw(st.integers(0, 100)), time_ms=BASE_MS + draw(st.integers(0, 10**10)),
+                level=draw(st.integers(0, 5)),
+                labels=draw(st.lists(st.dictionaries(label_names, st.text(max_size=20), max_size=3), max_size=3)))
+
+
+ranges = st.builds(PartitionRange, topic=names, partition=st.integers(0, 1000), incarnation=st.text(max_size=30),
+                   start=counts, end=counts)
+
+
+@given(source=st.lists(blocks(), min_size=1, max_size=4), job=names, numbers=st.tuples(counts, counts, counts),
+       level=st.integers(0, 5), tenant=names)
+def test_a_compaction_job_crosses_unchanged(source: list[BlockMeta], job: str, numbers: tuple[int, int, int],
+                                            level: int, tenant: str) -> None:
+    token, lease, generation = numbers
+    assigned = Assigned(job=job, token=token, lease_expires_at=lease, tenant=tenant, shard=0, level=level,
+                        group="backup", generation=generation, sources=source)
+    assert decode_job(encode_job(assigned)) == assigned
+
+
+@given(output=blocks(), rows=st.tuples(counts, counts), size=st.tuples(counts, counts),
+       memory=st.tuples(counts, st.integers(-2**40, 2**40), counts), seconds=times)
+def test_a_merge_result_crosses_unchanged(output: BlockMeta, rows: tuple[int, int], size: tuple[int, int],
+                                          memory: tuple[int, int, int], seconds: float) -> None:
+    result = MergeResult(output, *rows, *size, *memory, seconds)
+    back = decode_outcome(encode_result(result))
+    assert back == result
+    assert isinstance(back.output, BlockMeta)
+
+
+@given(message=st.text(max_size=3000))
+def test_a_failed_merge_crosses_as_its_error(message: str) -> None:
+    with pytest.raises(MergeFailedError) as caught:
+        decode_outcome(encode_failure(ValueError(message)))
+    assert str(caught.value) == f"ValueError: {message}"[:ERROR_CHARS]
+
+
+@given(read_time=counts, generation=st.integers(0, 100), task_bytes=counts, parser=names,
+       options=st.dictionaries(names, st.text(max_size=10) | st.integers() | st.booleans(), max_size=3),
+       tenant=names)
+def test_a_reprocess_round_crosses_unchanged(read_time: int, generation: int, task_bytes: int, parser: str,
+                                             options: dict[str, object], tenant: str) -> None:
+    ingest = IngestConfig(parsers=[ParserRule(topic_pattern=".*", parser=parser, options=options)],
+                          default_tenant=tenant, generation=generation)
+    spec = RoundSpec(read_time, generation, ingest, task_bytes)
+    assert decode_spec(encode_spec(spec)) == spec
+
+
+@given(work=ranges, source=st.lists(blocks(), max_size=4))
+def test_reprocess_work_crosses_unchanged(work: PartitionRange, source: list[BlockMeta]) -> None:
+    task = PartitionWork(work, tuple(source))
+    back = decode_work(encode_work(task))
+    assert back == task
+    assert isinstance(back.range, PartitionRange)
+
+
+@given(chunks=st.lists(st.builds(Written, topic=names, partition=st.integers(0, 1000), incarnation=st.text(max_size=30),
+                                 start=counts, end=counts, records=counts, quarantined=counts, bytes=counts,
+                                 blocks=st.lists(blocks(), max_size=2), peak_rss=counts,
+                                 seconds=st.dictionaries(names, times, max_size=3)), max_size=3))
+def test_written_chunks_cross_unchanged(chunks: list[Written]) -> None:
+    assert decode_written(encode_written(chunks)) == chunks
