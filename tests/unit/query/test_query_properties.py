@@ -18,8 +18,7 @@ from shale.block.schemas import partition_schema
 from shale.bucketindex import BucketIndexReader, BucketIndexWriter
 from shale.config import BucketIndexConfig
 from shale.index import Matcher
-from shale.metastore import AddBlocks, MetastoreService, SingleNodeLog, StateMachine
-from shale.metastore.service import ReadOnlyIndex
+from shale.metastore import AddBlocks, MetastoreService, ReadOnlyIndex, SingleNodeLog, StateMachine
 from shale.objstore import open_bucket_url
 from shale.query import Query, run_query
 from shale.query.sources import BucketIndexSource
