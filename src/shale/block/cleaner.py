@@ -10,8 +10,10 @@ The cleaner, per tenant:
 * removes marked blocks whose mark is older than the delete delay;
 * removes orphan marks (their block's objects are all gone);
 * with the metastore's view (``MetastoreView``, read *after* the bucket was listed): never touches a block the
-  index holds; marks a block it does not hold whose records are all in one it does (the full-overlap rule with
-  the index breaking the tie); marks a block the view says no commit can claim (uncommitted garbage);
+  index holds, except to write back the meta.json of one that lost it, recovered from its objects' footers
+  (``shale.block.recover``); marks a block it does not hold whose records are all in one it does (the
+  full-overlap rule with the index breaking the tie); marks a block the view says no commit can claim
+  (uncommitted garbage);
 * without it: refuses every overlap-based mark (HealthyOverlapped, including the seed's tie-break between equal
   source sets), because nobody then knows which copy is committed (even a strict superset can be an uncommitted
   compaction output), unless forced.
@@ -19,15 +21,18 @@ The cleaner, per tenant:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shale.block.fetcher import BlockFetcher, BlockState, BlockView, FetchResult, by_source, covering
-from shale.block.layout import META_FILENAME, deletion_mark_key
+from shale.block.layout import META_FILENAME, deletion_mark_key, meta_key
 from shale.block.marks import write_deletion_mark
 from shale.block.meta import BlockMeta
+from shale.block.recover import recover_meta
+from shale.errors import ConflictError
 from shale.objstore import Bucket
 
 log = logging.getLogger(__name__)
@@ -35,7 +40,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Action:
-    kind: str  # "mark", "delete" or "delete-orphan-mark"
+    kind: str  # "mark", "delete", "delete-orphan-mark" or "recover"
     tenant: str
     block_id: str
     reason: str
@@ -47,6 +52,8 @@ class CleanupReport:
     protected: list[str] = field(default_factory=list)
     refused: list[Action] = field(default_factory=list)
     """Marks not made: overlap-based marks without the metastore's view (and not forced)."""
+    recovered: dict[str, BlockMeta] = field(default_factory=dict)
+    """The meta.json to write back, per block of a "recover" action."""
     dry_run: bool = False
 
 
@@ -90,6 +97,12 @@ class Cleaner:
         covers = by_source(v for v in result.blocks.values() if v.id in indexed)
         for view in sorted(result.blocks.values(), key=lambda v: v.id):
             if view.id in indexed:
+                if view.state is BlockState.PARTIAL:
+                    meta, why = recover_meta(self.bucket, view.tenant, view.id, view.objects)
+                    if meta is not None:
+                        report.recovered[view.id] = meta
+                        report.actions.append(Action("recover", view.tenant, view.id, f"indexed, no meta.json: {why}"))
+                        continue
                 if view.state in (BlockState.PARTIAL, BlockState.HEALTHY_OVERLAPPED, BlockState.MARKED_FOR_DELETION):
                     report.protected.append(view.id)
                 continue
@@ -135,7 +148,12 @@ class Cleaner:
     def execute(self, result: FetchResult, report: CleanupReport) -> None:
         for action in report.actions:
             extra = {"tenant": action.tenant, "block": action.block_id, "reason": action.reason}
-            if action.kind == "mark":
+            if action.kind == "recover":
+                meta = report.recovered[action.block_id]
+                with contextlib.suppress(ConflictError):  # written meanwhile: whoever wrote it, it is whole
+                    self.bucket.put_if_absent(meta_key(action.tenant, action.block_id), meta.to_json())
+                log.warning("wrote back a lost meta.json from the block's footers", extra=extra)
+            elif action.kind == "mark":
                 write_deletion_mark(self.bucket, action.tenant, action.block_id, self.clock(), action.reason)
                 log.info("marked block for deletion", extra=extra)
             elif action.kind == "delete":

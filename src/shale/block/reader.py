@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from shale.block.layout import block_file_key, meta_key
 from shale.block.meta import BlockMeta, Dataset, parse_meta
 from shale.block.schemas import BACKUP_SCHEMA
-from shale.block.writer import FOOTER_META_KEY, crc32_hex
+from shale.block.writer import FOOTER_CRC_KEY, FOOTER_META_KEY, crc32_hex
 from shale.errors import CorruptObjectError
 from shale.objstore import BucketReader
 
@@ -120,13 +120,23 @@ def read_dataset(
                                  key=key, block_id=meta.id) from exc
 
 
-def read_footer_meta(bucket: BucketReader, key: str, size: int) -> BlockMeta:
-    """The block metadata embedded in a data object's Parquet footer (two small ranged reads)."""
-    metadata = pq.read_metadata(BucketFile(bucket, key, size))
-    raw = (metadata.metadata or {}).get(FOOTER_META_KEY)
+def footer_bytes(bucket: BucketReader, key: str, size: int) -> tuple[bytes, bool]:
+    """The block metadata embedded in a data object's Parquet footer (two small ranged reads), and whether it
+    carries its CRC32 (objects written before the footer had one do not). A CRC that does not match is a
+    ``CorruptObjectError``."""
+    metadata = pq.read_metadata(BucketFile(bucket, key, size)).metadata or {}
+    raw = metadata.get(FOOTER_META_KEY)
     if raw is None:
         raise CorruptObjectError(f"{key}: no Shale metadata in the Parquet footer", key=key)
-    return parse_meta(raw, where=key)
+    crc = metadata.get(FOOTER_CRC_KEY)
+    if crc is not None and crc.decode(errors="replace") != crc32_hex(raw):
+        raise CorruptObjectError(f"{key}: the Shale metadata in the Parquet footer fails its CRC32", key=key)
+    return raw, crc is not None
+
+
+def read_footer_meta(bucket: BucketReader, key: str, size: int) -> BlockMeta:
+    """The block metadata embedded in a data object's Parquet footer, its CRC32 checked when it has one."""
+    return parse_meta(footer_bytes(bucket, key, size)[0], where=key)
 
 
 def backup_rows(bucket: BucketReader, meta: BlockMeta, topic: str, partition: int, start: int,

@@ -27,6 +27,10 @@ from shale.failpoints import failpoint
 from shale.objstore import Bucket
 
 FOOTER_META_KEY = b"shale.meta"
+FOOTER_CRC_KEY = b"shale.meta.crc32"
+"""Seed 004's object footer: the block's metadata (as planned, without ``files``) and the CRC32 of its bytes, in
+every data object's Parquet key-value metadata, so a block whose meta.json was lost can be recovered from its
+objects (``shale.block.recover``)."""
 DEFAULT_ROW_GROUP_ROWS = 65_536
 _NO_DICTIONARY = frozenset({"key", "value", "headers", "offset", "timestamp", "event_time", "message"})
 MAX_LABEL_SETS = 512
@@ -88,10 +92,14 @@ def _parquet_options(schema: pa.Schema) -> dict[str, object]:
             "use_dictionary": [f.name for f in schema if f.name not in _NO_DICTIONARY]}
 
 
+def footer_entries(footer: bytes) -> dict[bytes, bytes]:
+    return {FOOTER_META_KEY: footer, FOOTER_CRC_KEY: crc32_hex(footer).encode()}
+
+
 def encode_parquet(table: pa.Table, footer: bytes | None = None, row_group_rows: int = DEFAULT_ROW_GROUP_ROWS) -> bytes:
     """One Parquet object holding ``table`` (with ``footer`` as its Shale metadata)."""
     if footer is not None:
-        table = table.replace_schema_metadata({**(table.schema.metadata or {}), FOOTER_META_KEY: footer})
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **footer_entries(footer)})
     sink = io.BytesIO()
     pq.write_table(table, sink, row_group_size=row_group_rows, **_parquet_options(table.schema))
     return sink.getvalue()
@@ -265,7 +273,7 @@ def write_block_streamed(bucket: Bucket, spec: BlockSpec, datasets: list[Dataset
     footer = planned.to_json()
     objects = []
     for writer, sink in writers:
-        writer.add_key_value_metadata({FOOTER_META_KEY: footer})
+        writer.add_key_value_metadata(footer_entries(footer))
         writer.close()
         objects.append(sink.getvalue().to_pybytes())
     done = existing_block(bucket, spec.tenant, spec.id)

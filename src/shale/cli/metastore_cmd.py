@@ -62,6 +62,8 @@ def rebuild(ctx: click.Context, from_bucket: bool, out: Path) -> None:
     report = rebuild_from_bucket(open_bucket(get_config(ctx).bucket), out)
     click.echo(f"rebuilt {out}: {report.tenants} tenants, {report.blocks} blocks, {report.tombstones} tombstones, "
                f"{report.offsets} committed offsets")
+    for block_id in report.recovered:
+        click.echo(f"recovered {block_id}: its meta.json was lost; rebuilt from its objects' footers")
     for block_id, why in report.excluded:
         click.echo(f"left out {block_id}: {why}")
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shale.block import BlockFetcher, BlockMeta, BlockState
+from shale.block.recover import recover_meta
 from shale.errors import ConfigError
 from shale.metastore.fsm import StateMachine
 from shale.objstore import BucketReader
@@ -46,6 +47,8 @@ class RebuildReport:
     tombstones: int = 0
     offsets: int = 0
     excluded: list[tuple[str, str]] = field(default_factory=list)
+    recovered: list[str] = field(default_factory=list)
+    """Blocks whose meta.json was lost, recovered from their objects' footers."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,12 @@ def rebuild_from_bucket(bucket: BucketReader, target: Path, clock: Callable[[], 
         report.tenants += 1
         tenant_live = []
         for view in fetcher.sync(tenant).blocks.values():
+            if view.meta is None and view.state is BlockState.PARTIAL:
+                # A block that lost its meta.json: its objects' footers may still say what it is (seed 004).
+                recovered, _ = recover_meta(bucket, tenant, view.id, view.objects)
+                if recovered is not None:
+                    report.recovered.append(recovered.id)
+                    view.meta, view.state = recovered, BlockState.HEALTHY
             if view.meta is None:
                 continue
             if view.state is BlockState.HEALTHY:
