@@ -22,7 +22,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from obstore.store import MemoryStore
 
-from shale.block import BlockMeta, BlockSpec, DatasetInput, KafkaRange, backup_rows, read_dataset, write_block
+from shale.block import (
+    BlockMeta,
+    BlockSpec,
+    Dataset,
+    DatasetInput,
+    KafkaRange,
+    backup_rows,
+    plan_block,
+    read_dataset,
+    write_block,
+)
 from shale.block.schemas import BACKUP_SCHEMA
 from shale.compactor.merge import merge_blocks
 from shale.config import BucketConfig, IngestConfig, KafkaConfig
@@ -61,6 +71,14 @@ def run_build(payload: str, bucket: BucketConfig, ingest: IngestConfig, kafka: K
 
 def rebuild(bucket: Bucket, request: BuildRequest, spec: GroupSpec, kafka: KafkaConfig) -> BuildResult:
     damaged = request.inputs[0]
+    if damaged.parser is not None:
+        topics = {d.topic for d in damaged.datasets}
+        parsers = {spec.parser_for(t) for t in topics}
+        now = {(p.name, p.version, p.digest()) if not isinstance(p, str) else None for p in parsers}
+        was = (damaged.parser.name, damaged.parser.version, damaged.parser.options_digest)
+        if now != {was}:
+            return BuildResult(problem=f"the damaged block was parsed by {was[0]} {was[1]} with options {was[2]}; "
+                                       "this configuration parses its topic otherwise: not rebuilt")
     kinds = {d.kind for d in damaged.datasets if d.rows}
     tables: dict[str, list[pa.Table]] = defaultdict(list)
     labels: dict[str, set[tuple[tuple[str, str], ...]]] = defaultdict(set)
@@ -98,7 +116,23 @@ def rebuild(bucket: Bucket, request: BuildRequest, spec: GroupSpec, kafka: Kafka
         shard=damaged.shard, level=damaged.level, kafka=damaged.kafka, partition_values=damaged.partition_values,
         sources=damaged.compaction.sources, parents=[damaged.id], parser=damaged.parser,
         derived_from=sorted({*damaged.derived_from, *(m.id for m in request.source_blocks)}))
+    planned = {d.name: d for d in plan_block(spec_out, datasets).datasets}
+    for entry in damaged.datasets:
+        if entry.rows and (problem := _differs(entry, planned[entry.name])):
+            return BuildResult(problem=f"the records found for {entry.name} differ from the damaged block's: "
+                                       f"{problem}: not rebuilt")
     return BuildResult(output=write_block(bucket, spec_out, datasets))
+
+
+def _differs(was: Dataset, now: Dataset) -> str:
+    """What tells two datasets' records apart from their metadata alone (row groups may be cut otherwise)."""
+    for what, a, b in (("time range", (was.min_time, was.max_time), (now.min_time, now.max_time)),
+                       ("columns", sorted(was.columns), sorted(now.columns)),
+                       ("label sets", sorted(map(sorted, (ls.items() for ls in was.labels))),
+                        sorted(map(sorted, (ls.items() for ls in now.labels))))):
+        if a != b:
+            return f"{what} {b} where it held {a}"
+    return ""
 
 
 def backup_records(bucket: Bucket, blocks: list[BlockMeta], r: KafkaRange) -> pa.Table:

@@ -6,6 +6,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from tests.factories import BASE_MS
 from tests.unit.metastore.helpers import meta
 
@@ -378,3 +380,21 @@ def test_retire_refuses_while_the_new_generation_lacks_offsets(tmp_path: Path, n
     assert old.id in {m.id for m in h.sm.reader.tenant_blocks("acme")}
     assert h.sm.reader.tombstones() == []
     assert h.sm.reader.generation_rules("acme") == []  # nothing applied: the switch is refused with its retire
+
+
+@given(spans=st.lists(st.tuples(st.integers(0, 60), st.integers(0, 20)), max_size=6),
+       start=st.integers(0, 70), length=st.integers(0, 30))
+def test_first_gap_is_the_first_offset_no_span_covers(spans: list[tuple[int, int]], start: int, length: int) -> None:
+    from shale.metastore.fsm import _first_gap
+
+    ranges = sorted((low, low + size) for low, size in spans)
+    covered = {o for low, high in ranges for o in range(low, high)}
+    missing = [o for o in range(start, start + length) if o not in covered]
+    gap = _first_gap(ranges, start, start + length)
+    if not missing:
+        assert gap is None
+    else:
+        assert gap is not None
+        assert gap[0] == missing[0]
+        assert all(o not in covered for o in range(*gap))
+        assert gap[1] == start + length or gap[1] in covered
