@@ -14,8 +14,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from tests.waiting import eventually
 
-from shale.ingest.verify import group_blocks, stored_offsets
-from shale.metastore import Metastore
+from shale.ingest.verify import StoredBlocks, group_blocks, stored_offsets
 from shale.objstore import BucketReader
 
 
@@ -27,7 +26,7 @@ def create_topic(bootstrap: str, topic: str, partitions: int, **config: str) -> 
                30, f"topic {topic}'s partitions")
 
 
-def stored(metastore: Metastore, bucket: BucketReader, group: str, topic: str,
+def stored(metastore: StoredBlocks, bucket: BucketReader, group: str, topic: str,
            incarnation: str | None = None) -> Counter[tuple[int, int]]:
     """(partition, offset) of every record the group's live blocks hold for ``topic`` (quarantined included),
     counted: the exact multiset read from the bucket."""
