@@ -155,8 +155,8 @@ def _reachable_metastore(config: ShaleConfig) -> tuple[Metastore | None, str]:
     """The metastore, if it can be reached now; else None and why. An embedded metastore is reachable when its
     state file exists (opening it would otherwise create an empty index that protects nothing)."""
     from shale.errors import RetryableError
-    from shale.metastore import MetastoreClient, open_metastore
-    from shale.metastore.server import state_path
+    from shale.metastore import open_metastore
+    from shale.metastore.server import remote_client, state_path
 
     m = config.metastore
     if m.mode == "embedded":
@@ -164,7 +164,7 @@ def _reachable_metastore(config: ShaleConfig) -> tuple[Metastore | None, str]:
         if not path.exists():
             return None, f"no embedded metastore state at {path}"
         return open_metastore(config), ""
-    client = MetastoreClient(m.addresses, timeout=m.request_timeout, deadline=min(m.client_deadline, 15.0))
+    client = remote_client(m, deadline=min(m.client_deadline, 15.0))  # with the token and CA, as every command
     try:
         client.status()
     except RetryableError as exc:
