@@ -16,9 +16,17 @@ from shale.metastore.commands import Command
 REF = "#/components/schemas/{model}"
 _ERROR = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"},
                                                                    "message": {"type": "string"}}}
-REFUSALS = {"401": "no valid token", "403": "the token's role or scope does not allow the call, or a cross-site "
-            "request", "413": "body over metastore.max_request_bytes", "415": "a state-changing request that is not "
-            "JSON", "503": "this node cannot serve the call now (not_leader names the leader)"}
+REFUSALS = {
+    "400": "a malformed request (the message says what is wrong)",
+    "401": "no valid token",
+    "403": "the token's role or scope does not allow the call, or a cross-site request",
+    "413": "body over metastore.max_request_bytes",
+    "415": "a state-changing request that is not JSON",
+    "503": "this node cannot serve the call now (not_leader names the leader)",
+}
+NOT_JSON = {"/v1/snapshot": "application/octet-stream", "/healthz": "text/plain", "/readyz": "text/plain",
+            "/metrics": "text/plain", "/ui": "text/html"}
+"""The routes whose successful answer is not JSON, and its media type."""
 BODIES: dict[str, Any] = {"/v1/commands": TypeAdapter(Command), "/v1/compaction/poll": TypeAdapter(PollRequest)}
 
 
@@ -42,6 +50,13 @@ def schema(app: FastAPI) -> dict[str, Any]:
             for status, why in REFUSALS.items():
                 responses.setdefault(status, {"description": why, "content": {"application/json": {
                     "schema": {"$ref": "#/components/schemas/Error"}}}})
+            if path in NOT_JSON:
+                responses["200"] = {"description": "the answer", "content": {NOT_JSON[path]: {"schema": {}}}}
+                if path == "/readyz":
+                    responses["503"] = {"description": "not ready", "content": {"text/plain": {"schema": {}}}}
+            if path == "/v1/blocks/{block_id}":
+                responses["404"] = {"description": "no such block among the tenants the token may read",
+                                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
             if path == "/v1/commands":
                 responses["400"] = {"description": "malformed or not a client command", "content": {
                     "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
