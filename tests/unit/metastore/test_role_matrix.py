@@ -12,11 +12,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 from starlette.datastructures import QueryParams
 from tests.unit.metastore.helpers import meta
 from tests.unit.metastore.served import ENTRIES, app_for, issue, revoke, served
 
+from shale.iceberg.http import mount_sync
 from shale.metastore import AddBlocks, CommitIngestBatch, OffsetRange, auth, raftwire
 from shale.metastore.auth import Principal
 
@@ -36,6 +38,19 @@ TOKEN_OF = {"admin": "admin", "ingest (backup)": "ingest-backup", "compactor": "
             "reader (acme)": "reader-acme", "reader (*)": "reader-all", "revoked token": "revoked"}
 OWN, OTHER = {"tenant": "acme", "group": "backup"}, {"tenant": "beta", "group": "partition"}
 BLOCKS = {t: meta(tenant=t, start=0) for t in ("acme", "beta")}
+
+
+class _Publisher:
+    """Stands in for the Iceberg publisher behind ``POST /v1/iceberg/sync`` (mounted by the CLI when enabled)."""
+
+    def sync(self, full: bool = False) -> dict[str, object]:
+        return {"full": full}
+
+
+def _app(tmp_path: Path, tokens: auth.TokenTable) -> tuple[Any, Any]:
+    app, service = app_for(tmp_path, tokens)
+    mount_sync(app, _Publisher(), lambda: True)  # type: ignore[arg-type]
+    return app, service
 
 
 def _batch(group: str) -> str:
@@ -92,6 +107,7 @@ ROWS = [
     Row("GET", "/v1/tombstones"), Row("GET", "/v1/tenants"), Row("GET", "/v1/status"),
     Row("GET", "/v1/state-hash"), Row("GET", "/v1/snapshot"),
     Row("GET", "/ui"), Row("GET", "/v1/ui/status"),
+    Row("POST", "/v1/iceberg/sync", body="{}", label="(when Iceberg publishing is enabled)"),
 ]
 
 
@@ -135,7 +151,7 @@ def table() -> str:
 
 def test_every_route_is_in_the_matrix(tmp_path: Path) -> None:
     _, table_ = issue(tmp_path)
-    app, _ = app_for(tmp_path, table_)
+    app, _ = _app(tmp_path, table_)
     routes = {f"{m} {r.path}" for r in app.routes for m in getattr(r, "methods", ()) if m != "HEAD"}
     assert routes == {f"{row.method} {row.route}" for row in ROWS}
 
@@ -154,7 +170,7 @@ def test_the_server_answers_as_the_matrix_says(tmp_path: Path) -> None:
     peer = raftwire.peer_token(PEER_SECRET)
     tokens_table.add(peer, CALLERS["peer"])  # type: ignore[arg-type]
     revoke(tmp_path, tokens, "revoked")
-    app, service = app_for(tmp_path, tokens_table)
+    app, service = _app(tmp_path, tokens_table)
     service.submit(AddBlocks(blocks=list(BLOCKS.values())))
     secrets = {**{c: tokens[n] for c, n in TOKEN_OF.items()}, "peer": peer, "unknown token": auth.new_token()}
     wrong = []
