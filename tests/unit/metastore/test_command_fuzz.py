@@ -52,9 +52,10 @@ def blocks(draw: st.DrawFn) -> Any:
     changes: dict[str, Any] = {}
     if draw(st.integers(0, 4)) == 0:
         changes["compaction"] = block.compaction.model_copy(update={"sources": [block.id, meta(start=900, end=910).id]})
-    if draw(st.integers(0, 9)) == 0:
-        changes["files"] = [block.files[0].model_copy(update={"name": draw(st.sampled_from(["a/b", "..",
-                                                                                            "meta.json"]))})]
+    if draw(st.integers(0, 3)) == 0:  # a file name that is not one path segment, listed where the dataset says
+        name = draw(st.sampled_from(["a/b", "..", "meta.json"]))
+        changes["files"] = [block.files[0].model_copy(update={"name": name})]
+        changes["datasets"] = [block.datasets[0].model_copy(update={"file": name})]
     return block.model_copy(update=changes)
 
 
