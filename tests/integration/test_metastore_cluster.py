@@ -108,7 +108,8 @@ def test_single_node_http_api_errors_are_clear(tmp_path: Path) -> None:
     cluster = MetastoreCluster(tmp_path, 1).start()
     try:
         base = cluster.addresses[0]
-        http = httpx.Client(headers={"authorization": f"Bearer {cluster.admin_token}"})
+        http = httpx.Client(headers={"authorization": f"Bearer {cluster.admin_token}",
+                                     "content-type": "application/json"})
         bad = http.post(base + "/v1/commands", content=b'{"kind": "TruncateIndex", "prepared_term": 1, '
                                                         b'"partitions": [], "cutoffs": {}}')
         assert bad.status_code == 400

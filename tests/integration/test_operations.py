@@ -1,6 +1,6 @@
 """Operating Shale: `shale run` starts a whole deployment from one config; every process's metrics endpoint
 serves every documented metric and the counters move; headless Chromium renders the status page (signing in
-with a reader token as the Basic password) with the tenants, the level chart and the job table matching the API;
+with a reader token through its login form) with the tenants, the level chart and the job table matching the API;
 the alert rules, evaluated by promtool on the scraped metrics, fire in a stalled-compaction and a stale-index
 scenario (and not before); no configured secret appears in a log, in `shale config show` or on a command line;
 SIGTERM leaves no process behind."""
@@ -18,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+from tests.integration.browser import Browser
 from tests.integration.ingest_helpers import create_topic, produce_json
 from tests.promtool import alerts_mismatch
 from tests.waiting import eventually
@@ -171,22 +172,16 @@ def test_a_whole_deployment_is_observable_and_stops_cleanly(kafka, minio_bucket,
         assert json.loads(shown.stdout)["metastore"]["secret"] == "***"
 
         # Freeze the compaction worker, then look at the status page in a real browser. The page needs a reader
-        # token; a browser sends it as the Basic password (here from the URL, as after a login prompt).
+        # token, typed once into its login form; the browser then holds a session cookie only.
         worker = services["compact-0"]["pid"]
         os.kill(worker, signal.SIGSTOP)
-        challenges = httpx.get(f"http://127.0.0.1:{port}/ui", timeout=10).headers.get_list("www-authenticate")
-        assert 'Basic realm="shale"' in challenges
-        page_url = f"http://operator:{browser_token}@127.0.0.1:{port}/ui"
-        page = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                               "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                               "--disable-sync", f"--user-data-dir={tmp_path / 'chrome'}", "--dump-dom",
-                               page_url], capture_output=True, text=True, timeout=120, check=True)
-        dom = page.stdout
-        subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                        f"--user-data-dir={tmp_path / 'chrome2'}", "--window-size=1280,2200",
-                        f"--screenshot={output_dir / 'status.png'}", page_url],
-                       capture_output=True, timeout=120, check=True)
+        entry = httpx.get(f"http://127.0.0.1:{port}/ui", timeout=10)
+        assert entry.status_code == 303
+        assert entry.headers["location"] == "/ui/login"
+        with Browser(tmp_path / "chrome") as chrome:
+            chrome.log_in(f"http://127.0.0.1:{port}", browser_token)
+            dom = chrome.dom()
+            chrome.screenshot(output_dir / "status.png")
         assert (output_dir / "status.png").stat().st_size > 10_000
         assert re.search(r'<table id="tenants">.*?<td class="l">default</td>', dom, re.S)
         live = Counter(m.level for m in client.query_blocks(["default"], 0, 2**62))

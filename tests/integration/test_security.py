@@ -1,10 +1,12 @@
 """The metastore trusts nobody by default (issue 14), shown on a real 3-process Raft cluster on loopback that
 serves HTTPS with a CA and certificate this test creates: callers without a token or with the wrong role change
 nothing, readers are held to their tenants, a pickle sent to a Raft port runs nothing, a client with the wrong CA
-is refused, and a catastrophic selector neither hangs the query nor the node."""
+is refused, a catastrophic selector neither hangs the query nor the node, and the status page opens over HTTPS in
+Chromium through its login form while a cross-site form post from another page changes nothing (issue 27)."""
 
 from __future__ import annotations
 
+import base64
 import datetime
 import ipaddress
 import os
@@ -23,6 +25,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from tests.integration.browser import Browser
 from tests.unit.metastore.helpers import meta
 from tests.waiting import eventually
 
@@ -124,7 +127,8 @@ def test_callers_without_the_right_token_change_nothing(secured: tuple[Metastore
     before = _settled_hashes(cluster)
     verify = tls_verify(str(cluster.tls.ca)) if cluster.tls else True
     for address in cluster.addresses:  # the leader and both followers
-        with httpx.Client(base_url=address, verify=verify, timeout=30) as http:
+        with httpx.Client(base_url=address, verify=verify, timeout=30,
+                          headers={"content-type": "application/json"}) as http:
             for method, path, body in _mutating_calls():
                 anonymous = http.request(method, path, content=body)
                 assert anonymous.status_code == 401, (address, path, anonymous.text)
@@ -271,3 +275,48 @@ def test_a_multi_node_metastore_without_a_secret_refuses_to_start(tmp_path: Path
         cluster.start()
     cluster.stop()
     assert "metastore.secret is required for a multi-node metastore" in str(info.value)
+
+
+def _spki_pin(cert: Path) -> str:
+    """The base64 SHA-256 of a certificate's public key: Chromium trusts the test's server certificate by it."""
+    key = x509.load_pem_x509_certificate(cert.read_bytes()).public_key()
+    der = key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    digest = hashes.Hash(hashes.SHA256())
+    digest.update(der)
+    return base64.b64encode(digest.finalize()).decode()
+
+
+def test_the_status_page_over_https_in_chromium_and_a_cross_site_post_changes_nothing(
+        secured: tuple[MetastoreCluster, dict[str, str]], tmp_path: Path) -> None:
+    cluster, tokens = secured
+    assert cluster.tls is not None
+    address = cluster.addresses[0]
+    assert address.startswith("https://")
+    before = _settled_hashes(cluster)
+    with Browser(tmp_path / "chrome", f"--ignore-certificate-errors-spki-list={_spki_pin(cluster.tls.cert)}") as chrome:
+        # A page of another site posts a JSON body as text/plain (a form needs no preflight) to the API.
+        attack = (f'<form id="f" method="post" enctype="text/plain" action="{address}/v1/commands">'
+                  '<input name=\'{"kind": "SetCompactionFailureLimit", "limit": 99, "x": "\' value=\'"}\'></form>'
+                  "<script>document.getElementById('f').submit()</script>")
+        chrome.call("Page.navigate", url="data:text/html," + attack)
+        chrome.wait_for("/v1/commands")
+        refused = chrome.evaluate("document.body.innerText")
+        assert "cross_site" in refused or "unsupported_media_type" in refused, refused
+        assert _settled_hashes(cluster) == before, "the cross-site post changed the state"
+        # The operator logs in with the form; the session cookie is all the browser keeps.
+        chrome.log_in(address, tokens["reader-all"])
+        dom = chrome.dom()
+        assert "<h1>Shale status</h1>" in dom
+        assert all(f'<td class="l">{tenant}</td>' in dom for tenant in TENANTS)
+        chrome.screenshot(tmp_path / "status.png")
+        assert (tmp_path / "status.png").stat().st_size > 10_000
+        session = [c for c in chrome.cookies() if c["name"] == "shale_session"]
+        assert len(session) == 1
+        assert session[0]["httpOnly"] is True
+        assert session[0]["secure"] is True
+        assert session[0]["sameSite"] == "Strict"
+        assert tokens["reader-all"] not in session[0]["value"]
+        # Even logged in, the cookie opens no API call a page could make.
+        chrome.call("Page.navigate", url=address + "/v1/tenants")
+        chrome.wait_for("/v1/tenants")
+        assert "unauthenticated" in chrome.evaluate("document.body.innerText")

@@ -59,8 +59,8 @@ def reachable_metastore(config: ShaleConfig, *, write: bool
     state file exists: a reader gets the read-only view (``open_index_view``), a writer the embedded service (which
     would otherwise create an empty index that protects nothing)."""
     from shale.errors import RetryableError
-    from shale.metastore import MetastoreClient, open_index_view, open_metastore
-    from shale.metastore.server import state_path
+    from shale.metastore import open_index_view, open_metastore
+    from shale.metastore.server import remote_client, state_path
 
     m = config.metastore
     if m.mode == "embedded":
@@ -68,7 +68,7 @@ def reachable_metastore(config: ShaleConfig, *, write: bool
         if not path.exists():
             return None, f"no embedded metastore state at {path}"
         return open_metastore(config) if write else open_index_view(config), ""
-    client = MetastoreClient(m.addresses, timeout=m.request_timeout, deadline=min(m.client_deadline, 15.0))
+    client = remote_client(m, deadline=min(m.client_deadline, 15.0))  # with the token and CA, as every command
     try:
         client.status()
     except RetryableError as exc:

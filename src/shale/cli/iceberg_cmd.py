@@ -36,10 +36,16 @@ def sync(ctx: click.Context, full: bool) -> None:
     else:
         import httpx
 
+        from shale.metastore.client import tls_verify
+        from shale.metastore.server import client_token
+
         last = ""
+        # An admin call like any other: the token, the CA, and a JSON body (the API refuses other types).
+        headers = {"authorization": f"Bearer {client_token(config.metastore)}", "content-type": "application/json"}
         for address in config.metastore.addresses:
             try:
-                response = httpx.post(address.rstrip("/") + "/v1/iceberg/sync", params={"full": full}, timeout=600)
+                response = httpx.post(address.rstrip("/") + "/v1/iceberg/sync", params={"full": full}, timeout=600,
+                                      headers=headers, content=b"{}", verify=tls_verify(config.metastore.tls_ca_file))
             except httpx.HTTPError as exc:
                 last = f"{address}: {exc}"
                 continue

@@ -57,6 +57,9 @@ class PollResponse(_Model):
     assigned: list[Assigned] = Field(default_factory=list)
     updates: dict[str, str] = Field(default_factory=dict, description="per reported job: refreshed, completed, "
                                                                         "or why it was refused")
+    indexed: list[str] | None = Field(default=None, description="of the outputs of refused reports, those the "
+                                      "index holds (never to be marked for deletion); None: not said (an older "
+                                      "metastore), so the worker marks none")
 
 
 class NewJob(_Model):

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import Counter, Gauge
 
-from shale.block import BlockMeta, write_deletion_mark
+from shale.block import write_deletion_mark
 from shale.bucketindex import DeltaWriter
 from shale.compaction.messages import MAX_POLL_CAPACITY, Assigned, JobUpdate, PollRequest, PollResponse
 from shale.compactor.merge import READ_THREADS, MergeResult, fetch_sources, merge_blocks
@@ -73,8 +73,6 @@ class CompactionService(Protocol):
     """What the worker needs from the metastore (the HTTP client and the embedded service both fit)."""
 
     def poll_compaction(self, request: PollRequest) -> PollResponse: ...
-
-    def get_block(self, block_id: str) -> BlockMeta | None: ...
 
 
 class MergeRunner(Protocol):
@@ -284,7 +282,7 @@ class CompactionWorker:
             if outcome == "completed" and result is not None:
                 self._completed(running, result)
             else:
-                self._refused(running, result, outcome)
+                self._refused(running, result, outcome, response.indexed)
         if response.assigned:
             for job, future in zip(response.assigned, self.runner.start(response.assigned), strict=True):
                 log.info("compaction job started", extra={"job": job.job, "token": job.token, "tenant": job.tenant,
@@ -307,18 +305,17 @@ class CompactionWorker:
         log.info("compaction job completed", extra={"job": running.job.job, "token": running.job.token,
                                                     "block": result.output.id, "rows": result.rows_out})
 
-    def _refused(self, running: RunningJob, result: MergeResult | None, outcome: str) -> None:
+    def _refused(self, running: RunningJob, result: MergeResult | None, outcome: str,
+                 indexed: list[str] | None) -> None:
         """Stop a job the service refused, and mark its output for deletion unless the metastore indexes it (a
-        report answered wrongly must never delete committed data). Unreachable metastore: no mark; the leader's
-        bucket scan collects the output once no job can claim it."""
+        report answered wrongly must never delete committed data). The poll's answer says which refused outputs
+        the index holds (``indexed``); an answer that does not say: no mark, the leader's bucket scan collects the
+        output once no job can claim it."""
         self.runner.cancel(running.job.job)
         extra: dict[str, object] = {"job": running.job.job, "token": running.job.token, "outcome": outcome}
         if result is not None:
             output = result.output
-            try:
-                mark = self.service.get_block(output.id) is None
-            except RetryableError:
-                mark = False
+            mark = indexed is not None and output.id not in indexed
             if mark:
                 write_deletion_mark(self.bucket, output.tenant, output.id, time.time(),
                                     f"compaction report refused: {outcome}")

@@ -182,12 +182,14 @@ class IndexReader:
         return set() if sid is None else {r[0] for r in self.conn.execute("SELECT id FROM blocks WHERE tenant = ?",
                                                                            (sid,))}
 
-    def tenant_blocks(self, tenant: str) -> list[BlockMeta]:
+    def tenant_blocks(self, tenant: str, *, after: str = "", limit: int | None = None) -> list[BlockMeta]:
+        """A tenant's blocks in id order; with ``limit``, the first ``limit`` whose id sorts after ``after``."""
         sid = self._sid(tenant)
         if sid is None:
             return []
         return [decode_meta(r[0]) for r in self.conn.execute(
-            "SELECT meta FROM blocks WHERE tenant = ? ORDER BY id", (sid,))]
+            "SELECT meta FROM blocks WHERE tenant = ? AND id > ? ORDER BY id LIMIT ?",
+            (sid, after, -1 if limit is None else limit))]
 
     def tenants(self) -> list[str]:
         return sorted({self._string(r[0]) for r in self.conn.execute("SELECT DISTINCT tenant FROM partitions")})

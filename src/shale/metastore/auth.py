@@ -1,7 +1,8 @@
 """Who may call what on the metastore's HTTP API: tokens, roles, scopes, and the rule of every route.
 
-A caller presents a bearer token (``Authorization: Bearer <token>``, or as the password of HTTP Basic so that a
-browser can open the status page). The metastore keeps only SHA-256 digests of tokens, in a TOML file
+A caller presents a bearer token (``Authorization: Bearer <token>``; a browser logs in to the status page with
+the token once and then holds a session cookie, see ``sessions.py``). The metastore keeps only SHA-256 digests of
+tokens, in a TOML file
 (``metastore.tokens_file``), each with a name, a role and a scope::
 
     [[token]]
@@ -19,8 +20,6 @@ has a rule in ``RULES``; a route without one needs ``admin``, so a new route is 
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import hmac
 import logging
@@ -190,6 +189,10 @@ RULES: dict[str, Rule] = {
     "GET /readyz": OPEN,
     "GET /metrics": OPEN,
     "GET /": OPEN,  # a redirect to /ui, which is not open
+    "GET /ui/login": OPEN,  # the login form; POST checks the token it is sent (sessions.py)
+    "POST /ui/login": OPEN,
+    "POST /ui/logout": OPEN,
+    "GET /v1/openapi.json": _const(ANY_ROLE),
     # POST /v1/commands is decided by the command's kind and group (``command_need``), read from the body.
     "POST /v1/compaction/poll": _const(COMPACTOR),
     "GET /v1/compaction/jobs": _const(EVERY_TENANT),
@@ -235,18 +238,13 @@ def digest(token: str) -> str:
 
 
 def token_from_header(authorization: str | None) -> str | None:
-    """The token of ``Bearer <token>`` or of ``Basic base64(user:token)`` (any user name)."""
+    """The token of ``Bearer <token>``. HTTP Basic is not accepted: a browser caches Basic credentials and attaches
+    them to cross-site requests too (CSRF); the status page has a login form and a session cookie instead."""
     if not authorization:
         return None
     scheme, _, value = authorization.strip().partition(" ")
     if scheme.lower() == "bearer":
         return value.strip() or None
-    if scheme.lower() == "basic":
-        try:
-            decoded = base64.b64decode(value.strip(), validate=True).decode()
-        except (binascii.Error, UnicodeDecodeError):
-            return None
-        return decoded.partition(":")[2] or None
     return None
 
 
@@ -319,14 +317,21 @@ def local_admin_token(data_dir: Path) -> tuple[Path, str]:
     return path, read_token_file(path, "the local admin token")
 
 
+TOKENS_RECHECK_SECONDS = 1.0
+"""How often a node looks at its tokens file (on the first call after this long). A token added to the file is
+accepted by a node at most this long after the file is in place on that node; clients ride out that window
+(``client.TOKEN_PROPAGATION_SECONDS``)."""
+
+
 @dataclass
 class TokenTable:
     """Digests of the tokens this node accepts: the tokens file (re-read when it changes, so a token is revoked
-    by deleting its entry), a local admin token and the peer tokens derived from the cluster secrets."""
+    by deleting its entry; a file deleted, unreadable or invalid revokes every token it held, until it is valid
+    again), a local admin token and the peer tokens derived from the cluster secrets."""
 
     tokens_file: Path | None
     fixed: list[tuple[bytes, Principal]] = field(default_factory=list)
-    recheck_seconds: float = 1.0
+    recheck_seconds: float = TOKENS_RECHECK_SECONDS
     _entries: list[tuple[bytes, Principal]] = field(default_factory=list)
     _stamp: tuple[int, int] | None = None
     _checked: float = float("-inf")
@@ -350,7 +355,12 @@ class TokenTable:
         except (OSError, ConfigError) as exc:
             if initial:
                 raise ConfigError(str(exc)) from None
-            log.error("tokens file unreadable; keeping the tokens loaded before", extra={"error": str(exc)})
+            if self._entries or self._stamp is not None:  # fail closed, said loudly once per breakage
+                log.error("TOKENS FILE DELETED, UNREADABLE OR INVALID: every token it listed is refused until it is "
+                          "valid again (peer and local admin tokens still work)",
+                          extra={"file": str(self.tokens_file), "error": str(exc)})
+            self._entries = []
+            self._stamp = None
             return
         self._entries = [(bytes.fromhex(e.sha256), Principal(e.name, e.role, frozenset(e.groups),
                                                              frozenset(e.tenants))) for e in entries]
@@ -362,13 +372,16 @@ class TokenTable:
         return len(self._entries) + len(self.fixed)
 
     def authenticate(self, token: str) -> Principal | None:
+        return self.authenticate_digest(hashlib.sha256(token.encode()).digest())
+
+    def authenticate_digest(self, presented: bytes) -> Principal | None:
+        """The caller whose token has this SHA-256 digest (a session keeps the digest, never the token)."""
         now = time.monotonic()
         with self._lock:
             if now - self._checked >= self.recheck_seconds:
                 self._checked = now
                 self._reload()
             entries = self._entries + self.fixed
-        presented = hashlib.sha256(token.encode()).digest()
         found = None
         for known, who in entries:  # every entry is compared: no early exit
             if hmac.compare_digest(known, presented):

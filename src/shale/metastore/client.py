@@ -2,8 +2,11 @@
 gives up with ``MetastoreUnavailableError`` after its deadline.
 
 Every command is idempotent (see fsm.py), so a write whose answer was lost is simply sent again. Every call
-carries the client's token; a refusal (401, 403) is an ``AccessDeniedError`` at once, never retried. With
-``ca_file`` the client verifies HTTPS nodes against that CA bundle only.
+carries the client's token; a refusal (401, 403) is an ``AccessDeniedError``, never retried, with one exception: a
+401 that says the token is *unknown* to the node that answered, in the client's first
+``TOKEN_PROPAGATION_SECONDS``, is tried on the other nodes and again until that window ends (a new token reaches
+each node of a cluster on the node's own clock, at most ``auth.TOKENS_RECHECK_SECONDS`` after its tokens file
+changes). With ``ca_file`` the client verifies HTTPS nodes against that CA bundle only.
 """
 
 from __future__ import annotations
@@ -31,6 +34,10 @@ from shale.index import IncarnationRow, LossRow, OffsetRow, TombstoneRow
 from shale.metastore.commands import Command, Result, encode
 
 log = logging.getLogger(__name__)
+TOKEN_PROPAGATION_SECONDS = 3.0
+"""How long after it starts a client treats "unknown token" as "not known here yet": three times a node's
+tokens-file recheck period (``auth.TOKENS_RECHECK_SECONDS``), so a token issued just before the client started
+is accepted once every node has looked at its file. Later, an unknown token is a revoked one: refused at once."""
 
 
 def tls_verify(ca_file: str) -> ssl.SSLContext | bool:
@@ -49,6 +56,7 @@ class MetastoreClient:
         self._leader: str | None = None
         headers = {"authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(timeout=timeout, headers=headers, verify=tls_verify(ca_file))
+        self._token_window_ends = time.monotonic() + TOKEN_PROPAGATION_SECONDS
 
     def close(self) -> None:
         self._http.close()
@@ -68,7 +76,7 @@ class MetastoreClient:
             for address in self._order():
                 try:
                     response = self._http.request(method, address + path, params=params, content=content,
-                                                  headers={"content-type": "application/json"})
+                                                  headers={"content-type": _content_type(content)})
                 except httpx.HTTPError as exc:
                     last = f"{address}: {type(exc).__name__}: {exc}"
                     if address == self._leader:
@@ -85,6 +93,9 @@ class MetastoreClient:
                     continue
                 if method == "POST" and response.status_code in (200, 409):
                     self._leader = address
+                if self._not_known_yet(response):
+                    last = f"{address}: the token is not known to this node yet"
+                    continue
                 _raise_refusal(response, method, path)
                 return response
             attempt += 1
@@ -93,6 +104,12 @@ class MetastoreClient:
                     f"no metastore node could serve {method} {path} within {self.deadline:.0f}s "
                     f"(tried {', '.join(self.addresses)}); last answer: {last}")
             time.sleep(min(2.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.0))
+
+    def _not_known_yet(self, response: httpx.Response) -> bool:
+        """A 401 for an unknown token within the client's propagation window (the token may be new)."""
+        if response.status_code != 401 or time.monotonic() >= self._token_window_ends:
+            return False
+        return _json(response).get("reason") == "unknown_token"
 
     def _get(self, path: str, **params: Any) -> Any:
         response = self._call("GET", path, params={k: v for k, v in params.items() if v is not None})
@@ -153,7 +170,14 @@ class MetastoreClient:
         return list(self._get("/v1/tenants")["tenants"])
 
     def tenant_blocks(self, tenant: str) -> list[BlockMeta]:
-        return [BlockMeta.model_validate(b) for b in self._get(f"/v1/tenants/{tenant}/blocks")["blocks"]]
+        """Every block of a tenant, page by page (the server caps one answer)."""
+        blocks: list[BlockMeta] = []
+        after: str | None = ""
+        while after is not None:
+            body = self._get(f"/v1/tenants/{tenant}/blocks", after=after or None)
+            blocks += [BlockMeta.model_validate(b) for b in body["blocks"]]
+            after = body.get("next")
+        return blocks
 
     def status(self) -> dict[str, Any]:
         result: dict[str, Any] = self._get("/v1/status")
@@ -215,6 +239,13 @@ def _raise_refusal(response: httpx.Response, method: str, path: str) -> None:
         raise CommandRejectedError(message, reason="too-large")
     if body.get("error") == "query_timeout":
         raise QueryTimeoutError(message)
+
+
+def _content_type(content: bytes | None) -> str:
+    """JSON, or msgpack for a msgpack-encoded command (a map: first byte 0x80-0x8f, 0xde or 0xdf)."""
+    if content and (0x80 <= content[0] <= 0x8F or content[0] in (0xDE, 0xDF)):
+        return "application/msgpack"
+    return "application/json"
 
 
 def _json(response: httpx.Response) -> dict[str, Any]:

@@ -8,6 +8,10 @@ replayed twice (by the leader and by its writer) is harmless.
 
 A command the state machine rejects on replay is moved to ``_shale/dlq-rejected/`` with the rejection, logged
 and counted: it will never apply, and an operator must look at it.
+
+Only the kinds a writer may legitimately leave there are replayed (``REPLAYABLE``): an ingest (or reprocess)
+committer's ``CommitIngestBatch``. Whoever can write to the bucket can write here, so any other kind (a block
+replacement, a generation retire, a truncation: admin commands) is moved aside unreplayed, as ``not-replayable``.
 """
 
 from __future__ import annotations
@@ -21,14 +25,17 @@ from prometheus_client import Counter, Gauge
 
 from shale.block.layout import DLQ_PREFIX
 from shale.block.names import check_tenant
-from shale.errors import MetastoreUnavailableError, NotFoundError, RetryableError
-from shale.metastore.commands import Command, Result, encode
+from shale.errors import CommandRejectedError, MetastoreUnavailableError, NotFoundError, RetryableError
+from shale.metastore.commands import Command, Result, decode, encode
 from shale.objstore import Bucket
 from shale.objstore.naming import OrderedNames
 
 log = logging.getLogger(__name__)
 REJECTED_PREFIX = "_shale/dlq-rejected/"
 DLQ_DEPTH = Gauge("shale_metastore_dlq_depth", "Commands waiting in the dead letter queue (at the last scan).")
+REPLAYABLE = frozenset({"CommitIngestBatch"})
+"""The command kinds the leader replays: those a writer puts in the queue (``ingest.committer``). Compaction
+workers never write here (an unanswered poll is sent again by the worker itself)."""
 DLQ_EVENTS = Counter("shale_metastore_dlq_events_total", "Dead letter queue events: enqueued, replayed, rejected.",
                      ["event"])
 
@@ -47,6 +54,8 @@ class DeadLetterQueue:
 
     def enqueue(self, stream: str, command: Command) -> str:
         """Write a command durably; return its key. ``stream`` is the writer's name (e.g. the ingest group)."""
+        if command.kind not in REPLAYABLE:
+            raise ValueError(f"{command.kind} is never replayed from the dead letter queue")
         check_tenant(stream)  # the same strict syntax as tenants: it becomes a key segment
         key = f"{DLQ_PREFIX}{stream}/{self._names.next()[0]}.json"
         self.bucket.put_if_absent(key, encode(command))
@@ -76,6 +85,10 @@ class DeadLetterQueue:
                 data = self.bucket.get(key)
             except NotFoundError:
                 continue  # replayed and deleted by someone else meanwhile
+            refused = _unreplayable(data)
+            if refused is not None:
+                self._set_aside(key, data, refused, report)
+                continue
             try:
                 result = submit(data)
             except (MetastoreUnavailableError, RetryableError):
@@ -87,11 +100,25 @@ class DeadLetterQueue:
                 report.replayed.append(key)
                 DLQ_EVENTS.labels("replayed").inc()
                 continue
-            self.bucket.put(REJECTED_PREFIX + key[len(DLQ_PREFIX):],
-                            data + b"\n" + result.model_dump_json().encode())
-            self.bucket.delete(key)
-            report.rejected.append(key)
-            DLQ_EVENTS.labels("rejected").inc()
-            log.error("dead letter queue command rejected on replay; moved aside for an operator",
-                      extra={"key": key, "reason": result.reason, "detail": result.message})
+            self._set_aside(key, data, result, report)
         return report
+
+    def _set_aside(self, key: str, data: bytes, result: Result, report: ReplayReport) -> None:
+        self.bucket.put(REJECTED_PREFIX + key[len(DLQ_PREFIX):], data + b"\n" + result.model_dump_json().encode())
+        self.bucket.delete(key)
+        report.rejected.append(key)
+        DLQ_EVENTS.labels("rejected").inc()
+        log.error("dead letter queue command rejected on replay; moved aside for an operator",
+                  extra={"key": key, "reason": result.reason, "detail": result.message})
+
+
+def _unreplayable(data: bytes) -> Result | None:
+    """Why ``data`` must not be replayed (not a command, or a kind no writer leaves here), or None."""
+    try:
+        kind = decode(data).kind
+    except CommandRejectedError as exc:
+        return Result(ok=False, reason=exc.reason, message=str(exc))
+    if kind in REPLAYABLE:
+        return None
+    return Result(ok=False, reason="not-replayable", message=f"{kind} is not replayed from the dead letter queue "
+                  f"(only {', '.join(sorted(REPLAYABLE))}): bucket writers cannot propose admin commands")

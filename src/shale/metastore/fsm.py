@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from shale.block import BlockMeta
+from shale.block.layout import META_FILENAME
 from shale.errors import CommandRejectedError
 from shale.index import PARTITION_WINDOW_MS, IndexReader, IndexWriter, connect, create
 from shale.metastore.commands import (
@@ -75,6 +76,8 @@ def _noop(w: IndexWriter, cmd: Noop, entry: Entry) -> Result:
 
 @handles(AddBlocks)
 def _add_blocks(w: IndexWriter, cmd: AddBlocks, entry: Entry) -> Result:
+    for meta in cmd.blocks:
+        _check_files(meta)
     ids = [m.id for m in cmd.blocks]
     tombstoned = w.tombstoned_among(ids)
     added = set(w.add_blocks([m for m in cmd.blocks if m.id not in tombstoned], entry.time_ms))
@@ -87,6 +90,15 @@ def _add_blocks(w: IndexWriter, cmd: AddBlocks, entry: Entry) -> Result:
 def _batch_digest(cmd: CommitIngestBatch) -> str:
     parts = sorted(b.id for b in cmd.blocks) + [f"{r.topic}/{r.partition}/{r.start}/{r.end}" for r in cmd.ranges]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+
+def _check_files(meta: BlockMeta) -> None:
+    """A block's data file names become object keys under the block's prefix: one path segment each, never
+    meta.json (a name with ``/`` would make its tombstone's deletion fail on every pass)."""
+    for name in {f.name for f in meta.files} | {d.file for d in meta.datasets}:
+        if "/" in name or "\\" in name or name in ("", ".", "..", META_FILENAME) or len(name) > 200:
+            raise CommandRejectedError(f"block {meta.id} names a data file {name[:200]!r}: a file name is one "
+                                       f"path segment, not {META_FILENAME}", reason="malformed")
 
 
 def _check_batch(cmd: CommitIngestBatch) -> None:
@@ -102,6 +114,12 @@ def _check_batch(cmd: CommitIngestBatch) -> None:
                                        f"[{r.start},{r.end})", reason="malformed")
         seen[(r.topic, r.partition)] = r
     for meta in cmd.blocks:
+        _check_files(meta)
+        if meta.level != 0 or meta.compaction.sources != [meta.id] or meta.compaction.parents:
+            raise CommandRejectedError(
+                f"block {meta.id} is level {meta.level} with sources {meta.compaction.sources} and parents "
+                f"{meta.compaction.parents}: an ingest batch writes level-0 blocks whose only source is the block "
+                "itself (lineage is written by compaction, which needs admin)", reason="malformed")
         if meta.group != cmd.group or meta.generation != cmd.generation:
             raise CommandRejectedError(
                 f"block {meta.id} is group {meta.group} generation {meta.generation}, the batch is {cmd.group} "
@@ -220,6 +238,7 @@ def _own_tenant(w: IndexWriter, block_ids: list[str], tenant: str) -> None:
 @handles(ReplaceBlocks)
 def _replace_blocks(w: IndexWriter, cmd: ReplaceBlocks, entry: Entry) -> Result:
     for meta in cmd.blocks:
+        _check_files(meta)
         if meta.tenant != cmd.tenant:
             raise CommandRejectedError(f"block {meta.id} belongs to {meta.tenant}, not {cmd.tenant}",
                                        reason="malformed")

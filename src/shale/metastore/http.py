@@ -1,7 +1,10 @@
 """The metastore's HTTP/JSON API (FastAPI). Writes go to the leader; any node answers reads linearizably.
 
-Every route but /healthz, /readyz and /metrics needs a token, checked before anything else about the request
-(auth.py has the rule of each route). Errors: 401 without a valid token, 403 when the token's role or scope does
+Every route but /healthz, /readyz, /metrics and the status page's login form needs a token, checked before
+anything else about the request but its origin and body type (auth.py has the rule of each route; sessions.py the
+cross-site checks and the browser sessions). Errors: 403 ``cross_site`` for a state-changing request from another
+site, 415 for one whose body is not JSON (or msgpack), 401 without a valid token (``reason``: ``missing_token`` or
+``unknown_token``), 403 when the token's role or scope does
 not allow the call (the body names the role, group or tenant needed), 400 for a malformed request (the body says
 what is wrong), 409 for a command the state machine rejected (the body is its ``Result``), 413 for a body over
 ``metastore.max_request_bytes`` (refused before it is read), 422 for a query stopped at its deadline, 503 when
@@ -18,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import Depends, FastAPI, Query, Request
-from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
 from pydantic import ValidationError
 from starlette.background import BackgroundTask
@@ -34,13 +38,17 @@ from shale.errors import (
     NotLeaderError,
     QueryTimeoutError,
 )
-from shale.metastore import auth
+from shale.metastore import auth, openapi, sessions
 from shale.metastore.commands import CLIENT_COMMANDS, CommitIngestBatch, decode
 from shale.metastore.service import MetastoreService
 
 AUTH_FAILURES = Counter("shale_metastore_auth_failures_total", "API calls refused before they ran, by route and "
                         "reason: missing or unknown token (401), forbidden (403), too-large body (413).",
                         ["route", "reason"])
+
+
+PAGE_LIMIT = 10_000
+"""The most rows one list answer holds (``limit``): a tenant's blocks are paged with ``after``/``next``."""
 
 
 class _BodyLimit:
@@ -117,22 +125,62 @@ class _ForbiddenError(Exception):
         self.need = need
 
 
-def _authorizer(tokens: auth.TokenTable) -> Callable[[Request], Any]:
+class _UnauthenticatedError(AccessDeniedError):
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message, status=401)
+        self.reason = reason
+
+
+class _RefusedError(Exception):
+    """Refused before authentication: a cross-site request (403) or a body type a browser form could send (415)."""
+
+    def __init__(self, message: str, error: str, status: int) -> None:
+        super().__init__(message)
+        self.error = error
+        self.status = status
+
+
+def _check_origin_and_type(request: Request, route: str) -> None:
+    form = f"{request.method} {route}" in sessions.FORM_ROUTES
+    why = sessions.cross_site(request.method, request.headers.get("origin"), request.headers.get("sec-fetch-site"),
+                              request.headers.get("host"), form)
+    if why is not None:
+        AUTH_FAILURES.labels(route, "cross-site").inc()
+        raise _RefusedError(why, "cross_site", 403)
+    why = sessions.wrong_content_type(request.method, request.headers.get("content-type"), form)
+    if why is not None:
+        AUTH_FAILURES.labels(route, "content-type").inc()
+        raise _RefusedError(why, "unsupported_media_type", 415)
+
+
+def _authenticate(request: Request, route: str, tokens: auth.TokenTable,
+                  browser: sessions.Sessions) -> auth.Principal:
+    token = auth.token_from_header(request.headers.get("authorization"))
+    who = tokens.authenticate(token) if token else None
+    if token is None and f"{request.method} {route}" in sessions.SESSION_ROUTES:
+        digest = browser.digest(request.cookies.get(sessions.COOKIE))
+        who = tokens.authenticate_digest(digest) if digest is not None else None
+    if who is None:
+        reason = "missing_token" if token is None else "unknown_token"
+        AUTH_FAILURES.labels(route, reason.replace("_", "-")).inc()
+        raise _UnauthenticatedError("this call needs a metastore API token (Authorization: Bearer <token>); "
+                                    + ("none was sent" if token is None else "the one sent is not known here")
+                                    + ". Clients read it from metastore.token_file or $SHALE_METASTORE__TOKEN (on a "
+                                    "single-node metastore's host: <metastore.data_dir>/admin.token); a browser "
+                                    "logs in at /ui/login", reason)
+    return who
+
+
+def _authorizer(tokens: auth.TokenTable, browser: sessions.Sessions) -> Callable[[Request], Any]:
     async def authorize(request: Request) -> None:
-        """Every route's first step: authenticate the token (401), then apply the route's rule (403)."""
+        """Every route's first step: refuse cross-site requests and form bodies (403, 415), authenticate the token
+        (401), then apply the route's rule (403)."""
         route = getattr(request.scope.get("route"), "path", request.url.path)
+        _check_origin_and_type(request, route)
         rule = auth.rule_for(request.method, route)
         if rule is auth.OPEN:
             return
-        token = auth.token_from_header(request.headers.get("authorization"))
-        who = tokens.authenticate(token) if token else None
-        if who is None:
-            AUTH_FAILURES.labels(route, "missing-token" if token is None else "unknown-token").inc()
-            raise AccessDeniedError("this call needs a metastore API token (Authorization: Bearer <token>); "
-                                    + ("none was sent" if token is None else "the one sent is not known here")
-                                    + ". Clients read it from metastore.token_file or $SHALE_METASTORE__TOKEN (on a "
-                                    "single-node metastore's host: <metastore.data_dir>/admin.token)",
-                                    status=401)
+        who = _authenticate(request, route, tokens, browser)
         request.state.principal = who
         if route == "/v1/commands" and request.method == "POST":
             command = decode(await request.body())  # validated before anything reaches the log
@@ -150,19 +198,33 @@ def create_app(service: MetastoreService, leader_http: Callable[[], str | None],
     """``leader_http`` maps the current Raft leader to its HTTP address; ``ready`` says whether this node can
     serve (a leader is known and it has caught up); ``barrier`` is the leader's read barrier; ``tokens`` are
     the callers it accepts."""
-    # No interactive docs or schema: they are routes like any other, and nobody needs them in production.
+    # No interactive docs; the OpenAPI schema is served to authenticated callers (openapi.py).
+    browser = sessions.Sessions()
     app = FastAPI(title="Shale metastore", version="1", docs_url=None, redoc_url=None, openapi_url=None,
-                  dependencies=[Depends(_authorizer(tokens))])
+                  dependencies=[Depends(_authorizer(tokens, browser))])
+    app.state.sessions = browser
+    app.state.tokens = tokens
     app.add_middleware(_BodyLimit, limit=max_request_bytes)
 
     @app.exception_handler(AccessDeniedError)
-    async def _unauthenticated(request: Request, exc: AccessDeniedError) -> JSONResponse:
-        # Two challenges, as two headers (Chromium ignores a Basic challenge listed after Bearer in one header):
-        # API clients use Bearer; a browser opening /ui asks for Basic credentials (any user, the token as password).
-        response = JSONResponse({"error": "unauthenticated", "message": str(exc)}, status_code=401)
-        response.headers.append("www-authenticate", 'Bearer realm="shale"')
-        response.headers.append("www-authenticate", 'Basic realm="shale"')
-        return response
+    async def _unauthenticated(request: Request, exc: AccessDeniedError) -> Response:
+        if request.method == "GET" and request.url.path == "/ui":  # a browser without a session: the login form
+            return RedirectResponse("/ui/login", status_code=303)
+        reason = exc.reason if isinstance(exc, _UnauthenticatedError) else "unauthenticated"
+        return JSONResponse({"error": "unauthenticated", "reason": reason, "message": str(exc)}, status_code=401,
+                            headers={"www-authenticate": 'Bearer realm="shale"'})
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_parameters(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # 400 like every malformed request (FastAPI's default 422 means a query stopped at its deadline here).
+        error = exc.errors()[0]
+        where = ".".join(str(p) for p in error.get("loc", ()))
+        return JSONResponse({"error": "invalid", "message": f"{error.get('msg', 'invalid')} at {where}"},
+                            status_code=400)
+
+    @app.exception_handler(_RefusedError)
+    async def _refused(request: Request, exc: _RefusedError) -> JSONResponse:
+        return JSONResponse({"error": exc.error, "message": str(exc)}, status_code=exc.status)
 
     @app.exception_handler(_ForbiddenError)
     async def _forbidden(request: Request, exc: _ForbiddenError) -> JSONResponse:
@@ -228,15 +290,21 @@ def create_app(service: MetastoreService, leader_http: Callable[[], str | None],
     @app.get("/v1/blocks/{block_id}")
     def block(block_id: str, request: Request) -> Response:
         meta = service.get_block(block_id)
-        if meta is None:
-            return JSONResponse({"error": "not_found", "message": f"no block {block_id} in the index"}, 404)
-        _deny(request, auth.read([meta.tenant]))
+        if meta is None or not auth.read([meta.tenant]).met_by(_principal(request)):
+            # The same answer for a block of a tenant the caller may not read as for no block at all: the
+            # answer says nothing about other tenants' blocks.
+            return JSONResponse({"error": "not_found", "message": f"no block {block_id} in the index among the "
+                                 "tenants this token may read"}, 404)
         return Response(meta.model_dump_json(), media_type="application/json")
 
     @app.get("/v1/tenants/{tenant}/blocks")
-    def tenant_blocks(tenant: str) -> Response:
-        metas = service.tenant_blocks(tenant)
-        return Response('{"blocks": [' + ",".join(m.model_dump_json() for m in metas) + "]}",
+    def tenant_blocks(tenant: str, after: str = Query("", max_length=40),
+                      limit: int = Query(PAGE_LIMIT, ge=1, le=PAGE_LIMIT)) -> Response:
+        metas = service.tenant_blocks(tenant, after=after, limit=limit + 1)
+        more = len(metas) > limit
+        metas = metas[:limit]
+        after_json = f', "next": "{metas[-1].id}"' if more else ""
+        return Response('{"blocks": [' + ",".join(m.model_dump_json() for m in metas) + "]" + after_json + "}",
                         media_type="application/json")
 
     @app.get("/v1/tenants/{tenant}/generations")
@@ -262,7 +330,8 @@ def create_app(service: MetastoreService, leader_http: Callable[[], str | None],
         return body
 
     @app.get("/v1/tombstones")
-    def tombstones(created_before: int | None = None, limit: int = 1000) -> dict[str, Any]:
+    def tombstones(created_before: int | None = None,
+                   limit: int = Query(1000, ge=1, le=PAGE_LIMIT)) -> dict[str, Any]:
         return {"tombstones": [t.model_dump() for t in service.tombstones(created_before, limit)]}
 
     @app.get("/v1/tenants")
@@ -284,6 +353,10 @@ def create_app(service: MetastoreService, leader_http: Callable[[], str | None],
         service.state.backup_to(target)
         return FileResponse(target, filename="metastore.db",
                             background=BackgroundTask(shutil.rmtree, folder, ignore_errors=True))
+
+    @app.get("/v1/openapi.json", include_in_schema=False)
+    def openapi_schema() -> dict[str, Any]:
+        return openapi.schema(app)
 
     @app.get("/healthz")
     def healthz() -> PlainTextResponse:

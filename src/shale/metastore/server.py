@@ -63,7 +63,7 @@ def open_index_view(config: ShaleConfig) -> ReadOnlyIndex | MetastoreClient:
     is a ``ConfigError``), or a client of the remote metastore. Commands that change nothing use this."""
     if config.metastore.mode == "embedded":
         return ReadOnlyIndex(state_path(config), timeout=config.metastore.query_timeout)
-    return _client(config.metastore)
+    return remote_client(config.metastore)
 
 
 def open_metastore(config: ShaleConfig) -> MetastoreService | MetastoreClient:
@@ -74,11 +74,13 @@ def open_metastore(config: ShaleConfig) -> MetastoreService | MetastoreClient:
         state = StateMachine(state_path(config))
         return MetastoreService(state, SingleNodeLog(state), compaction=config.compaction,
                                 query_timeout=m.query_timeout)
-    return _client(m)
+    return remote_client(m)
 
 
-def _client(m: MetastoreConfig) -> MetastoreClient:
-    return MetastoreClient(m.addresses, timeout=m.request_timeout, deadline=m.client_deadline,
+def remote_client(m: MetastoreConfig, deadline: float | None = None) -> MetastoreClient:
+    """A client of the remote metastore with this process's token and CA: every command builds its client here."""
+    return MetastoreClient(m.addresses, timeout=m.request_timeout,
+                           deadline=m.client_deadline if deadline is None else deadline,
                            token=client_token(m), ca_file=m.tls_ca_file)
 
 
@@ -180,7 +182,7 @@ class MetastoreNode:
         if leader is None:
             raise NotLeaderError("no Raft leader is known; reads that must be current wait for an election")
         try:
-            response = self._peer.post(leader + "/v1/raft/barrier")
+            response = self._peer.post(leader + "/v1/raft/barrier", json={})  # JSON: the API refuses other types
             response.raise_for_status()
         except httpx.HTTPError as exc:
             raise MetastoreUnavailableError(f"the leader {leader} did not answer a read barrier: {exc}") from exc

@@ -122,9 +122,10 @@ class MetastoreService:
     def tenants(self) -> list[str]:
         return self.state.reader.tenants()
 
-    def tenant_blocks(self, tenant: str) -> list[BlockMeta]:
+    def tenant_blocks(self, tenant: str, *, after: str = "", limit: int | None = None) -> list[BlockMeta]:
+        """A tenant's blocks in id order: all of them, or the first ``limit`` with an id after ``after``."""
         self.linearize()
-        return self.state.reader.tenant_blocks(tenant)
+        return self.state.reader.tenant_blocks(tenant, after=after, limit=limit)
 
     # -- compaction ---------------------------------------------------------------------------------
 
@@ -139,7 +140,11 @@ class MetastoreService:
         if not result.ok:
             raise MetastoreUnavailableError(f"compaction plan not applied ({result.reason}): {result.message}; "
                                             "poll again")
-        return PollResponse.model_validate(result.data)
+        # A worker marks a refused job's output for deletion unless the index holds it: say which reported outputs
+        # it holds, so that a compactor token needs no reader role to ask.
+        outputs = [b.id for u in request.updates for b in u.outputs]
+        return PollResponse.model_validate({**result.data, "indexed": [
+            i for i in outputs if self.state.reader.get_block(i) is not None]})
 
     def compaction_jobs(self) -> list[dict[str, Any]]:
         return job_rows(CompactionState(self.state.reader.conn), int(self.clock() * 1000))

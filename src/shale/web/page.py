@@ -159,5 +159,17 @@ def render(status: Status, refresh_s: int = 10) -> str:
             f"<p>dead letter queue: <b>{status.dlq_depth}</b> commands; pending deletions: <b>{status.tombstones}"
             f"</b> (oldest {_age(status.oldest_tombstone_s) if status.tombstones else '-'}); partial blocks: "
             + (", ".join(f"{escape(t)}: {n}" for t, n in sorted(status.partial_blocks.items())) or "none")
-            + "</p>", _overlaps(status.overlaps), _iceberg(status.iceberg), "</body></html>"]
+            + "</p>", _overlaps(status.overlaps), _iceberg(status.iceberg),
+            '<form method="post" action="/ui/logout"><button type="submit">Log out</button></form></body></html>']
     return "".join(html)
+
+
+def login_page(message: str = "") -> str:
+    """The status page's login form: the token is sent once, by POST from this page, and a session cookie
+    (HttpOnly, SameSite=Strict) carries the login from then on."""
+    note = f'<p class="bad" id="login-error">{escape(message)}</p>' if message else ""
+    return (f'<!doctype html><html><head><meta charset="utf-8"><title>Shale status: log in</title>'
+            f"<style>{CSS}</style></head><body><h1>Shale status</h1>{note}"
+            '<form method="post" action="/ui/login" id="login"><label>API token (a reader of every tenant, or '
+            'admin) <input type="password" name="token" id="token" autocomplete="off" required></label> '
+            '<button type="submit">Log in</button></form></body></html>')

@@ -4,22 +4,17 @@ state, served by uvicorn on loopback in a thread of the test)."""
 from __future__ import annotations
 
 import base64
-import os
-import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from tests.unit.metastore.helpers import meta
-from tests.waiting import eventually
+from tests.unit.metastore.served import app_for, served
 
-from shale.config import ShaleConfig
 from shale.errors import ConfigError
-from shale.metastore import AddBlocks, CommitIngestBatch, OffsetRange, ReadOnlyIndex, SingleNodeLog, StateMachine, auth
+from shale.metastore import AddBlocks, CommitIngestBatch, OffsetRange, auth
 from shale.metastore.auth import (
     ADMIN,
     ANY_ROLE,
@@ -32,11 +27,7 @@ from shale.metastore.auth import (
     ingest,
     read,
 )
-from shale.metastore.http import create_app
 from shale.metastore.service import MetastoreService
-from shale.objstore import open_bucket_url
-from shale.process import free_port
-from shale.web import mount
 
 WHO = {
     "admin": Principal("ops", "admin"),
@@ -80,27 +71,7 @@ def test_the_needed_role_is_described_for_403_answers() -> None:
 
 
 def _app(tmp_path: Path, tokens: auth.TokenTable, **kwargs: object) -> tuple[FastAPI, MetastoreService]:
-    state = StateMachine(tmp_path / "state.db")
-    service = MetastoreService(state, SingleNodeLog(state))
-    app = create_app(service, lambda: "http://self", lambda: True, lambda: 0, tokens, **kwargs)  # type: ignore[arg-type]
-    mount(app, ReadOnlyIndex(tmp_path / "state.db"), service.status, open_bucket_url(f"memory://auth-{os.getpid()}"),
-          ShaleConfig())
-    return app, service
-
-
-@contextmanager
-def _served(app: FastAPI) -> Iterator[httpx.Client]:
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    eventually(lambda: server.started, 30, "the test server to start")
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-            yield client
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    return app_for(tmp_path, tokens, **kwargs)
 
 
 def test_every_route_has_a_rule_and_only_probes_and_metrics_are_open(tmp_path: Path) -> None:
@@ -108,7 +79,7 @@ def test_every_route_has_a_rule_and_only_probes_and_metrics_are_open(tmp_path: P
     routes = {f"{m} {r.path}" for r in app.routes for m in getattr(r, "methods", ()) if m != "HEAD"}
     assert routes - set(auth.RULES) == {"POST /v1/commands"}  # decided by the command, from its body
     assert {r for r in routes if auth.rule_for(*r.split(" ", 1)) is auth.OPEN} == {
-        "GET /healthz", "GET /readyz", "GET /metrics", "GET /"}
+        "GET /healthz", "GET /readyz", "GET /metrics", "GET /", "GET /ui/login", "POST /ui/login", "POST /ui/logout"}
     assert auth.rule_for("GET", "/v1/some-route-added-later") is not auth.OPEN
 
 
@@ -124,7 +95,7 @@ def api(tmp_path: Path) -> Iterator[tuple[httpx.Client, MetastoreService, dict[s
     auth.write_private(tmp_path / "tokens.toml", "".join(auth.format_entry(e) for e in entries))
     app, service = _app(tmp_path, auth.TokenTable(tmp_path / "tokens.toml"), max_request_bytes=64 * 1024)
     service.submit(AddBlocks(blocks=[meta(tenant="acme", start=0), meta(tenant="beta", start=0)]))
-    with _served(app) as client:
+    with served(app) as client:
         yield client, service, tokens
 
 
@@ -158,7 +129,7 @@ def test_without_a_valid_token_every_call_is_401_and_changes_nothing(api) -> Non
             answer = client.request(method, path, content=body, headers=headers)
             assert answer.status_code == 401, (path, answer.text)
             assert answer.json()["error"] == "unauthenticated"
-            assert answer.headers.get_list("www-authenticate") == ['Bearer realm="shale"', 'Basic realm="shale"']
+            assert answer.headers.get_list("www-authenticate") == ['Bearer realm="shale"']
     assert service.state.state_hash() == before
     assert client.get("/healthz").status_code == 200
     assert client.get("/metrics").status_code == 200
@@ -188,7 +159,7 @@ def test_readers_see_their_tenants_only(api) -> None:  # type: ignore[no-untyped
     denied = client.get("/v1/blocks", params={"tenant": "beta"}, headers=reader).json()
     assert denied["needed"] == {"role": "reader", "tenants": ["beta"]}
     beta_block = service.tenant_blocks("beta")[0].id
-    assert client.get(f"/v1/blocks/{beta_block}", headers=reader).status_code == 403
+    assert client.get(f"/v1/blocks/{beta_block}", headers=reader).status_code == 404  # as a missing one
     assert client.get("/v1/tenants", headers=reader).json() == {"tenants": ["acme"]}
     assert client.get("/v1/tenants", headers=_bearer(tokens["admin"])).json() == {"tenants": ["acme", "beta"]}
     assert client.get("/v1/status", headers=reader).status_code == 200
@@ -212,12 +183,14 @@ def test_ingest_tokens_commit_their_own_groups_and_compactors_poll(api) -> None:
     assert "capacity" in hoard.json()["message"]
 
 
-def test_a_browser_passes_the_token_as_the_basic_password(api) -> None:  # type: ignore[no-untyped-def]
+def test_basic_credentials_are_not_accepted(api) -> None:  # type: ignore[no-untyped-def]
+    """Issue 27, case 1: a browser caches Basic credentials and sends them cross-site; they open nothing now."""
     client, _, tokens = api
     basic = base64.b64encode(f"anyone:{tokens['admin']}".encode()).decode()
-    page = client.get("/ui", headers={"authorization": f"Basic {basic}"})
-    assert page.status_code == 200
-    assert "<h1>Shale status</h1>" in page.text
+    for path in ("/ui", "/v1/ui/status", "/v1/status"):
+        answer = client.get(path, headers={"authorization": f"Basic {basic}"})
+        assert answer.status_code in (303, 401), path
+        assert "Basic" not in " ".join(answer.headers.get_list("www-authenticate"))
 
 
 def test_oversized_bodies_are_refused_before_they_are_read(api) -> None:  # type: ignore[no-untyped-def]
@@ -256,14 +229,47 @@ def test_the_tokens_file_is_reread_so_a_deleted_entry_is_revoked(tmp_path: Path)
     auth.write_private(path, "# every token revoked\n")
     assert table.authenticate(token) is None
     path.write_text("[[token]]\nname = 'x'\nrole = 'ingest'\nsha256 = '" + "0" * 64 + "'\n")
-    assert table.authenticate(token) is None  # a broken file keeps the last good table (here: empty)
+    assert table.authenticate(token) is None
     with pytest.raises(ConfigError, match="an ingest token lists the groups"):
         auth.load_tokens(path)
 
 
+@pytest.mark.parametrize("breakage", ["deleted", "not TOML", "an invalid entry", "unreadable"])
+def test_a_tokens_file_deleted_or_broken_revokes_its_tokens(tmp_path: Path, breakage: str,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 27, case 2: fail closed. Deleting (or corrupting) the tokens file used to keep every loaded token
+    valid; now it revokes them all, loudly, until the file is valid again. Fixed tokens (peer, local admin) stay."""
+    token, local = auth.new_token(), auth.new_token()
+    entry = auth.TokenEntry(name="grafana", role="reader", tenants=["acme"], sha256=auth.digest(token))
+    path = tmp_path / "tokens.toml"
+    auth.write_private(path, auth.format_entry(entry))
+    table = auth.TokenTable(path, recheck_seconds=0)
+    table.add(local, Principal("local-admin", "admin"))
+    assert table.authenticate(token) is not None
+    if breakage == "deleted":
+        path.unlink()
+    elif breakage == "not TOML":
+        path.write_text("[[token]\nname = ")
+    elif breakage == "an invalid entry":
+        path.write_text(auth.format_entry(entry).replace("reader", "root"))
+    else:
+        path.unlink()
+        path.mkdir()  # reading a directory fails (as root, a chmod would not)
+    with caplog.at_level("ERROR", logger="shale.metastore.auth"):
+        assert table.authenticate(token) is None
+        assert table.authenticate(token) is None
+    assert [r.message for r in caplog.records].count(caplog.records[0].message) == 1  # said once, not per call
+    assert "every token it listed is refused" in caplog.records[0].message
+    assert table.authenticate(local) == Principal("local-admin", "admin")
+    if path.is_dir():
+        path.rmdir()
+    auth.write_private(path, auth.format_entry(entry))
+    assert table.authenticate(token) is not None
+
+
 def test_token_headers_and_files(tmp_path: Path) -> None:
     basic = base64.b64encode(b"user:shale_abc").decode()
-    assert auth.token_from_header(f"Basic {basic}") == "shale_abc"
+    assert auth.token_from_header(f"Basic {basic}") is None
     assert auth.token_from_header("Bearer shale_abc") == "shale_abc"
     assert auth.token_from_header("Digest x") is None
     assert auth.token_from_header(None) is None

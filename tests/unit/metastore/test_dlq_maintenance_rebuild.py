@@ -29,8 +29,10 @@ from shale.metastore import (
     OffsetRange,
     ReplaceBlocks,
     Result,
+    SetActiveGeneration,
     SingleNodeLog,
     StateMachine,
+    encode,
 )
 from shale.metastore.maintenance import Maintenance, expired_partitions
 from shale.metastore.rebuild import rebuild_from_bucket
@@ -226,3 +228,29 @@ def test_rebuild_keeps_both_incarnations_of_a_recreated_topic(tmp_path: Path, bu
     assert {m.id for m in rebuilt.reader.tenant_blocks("acme")} == {before.id, after.id}
     assert [(o.committed_end, o.incarnation) for o in rebuilt.reader.offsets()] == [(30, new)]
     assert [(i.committed_end, i.incarnation) for i in rebuilt.reader.incarnations()] == [(100, old)]
+
+
+def test_the_dlq_replays_only_what_a_writer_leaves_there(tmp_path: Path, bucket: ObstoreBucket) -> None:
+    """Issue 27, case 3: any bucket writer can put a file under _shale/dlq/; the leader replays only ingest commits,
+    so a bucket writer cannot retire, replace or truncate through it."""
+    service = _service(tmp_path)
+    victim = meta(start=0, end=100)
+    assert service.submit(AddBlocks(blocks=[victim])).ok
+    dlq = DeadLetterQueue(bucket)
+    forged = [ReplaceBlocks(tenant="acme", sources=[victim.id], blocks=[]),
+              SetActiveGeneration(tenant="acme", topic="app", generation=9, start=0, end=2**62, retire=True)]
+    keys = [f"_shale/dlq/backup/{i}-forged.json" for i in range(len(forged))]
+    for key, command in zip(keys, forged, strict=True):
+        bucket.put(key, encode(command))
+    bucket.put("_shale/dlq/backup/9-junk.json", b"not a command")
+    honest = dlq.enqueue("backup", _commit(100, 200))
+    report = dlq.replay(service.submit_bytes)
+    assert report.replayed == [honest]
+    assert sorted(report.rejected) == sorted([*keys, "_shale/dlq/backup/9-junk.json"])
+    assert service.get_block(victim.id) is not None
+    assert service.tombstones() == []
+    assert service.generation_rules("acme") == []
+    aside = bucket.get("_shale/dlq-rejected/backup/0-forged.json")
+    assert b'"reason":"not-replayable"' in aside
+    with pytest.raises(ValueError, match="never replayed"):
+        dlq.enqueue("backup", forged[0])

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from tests.factories import BASE_MS
 from tests.unit.metastore.helpers import meta
 
+from shale.block import Compaction, FileInfo
 from shale.metastore.commands import (
     AddBlocks,
     CommitIngestBatch,
@@ -398,3 +399,42 @@ def test_first_gap_is_the_first_offset_no_span_covers(spans: list[tuple[int, int
         assert gap[0] == missing[0]
         assert all(o not in covered for o in range(*gap))
         assert gap[1] == start + length or gap[1] in covered
+
+
+def _forged(update: dict[str, object], file: str | None = None) -> CommitIngestBatch:
+    block = meta(start=0, end=10)
+    if file is not None:
+        update = {**update, "files": [FileInfo(name=file, size=1, crc32="00000000")],
+                  "datasets": [block.datasets[0].model_copy(update={"file": file})]}
+    return CommitIngestBatch(group="backup", ranges=[OffsetRange(topic="app", partition=0, start=0, end=10)],
+                             blocks=[block.model_copy(update=update)])
+
+
+@pytest.mark.parametrize(("command", "says"), [
+    (_forged({"level": 1}), "level 1"),
+    (_forged({"compaction": Compaction(sources=[meta(start=500, end=600).id])}), "only source is the block itself"),
+    (_forged({"compaction": Compaction(sources=[meta(start=0, end=10).id], parents=[meta(start=500, end=600).id])}),
+     "parents"),
+    (_forged({}, file="../other/records-0.parquet"), "one path segment"),
+    (_forged({}, file="meta.json"), "one path segment"),
+    (_forged({}, file=".."), "one path segment"),
+])
+def test_an_ingest_batch_cannot_plant_lineage_or_unsafe_file_names(h: Harness, command: CommitIngestBatch,
+                                                                  says: str) -> None:
+    """Issue 27, case 6: an ingest token commits level-0 blocks whose only source is themselves, no parents, and
+    file names that are one path segment (forged lineage made repair drop other blocks; a name with '/' made the
+    tombstone's deletion fail on every pass)."""
+    result = h.apply(command)
+    assert not result.ok
+    assert result.reason == "malformed"
+    assert says in result.message
+    assert h.sm.reader.count_blocks() == 0
+    assert h.sm.reader.offsets() == []
+    assert h.apply(_forged({})).ok  # the same batch, honest, applies
+
+
+def test_admin_commands_refuse_unsafe_file_names_too(h: Harness) -> None:
+    bad = _forged({}, file="a/b.parquet").blocks[0]
+    assert h.apply(AddBlocks(blocks=[bad])).reason == "malformed"
+    assert h.apply(ReplaceBlocks(tenant="acme", sources=[], blocks=[bad])).reason == "malformed"
+    assert h.sm.reader.count_blocks() == 0
