@@ -308,8 +308,11 @@ def _set_active_generation(w: IndexWriter, cmd: SetActiveGeneration, entry: Entr
     retired = []
     if cmd.retire:
         for meta in w.tenant_block_metas(cmd.tenant):
+            # The topic of a block is that of its Kafka ranges too: a block without datasets (a range of offsets
+            # that held no readable record) is its offsets' only record in the index, and not another topic's.
             if (meta.group == "partition" and meta.generation != cmd.generation
                     and all(d.topic == cmd.topic for d in meta.datasets)
+                    and all(k.topic == cmd.topic for k in meta.kafka)
                     and meta.min_time >= cmd.start and meta.max_time <= cmd.end):
                 w.remove_block(meta.id)
                 w.add_tombstone(meta, entry.time_ms, f"generation {cmd.generation} replaced it")
