@@ -321,6 +321,10 @@ class MetastoreMachine(RuleBasedStateMachine):
         for r in self.state.reader.incarnations():
             past.setdefault((r.group, r.generation, r.topic, r.partition), {})[r.incarnation] = r.committed_end
         assert past == self.m["past"]
+        losses = {(r.group, r.generation, r.topic, r.partition, r.incarnation, r.start, r.end)
+                  for r in self.state.reader.losses()}
+        assert losses == {(*key, inc, start, end) for (key, inc), spans in self.m["ranges"].items()
+                          for start, end, kind in spans if kind == "loss"}
 
     @invariant()
     def index_is_sound(self) -> None:
