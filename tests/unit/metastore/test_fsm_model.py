@@ -18,6 +18,10 @@ committed, which blocks are live. After every step:
   exactly once in its active generation and never in another.
 
 At teardown a fresh replica applies the same log and must reach the same state hash.
+
+Not driven: a retiring switch to a generation that does not hold the retired records (issue 26 case 5, fixed on
+its own); the model retires only what the target generation covers. Budget: the hypothesis profile ("ci": 60
+sequences of up to 40 steps; "nightly": 2000, run with ``--timeout=0``, past pytest-timeout's 900 s).
 """
 
 from __future__ import annotations
