@@ -49,10 +49,16 @@ class IndexReader:
         assert isinstance(conn, sqlite3.Connection)
         return conn
 
+    def forget_cache(self) -> None:
+        """After the whole state was replaced (a restore), ids may name other strings."""
+        with self._strings_lock:
+            self._strings.clear()
+
     def _string(self, sid: int) -> str:
         value = self._strings.get(sid)
         if value is None:
-            # Strings are never changed once written, so the cache never goes stale.
+            # Strings are never changed once written, so the cache goes stale only when the whole state is
+            # replaced by another (``forget_cache``).
             row = self.conn.execute("SELECT value FROM strings WHERE id = ?", (sid,)).fetchone()
             value = str(row[0])
             with self._strings_lock:

@@ -467,6 +467,7 @@ class StateMachine:
                 src.close()
             create(self.conn)
             self.writer.forget_cache()
+            self.reader.forget_cache()  # a string id of the replaced state may name another string in this one
 
 
 def restore_file(backup: Path, target: Path) -> None:

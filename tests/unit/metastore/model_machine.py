@@ -1,0 +1,340 @@
+"""The state machine of ``test_fsm_model``: the real metastore state machine beside the reference model
+(``model.py``), its ingest and offset rules, its queries and the invariants checked after every step."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import sqlite3
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from tests.factories import BASE_MS, Clock
+from tests.unit.metastore.model import (
+    HOUR_MS,
+    LANES,
+    PARTITIONS,
+    TENANT,
+    TOPICS,
+    Block,
+    Held,
+    Rec,
+    active_generation,
+    build_meta,
+    hour_values,
+    incarnation,
+    rtime,
+)
+
+from shale.block import KafkaRange, deterministic_block_id
+from shale.config import CompactionConfig
+from shale.index import parse_matchers
+from shale.metastore import MetastoreService, SingleNodeLog, StateMachine, encode
+from shale.metastore.commands import (
+    AcknowledgeOffsetLoss,
+    Command,
+    CommitIngestBatch,
+    OffsetRange,
+    Result,
+)
+from shale.metastore.fsm import Entry
+from shale.query.plan import plan_query
+
+SCRATCH = "/dev/shm" if Path("/dev/shm").is_dir() else None  # memory: every step commits (fsync)
+Lane = tuple[str, int, str, int]
+"""(group, generation, topic, partition): one committed-offsets row."""
+
+
+INGEST_ARGS = {
+    "lane": st.sampled_from(LANES),
+    "chunks": st.lists(st.tuples(st.sampled_from(TOPICS), st.sampled_from(PARTITIONS), st.integers(1, 4),
+                                 st.sampled_from([False, False, False, True])),
+                       min_size=1, max_size=2, unique_by=lambda c: c[:2]),
+    "variant": st.sampled_from(["ok", "ok", "overlap", "gap", "stale"]),
+    "first": st.sampled_from([0, 0, 3]),
+}
+"""A batch: its group and generation; per topic-partition the offsets read and whether none held a readable record
+(an empty block records the range); the variant of the first range; where a new incarnation's offsets start."""
+REPORTS = st.sampled_from(["", "", "", "", "lose-range", "merge-incarnations", "parents", "lineage", "wrong-level",
+                           "wrong-generation", "reuse-id", "more-rows", "no-rows"])
+"""A report's output: good (""), or bad in one way (each must be refused)."""
+
+
+def accepted(result: Result) -> dict[str, Any]:
+    assert result.ok, result
+    return result.data
+
+
+class RecordingLog(SingleNodeLog):
+    """The single-node log, applying each command through its bytes (JSON and msgpack by turns) and keeping the
+    entries, so that a second replica can apply the same log at the end."""
+
+    def __init__(self, state: StateMachine, clock: Clock) -> None:
+        super().__init__(state, clock)
+        self.entries: list[tuple[Entry, bytes]] = []
+
+    def propose_command(self, command: Command, timeout: float = 30.0) -> Result:
+        index = self.state.applied()[0] + 1
+        entry, data = Entry(index, 1, int(self.clock() * 1000)), encode(command, ("json", "msgpack")[index % 2])
+        self.entries.append((entry, data))
+        return self.state.apply(entry, data)
+
+
+class MetastoreMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="fsm-model-", dir=SCRATCH))
+        self.clock = Clock(BASE_MS / 1000 + 600)
+        self.state = StateMachine(self.dir / "state.db")
+        self.log = RecordingLog(self.state, self.clock)
+        config = CompactionConfig(blocks_per_job=[2, 3], max_level=3, lease_duration=60, max_age=900)
+        self.service = MetastoreService(self.state, self.log, compaction=config, clock=self.clock)
+        self.kafka = dict.fromkeys(TOPICS, 0)  # each topic's current incarnation in Kafka
+        self.m: dict[str, Any] = {
+            "committed": {},  # Lane -> (incarnation, end)
+            "past": {},  # Lane -> {incarnation: end}
+            "ranges": {},  # (Lane, incarnation) -> [(start, end, "batch" | "loss")], in commit order
+            "batches": [],  # accepted CommitIngestBatch commands
+            "live": {},  # block id -> Block
+            "expected": set(),  # Held records the live blocks must hold, each exactly once
+            "tombstoned": {},  # block id -> Block (removed with a tombstone, tombstone not yet deleted)
+            "rules": [],  # generation switches, oldest first
+            "jobs": {},  # job name -> (token, sources) as assigned to us
+            "reported": [],  # success reports applied
+        }
+        self.snapshot: tuple[Path, dict[str, Any], int, str] | None = None
+        self.seq = 0
+
+    def teardown(self) -> None:
+        try:
+            replica = StateMachine(self.dir / "replica.db")
+            for entry, data in self.log.entries:
+                replica.apply(entry, data)
+            assert replica.state_hash() == self.state.state_hash(), "a replica applying the same log differs"
+            replica.close()
+            self.state.close()
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    def next_id(self, key: str) -> str:
+        self.seq += 1
+        return deterministic_block_id(self.now_ms(), f"{key}/{self.seq}")
+
+    def submit(self, command: Command) -> Result:
+        return self.service.submit(command)
+
+    def remove(self, block_id: str, *, tombstone: bool = True, keep_records: bool = False) -> None:
+        block = self.m["live"].pop(block_id)
+        if tombstone:
+            self.m["tombstoned"][block_id] = block
+        if not keep_records:
+            self.m["expected"] -= block.held()
+
+    def add(self, block: Block) -> None:
+        self.m["live"][block.meta.id] = block
+
+    # -- ingest -----------------------------------------------------------------------------------
+
+    @rule(**INGEST_ARGS)
+    def ingest(self, lane: tuple[str, int, str], chunks: list[tuple[str, int, int, bool]], variant: str,
+               first: int) -> None:
+        """One batch of several topic-partitions. The first chunk carries the variant: continuing at the committed
+        end (ok), one offset early (overlap), one late (gap), or read from an incarnation that has ended."""
+        group, generation, writer = lane
+        ranges, blocks, plan, refusal = [], [], [], None
+        for i, (topic, partition, count, empty) in enumerate(chunks):
+            key: Lane = (group, generation, topic, partition)
+            inc = incarnation(self.kafka[topic])
+            current = self.m["committed"].get(key)
+            past = self.m["past"].get(key, {})
+            if i == 0 and variant == "stale" and past:
+                inc = sorted(past)[0]
+            if inc in past:
+                start = past[inc]
+                refusal = refusal or "stale-incarnation"
+            elif current is None or current[0] != inc:
+                start = first  # the first batch of an incarnation starts where Kafka's log starts
+            else:
+                start = current[1]
+                shift = {"overlap": -1, "gap": 1}.get(variant, 0) if i == 0 else 0
+                start += shift
+                if shift:
+                    refusal = refusal or ("offset-overlap" if shift < 0 else "offset-gap")
+            end = start + count
+            recs = [] if empty else [(topic, partition, inc, o) for o in range(start, end)]
+            ranges.append(OffsetRange(topic=topic, partition=partition, start=start, end=end, incarnation=inc,
+                                      stored=len(recs)))
+            kafka = [KafkaRange(topic=topic, partition=partition, start=start, end=end, incarnation=inc)]
+            parts: dict[str, list[Rec]] = {}
+            for r in recs:  # the partition group stores one block per hour of event time, the backup group one
+                parts.setdefault(str(hour_values(rtime(r))) if group == "partition" else "", []).append(r)
+            for pv_key, held in (parts or {"": []}).items():
+                pv = hour_values(rtime(held[0])) if pv_key else {}
+                block_id = self.next_id(f"{group}/{generation}/{topic}/{inc}/{partition}/{start}/{end}/{pv_key}")
+                blocks.append(Block(build_meta(block_id, group, generation, 0, kafka, held, partition_values=pv),
+                                    frozenset(held)))
+            plan.append((key, inc, start, end, recs))
+        command = CommitIngestBatch(group=group, generation=generation, writer=writer, ranges=ranges,  # type: ignore[arg-type]
+                                    blocks=[b.meta for b in blocks])
+        result = self.submit(command)
+        assert result.ok == (refusal is None), (refusal, result)
+        if refusal is not None:
+            assert result.reason == refusal, result
+            return
+        assert result.data["replay"] is False
+        for key, inc, start, end, recs in plan:
+            current = self.m["committed"].get(key)
+            if current is not None and current[0] != inc:
+                self.m["past"].setdefault(key, {})[current[0]] = current[1]
+            self.m["committed"][key] = (inc, end)
+            self.m["ranges"].setdefault((key, inc), []).append((start, end, "batch"))
+            self.m["expected"] |= {(group, generation, r) for r in recs}
+        for b in blocks:
+            self.add(b)
+        self.m["batches"].append(command)
+
+    # Ingest, polls and reports are the usual traffic: each has more than one rule, so hypothesis draws them more often.
+    @rule(lane=INGEST_ARGS["lane"], chunks=INGEST_ARGS["chunks"], variant=INGEST_ARGS["variant"],
+          first=INGEST_ARGS["first"])
+    def ingest_more(self, lane: tuple[str, int, str], chunks: list[tuple[str, int, int, bool]], variant: str,
+                    first: int) -> None:
+        self.ingest(lane, chunks, variant, first)
+
+    @precondition(lambda self: any(k[:2] == ("partition", 1) for k in self.m["committed"]))
+    @rule(data=st.data())
+    def reprocess_catch_up(self, data: st.DataObject) -> None:
+        """Reprocessing writes generation 2 of a topic-partition up to where generation 1 is (so that a switch to it
+        with retire has something to retire)."""
+        key = data.draw(st.sampled_from(sorted(k for k in self.m["committed"] if k[:2] == ("partition", 1))))
+        inc, end = self.m["committed"][key]
+        mine = self.m["committed"].get(("partition", 2, *key[2:]))
+        start = mine[1] if mine is not None and mine[0] == inc else self.m["ranges"][(key, inc)][0][0]
+        if incarnation(self.kafka[key[2]]) == inc and end > start:
+            self.ingest(LANES[2], [(key[2], key[3], end - start, False)], "ok", start)
+
+    @precondition(lambda self: self.m["batches"])
+    @rule(data=st.data())
+    def replay_batch(self, data: st.DataObject) -> None:
+        """A writer's retry of a batch committed before: a no-op while its incarnations are current, refused once
+        one has ended."""
+        command: CommitIngestBatch = data.draw(st.sampled_from(self.m["batches"]))
+        current = all(self.m["committed"][(command.group, command.generation, r.topic, r.partition)][0]
+                      == r.incarnation for r in command.ranges)
+        result = self.submit(command)
+        assert result.ok == current, result
+        if current:
+            assert result.data["replay"] is True
+
+    @rule(topic=st.sampled_from(TOPICS))
+    def recreate_topic(self, topic: str) -> None:
+        """``delete_topics`` and create again: a new topic id; offsets start again."""
+        self.kafka[topic] += 1
+
+    @precondition(lambda self: self.m["committed"])
+    @rule(data=st.data(), lost=st.integers(1, 3), moved=st.booleans())
+    def acknowledge_loss(self, data: st.DataObject, lost: int, moved: bool) -> None:
+        key: Lane = data.draw(st.sampled_from(sorted(self.m["committed"])))
+        inc, end = self.m["committed"][key]
+        start = end + 1 if moved else end
+        command = AcknowledgeOffsetLoss(group=key[0], generation=key[1], topic=key[2], partition=key[3],
+                                        incarnation=inc, start=start, end=start + lost)
+        result = self.submit(command)
+        assert result.ok == (not moved), result
+        if moved:
+            assert result.reason == "offset-moved"
+            return
+        self.m["committed"][key] = (inc, start + lost)
+        self.m["ranges"].setdefault((key, inc), []).append((start, start + lost, "loss"))
+        again = self.submit(command)
+        assert accepted(again)["replay"] is True
+
+    # -- queries ----------------------------------------------------------------------------------
+
+    @rule(low=st.integers(-2, 30), length=st.integers(0, 30), group=st.sampled_from(["backup", "partition"]),
+          topic=st.sampled_from(["", *TOPICS]))
+    def query(self, low: int, length: int, group: str, topic: str) -> None:
+        start = BASE_MS + low * HOUR_MS // 2
+        self.check_query(start, start + length * HOUR_MS // 2, group, topic)
+
+    def check_query(self, start: int, end: int, group: str, topic: str = "") -> None:
+        matchers = parse_matchers(f'{{topic="{topic}"}}') if topic else []
+        got = self.state.reader.query_blocks([TENANT], start, end, matchers, group)
+        ids = [m.id for m in got]
+        assert len(set(ids)) == len(ids)
+        assert set(ids) <= set(self.m["live"])
+        wanted = {h for h in self.m["expected"] if h[0] == group and start <= rtime(h[2]) <= end
+                  and topic in ("", h[2][0])}
+        found = Counter(h for m in got for h in self.m["live"][m.id].held()
+                        if start <= rtime(h[2]) <= end and any(d.topic == h[2][0] for d in m.datasets)
+                        and topic in ("", h[2][0]))
+        assert set(found) == wanted, (sorted(wanted - set(found))[:5], sorted(set(found) - wanted)[:5])
+        assert all(n == 1 for n in found.values()), [h for h, n in found.items() if n > 1][:5]
+        if group != "partition":
+            return
+        plan = plan_query(got, "partition", "records", rules=self.state.reader.generation_rules(TENANT),
+                          default_generation=1, start=start, end=end)
+        reads: Counter[Held] = Counter()
+        for part in plan.parts:
+            for h in self.m["live"][part.block.id].held():
+                t = rtime(h[2])
+                if h[2][0] == part.dataset.topic and start <= t <= end and (
+                        part.intervals is None or any(lo <= t <= hi for lo, hi in part.intervals)):
+                    reads[h] += 1
+        for h in wanted:
+            active = active_generation(self.m["rules"], h[2][0], rtime(h[2])) == h[1]
+            assert reads[h] == (1 if active else 0), (h, reads[h], self.m["rules"])
+
+    # -- invariants -------------------------------------------------------------------------------
+
+    @invariant()
+    def live_blocks_are_the_models(self) -> None:
+        live = self.state.reader.tenant_block_ids(TENANT)
+        assert live == set(self.m["live"]), (sorted(set(self.m["live"]) - live), sorted(live - set(self.m["live"])))
+        tombstones = {t.block_id for t in self.state.reader.tombstones(limit=100_000)}
+        assert tombstones == set(self.m["tombstoned"])
+        assert not tombstones & live
+
+    @invariant()
+    def each_committed_record_is_held_exactly_once(self) -> None:
+        held = Counter(h for b in self.m["live"].values() for h in b.held())
+        assert all(n == 1 for n in held.values()), [h for h, n in held.items() if n > 1][:5]
+        assert set(held) == self.m["expected"], (sorted(self.m["expected"] - set(held))[:5])
+
+    @invariant()
+    def committed_offsets_tile(self) -> None:
+        for spans in self.m["ranges"].values():
+            for (_, end, _), (start, _, _) in itertools.pairwise(spans):
+                assert start == end, spans
+        index = {(r.group, r.generation, r.topic, r.partition): (r.incarnation, r.committed_end)
+                 for r in self.state.reader.offsets()}
+        assert index == self.m["committed"]
+        past = {}
+        for r in self.state.reader.incarnations():
+            past.setdefault((r.group, r.generation, r.topic, r.partition), {})[r.incarnation] = r.committed_end
+        assert past == self.m["past"]
+        losses = {(r.group, r.generation, r.topic, r.partition, r.incarnation, r.start, r.end)
+                  for r in self.state.reader.losses()}
+        assert losses == {(*key, inc, start, end) for (key, inc), spans in self.m["ranges"].items()
+                          for start, end, kind in spans if kind == "loss"}
+
+    @invariant()
+    def index_is_sound(self) -> None:
+        conn = sqlite3.connect(str(self.state.path))
+        try:
+            assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        finally:
+            conn.close()
+
+    @invariant()
+    def a_query_of_everything_returns_each_record_once(self) -> None:
+        for group in ("backup", "partition"):
+            self.check_query(0, 2**62, group)
