@@ -26,11 +26,12 @@ RecordScope = tuple[str, int, str]
 def may_share_records(a: BlockMeta, b: BlockMeta) -> set[RecordScope]:
     """The (topic, partition, incarnation) on which two blocks' offset ranges intersect so that one record could
     be in both. Blocks of different groups never share a row (a backup row and a parsed row differ); the backup
-    group stores the same verbatim record in every generation, so its generations share. Level-0 partition-group
-    blocks of one generation and different partition values share ranges but never records."""
-    if a.group != b.group:
+    group stores the same verbatim record in every generation, so its generations share. Partition-group blocks
+    of different generations are never read for the same data time (a generation is active or not there), and
+    level-0 ones of one generation and different partition values share ranges but never records."""
+    if a.group != b.group or (a.group == "partition" and a.generation != b.generation):
         return set()
-    if (a.group == "partition" and a.generation == b.generation and a.level == 0 and b.level == 0
+    if (a.group == "partition" and a.level == 0 and b.level == 0
             and a.partition_values and b.partition_values and a.partition_values != b.partition_values):
         return set()
     shared = set()

@@ -42,7 +42,8 @@ def query(ctx: click.Context, selector: str, tenant: str, start: str, end: str, 
         q = Query(tenant, parse_time(start), parse_time(end), selector, group=group,
                   kind="quarantine" if quarantine else "records",
                   columns=[c.strip() for c in columns.split(",")] if columns else None,
-                  limit=limit if limit is not None or fmt != "table" else 50)
+                  limit=limit if limit is not None or fmt != "table" else 50,
+                  default_generation=config.ingest.generation)
         bucket = open_bucket(config.bucket)
         reader = run_query(q, open_source(config, source, bucket), bucket)
     except ValueError as exc:

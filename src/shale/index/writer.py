@@ -217,6 +217,12 @@ class IndexWriter:
             "INSERT INTO tenant_versions (tenant, version) VALUES (?, ?) "
             "ON CONFLICT (tenant) DO UPDATE SET version = excluded.version", [(t, version) for t in sorted(tenants)])
 
+    def topic_rules(self, tenant: str, topic: str) -> list[tuple[int, int, int]]:
+        """The topic's generation switches, oldest first: (start ms, end ms, generation)."""
+        return [(r[0], r[1], r[2]) for r in self.conn.execute(
+            'SELECT start, "end", generation FROM generations WHERE tenant = ? AND topic = ? ORDER BY seq',
+            (tenant, topic))]
+
     def add_generation_rule(self, tenant: str, topic: str, start: int, end: int, generation: int) -> bool:
         """Append a switch; False (nothing done) if the latest switch of this topic is the same one."""
         last = self.conn.execute(

@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import threading
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +43,7 @@ from shale.metastore.commands import (
     decode,
 )
 from shale.metastore.compaction import apply_failure_limit, apply_plan
+from shale.metastore.generations import first_gap, offsets_held, switch_to_ingest
 
 COMMITS_KEPT_PER_PARTITION = 100
 C = TypeVar("C")
@@ -186,6 +186,8 @@ def _commit_ingest_batch(w: IndexWriter, cmd: CommitIngestBatch, entry: Entry) -
     for r in restarts:
         w.end_incarnation(cmd.group, cmd.generation, r.topic, r.partition, entry.time_ms)
     w.add_blocks(cmd.blocks, entry.time_ms)
+    if cmd.group == "partition" and cmd.writer == "ingest":
+        switch_to_ingest(w, cmd)
     w.touch({m.tenant for m in cmd.blocks}, entry.index)
     for r in ranges:
         event_time = max((d.max_time for b in cmd.blocks if any(k.topic == r.topic and k.partition == r.partition
@@ -329,12 +331,12 @@ def _set_active_generation(w: IndexWriter, cmd: SetActiveGeneration, entry: Entr
     if cmd.retire:
         metas = [m for m in w.tenant_block_metas(cmd.tenant) if m.group == "partition"
                  and all(r.topic == cmd.topic for r in m.kafka) and all(d.topic == cmd.topic for d in m.datasets)]
-        held = _offsets_held([m for m in metas if m.generation == cmd.generation])
+        held = offsets_held([m for m in metas if m.generation == cmd.generation])
         retiring = [m for m in metas if m.generation != cmd.generation
                     and m.min_time >= cmd.start and m.max_time <= cmd.end]
         for meta in retiring:
             for r in meta.kafka:
-                gap = _first_gap(held.get((r.partition, r.incarnation), []), r.start, r.end)
+                gap = first_gap(held.get((r.partition, r.incarnation), []), r.start, r.end)
                 if gap is not None:
                     raise CommandRejectedError(
                         f"generation {cmd.generation} does not hold offsets [{gap[0]}, {gap[1]}) of "
@@ -350,27 +352,6 @@ def _set_active_generation(w: IndexWriter, cmd: SetActiveGeneration, entry: Entr
     if added or retired:
         w.touch({cmd.tenant}, entry.index)
     return Result(ok=True, data={"switched": added, "retired": retired})
-
-
-def _offsets_held(metas: list[BlockMeta]) -> dict[tuple[int, str], list[tuple[int, int]]]:
-    """Per (partition, incarnation), the offset ranges the blocks account for, sorted."""
-    held: dict[tuple[int, str], list[tuple[int, int]]] = defaultdict(list)
-    for meta in metas:
-        for r in meta.kafka:
-            held[(r.partition, r.incarnation)].append((r.start, r.end))
-    return {key: sorted(spans) for key, spans in held.items()}
-
-
-def _first_gap(spans: list[tuple[int, int]], start: int, end: int) -> tuple[int, int] | None:
-    """The first part of ``[start, end)`` no span covers, or None."""
-    at = start
-    for low, high in spans:
-        if at >= end:
-            break
-        if low > at:
-            return at, min(low, end)
-        at = max(at, high)
-    return (at, end) if at < end else None
 
 
 _missing = set(COMMAND_KINDS) - set(HANDLERS)

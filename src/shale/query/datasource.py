@@ -92,7 +92,8 @@ class ShaleDataSource(DataSource):
         config = load_config(options.get("config") or None)
         query = Query(options["tenant"], parse_time(options.get("from", "0")), parse_time(options.get("to", "now")),
                       options.get("selector", ""), group=options.get("group", "partition"),
-                      kind="quarantine" if options.get("quarantine", "false").lower() == "true" else "records")
+                      kind="quarantine" if options.get("quarantine", "false").lower() == "true" else "records",
+                      default_generation=config.ingest.generation)
         bucket = open_bucket(config.bucket)
         plan = query.plan(open_source(config, options.get("source", "metastore"), bucket))
         return config, query, plan
@@ -120,7 +121,7 @@ class ShaleReader(DataSourceReader):
             return
         parts = _groups(self.plan)[partition.value]
         sub = QueryPlan(parts, self.plan.schema, self.plan.time_column, self.plan.dedup_partitions,
-                        self.plan.base_columns, self.plan.unswitched)  # parts keep their generation intervals
+                        self.plan.base_columns)  # parts keep their generation intervals
         for batch in execute(self.query, sub, task_bucket(self.config.bucket)):
             yield _for_spark(batch)
 

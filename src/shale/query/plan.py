@@ -47,11 +47,10 @@ class Part:
     intervals: tuple[tuple[int, int], ...] | None = None
 
 
-def active_intervals(rules: list[tuple[str, int, int, int]], topic: str, generation: int, default: int | None,
+def active_intervals(rules: list[tuple[str, int, int, int]], topic: str, generation: int, default: int,
                      start: int, end: int) -> list[tuple[int, int]]:
     """Where in ``[start, end]`` ``generation`` is the active one for ``topic``: the latest switch covering a
-    time wins; times no switch covers belong to ``default``, or to every generation when it is None (a query
-    then reads each record once, from the oldest generation holding it: ``plan_query``)."""
+    time wins; times no switch covers belong to ``default``."""
     mine = [(s, e, g) for t, s, e, g in rules if t == topic and e >= start and s <= end]
     cuts = sorted({start, end + 1, *(max(start, s) for s, _, _ in mine), *(min(end, e) + 1 for _, e, _ in mine)})
     out: list[tuple[int, int]] = []
@@ -60,7 +59,7 @@ def active_intervals(rules: list[tuple[str, int, int, int]], topic: str, generat
         for s, e, g in mine:  # oldest first: later switches override
             if s <= low and high - 1 <= e:
                 active = g
-        if active == generation or active is None:
+        if active == generation:
             if out and out[-1][1] == low - 1:
                 out[-1] = (out[-1][0], high - 1)
             else:
@@ -78,10 +77,6 @@ class QueryPlan:
     deduplicated; the first read is kept)."""
     base_columns: list[str]
     """The columns every dataset of this query has (its kind's base schema)."""
-    unswitched: dict[str, list[tuple[int, int]]] | None = None
-    """Per topic, the data-time spans no generation switch covers (the partition group): there every generation
-    is read, the oldest first, and a row is dropped as a copy of another generation's. Elsewhere only copies
-    within one generation are. None: copies across generations are dropped everywhere (the backup group)."""
 
     @property
     def objects(self) -> int:
@@ -97,18 +92,19 @@ def output_schema(group: str, kind: Kind, parts: list[Part]) -> pa.Schema:
 
 
 def plan_query(blocks: list[BlockMeta], group: str, kind: Kind, columns: Sequence[str] | None = None, *,
-               rules: list[tuple[str, int, int, int]] | None = None, start: int = 0, end: int = 2**62) -> QueryPlan:
-    """Parts to read. In the partition group a part is read only where its generation is active (section 14);
-    times no switch covers read every generation, and each record once: parts are read oldest generation first,
-    and later copies of a record there are dropped (``QueryPlan.unswitched``). The backup group stores one
-    verbatim record in every generation: its copies are dropped the same way, at any time."""
+               rules: list[tuple[str, int, int, int]] | None = None, default_generation: int = 1,
+               start: int = 0, end: int = 2**62) -> QueryPlan:
+    """Parts to read. In the partition group only the active generation of each topic is read (section 14); the
+    metastore records a switch when ingestion starts a topic or a newer generation, so ``default_generation``
+    decides only times no switch covers (data committed before switches were recorded). The backup group stores
+    one verbatim record in every generation: copies across generations are dropped (``shale.block.records``)."""
     parts = []
-    for b in sorted(blocks, key=lambda m: (m.generation, m.min_time, m.id)):
+    for b in sorted(blocks, key=lambda m: (m.min_time, m.id)):
         for d in b.datasets:
             if d.kind != kind or b.group != group:
                 continue
             if group == "partition":
-                spans = active_intervals(rules or [], d.topic, b.generation, None, start, end)
+                spans = active_intervals(rules or [], d.topic, b.generation, default_generation, start, end)
                 if not spans:
                     continue
                 parts.append(Part(b, d, tuple(spans) if spans != [(start, end)] else None))
@@ -124,10 +120,7 @@ def plan_query(blocks: list[BlockMeta], group: str, kind: Kind, columns: Sequenc
             raise ValueError(f"unknown columns {unknown}; this query's columns are {schema.names}")
         schema = pa.schema([schema.field(c) for c in columns])
     time_column = "event_time" if group == "partition" and kind == "records" else "timestamp"
-    unswitched = None
-    if group == "partition":
-        unswitched = {t: active_intervals(rules or [], t, -1, -1, start, end) for t in {p.dataset.topic for p in parts}}
-    return QueryPlan(parts, schema, time_column, dedup, base, unswitched)
+    return QueryPlan(parts, schema, time_column, dedup, base)
 
 
 def _label_expression(matcher: Matcher, field: Any) -> Any:

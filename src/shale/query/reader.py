@@ -14,13 +14,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-import numpy as np
 import pyarrow as pa
 
 from shale.block import read_dataset
 from shale.block.names import check_tenant
 from shale.block.records import IncarnationCodes, row_incarnations
-from shale.block.schemas import TIMESTAMP
 from shale.index import Matcher, parse_matchers
 from shale.objstore import BucketReader, CallCounter
 from shale.query.plan import BlockSource, Kind, Part, QueryPlan, check_regex, plan_query, row_filter
@@ -47,6 +45,7 @@ class Query:
     kind: Kind = "records"
     columns: Sequence[str] | None = None
     limit: int | None = None
+    default_generation: int = 1
     stats: QueryStats = field(default_factory=QueryStats)
 
     def __post_init__(self) -> None:
@@ -61,7 +60,8 @@ class Query:
     def plan(self, source: BlockSource) -> QueryPlan:
         blocks = source.query_blocks([self.tenant], self.start, self.end, self.selector, group=self.group)
         rules = source.generation_rules(self.tenant) if self.group == "partition" else []
-        plan = plan_query(blocks, self.group, self.kind, self.columns, rules=rules, start=self.start, end=self.end)
+        plan = plan_query(blocks, self.group, self.kind, self.columns, rules=rules,
+                          default_generation=self.default_generation, start=self.start, end=self.end)
         self.stats.blocks = len({p.block.id for p in plan.parts})
         return plan
 
@@ -90,16 +90,16 @@ def execute(query: Query, plan: QueryPlan, bucket: BucketReader) -> Iterator[pa.
     counter = bucket.calls if isinstance(bucket, Counted) else None
     bytes_before = counter.bytes_read if counter is not None else 0
     requests_before = counter.total() if counter is not None else 0
-    seen: dict[tuple[int, str, int, int], set[int]] = defaultdict(set)
+    seen: dict[tuple[str, int, int], set[int]] = defaultdict(set)
     needed = set(plan.schema.names)
-    dedup_cols = {"topic", "partition", "offset", plan.time_column} if plan.dedup_partitions else set()
+    dedup_cols = {"topic", "partition", "offset"} if plan.dedup_partitions else set()
     try:
         yield from _parts(query, plan, bucket, seen, needed | dedup_cols, counter, bytes_before, requests_before)
     finally:
         query.stats.seconds = time.perf_counter() - started
 
 
-def _parts(query: Query, plan: QueryPlan, bucket: BucketReader, seen: dict[tuple[int, str, int, int], set[int]],
+def _parts(query: Query, plan: QueryPlan, bucket: BucketReader, seen: dict[tuple[str, int, int], set[int]],
            wanted: set[str], counter: CallCounter | None, bytes_before: int,
            requests_before: int) -> Iterator[pa.RecordBatch]:
     codes = IncarnationCodes()
@@ -125,28 +125,20 @@ def _parts(query: Query, plan: QueryPlan, bucket: BucketReader, seen: dict[tuple
 
 
 def _drop_copies(query: Query, plan: QueryPlan, part: Part, table: pa.Table,
-                 seen: dict[tuple[int, str, int, int], set[int]], codes: IncarnationCodes) -> pa.Table:
-    """``table`` without the rows whose record was returned already (only records of scopes two blocks share).
-    A record is compared with other generations' copies where the plan says so (``QueryPlan.unswitched``),
-    else only with its own generation's."""
+                 seen: dict[tuple[str, int, int], set[int]], codes: IncarnationCodes) -> pa.Table:
+    """``table`` without the rows whose record was returned already (only records of scopes two blocks share)."""
     scopes = {(t, p, codes.code(i)) for t, p, i in plan.dedup_partitions}
     incarnations = row_incarnations(part.block, part.dataset.topic, table.column("partition"),
                                     table.column("offset"), codes)
-    across = np.ones(table.num_rows, dtype=bool)
-    if plan.unswitched is not None:
-        times = table.column(plan.time_column).cast(TIMESTAMP).cast(pa.int64()).to_numpy() // 1000
-        across[:] = False
-        for low, high in plan.unswitched.get(part.dataset.topic, []):
-            across |= (times >= low) & (times <= high)
-    generation = part.block.generation
     keep = []
     keys = zip(table.column("topic").to_pylist(), table.column("partition").to_pylist(),
-               table.column("offset").to_pylist(), incarnations.tolist(), across.tolist(), strict=True)
-    for topic, partition, offset, incarnation, shared in keys:
-        if (topic, partition, incarnation) not in scopes:
+               table.column("offset").to_pylist(), incarnations.tolist(), strict=True)
+    for topic, partition, offset, incarnation in keys:
+        scope = (topic, partition, incarnation)
+        if scope not in scopes:
             keep.append(True)
             continue
-        offsets = seen[(-1 if shared else generation, topic, partition, incarnation)]
+        offsets = seen[scope]
         keep.append(offset not in offsets)
         offsets.add(offset)
     dropped = keep.count(False)

@@ -14,7 +14,6 @@ import uuid
 from collections import Counter
 
 import pyarrow as pa
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from tests.factories import BASE_MS
@@ -116,15 +115,12 @@ def test_a_merge_holds_each_distinct_record_of_its_sources_once(case: tuple[list
     check_merge_preserves_records(*case)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 26 case 1: the merge deduplicates by (topic, partition, offset) "
-                                       "without the incarnation")
 @given(_sources(shared_offsets=True))
 def test_a_merge_keeps_records_of_every_topic_incarnation(case: tuple[list[Source], dict[str, int], str]) -> None:
     check_merge_preserves_records(*case)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 26 case 1: the merge deduplicates by (topic, partition, offset) "
-                                       "without the incarnation")
 def test_a_merge_keeps_two_incarnations_with_equal_offsets_and_times() -> None:
-    """The minimal example: offset 0 of partition 0 in two incarnations, at the same time; one row is lost."""
+    """The minimal example (issue 26 case 1): offset 0 of partition 0 in two incarnations, at the same time; one
+    row was lost before the merge keyed rows by incarnation."""
     check_merge_preserves_records([("i1", "app", 0, 0, 1), ("i2", "app", 0, 0, 1)], {"i2": 0})

@@ -45,8 +45,9 @@ def test_each_change_is_recorded_with_its_entry(tmp_path: Path) -> None:
     assert log.apply(ReplaceBlocks(tenant="acme", sources=[a.id, b.id], blocks=[merged])).ok
     assert log.apply(SetActiveGeneration(tenant="acme", topic="app", generation=2, start=0, end=BASE_MS)).ok
     assert log.apply(AddBlocks(blocks=[a])).data["rejected"] == [a.id]  # tombstoned: refused, nothing recorded
-    assert log.feed() == [
+    assert log.feed() == [  # the topic's first ingest commit records its generation as the active one
         BlockChange(1, "add", "acme", a.id), BlockChange(1, "add", "acme", b.id),
+        BlockChange(1, "generations", "acme", "app"),
         BlockChange(2, "remove", "acme", a.id), BlockChange(2, "remove", "acme", b.id),
         BlockChange(2, "add", "acme", merged.id), BlockChange(3, "generations", "acme", "app")]
 

@@ -386,7 +386,7 @@ def test_retire_refuses_while_the_new_generation_lacks_offsets(tmp_path: Path, n
 @given(spans=st.lists(st.tuples(st.integers(0, 60), st.integers(0, 20)), max_size=6),
        start=st.integers(0, 70), length=st.integers(0, 30))
 def test_first_gap_is_the_first_offset_no_span_covers(spans: list[tuple[int, int]], start: int, length: int) -> None:
-    from shale.metastore.fsm import _first_gap
+    from shale.metastore.generations import first_gap as _first_gap
 
     ranges = sorted((low, low + size) for low, size in spans)
     covered = {o for low, high in ranges for o in range(low, high)}

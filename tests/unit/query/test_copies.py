@@ -3,13 +3,23 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
+from pathlib import Path
 
 import pyarrow as pa
 from tests.factories import BASE_MS, backup_table, write_backup_block
 
 from shale.block import BlockMeta, BlockSpec, DatasetInput, KafkaRange, deterministic_block_id, write_block
 from shale.block.schemas import partition_schema
+from shale.metastore import (
+    CommitIngestBatch,
+    MetastoreService,
+    OffsetRange,
+    ReadOnlyIndex,
+    SingleNodeLog,
+    StateMachine,
+)
 from shale.objstore import Bucket, open_bucket_url
 from shale.query import Query, run_query
 
@@ -57,7 +67,7 @@ def test_a_backup_query_returns_a_record_stored_in_two_generations_once() -> Non
 def _partition_block(bucket: Bucket, key: str, start: int, values: list[str], generation: int = 1,
                      column: str = "host") -> BlockMeta:
     """A level-0 partition-group block of offsets ``[start, start + len(values))`` of app[0], one parser column."""
-    base = backup_table("app", 0, start, len(values))
+    base = backup_table("app", 0, start, len(values), base_ms=BASE_MS + start * 1000)  # a record's time: its offset's
     table = base.append_column("event_time", base.column("timestamp").cast(pa.timestamp("us", tz="UTC")))
     table = table.append_column("dt", pa.array(["2026-11-18"] * len(values)))
     table = table.append_column("hour", pa.nulls(len(values), pa.int8())).append_column(column, pa.array(values))
@@ -69,21 +79,25 @@ def _partition_block(bucket: Bucket, key: str, start: int, values: list[str], ge
                                                    "event_time", labels=labels)])
 
 
-def test_raising_the_generation_hides_no_older_record() -> None:
+def test_raising_the_generation_hides_no_older_record(tmp_path: Path) -> None:
     """Issue 26 case 12: ingest raised to generation 2 for an upgrade re-reads what Kafka still holds (offsets 2-4;
-    0-1 are gone from Kafka and only in generation 1). With no switch recorded, a query returns every record once,
-    the oldest generation's copy first, whatever generation the querying process is configured with."""
-    bucket = open_bucket_url("memory://query-upgrade")
-    old = _partition_block(bucket, "g1", 0, ["a0", "a1", "a2", "a3"], generation=1)
-    new = _partition_block(bucket, "g2", 2, ["b2", "b3", "b4"], generation=2)
-    query = Query("acme", BASE_MS - 1000, BASE_MS + 3_600_000)
-    rows = run_query(query, Blocks([new, old]), bucket).read_all()
-    assert sorted(zip(rows.column("offset").to_pylist(), rows.column("host").to_pylist(), strict=True)) == [
-        (0, "a0"), (1, "a1"), (2, "a2"), (3, "a3"), (4, "b4")]
-    # A switch publishes generation 2 over the whole range: only its rows, even those generation 1 also holds.
-    switched = Query("acme", BASE_MS - 1000, BASE_MS + 3_600_000)
-    rows = run_query(switched, Blocks([new, old], [("app", 0, 2**62, 2)]), bucket).read_all()
-    assert rows.column("host").to_pylist() == ["b2", "b3", "b4"]
+    0-1 are gone from Kafka and only in generation 1). Queries took the querying process's own ingest.generation
+    where no switch was recorded, so one configured with 2 lost offsets 0-1, one with 1 lost offset 4. The
+    metastore now records the switch itself: generation 2 from its first record's time on."""
+    bucket = open_bucket_url(f"memory://query-upgrade-{uuid.uuid4().hex}")
+    state = StateMachine(tmp_path / "state.db")
+    service = MetastoreService(state, SingleNodeLog(state))
+    for generation, start, values in ((1, 0, ["a0", "a1", "a2", "a3"]), (2, 2, ["b2", "b3", "b4"])):
+        block = _partition_block(bucket, f"g{generation}", start, values, generation=generation)
+        service.submit(CommitIngestBatch(group="partition", generation=generation, writer="ingest", blocks=[block],
+                                         ranges=[OffsetRange(topic="app", partition=0, start=start,
+                                                             end=start + len(values))])).raise_for_rejection()
+    assert state.reader.generation_rules("acme") == [("app", 0, 2**62, 1), ("app", BASE_MS + 2000, 2**62, 2)]
+    for configured in (1, 2):
+        query = Query("acme", BASE_MS - 1000, BASE_MS + 3_600_000, default_generation=configured)
+        rows = run_query(query, ReadOnlyIndex(tmp_path / "state.db"), bucket).read_all()
+        assert sorted(zip(rows.column("offset").to_pylist(), rows.column("host").to_pylist(), strict=True)) == [
+            (0, "a0"), (1, "a1"), (2, "b2"), (3, "b3"), (4, "b4")]
 
 
 def test_a_selector_finds_rows_past_the_label_set_cap() -> None:

@@ -88,8 +88,8 @@ SHARED = [
     ("other incarnations of a recreated topic never share", block("a", incarnation=INC_A),
      block("b", incarnation=INC_B), set()),
     ("one incarnation shares", block("a", incarnation=INC_A), block("b", incarnation=INC_A), {("app", 0, INC_A)}),
-    ("other generations of the partition group may share (a reprocess)", block("a"), block("b", generation=2),
-     {("app", 0, "")}),
+    ("other generations of the partition group are never read at one time", block("a"), block("b", generation=2),
+     set()),
     ("backup generations store the same records", block("a", group="backup"),
      block("b", group="backup", generation=2), {("app", 0, "")}),
     ("other groups never share", block("a", group="backup"), block("b"), set()),
@@ -146,11 +146,8 @@ def test_plan_reads_each_generation_only_where_it_is_active() -> None:
     plan = plan_query([first, second, third], "partition", "records", rules=rules, start=0, end=99)
     assert {p.block.id: p.intervals for p in plan.parts} == {first.id: ((50, 99),), third.id: ((0, 49),)}
 
-    # Times no switch covers read every generation, the oldest first, and drop later copies of a record: raising
-    # ingest.generation (an upgrade) hides nothing, whatever generation the querying process is configured with.
-    untouched = plan_query([second, first], "partition", "records", rules=[("web", 0, 99, 2)], start=0, end=99)
-    assert [(p.block.id, p.intervals) for p in untouched.parts] == [(first.id, None), (second.id, None)]
-    assert untouched.dedup_partitions == {("app", 0, "")}
+    untouched = plan_query([first, second], "partition", "records", rules=[("web", 0, 99, 2)], start=0, end=99)
+    assert {p.block.id: p.intervals for p in untouched.parts} == {first.id: None}  # None: the whole range
 
 
 def test_plan_deduplicates_only_where_read_blocks_may_share_records() -> None:
@@ -160,7 +157,7 @@ def test_plan_deduplicates_only_where_read_blocks_may_share_records() -> None:
     # Two blocks of a generation nobody reads overlap each other; they are not read, so they add no duplicates.
     inactive = [block("inactive-1", generation=2, ranges=(("app", 1, 0, 100),)),
                 block("inactive-2", generation=2, ranges=(("app", 1, 50, 150),))]
-    plan = plan_query([a, overlapping, other_day, *inactive], "partition", "records", rules=[("app", 0, 2**62, 1)])
+    plan = plan_query([a, overlapping, other_day, *inactive], "partition", "records")
     assert plan.dedup_partitions == {("app", 0, "")}
     assert {p.block.id for p in plan.parts} == {a.id, overlapping.id, other_day.id}
     active = plan_query([a, overlapping, other_day, *inactive], "partition", "records", rules=[("app", 0, 2**62, 2)])

@@ -81,4 +81,4 @@ def test_a_scanned_index_knows_no_switches(setup: tuple[MetastoreService, Bucket
     BucketIndexWriter(bucket, service.state.reader, BucketIndexConfig()).write_tenant("acme")
     write_scanned_index(bucket, "acme", sync_delay=0)
     fresh = BucketIndexSource(BucketIndexReader(bucket, BucketIndexConfig()))
-    assert fresh.generation_rules("acme") == [("app", BASE_MS, BASE_MS + HOUR, 2)]
+    assert fresh.generation_rules("acme") == [("app", 0, 2**62, 1), ("app", BASE_MS, BASE_MS + HOUR, 2)]
