@@ -17,7 +17,8 @@ from shale.cli.common import get_config, shale_errors
 @shale_errors
 def ingest(ctx: click.Context, group: str, topics: str | None, topic_pattern: str | None, generation: int | None,
            available_now: bool) -> None:
-    """Persist Kafka topics into blocks, exactly once (one streaming query per group)."""
+    """Persist Kafka topics into blocks, exactly once (one streaming query per group). Each batch logs, per topic,
+    the records stored and quarantined with the top reasons; --available-now ends with a table of them."""
     from prometheus_client import start_http_server
 
     from shale.ingest.job import IngestJob
@@ -35,7 +36,10 @@ def ingest(ctx: click.Context, group: str, topics: str | None, topic_pattern: st
             {**config.ingest.model_dump(), **changes})})
     if config.ingest.metrics_port:
         start_http_server(config.ingest.metrics_port, addr="127.0.0.1")
-    IngestJob(config, group).run(available_now)
+    job = IngestJob(config, group)
+    job.run(available_now)
+    if available_now:
+        click.echo(job.summary.table())
 
 
 @click.command()

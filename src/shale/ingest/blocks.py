@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections import defaultdict
-from collections.abc import Iterator
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,6 +99,27 @@ class Written(BaseModel):
     peak_rss: int = Field(default=0, description="the task process's peak resident memory while it wrote")
     seconds: dict[str, float] = Field(default_factory=dict, description="seconds spent on this chunk by phase "
                                       "(shale.ingest.task.PHASES), since the chunk before it in its task")
+    reasons: dict[str, int] = Field(default_factory=dict, description="the most frequent kinds of quarantine "
+                                    "reason (an example of each) and how many records each sent there")
+
+
+def reason_kind(reason: str) -> str:
+    """A reason without its record's values (quoted text and numbers), so that reasons of one kind count together."""
+    return _VALUES.sub("…", reason)
+
+
+_VALUES = re.compile(r"'[^']*'|\"[^\"]*\"|\d+")
+
+
+def top_reasons(reasons: Iterable[tuple[str, int]], top: int = 3) -> dict[str, int]:
+    """The ``top`` most frequent kinds of reason, each as its first example (shortened) with the kinds' count."""
+    counts: Counter[str] = Counter()
+    example: dict[str, str] = {}
+    for reason, n in reasons:
+        kind = reason_kind(reason)
+        counts[kind] += n
+        example.setdefault(kind, reason if len(reason) <= 200 else reason[:199] + "…")
+    return {example[kind]: n for kind, n in counts.most_common(top)}
 
 
 HOUR_MS = 3_600_000
@@ -260,4 +281,5 @@ def write_chunk(spec: GroupSpec, bucket: Bucket, table: pa.Table, chunk: Chunk,
     metas = [write_block(bucket, block_spec, datasets) for block_spec, datasets in blocks]
     quarantined = sum(len(rows) for rows, _ in quarantine.values())
     return Written(topic=topic, partition=chunk.partition, incarnation=chunk.incarnation, start=chunk.start,
-                   end=chunk.end, records=table.num_rows, quarantined=quarantined, bytes=value_bytes, blocks=metas)
+                   end=chunk.end, records=table.num_rows, quarantined=quarantined, bytes=value_bytes, blocks=metas,
+                   reasons=top_reasons(((r, 1) for _, why in quarantine.values() for r in why), top=5))

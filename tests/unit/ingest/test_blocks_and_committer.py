@@ -134,8 +134,8 @@ def test_tenants_from_rules_and_headers() -> None:
     assert tenant is None
     assert problem is not None
     assert "invalid tenant" in problem
-    bad = TenantMapper.from_config(IngestConfig(tenants=[TenantRule(topic_pattern=".*", tenant="{nope}")]))
-    tenant, problem = bad.for_topic("x")
+    bad = TenantMapper.from_config(IngestConfig(tenants=[TenantRule(topic_pattern="(?P<t>.*)", tenant="{t}")]))
+    tenant, problem = bad.for_topic("Upper.Case")
     assert tenant == "default"
     assert problem is not None
     assert "gives no valid tenant" in problem

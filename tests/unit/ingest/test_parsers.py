@@ -66,11 +66,11 @@ def test_custom_text_pattern_with_timezone() -> None:
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    ({"preset": "nope"}, "preset 'nope' is unknown"),
+    ({"preset": "nope"}, "options.preset = 'nope': Input should be 'apache'"),
     ({"pattern": "(", "time_format": "%Y"}, "not a valid regular expression"),
     ({"pattern": "(?P<x>.*)", "time_format": "%Y"}, "named group 'ts'"),
     ({"pattern": "(?P<ts>.*)"}, "set a preset, or both"),
-    ({"preset": "hdfs", "colour": "red"}, "unknown options"),
+    ({"preset": "hdfs", "colour": "red"}, "options.colour: unknown option; options: preset"),
 ])
 def test_bad_text_options_are_config_errors(options: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):

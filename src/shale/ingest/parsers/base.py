@@ -15,13 +15,14 @@ import datetime as dt
 import hashlib
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import pyarrow as pa
+from pydantic import ValidationError
 
 from shale.block.names import check_label_name
 from shale.block.schemas import RESERVED_COLUMNS
+from shale.config.parsers import ParserOptions, describe_errors
 from shale.errors import ConfigError
 
 
@@ -36,16 +37,16 @@ class ParseError(Exception):
 class Parser(ABC):
     name: ClassVar[str]
     version: ClassVar[str] = "1"
-    options_schema: ClassVar[Mapping[str, type | tuple[type, ...]]] = {}
+    options_model: ClassVar[type[ParserOptions]] = ParserOptions
+    """The parser's options, typed (shale.config.parsers): the configuration is checked against it when it loads."""
 
     def __init__(self, **options: Any) -> None:
-        unknown = sorted(set(options) - set(self.options_schema))
-        if unknown:
-            raise ConfigError(f"parser {self.name}: unknown options {unknown}; allowed: {sorted(self.options_schema)}")
-        for key, value in options.items():
-            if not isinstance(value, self.options_schema[key]):
-                raise ConfigError(f"parser {self.name}: option {key} = {value!r} has the wrong type")
-        self.options = dict(options)
+        try:
+            self.settings = self.options_model.model_validate(options)
+        except ValidationError as exc:
+            problems = describe_errors(exc.errors(), "options", self.options_model)
+            raise ConfigError(f"parser {self.name}: {'; '.join(problems)}") from None
+        self.options = dict(options)  # as written: the digest of existing configurations stays the same
 
     def digest(self) -> str:
         """A short digest of the options, recorded in block metadata to tell parser configurations apart."""
