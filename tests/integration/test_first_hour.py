@@ -1,0 +1,57 @@
+"""The first hour of a new user (issue 29), against real Kafka, MinIO and Spark: checks that never say OK wrongly,
+ingest output that says what went to quarantine."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from tests.integration.ingest_helpers import ROOT, create_topic, produce_json, write_config
+
+
+def shale(config: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "shale.cli", "--config", str(config), *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=timeout, check=False)
+
+
+def test_verify_refuses_an_unknown_topic_and_never_calls_pending_records_ok(kafka, minio_bucket,
+                                                                            tmp_path: Path) -> None:
+    topic = f"logs.{uuid.uuid4().hex[:6]}"
+    create_topic(kafka.bootstrap_servers, topic, 2)
+    produce_json(kafka.bootstrap_servers, topic, 200)
+    config = write_config(tmp_path, kafka.bootstrap_servers, minio_bucket, [topic])
+    unknown = shale(config, "verify", "--group", "backup", "--topic", "logs.nope")
+    assert unknown.returncode == 2, unknown.stdout + unknown.stderr
+    assert "topic 'logs.nope' does not exist in Kafka" in unknown.stderr
+    assert "OK" not in unknown.stdout
+    pending = shale(config, "verify", "--group", "backup", "--topic", topic)
+    assert pending.returncode == 3, pending.stdout + pending.stderr
+    summary = pending.stdout.strip().splitlines()[-1]
+    assert "0 stored, 0 missing" in summary
+    assert "200 not yet ingested" in summary
+    assert summary.endswith(": NOT YET")
+
+
+def test_a_wholly_quarantined_topic_is_loud_in_ingest_and_in_verify(kafka, minio_bucket, tmp_path: Path) -> None:
+    bad, good = (f"logs.{name}{uuid.uuid4().hex[:6]}" for name in ("bad", "good"))
+    for topic in (bad, good):
+        create_topic(kafka.bootstrap_servers, topic, 1)
+    produce_json(kafka.bootstrap_servers, bad, 20, invalid_every=1)
+    produce_json(kafka.bootstrap_servers, good, 30)
+    config = write_config(tmp_path, kafka.bootstrap_servers, minio_bucket, [bad, good])
+    ingest = shale(config, "ingest", "--group", "partition", "--available-now")
+    assert ingest.returncode == 0, ingest.stderr[-5000:]
+    rows = {line.split()[0]: line for line in ingest.stdout.splitlines() if line.strip()}
+    assert rows["topic"].split()[:3] == ["topic", "stored", "quarantined"]
+    assert rows[bad].split()[1:5] == ["0", "20", "<<", "WARNING"]
+    assert "20x invalid JSON" in rows[bad]
+    assert rows[good].split()[1:4] == ["30", "0", "-"]
+    assert "all records of this topic went to quarantine" in ingest.stderr
+    quarantined = shale(config, "verify", "--group", "partition", "--topic", bad)
+    assert quarantined.returncode == 4, quarantined.stdout + quarantined.stderr
+    assert quarantined.stdout.strip().endswith(": QUARANTINED")
+    ok = shale(config, "verify", "--group", "partition", "--topic", good)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert ok.stdout.strip().endswith(": OK")
