@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import importlib
+import os
+import signal
 import sys
 from typing import Any
 
@@ -32,7 +35,61 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+GLOBAL_OPTIONS = ("--set", "--config", "--log-format")
+
+
+def hoist_global_options(args: list[str]) -> list[str]:
+    """The arguments with the global options written after the subcommand (``shale config check --set k=v``) moved
+    before it, where click looks for them; nothing after ``--`` moves."""
+    front: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            rest += args[i:]
+            break
+        if arg in GLOBAL_OPTIONS and i + 1 < len(args):
+            front += args[i:i + 2]
+            i += 2
+            continue
+        if arg.startswith(tuple(f"{name}=" for name in GLOBAL_OPTIONS)):
+            front.append(arg)
+        else:
+            rest.append(arg)
+        i += 1
+    return front + rest
+
+
+def _closed_pipe() -> None:
+    """The reader of our output went away (``shale query ... | head``): end as Unix tools do, quietly, by SIGPIPE
+    (exit status 141 in a shell), without flushing buffers into the closed pipe or running native teardown."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGPIPE)
+    os._exit(128 + signal.SIGPIPE)  # pragma: no cover - only where SIGPIPE cannot be delivered
+
+
 class LazyGroup(click.Group):
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, hoist_global_options(args))
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # a closed pipe shows here, not at exit
+        except BrokenPipeError:
+            _closed_pipe()
+        except OSError as exc:  # pyarrow's writers report EPIPE as a plain OSError
+            if exc.errno != errno.EPIPE and "Broken pipe" not in str(exc):
+                raise
+            _closed_pipe()
+        return result
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(_COMMANDS)
 
