@@ -177,6 +177,7 @@ def _parse(spec: GroupSpec, table: pa.Table, topic: str,
     times: list[int] = []
     columns: dict[str, list[Any]] = {name: [] for name in parser.columns()}
     rejected: list[tuple[int, str]] = []
+    per_ms = 1000 if parser.time_unit == "us" else 1
     for i, (value, stamp) in enumerate(zip(_values(table), stamps, strict=True)):
         try:
             event_time, fields = parser.parse(value, stamp)
@@ -186,18 +187,18 @@ def _parse(spec: GroupSpec, table: pa.Table, topic: str,
         except (ValueError, OverflowError, OSError) as exc:  # a Kafka time no calendar holds, for example
             rejected.append((i, f"the record's time cannot be read ({exc}); Kafka timestamp {stamp}"))
             continue
-        if not 0 <= event_time <= latest_ms:
-            rejected.append((i, f"event time {event_time} ms is outside [1970-01-01, read time + 1 day]"))
+        if not 0 <= event_time <= latest_ms * per_ms:
+            rejected.append((i, f"event time {event_time // per_ms} ms is outside [1970-01-01, read time + 1 day]"))
             continue
         good.append(i)
-        times.append(event_time)
+        times.append(event_time * (1000 // per_ms))  # microseconds, as the event_time column holds them
         for name, values_of in columns.items():
             values_of.append(fields.get(name))
     base = table if len(good) == table.num_rows else _take(table, good)  # usually every record parses: no copy
     hours: dict[int, tuple[str, int | None]] = {}  # UTC hour since the epoch -> (dt, hour): one strftime per hour
     partitions = []
     for t in times:
-        hour = t // HOUR_MS
+        hour = t // (HOUR_MS * 1000)
         partition = hours.get(hour)
         if partition is None:
             day = _date(hour * HOUR_MS)
@@ -205,7 +206,7 @@ def _parse(spec: GroupSpec, table: pa.Table, topic: str,
         partitions.append(partition)
     out = pa.table({
         **{f.name: base.column(f.name) for f in KAFKA_FIELDS},
-        "event_time": pa.array(times, pa.int64()).cast(TIMESTAMP_MS).cast(TIMESTAMP),
+        "event_time": pa.array(times, pa.int64()).cast(TIMESTAMP),
         "dt": pa.array([p[0] for p in partitions], pa.string()),
         "hour": pa.array([p[1] for p in partitions], pa.int8()),
         **{name: pa.array(vals, parser.columns()[name]) for name, vals in columns.items()},

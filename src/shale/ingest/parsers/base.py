@@ -15,7 +15,7 @@ import datetime as dt
 import hashlib
 import json
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
 from pydantic import ValidationError
@@ -37,6 +37,9 @@ class ParseError(Exception):
 class Parser(ABC):
     name: ClassVar[str]
     version: ClassVar[str] = "1"
+    time_unit: ClassVar[Literal["ms", "us"]] = "ms"
+    """The unit of the event time ``parse`` returns: milliseconds, or microseconds (the built-in parsers, so that a
+    record's microseconds are stored; the event_time column holds microseconds)."""
     options_model: ClassVar[type[ParserOptions]] = ParserOptions
     """The parser's options, typed (shale.config.parsers): the configuration is checked against it when it loads."""
 
@@ -63,7 +66,8 @@ class Parser(ABC):
 
     @abstractmethod
     def parse(self, value: bytes | None, kafka_time_ms: int) -> tuple[int, dict[str, Any]]:
-        """Event time in ms since the epoch and the column values. Raise ``ParseError`` to quarantine."""
+        """Event time since the epoch (in ``time_unit``) and the column values. Raise ``ParseError`` to
+        quarantine."""
 
     def check(self) -> None:
         """Validate the declared columns once, when the parser is loaded."""
@@ -88,3 +92,11 @@ def infer_year(parsed: dt.datetime, kafka_time_ms: int) -> dt.datetime:
 
 def to_ms(value: dt.datetime) -> int:
     return int(value.timestamp() * 1000)
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def to_us(value: dt.datetime) -> int:
+    """Microseconds since the epoch, exactly (no float on the way)."""
+    return (value - _EPOCH) // dt.timedelta(microseconds=1)

@@ -12,9 +12,9 @@ import pyarrow as pa
 from pydantic import Field
 
 from shale.config.parsers import ParserOptions, TimeFormat, TimeZone
-from shale.ingest.parsers.base import ParseError, Parser, infer_year, to_ms
+from shale.ingest.parsers.base import ParseError, Parser, infer_year, to_us
 
-EPOCH_FORMATS = {"epoch_ms": 1, "epoch_s": 1000, "epoch_us": 0.001}
+EPOCH_FORMATS = {"epoch_ms": 1000, "epoch_s": 1_000_000, "epoch_us": 1}  # microseconds per unit
 
 
 def dig(document: Any, path: list[str]) -> Any:
@@ -26,13 +26,16 @@ def dig(document: Any, path: list[str]) -> Any:
 
 
 def parse_time(raw: Any, time_format: str, kafka_time_ms: int, tz: dt.tzinfo) -> int:
-    """Event time from a field value: epoch numbers, ISO 8601, or a strftime pattern (a year may be missing)."""
+    """Event time in microseconds from a field value: epoch numbers, ISO 8601, or a strftime pattern (a year may be
+    missing)."""
     if time_format in EPOCH_FORMATS:
         if isinstance(raw, bool) or not isinstance(raw, int | float | str):
             raise ParseError(f"time {raw!r} is not a number")
+        if isinstance(raw, int):
+            return raw * EPOCH_FORMATS[time_format]
         try:
-            return int(float(raw) * EPOCH_FORMATS[time_format])
-        except ValueError:
+            return round(float(raw) * EPOCH_FORMATS[time_format])
+        except (ValueError, OverflowError):
             raise ParseError(f"time {raw!r} is not a number") from None
     if not isinstance(raw, str):
         raise ParseError(f"time {raw!r} is not a string")
@@ -47,7 +50,7 @@ def parse_time(raw: Any, time_format: str, kafka_time_ms: int, tz: dt.tzinfo) ->
         raise ParseError(f"time {raw!r} does not match {time_format!r}: {exc}") from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=tz)
-    return to_ms(parsed)
+    return to_us(parsed)
 
 
 class JsonOptions(ParserOptions):
@@ -67,6 +70,7 @@ class JsonTimestampParser(Parser):
 
     name = "json"
     options_model = JsonOptions
+    time_unit = "us"
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)

@@ -18,7 +18,7 @@ import pyarrow as pa
 from pydantic import Field, field_validator, model_validator
 
 from shale.config.parsers import ParserOptions, Pattern, StrftimeFormat, TimeZone
-from shale.ingest.parsers.base import ParseError, Parser, infer_year, to_ms
+from shale.ingest.parsers.base import ParseError, Parser, infer_year, to_us
 
 PRESETS: dict[str, dict[str, Any]] = {
     "apache": {"pattern": r"\[(?P<ts>\w{3} \w{3} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\] \[(?P<level>\w+)\] "
@@ -79,6 +79,7 @@ class TextLineParser(Parser):
 
     name = "text"
     options_model = TextOptions
+    time_unit = "us"
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -117,4 +118,4 @@ class TextLineParser(Parser):
             raise ParseError(f"timestamp {stamp!r} does not match {self.time_format!r}: {exc}") from None
         if not self.has_year:
             parsed = infer_year(parsed, kafka_time_ms)
-        return to_ms(parsed), {name: match.group(name) for name in self.group_names}
+        return to_us(parsed), {name: match.group(name) for name in self.group_names}
