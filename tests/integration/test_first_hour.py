@@ -3,12 +3,16 @@ ingest output that says what went to quarantine."""
 
 from __future__ import annotations
 
+import signal
+import socket
 import subprocess
 import sys
 import uuid
 from pathlib import Path
 
+import httpx
 from tests.integration.ingest_helpers import ROOT, create_topic, produce_json, write_config
+from tests.waiting import eventually
 
 
 def shale(config: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -55,3 +59,33 @@ def test_a_wholly_quarantined_topic_is_loud_in_ingest_and_in_verify(kafka, minio
     ok = shale(config, "verify", "--group", "partition", "--topic", good)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert ok.stdout.strip().endswith(": OK")
+
+
+def test_metastore_serve_stops_promptly_on_sigterm_and_says_so(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = tmp_path / "serve.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "shale.cli", "--set", f"metastore.data_dir={tmp_path}/data", "--set",
+             f"metastore.listen=127.0.0.1:{port}", "--set", f"bucket.url=file://{tmp_path}/bucket", "metastore",
+             "serve"], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+    try:
+        with httpx.Client() as browser:  # a keep-alive connection stays open, as a status page's browser keeps one
+            def healthy() -> bool:
+                try:
+                    return browser.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
+                except httpx.TransportError:
+                    return False
+
+            eventually(healthy, 120, log.read_text)
+            process.send_signal(signal.SIGTERM)
+            code = process.wait(timeout=15)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    text = log.read_text()
+    assert code == 0, text
+    assert "metastore stopping signal=SIGTERM" in text
+    assert text.rstrip().endswith("metastore stopped")
