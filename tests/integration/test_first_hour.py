@@ -80,6 +80,14 @@ def test_metastore_serve_stops_promptly_on_sigterm_and_says_so(tmp_path: Path) -
                     return False
 
             eventually(healthy, 120, log.read_text)
+            # The README's way into the status page: the admin token as the Basic password, any user name.
+            readme = (ROOT / "README.md").read_text()
+            assert 'curl -u ":$(cat .shale/metastore/admin.token)" http://127.0.0.1:7070/v1/ui/status' in readme
+            token = (tmp_path / "data" / "admin.token").read_text().strip()
+            page = browser.get(f"http://127.0.0.1:{port}/ui", auth=("", token))
+            assert page.status_code == 200
+            assert "text/html" in page.headers["content-type"]
+            assert browser.get(f"http://127.0.0.1:{port}/v1/ui/status", auth=("anyone", token)).status_code == 200
             process.send_signal(signal.SIGTERM)
             code = process.wait(timeout=15)
     finally:
