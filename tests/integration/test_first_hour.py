@@ -46,6 +46,7 @@ def test_a_wholly_quarantined_topic_is_loud_in_ingest_and_in_verify(kafka, minio
     produce_json(kafka.bootstrap_servers, good, 30)
     config = write_config(tmp_path, kafka.bootstrap_servers, minio_bucket, [bad, good])
     ingest = shale(config, "ingest", "--group", "partition", "--available-now")
+    (tmp_path / "ingest.stderr").write_text(ingest.stderr)
     assert ingest.returncode == 0, ingest.stderr[-5000:]
     rows = {line.split()[0]: line for line in ingest.stdout.splitlines() if line.strip()}
     assert rows["topic"].split()[:3] == ["topic", "stored", "quarantined"]
