@@ -3,6 +3,7 @@ ingest output that says what went to quarantine."""
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import subprocess
@@ -54,6 +55,11 @@ def test_a_wholly_quarantined_topic_is_loud_in_ingest_and_in_verify(kafka, minio
     assert "20x invalid JSON" in rows[bad]
     assert rows[good].split()[1:4] == ["30", "0", "-"]
     assert "all records of this topic went to quarantine" in ingest.stderr
+    # Spark's and librdkafka's known, deliberate noise stays off the console, in Spark's log file.
+    for noise in ("kafka.group.id", "NativeCodeLoader", "BGQUEUE", "Purging"):
+        assert noise not in ingest.stderr, noise
+    (spark_log,) = re.findall(r"Spark's log \(its known warnings included\) file=(\S+)", ingest.stderr)
+    assert "Kafka option 'kafka.group.id' has been set" in Path(spark_log).read_text()
     quarantined = shale(config, "verify", "--group", "partition", "--topic", bad)
     assert quarantined.returncode == 4, quarantined.stdout + quarantined.stderr
     assert quarantined.stdout.strip().endswith(": QUARANTINED")
