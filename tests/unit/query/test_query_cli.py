@@ -85,3 +85,13 @@ def test_stats_count_the_whole_query(args: list[str]) -> None:
     stats = [line for line in result.output.splitlines() if " rows from " in line]
     assert len(stats) == 1
     assert not stats[0].endswith(" 0.000s")
+
+
+def test_a_bound_takes_every_microsecond_of_its_millisecond(args: list[str]) -> None:
+    import datetime as dt
+
+    moment = dt.datetime.fromisoformat(_stamp(7).replace("Z", "+00:00"))
+    ms = int(moment.timestamp() * 1000)  # its millisecond; the record lies 978 microseconds into it
+    bounded = [*args[:-4], "--from", str(ms), "--to", str(ms), "--format", "json", "--columns", "offset"]
+    rows = [json.loads(line)["offset"] for line in CliRunner().invoke(cli, bounded).output.splitlines()]
+    assert rows == [7]
