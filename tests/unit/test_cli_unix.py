@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 from click.testing import CliRunner
 
@@ -41,3 +42,18 @@ def test_hoisting_keeps_order_and_stops_at_the_separator() -> None:
     assert hoist_global_options(["--set", "a=1", "run", "--", "--set", "b=2"]) == [
         "--set", "a=1", "run", "--", "--set", "b=2"]
     assert hoist_global_options(["config", "check"]) == ["config", "check"]
+
+
+def test_a_broken_connection_is_not_taken_for_a_closed_pipe(tmp_path: Path) -> None:
+    # EPIPE from a socket (a service that went away) while standard output is fine must not end the command quietly.
+    script = ("import click, shale.cli as c\n"
+              "@click.command()\n"
+              "def boom():\n"
+              "    raise BrokenPipeError(32, 'Broken pipe (a socket)')\n"
+              "c.LazyGroup.get_command = lambda self, ctx, name: boom\n"
+              "c.main(['boom'])\n")
+    with (tmp_path / "out").open("w") as out:
+        done = subprocess.run([sys.executable, "-c", script], stdout=out, stderr=subprocess.PIPE, timeout=60,
+                              check=False)
+    assert done.returncode != -signal.SIGPIPE
+    assert done.returncode != 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import importlib
 import os
+import select
 import signal
 import sys
 from typing import Any
@@ -62,6 +63,16 @@ def hoist_global_options(args: list[str]) -> list[str]:
     return front + rest
 
 
+def _stdout_closed() -> bool:
+    """Whether standard output is a pipe whose reader has gone (poll reports an error on its write end)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no real file descriptor (a test's captured output)
+        return False
+
+
 def _closed_pipe() -> None:
     """The reader of our output went away (``shale query ... | head``): end as Unix tools do, quietly, by SIGPIPE
     (exit status 141 in a shell), without flushing buffers into the closed pipe or running native teardown."""
@@ -83,11 +94,10 @@ class LazyGroup(click.Group):
         try:
             result = super().invoke(ctx)
             sys.stdout.flush()  # a closed pipe shows here, not at exit
-        except BrokenPipeError:
-            _closed_pipe()
-        except OSError as exc:  # pyarrow's writers report EPIPE as a plain OSError
-            if exc.errno != errno.EPIPE and "Broken pipe" not in str(exc):
-                raise
+        except OSError as exc:  # BrokenPipeError; pyarrow's writers report EPIPE as a plain OSError
+            broken = isinstance(exc, BrokenPipeError) or exc.errno == errno.EPIPE or "Broken pipe" in str(exc)
+            if not (broken and _stdout_closed()):
+                raise  # a socket's EPIPE (a connection to a service) is an error to report, not a quiet end
             _closed_pipe()
         return result
 
