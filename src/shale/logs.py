@@ -79,5 +79,5 @@ def setup_logging(level: str = "INFO", fmt: str = "text", secrets: Iterable[str]
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    for noisy in ("py4j", "urllib3", "httpx", "httpcore", "pysyncobj", "uvicorn.access"):
+    for noisy in ("py4j", "urllib3", "httpx", "httpcore", "pysyncobj", "uvicorn.access", "shale.kafka.librdkafka"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))

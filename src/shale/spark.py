@@ -20,10 +20,12 @@ the ``shale`` package in a Python environment):
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
@@ -88,6 +90,50 @@ def session_conf(config: SparkConfig, *, kafka: bool, extra_conf: dict[str, str]
     return conf
 
 
+# Spark's log4j2 configuration for Shale's drivers: warnings to the console as before, except the ones Shale causes
+# on purpose (docs/DESIGN.md 10.1: one kafka.group.id per ingest group; no native Hadoop library is needed), which
+# go only to the Spark log file named in the process's log.
+_LOG4J2 = """
+status = error
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = ${sys:shale.spark.log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{ISO8601} %p %c: %m%n%ex
+rootLogger.level = warn
+rootLogger.appenderRefs = console, file
+rootLogger.appenderRef.console.ref = console
+rootLogger.appenderRef.file.ref = file
+logger.groupid.name = org.apache.spark.sql.kafka010.KafkaSourceProvider
+logger.groupid.level = warn
+logger.groupid.additivity = false
+logger.groupid.appenderRef.file.ref = file
+logger.native.name = org.apache.hadoop.util.NativeCodeLoader
+logger.native.level = warn
+logger.native.additivity = false
+logger.native.appenderRef.file.ref = file
+"""
+
+
+def spark_log_file(app_name: str) -> Path:
+    """Where the driver's Spark log goes (its known, deliberate warnings go only there)."""
+    return Path(tempfile.gettempdir()) / f"shale-spark-{app_name}-{os.getpid()}.log"
+
+
+def _with_log_config(conf: dict[str, str], config_file: Path, log_file: Path) -> None:
+    """The driver JVM reads Shale's log4j2 configuration, unless the operator's options name one."""
+    options = conf.get("spark.driver.extraJavaOptions", "")
+    if "log4j2.configurationFile" in options or "log4j.configuration" in options:
+        return
+    conf["spark.driver.extraJavaOptions"] = (f"{options} -Dlog4j2.configurationFile={config_file} "
+                                             f"-Dshale.spark.log={log_file}").strip()
+
+
 def check_shared_bucket(config: SparkConfig, bucket: BucketConfig) -> None:
     """A cluster's executors must reach the bucket the driver uses: a ``memory://`` bucket lives in one process, and
     a relative ``file://`` path would resolve against each executor's own working directory."""
@@ -131,8 +177,17 @@ def spark_session(
     for key, value in conf.items():
         if key not in hidden:
             builder = builder.config(key, value)
-    with _properties_file(hidden):
-        session = builder.getOrCreate()
+    log_file = spark_log_file(app_name)
+    with tempfile.NamedTemporaryFile("w", prefix="shale-log4j2-", suffix=".properties") as log_config:
+        log_config.write(_LOG4J2)
+        log_config.flush()
+        if "spark.driver.extraJavaOptions" not in hidden:
+            extra = {"spark.driver.extraJavaOptions": conf.get("spark.driver.extraJavaOptions", "")}
+            _with_log_config(extra, Path(log_config.name), log_file)
+            builder = builder.config("spark.driver.extraJavaOptions", extra["spark.driver.extraJavaOptions"])
+        with _properties_file(hidden):
+            session = builder.getOrCreate()
+    logging.getLogger(__name__).info("Spark's log (its known warnings included)", extra={"file": str(log_file)})
     session.sparkContext.setLogLevel("WARN")
     return session
 

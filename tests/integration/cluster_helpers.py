@@ -40,18 +40,19 @@ def shale_process(config: Path, args: list[str], log: Path, failpoints: str = ""
     return process
 
 
-def finished(process: ManagedProcess, timeout: float = 600) -> str:
-    """Wait for the command to exit 0; return its log. Its Spark driver must not warn about a loopback hostname."""
+def finished(process: ManagedProcess, timeout: float = 600, codes: tuple[int, ...] = (0,)) -> str:
+    """Wait for the command to exit 0 (or one of ``codes``); return its log. Its Spark driver must not warn about a
+    loopback hostname."""
     assert process.popen is not None
     code = process.popen.wait(timeout=timeout)
     text = process.log_path.read_text(errors="replace")
-    assert code == 0, f"{process.name} failed ({code}):\n{text[-5000:]}"
+    assert code in codes, f"{process.name} failed ({code}):\n{text[-5000:]}"
     assert LOOPBACK_WARNING not in text
     return text
 
 
-def run_shale(config: Path, args: list[str], log: Path, timeout: float = 600) -> str:
-    return finished(shale_process(config, args, log), timeout)
+def run_shale(config: Path, args: list[str], log: Path, timeout: float = 600, codes: tuple[int, ...] = (0,)) -> str:
+    return finished(shale_process(config, args, log), timeout, codes)
 
 
 def executor_lost(log: str) -> bool:

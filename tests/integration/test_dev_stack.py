@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from shale.cli import cli
@@ -19,7 +20,9 @@ from shale.process import pid_alive
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_dev_up_status_down(tmp_path: Path) -> None:
+def test_dev_up_status_down(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # where `up` notes the stack it started last
+    monkeypatch.delenv("SHALE_DEV_DIR", raising=False)
     runner = CliRunner()
     directory = str(tmp_path / "dev")
     up = runner.invoke(cli, ["dev", "up", "--dir", directory, "--spark-workers", "1"])
@@ -33,12 +36,26 @@ def test_dev_up_status_down(tmp_path: Path) -> None:
     try:
         status = runner.invoke(cli, ["dev", "status", "--dir", directory])
         assert status.exit_code == 0, status.output
-        states = {line.split()[0]: line.split()[1] for line in status.output.splitlines()}
+        assert status.output.splitlines()[0] == f"dev stack in {tmp_path / 'dev'}"
+        states = {line.split()[0]: line.split()[1] for line in status.output.splitlines()[1:]}
         assert states == {"kafka": "running", "minio": "running", "spark-master": "running",
                           "spark-worker-0": "running"}
         again = runner.invoke(cli, ["dev", "up", "--dir", directory, "--spark-workers", "1"])  # same processes
         assert again.exit_code == 0
         assert json.loads((tmp_path / "dev" / "state.json").read_text()) == state
+
+        # `--env` prints only exports (eval-able), and `status` run elsewhere finds the stack without --dir.
+        exported = subprocess.run(
+            ["bash", "-c", f'eval "$({sys.executable} -m shale.cli dev up --dir {directory} --spark-workers 1 '
+                           '--env)" && echo "$SHALE_DEV_DIR" && echo "$SHALE_KAFKA__BOOTSTRAP_SERVERS"'],
+            env={**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}, capture_output=True, text=True,
+            cwd=tmp_path, timeout=300, check=True)
+        assert exported.stdout.splitlines() == [str(tmp_path / "dev"), state["kafka_bootstrap"]]
+        (tmp_path / "elsewhere").mkdir()
+        monkeypatch.chdir(tmp_path / "elsewhere")
+        found = runner.invoke(cli, ["dev", "status"])  # through the note `up` left
+        assert found.exit_code == 0, found.output
+        assert found.output.splitlines()[0] == f"dev stack in {tmp_path / 'dev'}"
 
         # The configuration handed out runs a Shale Spark application on the cluster.
         stack_state = DevStack(tmp_path / "dev").load()
@@ -64,4 +81,4 @@ def test_dev_up_status_down(tmp_path: Path) -> None:
     assert not any(pid_alive(pid) for pid in pids)
     status = runner.invoke(cli, ["dev", "status", "--dir", directory])
     assert status.exit_code == 3
-    assert "kafka  stopped" in status.output
+    assert f"no dev stack found; looked in {tmp_path / 'dev'}" in status.output

@@ -83,8 +83,10 @@ def test_a_failed_merge_crosses_as_its_error(message: str) -> None:
     assert str(caught.value) == f"ValueError: {message}"[:ERROR_CHARS]
 
 
-@given(read_time=counts, generation=st.integers(0, 100), task_bytes=counts, parser=names,
-       options=st.dictionaries(names, st.text(max_size=10) | st.integers() | st.booleans(), max_size=3),
+@given(read_time=counts, generation=st.integers(0, 100), task_bytes=counts, parser=st.just("json"),
+       options=st.fixed_dictionaries({"time_field": names}, optional={
+           "time_format": st.sampled_from(["iso8601", "epoch_ms", "%Y-%m-%d %H:%M:%S"]),
+           "label_fields": st.lists(label_names, max_size=3)}),
        tenant=names)
 def test_a_reprocess_round_crosses_unchanged(read_time: int, generation: int, task_bytes: int, parser: str,
                                              options: dict[str, object], tenant: str) -> None:

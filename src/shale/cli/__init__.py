@@ -4,7 +4,11 @@ modules import only ``shale.cli.common`` of the CLI, never each other."""
 
 from __future__ import annotations
 
+import errno
 import importlib
+import os
+import select
+import signal
 import sys
 from typing import Any
 
@@ -26,6 +30,7 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "generation": ("shale.cli.reprocess_cmd", "generation", "Switch the generation readers see."),
     "trace": ("shale.cli.reprocess_cmd", "trace", "Show where a block's records came from."),
     "locate": ("shale.cli.reprocess_cmd", "locate", "Find the blocks that hold a Kafka record."),
+    "tombstones": ("shale.cli.tombstones_cmd", "tombstones", "List blocks removed from the index, when and why."),
     "verify": ("shale.cli.ingest_cmd", "verify", "Reconcile Kafka offsets with the stored records."),
     "ledger": ("shale.cli.ingest_cmd", "ledger", "Show the completeness ledger of a topic."),
     "offsets": ("shale.cli.offsets_cmd", "offsets", "Show committed offsets; acknowledge offsets Kafka lost."),
@@ -45,7 +50,70 @@ def _load(module: str, attr: str) -> click.Command:
     return command
 
 
+GLOBAL_OPTIONS = ("--set", "--config", "--log-format")
+
+
+def hoist_global_options(args: list[str]) -> list[str]:
+    """The arguments with the global options written after the subcommand (``shale config check --set k=v``) moved
+    before it, where click looks for them; nothing after ``--`` moves."""
+    front: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            rest += args[i:]
+            break
+        if arg in GLOBAL_OPTIONS and i + 1 < len(args):
+            front += args[i:i + 2]
+            i += 2
+            continue
+        if arg.startswith(tuple(f"{name}=" for name in GLOBAL_OPTIONS)):
+            front.append(arg)
+        else:
+            rest.append(arg)
+        i += 1
+    return front + rest
+
+
+def _stdout_closed() -> bool:
+    """Whether standard output is a pipe whose reader has gone (poll reports an error on its write end)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no real file descriptor (a test's captured output)
+        return False
+
+
+def _closed_pipe() -> None:
+    """The reader of our output went away (``shale query ... | head``): end as Unix tools do, quietly, by SIGPIPE
+    (exit status 141 in a shell), without flushing buffers into the closed pipe or running native teardown."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGPIPE)
+    os._exit(128 + signal.SIGPIPE)  # pragma: no cover - only where SIGPIPE cannot be delivered
+
+
 class LazyGroup(click.Group):
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, hoist_global_options(args))
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # a closed pipe shows here, not at exit
+        except OSError as exc:  # BrokenPipeError; pyarrow's writers report EPIPE as a plain OSError
+            broken = isinstance(exc, BrokenPipeError) or exc.errno == errno.EPIPE or "Broken pipe" in str(exc)
+            if not (broken and _stdout_closed()):
+                raise  # a socket's EPIPE (a connection to a service) is an error to report, not a quiet end
+            _closed_pipe()
+        return result
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(_COMMANDS)
 

@@ -28,7 +28,8 @@ def _fetcher(ctx: click.Context):  # type: ignore[no-untyped-def]
 
 
 def _ts(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+    """ISO 8601 in UTC, with its zone."""
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @click.group()
@@ -42,25 +43,44 @@ def bucket() -> None:
 @click.pass_context
 @shale_errors
 def ls(ctx: click.Context, tenant: str | None, as_json: bool) -> None:
-    """List tenants, or one tenant's blocks with their states."""
+    """List tenants, or one tenant's blocks with their states, group, kind (records, quarantine, or empty: a range
+    that held no readable record), topics and data times (UTC). A block younger than block.sync_delay is fresh:
+    bucket scans do not trust it yet (its writer may still be writing it); it turns healthy on its own."""
     _, fetcher = _fetcher(ctx)
     if tenant is None:
         for name in fetcher.tenants():
             click.echo(json.dumps({"tenant": name}) if as_json else name)
         return
     result = fetcher.sync(tenant)
+    header = ("BLOCK", "STATE", "LEVEL", "GROUP", "KIND", "TOPIC", "ROWS", "BYTES", "MIN TIME (UTC)",
+              "MAX TIME (UTC)")
+    rows: list[dict[str, object]] = []
+    lines: list[tuple[str, ...]] = [header]
     for view in sorted(result.blocks.values(), key=lambda v: v.id):
         meta = view.meta
-        row = {"id": view.id, "state": view.state.value, "level": meta.level if meta else None,
-               "group": meta.group if meta else None, "rows": meta.rows if meta else None,
-               "bytes": sum(o.size for o in view.objects),
-               "min_time": _ts(meta.min_time) if meta else None, "max_time": _ts(meta.max_time) if meta else None}
-        if as_json:
+        kind = (",".join(sorted({d.kind for d in meta.datasets})) or "empty") if meta else None
+        topics = sorted({d.topic for d in meta.datasets} | {k.topic for k in meta.kafka}) if meta else []
+        times = (_ts(meta.min_time), _ts(meta.max_time)) if meta else (None, None)
+        size = sum(o.size for o in view.objects)
+        rows.append({"id": view.id, "state": view.state.value, "level": meta.level if meta else None,
+                     "group": meta.group if meta else None, "kind": kind, "topics": topics,
+                     "rows": meta.rows if meta else None, "bytes": size, "min_time": times[0], "max_time": times[1]})
+        lines.append((view.id, view.state.value, f"L{meta.level}" if meta else "-", meta.group if meta else "-",
+                      kind or "-", ",".join(topics) or "-", str(meta.rows) if meta else "-", str(size),
+                      times[0] or "-", times[1] or "-"))
+    if as_json:
+        for row in rows:
             click.echo(json.dumps(row))
-        else:
-            click.echo(f"{view.id}  {view.state.value:<20} L{row['level'] if meta else '-'}  "
-                       f"{row['group'] or '-':<9} {row['rows'] if meta else '-':>9} rows  {row['bytes']:>11} B  "
-                       f"{row['min_time'] or ''} .. {row['max_time'] or ''}")
+        return
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    numeric = {6, 7}
+    for line in lines:
+        click.echo("  ".join(cell.rjust(widths[i]) if i in numeric else cell.ljust(widths[i])
+                             for i, cell in enumerate(line)).rstrip())
+    if any(r["state"] == "fresh" for r in rows):
+        delay = get_config(ctx).block.sync_delay
+        click.echo(f"fresh: younger than block.sync_delay ({delay:g}s): bucket scans do not trust these blocks yet "
+                   "(a writer may still be writing them); they turn healthy on their own")
 
 
 @bucket.command()

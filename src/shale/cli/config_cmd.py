@@ -1,4 +1,4 @@
-"""``shale config check | show``."""
+"""``shale config check | show | explain``."""
 
 from __future__ import annotations
 
@@ -30,11 +30,32 @@ def check(ctx: click.Context, defaults: bool) -> None:
 
 
 @config.command()
+@click.argument("key", required=False, default="")
+@click.option("--markdown", is_flag=True, help="Print the whole reference as Markdown (docs/CONFIG.md).")
+def explain(key: str, markdown: bool) -> None:
+    """Every field under KEY (a section such as ingest, a rule list such as ingest.parsers, or one key) with its
+    type, default and meaning; ingest.parsers lists each installed parser's options."""
+    from shale.config.explain import explain as find
+    from shale.config.explain import render_markdown, render_text
+
+    if markdown:
+        click.echo(render_markdown(), nl=False)
+        return
+    try:
+        click.echo(render_text(find(key)))
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@config.command()
 @click.pass_context
 @shale_errors
 def show(ctx: click.Context) -> None:
     """Print the effective configuration as JSON (secrets masked)."""
     click.echo(json.dumps(masked(get_config(ctx)), indent=2))
+
+
+_RULE_LISTS = ("ingest.parsers", "ingest.tenants", "metastore.members")
 
 
 def _print_defaults(model: type | None = None, prefix: str = "") -> None:
@@ -48,3 +69,10 @@ def _print_defaults(model: type | None = None, prefix: str = "") -> None:
         default = masked(field.get_default(call_default_factory=True))
         note = f"  # {field.description}" if field.description else ""
         click.echo(f"{name} = {json.dumps(default, default=str)}{note}")
+        if default == [] and f"{prefix}{name}" in _RULE_LISTS:  # the shape of a rule, which the empty list hides
+            from shale.config.explain import explain
+
+            click.echo(f"# each [[{prefix}{name}]] rule (`shale config explain {prefix}{name}`):")
+            for entry in explain(f"{prefix}{name}")[1:]:
+                click.echo(f"#   {entry.key.removeprefix(prefix + name + '.')}: {entry.type}"
+                           + (f", default {entry.default}" if entry.default else "") + f"; {entry.meaning}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shlex
 from pathlib import Path
 
@@ -10,6 +12,31 @@ import click
 from shale.cli.common import shale_errors
 
 DEFAULT_DIR = ".shale/dev"
+DIR_ENV = "SHALE_DEV_DIR"  # exported by `shale dev up --env`: where the stack keeps its state
+
+
+def _last_up_file() -> Path:
+    """Where `shale dev up` notes the folder of the stack it started last (per user), for `status` and `down`
+    run from another folder."""
+    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return base / "shale" / "dev-last-up"
+
+
+def _candidates(directory: Path | None) -> list[Path]:
+    """The folders to look for a stack in: the one given; else ./.shale/dev, $SHALE_DEV_DIR and the last one
+    `shale dev up` started."""
+    if directory is not None:
+        return [directory]
+    found = [Path(DEFAULT_DIR)]
+    if os.environ.get(DIR_ENV):
+        found.append(Path(os.environ[DIR_ENV]))
+    with contextlib.suppress(OSError):
+        found.append(Path(_last_up_file().read_text().strip()))
+    unique: list[Path] = []
+    for path in found:
+        if path.resolve() not in [p.resolve() for p in unique]:
+            unique.append(path)
+    return unique
 
 
 @click.group()
@@ -17,41 +44,64 @@ def dev() -> None:
     """Start, inspect and stop the local Kafka broker, MinIO server and Spark standalone cluster."""
 
 
-_dir_option = click.option("--dir", "directory", default=DEFAULT_DIR, show_default=True,
-                           type=click.Path(file_okay=False, path_type=Path), help="State and data folder.")
+_dir_option = click.option("--dir", "directory", default=None, type=click.Path(file_okay=False, path_type=Path),
+                           help=f"State and data folder (up: {DEFAULT_DIR}; status and down: that, ${DIR_ENV}, or "
+                                "the folder of the last `shale dev up`).")
 
 
 @dev.command()
 @_dir_option
 @click.option("--spark-workers", type=click.IntRange(0, 8), default=0, show_default=True,
               help="Also start a Spark standalone master and this many workers (1 core, 1 GiB each).")
+@click.option("--env", "as_env", is_flag=True, help="Print only the exports, for eval \"$(shale dev up --env)\" "
+              "(progress goes to standard error).")
 @shale_errors
-def up(directory: Path, spark_workers: int) -> None:
+def up(directory: Path | None, spark_workers: int, as_env: bool) -> None:
     """Start Kafka (KRaft) and MinIO (and Spark) on free loopback ports; print how to reach them."""
     from shale.dev import DevStack
 
+    directory = (directory or Path(DEFAULT_DIR)).resolve()
     spark = f" and a Spark master with {spark_workers} workers" if spark_workers else ""
-    click.echo(f"starting Kafka, MinIO{spark} (the first run fetches them, which takes a few minutes)...")
+    click.echo(f"starting Kafka, MinIO{spark} (the first run fetches them, which takes a few minutes)...",
+               err=as_env)
     state = DevStack(directory).up(spark_workers)
+    try:
+        _last_up_file().parent.mkdir(parents=True, exist_ok=True)
+        _last_up_file().write_text(f"{directory}\n")
+    except OSError:
+        pass  # a read-only home: status and down then need --dir or $SHALE_DEV_DIR
+    exports = {**state.env(), DIR_ENV: str(directory)}
+    if as_env:
+        for key, value in exports.items():
+            click.echo(f"export {key}={shlex.quote(value)}")
+        return
     click.echo(f"kafka bootstrap servers: {state.kafka_bootstrap}")
     click.echo(f"s3 endpoint:             {state.minio_endpoint} (bucket {state.bucket!r})")
     if state.spark_master:
         click.echo(f"spark master:            {state.spark_master} (status {state.spark_ui})")
-    click.echo("point Shale at them with:")
-    for key, value in state.env().items():
+    click.echo(f"state:                   {directory}")
+    click.echo("point Shale at them with:  eval \"$(shale dev up --env)\"  (it starts nothing new), or:")
+    for key, value in exports.items():
         click.echo(f"  export {key}={shlex.quote(value)}")
 
 
 @dev.command()
 @_dir_option
-def status(directory: Path) -> None:
-    """Report each service: running and reachable, or not."""
+def status(directory: Path | None) -> None:
+    """Report each service: running and reachable, or not (exit 3 unless all run)."""
     from shale.dev import DevStack
 
-    stack = DevStack(directory)
+    looked = _candidates(directory)
+    found = next((path for path in looked if DevStack(path).load() is not None), None)
+    if found is None:
+        click.echo("no dev stack found; looked in " + ", ".join(str(p.resolve()) for p in looked)
+                   + f" (start one with `shale dev up`, or name its folder with --dir or ${DIR_ENV})")
+        raise SystemExit(3)
+    stack = DevStack(found)
     state = stack.load()
     running = stack.status(state)
     where = {name: address for name, (_, address) in state.services().items()} if state is not None else {}
+    click.echo(f"dev stack in {found.resolve()}")
     for name, ok in running.items():
         click.echo(f"{name:<6} {'running' if ok else 'stopped'} {where.get(name, '')}".rstrip())
     if not all(running.values()):
@@ -60,9 +110,12 @@ def status(directory: Path) -> None:
 
 @dev.command()
 @_dir_option
-def down(directory: Path) -> None:
+def down(directory: Path | None) -> None:
     """Stop every process `up` started."""
     from shale.dev import DevStack
 
-    stopped = DevStack(directory).down()
-    click.echo(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
+    looked = _candidates(directory)
+    found = next((path for path in looked if DevStack(path).load() is not None), looked[0])
+    stopped = DevStack(found).down()
+    click.echo(f"stopped: {', '.join(stopped)} ({found.resolve()})" if stopped else
+               f"nothing was running (looked in {', '.join(str(p.resolve()) for p in looked)})")

@@ -17,7 +17,8 @@ from shale.cli.common import get_config, shale_errors
 @shale_errors
 def ingest(ctx: click.Context, group: str, topics: str | None, topic_pattern: str | None, generation: int | None,
            available_now: bool) -> None:
-    """Persist Kafka topics into blocks, exactly once (one streaming query per group)."""
+    """Persist Kafka topics into blocks, exactly once (one streaming query per group). Each batch logs, per topic,
+    the records stored and quarantined with the top reasons; --available-now ends with a table of them."""
     from prometheus_client import start_http_server
 
     from shale.ingest.job import IngestJob
@@ -35,10 +36,19 @@ def ingest(ctx: click.Context, group: str, topics: str | None, topic_pattern: st
             {**config.ingest.model_dump(), **changes})})
     if config.ingest.metrics_port:
         start_http_server(config.ingest.metrics_port, addr="127.0.0.1")
-    IngestJob(config, group).run(available_now)
+    job = IngestJob(config, group)
+    job.run(available_now)
+    if available_now:
+        click.echo(job.summary.table())
 
 
-@click.command()
+VERIFY_EXIT = {"OK": 0, "PROBLEMS": 1, "NOT YET": 3, "QUARANTINED": 4}
+
+
+@click.command(epilog="Exit status: 0 OK: every record Kafka holds is stored exactly once, as data. "
+               "1 PROBLEMS: records missing or stored twice (or an error). 2 an unknown topic or a bad option. "
+               "3 NOT YET: nothing is wrong, but records Kafka holds are not ingested yet. "
+               "4 QUARANTINED: everything stored once, some records in quarantine (shale query --quarantine).")
 @click.option("--group", type=click.Choice(["backup", "partition"]), required=True)
 @click.option("--topic", required=True)
 @click.option("--generation", type=int, help="Generation to check (default: ingest.generation).")
@@ -46,30 +56,37 @@ def ingest(ctx: click.Context, group: str, topics: str | None, topic_pattern: st
 @click.pass_context
 @shale_errors
 def verify(ctx: click.Context, group: str, topic: str, generation: int | None, as_json: bool) -> None:
-    """Reconcile Kafka's offsets with the index and the blocks: exit 1 on any missing or duplicated record."""
+    """Reconcile Kafka's offsets with the index and the blocks: every record Kafka holds must be stored exactly
+    once. The verdict (and the exit status, below) says whether records are missing, not ingested yet, or
+    quarantined."""
     import json
 
+    from shale.errors import ConfigError
     from shale.ingest.verify import verify_topic
     from shale.metastore import open_index_view
     from shale.objstore import open_bucket
 
     config = get_config(ctx)
     gen = config.ingest.generation if generation is None else generation
-    report = verify_topic(open_index_view(config), open_bucket(config.bucket), config.kafka, group, gen, topic)
+    try:
+        report = verify_topic(open_index_view(config), open_bucket(config.bucket), config.kafka, group, gen, topic)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
     if as_json:
         click.echo(json.dumps(report.as_dict()))
     else:
-        click.echo(f"{group} generation {gen} topic {topic}: {report.stored} stored, {report.missing} missing, "
-                   f"{report.duplicated} duplicated, {report.quarantined} quarantined, {report.not_in_kafka} not in "
-                   f"Kafka{' (compacted topic)' if report.compacted else ''}: {'OK' if report.ok else 'PROBLEMS'}")
         for p in report.partitions:
             click.echo(f"  partition {p.partition} (incarnation {p.incarnation}): kafka [{p.kafka_earliest},"
                        f"{p.kafka_end}) committed {p.committed_end} stored {p.stored} missing {p.missing} "
                        f"duplicated {p.duplicated} quarantined {p.quarantined} not in Kafka {p.not_in_kafka} "
                        f"offsets without a record {p.skipped} not yet ingested {p.not_yet_ingested}"
                        + (f" e.g. {p.missing_sample}" if p.missing_sample else ""))
-    if not report.ok:
-        raise SystemExit(1)
+        click.echo(f"{group} generation {gen} topic {topic}: {report.stored} stored, {report.missing} missing, "
+                   f"{report.duplicated} duplicated, {report.quarantined} quarantined, {report.not_yet_ingested} "
+                   f"not yet ingested, {report.not_in_kafka} not in Kafka"
+                   f"{' (compacted topic)' if report.compacted else ''}: {report.status}")
+    if report.status != "OK":
+        raise SystemExit(VERIFY_EXIT[report.status])
 
 
 @click.command()

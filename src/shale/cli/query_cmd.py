@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from itertools import islice
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import click
 
 from shale.cli.common import get_config, shale_errors
 from shale.query.output import FORMATS
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 @click.command()
@@ -19,7 +25,11 @@ from shale.query.output import FORMATS
 @click.option("--group", type=click.Choice(["partition", "backup"]), default="partition", show_default=True)
 @click.option("--quarantine", is_flag=True, help="Read the records parsers rejected, with the reasons.")
 @click.option("--columns", help="Comma-separated columns (default: all).")
-@click.option("--limit", type=int, help="At most this many rows (table format: 50 unless set).")
+@click.option("--limit", type=int, help="At most this many rows (table format: 50 unless set; it says how many "
+              "rows matched in all).")
+@click.option("--order", type=click.Choice(["offset", "time"]), default="offset", show_default=True,
+              help="offset: as stored, per partition in offset order (streamed); time: by event time (the result is "
+                   "held in memory to sort it).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
               show_default=True)
 @click.option("--output", type=click.Path(dir_okay=False), help="Write here instead of standard output.")
@@ -29,52 +39,77 @@ from shale.query.output import FORMATS
 @click.pass_context
 @shale_errors
 def query(ctx: click.Context, selector: str, tenant: str, start: str, end: str, group: str, quarantine: bool,
-          columns: str | None, limit: int | None, fmt: str, output: str | None, source: str, stats: bool) -> None:
-    """Read records: shale query --tenant acme --from -1h '{topic="app", level="ERROR"}'."""
+          columns: str | None, limit: int | None, order: str, fmt: str, output: str | None, source: str,
+          stats: bool) -> None:
+    """Read records: shale query --tenant acme --from -1h '{topic="app", level="ERROR"}'. Times are printed as
+    ISO 8601 in UTC with microseconds (2026-11-25T07:36:05.383971Z) in every format."""
     from shale.objstore import open_bucket
     from shale.query import Query, run_query
-    from shale.query.output import write_csv, write_json, write_parquet
+    from shale.query.output import by_time, write_csv, write_json, write_parquet
     from shale.query.sources import open_source
     from shale.query.times import parse_time
 
     config = get_config(ctx)
+    started = time.perf_counter()
+    shown = limit if limit is not None or fmt != "table" else 50
     try:
         q = Query(tenant, parse_time(start), parse_time(end), selector, group=group,
                   kind="quarantine" if quarantine else "records",
                   columns=[c.strip() for c in columns.split(",")] if columns else None,
-                  limit=limit if limit is not None or fmt != "table" else 50,
+                  # the table counts every matching row, and sorting needs them all: the limit applies below
+                  limit=None if fmt == "table" or order == "time" else shown,
                   default_generation=config.ingest.generation)
         bucket = open_bucket(config.bucket)
-        reader = run_query(q, open_source(config, source, bucket), bucket)
+        blocks = open_source(config, source, bucket)
+        known = getattr(blocks, "tenants", None)
+        if callable(known) and tenant not in (names := known()):
+            listed = ", ".join(sorted(names)) or "none"
+            raise click.ClickException(f"tenant {tenant!r} has no blocks; tenants: {listed}")
+        reader = run_query(q, blocks, bucket)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
     batches = iter(reader)
+    if order == "time":
+        batches = by_time(reader.schema, batches, None if fmt == "table" else shown)
     if fmt == "parquet":
         if not output:
             raise click.ClickException("--format parquet needs --output FILE")
         write_parquet(reader.schema, batches, output)
     elif fmt == "csv":
-        with open(output, "wb") if output else sys.stdout.buffer as out:
+        with open(output, "wb") if output else contextlib.nullcontext(sys.stdout.buffer) as out:
             write_csv(reader.schema, batches, out)
     elif fmt == "json":
-        with open(output, "w") if output else sys.stdout as out:
+        with open(output, "w") if output else contextlib.nullcontext(sys.stdout) as out:
             write_json(batches, out)
     else:
-        from rich.console import Console
-        from rich.table import Table
-
-        from shale.query.output import _text
-
-        table = Table(*reader.schema.names)
-        for row in islice((r for b in batches for r in b.to_pylist()), q.limit):
-            table.add_row(*(str(_text(v))[:120] for v in row.values()))
-        if output:
-            with open(output, "w") as out:
-                Console(file=out, width=200).print(table)
-        else:
-            Console(width=200).print(table)
+        _table(reader.schema.names, batches, shown, output)
     if stats:
         s = q.stats
         click.echo(f"{s.rows} rows from {s.objects} objects of {s.blocks} blocks, {s.bytes_read} bytes in "
-                   f"{s.requests} requests, {s.seconds:.3f}s" + (f", {s.duplicates_dropped} duplicates dropped"
-                                                                  if s.duplicates_dropped else ""), err=True)
+                   f"{s.requests} requests, {time.perf_counter() - started:.3f}s"
+                   + (f", {s.duplicates_dropped} duplicates dropped" if s.duplicates_dropped else ""), err=True)
+
+
+def _table(names: list[str], batches: Iterator[pa.RecordBatch], limit: int | None, output: str | None) -> None:
+    """Rows for people: the first ``limit`` rows, then how many matched in all (every row is counted)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from shale.query.output import text_value
+
+    table = Table(*names)
+    total = 0
+    for batch in batches:
+        room = batch.num_rows if limit is None else max(0, min(batch.num_rows, limit - total))
+        for row in batch.slice(0, room).to_pylist():
+            table.add_row(*(str(text_value(v))[:120] for v in row.values()))
+        total += batch.num_rows
+    rows = min(total, limit) if limit is not None else total
+    note = f"showing {rows} of {total} rows" + (" (--limit N shows more)" if rows < total else "")
+    if output:
+        with open(output, "w") as out:
+            Console(file=out, width=200).print(table)
+            out.write(note + "\n")
+    else:
+        Console(width=200).print(table)
+        click.echo(note)

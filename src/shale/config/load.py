@@ -44,12 +44,22 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return [p.strip() for p in key.strip().split(".")], _parse_value(raw.strip())
 
 
+def section(item: Mapping[str, Any]) -> str:
+    """The dotted section holding an error's key, for the advice to explain it (``ingest.parsers``)."""
+    return ".".join(str(p) for p in item["loc"][:-1] if not isinstance(p, int))
+
+
 def _format_errors(error: ValidationError, origin: str) -> str:
     lines = [f"invalid configuration ({origin}):"]
     for item in error.errors():
         key = ".".join(str(p) for p in item["loc"])
         if item["type"] == "extra_forbidden":
-            lines.append(f"  {key}: unknown key; check its spelling against `shale config check --defaults`")
+            explain = f"shale config explain {section(item)}".strip()
+            lines.append(f"  {key}: unknown key; check its spelling against `{explain}`")
+            continue
+        if item["type"] == "parser_options":  # each option's own error, under the rule's path
+            rule = ".".join(str(p) for p in item["loc"][:-1])
+            lines.extend(f"  {rule}.{line}" for line in item["ctx"]["lines"])
             continue
         message = item["msg"].removeprefix("Value error, ")
         shown = MASK if is_secret_location(ShaleConfig, item["loc"]) else masked(item.get("input"))

@@ -8,8 +8,19 @@ from collections.abc import Iterator
 from typing import Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
+from shale.config.parsers import describe_errors, options_model
 from shale.config.secrets import Secret, mask_options
 from shale.config.types import ByteSize, Duration, Regex
 
@@ -39,7 +50,7 @@ class BucketConfig(_Section):
 
     url: str = Field(default="file://.shale/bucket", description="bucket URL, e.g. s3://my-bucket")
     endpoint: str = Field(default="", description="S3-compatible endpoint, e.g. http://127.0.0.1:9000 (MinIO)")
-    region: str = Field(default="us-east-1")
+    region: str = Field(default="us-east-1", description="S3 region of the bucket")
     access_key_id: str = Field(default="", description="S3 access key; empty means the environment's credentials")
     secret_access_key: Secret = Field(default=SecretStr(""), description="S3 secret key (masked when shown)")
     allow_http: bool = Field(default=False, description="allow plain HTTP endpoints (development only)")
@@ -120,7 +131,7 @@ class SparkConfig(_Section):
 
 
 class LoggingConfig(_Section):
-    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO", description="least severe level logged")
     format: Literal["text", "json"] = Field(default="text", description="json writes one object per line")
 
 
@@ -133,7 +144,8 @@ class MetastoreConfig(_Section):
     """The metadata index service (seed 004). ``embedded`` runs it inside the calling process on a local SQLite
     file (no network); ``remote`` talks to ``shale metastore serve`` nodes over HTTP."""
 
-    mode: Literal["embedded", "remote"] = "embedded"
+    mode: Literal["embedded", "remote"] = Field(default="embedded", description="embedded: in this process, on "
+                                                "data_dir; remote: the metastore nodes at addresses")
     addresses: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:7070"],
                                  description="HTTP addresses of the metastore nodes (remote mode)")
     data_dir: str = Field(default=".shale/metastore", description="state, Raft journal and snapshots")
@@ -196,8 +208,9 @@ class TenantRule(_Section):
     """Map topics to a tenant: the first rule whose ``topic_pattern`` matches (Python regex, full match) wins.
     ``tenant`` may use the pattern's named groups, e.g. pattern ``(?P<team>[a-z]+)\\..*`` and tenant ``{team}``."""
 
-    topic_pattern: Regex
-    tenant: str
+    topic_pattern: Regex = Field(description="topics this rule maps (Python regex, full match)")
+    tenant: str = Field(description="the tenant: a name (a-z, 0-9, '_', '-') or a template of the pattern's "
+                        "named groups, e.g. {team}")
 
     @model_validator(mode="after")
     def _template(self) -> TenantRule:
@@ -213,15 +226,42 @@ class TenantRule(_Section):
                 raise ValueError(f"tenant {self.tenant!r}: {{{name}}} is not a named group of topic_pattern "
                                  f"{self.topic_pattern!r} used as it is (its groups: {groups or 'none'}); write "
                                  "{group} with no attribute, index, conversion or format spec")
+        fixed = "".join(text for text, _, _, _ in fields)
+        if not self.tenant or re.search(r"[^a-z0-9_-]", fixed):
+            raise ValueError(f"tenant {self.tenant!r}: a tenant is made of a-z, 0-9, '_' and '-' (or named groups "
+                             "of topic_pattern in braces, e.g. {team})")
         return self
 
 
 class ParserRule(_Section):
-    """Which parser the partition group uses for which topics (first match wins)."""
+    """Which parser the partition group uses for which topics (first match wins). ``options`` are checked against
+    the parser's options model when the configuration loads: `shale config explain ingest.parsers` lists them."""
 
-    topic_pattern: Regex = ".*"
+    topic_pattern: Regex = Field(default=".*", description="topics this rule applies to (Python regex, full match)")
     parser: str = Field(description="a parser name from the shale.parsers entry points: json, text, msgpack, ...")
-    options: dict[str, object] = Field(default_factory=dict, description="the parser's options")
+    options: dict[str, object] = Field(default_factory=dict, description="the parser's options (per parser: "
+                                       "`shale config explain ingest.parsers`)")
+
+    @field_validator("parser")
+    @classmethod
+    def _known_parser(cls, value: str) -> str:
+        options_model(value)  # ValueError naming the installed parsers
+        return value
+
+    @field_validator("options")
+    @classmethod
+    def _parser_options(cls, value: dict[str, object], info: ValidationInfo) -> dict[str, object]:
+        name = info.data.get("parser")
+        if name is None:
+            return value  # the parser name was wrong: that error is reported already
+        model = options_model(name)
+        try:
+            model.model_validate(value)
+        except ValidationError as exc:
+            lines = describe_errors(exc.errors(), "options", model)
+            raise PydanticCustomError("parser_options", "parser {parser}: {problems}",
+                                      {"parser": name, "problems": "; ".join(lines), "lines": lines}) from None
+        return value
 
 
 class IngestConfig(_Section):
@@ -235,6 +275,9 @@ class IngestConfig(_Section):
     tenants: list[TenantRule] = Field(default_factory=list, description="topic-to-tenant rules")
     tenant_header: str = Field(default="", description="take the tenant from this record header when present")
     parsers: list[ParserRule] = Field(default_factory=list, description="partition group: parser per topic")
+    quarantine_warn_share: float = Field(default=0.5, ge=0.0, le=1.0, description="a batch that quarantines all "
+                                         "of a topic's records, or more than this share, logs a warning and sets "
+                                         "shale_ingest_quarantining")
     partition_by_hour: bool = Field(default=False, description="partition values dt and hour (default: dt)")
     trigger_interval: Duration = Field(default=5.0, description="time policy: a caught-up group plans its next "
                                        "batch this long after its last plan (at once if that batch took longer)")
@@ -337,8 +380,9 @@ class RunConfig(_Section):
         default_factory=lambda: ["metastore", "ingest", "compaction"],  # type: ignore[arg-type]
         description="what this machine runs; without metastore, metastore.mode must be remote (docs/DEPLOY.md)")
     ingest_groups: list[Literal["backup", "partition"]] = Field(
-        default_factory=lambda: ["backup", "partition"])  # type: ignore[arg-type]
-    compaction_workers: int = Field(default=1, ge=0)
+        default_factory=lambda: ["backup", "partition"],  # type: ignore[arg-type]
+        description="the ingest groups `shale run` starts")
+    compaction_workers: int = Field(default=1, ge=0, description="compaction worker processes `shale run` starts")
     metrics_base_port: int = Field(default=9400, ge=0, le=65000,
                                    description="ingest groups and workers expose metrics from this port up (0: any "
                                                "free ports)")

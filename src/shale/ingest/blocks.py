@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections import defaultdict
-from collections.abc import Iterator
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,6 +99,27 @@ class Written(BaseModel):
     peak_rss: int = Field(default=0, description="the task process's peak resident memory while it wrote")
     seconds: dict[str, float] = Field(default_factory=dict, description="seconds spent on this chunk by phase "
                                       "(shale.ingest.task.PHASES), since the chunk before it in its task")
+    reasons: dict[str, int] = Field(default_factory=dict, description="the most frequent kinds of quarantine "
+                                    "reason (an example of each) and how many records each sent there")
+
+
+def reason_kind(reason: str) -> str:
+    """A reason without its record's values (quoted text and numbers), so that reasons of one kind count together."""
+    return _VALUES.sub("…", reason)
+
+
+_VALUES = re.compile(r"'[^']*'|\"[^\"]*\"|\d+")
+
+
+def top_reasons(reasons: Iterable[tuple[str, int]], top: int = 3) -> dict[str, int]:
+    """The ``top`` most frequent kinds of reason, each as its first example (shortened) with the kinds' count."""
+    counts: Counter[str] = Counter()
+    example: dict[str, str] = {}
+    for reason, n in reasons:
+        kind = reason_kind(reason)
+        counts[kind] += n
+        example.setdefault(kind, reason if len(reason) <= 200 else reason[:199] + "…")
+    return {example[kind]: n for kind, n in counts.most_common(top)}
 
 
 HOUR_MS = 3_600_000
@@ -190,6 +211,7 @@ def _parse(spec: GroupSpec, table: pa.Table, topic: str,
     columns: dict[str, list[Any]] = {name: [] for name in parser.columns()}
     rejected: list[tuple[int, str]] = []
     labels = parser.labels()
+    per_ms = 1000 if parser.time_unit == "us" else 1
     for i, (value, stamp) in enumerate(zip(_values(table), stamps, strict=True)):
         try:
             event_time, fields = parser.parse(value, stamp)
@@ -199,18 +221,19 @@ def _parse(spec: GroupSpec, table: pa.Table, topic: str,
         except (ValueError, OverflowError, OSError) as exc:  # a Kafka time no calendar holds, for example
             rejected.append((i, f"the record's time cannot be read ({exc}); Kafka timestamp {stamp}"))
             continue
-        except Exception as exc:
+        except Exception as exc:  # a parser's bug on one record quarantines it, never the group
             rejected.append((i, f"parser {parser.name} failed on this record: {type(exc).__name__}: {exc}"[:1000]))
             continue
-        if not isinstance(event_time, int) or not 0 <= event_time <= latest_ms:
-            rejected.append((i, f"event time {event_time!r} ms is outside [1970-01-01, read time + 1 day]"))
+        if not isinstance(event_time, int) or not 0 <= event_time <= latest_ms * per_ms:
+            shown = event_time // per_ms if isinstance(event_time, int) else repr(event_time)
+            rejected.append((i, f"event time {shown} ms is outside [1970-01-01, read time + 1 day]"))
             continue
         problem = _field_problem(fields, columns, labels)
         if problem is not None:
             rejected.append((i, problem))
             continue
         good.append(i)
-        times.append(event_time)
+        times.append(event_time * (1000 // per_ms))  # microseconds, as the event_time column holds them
         for name, values_of in columns.items():
             values_of.append(fields.get(name))
     try:
@@ -226,7 +249,7 @@ def _parse(spec: GroupSpec, table: pa.Table, topic: str,
     hours: dict[int, tuple[str, int | None]] = {}  # UTC hour since the epoch -> (dt, hour): one strftime per hour
     partitions = []
     for t in times:
-        hour = t // HOUR_MS
+        hour = t // (HOUR_MS * 1000)
         partition = hours.get(hour)
         if partition is None:
             day = _date(hour * HOUR_MS)
@@ -234,7 +257,7 @@ def _parse(spec: GroupSpec, table: pa.Table, topic: str,
         partitions.append(partition)
     out = pa.table({
         **{f.name: base.column(f.name) for f in KAFKA_FIELDS},
-        "event_time": pa.array(times, pa.int64()).cast(TIMESTAMP_MS).cast(TIMESTAMP),
+        "event_time": pa.array(times, pa.int64()).cast(TIMESTAMP),
         "dt": pa.array([p[0] for p in partitions], pa.string()),
         "hour": pa.array([p[1] for p in partitions], pa.int8()),
         **arrays,
@@ -310,4 +333,5 @@ def write_chunk(spec: GroupSpec, bucket: Bucket, table: pa.Table, chunk: Chunk,
     metas = [write_block(bucket, block_spec, datasets) for block_spec, datasets in blocks]
     quarantined = sum(len(rows) for rows, _ in quarantine.values())
     return Written(topic=topic, partition=chunk.partition, incarnation=chunk.incarnation, start=chunk.start,
-                   end=chunk.end, records=table.num_rows, quarantined=quarantined, bytes=value_bytes, blocks=metas)
+                   end=chunk.end, records=table.num_rows, quarantined=quarantined, bytes=value_bytes, blocks=metas,
+                   reasons=top_reasons(((r, 1) for _, why in quarantine.values() for r in why), top=5))

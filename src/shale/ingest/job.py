@@ -44,6 +44,7 @@ from shale.ingest.kafka import (
 )
 from shale.ingest.plan import BatchPlan, Limits, plan_batch, recreated
 from shale.ingest.records import SPARK_COLUMNS, WRITTEN_SCHEMA
+from shale.ingest.summary import IngestSummary
 from shale.ingest.task import make_task
 from shale.metastore import DeadLetterQueue, open_metastore
 from shale.objstore import open_bucket
@@ -91,6 +92,7 @@ class IngestJob:
         # Stale-tolerant bucket index: tell readers about committed blocks before the index writer does.
         self.deltas = DeltaWriter(self.bucket) if config.bucket_index.deltas else None
         self._reported: set[tuple[str, TopicPartition]] = set()
+        self.summary = IngestSummary(group, ingest.quarantine_warn_share)
 
     # -- planning ---------------------------------------------------------------------------------------
 
@@ -226,6 +228,7 @@ class IngestJob:
             "records": sum(w.records for w in written), "partitions": len(command.ranges),
             "offsets": plan.offsets, "write_seconds": round(wrote - started, 3),
             "seconds": round(time.perf_counter() - started, 3)})
+        self.summary.batch(written)
         return outcome
 
     def _observe(self, plan: BatchPlan, written: list[Written], ranges: list[Any], outcome: str) -> None:

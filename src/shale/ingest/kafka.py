@@ -9,6 +9,7 @@ handed to Spark as inline PEM (``ssl.truststore.certificates``), so executors on
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 import uuid
@@ -74,7 +75,13 @@ def client_options(kafka: KafkaConfig) -> dict[str, Any]:
         if kafka.ssl_ca_file:
             options["ssl.ca.pem"] = _ca_pem(kafka)
         options["ssl.endpoint.identification.algorithm"] = "https" if kafka.ssl_verify_hostname else "none"
+    # librdkafka's own log lines (such as "BGQUEUE ... Purging unserved events" when a client closes) go through
+    # Python logging instead of straight to the console: shale.kafka.librdkafka, shown at DEBUG.
+    options["logger"] = LIBRDKAFKA_LOG
     return {**options, **kafka.client_options}
+
+
+LIBRDKAFKA_LOG = logging.getLogger("shale.kafka.librdkafka")
 
 
 def admin(kafka: KafkaConfig) -> AdminClient:

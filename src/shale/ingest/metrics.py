@@ -8,6 +8,12 @@ RECORDS = Counter("shale_ingest_records_total", "Kafka records persisted (quaran
 BYTES = Counter("shale_ingest_bytes_total", "Bytes of Kafka record values persisted.", ["group"])
 BLOCKS = Counter("shale_ingest_blocks_total", "Blocks written and committed.", ["group"])
 QUARANTINED = Counter("shale_ingest_quarantined_total", "Records a parser rejected, kept in quarantine.", ["group"])
+TOPIC_RECORDS = Counter("shale_ingest_topic_records_total", "Kafka records persisted per topic (quarantined ones "
+                        "included).", ["group", "topic"])
+TOPIC_QUARANTINED = Counter("shale_ingest_topic_quarantined_total", "Records quarantined per topic.",
+                            ["group", "topic"])
+QUARANTINING = Gauge("shale_ingest_quarantining", "1 when the topic's last batch sent all its records, or more "
+                     "than ingest.quarantine_warn_share of them, to quarantine.", ["group", "topic"])
 BATCHES = Counter("shale_ingest_batches_total", "Micro-batches by outcome: committed, replayed, dead-lettered, "
                   "empty.", ["group", "outcome"])
 LAG = Gauge("shale_ingest_lag_records", "Records in Kafka beyond the committed offset.",

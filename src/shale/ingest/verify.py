@@ -20,6 +20,7 @@ from typing import Protocol
 
 from shale.block import BlockMeta, Dataset, read_dataset
 from shale.config import KafkaConfig
+from shale.errors import ConfigError
 from shale.index import OffsetRow
 from shale.ingest.kafka import admin, describe_topics, existing_offsets, offset_bounds
 from shale.objstore import BucketReader
@@ -72,13 +73,28 @@ class VerifyReport:
         return sum(p.not_in_kafka for p in self.partitions)
 
     @property
+    def not_yet_ingested(self) -> int:
+        return sum(p.not_yet_ingested for p in self.partitions)
+
+    @property
     def ok(self) -> bool:
+        """Nothing committed is missing or stored twice (records not yet ingested or quarantined aside)."""
         return self.missing == 0 and self.duplicated == 0 and (self.compacted or self.not_in_kafka == 0)
+
+    @property
+    def status(self) -> str:
+        """The one-word verdict, worst first: PROBLEMS (missing, duplicated or aborted records stored), NOT YET
+        (records Kafka holds are not ingested yet), QUARANTINED (all stored once, some as quarantine), else OK."""
+        if not self.ok:
+            return "PROBLEMS"
+        if self.not_yet_ingested:
+            return "NOT YET"
+        return "QUARANTINED" if self.quarantined else "OK"
 
     def as_dict(self) -> dict[str, object]:
         return {**asdict(self), "missing": self.missing, "duplicated": self.duplicated,
                 "quarantined": self.quarantined, "stored": self.stored, "not_in_kafka": self.not_in_kafka,
-                "ok": self.ok}
+                "not_yet_ingested": self.not_yet_ingested, "ok": self.ok, "status": self.status}
 
 
 class StoredBlocks(Protocol):
@@ -140,7 +156,7 @@ def verify_topic(metastore: StoredBlocks, bucket: BucketReader, kafka: KafkaConf
                  topic: str) -> VerifyReport:
     state = describe_topics(kafka, [topic]).get(topic)
     if state is None:
-        return VerifyReport(group, generation, topic, [])
+        raise ConfigError(f"topic {topic!r} does not exist in Kafka at {kafka.bootstrap_servers}: nothing to verify")
     parts = list(state.partitions)
     marks = offset_bounds(kafka, [(topic, p) for p in parts])
     committed = {o.partition: o for o in metastore.offsets(group, generation)

@@ -53,6 +53,8 @@ def first_gap(spans: list[tuple[int, int]], start: int, end: int) -> tuple[int, 
     for low, high in spans:
         if at >= end:
             break
+        if high <= low:  # an empty range covers nothing
+            continue
         if low > at:
             return at, min(low, end)
         at = max(at, high)

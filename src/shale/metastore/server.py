@@ -4,9 +4,11 @@ read-only view of the embedded state, or a client)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -105,6 +107,35 @@ def token_table(m: MetastoreConfig) -> tuple[auth.TokenTable, str]:
         register_secrets([token])
         source += f"; local admin token in {path} (mode 0600) for clients on this host with this metastore.data_dir"
     return table, source
+
+
+SHUTDOWN_GRACE = 1
+"""Seconds a stopping node waits for requests in flight (an idle keep-alive connection, such as a browser's, is not
+waited for)."""
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, stopping on SIGTERM or SIGINT with a log line, then returning (uvicorn's own handlers
+    re-raise the signal after the shutdown, which killed the process before ``close`` could log that it stopped)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _on_signal(self, signum: int, _: object) -> None:
+        if self.should_exit and signum == signal.SIGINT:
+            self.force_exit = True  # a second Ctrl-C: do not wait for requests in flight
+        if not self.should_exit:
+            log.info("metastore stopping", extra={"signal": signal.Signals(signum).name})
+        self.should_exit = True
 
 
 class MetastoreNode:
@@ -233,10 +264,10 @@ class MetastoreNode:
                                              "auth": self.token_source})
         try:
             # log_config None: uvicorn's lines go through Shale's handler (its format and secret redaction).
-            uvicorn.Server(uvicorn.Config(self.app, host=host, port=int(port), log_level="warning",
-                                          access_log=False, log_config=None,
-                                          ssl_certfile=m.tls_cert_file or None,
-                                          ssl_keyfile=m.tls_key_file or None)).run()
+            _Server(uvicorn.Config(self.app, host=host, port=int(port), log_level="warning",
+                                   access_log=False, log_config=None, timeout_graceful_shutdown=SHUTDOWN_GRACE,
+                                   ssl_certfile=m.tls_cert_file or None,
+                                   ssl_keyfile=m.tls_key_file or None)).run()
         finally:
             self.close()
 

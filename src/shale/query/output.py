@@ -15,34 +15,56 @@ import pyarrow.parquet as pq
 FORMATS = ("table", "json", "csv", "parquet")
 
 
-def _text(value: Any) -> Any:
+def iso_time(value: dt.datetime) -> str:
+    """The one time format of every output: ISO 8601 in UTC, microseconds kept, ``Z``."""
+    if value.tzinfo is not None:
+        value = value.astimezone(dt.UTC)
+    return value.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+
+
+def text_value(value: Any) -> Any:
     if isinstance(value, bytes):
         try:
             return value.decode()
         except UnicodeDecodeError:
             return "base64:" + base64.b64encode(value).decode()
     if isinstance(value, dt.datetime):
-        return value.isoformat()
+        return iso_time(value)
     if isinstance(value, list):
-        return [_text(v) for v in value]
+        return [text_value(v) for v in value]
     if isinstance(value, dict):
-        return {k: _text(v) for k, v in value.items()}
+        return {k: text_value(v) for k, v in value.items()}
     return value
+
+
+
+def by_time(schema: pa.Schema, batches: Iterator[pa.RecordBatch], limit: int | None) -> Iterator[pa.RecordBatch]:
+    """The rows sorted by event time (records of the partition group) or Kafka time (the others), then offset."""
+    column = "event_time" if "event_time" in schema.names else "timestamp"
+    keys = [(name, "ascending") for name in (column, "topic", "partition", "offset") if name in schema.names]
+    table = pa.Table.from_batches(list(batches), schema=schema)
+    if keys:
+        table = table.sort_by(keys)
+    if limit is not None:
+        table = table.slice(0, limit)
+    yield from table.to_batches()
 
 
 def write_json(batches: Iterator[pa.RecordBatch], out: IO[str]) -> None:
     """Binary values are text when they are UTF-8, else ``base64:...``; times are ISO 8601."""
     for batch in batches:
         for row in batch.to_pylist():
-            out.write(json.dumps(_text(row)) + "\n")
+            out.write(json.dumps(text_value(row)) + "\n")
 
 
 def _flat(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """CSV has no binary or nested values: binary as text (as for json), headers as JSON."""
+    """CSV has no binary or nested values: binary as text (as for json), headers as JSON; times as in json."""
     arrays = []
     for column in batch.columns:
-        if pa.types.is_binary(column.type) or pa.types.is_list(column.type):
-            values = [_text(v) for v in column.to_pylist()]
+        if pa.types.is_timestamp(column.type):
+            arrays.append(pa.array([None if v is None else iso_time(v) for v in column.to_pylist()], pa.string()))
+        elif pa.types.is_binary(column.type) or pa.types.is_list(column.type):
+            values = [text_value(v) for v in column.to_pylist()]
             arrays.append(pa.array([json.dumps(v) if isinstance(v, list) else v for v in values], pa.string()))
         else:
             arrays.append(column)

@@ -146,10 +146,12 @@ def _instant(ms: int) -> Any:
 def row_filter(plan: QueryPlan, part: Part, start: int, end: int, matchers: Sequence[Matcher]) -> Any:
     """A pyarrow expression for one part: the time range (or its generation's intervals in it) and every matcher
     on one of its columns."""
+    # Bounds are whole milliseconds, inclusive; stored times have microseconds, so a bound ``high`` takes every
+    # microsecond of its millisecond (below ``high + 1``): adjacent intervals leave no gap between them.
     time = pc.field(plan.time_column)
-    expression = (time >= _instant(start)) & (time <= _instant(end))
+    expression = (time >= _instant(start)) & (time < _instant(end + 1))
     if part.intervals is not None:
-        spans = [(time >= _instant(low)) & (time <= _instant(high)) for low, high in part.intervals]
+        spans = [(time >= _instant(low)) & (time < _instant(high + 1)) for low, high in part.intervals]
         either = spans[0]
         for span in spans[1:]:
             either = either | span

@@ -49,7 +49,8 @@ def _all_blocks(metastore: Lineage, topic: str, group: str | None = None) -> lis
 def trace_block(metastore: Lineage, block_id: str) -> dict[str, object]:
     meta = metastore.get_block(block_id)
     if meta is None:
-        raise NotFoundError(f"no live block {block_id} in the index (compacted or deleted? see its tombstone)")
+        raise NotFoundError(f"no live block {block_id} in the index (compacted or deleted? "
+                            f"`shale tombstones --block {block_id}`)")
     sources: set[str] = set(meta.derived_from)
     if not sources:
         for topic in {r.topic for r in meta.kafka}:

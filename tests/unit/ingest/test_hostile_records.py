@@ -25,7 +25,8 @@ PARSERS = ("json", "msgpack", "text")
 
 
 def _spec(parser: str) -> GroupSpec:
-    options = ({"pattern": r"(?P<ts>\d{10}) (?P<host>\S+) (?P<msg>.*)", "time_format": "%s", "labels": ["host"]}
+    options = ({"pattern": r"(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) (?P<host>\S+) (?P<msg>.*)",
+                "time_format": "%Y-%m-%d %H:%M:%S", "labels": ["host"]}
                if parser == "text" else OPTIONS)
     rule = ParserRule(parser=parser, options=options)
     return GroupSpec("partition", 1, BucketConfig(url=f"memory://hostile-{uuid.uuid4().hex}"),

@@ -26,7 +26,8 @@ def test_every_loghub_line_parses(sample: str, preset: str) -> None:
     assert len(lines) == 2000
     times = []
     for line in lines:
-        event_ms, columns = parser.parse(line, KAFKA_MS)
+        event_us, columns = parser.parse(line, KAFKA_MS)
+        event_ms = event_us // 1000
         times.append(event_ms)
         assert columns["message"] is not None
         for label in parser.labels():
@@ -38,7 +39,8 @@ def test_every_loghub_line_parses(sample: str, preset: str) -> None:
 def test_formats_without_a_year_take_it_from_the_kafka_time() -> None:
     parser = load_parser("text", {"preset": "openssh"})
     line = b"Dec 10 06:55:46 LabSZ sshd[24200]: Invalid user webmaster from 173.234.31.186"
-    event_ms, columns = parser.parse(line, KAFKA_MS)
+    event_us, columns = parser.parse(line, KAFKA_MS)
+    event_ms = event_us // 1000
     assert dt.datetime.fromtimestamp(event_ms / 1000, dt.UTC) == dt.datetime(2025, 12, 10, 6, 55, 46, tzinfo=dt.UTC)
     assert columns == {"host": "LabSZ", "process": "sshd", "pid": "24200",
                        "message": "Invalid user webmaster from 173.234.31.186"}
@@ -60,17 +62,18 @@ def test_custom_text_pattern_with_timezone() -> None:
     parser = load_parser("text", {"pattern": r"(?P<ts>\S+ \S+) (?P<level>\w+) (?P<message>.*)",
                                   "time_format": "%Y-%m-%d %H:%M:%S", "labels": ["level"],
                                   "timezone": "Europe/Paris"})
-    event_ms, columns = parser.parse(b"2026-07-01 12:00:00 WARN disk", KAFKA_MS)
+    event_us, columns = parser.parse(b"2026-07-01 12:00:00 WARN disk", KAFKA_MS)
+    event_ms = event_us // 1000
     assert event_ms == int(dt.datetime(2026, 7, 1, 10, 0, tzinfo=dt.UTC).timestamp() * 1000)
     assert columns == {"level": "WARN", "message": "disk"}
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    ({"preset": "nope"}, "preset 'nope' is unknown"),
+    ({"preset": "nope"}, "options.preset = 'nope': Input should be 'apache'"),
     ({"pattern": "(", "time_format": "%Y"}, "not a valid regular expression"),
     ({"pattern": "(?P<x>.*)", "time_format": "%Y"}, "named group 'ts'"),
     ({"pattern": "(?P<ts>.*)"}, "set a preset, or both"),
-    ({"preset": "hdfs", "colour": "red"}, "unknown options"),
+    ({"preset": "hdfs", "colour": "red"}, "options.colour: unknown option; options: preset"),
 ])
 def test_bad_text_options_are_config_errors(options: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
@@ -81,12 +84,13 @@ def test_json_parser_fields_labels_and_formats() -> None:
     parser = load_parser("json", {"time_field": "meta.ts", "time_format": "iso8601",
                                   "label_fields": ["level"], "fields": ["msg", "meta.count"]})
     value = json.dumps({"meta": {"ts": "2026-11-22T10:00:00Z", "count": 3}, "level": "ERROR", "msg": "boom"})
-    event_ms, columns = parser.parse(value.encode(), KAFKA_MS)
+    event_us, columns = parser.parse(value.encode(), KAFKA_MS)
+    event_ms = event_us // 1000
     assert event_ms == int(dt.datetime(2026, 11, 22, 10, tzinfo=dt.UTC).timestamp() * 1000)
     assert columns == {"level": "ERROR", "msg": "boom", "meta_count": "3"}
     assert parser.labels() == ["level"]
     epoch = load_parser("json", {"time_field": "t", "time_format": "epoch_ms"})
-    assert epoch.parse(b'{"t": 1795000000123}', KAFKA_MS)[0] == 1795000000123
+    assert epoch.parse(b'{"t": 1795000000123}', KAFKA_MS)[0] == 1795000000123000  # microseconds
 
 
 @pytest.mark.parametrize(("value", "reason"), [
@@ -101,10 +105,20 @@ def test_json_rejections(value: bytes, reason: str) -> None:
         parser.parse(value, KAFKA_MS)
 
 
+def test_json_keeps_the_microseconds_of_iso_and_epoch_times() -> None:
+    iso = load_parser("json", {"time_field": "ts"})
+    assert iso.parse(b'{"ts": "2026-11-25T07:36:05.383971Z"}', KAFKA_MS)[0] == int(
+        dt.datetime(2026, 11, 25, 7, 36, 5, tzinfo=dt.UTC).timestamp()) * 1_000_000 + 383_971
+    micros = load_parser("json", {"time_field": "ts", "time_format": "epoch_us"})
+    assert micros.parse(b'{"ts": 1795000000383971}', KAFKA_MS)[0] == 1795000000383971
+    text = load_parser("text", {"pattern": r"(?P<ts>\S+) (?P<m>.*)", "time_format": "%Y-%m-%dT%H:%M:%S.%f"})
+    assert text.parse(b"2026-11-25T07:36:05.383971 hello", KAFKA_MS)[0] % 1_000_000 == 383_971
+
+
 def test_msgpack_parser() -> None:
     parser = load_parser("msgpack", {"time_field": "ts", "time_format": "epoch_s", "label_fields": ["level"]})
-    event_ms, columns = parser.parse(msgpack.packb({"ts": 1795000000, "level": "INFO"}), KAFKA_MS)
-    assert (event_ms, columns) == (1795000000000, {"level": "INFO"})
+    event_us, columns = parser.parse(msgpack.packb({"ts": 1795000000, "level": "INFO"}), KAFKA_MS)
+    assert (event_us, columns) == (1795000000000000, {"level": "INFO"})
     with pytest.raises(ParseError, match="invalid msgpack"):
         parser.parse(b"\xc1", KAFKA_MS)
 
@@ -131,4 +145,6 @@ def test_json_reads_every_record_as_the_standard_library_does(value: bytes) -> N
     expected = {name: None if document.get(name) is None else
                 document[name] if isinstance(document[name], str) else json.dumps(document[name])
                 for name in ("level", "x")}
-    assert parser.parse(value, 0) == (int(float(document["ts"]) * 1000), expected)
+    ts = document["ts"]
+    assert parser.parse(value, 0) == (ts * 1_000_000 if isinstance(ts, int) else round(float(ts) * 1_000_000),
+                                      expected)

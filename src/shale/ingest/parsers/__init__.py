@@ -7,7 +7,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from shale.errors import ConfigError
-from shale.ingest.parsers.base import ParseError, Parser, infer_year, to_ms
+from shale.ingest.parsers.base import ParseError, Parser, infer_year, to_ms, to_us
 
 ENTRY_POINT_GROUP = "shale.parsers"
 
@@ -31,4 +31,4 @@ def load_parser(name: str, options: dict[str, Any] | None = None) -> Parser:
     return parser
 
 
-__all__ = ["ParseError", "Parser", "available_parsers", "infer_year", "load_parser", "to_ms"]
+__all__ = ["ParseError", "Parser", "available_parsers", "infer_year", "load_parser", "to_ms", "to_us"]

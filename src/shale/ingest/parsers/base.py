@@ -15,13 +15,14 @@ import datetime as dt
 import hashlib
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
+from pydantic import ValidationError
 
 from shale.block.names import check_label_name
 from shale.block.schemas import RESERVED_COLUMNS
+from shale.config.parsers import ParserOptions, describe_errors
 from shale.errors import ConfigError
 
 
@@ -36,16 +37,19 @@ class ParseError(Exception):
 class Parser(ABC):
     name: ClassVar[str]
     version: ClassVar[str] = "1"
-    options_schema: ClassVar[Mapping[str, type | tuple[type, ...]]] = {}
+    time_unit: ClassVar[Literal["ms", "us"]] = "ms"
+    """The unit of the event time ``parse`` returns: milliseconds, or microseconds (the built-in parsers, so that a
+    record's microseconds are stored; the event_time column holds microseconds)."""
+    options_model: ClassVar[type[ParserOptions]] = ParserOptions
+    """The parser's options, typed (shale.config.parsers): the configuration is checked against it when it loads."""
 
     def __init__(self, **options: Any) -> None:
-        unknown = sorted(set(options) - set(self.options_schema))
-        if unknown:
-            raise ConfigError(f"parser {self.name}: unknown options {unknown}; allowed: {sorted(self.options_schema)}")
-        for key, value in options.items():
-            if not isinstance(value, self.options_schema[key]):
-                raise ConfigError(f"parser {self.name}: option {key} = {value!r} has the wrong type")
-        self.options = dict(options)
+        try:
+            self.settings = self.options_model.model_validate(options)
+        except ValidationError as exc:
+            problems = describe_errors(exc.errors(), "options", self.options_model)
+            raise ConfigError(f"parser {self.name}: {'; '.join(problems)}") from None
+        self.options = dict(options)  # as written: the digest of existing configurations stays the same
 
     def digest(self) -> str:
         """A short digest of the options, recorded in block metadata to tell parser configurations apart."""
@@ -62,7 +66,8 @@ class Parser(ABC):
 
     @abstractmethod
     def parse(self, value: bytes | None, kafka_time_ms: int) -> tuple[int, dict[str, Any]]:
-        """Event time in ms since the epoch and the column values. Raise ``ParseError`` to quarantine."""
+        """Event time since the epoch (in ``time_unit``) and the column values. Raise ``ParseError`` to
+        quarantine."""
 
     def check(self) -> None:
         """Validate the declared columns once, when the parser is loaded."""
@@ -89,3 +94,11 @@ def infer_year(parsed: dt.datetime, kafka_time_ms: int) -> dt.datetime:
 
 def to_ms(value: dt.datetime) -> int:
     return int(value.timestamp() * 1000)
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def to_us(value: dt.datetime) -> int:
+    """Microseconds since the epoch, exactly (no float on the way)."""
+    return (value - _EPOCH) // dt.timedelta(microseconds=1)

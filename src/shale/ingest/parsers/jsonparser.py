@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import zoneinfo
 from typing import Any, ClassVar
 
 import orjson
 import pyarrow as pa
+from pydantic import Field
 
-from shale.errors import ConfigError
-from shale.ingest.parsers.base import ParseError, Parser, infer_year, to_ms
+from shale.config.parsers import ParserOptions, TimeFormat, TimeZone
+from shale.ingest.parsers.base import ParseError, Parser, infer_year, to_us
 
-EPOCH_FORMATS = {"epoch_ms": 1, "epoch_s": 1000, "epoch_us": 0.001}
+EPOCH_FORMATS = {"epoch_ms": 1000, "epoch_s": 1_000_000, "epoch_us": 1}  # microseconds per unit
 
 
 def dig(document: Any, path: list[str]) -> Any:
@@ -24,13 +26,16 @@ def dig(document: Any, path: list[str]) -> Any:
 
 
 def parse_time(raw: Any, time_format: str, kafka_time_ms: int, tz: dt.tzinfo) -> int:
-    """Event time from a field value: epoch numbers, ISO 8601, or a strftime pattern (a year may be missing)."""
+    """Event time in microseconds from a field value: epoch numbers, ISO 8601, or a strftime pattern (a year may be
+    missing)."""
     if time_format in EPOCH_FORMATS:
         if isinstance(raw, bool) or not isinstance(raw, int | float | str):
             raise ParseError(f"time {raw!r} is not a number")
+        if isinstance(raw, int):
+            return raw * EPOCH_FORMATS[time_format]
         try:
-            return int(float(raw) * EPOCH_FORMATS[time_format])
-        except ValueError:
+            return round(float(raw) * EPOCH_FORMATS[time_format])
+        except (ValueError, OverflowError):
             raise ParseError(f"time {raw!r} is not a number") from None
     if not isinstance(raw, str):
         raise ParseError(f"time {raw!r} is not a string")
@@ -45,31 +50,37 @@ def parse_time(raw: Any, time_format: str, kafka_time_ms: int, tz: dt.tzinfo) ->
         raise ParseError(f"time {raw!r} does not match {time_format!r}: {exc}") from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=tz)
-    return to_ms(parsed)
+    return to_us(parsed)
+
+
+class JsonOptions(ParserOptions):
+    """Options of ``json`` and ``msgpack``."""
+
+    time_field: str = Field(min_length=1, description="dot path of the event time, e.g. ts or meta.time")
+    time_format: TimeFormat = Field(default="iso8601", description="iso8601, epoch_ms, epoch_s, epoch_us, or a "
+                                    "strftime pattern (without a year: the Kafka record's year)")
+    timezone: TimeZone = Field(default="UTC", description="IANA zone of times written without one")
+    label_fields: list[str] = Field(default_factory=list, description="dot paths whose values become labels "
+                                    "(few, low-cardinality: level, host)")
+    fields: list[str] = Field(default_factory=list, description="dot paths kept as string columns")
 
 
 class JsonTimestampParser(Parser):
-    """Options: ``time_field`` (dot path, required), ``time_format`` (epoch_ms, epoch_s, epoch_us, iso8601 or a
-    strftime pattern; default iso8601), ``timezone`` (for times without one; default UTC), ``label_fields``
-    (dot paths whose values become labels) and ``fields`` (dot paths kept as string columns)."""
+    """A JSON object per record; its options are ``JsonOptions``."""
 
     name = "json"
-    options_schema: ClassVar[dict[str, type | tuple[type, ...]]] = {
-        "time_field": str, "time_format": str, "timezone": str, "label_fields": list, "fields": list}
+    options_model = JsonOptions
+    time_unit = "us"
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        if "time_field" not in options:
-            raise ConfigError("parser json: option time_field is required, e.g. time_field = \"ts\"")
-        self.time_path = str(options["time_field"]).split(".")
-        self.time_format = str(options.get("time_format", "iso8601"))
-        try:
-            self.tz: dt.tzinfo = dt.UTC if options.get("timezone", "UTC") == "UTC" else \
-                __import__("zoneinfo").ZoneInfo(options["timezone"])
-        except Exception as exc:
-            raise ConfigError(f"parser json: timezone {options.get('timezone')!r} is unknown: {exc}") from None
-        self.label_paths = {p.replace(".", "_"): p.split(".") for p in options.get("label_fields", [])}
-        self.field_paths = {p.replace(".", "_"): p.split(".") for p in options.get("fields", [])}
+        settings = self.settings
+        assert isinstance(settings, JsonOptions)
+        self.time_path = settings.time_field.split(".")
+        self.time_format = settings.time_format
+        self.tz: dt.tzinfo = dt.UTC if settings.timezone == "UTC" else zoneinfo.ZoneInfo(settings.timezone)
+        self.label_paths = {p.replace(".", "_"): p.split(".") for p in settings.label_fields}
+        self.field_paths = {p.replace(".", "_"): p.split(".") for p in settings.fields}
         self.column_paths = {**self.label_paths, **self.field_paths}
 
     def columns(self) -> dict[str, pa.DataType]:

@@ -8,14 +8,17 @@ ZooKeeper, Linux syslog); a preset's options can be overridden one by one.
 
 from __future__ import annotations
 
+import codecs
 import datetime as dt
 import re
-from typing import Any, ClassVar
+import zoneinfo
+from typing import Any, Literal
 
 import pyarrow as pa
+from pydantic import Field, field_validator, model_validator
 
-from shale.errors import ConfigError
-from shale.ingest.parsers.base import ParseError, Parser, infer_year, to_ms
+from shale.config.parsers import ParserOptions, Pattern, StrftimeFormat, TimeZone
+from shale.ingest.parsers.base import ParseError, Parser, infer_year, to_us
 
 PRESETS: dict[str, dict[str, Any]] = {
     "apache": {"pattern": r"\[(?P<ts>\w{3} \w{3} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\] \[(?P<level>\w+)\] "
@@ -38,39 +41,59 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+class TextOptions(ParserOptions):
+    """Options of ``text``: a preset, or a pattern and a time format (a preset's options can be overridden)."""
+
+    preset: Literal["apache", "hdfs", "openssh", "spark", "zookeeper", "linux"] | None = Field(
+        default=None, description="a built-in pattern, time format and labels for a common log format")
+    pattern: Pattern | None = Field(default=None, description="regex matched against the whole line; the named "
+                                    "group ts holds the time, the other named groups become string columns")
+    time_format: StrftimeFormat | None = Field(default=None, description="strftime pattern of the ts group "
+                                               "(without a year: the Kafka record's year)")
+    labels: list[str] | None = Field(default=None, description="group names that are also labels (low-cardinality)")
+    timezone: TimeZone = Field(default="UTC", description="IANA zone of the timestamps")
+    encoding: str = Field(default="utf-8", description="the lines' text encoding")
+
+    @field_validator("encoding")
+    @classmethod
+    def _encoding(cls, value: str) -> str:
+        try:
+            codecs.lookup(value)
+        except LookupError:
+            raise ValueError(f"{value!r} is not a text encoding, e.g. 'utf-8' or 'latin-1'") from None
+        return value
+
+    @model_validator(mode="after")
+    def _complete(self) -> TextOptions:
+        preset = PRESETS.get(self.preset or "", {})
+        pattern = self.pattern or preset.get("pattern")
+        if pattern is None or (self.time_format or preset.get("time_format")) is None:
+            raise ValueError("set a preset, or both pattern and time_format")
+        if "ts" not in re.compile(pattern).groupindex:
+            raise ValueError("the pattern needs a named group 'ts' for the timestamp")
+        return self
+
+
 class TextLineParser(Parser):
-    """Options: ``preset`` (apache, hdfs, openssh, spark, zookeeper, linux) and/or ``pattern`` (regex with a
-    ``ts`` group, matched against the whole line), ``time_format`` (strftime), ``labels`` (group names),
-    ``timezone`` (default UTC), ``encoding`` (default utf-8)."""
+    """One log line per record; its options are ``TextOptions``."""
 
     name = "text"
-    options_schema: ClassVar[dict[str, type | tuple[type, ...]]] = {
-        "preset": str, "pattern": str, "time_format": str, "labels": list, "timezone": str, "encoding": str}
+    options_model = TextOptions
+    time_unit = "us"
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        preset = options.get("preset")
-        if preset is not None and preset not in PRESETS:
-            raise ConfigError(f"parser text: preset {preset!r} is unknown; presets: {', '.join(sorted(PRESETS))}")
-        merged = {**PRESETS.get(preset or "", {}), **{k: v for k, v in options.items() if k != "preset"}}
-        if "pattern" not in merged or "time_format" not in merged:
-            raise ConfigError("parser text: set a preset, or both pattern and time_format")
-        try:
-            self.regex = re.compile(str(merged["pattern"]))
-        except re.error as exc:
-            raise ConfigError(f"parser text: pattern is not a valid regular expression: {exc}") from None
-        if "ts" not in self.regex.groupindex:
-            raise ConfigError("parser text: the pattern needs a named group 'ts' for the timestamp")
-        self.time_format = str(merged["time_format"])
+        settings = self.settings
+        assert isinstance(settings, TextOptions)
+        preset = PRESETS.get(settings.preset or "", {})
+        self.regex = re.compile(settings.pattern or preset["pattern"])
+        self.time_format = settings.time_format or str(preset["time_format"])
         self.has_year = "%Y" in self.time_format or "%y" in self.time_format
-        self.label_names = [str(n) for n in merged.get("labels", [])]
+        labels = settings.labels if settings.labels is not None else preset.get("labels", [])
+        self.label_names = [str(n) for n in labels]
         self.group_names = [g for g in self.regex.groupindex if g != "ts"]
-        self.encoding = str(merged.get("encoding", "utf-8"))
-        zone = str(merged.get("timezone", "UTC"))
-        try:
-            self.tz: dt.tzinfo = dt.UTC if zone == "UTC" else __import__("zoneinfo").ZoneInfo(zone)
-        except Exception as exc:
-            raise ConfigError(f"parser text: timezone {zone!r} is unknown: {exc}") from None
+        self.encoding = settings.encoding
+        self.tz: dt.tzinfo = dt.UTC if settings.timezone == "UTC" else zoneinfo.ZoneInfo(settings.timezone)
 
     def columns(self) -> dict[str, pa.DataType]:
         return {name: pa.string() for name in self.group_names}
@@ -95,4 +118,4 @@ class TextLineParser(Parser):
             raise ParseError(f"timestamp {stamp!r} does not match {self.time_format!r}: {exc}") from None
         if not self.has_year:
             parsed = infer_year(parsed, kafka_time_ms)
-        return to_ms(parsed), {name: match.group(name) for name in self.group_names}
+        return to_us(parsed), {name: match.group(name) for name in self.group_names}
