@@ -87,14 +87,18 @@ def test_metastore_serve_stops_promptly_on_sigterm_and_says_so(tmp_path: Path) -
                     return False
 
             eventually(healthy, 120, log.read_text)
-            # The README's way into the status page: the admin token as the Basic password, any user name.
+            # The README's way into the status page: the admin token pasted into the login form.
             readme = (ROOT / "README.md").read_text()
-            assert 'curl -u ":$(cat .shale/metastore/admin.token)" http://127.0.0.1:7070/v1/ui/status' in readme
+            assert 'curl -H "Authorization: Bearer $(cat .shale/metastore/admin.token)"' in readme
             token = (tmp_path / "data" / "admin.token").read_text().strip()
-            page = browser.get(f"http://127.0.0.1:{port}/ui", auth=("", token))
+            base = f"http://127.0.0.1:{port}"
+            assert browser.get(f"{base}/ui").headers.get("location", "").endswith("/ui/login")
+            login = browser.post(f"{base}/ui/login", data={"token": token}, headers={"origin": base})
+            assert login.status_code == 303, login.text
+            page = browser.get(f"{base}/ui")  # the session cookie the form set
             assert page.status_code == 200
             assert "text/html" in page.headers["content-type"]
-            assert browser.get(f"http://127.0.0.1:{port}/v1/ui/status", auth=("anyone", token)).status_code == 200
+            assert browser.get(f"{base}/v1/ui/status", headers={"authorization": f"Bearer {token}"}).status_code == 200
             process.send_signal(signal.SIGTERM)
             code = process.wait(timeout=15)
     finally:
