@@ -62,14 +62,17 @@ def verify(ctx: click.Context, group: str, topic: str, generation: int | None, a
     import json
 
     from shale.errors import ConfigError
-    from shale.ingest.verify import verify_topic
+    from shale.ingest.verify import NothingStored, StoredBlocks, verify_topic
     from shale.metastore import open_index_view
+    from shale.metastore.server import state_path
     from shale.objstore import open_bucket
 
     config = get_config(ctx)
     gen = config.ingest.generation if generation is None else generation
+    never = config.metastore.mode == "embedded" and not state_path(config).exists()
     try:
-        report = verify_topic(open_index_view(config), open_bucket(config.bucket), config.kafka, group, gen, topic)
+        stored: StoredBlocks = NothingStored() if never else open_index_view(config)
+        report = verify_topic(stored, open_bucket(config.bucket), config.kafka, group, gen, topic)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     if as_json:

@@ -24,7 +24,7 @@ from shale.config.types import check_regex, parse_duration, parse_size
 
 _VALIDATED = {parse_duration: "duration ('250ms', '30s', '15m', '6h', '7d')",
               parse_size: "size ('512KiB', '64MiB', '1GB')", check_regex: "regex",
-              parsers.check_pattern: "regex", parsers.check_time_format: "time format (iso8601, epoch_ms, epoch_s, "
+              parsers.check_time_format: "time format (iso8601, epoch_ms, epoch_s, "
               "epoch_us or a strftime pattern)", parsers.check_strftime: "strftime pattern ('%Y-%m-%d %H:%M:%S')",
               parsers.check_timezone: "IANA time zone"}
 

@@ -17,6 +17,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
+from shale.config.types import check_regex
+
 ENTRY_POINT_GROUP = "shale.parsers"
 NAMED_TIME_FORMATS = ("iso8601", "epoch_ms", "epoch_s", "epoch_us")
 # strptime's directives: a pattern naming another one would fail on every record, so it fails here.
@@ -53,14 +55,6 @@ def check_timezone(value: str) -> str:
     return value
 
 
-def check_pattern(value: str) -> str:
-    try:
-        re.compile(value)
-    except re.error as exc:
-        raise ValueError(f"not a valid regular expression: {exc}") from None
-    return value
-
-
 TimeFormat = Annotated[str, AfterValidator(check_time_format)]
 """iso8601, epoch_ms, epoch_s, epoch_us, or a strftime pattern."""
 
@@ -70,7 +64,7 @@ StrftimeFormat = Annotated[str, AfterValidator(check_strftime)]
 TimeZone = Annotated[str, AfterValidator(check_timezone)]
 """An IANA time zone name."""
 
-Pattern = Annotated[str, AfterValidator(check_pattern)]
+Pattern = Annotated[str, AfterValidator(check_regex)]
 """A Python regular expression."""
 
 

@@ -108,6 +108,21 @@ class StoredBlocks(Protocol):
     def offsets(self, group: str | None = None, generation: int | None = None) -> list[OffsetRow]: ...
 
 
+class NothingStored:
+    """The metastore of a configuration that never ingested (an embedded one without a state file): verify then
+    reports every record Kafka holds as not yet ingested, instead of refusing to look."""
+
+    def tenants(self) -> list[str]:
+        return []
+
+    def query_blocks(self, tenants: Sequence[str], start: int, end: int, selector: str = "",
+                     group: str | None = None) -> list[BlockMeta]:
+        return []
+
+    def offsets(self, group: str | None = None, generation: int | None = None) -> list[OffsetRow]:
+        return []
+
+
 def group_blocks(metastore: StoredBlocks, group: str, generation: int, topic: str,
                  incarnation: str | None = None) -> list[BlockMeta]:
     """The group's live blocks holding ``topic`` (every tenant), with only that topic's datasets; with
