@@ -12,7 +12,7 @@ from shale.index.records import (
     decode_meta,
     encode_meta,
 )
-from shale.index.schema import PARTITION_WINDOW_MS, connect, create
+from shale.index.schema import PARTITION_WINDOW_MS, connect, copy_state, create
 from shale.index.writer import IndexWriter
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "PartitionRow",
     "TombstoneRow",
     "connect",
+    "copy_state",
     "create",
     "decode_meta",
     "encode_meta",

@@ -10,6 +10,7 @@ in ``strings``.
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 
 from shale.compaction.state import COMPACTION_DDL
 from shale.index.changes import DDL as CHANGES_DDL
@@ -185,6 +186,20 @@ def connect(path: str, *, readonly: bool = False) -> sqlite3.Connection:
     conn.execute("PRAGMA cache_size=-131072")
     conn.execute("PRAGMA mmap_size=2147483648")
     return conn
+
+
+def copy_state(path: Path, target: Path) -> None:
+    """A consistent copy of the index at ``path``: SQLite's online backup from a separate read-only connection in
+    one step, which is one read transaction, so the copy is exactly one committed state while a writer goes on
+    (WAL mode lets readers and the writer overlap)."""
+    target.unlink(missing_ok=True)
+    source = connect(str(path), readonly=True)
+    dest = sqlite3.connect(str(target))
+    try:
+        source.backup(dest)
+    finally:
+        dest.close()
+        source.close()
 
 
 def create(conn: sqlite3.Connection) -> None:

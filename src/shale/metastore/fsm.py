@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from shale.block import BlockMeta
 from shale.block.layout import META_FILENAME
 from shale.errors import CommandRejectedError
-from shale.index import PARTITION_WINDOW_MS, IndexReader, IndexWriter, connect, create
+from shale.index import PARTITION_WINDOW_MS, IndexReader, IndexWriter, connect, copy_state, create
 from shale.metastore.commands import (
     COMMAND_KINDS,
     AcknowledgeOffsetLoss,
@@ -428,14 +428,7 @@ class StateMachine:
         separate read-only connection in one step, which is one read transaction, so the copy is exactly one
         committed state while commands go on being applied (WAL mode lets readers and the writer overlap). The Raft
         snapshot calls this on the thread that applies entries, so its copy is exactly the last applied entry."""
-        target.unlink(missing_ok=True)
-        source = connect(str(self.path), readonly=True)
-        dest = sqlite3.connect(str(target))
-        try:
-            source.backup(dest)
-        finally:
-            dest.close()
-            source.close()
+        copy_state(self.path, target)
 
     def restore_from(self, source: Path) -> None:
         """Replace the whole state with a backup taken by ``backup_to``; a backup of an older schema (a snapshot

@@ -10,7 +10,6 @@ hold the state's write lock. Reads see what is committed when each statement run
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -19,7 +18,16 @@ from typing import Any
 from shale.block import BlockMeta
 from shale.compaction.state import CompactionState
 from shale.errors import ConfigError
-from shale.index import IncarnationRow, IndexReader, LossRow, OffsetRow, TombstoneRow, connect, parse_matchers
+from shale.index import (
+    IncarnationRow,
+    IndexReader,
+    LossRow,
+    OffsetRow,
+    TombstoneRow,
+    connect,
+    copy_state,
+    parse_matchers,
+)
 from shale.metastore.compaction import job_rows, queue_counts
 
 
@@ -93,11 +101,4 @@ class ReadOnlyIndex:
     def snapshot(self, out: Path) -> None:
         """A consistent copy of the whole state (as ``MetastoreClient.snapshot`` gets a node's): SQLite's online
         backup in one step, one read transaction."""
-        out.unlink(missing_ok=True)
-        source = connect(str(self.path), readonly=True)
-        dest = sqlite3.connect(str(out))
-        try:
-            source.backup(dest)
-        finally:
-            dest.close()
-            source.close()
+        copy_state(self.path, out)
