@@ -191,6 +191,13 @@ class MetastoreCluster:
                 out.append((body["hash"], body["applied_index"]))
         return out
 
+    def content_hashes(self) -> list[str]:
+        """Every live node's hash of the index content alone: a leader election's no-op entry moves the applied
+        index (and so ``state_hashes``) but not this."""
+        with self._http() as http:
+            return [http.get(address + "/v1/state-hash").json()["content_hash"]
+                    for i, address in enumerate(self.addresses) if self.processes[i] is not None]
+
     def stop(self) -> None:
         for process in self.processes:
             if process is not None:

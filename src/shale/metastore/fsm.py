@@ -419,9 +419,9 @@ class StateMachine:
             self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self.conn.close()
 
-    def state_hash(self) -> str:
+    def state_hash(self, *, with_applied: bool = True) -> str:
         with self.lock:
-            return self.reader.state_hash()
+            return self.reader.state_hash(with_applied=with_applied)
 
     def backup_to(self, target: Path) -> None:
         """A consistent copy of the whole state, without holding the state lock: SQLite's online backup from a

@@ -344,7 +344,8 @@ def create_app(service: MetastoreService, leader_http: Callable[[], str | None],
 
     @app.get("/v1/state-hash")
     def state_hash() -> dict[str, Any]:
-        return {"hash": service.state.state_hash(), "applied_index": service.state.applied()[0]}
+        return {"hash": service.state.state_hash(), "content_hash": service.state.state_hash(with_applied=False),
+                "applied_index": service.state.applied()[0]}
 
     @app.get("/v1/snapshot")
     def snapshot() -> FileResponse:

@@ -23,6 +23,7 @@ from shale.metastore.commands import (
     ReplaceBlocks,
     Result,
     SetActiveGeneration,
+    SetCompactionFailureLimit,
     TruncateIndex,
     decode,
     encode,
@@ -177,6 +178,18 @@ def test_replace_blocks_never_touches_another_tenants_sources(h: Harness) -> Non
     assert {m.id for m in h.sm.reader.tenant_blocks("beta")} == {theirs.id}
     assert {m.id for m in h.sm.reader.tenant_blocks("acme")} == {ours.id}
     assert h.sm.reader.tombstones() == []
+
+
+def test_the_content_hash_leaves_out_a_no_op_but_not_a_setting(h: Harness) -> None:
+    """The refused-call tests compare the content hash: a leader's no-op (an election) must not move it, and a
+    command that changes anything must."""
+    h.apply(AddBlocks(blocks=[meta(start=0)]))
+    content, full = h.sm.state_hash(with_applied=False), h.sm.state_hash()
+    h.apply(Noop())
+    assert h.sm.state_hash(with_applied=False) == content
+    assert h.sm.state_hash() != full
+    h.apply(SetCompactionFailureLimit(limit=99))
+    assert h.sm.state_hash(with_applied=False) != content
 
 
 def test_quarantine_blocks_removes_them_from_the_index_without_tombstones(h: Harness) -> None:
