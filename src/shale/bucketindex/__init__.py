@@ -15,7 +15,14 @@ Errors::
     └── StaleIndexError        the index (and its deltas) is older than max_stale_period
 """
 
-from shale.bucketindex.deltas import DELTA_MARGIN, UNREFLECTED_DELTA_LIMIT, DeltaWriter, IndexDelta, apply_delta
+from shale.bucketindex.deltas import (
+    DELTA_MARGIN,
+    UNREFLECTED_DELTA_LIMIT,
+    DeltaLink,
+    DeltaWriter,
+    IndexDelta,
+    apply_delta,
+)
 from shale.bucketindex.model import INDEX_VERSION, BucketIndex, IndexedMark, live_blocks
 from shale.bucketindex.reader import BucketIndexReader, StaleIndexError
 from shale.bucketindex.scan import scan_index, write_scanned_index
@@ -29,6 +36,7 @@ __all__ = [
     "BucketIndex",
     "BucketIndexReader",
     "BucketIndexWriter",
+    "DeltaLink",
     "DeltaWriter",
     "IndexDelta",
     "IndexSource",

@@ -5,13 +5,22 @@ change is durable, with put-if-absent::
 
     <tenant>/bucket-index-deltas/<ms:013d>-<seq:06d>-<writer>.json
     {"version": 1, "tenant": "acme", "time": 1795000000.5,
-     "added": [<BlockMeta>], "marks": [{"id", "deletion_time", "reason"}], "removed": ["<block id>"]}
+     "added": [<BlockMeta>], "marks": [{"id", "deletion_time", "reason"}], "removed": ["<block id>"],
+     "link": {"previous": 41, "version": 57, "time": 1795000000.4}}
 
 Keys sort by the producer's (per-writer monotonic) clock, then by a sequence within one millisecond, then by
 writer. "After the change is durable" matters: a block is announced only once its meta.json exists and, with a
 metastore, once its commit is applied, so that anything a delta announces can be found by an index writer that
-lists the deltas *before* reading its source. A delta without changes is a heartbeat: it proves the producer
-was alive at that time, which is what lets a reader trust a stale index plus deltas (see ``reader``).
+lists the deltas *before* reading its source.
+
+A delta names where its change sits in the metastore's history of the tenant (``link``): the tenant's version
+before and after it (the log index of its last change; the metastore's command result says both) and the log's
+time of the change. The index says the version its source reflected (``BucketIndex.tenant_version``). A reader
+follows the links from the index's version (``chain_end``); the view is fresh as of the newest change it reaches
+without a hole. A producer that died between its commit and its delta leaves a hole that no later delta can cover:
+the view stays stale (``StaleIndexError``) until the index writer folds the change in, instead of looking fresh
+while it lacks a committed block. A delta without a link (a replayed commit, a delta of an older Shale) is
+applied but proves nothing about freshness.
 
 Index writers fold deltas: they set the index's ``watermark`` to the newest delta key whose change the index
 holds, and then delete the deltas up to it. ``fold_watermark`` is the rule both writers share: the watermark
@@ -49,6 +58,47 @@ _DELTA_NAME = re.compile(r"^(\d{13})-(\d{6})-([0-9a-z]+)\.json$")
 MarkLike = DeletionMark | IndexedMark | tuple[str, float, str]
 
 
+class DeltaLink(BaseModel):
+    """Where a delta's change sits in the metastore's history of its tenant."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    previous: int = Field(ge=0, description="the tenant's version before the change (0: its first change)")
+    version: int = Field(ge=1, description="the tenant's version after it: the log index of the change")
+    time: float = Field(description="the log's time of the change, seconds since the epoch")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> DeltaLink:
+        if self.previous > self.version:
+            raise ValueError(f"previous version {self.previous} is after version {self.version}")
+        return self
+
+    @classmethod
+    def of(cls, raw: object) -> DeltaLink | None:
+        """A link as a metastore command's result gives it (``[previous, version, time ms]``); None if the result
+        does not give one (a replayed command)."""
+        if not isinstance(raw, list) or len(raw) != 3:
+            return None
+        return cls(previous=raw[0], version=raw[1], time=raw[2] / 1000)
+
+
+def chain_end(start: int | None, links: Iterable[DeltaLink]) -> tuple[float | None, int | None]:
+    """Follow ``links`` from the version ``start`` an index reflects: the log time of the newest change reached
+    without a hole (None: no link reached past ``start``), and the version just before the first hole (None: no
+    hole). Links apply in version order whatever order their deltas' keys have; a link whose ``previous`` is
+    beyond the version reached so far means a change in between announced no delta. ``start`` None (an index
+    built from a bucket scan) reaches nothing: a scan cannot say which changes it holds."""
+    if start is None:
+        return None, None
+    at, when = start, None
+    for link in sorted(links, key=lambda k: (k.previous, k.version)):
+        if link.previous > at:
+            return when, at
+        if link.version >= at:
+            at, when = link.version, link.time if when is None else max(when, link.time)
+    return when, None
+
+
 class IndexDelta(BaseModel):
     """One producer's change to one tenant's blocks."""
 
@@ -60,6 +110,7 @@ class IndexDelta(BaseModel):
     added: list[BlockMeta] = Field(default_factory=list)
     marks: list[IndexedMark] = Field(default_factory=list)
     removed: list[str] = Field(default_factory=list, description="blocks whose objects are gone")
+    link: DeltaLink | None = Field(default=None, description="the change's place in the tenant's history")
 
     @model_validator(mode="after")
     def _consistent(self) -> IndexDelta:
@@ -109,13 +160,13 @@ class DeltaWriter:
         self._names = OrderedNames(clock)
 
     def write(self, tenant: str, added: Sequence[BlockMeta] = (), marks: Sequence[MarkLike] = (),
-              removed: Sequence[str] = ()) -> str:
+              removed: Sequence[str] = (), link: DeltaLink | None = None) -> str:
         """Write one delta (put-if-absent) and return its key. Call it only after the change is durable: after
-        meta.json (and the metastore commit, when there is a metastore), after a mark, after a deletion."""
+        meta.json and the metastore commit (whose result gives ``link``), after a mark, after a deletion."""
         name, ms = self._names.next()
         key = f"{bucket_index_deltas_prefix(tenant)}{name}.json"
         delta = IndexDelta(tenant=tenant, time=ms / 1000.0, added=list(added), marks=[_to_mark(m) for m in marks],
-                           removed=list(removed))
+                           removed=list(removed), link=link)
         self.bucket.put_if_absent(key, delta.model_dump_json(exclude_none=True).encode())
         return key
 

@@ -6,7 +6,7 @@ The object is gzip-compressed JSON::
     {"version": 1, "tenant": "acme", "updated_at": 1795000000.0, "watermark": "<delta key or empty>",
      "blocks": [<meta.json of each block, without null fields>],
      "deletion_marks": [{"id": "01J...", "deletion_time": 1795000000.0, "reason": "compacted"}],
-     "uploaded": {"01J...": 1795000000.0}}
+     "uploaded": {"01J...": 1795000000.0}, "tenant_version": 57}
 
 * ``updated_at`` (seconds since the epoch, the writer's clock) is the index's freshness claim: it holds every
   change its source knew of at that time. Readers refuse an index older than ``max_stale_period``.
@@ -17,9 +17,14 @@ The object is gzip-compressed JSON::
 * ``deletion_marks`` are blocks marked for deletion; a marked block may still be listed in ``blocks`` (it is
   readable by nobody, and deleted after the delay).
 * ``uploaded`` is when each block was first seen by an index writer (or its newest object's upload time).
+* ``tenant_version`` is the metastore's version of the tenant (the log index of its last change) that the
+  writer's source reflected; absent in an index built from a bucket scan. Stale-tolerant readers follow the
+  deltas' links from it (``deltas.chain_end``).
 
 A malformed index, an index of another tenant and an index of an unknown version are ``CorruptObjectError``s
-naming the tenant and the key. Unknown fields are refused too: a newer Shale bumps ``version`` when it adds any.
+naming the tenant and the key. Unknown fields are refused too: a newer Shale bumps ``version`` when it adds a
+required one; an optional one (``tenant_version``, added later) keeps version 1, and a reader of a release that
+predates it refuses such an index, so readers are upgraded before the metastore (docs/DEPLOY.md).
 """
 
 from __future__ import annotations
@@ -73,6 +78,8 @@ class BucketIndex(BaseModel):
         default=None, description="the tenant's generation switches, oldest first: (topic, start ms, end ms, "
                                   "generation), as the metastore holds them; None when the writer could not know "
                                   "them (an index written from a bucket scan alone)")
+    tenant_version: int | None = Field(default=None, ge=0, description="the metastore's version of the tenant "
+                                       "that the writer's source reflected; None: built from a bucket scan")
 
     @model_validator(mode="after")
     def _consistent(self) -> BucketIndex:
@@ -95,12 +102,14 @@ class BucketIndex(BaseModel):
     @classmethod
     def build(cls, tenant: str, updated_at: float, blocks: Iterable[BlockMeta], marks: Iterable[IndexedMark] = (),
               uploaded: dict[str, float] | None = None, watermark: str = "",
-              generations: list[tuple[str, int, int, int]] | None = None) -> BucketIndex:
+              generations: list[tuple[str, int, int, int]] | None = None,
+              tenant_version: int | None = None) -> BucketIndex:
         """An index with blocks and marks in id order (so equal contents give equal bytes), and ``uploaded``
         limited to the blocks it lists."""
         by_id = {b.id: b for b in blocks}
         times = uploaded or {}
         return cls(tenant=tenant, updated_at=updated_at, watermark=watermark, generations=generations,
+                   tenant_version=tenant_version,
                    blocks=[by_id[i] for i in sorted(by_id)],
                    deletion_marks=sorted({m.id: m for m in marks}.values(), key=lambda m: m.id),
                    uploaded={i: times[i] for i in sorted(by_id) if i in times})

@@ -19,11 +19,12 @@ them, so the index read after the listing is at least as new as any deletion tha
 listing holds every delta after that index's watermark. Reading the index first would let a writer write a newer
 index and delete deltas in between, and the reader would apply a listing with a hole in it.
 
-In stale-tolerant mode the view is fresh as of the later of the index's ``updated_at`` and the newest delta
-applied (producers write deltas after their changes, and an empty delta is a heartbeat). If that is still older
-than ``max_stale_period`` (no delta newer than the index, or a delta that cannot be read before the newer ones),
-the reader refuses with ``StaleIndexError``. Deltas are applied only while the index itself is stale: a fresh
-index is answered as it is, exactly as the metastore (or the scan) wrote it.
+In stale-tolerant mode the view is fresh as of the later of the index's ``updated_at`` and the log time of the
+newest change its deltas reach, following their links from the index's tenant version without a hole
+(``deltas.chain_end``): a producer that stopped between its commit and its delta leaves a hole no later delta
+covers. If that is still older than ``max_stale_period`` (no delta newer than the index, a hole, or a delta that
+cannot be read before the newer ones), the reader refuses with ``StaleIndexError``. Deltas are applied only
+while the index itself is stale: a fresh index is answered as it is, exactly as the metastore (or the scan) wrote it.
 
 Live blocks are the index's blocks that are not marked for deletion and not HealthyOverlapped
 (``model.live_blocks``). Thread-safe: queries on cached fresh tenants take no lock but the cache's.
@@ -41,7 +42,7 @@ from dataclasses import dataclass, field, replace
 from prometheus_client import Counter, Gauge
 
 from shale.block import BlockMeta, bucket_index_key
-from shale.bucketindex.deltas import IndexDelta, apply_delta, list_deltas, read_delta
+from shale.bucketindex.deltas import IndexDelta, apply_delta, chain_end, list_deltas, read_delta
 from shale.bucketindex.model import BucketIndex, live_blocks
 from shale.config import BucketIndexConfig
 from shale.errors import ConfigError, CorruptObjectError, NotFoundError, ShaleError
@@ -79,6 +80,9 @@ class _Entry:
     """Deltas after the index's watermark read so far (immutable, so kept until an index folds them)."""
     gap: str = ""
     """A delta key that could not be read: coverage stops before it."""
+    hole: int | None = None
+    """The tenant version after which a change announced no delta (its producer stopped between commit and
+    delta): freshness stops there."""
 
 
 class BucketIndexReader:
@@ -238,15 +242,20 @@ class BucketIndexReader:
 
     def _build(self, index: BucketIndex, digest: bytes, deltas: dict[str, IndexDelta], gap: str,
                now: float) -> _Entry:
-        view, fresh_at = index, index.updated_at
+        view, fresh_at, hole = index, index.updated_at, None
         if self.config.deltas and now - index.updated_at > self.config.max_stale_period:
+            applied = []
             for key in sorted(deltas):
                 if gap and key >= gap:
                     break
                 view = apply_delta(view, deltas[key], key)
-                # A producer's clock ahead of ours must not make the view look fresher than now.
-                fresh_at = max(fresh_at, min(now, deltas[key].time))
-        return _Entry(index, digest, view, fresh_at, live_blocks(view), now, deltas, gap)
+                applied.append(deltas[key])
+            # Fresh as of the newest change reached from the index's version without a hole; a clock ahead of
+            # ours must not make the view look fresher than now.
+            reached, hole = chain_end(index.tenant_version, [d.link for d in applied if d.link is not None])
+            if reached is not None:
+                fresh_at = max(fresh_at, min(now, reached))
+        return _Entry(index, digest, view, fresh_at, live_blocks(view), now, deltas, gap, hole)
 
     def _store(self, tenant: str, entry: _Entry, last_used: float) -> _Entry:
         entry = replace(entry, last_used=last_used)
@@ -286,6 +295,9 @@ class BucketIndexReader:
             text += " Stale-tolerant mode (bucket_index.deltas) is off."
         elif entry.gap:
             text += f" Stale-tolerant mode stopped at an unreadable delta {entry.gap}."
+        elif entry.hole is not None:
+            text += (f" A change after version {entry.hole} of the tenant announced no delta (its producer stopped "
+                     "between its commit and its delta), so later deltas cannot vouch for the view.")
         elif entry.fresh_at > entry.index.updated_at:
             text += f" Its newest delta is {now - entry.fresh_at:.0f}s old, which is not enough either."
         else:

@@ -84,7 +84,9 @@ def merge(base: BucketIndex | None, ours: BucketIndex, theirs: BucketIndex) -> B
     """``theirs`` with our change applied: blocks and marks in ``ours`` but not in ``base`` are added, those in
     ``base`` but not in ``ours`` are removed. Upload times keep the earliest; ``updated_at`` and ``watermark``
     take the later of the two (the merged index holds both sides' changes); generation switches are ours when we
-    know them (the metastore's writer), else theirs (a scan knows none)."""
+    know them (the metastore's writer), else theirs (a scan knows none). ``tenant_version`` is the later of the
+    two when both sides know theirs, else unknown: a scan's blocks are the bucket's, which may lack a block the
+    other side's version holds (one younger than the sync delay)."""
     base_blocks = base.block_ids() if base else set()
     base_marks = base.marked_ids() if base else set()
     our_blocks = {b.id: b for b in ours.blocks}
@@ -107,7 +109,12 @@ def merge(base: BucketIndex | None, ours: BucketIndex, theirs: BucketIndex) -> B
     generations = ours.generations if ours.generations is not None else theirs.generations
     return BucketIndex.build(theirs.tenant, max(ours.updated_at, theirs.updated_at), blocks.values(),
                              marks.values(), uploaded, watermark=max(ours.watermark, theirs.watermark),
-                             generations=generations)
+                             generations=generations, tenant_version=_later(ours.tenant_version,
+                                                                            theirs.tenant_version))
+
+
+def _later(ours: int | None, theirs: int | None) -> int | None:
+    return None if ours is None or theirs is None else max(ours, theirs)
 
 
 def _earlier(current: IndexedMark | None, mine: IndexedMark) -> IndexedMark:

@@ -170,6 +170,9 @@ class BucketIndexWriter:
         present = list_deltas(self.bucket, tenant) if self.config.deltas else []
         deltas = read_listed(self.bucket, tenant, [i for i in present if i.key > after], self._deltas)
         now = self.clock()
+        # The version before the blocks: a change between the two reads is then held but not claimed, so a
+        # reader follows one delta link too many, never one too few.
+        version = self.source.tenant_versions().get(tenant, 0)
         blocks = self.source.tenant_blocks(tenant)
         tombstones = self.source.tenant_tombstones(tenant)
         live = {b.id for b in blocks}
@@ -186,7 +189,7 @@ class BucketIndexWriter:
             tenant, now, blocks,
             [IndexedMark(id=t.block_id, deletion_time=t.created_at / 1000, reason=t.reason) for t in tombstones],
             {b.id: before.get(b.id, now) for b in blocks}, watermark=watermark,
-            generations=self.source.generation_rules(tenant))
+            generations=self.source.generation_rules(tenant), tenant_version=version)
         try:
             published = publish(self.bucket, desired, base, self.attempts)
         except ShaleError:

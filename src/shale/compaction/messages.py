@@ -60,6 +60,9 @@ class PollResponse(_Model):
     indexed: list[str] | None = Field(default=None, description="of the outputs of refused reports, those the "
                                       "index holds (never to be marked for deletion); None: not said (an older "
                                       "metastore), so the worker marks none")
+    links: dict[str, list[int]] = Field(default_factory=dict, description="per job completed by this poll, its "
+                                        "tenant's [previous version, version, log time ms]: the link its bucket "
+                                        "index delta carries")
 
 
 class NewJob(_Model):

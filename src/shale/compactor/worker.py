@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Protocol
 from prometheus_client import Counter, Gauge
 
 from shale.block import write_deletion_mark
-from shale.bucketindex import DeltaWriter
+from shale.bucketindex import DeltaLink, DeltaWriter
 from shale.compaction.messages import MAX_POLL_CAPACITY, Assigned, JobUpdate, PollRequest, PollResponse
 from shale.compactor.merge import READ_THREADS, MergeResult, fetch_sources, merge_blocks
 from shale.compactor.wire import (
@@ -280,7 +280,7 @@ class CompactionWorker:
             del self.running[name]
             result = running.result()
             if outcome == "completed" and result is not None:
-                self._completed(running, result)
+                self._completed(running, result, DeltaLink.of(response.links.get(name)))
             else:
                 self._refused(running, result, outcome, response.indexed)
         if response.assigned:
@@ -292,11 +292,11 @@ class CompactionWorker:
         RUNNING.set(len(self.running))
         return response
 
-    def _completed(self, running: RunningJob, result: MergeResult) -> None:
+    def _completed(self, running: RunningJob, result: MergeResult, link: DeltaLink | None) -> None:
         if self.deltas is not None:
             now = time.time()
             self.deltas.write(running.job.tenant, added=[result.output],
-                              marks=[(s.id, now, "compacted") for s in running.job.sources])
+                              marks=[(s.id, now, "compacted") for s in running.job.sources], link=link)
         BYTES.labels("in").inc(result.bytes_in)
         BYTES.labels("out").inc(result.bytes_out)
         PEAK_RSS.set(result.peak_rss)

@@ -211,11 +211,20 @@ class IndexWriter:
             "WHERE s.value = ? AND p.shard = ? AND p.window_start = ? AND b.max_time <= ? ORDER BY b.id",
             (tenant, shard, window_start, data_until))]
 
-    def touch(self, tenants: set[str], version: int) -> None:
-        """Record that these tenants' blocks or tombstones changed at ``version`` (the log index)."""
+    def touch(self, tenants: set[str], version: int, time_ms: int) -> dict[str, list[int]]:
+        """Record that these tenants' blocks or tombstones changed at ``version`` (the log index, at the log's
+        ``time_ms``); return each tenant's link ``[previous version, version, time_ms]`` (previous 0: its first
+        change): a bucket index delta carries it, so that a reader can tell a missing delta from none
+        (``shale.bucketindex.deltas``)."""
+        previous = {t: self.tenant_version(t) for t in sorted(tenants)}
         self.conn.executemany(
             "INSERT INTO tenant_versions (tenant, version) VALUES (?, ?) "
             "ON CONFLICT (tenant) DO UPDATE SET version = excluded.version", [(t, version) for t in sorted(tenants)])
+        return {t: [before, version, time_ms] for t, before in previous.items()}
+
+    def tenant_version(self, tenant: str) -> int:
+        row = self.conn.execute("SELECT version FROM tenant_versions WHERE tenant = ?", (tenant,)).fetchone()
+        return int(row[0]) if row else 0
 
     def topic_rules(self, tenant: str, topic: str) -> list[tuple[int, int, int]]:
         """The topic's generation switches, oldest first: (start ms, end ms, generation)."""

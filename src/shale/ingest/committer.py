@@ -77,6 +77,8 @@ class Committer:
         self.committed: dict[tuple[str, int], tuple[int, str]] = {}
         """(committed end, incarnation) per topic-partition: the metastore's, plus this process's later commits."""
         self.dlq_pending = False
+        self.links: dict[str, list[int]] = {}
+        """The last commit's link per tenant (``shale.bucketindex.DeltaLink``); empty if it was not applied now."""
 
     def load(self, deadline: float = 300.0) -> dict[tuple[str, int], tuple[int, str]]:
         """Drain this group's DLQ into the metastore, then read its committed offsets. Waits for the metastore
@@ -127,6 +129,7 @@ class Committer:
         return outcome
 
     def _commit(self, command: CommitIngestBatch) -> str:
+        self.links = {}
         if self.dlq_pending:
             self.dlq_pending = not self._drain()
         if not self.dlq_pending:
@@ -140,6 +143,7 @@ class Committer:
                     raise IngestConflictError(
                         f"ingest {self.group} generation {self.generation}: the metastore rejected batch "
                         f"{command.batch}: {result.message}")
+                self.links = result.data.get("links") or {}
                 return "replayed" if result.data.get("replay") else "committed"
         assert self.dlq is not None
         self.dlq.enqueue(self.stream, command)

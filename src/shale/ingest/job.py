@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from shale.block.schemas import BACKUP_SCHEMA
-from shale.bucketindex import DeltaWriter
+from shale.bucketindex import DeltaLink, DeltaWriter
 from shale.config import ShaleConfig
 from shale.errors import ConfigError, RetryableError
 from shale.failpoints import failpoint
@@ -218,7 +218,8 @@ class IngestJob:
         failpoint("ingest.after-commit")
         if outcome == "committed" and self.deltas is not None:
             for tenant in sorted({b.tenant for b in command.blocks}):
-                self.deltas.write(tenant, added=[b for b in command.blocks if b.tenant == tenant])
+                self.deltas.write(tenant, added=[b for b in command.blocks if b.tenant == tenant],
+                                  link=DeltaLink.of(self.committer.links.get(tenant)))
         self.batches += 1
         metrics.BATCH_SECONDS.labels(self.group, "spark").inc(wrote - started)
         metrics.BATCH_SECONDS.labels(self.group, "commit").inc(time.perf_counter() - wrote)

@@ -131,7 +131,8 @@ def output_problem(job: Job, sources: list[BlockMeta], outputs: list[BlockMeta])
     return None
 
 
-def _complete(w: IndexWriter, job: Job, update: JobUpdate, at: int, index: int) -> str:
+def _complete(w: IndexWriter, job: Job, update: JobUpdate, at: int, index: int,
+              links: dict[str, list[int]]) -> str:
     sources = [w.get_block(s) for s in job.sources]
     present = [s for s in sources if s is not None]
     if len(present) != len(sources):
@@ -154,7 +155,7 @@ def _complete(w: IndexWriter, job: Job, update: JobUpdate, at: int, index: int) 
             FIRST_COMPACTION.observe(max(0, at - added) / 1000)
         w.add_tombstone(old, at, f"compacted into {names}")
     w.add_blocks(outputs, at)
-    w.touch({job.key.tenant}, index)
+    links[job.name] = w.touch({job.key.tenant}, index, at)[job.key.tenant]
     w.compaction.delete_job(job.name)
     COMPLETED.labels(str(job.key.level)).inc()
     return "completed"
@@ -187,7 +188,7 @@ def _replayed(w: IndexWriter, answer: dict[str, Any]) -> Result:
         job = w.compaction.job(name)
         if job is not None and job.status is JobStatus.IN_PROGRESS and job.token == token:
             assigned.append(_assigned(w, job))
-    return Result(ok=True, data={"assigned": assigned, "updates": answer["updates"]})
+    return Result(ok=True, data={"assigned": assigned, "updates": answer["updates"], "links": answer.get("links", {})})
 
 
 def apply_plan(w: IndexWriter, cmd: UpdateCompactionPlan, index: int, term: int, time_ms: int) -> Result:
@@ -199,6 +200,7 @@ def apply_plan(w: IndexWriter, cmd: UpdateCompactionPlan, index: int, term: int,
         return _replayed(w, answer)
     limit = state.failure_limit()
     outcomes: dict[str, str] = {}
+    links: dict[str, list[int]] = {}
     for update in cmd.updates:
         job = state.job(update.job)
         if not owns(job, update.token):
@@ -213,7 +215,7 @@ def apply_plan(w: IndexWriter, cmd: UpdateCompactionPlan, index: int, term: int,
                 state.save_job(job)
                 outcomes[update.job] = "refreshed"
             else:
-                outcomes[update.job] = _complete(w, job, update, time_ms, index)
+                outcomes[update.job] = _complete(w, job, update, time_ms, index, links)
         if outcomes[update.job] not in ("refreshed", "completed"):
             REJECTED.labels(outcomes[update.job].split(":")[0]).inc()
     for name in cmd.evict:
@@ -242,9 +244,10 @@ def apply_plan(w: IndexWriter, cmd: UpdateCompactionPlan, index: int, term: int,
             assigned.append(_assigned(w, job))
     if cmd.request:
         state.save_poll_answer(cmd.worker, cmd.request, time_ms,
-                               {"updates": outcomes, "assigned": [[a["job"], a["token"]] for a in assigned]})
+                               {"updates": outcomes, "assigned": [[a["job"], a["token"]] for a in assigned],
+                                "links": links})
         state.forget_poll_answers(before=time_ms - POLL_MEMORY_MS)
-    return Result(ok=True, data={"assigned": assigned, "updates": outcomes})
+    return Result(ok=True, data={"assigned": assigned, "updates": outcomes, "links": links})
 
 
 def apply_failure_limit(w: IndexWriter, cmd: SetCompactionFailureLimit) -> Result:

@@ -81,8 +81,8 @@ def _add_blocks(w: IndexWriter, cmd: AddBlocks, entry: Entry) -> Result:
     ids = [m.id for m in cmd.blocks]
     tombstoned = w.tombstoned_among(ids)
     added = set(w.add_blocks([m for m in cmd.blocks if m.id not in tombstoned], entry.time_ms))
-    w.touch({m.tenant for m in cmd.blocks if m.id in added}, entry.index)
-    return Result(ok=True, data={"added": [i for i in ids if i in added],
+    links = w.touch({m.tenant for m in cmd.blocks if m.id in added}, entry.index, entry.time_ms)
+    return Result(ok=True, data={"links": links, "added": [i for i in ids if i in added],
                                  "existing": [i for i in ids if i not in added and i not in tombstoned],
                                  "rejected": [i for i in ids if i in tombstoned]})
 
@@ -188,7 +188,7 @@ def _commit_ingest_batch(w: IndexWriter, cmd: CommitIngestBatch, entry: Entry) -
     w.add_blocks(cmd.blocks, entry.time_ms)
     if cmd.group == "partition" and cmd.writer == "ingest":
         switch_to_ingest(w, cmd)
-    w.touch({m.tenant for m in cmd.blocks}, entry.index)
+    links = w.touch({m.tenant for m in cmd.blocks}, entry.index, entry.time_ms)
     for r in ranges:
         event_time = max((d.max_time for b in cmd.blocks if any(k.topic == r.topic and k.partition == r.partition
                                                               for k in b.kafka)
@@ -200,6 +200,7 @@ def _commit_ingest_batch(w: IndexWriter, cmd: CommitIngestBatch, entry: Entry) -
         w.record_commit(cmd.group, cmd.generation, r.topic, r.partition, r.incarnation or incarnation, r.start,
                         r.end, digest, entry.time_ms, COMMITS_KEPT_PER_PARTITION)
     return Result(ok=True, data={"replay": False, "blocks": len(cmd.blocks), "ranges": len(ranges),
+                                 "links": links,
                                  "new_incarnations": [f"{r.topic}[{r.partition}]" for r in restarts]})
 
 
@@ -262,8 +263,9 @@ def _replace_blocks(w: IndexWriter, cmd: ReplaceBlocks, entry: Entry) -> Result:
         w.add_tombstone(old, entry.time_ms, f"{cmd.reason} into {outputs}" if outputs else cmd.reason)
     for meta in cmd.blocks:
         w.add_block(meta, entry.time_ms)
-    w.touch({cmd.tenant}, entry.index)
-    return Result(ok=True, data={"replay": False, "removed": len(cmd.sources), "added": len(cmd.blocks)})
+    links = w.touch({cmd.tenant}, entry.index, entry.time_ms)
+    return Result(ok=True, data={"replay": False, "removed": len(cmd.sources), "added": len(cmd.blocks),
+                                 "links": links})
 
 
 @handles(QuarantineBlocks)
@@ -274,7 +276,7 @@ def _quarantine_blocks(w: IndexWriter, cmd: QuarantineBlocks, entry: Entry) -> R
         if w.remove_block(block_id) is not None:
             removed.append(block_id)
     if removed:
-        w.touch({cmd.tenant}, entry.index)
+        w.touch({cmd.tenant}, entry.index, entry.time_ms)
     return Result(ok=True, data={"removed": removed})
 
 
@@ -288,6 +290,7 @@ def _truncate_index(w: IndexWriter, cmd: TruncateIndex, entry: Entry) -> Result:
     if missing:
         raise CommandRejectedError(f"TruncateIndex names partitions of {missing} without their cutoff",
                                    reason="malformed")
+    touched: set[str] = set()
     removed = 0
     for key in cmd.partitions:
         cutoff = cmd.cutoffs[key.tenant]
@@ -297,15 +300,15 @@ def _truncate_index(w: IndexWriter, cmd: TruncateIndex, entry: Entry) -> Result:
             meta = w.remove_block(block_id)
             assert meta is not None
             w.add_tombstone(meta, entry.time_ms, cmd.reason)
-            w.touch({meta.tenant}, entry.index)
+            touched.add(meta.tenant)
             removed += 1
-    return Result(ok=True, data={"removed": removed})
+    return Result(ok=True, data={"removed": removed, "links": w.touch(touched, entry.index, entry.time_ms)})
 
 
 @handles(DeleteTombstones)
 def _delete_tombstones(w: IndexWriter, cmd: DeleteTombstones, entry: Entry) -> Result:
-    w.touch(w.tombstone_tenants(cmd.block_ids), entry.index)
-    return Result(ok=True, data={"deleted": w.delete_tombstones(cmd.block_ids)})
+    links = w.touch(w.tombstone_tenants(cmd.block_ids), entry.index, entry.time_ms)
+    return Result(ok=True, data={"deleted": w.delete_tombstones(cmd.block_ids), "links": links})
 
 
 @handles(UpdateCompactionPlan)
@@ -350,7 +353,7 @@ def _set_active_generation(w: IndexWriter, cmd: SetActiveGeneration, entry: Entr
         w.add_tombstone(meta, entry.time_ms, f"generation {cmd.generation} replaced it")
         retired.append(meta.id)
     if added or retired:
-        w.touch({cmd.tenant}, entry.index)
+        w.touch({cmd.tenant}, entry.index, entry.time_ms)
     return Result(ok=True, data={"switched": added, "retired": retired})
 
 

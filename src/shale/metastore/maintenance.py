@@ -30,7 +30,7 @@ from shale.block import (
     write_deletion_mark,
 )
 from shale.block.overlap import Overlap, overlaps
-from shale.bucketindex import DeltaWriter
+from shale.bucketindex import DeltaLink, DeltaWriter
 from shale.compaction.planner import uncompactable
 from shale.compaction.state import CompactionState
 from shale.config import RetentionConfig
@@ -180,8 +180,9 @@ class Maintenance:
         removed = int(result.data.get("removed", 0))
         RETENTION.inc(removed)
         if self.deltas is not None:
+            links = result.data.get("links", {})
             for tenant, tenant_marks in sorted(marks.items()):
-                self.deltas.write(tenant, marks=tenant_marks)
+                self.deltas.write(tenant, marks=tenant_marks, link=DeltaLink.of(links.get(tenant)))
         log.info("retention removed blocks from the index", extra={"blocks": removed,
                                                                    "partitions": len(command.partitions)})
         return removed
@@ -203,10 +204,12 @@ class Maintenance:
         for row in due:
             remove_block_objects(self.bucket, row)
         if due:
-            self.service.submit(DeleteTombstones(block_ids=[r.block_id for r in due])).raise_for_rejection()
+            result = self.service.submit(DeleteTombstones(block_ids=[r.block_id for r in due]))
+            result.raise_for_rejection()
             if self.deltas is not None:
                 for tenant in sorted({r.tenant for r in due}):
-                    self.deltas.write(tenant, removed=[r.block_id for r in due if r.tenant == tenant])
+                    self.deltas.write(tenant, removed=[r.block_id for r in due if r.tenant == tenant],
+                                      link=DeltaLink.of(result.data.get("links", {}).get(tenant)))
             self._marked.difference_update(r.block_id for r in due)
             DELETED.inc(len(due))
             log.info("removed tombstoned blocks from the bucket", extra={"blocks": len(due)})

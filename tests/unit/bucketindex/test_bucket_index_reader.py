@@ -13,6 +13,7 @@ from shale.bucketindex import (
     BucketIndex,
     BucketIndexReader,
     BucketIndexWriter,
+    DeltaLink,
     DeltaWriter,
     IndexedMark,
     StaleIndexError,
@@ -37,11 +38,16 @@ def tenant() -> str:
 
 
 def _write(bucket: ObstoreBucket, tenant: str, blocks: list[BlockMeta], at: float = T0,
-           marks: list[IndexedMark] | None = None) -> BucketIndex:
+           marks: list[IndexedMark] | None = None, version: int | None = 1) -> BucketIndex:
     current = read_index(bucket, tenant)
     index = BucketIndex.build(tenant, at, blocks, marks or [],
-                              watermark=current.index.watermark if current else "")
+                              watermark=current.index.watermark if current else "", tenant_version=version)
     return publish(bucket, index, current).stored.index
+
+
+def _link(previous: int, version: int, clock: Clock) -> DeltaLink:
+    """The link a metastore commit would give a change of the tenant from ``previous`` to ``version``, now."""
+    return DeltaLink(previous=previous, version=version, time=clock.now)
 
 
 def _ids(blocks: list[BlockMeta]) -> list[str]:
@@ -154,11 +160,11 @@ def test_stale_tolerant_mode_catches_up_through_deltas(bucket: ObstoreBucket, te
     producer = DeltaWriter(bucket, clock)
     new1, new2 = block(tenant, 4), block(tenant, 5)
     clock.advance(1000)
-    producer.write(tenant, added=[new1])
+    producer.write(tenant, added=[new1], link=_link(1, 2, clock))
     clock.advance(1000)
-    producer.write(tenant, added=[new2], marks=[(marked.id, clock.now, "retention")])
+    producer.write(tenant, added=[new2], marks=[(marked.id, clock.now, "retention")], link=_link(2, 3, clock))
     clock.advance(1000)
-    last = producer.write(tenant, removed=[gone.id])
+    last = producer.write(tenant, removed=[gone.id], link=_link(3, 4, clock))
     clock.advance(1000)  # the index is 4000 s old; the newest delta 1000 s
     lists_before = sample("shale_bucket_index_delta_lists_total")
     bucket.calls.reset()
@@ -209,11 +215,11 @@ def test_catch_up_reads_the_index_after_listing_so_folded_deltas_are_not_lost(bu
     reader.blocks(tenant)
     producer = DeltaWriter(bucket, clock)
     clock.advance(100)
-    first = producer.write(tenant, added=[b])
+    first = producer.write(tenant, added=[b], link=_link(1, 2, clock))
     clock.advance(3000)
-    producer.write(tenant, added=[c])
+    producer.write(tenant, added=[c], link=_link(2, 3, clock))
     # A scan writer folds the first delta into an index that is itself stale by the time the reader looks.
-    folded = BucketIndex.build(tenant, T0 + 150, [a, b], watermark=first)
+    folded = BucketIndex.build(tenant, T0 + 150, [a, b], watermark=first, tenant_version=2)
     current = read_index(bucket, tenant)
     publish(bucket, folded, current)
     bucket.delete(first)
@@ -285,13 +291,14 @@ def test_a_fold_racing_with_a_catch_up_never_gives_a_wrong_answer(bucket: Obstor
     reader.blocks(tenant)
     producer = DeltaWriter(bucket, clock)
     clock.advance(100)
-    first = producer.write(tenant, added=[b])
+    first = producer.write(tenant, added=[b], link=_link(1, 2, clock))
     clock.advance(3000)
-    producer.write(tenant, added=[c])
+    producer.write(tenant, added=[c], link=_link(2, 3, clock))
     clock.advance(1000)
 
     def fold() -> None:
-        publish(bucket, BucketIndex.build(tenant, T0 + 150, [a, b], watermark=first), read_index(bucket, tenant))
+        publish(bucket, BucketIndex.build(tenant, T0 + 150, [a, b], watermark=first, tenant_version=2),
+                read_index(bucket, tenant))
         bucket.delete(first)
 
     racing.hook = fold
