@@ -11,6 +11,7 @@ from tests.unit.bucketindex.helpers import Clock, FakeSource, HookBucket, block,
 from shale.bucketindex import (
     BucketIndexReader,
     BucketIndexWriter,
+    DeltaLink,
     DeltaWriter,
     read_index,
     write_scanned_index,
@@ -80,7 +81,8 @@ def test_a_reader_costs_one_get_and_catches_up_through_deltas(minio_bucket: Buck
 
         producer = DeltaWriter(bucket, clock)
         clock.advance(3000)
-        producer.write("acme", added=[block("acme", 2)])
+        # The change after the one the index holds (the source's version 1), as its metastore commit names it.
+        producer.write("acme", added=[block("acme", 2)], link=DeltaLink(previous=1, version=2, time=clock.now))
         clock.advance(1000)  # the index is stale; the delta is not
         bucket.calls.reset()
         assert [m.id for m in reader.blocks("acme")] == sorted([block("acme", 1).id, block("acme", 2).id])
