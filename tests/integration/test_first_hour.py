@@ -48,7 +48,8 @@ def test_a_wholly_quarantined_topic_is_loud_in_ingest_and_in_verify(kafka, minio
     config = write_config(tmp_path, kafka.bootstrap_servers, minio_bucket, [bad, good])
     ingest = shale(config, "ingest", "--group", "partition", "--available-now")
     (tmp_path / "ingest.stderr").write_text(ingest.stderr)
-    assert ingest.returncode == 0, ingest.stderr[-5000:]
+    assert ingest.returncode == 4, ingest.stderr[-5000:]  # a topic of which every record went to quarantine
+    assert f"every record of {bad} went to quarantine in this run" in ingest.stderr
     rows = {line.split()[0]: line for line in ingest.stdout.splitlines() if line.strip()}
     assert rows["topic"].split()[:3] == ["topic", "stored", "quarantined"]
     assert rows[bad].split()[1:5] == ["0", "20", "<<", "WARNING"]

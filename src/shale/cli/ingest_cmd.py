@@ -6,8 +6,13 @@ import click
 
 from shale.cli.common import get_config, shale_errors
 
+INGEST_WHOLLY_QUARANTINED = 4
 
-@click.command()
+
+@click.command(epilog="Exit status with --available-now: 0 when every topic stored records (some may be in "
+               "quarantine); 4 when a topic's every record of this run went to quarantine (check its "
+               "[[ingest.parsers]] rule; the records are kept, read them with shale query --quarantine); 1 on an "
+               "error.")
 @click.option("--group", type=click.Choice(["backup", "partition"]), required=True)
 @click.option("--topics", help="Comma-separated topics (overrides ingest.topics).")
 @click.option("--topic-pattern", help="Regex of topics, new ones picked up while running (overrides config).")
@@ -40,6 +45,12 @@ def ingest(ctx: click.Context, group: str, topics: str | None, topic_pattern: st
     job.run(available_now)
     if available_now:
         click.echo(job.summary.table())
+        wholly = job.summary.wholly_quarantined()
+        if wholly:
+            click.echo(f"every record of {', '.join(wholly)} went to quarantine in this run (exit "
+                       f"{INGEST_WHOLLY_QUARANTINED}): check the [[ingest.parsers]] rule with shale config check",
+                       err=True)
+            ctx.exit(INGEST_WHOLLY_QUARANTINED)
 
 
 VERIFY_EXIT = {"OK": 0, "PROBLEMS": 1, "NOT YET": 3, "QUARANTINED": 4}

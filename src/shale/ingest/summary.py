@@ -75,6 +75,10 @@ class IngestSummary:
                             f"(shale config check) and read them with `shale query --quarantine`",
                             extra={"group": self.group, "topic": topic, "reasons": extra["reasons"]})
 
+    def wholly_quarantined(self) -> list[str]:
+        """Topics of which this run stored nothing but quarantined records: a parser rule that cannot work."""
+        return sorted(topic for topic, t in self.topics.items() if t.records and t.quarantined == t.records)
+
     def table(self) -> str:
         """The run's per-topic table: stored, quarantined and the top reasons."""
         rows = [("topic", "stored", "quarantined", "top quarantine reasons")]

@@ -64,6 +64,9 @@ def test_a_wholly_quarantined_topic_warns_sets_the_gauge_and_is_marked_in_the_ta
     assert table[1].split()[:5] == ["logs.bad", "0", "4", "<<", "WARNING"]
     assert "4x invalid JSON" in table[1]
     assert table[2].split() == ["logs.good", "4", "0", "-"]
+    assert summary.wholly_quarantined() == ["logs.bad"]  # `ingest --available-now` exits 4 for it
+    summary.batch([_written("logs.bad", 2, set())])  # a later batch stores some: no longer wholly
+    assert summary.wholly_quarantined() == []
 
 
 @pytest.mark.parametrize(("bad", "share", "warned"), [(2, 0.5, False), (3, 0.5, True), (1, 0.0, True),
