@@ -33,7 +33,7 @@ from shale.errors import ConfigError, RetryableError
 from shale.failpoints import failpoint
 from shale.ingest import metrics
 from shale.ingest.blocks import GROUPS, Chunk, GroupSpec, Written, write_chunk
-from shale.ingest.committer import CommitTarget, Committer, IngestConflictError, batch_commit
+from shale.ingest.committer import CommitTarget, Committer, IngestConflictError, LeaseLostError, batch_commit
 from shale.ingest.kafka import (
     FETCH_BYTES,
     admin,
@@ -42,6 +42,7 @@ from shale.ingest.kafka import (
     offset_bounds,
     value_bytes_per_offset,
 )
+from shale.ingest.lease import IngestLease
 from shale.ingest.plan import BatchPlan, Limits, plan_batch, recreated
 from shale.ingest.records import SPARK_COLUMNS, WRITTEN_SCHEMA
 from shale.ingest.summary import IngestSummary
@@ -93,6 +94,7 @@ class IngestJob:
         self.deltas = DeltaWriter(self.bucket) if config.bucket_index.deltas else None
         self._reported: set[tuple[str, TopicPartition]] = set()
         self.summary = IngestSummary(group, ingest.quarantine_warn_share)
+        self.lease = IngestLease(self.metastore, group, ingest.generation, ingest.lease_duration)
 
     # -- planning ---------------------------------------------------------------------------------------
 
@@ -211,8 +213,9 @@ class IngestJob:
             raise RetryableError(f"topics {changed} were deleted and recreated while this batch read them; it is "
                                  "not committed and is planned again for the new incarnation")
         wrote = time.perf_counter()
+        self.lease.check()  # a driver that lost its lease (its heartbeat was refused) stops before committing
         command = batch_commit(written, plan.ranges, group=self.group, generation=self.generation, writer="ingest",
-                               batch=f"{self.run_id}/{self.batches}")
+                               batch=f"{self.run_id}/{self.batches}", lease=self.lease.token)
         failpoint("ingest.before-commit")
         outcome = self.committer.commit(command)
         failpoint("ingest.after-commit")
@@ -284,7 +287,32 @@ class IngestJob:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, on_signal)
             signal.signal(signal.SIGINT, on_signal)
-        self.committer.load()
+        self._warm()
+        if not self.lease.wait(stop):
+            return
+        ending = threading.Event()
+        beat = self.lease.heartbeat(ending)
+        try:
+            self._run(available_now, stop)
+        except LeaseLostError as exc:
+            self.lease.lose(str(exc))  # says so in the log, and raises: this process writes no more
+        finally:
+            ending.set()
+            beat.join(timeout=30)
+            self.lease.release()
+
+    def _warm(self) -> None:
+        """Start what a batch needs before waiting for the lease, so that a standby's takeover does not pay the
+        cold start: the Spark application, its Python workers and Arrow (a tiny job), the Kafka admin client."""
+        started = time.perf_counter()
+        spark = self._spark_session()
+        spark.range(2).mapInArrow(lambda batches: batches, "id long").collect()
+        self.kafka_admin  # noqa: B018 - connects now
+        log.info("ingest driver warmed", extra={"group": self.group, "seconds": round(time.perf_counter() - started,
+                                                                                       3)})
+
+    def _run(self, available_now: bool, stop: threading.Event) -> None:
+        self.committer.load()  # after the lease: the offsets the previous holder committed are final now
         targets = self._targets() if available_now else None
         if not available_now and self.config.ingest.topics:
             missing = sorted(set(self.config.ingest.topics) - set(describe_topics(
