@@ -23,7 +23,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from shale.block.schemas import BACKUP_SCHEMA
@@ -172,15 +172,16 @@ class IngestJob:
         self._spark.conf.set("spark.sql.execution.arrow.maxBytesPerBatch", str(arrow_bytes))
         return self._spark
 
-    def _read(self, plan: BatchPlan) -> list[Written]:
+    def _kafka_reader(self, ranges: list[tuple[str, int, int, int]]) -> Any:
+        """Spark's Kafka source for exactly ``ranges`` (topic, partition, start, end), read_committed."""
         spark = self._spark_session()
         assign: dict[str, list[int]] = {}
         starting: dict[str, dict[str, int]] = {}
         ending: dict[str, dict[str, int]] = {}
-        for r in plan.ranges:
-            assign.setdefault(r.topic, []).append(r.partition)
-            starting.setdefault(r.topic, {})[str(r.partition)] = r.start
-            ending.setdefault(r.topic, {})[str(r.partition)] = r.end
+        for topic, partition, start, end in ranges:
+            assign.setdefault(topic, []).append(partition)
+            starting.setdefault(topic, {})[str(partition)] = start
+            ending.setdefault(topic, {})[str(partition)] = end
         reader = (spark.read.format("kafka")
                   .option("kafka.bootstrap.servers", self.config.kafka.bootstrap_servers)
                   .option("assign", json.dumps(assign))
@@ -193,6 +194,10 @@ class IngestJob:
                   .option("kafka.group.id", self.consumer_group))
         for key, value in java_options(self.config.kafka).items():
             reader = reader.option(f"kafka.{key}", value)
+        return reader
+
+    def _read(self, plan: BatchPlan) -> list[Written]:
+        reader = self._kafka_reader([(r.topic, r.partition, r.start, r.end) for r in plan.ranges])
         task = make_task(self.spec, plan, self.config.ingest.max_task_bytes)
         rows = reader.load().selectExpr(*SPARK_COLUMNS).mapInArrow(task, WRITTEN_SCHEMA).collect()
         written = [Written.model_validate_json(row["written"]) for row in rows]
@@ -303,11 +308,21 @@ class IngestJob:
 
     def _warm(self) -> None:
         """Start what a batch needs before waiting for the lease, so that a standby's takeover does not pay the
-        cold start: the Spark application, its Python workers and Arrow (a tiny job), the Kafka admin client."""
+        cold start: the Spark application, a Python worker with the task's modules imported, Spark's Kafka source
+        (an empty read: no record, nothing written) and the Kafka admin client. Best effort."""
         started = time.perf_counter()
         spark = self._spark_session()
-        spark.range(2).mapInArrow(lambda batches: batches, "id long").collect()
-        self.kafka_admin  # noqa: B018 - connects now
+        spark.range(2).mapInArrow(_warm_worker, "id long").collect()
+        try:
+            ingest = self.config.ingest
+            topics = describe_topics(self.config.kafka, ingest.topics, ingest.topic_pattern, client=self.kafka_admin)
+            first = sorted((t, p) for t, state in topics.items() for p in state.partitions)[:1]
+            if first:
+                end = offset_bounds(self.config.kafka, first, client=self.kafka_admin)[first[0]][1]
+                self._kafka_reader([(*first[0], end, end)]).load().count()
+        except Exception as exc:
+            log.warning("warming the Kafka read failed; the first batch will be slower",
+                        extra={"group": self.group, "error": f"{type(exc).__name__}: {str(exc)[:500]}"})
         log.info("ingest driver warmed", extra={"group": self.group, "seconds": round(time.perf_counter() - started,
                                                                                        3)})
 
@@ -374,3 +389,10 @@ class IngestJob:
                 # record's latency; the object count stays bounded by one batch per interval either way.
                 stop.wait(max(0.0, self.config.ingest.trigger_interval - (time.monotonic() - planned_at)))
         log.info("ingest stopped", extra={"group": self.group, "batches": self.batches})
+
+
+def _warm_worker(batches: Iterable[Any]) -> Iterator[Any]:
+    """A Spark Python worker's first job: import what an ingest task imports (the worker is reused by batches)."""
+    import shale.ingest.task  # noqa: F401
+
+    yield from batches

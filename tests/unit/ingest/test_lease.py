@@ -54,7 +54,10 @@ def test_a_standby_takes_over_an_expired_lease_and_the_old_holder_is_fenced(tmp_
     assert new.load() == {("app", 0): (10, "")}
     assert new.commit(_batch(10, 20, standby.token)) == "committed"
     standby.renew()
+    (row,) = service.ingest_leases()  # what the metastore's gauge and the no-holder alert read
+    assert (row["holder"], row["token"], row["takeovers"]) == ("standby", standby.token, 1)
     standby.release()
+    assert service.ingest_leases()[0]["holder"] == ""
     assert IngestLease(service, "backup", 1, duration=10, holder="third").wait(stop)  # released: at once
 
 
