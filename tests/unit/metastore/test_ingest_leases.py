@@ -229,3 +229,11 @@ def test_only_the_newest_unexpired_lease_commits_and_tokens_grow(ops: list[tuple
                     if result.ok:
                         expires = log.now + duration
         log.sm.close()
+
+
+def test_an_ingest_token_of_the_group_may_send_its_lease_commands() -> None:
+    from shale.metastore import auth
+
+    for kind in ("AcquireIngestLease", "RenewIngestLease", "ReleaseIngestLease", "CommitIngestBatch"):
+        assert auth.command_need(kind, "backup") == auth.ingest("backup")
+    assert auth.command_need("AcquireIngestLease", None) == auth.ADMIN
