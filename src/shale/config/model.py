@@ -293,6 +293,8 @@ class IngestConfig(_Section):
     starting_offsets: Literal["earliest", "latest"] = Field(
         default="earliest", description="where partitions the metastore has never committed start")
     metrics_port: int = Field(default=0, ge=0, le=65535, description="Prometheus metrics port (0: none)")
+    lease_duration: Duration = Field(default=15.0, ge=1.0, le=3600.0, description="a driver's ingest lease lasts "
+                                     "this long unless renewed; a standby takes over this long after a driver dies")
 
     @model_validator(mode="before")
     @classmethod

@@ -133,6 +133,19 @@ CREATE TABLE IF NOT EXISTS losses (
     acknowledged_at INTEGER NOT NULL,
     PRIMARY KEY (grp, generation, topic, partition, incarnation, start)
 ) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS ingest_leases (
+    grp TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    shard INTEGER NOT NULL,
+    holder TEXT NOT NULL,
+    token INTEGER NOT NULL,
+    acquired_at INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL,
+    duration_ms INTEGER NOT NULL,
+    takeovers INTEGER NOT NULL,
+    PRIMARY KEY (grp, generation, shard)
+) WITHOUT ROWID;
 """ + COMPACTION_DDL
 
 # Version 1 -> 2: committed offsets learn their topic incarnation, their writer and the offsets they skipped;

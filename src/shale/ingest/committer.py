@@ -23,6 +23,7 @@ from shale.index import OffsetRow
 from shale.ingest.blocks import Written
 from shale.ingest.plan import PartitionRange
 from shale.metastore import Command, CommitIngestBatch, DeadLetterQueue, OffsetRange, Result, decode
+from shale.metastore.leases import LEASE_REASONS
 
 log = logging.getLogger(__name__)
 COMMIT_SECONDS = Histogram("shale_ingest_commit_seconds", "Time to make a batch's commit durable.",
@@ -33,10 +34,17 @@ class IngestConflictError(ShaleError):
     """The metastore refused a batch (offset gap or overlap): this process must not write more."""
 
 
+class LeaseLostError(IngestConflictError):
+    """This process no longer holds its shard's ingest lease (another took it over, or it expired): it stops
+    writing."""
+
+
 def batch_commit(written: Sequence[Written], ranges: Sequence[PartitionRange], *, group: str, generation: int,
-                 writer: Literal["ingest", "reprocess"], batch: str) -> CommitIngestBatch:
+                 writer: Literal["ingest", "reprocess"], batch: str, lease: int | None = None,
+                 shard: int = 0) -> CommitIngestBatch:
     """The one command that commits a batch: every planned range, exactly, with every block its chunks wrote.
-    The chunks of each partition must tile its planned range (a retried task rewrites the same chunks)."""
+    The chunks of each partition must tile its planned range (a retried task rewrites the same chunks). ``lease``
+    is the writer's ingest lease token on ``shard`` (None only for writers that never lease: reprocess jobs)."""
     by_partition: dict[tuple[str, int], list[Written]] = defaultdict(list)
     for w in written:
         by_partition[(w.topic, w.partition)].append(w)
@@ -56,7 +64,7 @@ def batch_commit(written: Sequence[Written], ranges: Sequence[PartitionRange], *
     if by_partition:
         raise IngestConflictError(f"tasks wrote partitions the batch did not plan: {sorted(by_partition)}")
     return CommitIngestBatch(group=group, generation=generation, writer=writer, batch=batch, ranges=offsets,
-                             blocks=blocks)
+                             blocks=blocks, lease=lease, shard=shard)
 
 
 class CommitTarget(Protocol):
@@ -139,6 +147,9 @@ class Committer:
                 if self.dlq is None:
                     raise
             else:
+                if not result.ok and result.reason in LEASE_REASONS:
+                    raise LeaseLostError(f"ingest {self.group} generation {self.generation}: batch {command.batch} "
+                                         f"is fenced off, this process stops writing: {result.message}")
                 if not result.ok:
                     raise IngestConflictError(
                         f"ingest {self.group} generation {self.generation}: the metastore rejected batch "

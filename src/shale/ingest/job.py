@@ -23,7 +23,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from shale.block.schemas import BACKUP_SCHEMA
@@ -33,7 +33,7 @@ from shale.errors import ConfigError, RetryableError
 from shale.failpoints import failpoint
 from shale.ingest import metrics
 from shale.ingest.blocks import GROUPS, Chunk, GroupSpec, Written, write_chunk
-from shale.ingest.committer import CommitTarget, Committer, IngestConflictError, batch_commit
+from shale.ingest.committer import CommitTarget, Committer, IngestConflictError, LeaseLostError, batch_commit
 from shale.ingest.kafka import (
     FETCH_BYTES,
     admin,
@@ -42,6 +42,7 @@ from shale.ingest.kafka import (
     offset_bounds,
     value_bytes_per_offset,
 )
+from shale.ingest.lease import IngestLease
 from shale.ingest.plan import BatchPlan, Limits, plan_batch, recreated
 from shale.ingest.records import SPARK_COLUMNS, WRITTEN_SCHEMA
 from shale.ingest.summary import IngestSummary
@@ -93,6 +94,7 @@ class IngestJob:
         self.deltas = DeltaWriter(self.bucket) if config.bucket_index.deltas else None
         self._reported: set[tuple[str, TopicPartition]] = set()
         self.summary = IngestSummary(group, ingest.quarantine_warn_share)
+        self.lease = IngestLease(self.metastore, group, ingest.generation, ingest.lease_duration)
 
     # -- planning ---------------------------------------------------------------------------------------
 
@@ -170,15 +172,16 @@ class IngestJob:
         self._spark.conf.set("spark.sql.execution.arrow.maxBytesPerBatch", str(arrow_bytes))
         return self._spark
 
-    def _read(self, plan: BatchPlan) -> list[Written]:
+    def _kafka_reader(self, ranges: list[tuple[str, int, int, int]]) -> Any:
+        """Spark's Kafka source for exactly ``ranges`` (topic, partition, start, end), read_committed."""
         spark = self._spark_session()
         assign: dict[str, list[int]] = {}
         starting: dict[str, dict[str, int]] = {}
         ending: dict[str, dict[str, int]] = {}
-        for r in plan.ranges:
-            assign.setdefault(r.topic, []).append(r.partition)
-            starting.setdefault(r.topic, {})[str(r.partition)] = r.start
-            ending.setdefault(r.topic, {})[str(r.partition)] = r.end
+        for topic, partition, start, end in ranges:
+            assign.setdefault(topic, []).append(partition)
+            starting.setdefault(topic, {})[str(partition)] = start
+            ending.setdefault(topic, {})[str(partition)] = end
         reader = (spark.read.format("kafka")
                   .option("kafka.bootstrap.servers", self.config.kafka.bootstrap_servers)
                   .option("assign", json.dumps(assign))
@@ -191,6 +194,10 @@ class IngestJob:
                   .option("kafka.group.id", self.consumer_group))
         for key, value in java_options(self.config.kafka).items():
             reader = reader.option(f"kafka.{key}", value)
+        return reader
+
+    def _read(self, plan: BatchPlan) -> list[Written]:
+        reader = self._kafka_reader([(r.topic, r.partition, r.start, r.end) for r in plan.ranges])
         task = make_task(self.spec, plan, self.config.ingest.max_task_bytes)
         rows = reader.load().selectExpr(*SPARK_COLUMNS).mapInArrow(task, WRITTEN_SCHEMA).collect()
         written = [Written.model_validate_json(row["written"]) for row in rows]
@@ -211,8 +218,9 @@ class IngestJob:
             raise RetryableError(f"topics {changed} were deleted and recreated while this batch read them; it is "
                                  "not committed and is planned again for the new incarnation")
         wrote = time.perf_counter()
+        self.lease.check()  # a driver that lost its lease (its heartbeat was refused) stops before committing
         command = batch_commit(written, plan.ranges, group=self.group, generation=self.generation, writer="ingest",
-                               batch=f"{self.run_id}/{self.batches}")
+                               batch=f"{self.run_id}/{self.batches}", lease=self.lease.token)
         failpoint("ingest.before-commit")
         outcome = self.committer.commit(command)
         failpoint("ingest.after-commit")
@@ -285,7 +293,42 @@ class IngestJob:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, on_signal)
             signal.signal(signal.SIGINT, on_signal)
-        self.committer.load()
+        self._warm()
+        if not self.lease.wait(stop):
+            return
+        ending = threading.Event()
+        beat = self.lease.heartbeat(ending)
+        try:
+            self._run(available_now, stop)
+        except LeaseLostError as exc:
+            self.lease.lose(str(exc))  # says so in the log, and raises: this process writes no more
+        finally:
+            ending.set()
+            beat.join(timeout=30)
+            self.lease.release()
+
+    def _warm(self) -> None:
+        """Start what a batch needs before waiting for the lease, so that a standby's takeover does not pay the
+        cold start: the Spark application, a Python worker with the task's modules imported, Spark's Kafka source
+        (an empty read: no record, nothing written) and the Kafka admin client. Best effort."""
+        started = time.perf_counter()
+        spark = self._spark_session()
+        spark.range(2).mapInArrow(_warm_worker, "id long").collect()
+        try:
+            ingest = self.config.ingest
+            topics = describe_topics(self.config.kafka, ingest.topics, ingest.topic_pattern, client=self.kafka_admin)
+            first = sorted((t, p) for t, state in topics.items() for p in state.partitions)[:1]
+            if first:
+                end = offset_bounds(self.config.kafka, first, client=self.kafka_admin)[first[0]][1]
+                self._kafka_reader([(*first[0], end, end)]).load().count()
+        except Exception as exc:
+            log.warning("warming the Kafka read failed; the first batch will be slower",
+                        extra={"group": self.group, "error": f"{type(exc).__name__}: {str(exc)[:500]}"})
+        log.info("ingest driver warmed", extra={"group": self.group, "seconds": round(time.perf_counter() - started,
+                                                                                       3)})
+
+    def _run(self, available_now: bool, stop: threading.Event) -> None:
+        self.committer.load()  # after the lease: the offsets the previous holder committed are final now
         targets = self._targets() if available_now else None
         if not available_now and self.config.ingest.topics:
             missing = sorted(set(self.config.ingest.topics) - set(describe_topics(
@@ -347,3 +390,10 @@ class IngestJob:
                 # record's latency; the object count stays bounded by one batch per interval either way.
                 stop.wait(max(0.0, self.config.ingest.trigger_interval - (time.monotonic() - planned_at)))
         log.info("ingest stopped", extra={"group": self.group, "batches": self.batches})
+
+
+def _warm_worker(batches: Iterable[Any]) -> Iterator[Any]:
+    """A Spark Python worker's first job: import what an ingest task imports (the worker is reused by batches)."""
+    import shale.ingest.task  # noqa: F401
+
+    yield from batches

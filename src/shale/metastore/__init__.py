@@ -9,6 +9,7 @@ or Raft via pysyncobj), ``service`` (reads and writes), ``view`` (read-only), ``
 from shale.metastore.client import MetastoreClient
 from shale.metastore.commands import (
     AcknowledgeOffsetLoss,
+    AcquireIngestLease,
     AddBlocks,
     Command,
     CommitIngestBatch,
@@ -17,6 +18,8 @@ from shale.metastore.commands import (
     OffsetRange,
     PartitionKey,
     QuarantineBlocks,
+    ReleaseIngestLease,
+    RenewIngestLease,
     ReplaceBlocks,
     Result,
     SetActiveGeneration,
@@ -33,6 +36,7 @@ from shale.metastore.view import ReadOnlyIndex
 
 __all__ = [
     "AcknowledgeOffsetLoss",
+    "AcquireIngestLease",
     "AddBlocks",
     "Command",
     "CommitIngestBatch",
@@ -48,6 +52,8 @@ __all__ = [
     "QuarantineBlocks",
     "RaftLog",
     "ReadOnlyIndex",
+    "ReleaseIngestLease",
+    "RenewIngestLease",
     "ReplaceBlocks",
     "Result",
     "SetActiveGeneration",

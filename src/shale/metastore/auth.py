@@ -145,11 +145,14 @@ def read(tenants: Iterable[str]) -> Need:
     return Need("reader", tenants=tuple(sorted(set(tenants))))
 
 
+INGEST_COMMANDS = frozenset({"CommitIngestBatch", "AcquireIngestLease", "RenewIngestLease", "ReleaseIngestLease"})
+
+
 def command_need(kind: str, group: str | None = None) -> Need:
-    """The need of a command sent to ``POST /v1/commands``: an ingest commit needs its group; every other kind
-    (block replacement, generation switches, retention, tombstones, failure limits, and any kind added later)
-    needs ``admin``."""
-    if kind == "CommitIngestBatch" and group is not None:
+    """The need of a command sent to ``POST /v1/commands``: an ingest commit and an ingest lease's commands need
+    their group; every other kind (block replacement, generation switches, retention, tombstones, failure limits,
+    and any kind added later) needs ``admin``."""
+    if kind in INGEST_COMMANDS and group is not None:
         return ingest(group)
     return ADMIN
 

@@ -79,6 +79,46 @@ class CommitIngestBatch(_Command):
         default="ingest", description="live ingestion or a reprocess job: one generation has one kind of writer")
     ranges: list[OffsetRange]
     blocks: list[BlockMeta]
+    shard: int = Field(default=0, ge=0, description="the shard of the group whose lease the writer holds")
+    lease: int | None = Field(default=None, ge=1, description=(
+        "the fencing token of the writer's ingest lease on (group, generation, shard); required once the shard "
+        "has ever been leased (only writers that never lease, such as reprocess jobs, send none)"))
+
+
+class IngestLeaseCommand(_Command):
+    """One shard of an ingest group's generation, and the driver process (``holder``) that wants or holds it."""
+
+    from_clients = True
+
+    group: str
+    generation: int = Field(default=1, ge=0)
+    shard: int = Field(default=0, ge=0)
+    holder: str = Field(min_length=1, max_length=200)
+
+
+class AcquireIngestLease(IngestLeaseCommand):
+    """Take the shard's ingest lease for ``duration_ms`` of log time. Granted when the shard has no lease, when its
+    lease has expired or been released, or to its current holder (a retry: the same token, extended); otherwise
+    answered ``granted: false`` with the holder and its expiry. A new lease's fencing token is this entry's log
+    index."""
+
+    kind: Literal["AcquireIngestLease"] = "AcquireIngestLease"
+    duration_ms: int = Field(ge=1000, le=3_600_000)
+
+
+class RenewIngestLease(IngestLeaseCommand):
+    """Extend the holder's unexpired lease by ``duration_ms`` from this entry's time (a heartbeat)."""
+
+    kind: Literal["RenewIngestLease"] = "RenewIngestLease"
+    token: int = Field(ge=1)
+    duration_ms: int = Field(ge=1000, le=3_600_000)
+
+
+class ReleaseIngestLease(IngestLeaseCommand):
+    """Give the lease up at once (a driver that stops), so a standby takes over without waiting for expiry."""
+
+    kind: Literal["ReleaseIngestLease"] = "ReleaseIngestLease"
+    token: int = Field(ge=1)
 
 
 class AcknowledgeOffsetLoss(_Command):
@@ -198,7 +238,7 @@ class TrimBlockChanges(_Command):
 
 Command = Annotated[Noop | AddBlocks | CommitIngestBatch | ReplaceBlocks | TruncateIndex | DeleteTombstones
                     | UpdateCompactionPlan | SetCompactionFailureLimit | SetActiveGeneration | AcknowledgeOffsetLoss
-                    | TrimBlockChanges | QuarantineBlocks,
+                    | TrimBlockChanges | QuarantineBlocks | AcquireIngestLease | RenewIngestLease | ReleaseIngestLease,
                     Field(discriminator="kind")]
 """Every command, declared once: the kinds, the decoder, the API's list of client commands and the state
 machine's handler registry (checked complete at import) all derive from this union."""

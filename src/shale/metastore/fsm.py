@@ -26,6 +26,7 @@ from shale.index import PARTITION_WINDOW_MS, IndexReader, IndexWriter, connect, 
 from shale.metastore.commands import (
     COMMAND_KINDS,
     AcknowledgeOffsetLoss,
+    AcquireIngestLease,
     AddBlocks,
     Command,
     CommitIngestBatch,
@@ -33,6 +34,8 @@ from shale.metastore.commands import (
     Noop,
     OffsetRange,
     QuarantineBlocks,
+    ReleaseIngestLease,
+    RenewIngestLease,
     ReplaceBlocks,
     Result,
     SetActiveGeneration,
@@ -44,6 +47,7 @@ from shale.metastore.commands import (
 )
 from shale.metastore.compaction import apply_failure_limit, apply_plan
 from shale.metastore.generations import first_gap, offsets_held, switch_to_ingest
+from shale.metastore.leases import apply_acquire, apply_release, apply_renew, check_commit_lease
 
 COMMITS_KEPT_PER_PARTITION = 100
 C = TypeVar("C")
@@ -178,6 +182,7 @@ def _commit_ingest_batch(w: IndexWriter, cmd: CommitIngestBatch, entry: Entry) -
     known = [w.find_commit(cmd.group, cmd.generation, r.topic, r.partition, r.incarnation, r.start) for r in ranges]
     if ranges and all(k == (r.end, digest) for k, r in zip(known, ranges, strict=True)):
         return Result(ok=True, data={"replay": True, "blocks": len(cmd.blocks)})
+    check_commit_lease(w, cmd, entry.time_ms)
     restarts = [r for r in ranges if _continuity(w, cmd, r)]
     tombstoned = w.tombstoned_among([m.id for m in cmd.blocks])
     if tombstoned:
@@ -202,6 +207,21 @@ def _commit_ingest_batch(w: IndexWriter, cmd: CommitIngestBatch, entry: Entry) -
     return Result(ok=True, data={"replay": False, "blocks": len(cmd.blocks), "ranges": len(ranges),
                                  "links": links,
                                  "new_incarnations": [f"{r.topic}[{r.partition}]" for r in restarts]})
+
+
+@handles(AcquireIngestLease)
+def _acquire_ingest_lease(w: IndexWriter, cmd: AcquireIngestLease, entry: Entry) -> Result:
+    return apply_acquire(w, cmd, entry.index, entry.time_ms)
+
+
+@handles(RenewIngestLease)
+def _renew_ingest_lease(w: IndexWriter, cmd: RenewIngestLease, entry: Entry) -> Result:
+    return apply_renew(w, cmd, entry.time_ms)
+
+
+@handles(ReleaseIngestLease)
+def _release_ingest_lease(w: IndexWriter, cmd: ReleaseIngestLease, entry: Entry) -> Result:
+    return apply_release(w, cmd, entry.time_ms)
 
 
 @handles(AcknowledgeOffsetLoss)

@@ -39,7 +39,7 @@ from shale.errors import (
     QueryTimeoutError,
 )
 from shale.metastore import auth, openapi, sessions
-from shale.metastore.commands import CLIENT_COMMANDS, CommitIngestBatch, decode
+from shale.metastore.commands import CLIENT_COMMANDS, CommitIngestBatch, IngestLeaseCommand, decode
 from shale.metastore.service import MetastoreService
 
 AUTH_FAILURES = Counter("shale_metastore_auth_failures_total", "API calls refused before they ran, by route and "
@@ -185,7 +185,8 @@ def _authorizer(tokens: auth.TokenTable, browser: sessions.Sessions) -> Callable
         if route == "/v1/commands" and request.method == "POST":
             command = decode(await request.body())  # validated before anything reaches the log
             request.state.command = command
-            need = auth.command_need(command.kind, command.group if isinstance(command, CommitIngestBatch) else None)
+            group = command.group if isinstance(command, CommitIngestBatch | IngestLeaseCommand) else None
+            need = auth.command_need(command.kind, group)
         else:
             need = await rule(request) or auth.ADMIN
         _deny(request, need)

@@ -36,6 +36,8 @@ RAFT_TERM = Gauge("shale_metastore_raft_term", "The node's current Raft term.")
 APPLIED = Gauge("shale_metastore_applied_index", "The last log index applied to the state.")
 HAS_LEADER = Gauge("shale_metastore_raft_has_leader", "1 when this node knows a leader with a quorum, else 0.")
 JOBS = Gauge("shale_compaction_jobs", "Compaction jobs by status and level.", ["status", "level"])
+LEASES = Gauge("shale_ingest_lease_holders", "1 while a live driver holds the shard's ingest lease, 0 when it "
+               "expired or was released (nobody writes the shard).", ["group", "generation", "shard"])
 QUEUED = Gauge("shale_compaction_queue_blocks", "Blocks waiting to be planned into a job, by level.", ["level"])
 SETTING = Gauge("shale_config_seconds", "Configured durations alert rules compare against: block_sync_delay, "
                 "block_delete_delay, bucket_index_max_stale_period.", ["setting"])
@@ -227,6 +229,10 @@ class MetastoreNode:
             APPLIED.set(status.applied_index)
             HAS_LEADER.set(1 if self.raft is None or (status.leader and status.has_quorum) else 0)
             self._compaction_gauges()
+            LEASES.clear()
+            for lease in self.service.ingest_leases():
+                LEASES.labels(lease["group"], str(lease["generation"]), str(lease["shard"])).set(
+                    1 if lease["holder"] else 0)
 
     def _compaction_gauges(self) -> None:
         jobs: dict[tuple[str, str], int] = {}

@@ -25,6 +25,7 @@ from shale.index import IncarnationRow, LossRow, OffsetRow, TombstoneRow, parse_
 from shale.metastore.commands import Command, Result
 from shale.metastore.compaction import job_rows, plan_command, prepare_plan, queue_counts
 from shale.metastore.fsm import StateMachine
+from shale.metastore.leases import leases
 from shale.metastore.log import CommandLog
 
 COMMANDS = Counter("shale_metastore_commands_total", "Commands proposed, by kind and outcome (ok or the "
@@ -148,6 +149,11 @@ class MetastoreService:
 
     def compaction_jobs(self) -> list[dict[str, Any]]:
         return job_rows(CompactionState(self.state.reader.conn), int(self.clock() * 1000))
+
+    def ingest_leases(self) -> list[dict[str, Any]]:
+        """Every shard's ingest lease as of now (``holder`` empty when nobody holds it)."""
+        now = int(self.clock() * 1000)
+        return [lease.row(now) for lease in leases(self.state.reader.conn)]
 
     def compaction_queue(self) -> dict[str, int]:
         return queue_counts(CompactionState(self.state.reader.conn))

@@ -245,6 +245,7 @@ def test_available_now_gives_up_after_repeated_batch_failures_and_a_service_keep
 
     job.plan = lambda targets=None: BatchPlan(0, [PartitionRange("app", 0, "id", 0, 10)])  # type: ignore[method-assign]
     job._targets = dict  # type: ignore[method-assign]
+    job._warm = lambda: None  # type: ignore[method-assign]  # no Spark application in a unit test
     job.run_batch = failing_batch  # type: ignore[method-assign]
     with pytest.raises(RuntimeError, match="SparkContext was stopped"):
         job.run(available_now=True)

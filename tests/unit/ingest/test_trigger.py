@@ -45,6 +45,7 @@ def test_a_caught_up_group_plans_again_one_interval_after_its_last_plan(
         now[0] += batch_seconds
         return "committed"
 
+    job._warm = lambda: None  # type: ignore[method-assign]  # no Spark application in a unit test
     job.plan = plan  # type: ignore[method-assign]
     job.run_batch = batch  # type: ignore[method-assign]
     stop = _Recorded(limit=3)

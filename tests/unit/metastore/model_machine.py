@@ -36,15 +36,21 @@ from shale.index import parse_matchers
 from shale.metastore import MetastoreService, SingleNodeLog, StateMachine, encode
 from shale.metastore.commands import (
     AcknowledgeOffsetLoss,
+    AcquireIngestLease,
     Command,
     CommitIngestBatch,
     OffsetRange,
+    ReleaseIngestLease,
+    RenewIngestLease,
     Result,
 )
 from shale.metastore.fsm import Entry
+from shale.metastore.leases import leases
 from shale.query.plan import plan_query
 
 SCRATCH = "/dev/shm" if Path("/dev/shm").is_dir() else None  # memory: every step commits (fsync)
+DRIVERS = ("x", "x", "y")
+"""The ingest processes (lease holders) of a lane: the model's leases are shard 0 of a (group, generation)."""
 Lane = tuple[str, int, str, int]
 """(group, generation, topic, partition): one committed-offsets row."""
 
@@ -56,6 +62,7 @@ INGEST_ARGS = {
                        min_size=1, max_size=2, unique_by=lambda c: c[:2]),
     "variant": st.sampled_from(["ok", "ok", "overlap", "gap", "stale"]),
     "first": st.sampled_from([0, 0, 3]),
+    "driver": st.sampled_from(DRIVERS),
 }
 """A batch: its group and generation; per topic-partition the offsets read and whether none held a readable record
 (an empty block records the range); the variant of the first range; where a new incarnation's offsets start."""
@@ -105,6 +112,8 @@ class MetastoreMachine(RuleBasedStateMachine):
             "rules": [],  # generation switches, oldest first
             "jobs": {},  # job name -> (token, sources) as assigned to us
             "reported": [],  # success reports applied
+            "leases": {},  # (group, generation) -> [holder ("" once released), token, expires_at, duration_ms]
+            "tokens": {},  # (group, generation, driver) -> the token that driver was last granted
         }
         self.snapshot: tuple[Path, dict[str, Any], int, str] | None = None
         self.seq = 0
@@ -146,11 +155,14 @@ class MetastoreMachine(RuleBasedStateMachine):
 
     @rule(**INGEST_ARGS)
     def ingest(self, lane: tuple[str, int, str], chunks: list[tuple[str, int, int, bool]], variant: str,
-               first: int) -> None:
-        """One batch of several topic-partitions. The first chunk carries the variant: continuing at the committed
-        end (ok), one offset early (overlap), one late (gap), or read from an incarnation that has ended."""
+               first: int, driver: str = "x") -> None:
+        """One batch of several topic-partitions, sent by ``driver`` with the lease token it was last granted. The
+        first chunk carries the variant: continuing at the committed end (ok), one offset early (overlap), one late
+        (gap), or read from an incarnation that has ended. A token that is not the lane's live lease is refused
+        before the offsets are looked at."""
         group, generation, writer = lane
-        ranges, blocks, plan, refusal = [], [], [], None
+        token = self.m["tokens"].get((group, generation, driver))
+        ranges, blocks, plan, refusal = [], [], [], self.lease_refusal((group, generation), token)
         for i, (topic, partition, count, empty) in enumerate(chunks):
             key: Lane = (group, generation, topic, partition)
             inc = incarnation(self.kafka[topic])
@@ -184,13 +196,15 @@ class MetastoreMachine(RuleBasedStateMachine):
                                     frozenset(held)))
             plan.append((key, inc, start, end, recs))
         command = CommitIngestBatch(group=group, generation=generation, writer=writer, ranges=ranges,  # type: ignore[arg-type]
-                                    blocks=[b.meta for b in blocks])
+                                    blocks=[b.meta for b in blocks], lease=token)
         result = self.submit(command)
         assert result.ok == (refusal is None), (refusal, result)
         if refusal is not None:
             assert result.reason == refusal, result
             return
         assert result.data["replay"] is False
+        if token is not None:  # a commit renews its lease
+            self.m["leases"][(group, generation)][2] = self.now_ms() + self.m["leases"][(group, generation)][3]
         for key, inc, start, end, recs in plan:
             current = self.m["committed"].get(key)
             if current is not None and current[0] != inc:
@@ -204,10 +218,63 @@ class MetastoreMachine(RuleBasedStateMachine):
 
     # Ingest, polls and reports are the usual traffic: each has more than one rule, so hypothesis draws them more often.
     @rule(lane=INGEST_ARGS["lane"], chunks=INGEST_ARGS["chunks"], variant=INGEST_ARGS["variant"],
-          first=INGEST_ARGS["first"])
+          first=INGEST_ARGS["first"], driver=INGEST_ARGS["driver"])
     def ingest_more(self, lane: tuple[str, int, str], chunks: list[tuple[str, int, int, bool]], variant: str,
-                    first: int) -> None:
-        self.ingest(lane, chunks, variant, first)
+                    first: int, driver: str) -> None:
+        self.ingest(lane, chunks, variant, first, driver)
+
+    # -- ingest leases --------------------------------------------------------------------------
+
+    def lease_refusal(self, lane: tuple[str, int], token: int | None) -> str | None:
+        """Why the state machine refuses a commit (or a renewal) with ``token`` on ``lane`` now, or None."""
+        lease = self.m["leases"].get(lane)
+        if lease is None:
+            return None if token is None else "no-lease"
+        if token is None:
+            return "lease-required"
+        if token != lease[1]:
+            return "stale-lease"
+        return "lease-expired" if lease[2] <= self.now_ms() else None
+
+    @rule(lane=INGEST_ARGS["lane"], driver=INGEST_ARGS["driver"], minutes=st.sampled_from([1, 60]))
+    def acquire_lease(self, lane: tuple[str, int, str], driver: str, minutes: int) -> None:
+        """A driver asks for its lane's lease: granted when free, expired or its own (same token), else it waits."""
+        key, now, duration = lane[:2], self.now_ms(), minutes * 60_000
+        result = self.submit(AcquireIngestLease(group=lane[0], generation=lane[1], holder=driver,
+                                                duration_ms=duration))
+        lease = self.m["leases"].get(key)
+        live = lease is not None and lease[2] > now
+        assert result.data["granted"] == (not live or lease[0] == driver), (result, lease)
+        if not result.data["granted"]:
+            assert lease is not None
+            assert result.data["token"] == lease[1]
+            return
+        token = lease[1] if live and lease is not None else self.state.applied()[0]
+        assert result.data["token"] == token
+        assert all(token >= t for k, t in self.m["tokens"].items() if k[:2] == key)  # a lane's tokens only grow
+        self.m["leases"][key] = [driver, token, now + duration, duration]
+        self.m["tokens"][(*key, driver)] = token
+
+    @precondition(lambda self: self.m["tokens"])
+    @rule(data=st.data(), release=st.booleans())
+    def renew_or_release_lease(self, data: st.DataObject, release: bool) -> None:
+        """A heartbeat (accepted only for the lane's live lease) or a release (a no-op for any other token)."""
+        (group, generation, driver), token = data.draw(st.sampled_from(sorted(self.m["tokens"].items())))
+        key = (group, generation)
+        refusal = self.lease_refusal(key, token)
+        if release:
+            result = self.submit(ReleaseIngestLease(group=group, generation=generation, holder=driver, token=token))
+            assert result.data["released"] == (refusal is None), (result, refusal)
+            if refusal is None:
+                self.m["leases"][key][:3] = ["", token, self.now_ms()]
+            return
+        duration = self.m["leases"][key][3]
+        result = self.submit(RenewIngestLease(group=group, generation=generation, holder=driver, token=token,
+                                              duration_ms=duration))
+        assert result.ok == (refusal is None), (result, refusal)
+        assert result.reason == (refusal or "")
+        if refusal is None:
+            self.m["leases"][key][2] = self.now_ms() + duration
 
     @precondition(lambda self: any(k[:2] == ("partition", 1) for k in self.m["committed"]))
     @rule(data=st.data())
@@ -325,6 +392,12 @@ class MetastoreMachine(RuleBasedStateMachine):
                   for r in self.state.reader.losses()}
         assert losses == {(*key, inc, start, end) for (key, inc), spans in self.m["ranges"].items()
                           for start, end, kind in spans if kind == "loss"}
+
+    @invariant()
+    def leases_are_the_models(self) -> None:
+        index = {(x.group, x.generation): [x.holder, x.token, x.expires_at, x.duration_ms]
+                 for x in leases(self.state.reader.conn)}
+        assert index == self.m["leases"]
 
     @invariant()
     def index_is_sound(self) -> None:

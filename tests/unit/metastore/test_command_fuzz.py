@@ -18,6 +18,7 @@ from shale.compaction.messages import AssignJob, JobUpdate, NewJob
 from shale.metastore.commands import (
     COMMAND_KINDS,
     AcknowledgeOffsetLoss,
+    AcquireIngestLease,
     AddBlocks,
     CommitIngestBatch,
     DeleteTombstones,
@@ -25,6 +26,8 @@ from shale.metastore.commands import (
     OffsetRange,
     PartitionKey,
     QuarantineBlocks,
+    ReleaseIngestLease,
+    RenewIngestLease,
     ReplaceBlocks,
     SetActiveGeneration,
     SetCompactionFailureLimit,
@@ -39,6 +42,8 @@ EXAMPLES = 80
 TENANTS = st.sampled_from(["acme", "beta"])
 GROUPS = st.sampled_from(["backup", "partition"])
 SMALL = st.integers(min_value=0, max_value=5)
+HOLDERS = st.sampled_from(["d1", "d2"])
+TOKENS = st.none() | st.integers(min_value=1, max_value=12)  # a token is a log index: at most the batch's length
 OFFSET = st.integers(min_value=0, max_value=40).map(lambda x: x * 10)
 
 
@@ -75,7 +80,12 @@ def commands(draw: st.DrawFn) -> Any:
         "AddBlocks": lambda: AddBlocks(blocks=pool),
         "CommitIngestBatch": lambda: CommitIngestBatch(group=group, generation=draw(st.integers(1, 2)),
                                                        ranges=ranges, blocks=pool) if draw(st.booleans()) else
-        _coherent(group, draw(st.integers(0, 1)), draw(OFFSET), draw(st.integers(1, 3)) * 10),
+        _coherent(group, draw(st.integers(0, 1)), draw(OFFSET), draw(st.integers(1, 3)) * 10, draw(TOKENS)),
+        "AcquireIngestLease": lambda: AcquireIngestLease(group=group, holder=draw(HOLDERS),
+                                                         duration_ms=draw(st.sampled_from([1000, 120_000]))),
+        "RenewIngestLease": lambda: RenewIngestLease(group=group, holder=draw(HOLDERS), token=draw(TOKENS) or 1,
+                                                     duration_ms=120_000),
+        "ReleaseIngestLease": lambda: ReleaseIngestLease(group=group, holder=draw(HOLDERS), token=draw(TOKENS) or 1),
         "ReplaceBlocks": lambda: ReplaceBlocks(tenant=tenant, sources=ids(draw, pool), blocks=pool[:1]),
         "QuarantineBlocks": lambda: QuarantineBlocks(tenant=tenant, block_ids=ids(draw, pool)),
         "DeleteTombstones": lambda: DeleteTombstones(block_ids=ids(draw, pool)),
@@ -104,10 +114,10 @@ def commands(draw: st.DrawFn) -> Any:
     return encode(made[kind]())
 
 
-def _coherent(group: str, partition: int, start: int, width: int) -> CommitIngestBatch:
-    """A batch an honest writer sends: one level-0 block inside its one range."""
+def _coherent(group: str, partition: int, start: int, width: int, lease: int | None) -> CommitIngestBatch:
+    """A batch an honest writer sends: one level-0 block inside its one range (with a lease token, or none)."""
     block = meta(group=group, partition=partition, start=start, end=start + width)
-    return CommitIngestBatch(group=group, blocks=[block], ranges=[
+    return CommitIngestBatch(group=group, lease=lease, blocks=[block], ranges=[
         OffsetRange(topic="app", partition=partition, start=start, end=start + width)])
 
 

@@ -1,0 +1,70 @@
+"""The driver's ingest lease (issue 30) against the real state machine: a standby waits and takes over when the
+holder's lease expires; the old holder's heartbeat and commits are then fenced, and it stops writing."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from tests.factories import Clock
+
+from shale.ingest.committer import Committer, LeaseLostError
+from shale.ingest.lease import TAKEOVERS, IngestLease
+from shale.metastore import CommitIngestBatch, MetastoreService, OffsetRange, SingleNodeLog, StateMachine
+
+
+def _service(tmp_path: Path, clock: Clock) -> MetastoreService:
+    state = StateMachine(tmp_path / "state.db")
+    return MetastoreService(state, SingleNodeLog(state, clock=clock))  # type: ignore[arg-type]
+
+
+def _batch(start: int, end: int, token: int | None) -> CommitIngestBatch:
+    return CommitIngestBatch(group="backup", lease=token, blocks=[],
+                             ranges=[OffsetRange(topic="app", partition=0, start=start, end=end)])
+
+
+def test_a_standby_takes_over_an_expired_lease_and_the_old_holder_is_fenced(tmp_path: Path) -> None:
+    clock = Clock(1_800_000_000.0)
+    service = _service(tmp_path, clock)
+    active = IngestLease(service, "backup", 1, duration=10, holder="active")
+    standby = IngestLease(service, "backup", 1, duration=10, holder="standby")
+    stop = threading.Event()
+    assert active.wait(stop)
+    old = Committer(service, None, "backup", 1)
+    old.load()
+    assert old.commit(_batch(0, 10, active.token)) == "committed"
+    before = TAKEOVERS.labels("backup", "0")._value.get()
+    waiting = threading.Thread(target=standby.wait, args=(stop,))
+    waiting.start()
+    waiting.join(timeout=0.5)
+    assert waiting.is_alive()  # the lease is held: the standby waits
+    clock.now += 10  # the active driver dies: no renewal, no commit for a whole lease
+    waiting.join(timeout=30)
+    assert not waiting.is_alive()
+    assert standby.token is not None
+    assert active.token is not None
+    assert standby.token > active.token
+    assert TAKEOVERS.labels("backup", "0")._value.get() == before + 1
+    with pytest.raises(LeaseLostError, match="fenced"):
+        old.commit(_batch(10, 20, active.token))  # the old driver resumes: its commit is refused
+    with pytest.raises(LeaseLostError):
+        active.renew()
+    new = Committer(service, None, "backup", 1)
+    assert new.load() == {("app", 0): (10, "")}
+    assert new.commit(_batch(10, 20, standby.token)) == "committed"
+    standby.renew()
+    (row,) = service.ingest_leases()  # what the metastore's gauge and the no-holder alert read
+    assert (row["holder"], row["token"], row["takeovers"]) == ("standby", standby.token, 1)
+    standby.release()
+    assert service.ingest_leases()[0]["holder"] == ""
+    assert IngestLease(service, "backup", 1, duration=10, holder="third").wait(stop)  # released: at once
+
+
+def test_a_stopped_standby_gives_up_waiting(tmp_path: Path) -> None:
+    clock = Clock(1_800_000_000.0)
+    service = _service(tmp_path, clock)
+    stop = threading.Event()
+    assert IngestLease(service, "backup", 1, duration=10, holder="a").wait(stop)
+    stop.set()
+    assert not IngestLease(service, "backup", 1, duration=10, holder="b").wait(stop)
