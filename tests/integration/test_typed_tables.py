@@ -19,6 +19,7 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from tests.integration.ingest_helpers import config_of, create_topic, finish, ingest_process, write_config
 from tests.producing import CheckedProducer
+from tests.waiting import eventually
 
 from shale.block import read_dataset
 from shale.cli import cli
@@ -142,3 +143,48 @@ def test_avro_records_come_back_typed_through_an_evolution(kafka: KafkaBroker, s
     assert len(reasons) == 2
     assert any("magic byte" in r for r in reasons)
     assert any("does not exist in the schema registry" in r for r in reasons)
+
+
+def test_a_registry_killed_mid_run_quarantines_nothing_and_the_group_catches_up(
+        kafka: KafkaBroker, schema_registry: SchemaRegistry, minio_bucket: BucketConfig, tmp_path: Path) -> None:
+    topic = "payments"
+    create_topic(kafka.bootstrap_servers, topic, 2)
+    client = SchemaRegistryClient({"url": schema_registry.url})
+    serializer = AvroSerializer(client, json.dumps(V1))
+    producer = CheckedProducer({"bootstrap.servers": kafka.bootstrap_servers, "enable.idempotence": True})
+    context = SerializationContext(topic, MessageField.VALUE)
+    for i in range(40):
+        producer.produce(topic, key=str(i).encode(), value=serializer(_order(i, 1), context))
+    producer.flush(60)
+
+    schema_registry.kill9()  # the schemas are registered; no process has them cached
+    parser = {"parser": "avro", "options": {"time_field": "ts"}}
+    file = write_config(tmp_path, kafka.bootstrap_servers, minio_bucket, [topic], parsers_override=[parser],
+                        schema_registry={"url": schema_registry.url, "timeout": "3s"})
+    config = config_of(file)
+    bucket = open_bucket(config.bucket)
+    start = int(BASE.timestamp() * 1000)
+    log = tmp_path / "ingest.log"
+    process = ingest_process(file, "partition", log)
+    try:
+        eventually(lambda: "did not answer" in log.read_text(), 300, "a batch to fail on the stopped registry")
+        for kind in ("records", "quarantine"):
+            rows = run_query(Query("default", 0, 2**50, kind=kind), open_source(config, "metastore", bucket),
+                             bucket).read_all()
+            assert rows.num_rows == 0  # nothing committed, nothing quarantined while the registry is down
+
+        schema_registry.start()  # same port, same schemas
+
+        def caught_up() -> bool:
+            rows = run_query(Query("default", start, start + 3_600_000, f'{{topic="{topic}"}}'),
+                             open_source(config, "metastore", bucket), bucket).read_all()
+            return rows.num_rows == 40
+        eventually(caught_up, 400, "the group to catch up after the registry restarted")
+    finally:
+        process.stop()
+    table = run_query(Query("default", start, start + 3_600_000, f'{{topic="{topic}"}}'),
+                      open_source(config, "metastore", bucket), bucket).read_all().sort_by("id")
+    assert table.column("amount").to_pylist() == [_order(i, 1)["amount"] for i in range(40)]
+    quarantined = run_query(Query("default", 0, 2**50, kind="quarantine"), open_source(config, "metastore", bucket),
+                            bucket).read_all()
+    assert quarantined.num_rows == 0

@@ -1,5 +1,6 @@
 """A real Schema Registry: Apicurio Registry 3.0.9 (Maven Central's runnable ``zip:all``) on a loopback port, its
-storage in memory. Its Confluent-compatible API is under ``/apis/ccompat/v7``, what Shale and the standard
+storage an H2 database file in its data folder (so a registry killed and started again keeps its schemas and ids,
+as a production registry does). Its Confluent-compatible API is under ``/apis/ccompat/v7``, what Shale and the standard
 serializers talk to."""
 
 from __future__ import annotations
@@ -28,12 +29,12 @@ class SchemaRegistry:
         return f"http://127.0.0.1:{self.port}{CCOMPAT_PATH}"
 
     def start(self, timeout: float = READY_TIMEOUT_S) -> SchemaRegistry:
-        """Start it (again on the same port after a stop: a restarted registry forgets its schemas, as its
-        storage is in memory)."""
+        """Start it (again on the same port and with the same schemas after a stop or a kill)."""
         jar = apicurio_runner_jar()
         self.port = self.port or free_port()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         command = ["java", "-Xmx384m", "-Dquarkus.http.host=127.0.0.1", f"-Dquarkus.http.port={self.port}",
+                   f"-Dapicurio.datasource.url=jdbc:h2:file:{self.data_dir / 'registry-db'}",
                    "-Dquarkus.log.level=WARN", "-jar", str(jar)]
         self.process = ManagedProcess("schema-registry", command, self.data_dir / "registry.log")
         self.process.start()
