@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from bench.common import progress, timed, write_result
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from bench.common import progress, timed, write_result
 from shale.dev import SchemaRegistry
 from shale.schemas.avro import Decoder
 from shale.schemas.wire import payload, schema_id

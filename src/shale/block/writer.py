@@ -253,6 +253,8 @@ class DatasetStream:
     time_column: str
     labels: list[dict[str, str]] = field(default_factory=list)
     clamp: tuple[int, int] | None = None
+    schema_ids: list[int] = field(default_factory=list)
+    schema_fingerprint: str = ""
 
 
 def write_block_streamed(bucket: Bucket, spec: BlockSpec, datasets: list[DatasetStream],
@@ -278,7 +280,8 @@ def write_block_streamed(bucket: Bucket, spec: BlockSpec, datasets: list[Dataset
             rows += table.num_rows
             size += table.nbytes
         writers.append((writer, sink))
-        entries.append(_entry(index, ds.kind, ds.topic, ds.labels, schema, rows, size, groups))
+        entries.append(_entry(index, ds.kind, ds.topic, ds.labels, schema, rows, size, groups, ds.schema_ids,
+                              ds.schema_fingerprint))
     planned = _block_meta(spec, entries)
     footer = planned.to_json()
     objects = []

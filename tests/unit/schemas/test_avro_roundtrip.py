@@ -345,3 +345,51 @@ def test_a_recursive_schema_has_no_arrow_type() -> None:
     node = {"type": "record", "name": "Node", "fields": [{"name": "next", "type": ["null", "Node"]}]}
     with pytest.raises(ValueError, match="recursive"):
         Decoder(node)
+
+
+def test_compaction_merges_blocks_of_two_versions_into_one_typed_block() -> None:
+    from shale.compactor.merge import merge_blocks
+
+    old = {"type": "record", "name": "Pay", "fields": [
+        {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2}}]}
+    new = {**old, "fields": [*old["fields"], {"name": "note", "type": "string", "default": "-"}]}
+    old_id, new_id = _register(old), _register(new)
+    spec = _spec()
+    bucket = open_bucket(spec.bucket)
+    blocks = []
+    for start, (sid, schema, datum) in enumerate([(old_id, old, {"amount": decimal.Decimal("1.50")}),
+                                                  (new_id, new, {"amount": decimal.Decimal("2.25"), "note": "n"})]):
+        table = backup_table("app", 0, start, 1)
+        table = table.set_column(table.schema.get_field_index("value"), "value",
+                                 pa.array([frame(sid, _encode(schema, datum))]))
+        written = write_chunk(spec, bucket, table, Chunk("app", 0, "", start, start + 1, READ_MS))
+        blocks += [m for m in written.blocks if any(d.kind == "records" for d in m.datasets)]
+    merged = merge_blocks(bucket, blocks, job="j", token=1, level=0).output
+    (dataset,) = merged.datasets
+    assert dataset.schema_ids == [old_id, new_id]
+    assert dataset.schema_fingerprint == fingerprint(new)
+    rows = read_dataset(bucket, merged, dataset).sort_by("offset")
+    assert rows.schema.field("amount").type == pa.decimal128(9, 2)
+    assert rows.column("amount").to_pylist() == [decimal.Decimal("1.50"), decimal.Decimal("2.25")]
+    assert rows.column("note").to_pylist() == [None, "n"]  # a block of the old version alone has no note column
+
+
+def test_a_record_of_an_incompatible_older_version_is_quarantined_with_the_reason() -> None:
+    old = {"type": "record", "name": "Reading", "fields": [{"name": "reading", "type": "string"}]}
+    new = {"type": "record", "name": "Reading", "fields": [{"name": "reading", "type": "long"}]}  # no resolution
+    old_id, new_id = _register(old), _register(new)
+    stored, reasons = _store([frame(old_id, _encode(old, {"reading": "x"})),
+                              frame(new_id, _encode(new, {"reading": 5}))])
+    assert stored is not None
+    assert stored.column("reading").to_pylist() == [5]
+    assert len(reasons) == 1
+    assert f"schema id {old_id} cannot be read as the newest schema id {new_id}" in reasons[0]
+
+
+def test_a_field_named_like_a_built_in_column_needs_a_prefix() -> None:
+    schema = {"type": "record", "name": _name("R"), "fields": [{"name": "offset", "type": "long"}]}
+    sid = _register(schema)
+    body = frame(sid, _encode(schema, {"offset": 3}))
+    stored, reasons = _store([body])
+    assert stored is None
+    assert "column_prefix" in reasons[0]
