@@ -27,6 +27,7 @@ from shale.config import BucketConfig
 from shale.dev import KafkaBroker, SchemaRegistry
 from shale.objstore import open_bucket
 from shale.query import Query, run_query
+from shale.query.datasource import register
 from shale.query.sources import open_source
 
 TOPIC = "orders"
@@ -82,7 +83,8 @@ def _produce(kafka: KafkaBroker, registry: SchemaRegistry) -> dict[int, int]:
 
 
 def test_avro_records_come_back_typed_through_an_evolution(kafka: KafkaBroker, schema_registry: SchemaRegistry,
-                                                           minio_bucket: BucketConfig, tmp_path: Path) -> None:
+                                                           minio_bucket: BucketConfig, spark: Any,
+                                                           tmp_path: Path) -> None:
     create_topic(kafka.bootstrap_servers, TOPIC, 1)
     versions = _produce(kafka, schema_registry)
     parser = {"parser": "avro", "options": {"time_field": "ts", "label_fields": ["status"]}}
@@ -130,6 +132,18 @@ def test_avro_records_come_back_typed_through_an_evolution(kafka: KafkaBroker, s
     assert printed[0]["amount"] == "1001.01"
     assert printed[0]["ts"] == "2026-11-24T08:30:01.001000Z"
     assert printed[0]["customer"] == {"name": "c1", "address": {"city": "city1", "zip": 10001}}
+
+    # Shale's Spark data source gives Spark the same types and values.
+    register(spark)
+    frame = (spark.read.format("shale").option("config", str(file)).option("tenant", "default")
+             .option("from", str(start)).option("to", str(end)).option("selector", f'{{topic="{TOPIC}"}}').load())
+    types = dict(frame.dtypes)
+    assert types["amount"] == "decimal(12,2)"
+    assert types["ts"] == "timestamp"
+    assert types["customer"] == "struct<name:string,address:struct<city:string,zip:int>>"
+    spark_rows = sorted(frame.select("id", "amount", "customer.address.city", "items").collect())
+    assert [(r[0], r[1], r[2], r[3]) for r in spark_rows] == [
+        (i, _order(i, 1)["amount"], f"city{i % 4}", _order(i, 1)["items"]) for i in range(25)]
 
     # The blocks record the writer schemas' ids and the fingerprint; the two bad records are quarantined.
     metas = [m for m in open_source(config, "metastore", bucket).query_blocks(["default"], 0, 2**62)
