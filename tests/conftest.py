@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from shale.config import BucketConfig, SparkConfig
-from shale.dev import KafkaBroker, MinioServer, SparkStandalone, connector_conf
+from shale.dev import KafkaBroker, MinioServer, SchemaRegistry, SparkStandalone, connector_conf
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -57,6 +57,14 @@ def minio(services_dir: Path) -> Iterator[MinioServer]:
     server = MinioServer(services_dir / "minio").start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def schema_registry(services_dir: Path) -> Iterator[SchemaRegistry]:
+    """Apicurio Registry 3.0.9 (its Confluent-compatible API: ``schema_registry.url``), storage in memory."""
+    registry = SchemaRegistry(services_dir / "registry").start()
+    yield registry
+    registry.stop()
 
 
 @pytest.fixture

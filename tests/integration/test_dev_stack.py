@@ -82,3 +82,26 @@ def test_dev_up_status_down(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     status = runner.invoke(cli, ["dev", "status", "--dir", directory])
     assert status.exit_code == 3
     assert f"no dev stack found; looked in {tmp_path / 'dev'}" in status.output
+
+
+def test_dev_up_with_a_schema_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.delenv("SHALE_DEV_DIR", raising=False)
+    runner = CliRunner()
+    directory = str(tmp_path / "dev")
+    up = runner.invoke(cli, ["dev", "up", "--dir", directory, "--schema-registry"])
+    assert up.exit_code == 0, up.output
+    state = DevStack(Path(directory)).load()
+    assert state is not None
+    try:
+        assert state.registry_url.endswith("/apis/ccompat/v7")
+        assert f"schema registry:         {state.registry_url}" in up.output
+        config = load_config(None, env=state.env())
+        assert config.ingest.schema_registry.url == state.registry_url
+        status = runner.invoke(cli, ["dev", "status", "--dir", directory])
+        assert status.exit_code == 0, status.output
+        assert "schema-registry running" in status.output
+    finally:
+        down = runner.invoke(cli, ["dev", "down", "--dir", directory])
+    assert "schema-registry" in down.output
+    assert not pid_alive(state.registry_pid)

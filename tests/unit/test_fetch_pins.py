@@ -25,4 +25,4 @@ def test_promtool_is_pinned_to_a_release_and_fetched_with_the_others() -> None:
     assert re.fullmatch(r"v0\.3\d\d\.\d+", fetch.PROMTOOL_VERSION)  # Prometheus 3.x as a Go module version
     assert fetch.PROMTOOL_MODULE.endswith("/cmd/promtool")
     # what `make deps` (fetch.py all) builds
-    assert set(fetch.FETCHERS) == {"kafka", "spark", "iceberg", "minio", "promtool"}
+    assert set(fetch.FETCHERS) == {"kafka", "spark", "iceberg", "minio", "promtool", "apicurio"}

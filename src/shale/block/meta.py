@@ -59,7 +59,13 @@ class Dataset(_Record):
         default_factory=list, description="table of contents: (rows, min_time, max_time) per Parquet row group"
     )
     columns: list[str] = Field(default_factory=list,
-                               description="string columns beyond the kind's base schema (a parser's columns)")
+                               description="columns beyond the kind's base schema (a parser's columns)")
+    column_types: str | None = Field(default=None, description="the Arrow types of those columns when a typed "
+                                     "parser wrote them: an Arrow IPC schema in base64 (absent: all strings)")
+    schema_ids: list[int] | None = Field(default=None, description="Schema Registry ids of the writer schemas "
+                                         "of the rows (typed parsers)")
+    schema_fingerprint: str | None = Field(default=None, description="fingerprint of the schema the rows are "
+                                           "stored under (typed parsers)")
 
     @field_validator("labels")
     @classmethod

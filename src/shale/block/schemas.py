@@ -3,6 +3,9 @@ records (base columns; parsers add their own), and quarantined records with the 
 
 from __future__ import annotations
 
+import base64
+from collections.abc import Iterable, Mapping
+
 import pyarrow as pa
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -41,9 +44,24 @@ QUARANTINE_SCHEMA = pa.schema([
 
 RESERVED_COLUMNS = frozenset(f.name for f in PARTITION_BASE_FIELDS) | {"reason", "parser"}
 BASE_COLUMNS = RESERVED_COLUMNS
-"""Columns of the base schemas; any other column in a dataset is a parser's string column."""
+"""Columns of the base schemas; any other column in a dataset is a parser's column (a string column unless the
+dataset's metadata records its type: ``column_types``)."""
 
 
-def partition_schema(columns: list[str]) -> pa.Schema:
-    """A partition-group records schema with these parser columns (all strings)."""
-    return pa.schema([*PARTITION_BASE_FIELDS, *(pa.field(c, pa.string()) for c in columns)])
+def encode_column_types(fields: Iterable[pa.Field]) -> str:
+    """A parser's typed columns as block metadata keeps them: an Arrow IPC schema, base64."""
+    return base64.b64encode(pa.schema(list(fields)).serialize().to_pybytes()).decode()
+
+
+def decode_column_types(text: str | None) -> dict[str, pa.DataType]:
+    """The column types ``encode_column_types`` wrote ({} for None or '')."""
+    if not text:
+        return {}
+    schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+    return {f.name: f.type for f in schema}
+
+
+def partition_schema(columns: list[str], types: Mapping[str, pa.DataType] | None = None) -> pa.Schema:
+    """A partition-group records schema with these parser columns (strings, unless ``types`` names theirs)."""
+    known = types or {}
+    return pa.schema([*PARTITION_BASE_FIELDS, *(pa.field(c, known.get(c, pa.string())) for c in columns)])

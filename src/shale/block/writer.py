@@ -9,6 +9,7 @@ deterministic id, which is a bug to report, never to paper over).
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import zlib
 from collections.abc import Iterable
@@ -21,7 +22,7 @@ import pyarrow.parquet as pq
 from shale.block.layout import block_file_key, meta_key
 from shale.block.meta import BlockMeta, Compaction, Dataset, DatasetKind, FileInfo, KafkaRange, ParserInfo, parse_meta
 from shale.block.names import cap_label_sets
-from shale.block.schemas import BASE_COLUMNS, TIMESTAMP, TIMESTAMP_MS
+from shale.block.schemas import BASE_COLUMNS, TIMESTAMP_MS, encode_column_types
 from shale.errors import ConflictError, NotFoundError
 from shale.failpoints import failpoint
 from shale.objstore import Bucket
@@ -48,6 +49,9 @@ class DatasetInput:
     clamp: tuple[int, int] | None = None
     """Bounds (ms) for the data times recorded in metadata: rows keep their times as they are, but a time
     outside the bounds counts as the nearest bound (a Kafka timestamp of -1 or in the far future)."""
+    schema_ids: list[int] = field(default_factory=list)
+    """Schema Registry ids of the writer schemas of the rows (typed parsers), recorded in the metadata."""
+    schema_fingerprint: str = ""
 
 
 @dataclass
@@ -107,13 +111,14 @@ def encode_parquet(table: pa.Table, footer: bytes | None = None, row_group_rows:
 
 def micros_schema(schema: pa.Schema) -> pa.Schema:
     """``schema`` with every timestamp column in UTC microseconds."""
-    fields = [f.with_type(TIMESTAMP) if pa.types.is_timestamp(f.type) else f for f in schema]
+    # A timestamp without a time zone (Avro's local-timestamp) stays one: only its unit changes.
+    fields = [f.with_type(pa.timestamp("us", tz=f.type.tz)) if pa.types.is_timestamp(f.type) else f for f in schema]
     return pa.schema(fields, metadata=schema.metadata)
 
 
 def in_micros(table: pa.Table) -> pa.Table:
     """Every timestamp column as UTC microseconds (Spark's and Iceberg's unit), whatever unit it came in."""
-    if not any(pa.types.is_timestamp(f.type) and f.type != TIMESTAMP for f in table.schema):
+    if not any(pa.types.is_timestamp(f.type) and f.type.unit != "us" for f in table.schema):
         return table
     return table.cast(micros_schema(table.schema))
 
@@ -122,12 +127,17 @@ def crc32_hex(data: bytes) -> str:
     return f"{zlib.crc32(data) & 0xFFFFFFFF:08x}"
 
 
-def _entry(index: int, kind: DatasetKind, topic: str, labels: list[dict[str, str]], columns: list[str], rows: int,
-           size: int, groups: list[tuple[int, int, int]]) -> Dataset:
+def _entry(index: int, kind: DatasetKind, topic: str, labels: list[dict[str, str]], schema: pa.Schema, rows: int,
+           size: int, groups: list[tuple[int, int, int]], schema_ids: list[int] | None = None,
+           fingerprint: str = "") -> Dataset:
+    extra = [f for f in schema if f.name not in BASE_COLUMNS]
+    typed = any(f.type != pa.string() for f in extra)
     return Dataset(name=f"{kind}/{topic}", kind=kind, topic=topic, file=f"{kind}-{index}.parquet", rows=rows,
                    bytes=size, min_time=min((g[1] for g in groups), default=0),
                    max_time=max((g[2] for g in groups), default=0), labels=cap_label_sets(labels, MAX_LABEL_SETS),
-                   row_groups=groups, columns=[c for c in columns if c not in BASE_COLUMNS])
+                   row_groups=groups, columns=[f.name for f in extra],
+                   column_types=encode_column_types(extra) if typed else None,
+                   schema_ids=schema_ids or None, schema_fingerprint=fingerprint or None)
 
 
 def _group_bounds(table: pa.Table, time_column: str, clamp: tuple[int, int] | None) -> tuple[int, int, int]:
@@ -137,9 +147,10 @@ def _group_bounds(table: pa.Table, time_column: str, clamp: tuple[int, int] | No
 def plan_block(spec: BlockSpec, datasets: list[DatasetInput],
                row_group_rows: int = DEFAULT_ROW_GROUP_ROWS) -> BlockMeta:
     """The block's metadata before its files are written (``files`` is empty)."""
-    entries = [_entry(index, ds.kind, ds.topic, ds.labels, ds.table.column_names, ds.table.num_rows, ds.table.nbytes,
+    entries = [_entry(index, ds.kind, ds.topic, ds.labels, ds.table.schema, ds.table.num_rows, ds.table.nbytes,
                       [_group_bounds(ds.table.slice(offset, row_group_rows), ds.time_column, ds.clamp)
-                       for offset in range(0, ds.table.num_rows, row_group_rows)])
+                       for offset in range(0, ds.table.num_rows, row_group_rows)], ds.schema_ids,
+                      ds.schema_fingerprint)
                for index, ds in enumerate(datasets)]
     return _block_meta(spec, entries)
 
@@ -182,8 +193,7 @@ def write_block(bucket: Bucket, spec: BlockSpec, datasets: list[DatasetInput],
     Data objects are overwritten freely while meta.json is absent: nobody trusts a block without it, and a
     repeated write of a deterministic id carries the same rows.
     """
-    datasets = [DatasetInput(d.kind, d.topic, in_micros(d.table), d.time_column, d.labels, d.clamp)
-                for d in datasets]
+    datasets = [dataclasses.replace(d, table=in_micros(d.table)) for d in datasets]
     planned = plan_block(spec, datasets, row_group_rows)
     done = existing_block(bucket, spec.tenant, spec.id)
     if done is not None:
@@ -243,6 +253,8 @@ class DatasetStream:
     time_column: str
     labels: list[dict[str, str]] = field(default_factory=list)
     clamp: tuple[int, int] | None = None
+    schema_ids: list[int] = field(default_factory=list)
+    schema_fingerprint: str = ""
 
 
 def write_block_streamed(bucket: Bucket, spec: BlockSpec, datasets: list[DatasetStream],
@@ -268,7 +280,8 @@ def write_block_streamed(bucket: Bucket, spec: BlockSpec, datasets: list[Dataset
             rows += table.num_rows
             size += table.nbytes
         writers.append((writer, sink))
-        entries.append(_entry(index, ds.kind, ds.topic, ds.labels, schema.names, rows, size, groups))
+        entries.append(_entry(index, ds.kind, ds.topic, ds.labels, schema, rows, size, groups, ds.schema_ids,
+                              ds.schema_fingerprint))
     planned = _block_meta(spec, entries)
     footer = planned.to_json()
     objects = []

@@ -53,10 +53,12 @@ _dir_option = click.option("--dir", "directory", default=None, type=click.Path(f
 @_dir_option
 @click.option("--spark-workers", type=click.IntRange(0, 8), default=0, show_default=True,
               help="Also start a Spark standalone master and this many workers (1 core, 1 GiB each).")
+@click.option("--schema-registry", is_flag=True, help="Also start a Schema Registry (Apicurio Registry 3.0.9, its "
+              "Confluent-compatible API) for the avro parser.")
 @click.option("--env", "as_env", is_flag=True, help="Print only the exports, for eval \"$(shale dev up --env)\" "
               "(progress goes to standard error).")
 @shale_errors
-def up(directory: Path | None, spark_workers: int, as_env: bool) -> None:
+def up(directory: Path | None, spark_workers: int, schema_registry: bool, as_env: bool) -> None:
     """Start Kafka (KRaft) and MinIO (and Spark) on free loopback ports; print how to reach them."""
     from shale.dev import DevStack
 
@@ -64,7 +66,7 @@ def up(directory: Path | None, spark_workers: int, as_env: bool) -> None:
     spark = f" and a Spark master with {spark_workers} workers" if spark_workers else ""
     click.echo(f"starting Kafka, MinIO{spark} (the first run fetches them, which takes a few minutes)...",
                err=as_env)
-    state = DevStack(directory).up(spark_workers)
+    state = DevStack(directory).up(spark_workers, schema_registry)
     try:
         _last_up_file().parent.mkdir(parents=True, exist_ok=True)
         _last_up_file().write_text(f"{directory}\n")
@@ -79,6 +81,8 @@ def up(directory: Path | None, spark_workers: int, as_env: bool) -> None:
     click.echo(f"s3 endpoint:             {state.minio_endpoint} (bucket {state.bucket!r})")
     if state.spark_master:
         click.echo(f"spark master:            {state.spark_master} (status {state.spark_ui})")
+    if state.registry_url:
+        click.echo(f"schema registry:         {state.registry_url}")
     click.echo(f"state:                   {directory}")
     click.echo("point Shale at them with:  eval \"$(shale dev up --env)\"  (it starts nothing new), or:")
     for key, value in exports.items():

@@ -196,7 +196,13 @@ def merge_blocks(bucket: Bucket, sources: list[BlockMeta], *, job: str, token: i
             streams.append(DatasetStream(first.kind, first.topic, table.schema,
                                          _sorted_row_groups(table, merge_order(table, incarnations)),
                                          _time_column(table),
-                                         labels=[dict(ls) for ls in labels], clamp=clamp))
+                                         labels=[dict(ls) for ls in labels], clamp=clamp,
+                                         # typed parsers: every writer schema of the sources; the newest
+                                         # source's fingerprint (its columns are the merged table's newest)
+                                         schema_ids=sorted({i for _, d in parts[name] for i in d.schema_ids or []}),
+                                         schema_fingerprint=next((d.schema_fingerprint for _, d in
+                                                                  reversed(parts[name]) if d.schema_fingerprint),
+                                                                 "")))
         head = sources[0]
         parsers = {(m.parser.name, m.parser.version, m.parser.options_digest) if m.parser else None for m in sources}
         spec = BlockSpec(

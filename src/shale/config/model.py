@@ -264,6 +264,29 @@ class ParserRule(_Section):
         return value
 
 
+class SchemaRegistryConfig(_Section):
+    """The Schema Registry the typed parsers (``avro``) fetch writer schemas from by id: its Confluent-compatible
+    API (Confluent Schema Registry, or Apicurio's ``/apis/ccompat/v7``). Schemas are cached per process."""
+
+    url: str = Field(default="", description="base URL of the Confluent-compatible API, e.g. "
+                     "http://registry:8080/apis/ccompat/v7 ('' = no registry)")
+    username: str = Field(default="", description="HTTP basic-auth user ('' = no authentication)")
+    password: Secret = Field(default=SecretStr(""), description="HTTP basic-auth password (masked when shown)")
+    ca_file: str = Field(default="", description="PEM file of the CAs that sign the registry's certificate "
+                         "('' = the system's)")
+    timeout: Duration = Field(default=10.0, description="one request's timeout; a registry that does not answer "
+                              "fails the batch, which is retried (its records are never quarantined for it)")
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        if urlparse(value).username or urlparse(value).password:  # checked first: never echo a credential
+            raise ValueError("put the registry's credentials in username and password, not in the url")
+        if value and urlparse(value).scheme not in ("http", "https"):
+            raise ValueError(f"schema registry url {value!r} must start with http:// or https://")
+        return value.rstrip("/")
+
+
 class IngestConfig(_Section):
     """Kafka to blocks (seed 002). Each group (backup, partition) is one ingest process: it plans every batch's
     exact Kafka offsets from the metastore's committed offsets, reads them with Spark and commits them."""
@@ -275,6 +298,8 @@ class IngestConfig(_Section):
     tenants: list[TenantRule] = Field(default_factory=list, description="topic-to-tenant rules")
     tenant_header: str = Field(default="", description="take the tenant from this record header when present")
     parsers: list[ParserRule] = Field(default_factory=list, description="partition group: parser per topic")
+    schema_registry: SchemaRegistryConfig = Field(default_factory=SchemaRegistryConfig,
+                                                  description="where typed parsers (avro) find writer schemas")
     quarantine_warn_share: float = Field(default=0.5, ge=0.0, le=1.0, description="a batch that quarantines all "
                                          "of a topic's records, or more than this share, logs a warning and sets "
                                          "shale_ingest_quarantining")

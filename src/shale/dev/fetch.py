@@ -3,7 +3,7 @@
 This module uses the standard library only, so that `make` can run it with the system Python
 while the virtual environment is still being built:
 
-    python3 src/shale/dev/fetch.py all      # Kafka jars, Spark's Kafka connector jars, MinIO, promtool
+    python3 src/shale/dev/fetch.py all      # Kafka and Spark connector jars, MinIO, promtool, Apicurio
 
 What is fetched, and from where (the machines reach Maven Central and the Go module proxy only):
 
@@ -17,6 +17,9 @@ What is fetched, and from where (the machines reach Maven Central and the Go mod
   ``go install github.com/prometheus/prometheus/cmd/promtool@<pinned version>``.
 * Apache Iceberg's Spark runtime for Spark 4.0, its AWS bundle (S3FileIO) and the SQLite JDBC driver, three jars
   and nothing else, so that Spark SQL reads the Iceberg tables Shale publishes (JDBC catalog on SQLite, S3FileIO).
+
+* Apicurio Registry (a Schema Registry with a Confluent-compatible API, for the typed-table parsers):
+  ``io.apicurio:apicurio-registry-app:3.0.9:zip:all``, unzipped; the Quarkus runner jar runs on Java 17.
 
 Two more sets only the ingest benchmark needs, fetched when it first runs (not by ``all``):
 
@@ -67,6 +70,10 @@ ICEBERG_ARTIFACTS = (
     ("org.apache.iceberg", "iceberg-aws-bundle", ICEBERG_VERSION),
     ("org.xerial", "sqlite-jdbc", SQLITE_JDBC_VERSION),
 )
+
+# 3.0.9 is the newest Apicurio Registry published on Maven Central as a runnable `zip:all` (3.3.3 has none).
+APICURIO_VERSION = "3.0.9"
+APICURIO_ARTIFACT = f"io.apicurio:apicurio-registry-app:{APICURIO_VERSION}:zip:all"
 
 KAFKA_TOOLS_ARTIFACTS = (("org.apache.kafka", "kafka-tools", KAFKA_VERSION),)
 HADOOP_VERSION = "3.4.1"  # pyspark 4.0.0 ships hadoop-client-api and hadoop-client-runtime 3.4.1
@@ -234,6 +241,41 @@ def s3a_jars(cache: Path | None = None) -> list[Path]:
                   .glob("*.jar"))
 
 
+def apicurio_dir(cache: Path | None = None) -> Path:
+    return (cache or cache_dir()) / "apicurio" / f"apicurio-registry-{APICURIO_VERSION}"
+
+
+def apicurio_runner_jar(cache: Path | None = None) -> Path:
+    """The Quarkus runner jar of the unzipped registry, fetched if missing."""
+    found = sorted(fetch_apicurio(cache).glob("*-runner.jar"))
+    if not found:
+        raise FetchError(f"no runner jar under {apicurio_dir(cache)}: delete the folder and fetch again")
+    return found[0]
+
+
+def fetch_apicurio(cache: Path | None = None) -> Path:
+    """Apicurio Registry's unzipped ``zip:all`` from Maven Central, fetched if missing."""
+    target = apicurio_dir(cache)
+    with _locked(target):
+        if (target / ".complete").exists():
+            return target
+        if shutil.which("mvn") is None:
+            raise FetchError("mvn is not on PATH: install Maven (Debian package 'maven') and retry")
+        _log(f"fetching Apicurio Registry {APICURIO_VERSION} from Maven Central")
+        with tempfile.TemporaryDirectory(prefix="shale-mvn-") as work:
+            _run(["mvn", "-q", "-B", "dependency:copy", f"-Dartifact={APICURIO_ARTIFACT}",
+                  f"-DoutputDirectory={work}"], cwd=Path(work))
+            zips = sorted(Path(work).glob("*.zip"))
+            if len(zips) != 1:
+                raise FetchError(f"expected one zip from {APICURIO_ARTIFACT}, got {zips}")
+            if target.exists():
+                shutil.rmtree(target)
+            shutil.unpack_archive(zips[0], target)
+        (target / ".complete").write_text(APICURIO_VERSION)
+        _log(f"Apicurio Registry ready in {target}")
+    return target
+
+
 def promtool_binary(cache: Path | None = None) -> Path:
     return (cache or cache_dir()) / "bin" / f"promtool-{PROMTOOL_VERSION}" / "promtool"
 
@@ -268,7 +310,7 @@ def fetch_promtool(cache: Path | None = None) -> Path:
 
 FETCHERS = {
     "kafka": fetch_kafka, "spark": fetch_spark_connector, "iceberg": fetch_iceberg, "minio": fetch_minio,
-    "promtool": fetch_promtool,
+    "promtool": fetch_promtool, "apicurio": fetch_apicurio,
 }
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from shale.dev.kafka import KafkaBroker
 from shale.dev.minio import MinioServer
+from shale.dev.registry import SchemaRegistry
 from shale.dev.spark_cluster import SparkStandalone, connector_conf, driver_conf
 from shale.process import pid_alive, port_open, stop_process_group
 
@@ -38,6 +39,8 @@ class StackState:
     spark_master: str = ""  # spark://127.0.0.1:PORT when a standalone cluster runs
     spark_ui: str = ""
     spark_pids: list[int] = field(default_factory=list)  # the master's, then each worker's
+    registry_pid: int = 0  # the Schema Registry (Apicurio), when `up --schema-registry` started one
+    registry_url: str = ""
 
     def env(self) -> dict[str, str]:
         """Environment overrides that point a Shale process at this stack."""
@@ -54,11 +57,15 @@ class StackState:
         }
         if self.spark_master:
             out["SHALE_SPARK__MASTER"] = self.spark_master
+        if self.registry_url:
+            out["SHALE_INGEST__SCHEMA_REGISTRY__URL"] = self.registry_url
         return out
 
     def services(self) -> dict[str, tuple[int, str]]:
         """Each process: its pid and where it is reached."""
         out = {"kafka": (self.kafka_pid, self.kafka_bootstrap), "minio": (self.minio_pid, self.minio_endpoint)}
+        if self.registry_pid:
+            out["schema-registry"] = (self.registry_pid, self.registry_url)
         if self.spark_pids:
             out["spark-master"] = (self.spark_pids[0], f"{self.spark_master} (status {self.spark_ui})")
             for i, pid in enumerate(self.spark_pids[1:]):
@@ -77,22 +84,26 @@ class DevStack:
         except FileNotFoundError:
             return None
 
-    def up(self, spark_workers: int = 0) -> StackState:
+    def up(self, spark_workers: int = 0, schema_registry: bool = False) -> StackState:
         """Start every service (or return the running ones if they match). Idempotent."""
         state = self.load()
         if (state is not None and all(self.status(state).values())
-                and len(state.spark_pids[1:]) == spark_workers):
+                and len(state.spark_pids[1:]) == spark_workers and bool(state.registry_pid) == schema_registry):
             return state
         if state is not None:
             self.down()
         conf = connector_conf()  # fetches the jars now rather than at the first ingest
-        started: list[KafkaBroker | MinioServer | SparkStandalone] = []
+        started: list[KafkaBroker | MinioServer | SparkStandalone | SchemaRegistry] = []
+        registry = None
         try:
             broker = KafkaBroker(self.directory / "kafka").start()
             started.append(broker)
             minio = MinioServer(self.directory / "minio").start()
             started.append(minio)
             minio.create_bucket(DEV_BUCKET)
+            if schema_registry:
+                registry = SchemaRegistry(self.directory / "registry").start()
+                started.append(registry)
             cluster = None
             if spark_workers:
                 cluster = SparkStandalone(self.directory / "spark", workers=spark_workers).start()
@@ -106,6 +117,8 @@ class DevStack:
         assert minio.process is not None
         state = StackState(broker.process.pid, broker.bootstrap_servers, minio.process.pid, minio.endpoint,
                            DEV_BUCKET, minio.access_key, minio.secret_key, spark_conf=conf)
+        if registry is not None and registry.process is not None:
+            state.registry_pid, state.registry_url = registry.process.pid, registry.url
         if cluster is not None:
             state.spark_master, state.spark_ui = cluster.master_url, cluster.ui_url
             state.spark_pids = [p.pid for p in cluster.processes()]
@@ -120,6 +133,9 @@ class DevStack:
         out = {name: pid_alive(pid) for name, (pid, _) in state.services().items()}
         out["kafka"] = out["kafka"] and port_open(_port(state.kafka_bootstrap))
         out["minio"] = out["minio"] and port_open(_port(state.minio_endpoint))
+        if state.registry_url:
+            out["schema-registry"] = out["schema-registry"] and port_open(
+                int(state.registry_url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1]))
         if state.spark_master:
             out["spark-master"] = out["spark-master"] and port_open(_port(state.spark_master))
         return out

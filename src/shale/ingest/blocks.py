@@ -66,8 +66,11 @@ class GroupSpec:
         """The topic's parser, or the reason there is none (every record then goes to quarantine)."""
         if topic not in self._parsers:
             rule = next((r for r in self.ingest.parsers if re.fullmatch(r.topic_pattern, topic)), None)
-            self._parsers[topic] = (load_parser(rule.parser, dict(rule.options)) if rule is not None
+            parser: Parser | str = (load_parser(rule.parser, dict(rule.options)) if rule is not None
                                     else f"no parser is configured for topic {topic!r} (ingest.parsers)")
+            if not isinstance(parser, str):
+                parser.bind(self.ingest)
+            self._parsers[topic] = parser
         return self._parsers[topic]
 
 
@@ -170,9 +173,11 @@ MAX_LABEL_VALUE_BYTES = 2048
 quarantined with the reason (a few megabyte values would make a commit larger than the metastore takes)."""
 
 
-def _field_problem(fields: dict[str, Any], columns: dict[str, list[Any]], labels: list[str]) -> str | None:
-    """Why a parser's fields cannot be stored in its string columns, or None."""
-    for name in columns:
+def _field_problem(fields: dict[str, Any], columns: dict[str, list[Any]], labels: list[str],
+                   typed: bool = False) -> str | None:
+    """Why a parser's fields cannot be stored in its columns (string columns, unless the parser is typed), or
+    None. Labels are strings whatever the parser."""
+    for name in labels if typed else columns:
         value = fields.get(name)
         if value is not None and not isinstance(value, str):
             return f"column {name!r}: the parser gave a {type(value).__name__}, not a string"
@@ -185,16 +190,26 @@ def _field_problem(fields: dict[str, Any], columns: dict[str, list[Any]], labels
     return None
 
 
-def _unstorable(columns: dict[str, list[Any]]) -> dict[int, str]:
-    """The rows (positions) whose string values are not valid Unicode, with the reason."""
+def _unstorable(columns: dict[str, list[Any]], types: dict[str, pa.DataType]) -> dict[int, str]:
+    """The rows (positions) whose values cannot be stored in their columns' types, with the reason: strings that
+    are not valid Unicode; for a typed parser, a value its Arrow type does not hold (a decimal past its
+    precision)."""
     bad: dict[int, str] = {}
     for name, values in columns.items():
         for k, value in enumerate(values):
-            if k not in bad and isinstance(value, str):
+            if k in bad or value is None:
+                continue
+            if isinstance(value, str):
                 try:
                     value.encode("utf-8")
                 except UnicodeEncodeError as exc:
                     bad[k] = f"column {name!r} is not valid Unicode ({exc.reason} at position {exc.start})"
+                    continue
+            if types[name] != pa.string():
+                try:
+                    pa.array([value], types[name])
+                except (pa.ArrowException, ValueError, TypeError, OverflowError, UnicodeEncodeError) as exc:
+                    bad[k] = f"column {name!r}: the value does not fit {types[name]}: {exc}"[:1000]
     return bad
 
 
@@ -206,9 +221,12 @@ def _parse(spec: GroupSpec, table: pa.Table, topic: str,
     if isinstance(parser, str):
         return pa.table({}), [], [(i, parser) for i in range(table.num_rows)], None
     stamps = table.column("timestamp").cast(TIMESTAMP_MS, safe=False).cast(pa.int64()).to_pylist()
+    if table.num_rows:
+        parser.prepare(pc.binary_slice(table.column("value"), 0, 5).to_pylist())  # RetryableError: retry the batch
+    types = parser.columns()
     good: list[int] = []
     times: list[int] = []
-    columns: dict[str, list[Any]] = {name: [] for name in parser.columns()}
+    columns: dict[str, list[Any]] = {name: [] for name in types}
     rejected: list[tuple[int, str]] = []
     labels = parser.labels()
     per_ms = 1000 if parser.time_unit == "us" else 1
@@ -228,7 +246,7 @@ def _parse(spec: GroupSpec, table: pa.Table, topic: str,
             shown = event_time // per_ms if isinstance(event_time, int) else repr(event_time)
             rejected.append((i, f"event time {shown} ms is outside [1970-01-01, read time + 1 day]"))
             continue
-        problem = _field_problem(fields, columns, labels)
+        problem = _field_problem(fields, columns, labels, parser.typed)
         if problem is not None:
             rejected.append((i, problem))
             continue
@@ -237,14 +255,15 @@ def _parse(spec: GroupSpec, table: pa.Table, topic: str,
         for name, values_of in columns.items():
             values_of.append(fields.get(name))
     try:
-        arrays = {name: pa.array(vals, parser.columns()[name]) for name, vals in columns.items()}
-    except (UnicodeEncodeError, pa.ArrowException):  # a lone surrogate (JSON allows "\ud800"), for example
-        bad = _unstorable(columns)
+        arrays = {name: pa.array(vals, types[name]) for name, vals in columns.items()}
+    except (UnicodeEncodeError, pa.ArrowException, ValueError, TypeError, OverflowError):
+        # A lone surrogate (JSON allows "\ud800"), or a typed value its column cannot hold.
+        bad = _unstorable(columns, types)
         rejected = sorted([*rejected, *((good[k], reason) for k, reason in bad.items())])
         keep = [k for k in range(len(good)) if k not in bad]
         good, times = [good[k] for k in keep], [times[k] for k in keep]
         columns = {name: [vals[k] for k in keep] for name, vals in columns.items()}
-        arrays = {name: pa.array(vals, parser.columns()[name]) for name, vals in columns.items()}
+        arrays = {name: pa.array(vals, types[name]) for name, vals in columns.items()}
     base = table if len(good) == table.num_rows else _take(table, good)  # usually every record parses: no copy
     hours: dict[int, tuple[str, int | None]] = {}  # UTC hour since the epoch -> (dt, hour): one strftime per hour
     partitions = []
@@ -262,7 +281,7 @@ def _parse(spec: GroupSpec, table: pa.Table, topic: str,
         "hour": pa.array([p[1] for p in partitions], pa.int8()),
         **arrays,
     })
-    return out.cast(pa.schema([*PARTITION_BASE_FIELDS, *(pa.field(n, t) for n, t in parser.columns().items())])), \
+    return out.cast(pa.schema([*PARTITION_BASE_FIELDS, *(pa.field(n, t) for n, t in types.items())])), \
         good, rejected, parser
 
 
@@ -309,6 +328,7 @@ def write_chunk(spec: GroupSpec, bucket: Bucket, table: pa.Table, chunk: Chunk,
         subset = _take(table, valid) if len(valid) < table.num_rows else table
         parsed, good, rejected, parser = _parse(spec, subset, topic, clamp[1])
         parser_name = parser.name if parser is not None else "-"
+        schema_ids, fingerprint = parser.schema_info() if parser is not None else ([], "")
         for row, reason in rejected:
             quarantine[tenants[valid[row]]][0].append(valid[row])
             quarantine[tenants[valid[row]]][1].append(reason)
@@ -324,7 +344,8 @@ def write_chunk(spec: GroupSpec, bucket: Bucket, table: pa.Table, chunk: Chunk,
                 labels = [{"topic": topic, **pv, **dict(s)} for s in sets]
                 picked = parsed if len(groups) == 1 else _take(parsed, rows)  # one day and tenant: no copy
                 blocks.append((spec_for(tenant, pv, parser, "records"),
-                               [DatasetInput("records", topic, picked, "event_time", labels=labels)]))
+                               [DatasetInput("records", topic, picked, "event_time", labels=labels,
+                                             schema_ids=schema_ids, schema_fingerprint=fingerprint)]))
     for tenant, (rows, reasons) in quarantine.items():
         picked = _quarantine(_take(table, rows), reasons, parser_name)
         blocks.append((spec_for(tenant, {}, None, "quarantine"),

@@ -43,6 +43,18 @@ def _spark_type(t: pa.DataType) -> str:
         return "int"
     if pa.types.is_int64(t):
         return "bigint"
+    if pa.types.is_boolean(t):
+        return "boolean"
+    if pa.types.is_float32(t):
+        return "float"
+    if pa.types.is_float64(t):
+        return "double"
+    if pa.types.is_decimal(t):
+        return f"decimal({t.precision},{t.scale})"
+    if pa.types.is_date32(t):
+        return "date"
+    if pa.types.is_map(t):
+        return f"map<{_spark_type(t.key_type)},{_spark_type(t.item_type)}>"
     if pa.types.is_list(t):
         return f"array<{_spark_type(t.value_type)}>"
     if pa.types.is_struct(t):

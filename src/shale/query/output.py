@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import decimal
 import json
 from collections.abc import Iterator
 from typing import IO, Any
@@ -30,7 +31,11 @@ def text_value(value: Any) -> Any:
             return "base64:" + base64.b64encode(value).decode()
     if isinstance(value, dt.datetime):
         return iso_time(value)
-    if isinstance(value, list):
+    if isinstance(value, dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)  # exact: a decimal column never goes through a float
+    if isinstance(value, list | tuple):  # a map's entries are (key, value) tuples
         return [text_value(v) for v in value]
     if isinstance(value, dict):
         return {k: text_value(v) for k, v in value.items()}
@@ -58,14 +63,15 @@ def write_json(batches: Iterator[pa.RecordBatch], out: IO[str]) -> None:
 
 
 def _flat(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """CSV has no binary or nested values: binary as text (as for json), headers as JSON; times as in json."""
+    """CSV has no binary or nested values: binary as text (as for json), headers and a typed parser's lists,
+    maps and structs as JSON; times as in json."""
     arrays = []
     for column in batch.columns:
         if pa.types.is_timestamp(column.type):
             arrays.append(pa.array([None if v is None else iso_time(v) for v in column.to_pylist()], pa.string()))
-        elif pa.types.is_binary(column.type) or pa.types.is_list(column.type):
+        elif pa.types.is_binary(column.type) or pa.types.is_nested(column.type):
             values = [text_value(v) for v in column.to_pylist()]
-            arrays.append(pa.array([json.dumps(v) if isinstance(v, list) else v for v in values], pa.string()))
+            arrays.append(pa.array([json.dumps(v) if isinstance(v, list | dict) else v for v in values], pa.string()))
         else:
             arrays.append(column)
     return pa.RecordBatch.from_arrays(arrays, names=batch.schema.names)

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from shale.block import BlockMeta, Dataset
 from shale.block.records import RecordScope, shared_scopes
-from shale.block.schemas import BACKUP_SCHEMA, QUARANTINE_SCHEMA, TIMESTAMP, partition_schema
+from shale.block.schemas import BACKUP_SCHEMA, QUARANTINE_SCHEMA, TIMESTAMP, decode_column_types, partition_schema
 from shale.index import Matcher
 
 Kind = Literal["records", "quarantine"]
@@ -88,7 +88,12 @@ def output_schema(group: str, kind: Kind, parts: list[Part]) -> pa.Schema:
         return QUARANTINE_SCHEMA
     if group == "backup":
         return BACKUP_SCHEMA
-    return partition_schema(sorted({c for p in parts for c in p.dataset.columns}))
+    # A typed parser's columns keep their types; where blocks disagree (a schema evolved), the newest block's type
+    # wins (parts are in time order), and older rows are cast to it when read.
+    types: dict[str, pa.DataType] = {}
+    for part in parts:
+        types.update(decode_column_types(part.dataset.column_types))
+    return partition_schema(sorted({c for p in parts for c in p.dataset.columns}), types)
 
 
 def plan_query(blocks: list[BlockMeta], group: str, kind: Kind, columns: Sequence[str] | None = None, *,

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from shale.block.names import check_label_name
 from shale.block.schemas import RESERVED_COLUMNS
+from shale.config import IngestConfig
 from shale.config.parsers import ParserOptions, describe_errors
 from shale.errors import ConfigError
 
@@ -40,6 +41,9 @@ class Parser(ABC):
     time_unit: ClassVar[Literal["ms", "us"]] = "ms"
     """The unit of the event time ``parse`` returns: milliseconds, or microseconds (the built-in parsers, so that a
     record's microseconds are stored; the event_time column holds microseconds)."""
+    typed: ClassVar[bool] = False
+    """Whether the columns have the Arrow types ``columns`` declares (``avro``); otherwise every column is a string
+    and a value that is not one quarantines its record."""
     options_model: ClassVar[type[ParserOptions]] = ParserOptions
     """The parser's options, typed (shale.config.parsers): the configuration is checked against it when it loads."""
 
@@ -55,6 +59,19 @@ class Parser(ABC):
         """A short digest of the options, recorded in block metadata to tell parser configurations apart."""
         text = json.dumps(self.options, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    def bind(self, ingest: IngestConfig) -> None:  # noqa: B027 - optional hook, a no-op for most parsers
+        """Called once with the ingest configuration, before any record (the registry of a typed parser)."""
+
+    def prepare(self, headers: list[bytes | None]) -> None:  # noqa: B027 - optional hook, see bind
+        """Called with the first bytes (up to 5) of each value of a chunk before ``parse`` sees them: a parser
+        whose columns depend on the records (writer schemas from a registry) fixes them here. May raise a
+        ``RetryableError`` (the batch is retried, nothing quarantined)."""
+
+    def schema_info(self) -> tuple[list[int], str]:
+        """The registry ids of the writer schemas of the last prepared chunk and the fingerprint of the schema its
+        rows are stored under (empty for parsers without schemas)."""
+        return [], ""
 
     @abstractmethod
     def columns(self) -> dict[str, pa.DataType]:

@@ -1,0 +1,204 @@
+"""Typed tables end to end: records written with confluent-kafka's AvroSerializer against the real Schema Registry
+(Apicurio 3.0.9), read by the partition group on Spark from the real Kafka broker into MinIO, come back from
+`shale query` and the Python API with their types and exact values; a compatible evolution (a field added with a
+default) in the middle of the topic keeps one dataset with typed old and new rows; records the registry cannot
+explain are quarantined with the reason."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from click.testing import CliRunner
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+from tests.integration.ingest_helpers import config_of, create_topic, finish, ingest_process, write_config
+from tests.producing import CheckedProducer
+from tests.waiting import eventually
+
+from shale.block import read_dataset
+from shale.cli import cli
+from shale.config import BucketConfig
+from shale.dev import KafkaBroker, SchemaRegistry
+from shale.objstore import open_bucket
+from shale.query import Query, run_query
+from shale.query.datasource import register
+from shale.query.sources import open_source
+
+TOPIC = "orders"
+BASE = dt.datetime(2026, 11, 24, 8, 30, tzinfo=dt.UTC)
+
+ADDRESS = {"type": "record", "name": "Address", "fields": [{"name": "city", "type": "string"},
+                                                            {"name": "zip", "type": "int"}]}
+V1: dict[str, Any] = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2}},
+    {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "status", "type": {"type": "enum", "name": "Status", "symbols": ["NEW", "PAID", "SHIPPED"]}},
+    {"name": "customer", "type": {"type": "record", "name": "Customer", "fields": [
+        {"name": "name", "type": "string"}, {"name": "address", "type": ADDRESS}]}},
+    {"name": "items", "type": {"type": "array", "items": "string"}},
+    {"name": "coupon", "type": ["null", "string"], "default": None},
+]}
+V2: dict[str, Any] = {**V1, "fields": [*V1["fields"], {"name": "channel", "type": "string", "default": "web"}]}
+
+
+def _order(i: int, version: int) -> dict[str, Any]:
+    order: dict[str, Any] = {
+        "id": i, "amount": decimal.Decimal(f"{1000 + i}.{i % 100:02d}"),
+        "ts": BASE + dt.timedelta(seconds=i, milliseconds=i % 1000),
+        "status": ["NEW", "PAID", "SHIPPED"][i % 3],
+        "customer": {"name": f"c{i}", "address": {"city": f"city{i % 4}", "zip": 10_000 + i}},
+        "items": [f"sku{j}" for j in range(i % 3)], "coupon": None if i % 2 else f"SAVE{i}",
+    }
+    if version == 2:
+        order["channel"] = "app" if i % 2 else "store"
+    return order
+
+
+def _produce(kafka: KafkaBroker, registry: SchemaRegistry) -> dict[int, int]:
+    """Ten v1 orders, ten v2 orders, five more v1 (a rolling deploy), then two records the registry cannot
+    explain. Returns each order id's schema version."""
+    client = SchemaRegistryClient({"url": registry.url})
+    serializers = {v: AvroSerializer(client, json.dumps(s), conf={"auto.register.schemas": True})
+                   for v, s in ((1, V1), (2, V2))}
+    producer = CheckedProducer({"bootstrap.servers": kafka.bootstrap_servers, "enable.idempotence": True})
+    context = SerializationContext(TOPIC, MessageField.VALUE)
+    versions = {}
+    plan = [(i, 1) for i in range(10)] + [(i, 2) for i in range(10, 20)] + [(i, 1) for i in range(20, 25)]
+    for i, version in plan:
+        if i == 10:
+            registry.set_compatibility(f"{TOPIC}-value", "BACKWARD")  # v2 must be a compatible change
+        producer.produce(TOPIC, key=str(i).encode(), value=serializers[version](_order(i, version), context))
+        versions[i] = version
+    producer.produce(TOPIC, key=b"plain", value=b'{"not": "avro"}')  # no magic byte
+    producer.produce(TOPIC, key=b"unknown", value=b"\x00\x00\x0f\x42\x3f\x02")  # an id the registry never gave
+    producer.flush(60)
+    return versions
+
+
+def test_avro_records_come_back_typed_through_an_evolution(kafka: KafkaBroker, schema_registry: SchemaRegistry,
+                                                           minio_bucket: BucketConfig, spark: Any,
+                                                           tmp_path: Path) -> None:
+    create_topic(kafka.bootstrap_servers, TOPIC, 1)
+    versions = _produce(kafka, schema_registry)
+    parser = {"parser": "avro", "options": {"time_field": "ts", "label_fields": ["status"]}}
+    file = write_config(tmp_path, kafka.bootstrap_servers, minio_bucket, [TOPIC], parsers_override=[parser],
+                        schema_registry={"url": schema_registry.url})
+    finish(ingest_process(file, "partition", tmp_path / "ingest.log", available_now=True), timeout=600)
+
+    config = config_of(file)
+    bucket = open_bucket(config.bucket)
+    start, end = int(BASE.timestamp() * 1000), int(BASE.timestamp() * 1000) + 3_600_000
+    table = run_query(Query("default", start, end, f'{{topic="{TOPIC}"}}'), open_source(config, "metastore", bucket),
+                      bucket).read_all().sort_by("id")
+
+    # One table: old and new rows, typed.
+    assert table.column("id").to_pylist() == list(range(25))
+    schema = table.schema
+    assert schema.field("amount").type == pa.decimal128(12, 2)
+    assert schema.field("ts").type == pa.timestamp("us", tz="UTC")
+    assert schema.field("status").type == pa.string()
+    assert schema.field("customer").type == pa.struct([
+        ("name", pa.string()), ("address", pa.struct([("city", pa.string()), ("zip", pa.int32())]))])
+    assert schema.field("items").type == pa.list_(pa.string())
+    assert schema.field("coupon").type == pa.string()
+    assert schema.field("channel").type == pa.string()
+    rows = table.to_pylist()
+    for row in rows:
+        i = row["id"]
+        want = _order(i, versions[i])
+        assert row["amount"] == want["amount"]  # exact
+        assert row["ts"] == want["ts"]
+        assert row["event_time"] == want["ts"]  # the time column comes from the typed field
+        assert row["status"] == want["status"]
+        assert row["customer"] == want["customer"]
+        assert row["items"] == want["items"]
+        assert row["coupon"] == want["coupon"]
+        # v1 rows read after v2 was registered carry v2's default; rows of a chunk with only v1 have no value
+        assert row["channel"] == want.get("channel", "web") or (versions[i] == 1 and row["channel"] is None)
+
+    # `shale query` prints the same values, the decimal exact.
+    out = CliRunner().invoke(cli, ["--config", str(file), "query", "--tenant", "default", "--from", str(start),
+                                   "--to", str(end), f'{{topic="{TOPIC}", status="PAID"}}', "--format", "json"])
+    assert out.exit_code == 0, out.output
+    printed = sorted((json.loads(line) for line in out.output.splitlines()), key=lambda r: r["id"])
+    assert [r["id"] for r in printed] == [i for i in range(25) if i % 3 == 1]
+    assert printed[0]["amount"] == "1001.01"
+    assert printed[0]["ts"] == "2026-11-24T08:30:01.001000Z"
+    assert printed[0]["customer"] == {"name": "c1", "address": {"city": "city1", "zip": 10001}}
+
+    # Shale's Spark data source gives Spark the same types and values.
+    register(spark)
+    frame = (spark.read.format("shale").option("config", str(file)).option("tenant", "default")
+             .option("from", str(start)).option("to", str(end)).option("selector", f'{{topic="{TOPIC}"}}').load())
+    types = dict(frame.dtypes)
+    assert types["amount"] == "decimal(12,2)"
+    assert types["ts"] == "timestamp"
+    assert types["customer"] == "struct<name:string,address:struct<city:string,zip:int>>"
+    spark_rows = sorted(frame.select("id", "amount", "customer.address.city", "items").collect())
+    assert [(r[0], r[1], r[2], r[3]) for r in spark_rows] == [
+        (i, _order(i, 1)["amount"], f"city{i % 4}", _order(i, 1)["items"]) for i in range(25)]
+
+    # The blocks record the writer schemas' ids and the fingerprint; the two bad records are quarantined.
+    metas = [m for m in open_source(config, "metastore", bucket).query_blocks(["default"], 0, 2**62)
+             if m.group == "partition"]
+    records = [d for m in metas for d in m.datasets if d.kind == "records"]
+    ids = {i for d in records for i in d.schema_ids or []}
+    assert len(ids) == 2
+    assert all(d.schema_fingerprint for d in records)
+    reasons = [r for m in metas for d in m.datasets if d.kind == "quarantine"
+               for r in read_dataset(bucket, m, d).column("reason").to_pylist()]
+    assert len(reasons) == 2
+    assert any("magic byte" in r for r in reasons)
+    assert any("does not exist in the schema registry" in r for r in reasons)
+
+
+def test_a_registry_killed_mid_run_quarantines_nothing_and_the_group_catches_up(
+        kafka: KafkaBroker, schema_registry: SchemaRegistry, minio_bucket: BucketConfig, tmp_path: Path) -> None:
+    topic = "payments"
+    create_topic(kafka.bootstrap_servers, topic, 2)
+    client = SchemaRegistryClient({"url": schema_registry.url})
+    serializer = AvroSerializer(client, json.dumps(V1))
+    producer = CheckedProducer({"bootstrap.servers": kafka.bootstrap_servers, "enable.idempotence": True})
+    context = SerializationContext(topic, MessageField.VALUE)
+    for i in range(40):
+        producer.produce(topic, key=str(i).encode(), value=serializer(_order(i, 1), context))
+    producer.flush(60)
+
+    schema_registry.kill9()  # the schemas are registered; no process has them cached
+    parser = {"parser": "avro", "options": {"time_field": "ts"}}
+    file = write_config(tmp_path, kafka.bootstrap_servers, minio_bucket, [topic], parsers_override=[parser],
+                        schema_registry={"url": schema_registry.url, "timeout": "3s"})
+    config = config_of(file)
+    bucket = open_bucket(config.bucket)
+    start = int(BASE.timestamp() * 1000)
+    log = tmp_path / "ingest.log"
+    process = ingest_process(file, "partition", log)
+    try:
+        eventually(lambda: "did not answer" in log.read_text(), 300, "a batch to fail on the stopped registry")
+        for kind in ("records", "quarantine"):
+            rows = run_query(Query("default", 0, 2**50, kind=kind), open_source(config, "metastore", bucket),
+                             bucket).read_all()
+            assert rows.num_rows == 0  # nothing committed, nothing quarantined while the registry is down
+
+        schema_registry.start()  # same port, same schemas
+
+        def caught_up() -> bool:
+            rows = run_query(Query("default", start, start + 3_600_000, f'{{topic="{topic}"}}'),
+                             open_source(config, "metastore", bucket), bucket).read_all()
+            return rows.num_rows == 40
+        eventually(caught_up, 400, "the group to catch up after the registry restarted")
+    finally:
+        process.stop()
+    table = run_query(Query("default", start, start + 3_600_000, f'{{topic="{topic}"}}'),
+                      open_source(config, "metastore", bucket), bucket).read_all().sort_by("id")
+    assert table.column("amount").to_pylist() == [_order(i, 1)["amount"] for i in range(40)]
+    quarantined = run_query(Query("default", 0, 2**50, kind="quarantine"), open_source(config, "metastore", bucket),
+                            bucket).read_all()
+    assert quarantined.num_rows == 0
