@@ -103,10 +103,13 @@ def backed_up(kafka: Any, minio: Any, spark: Any, tmp_path_factory: pytest.TempP
     return BackedUp(topic, file, config, records)
 
 
+def restore_job(backed_up: BackedUp, spark: Any, target: str, **request: Any) -> RestoreJob:
+    return RestoreJob(open_index_view(backed_up.config), backed_up.config.bucket, backed_up.config.kafka,
+                      RestoreRequest(tenant="default", topic=backed_up.topic, target_topic=target, **request), spark)
+
+
 def restore(backed_up: BackedUp, spark: Any, target: str, **request: Any) -> Any:
-    job = RestoreJob(open_index_view(backed_up.config), backed_up.config.bucket, backed_up.config.kafka,
-                     RestoreRequest(tenant="default", topic=backed_up.topic, target_topic=target, **request), spark)
-    return job.run()
+    return restore_job(backed_up, spark, target, **request).run()
 
 
 def test_a_deleted_topic_is_restored_record_for_record(kafka: Any, spark: Any, backed_up: BackedUp) -> None:
@@ -118,6 +121,7 @@ def test_a_deleted_topic_is_restored_record_for_record(kafka: Any, spark: Any, b
     report = restore(backed_up, spark, backed_up.topic, commit_every=700)
     assert report.ok, report
     assert report.plan["records"] == COUNT
+    assert report.warnings == []
     assert [g for p in report.plan["partitions"] for g in p["gaps"]] == []
     assert read_topic(kafka.bootstrap_servers, backed_up.topic, PARTITIONS) == backed_up.records
 
@@ -186,3 +190,24 @@ def source_of(record: Record) -> int:
     """The source partition a test record was produced to (its value says its number)."""
     assert record[1] is not None
     return int(record[1][1:].decode().split()[1]) % PARTITIONS
+
+
+def test_a_gap_is_reported_before_anything_is_sent_and_stops_only_its_partition(kafka: Any, spark: Any,
+                                                                               backed_up: BackedUp) -> None:
+    held = len(backed_up.records[0])  # partition 0's backed-up offsets are [0, held)
+    target = f"{backed_up.topic}-gap"
+    wanted = RestoreRange(offsets={0: (0, held + 500), 1: (0, 200)})
+    plan = restore_job(backed_up, spark, target, range=wanted).run(dry_run=True)
+    assert not plan.executed
+    gaps = [(p["partition"], g["start"], g["end"]) for p in plan.plan["partitions"] for g in p["gaps"]]
+    assert gaps == [(0, held, held + 500)]
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    assert target not in admin.list_topics(timeout=10).topics  # the dry run sent nothing, created nothing
+
+    report = restore_job(backed_up, spark, target, range=wanted).run()
+    assert not report.ok
+    first, second = report.partitions
+    assert f"[{held}, {held + 500})" in first.error
+    assert second.error == ""
+    got = read_topic(kafka.bootstrap_servers, target, PARTITIONS)
+    assert got == {0: backed_up.records[0], 1: backed_up.records[1][:200], 2: []}

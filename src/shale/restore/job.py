@@ -12,7 +12,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -69,6 +69,7 @@ class RestoreReport:
     executed: bool
     why_not: str = ""
     resumed: bool = False
+    warnings: list[str] = field(default_factory=list)
     partitions: list[PartitionOutcome] = field(default_factory=list)
 
     @property
@@ -87,7 +88,8 @@ def job_name(request: RestoreRequest, incarnation: str, target_bootstrap: str) -
 
 class RestoreJob:
     def __init__(self, index: BackupIndex, bucket: BucketConfig, target: KafkaConfig, request: RestoreRequest,
-                 spark: SparkSession | None = None) -> None:
+                 spark: SparkSession | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
         self.index, self.bucket, self.target, self.request, self.spark = index, bucket, target, request, spark
         self.client = client_options(target)
         self.admin = AdminClient(self.client)
@@ -131,6 +133,10 @@ class RestoreJob:
                               "no progress there: this was a dry run. Pass --into-existing to add the restored "
                               "records to it")
             return report
+        warning = self._retention_warning(plan.oldest_ms)
+        if warning:
+            report.warnings.append(warning)
+            log.warning("restore target retention", extra={"warning": warning})
         works = [encode_work(PartitionWork(
             job, r.topic, r.target_topic, p.partition, p.start, p.end,
             tuple((i.start, i.end, i.block) for i in p.intervals), plan.mapping.source_partitions,
@@ -153,14 +159,27 @@ class RestoreJob:
                 log.error("restore partition stopped", extra={"partition": outcome.partition, "error": outcome.error})
         return report
 
-    def _timestamp_type(self) -> str | None:
-        """The target topic's ``message.timestamp.type``, or None when the topic does not exist."""
+    def _target_configs(self) -> dict[str, str] | None:
+        """The target topic's configuration, or None when the topic does not exist."""
         if not describe_topics(self.target, [self.request.target_topic], client=self.admin):
             return None
         resource = ConfigResource(ConfigResource.Type.TOPIC, self.request.target_topic)
         configs = next(iter(self.admin.describe_configs([resource]).values())).result(timeout=30)
-        entry = configs.get("message.timestamp.type")
-        return str(entry.value) if entry is not None else "CreateTime"
+        return {name: str(entry.value) for name, entry in configs.items()}
+
+    def _timestamp_type(self) -> str | None:
+        """The target topic's ``message.timestamp.type``, or None when the topic does not exist."""
+        configs = self._target_configs()
+        return None if configs is None else configs.get("message.timestamp.type", "CreateTime")
+
+    def _retention_warning(self, oldest_ms: int) -> str:
+        """A warning when Kafka would delete restored records at once: older than the target's ``retention.ms``."""
+        configs = self._target_configs() or {}
+        retention = int(configs.get("retention.ms", "-1") or -1)
+        if retention >= 0 and 0 < oldest_ms < self.clock() * 1000 - retention:
+            return (f"the oldest restored records are older than the target topic's retention.ms ({retention}): "
+                    "Kafka deletes them soon after the restore; raise retention.ms on the target first")
+        return ""
 
     def _create_target(self, partitions: int) -> None:
         topic = NewTopic(self.request.target_topic, partitions, replication_factor=-1)

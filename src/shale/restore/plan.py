@@ -78,6 +78,11 @@ class RestorePlan:
     partitions: list[PartitionPlan]
 
     @property
+    def oldest_ms(self) -> int:
+        """The smallest record time of the blocks to restore (a lower bound)."""
+        return min((i.block.min_time for p in self.partitions for i in p.intervals), default=0)
+
+    @property
     def gaps(self) -> list[tuple[int, Gap]]:
         return [(p.partition, g) for p in self.partitions for g in p.gaps]
 
