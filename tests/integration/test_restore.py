@@ -25,6 +25,7 @@ from shale.ingest.job import IngestJob
 from shale.metastore import open_index_view, open_metastore
 from shale.process import ManagedProcess
 from shale.restore import RestoreJob, RestoreRange, RestoreRequest, java_partition
+from shale.restore.offsets import set_offsets, translate
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = (int(time.time()) - 3600) * 1000  # within the broker's retention (7 days by default)
@@ -136,12 +137,13 @@ def test_a_restore_killed_mid_transaction_twice_sends_each_record_once(kafka: An
     target = f"{backed_up.topic}-killed"
     command = [sys.executable, "-m", "shale.cli", "--config", str(backed_up.file), "restore", "--tenant",
                "default", "--topic", backed_up.topic, "--target-topic", target, "--commit-every", "200"]
-    for attempt in (1, 2):
+    # Killed with records sent and not committed, then with the progress record sent and not committed.
+    for attempt, point in enumerate(("restore.mid-transaction", "restore.before-commit")):
         points = tmp_path / f"points-{attempt}"
-        env = dict(os.environ, SHALE_FAILPOINTS="restore.mid-transaction", SHALE_FAILPOINT_DIR=str(points))
+        env = dict(os.environ, SHALE_FAILPOINTS=point, SHALE_FAILPOINT_DIR=str(points))
         run = ManagedProcess("restore", command, tmp_path / f"restore-{attempt}.log", env=env, cwd=ROOT)
         run.start()
-        wait_paused(run, points, "restore.mid-transaction", timeout=400)
+        wait_paused(run, points, point, timeout=400)
         run.kill9()  # the driver, its JVM and the Python workers with their open transactions
         seen = read_topic(kafka.bootstrap_servers, target, PARTITIONS)
         restored = sum(len(r) for r in seen.values())
@@ -211,3 +213,37 @@ def test_a_gap_is_reported_before_anything_is_sent_and_stops_only_its_partition(
     assert second.error == ""
     got = read_topic(kafka.bootstrap_servers, target, PARTITIONS)
     assert got == {0: backed_up.records[0], 1: backed_up.records[1][:200], 2: []}
+
+
+def test_a_consumer_group_resumes_from_translated_offsets(kafka: Any, spark: Any, backed_up: BackedUp) -> None:
+    target = f"{backed_up.topic}-offsets"
+    report = restore(backed_up, spark, target, commit_every=100)  # transaction markers move the target's offsets
+    assert report.ok, report
+    client = {"bootstrap.servers": kafka.bootstrap_servers}
+    held = {p: len(r) for p, r in backed_up.records.items()}
+    source = {0: held[0] // 2, 1: 0, 2: held[2]}  # the group's position on the deleted topic
+    plan = restore_job(backed_up, spark, target).plan()
+    translated = translate(plan, backed_up.config.bucket, client, target, source)
+    assert translated[0] > source[0]  # the markers of the transactions before it
+    set_offsets(client, "billing", target, translated)
+
+    consumer = Consumer({**client, "group.id": "billing", "isolation.level": "read_committed",
+                         "enable.partition.eof": True, "enable.auto.commit": False, "auto.offset.reset": "latest"})
+    consumer.subscribe([target])
+    got: dict[int, list[Record]] = {p: [] for p in range(PARTITIONS)}
+    ended: set[int] = set()
+    deadline = time.monotonic() + 120
+    try:
+        while len(ended) < PARTITIONS:
+            assert time.monotonic() < deadline, "the group did not reach the end"
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            if message.error() is not None:
+                ended.add(message.partition() or 0)
+                continue
+            got[message.partition() or 0].append((message.key(), message.value(),
+                                                  tuple(message.headers() or []), message.timestamp()[1]))
+    finally:
+        consumer.close()
+    assert got == {p: backed_up.records[p][source[p]:] for p in range(PARTITIONS)}

@@ -82,7 +82,8 @@ class PartitionStoppedError(ShaleError):
     """One partition cannot go on; the others are not affected."""
 
 
-def _rows(bucket_config: BucketConfig, work: PartitionWork, start: int) -> Iterator[tuple[str, pa.Table]]:
+def partition_rows(bucket_config: BucketConfig, work: PartitionWork, start: int
+                   ) -> Iterator[tuple[str, pa.Table]]:
     """(block id, rows of the partition from ``start`` in offset order) per interval, checked against the block's
     metadata: offsets inside the interval, strictly increasing, never repeated."""
     bucket = task_bucket(bucket_config)
@@ -146,11 +147,13 @@ def _send(producer: Producer, work: PartitionWork, bucket_config: BucketConfig, 
             raise PartitionStoppedError(f"partition {work.partition}: the target refused a record at or before source "
                                         f"offset {last_offset}: {'; '.join(failures)}; nothing after offset "
                                         f"{outcome.next - 1} was committed")
+        if outcome.sent_now:
+            failpoint("restore.before-commit")
         producer.commit_transaction(120)
         outcome.next, outcome.restored, outcome.sent_now = last_offset + 1, outcome.restored + count, \
             outcome.sent_now + count
 
-    for block, table in _rows(bucket_config, work, outcome.next):
+    for block, table in partition_rows(bucket_config, work, outcome.next):
         stamps = table.column("timestamp").cast(pa.int64()).to_pylist()  # microseconds
         keys, values = table.column("key").to_pylist(), table.column("value").to_pylist()
         headers, offsets = table.column("headers").to_pylist(), table.column("offset").to_pylist()

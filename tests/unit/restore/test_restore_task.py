@@ -14,7 +14,7 @@ from shale.block import BlockMeta
 from shale.block.layout import block_file_key
 from shale.config import BucketConfig
 from shale.objstore import task_bucket
-from shale.restore.task import PartitionStoppedError, PartitionWork, _rows, decode_work, encode_work
+from shale.restore.task import PartitionStoppedError, PartitionWork, decode_work, encode_work, partition_rows
 
 
 def work(metas: list[BlockMeta], start: int, end: int) -> PartitionWork:
@@ -36,7 +36,7 @@ def test_rows_come_in_offset_order_from_the_resume_point(stored: tuple[BucketCon
                                                         end: int) -> None:
     config, metas = stored
     task = decode_work(encode_work(work(metas, 0, end)))  # as it crosses into a Spark task
-    offsets = [o for _, table in _rows(config, task, resume) for o in table.column("offset").to_pylist()]
+    offsets = [o for _, table in partition_rows(config, task, resume) for o in table.column("offset").to_pylist()]
     assert offsets == list(range(resume, end))
 
 
@@ -48,7 +48,7 @@ def test_a_corrupt_block_stops_the_partition_naming_it(stored: tuple[BucketConfi
     original = bucket.get(key)
     bucket.put(key, original[:-40] + b"\0" * 40)
     try:
-        rows = _rows(config, work(metas, 0, 150), 0)
+        rows = partition_rows(config, work(metas, 0, 150), 0)
         first_id, _ = next(rows)
         assert first_id == metas[0].id
         with pytest.raises(PartitionStoppedError, match=rf"block {broken.id} holding offsets \[50, 100\)"):
