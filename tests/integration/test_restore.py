@@ -1,7 +1,8 @@
 """Restore from the backup group into real Kafka: a deleted topic comes back record for record (key, value,
 headers, CreateTime timestamp, partition, order); a restore killed with SIGKILL mid-transaction, twice, and run
-again sends each record exactly once; ``--until`` stops at the named time; a target with another partition count
-gets each keyed record where Kafka's Java producer would put it."""
+again sends each record exactly once; ``--until`` stops at the named time (into a second Kafka cluster); a target
+with another partition count gets each keyed record where Kafka's Java producer would put it; a gap is reported
+before anything is sent and stops only its partition; a consumer group resumes from translated offsets."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,8 @@ from tests.integration.ingest_helpers import config_of, create_topic, wait_pause
 from tests.producing import CheckedProducer
 from tests.waiting import eventually
 
-from shale.config import ShaleConfig
+from shale.config import KafkaConfig, ShaleConfig
+from shale.dev.kafka import KafkaBroker
 from shale.ingest.job import IngestJob
 from shale.metastore import open_index_view, open_metastore
 from shale.process import ManagedProcess
@@ -157,14 +160,27 @@ def test_a_restore_killed_mid_transaction_twice_sends_each_record_once(kafka: An
     assert read_topic(kafka.bootstrap_servers, target, PARTITIONS) == backed_up.records
 
 
-def test_until_stops_each_partition_at_the_named_time(kafka: Any, spark: Any, backed_up: BackedUp) -> None:
+@pytest.fixture(scope="module")
+def target_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """A second Kafka cluster: the restore's target."""
+    broker = KafkaBroker(tmp_path_factory.mktemp("target-kafka"), heap="384m").start()
+    yield broker
+    broker.stop()
+
+
+def test_until_stops_each_partition_at_the_named_time_in_another_cluster(spark: Any, backed_up: BackedUp,
+                                                                        target_cluster: KafkaBroker) -> None:
     until = T0 + 1234 * 1000  # records 0..1233 are stamped before it
     target = f"{backed_up.topic}-until"
-    report = restore(backed_up, spark, target, range=RestoreRange(until_ms=until))
+    job = RestoreJob(open_index_view(backed_up.config), backed_up.config.bucket,
+                     KafkaConfig(bootstrap_servers=target_cluster.bootstrap_servers),
+                     RestoreRequest(tenant="default", topic=backed_up.topic, target_topic=target,
+                                    range=RestoreRange(until_ms=until)), spark)
+    report = job.run()
     assert report.ok, report
     expected = {p: [r for r in records if r[3] < until] for p, records in backed_up.records.items()}
     assert sum(len(r) for r in expected.values()) == 1234
-    assert read_topic(kafka.bootstrap_servers, target, PARTITIONS) == expected
+    assert read_topic(target_cluster.bootstrap_servers, target, PARTITIONS) == expected
 
 
 def test_a_target_with_another_partition_count_gets_records_by_key_hash(kafka: Any, spark: Any,
