@@ -32,9 +32,10 @@ class CheckedProducer:
         else:
             self.delivered += 1
 
-    def produce(self, topic: str, value: bytes, key: bytes | None = None, partition: int | None = None) -> None:
-        """Queue one record, waiting while the local queue is full."""
-        extra = {} if partition is None else {"partition": partition}
+    def produce(self, topic: str, value: bytes, key: bytes | None = None, partition: int | None = None,
+                **fields: Any) -> None:
+        """Queue one record, waiting while the local queue is full (``fields``: headers, timestamp)."""
+        extra = fields if partition is None else {**fields, "partition": partition}
         while True:
             try:
                 self.producer.produce(topic, value=value, key=key, on_delivery=self._on_delivery, **extra)

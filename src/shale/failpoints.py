@@ -29,6 +29,10 @@ The failpoints, where they are reached, and what a crash there tests:
 * ``compaction.merge`` (the compaction Spark task, when a merge starts, before it reads a source).
 * ``compaction.before-report`` (the compaction worker's driver): a merge finished, its success not yet reported.
 * ``reprocess.after-round`` (the reprocess driver): a round is committed.
+* ``restore.mid-transaction`` (the restore Spark task): after a committed transaction of this run, half of the
+  next one is sent and not committed.
+* ``restore.before-commit`` (the restore Spark task): after a committed transaction of this run, the next one's
+  records and progress record are delivered to the broker and the transaction is not committed.
 """
 
 from __future__ import annotations

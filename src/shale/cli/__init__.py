@@ -30,6 +30,7 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "generation": ("shale.cli.reprocess_cmd", "generation", "Switch the generation readers see."),
     "trace": ("shale.cli.reprocess_cmd", "trace", "Show where a block's records came from."),
     "locate": ("shale.cli.reprocess_cmd", "locate", "Find the blocks that hold a Kafka record."),
+    "restore": ("shale.cli.restore_cmd", "restore", "Replay a topic's backup blocks into Kafka, exactly once."),
     "tombstones": ("shale.cli.tombstones_cmd", "tombstones", "List blocks removed from the index, when and why."),
     "verify": ("shale.cli.ingest_cmd", "verify", "Reconcile Kafka offsets with the stored records."),
     "ledger": ("shale.cli.ingest_cmd", "ledger", "Show the completeness ledger of a topic."),

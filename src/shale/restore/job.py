@@ -1,0 +1,217 @@
+"""``shale restore``: the driver. It finds the source topic's backup blocks through the index, plans (pure,
+``shale.restore.plan``), prepares the target (the topic, the progress topic, the fencing of a killed run's
+producers) and runs one Spark task per source partition (``shale.restore.task``).
+
+A restore job is named by what it restores (tenant, topic, incarnation, target cluster and topic, range), unless
+the user names it: the same command started again is the same job, so it resumes from the committed progress.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from shale.block import BlockMeta
+from shale.config import BucketConfig, KafkaConfig
+from shale.errors import ConfigError
+from shale.index import IncarnationRow, LossRow
+from shale.ingest.kafka import client_options, describe_topics
+from shale.restore.plan import RestorePlan, RestoreRange, build_plan, choose_incarnation
+from shale.restore.progress import ensure_progress_topic, fence, read_progress
+from shale.restore.task import PartitionOutcome, PartitionWork, encode_work, run_partition
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+ALL_TIME = (0, 1 << 53)
+
+
+class BackupIndex(Protocol):
+    """What a restore reads from the metastore (``open_index_view`` fits)."""
+
+    def query_blocks(self, tenants: Sequence[str], start: int, end: int, selector: str = "",
+                     group: str | None = None) -> list[BlockMeta]: ...
+
+    def offset_history(self, group: str | None = None,
+                       generation: int | None = None) -> tuple[list[IncarnationRow], list[LossRow]]: ...
+
+
+@dataclass(frozen=True)
+class RestoreRequest:
+    tenant: str
+    topic: str
+    target_topic: str
+    range: RestoreRange = field(default_factory=RestoreRange)
+    incarnation: str | None = None
+    incarnation_at_ms: int | None = None
+    partitions: int | None = None
+    """Partitions of a target topic created by the restore (default: the source's)."""
+    job: str = ""
+    generation: int = 1
+    commit_every: int = 5000
+    allow_log_append_time: bool = False
+
+
+@dataclass
+class RestoreReport:
+    job: str
+    plan: dict[str, Any]
+    executed: bool
+    why_not: str = ""
+    resumed: bool = False
+    warnings: list[str] = field(default_factory=list)
+    partitions: list[PartitionOutcome] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.why_not and all(not p.error for p in self.partitions)
+
+
+def job_name(request: RestoreRequest, incarnation: str, target_bootstrap: str) -> str:
+    if request.job:
+        return request.job
+    offsets = sorted((request.range.offsets or {}).items())
+    what = json.dumps([request.tenant, request.topic, incarnation, target_bootstrap, request.target_topic,
+                       request.range.until_ms, offsets, request.generation])
+    return hashlib.sha256(what.encode()).hexdigest()[:16]
+
+
+class RestoreJob:
+    def __init__(self, index: BackupIndex, bucket: BucketConfig, target: KafkaConfig, request: RestoreRequest,
+                 spark: SparkSession | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self.index, self.bucket, self.target, self.request, self.spark = index, bucket, target, request, spark
+        self.client = client_options(target)
+        self.admin = AdminClient(self.client)
+
+    def plan(self) -> RestorePlan:
+        r = self.request
+        blocks = [m for m in self.index.query_blocks([r.tenant], *ALL_TIME, f'{{topic="{r.topic}"}}', group="backup")
+                  if m.generation == r.generation]
+        incarnation = choose_incarnation(blocks, r.topic, r.incarnation, r.incarnation_at_ms)
+        _, losses = self.index.offset_history("backup", r.generation)
+        existing = describe_topics(self.target, [r.target_topic], client=self.admin).get(r.target_topic)
+        target_partitions = len(existing.partitions) if existing else r.partitions
+        return build_plan(blocks, tenant=r.tenant, topic=r.topic, incarnation=incarnation,
+                          target_partitions=target_partitions, range_=r.range, losses=losses)
+
+    def run(self, dry_run: bool = False, into_existing: bool = False) -> RestoreReport:
+        r = self.request
+        plan = self.plan()
+        job = job_name(r, plan.incarnation, self.target.bootstrap_servers)
+        report = RestoreReport(job, plan.summary(), executed=False)
+        timestamp_type = self._timestamp_type()
+        report.plan["target"] = {"topic": r.target_topic, "exists": timestamp_type is not None,
+                                 "partitions": plan.mapping.target_partitions, "timestamp_type": timestamp_type}
+        if timestamp_type == "LogAppendTime" and not r.allow_log_append_time:
+            report.why_not = (f"the target topic {r.target_topic} stamps records with LogAppendTime: the restored "
+                              "records would lose their timestamps. Set message.timestamp.type=CreateTime on it, or "
+                              "pass --allow-log-append-time")
+            return report
+        if dry_run:
+            report.why_not = "dry run"
+            return report
+        ensure_progress_topic(self.admin)
+        todo = [p for p in plan.partitions if p.end > p.start or p.gaps]
+        fence(self.client, job, [p.partition for p in todo])
+        progress = read_progress(self.client, job)
+        report.resumed = bool(progress)
+        if timestamp_type is None:
+            self._create_target(plan.mapping.target_partitions)
+        elif not progress and not into_existing and self._holds_data(plan.mapping.target_partitions):
+            report.why_not = (f"the target topic {r.target_topic} already holds records and this restore job has "
+                              "no progress there: this was a dry run. Pass --into-existing to add the restored "
+                              "records to it")
+            return report
+        warning = self._retention_warning(plan.oldest_ms)
+        if warning:
+            report.warnings.append(warning)
+            log.warning("restore target retention", extra={"warning": warning})
+        works = [encode_work(PartitionWork(
+            job, r.topic, r.target_topic, p.partition, p.start, p.end,
+            tuple((i.start, i.end, i.block) for i in p.intervals), plan.mapping.source_partitions,
+            plan.mapping.target_partitions, plan.until_ms, r.commit_every,
+            "; ".join(f"partition {p.partition}: a gap in the backup at offsets [{g.start}, {g.end}): {g.reason}; "
+                      f"restored up to offset {g.start - 1}, nothing after it" for g in p.gaps)))
+            for p in todo]
+        report.executed = True
+        if not works:
+            return report
+        if self.spark is None:
+            raise ConfigError("a restore runs on Spark: no SparkSession was given")
+        client, bucket = self.client, self.bucket
+        results = (self.spark.sparkContext.parallelize(works, len(works))
+                   .map(lambda w: run_partition(w, client, bucket)).collect())
+        report.partitions = sorted((PartitionOutcome(**json.loads(raw)) for raw in results),
+                                   key=lambda o: o.partition)
+        for outcome in report.partitions:
+            if outcome.error:
+                log.error("restore partition stopped", extra={"partition": outcome.partition, "error": outcome.error})
+        return report
+
+    def _target_configs(self) -> dict[str, str] | None:
+        """The target topic's configuration, or None when the topic does not exist."""
+        if not describe_topics(self.target, [self.request.target_topic], client=self.admin):
+            return None
+        resource = ConfigResource(ConfigResource.Type.TOPIC, self.request.target_topic)
+        configs = next(iter(self.admin.describe_configs([resource]).values())).result(timeout=30)
+        return {name: str(entry.value) for name, entry in configs.items()}
+
+    def _timestamp_type(self) -> str | None:
+        """The target topic's ``message.timestamp.type``, or None when the topic does not exist."""
+        configs = self._target_configs()
+        return None if configs is None else configs.get("message.timestamp.type", "CreateTime")
+
+    def _retention_warning(self, oldest_ms: int) -> str:
+        """A warning when Kafka would delete restored records at once: older than the target's ``retention.ms``."""
+        configs = self._target_configs() or {}
+        retention = int(configs.get("retention.ms", "-1") or -1)
+        if retention >= 0 and 0 < oldest_ms < self.clock() * 1000 - retention:
+            return (f"the oldest restored records are older than the target topic's retention.ms ({retention}): "
+                    "Kafka deletes them soon after the restore; raise retention.ms on the target first")
+        return ""
+
+    def _create_target(self, partitions: int) -> None:
+        topic = NewTopic(self.request.target_topic, partitions, replication_factor=-1)
+        for future in self.admin.create_topics([topic]).values():
+            try:
+                future.result(timeout=30)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+        deadline = time.monotonic() + 30
+        while not describe_topics(self.target, [self.request.target_topic], client=self.admin):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+
+    def _holds_data(self, partitions: int, timeout: float = 30.0) -> bool:
+        """Whether a ``read_committed`` consumer finds any record in the target topic."""
+        consumer = Consumer({**self.client, "group.id": "shale-restore-probe", "enable.auto.commit": False,
+                             "isolation.level": "read_committed", "enable.partition.eof": True})
+        try:
+            consumer.assign([TopicPartition(self.request.target_topic, p, -2) for p in range(partitions)])
+            ended: set[int] = set()
+            deadline = time.monotonic() + timeout
+            while len(ended) < partitions and time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is None:
+                    continue
+                error = message.error()
+                if error is None:
+                    return True
+                if error.code() == KafkaError._PARTITION_EOF:
+                    ended.add(message.partition() or 0)
+            return False
+        finally:
+            consumer.close()
