@@ -138,7 +138,10 @@ def data(schema: Any) -> st.SearchStrategy[Any]:
     logical, kind = schema.get("logicalType"), schema["type"]
     if logical == "decimal":
         digits, scale = schema["precision"], schema["scale"]
-        return st.integers(-(10**digits) + 1, 10**digits - 1).map(lambda n: decimal.Decimal(n).scaleb(-scale))
+        # Exact: the default context (28 digits) would round 36 nines up to 10**36, which no longer fits.
+        exact = decimal.Context(prec=digits + 2)
+        return st.integers(-(10**digits) + 1, 10**digits - 1).map(
+            lambda n: decimal.Decimal(n).scaleb(-scale, context=exact))
     if logical == "date":
         return st.dates()
     if logical == "time-millis":
@@ -407,3 +410,11 @@ def test_an_enum_in_a_union_with_a_record_inside_an_array() -> None:
         {"type": "record", "name": "R4", "fields": [{"name": "f0", "type": "boolean"}]},
         {"type": "enum", "name": "E5", "symbols": ["S0"]}]}]}]}
     _roundtrip(schema, {"f0": ["S0"]})
+
+
+def test_a_decimal_of_full_precision_is_stored_exactly() -> None:
+    """Found by the property: 36 nines at precision 36 (the generator had rounded it to 10**36 in the default
+    28-digit context, which the parser rightly quarantined as too wide)."""
+    schema = {"type": "record", "name": "R4w", "fields": [{"name": "f0", "type": {"type": "array", "items": {
+        "type": "fixed", "name": "D3w", "size": 16, "logicalType": "decimal", "precision": 36, "scale": 0}}}]}
+    _roundtrip(schema, {"f0": [decimal.Decimal(10**36 - 1)]})
