@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -23,6 +24,7 @@ from tests.integration.kafka_world import create_topic, json_value, stored
 from tests.waiting import eventually
 
 from shale.block import read_dataset
+from shale.compactor.worker import CompactionWorker
 from shale.ingest.committer import IngestConflictError
 from shale.ingest.job import IngestJob
 from shale.ingest.kafka import delete_records_before, describe_topics, existing_offsets, offset_bounds
@@ -154,6 +156,74 @@ def test_recreated_topic_is_a_new_incarnation(kafka, minio_bucket, spark, tmp_pa
     rows = run_query(Query("default", 0, 2**62, f'{{topic="{topic}"}}', group="backup"), metastore,
                      bucket).read_all()
     assert sorted(rows.column("offset").to_pylist()) == sorted([*range(500), *range(100)])
+
+
+def test_a_topic_recreated_while_both_groups_and_compaction_run(kafka, minio_bucket, spark, tmp_path: Path) -> None:
+    """Issue 26: the topic is deleted and recreated under running ingestion (both groups, continuous) and a running
+    compaction worker; every record of both incarnations is stored once per group and a query across both
+    returns each of them once, also after compaction merged blocks of the two incarnations."""
+    topic = f"recreated-{uuid.uuid4().hex[:6]}"
+    create_topic(kafka.bootstrap_servers, topic, 2)
+    _produce(kafka.bootstrap_servers, topic, [json_value(i) for i in range(400)])
+    file = write_config(tmp_path, kafka.bootstrap_servers, minio_bucket, [topic], max_records_per_batch=100)
+    with file.open("a") as f:
+        f.write('[compaction]\nblocks_per_job = [4]\nmax_level = 1\n')
+    config = config_of(file)
+    metastore = open_metastore(config)
+    stop = threading.Event()
+    jobs = [IngestJob(config, group, spark=spark, metastore=metastore) for group in GROUPS]
+    worker = CompactionWorker(metastore, config.bucket, spark, slots=1, poll_interval=0.5)  # type: ignore[arg-type]
+    threads = [threading.Thread(target=job.run, kwargs={"stop": stop}, name=f"ingest-{job.group}") for job in jobs]
+    threads.append(threading.Thread(target=worker.run, kwargs={"stop": stop}, name="compaction"))
+
+    def committed(group: str) -> int:
+        return sum(o.committed_end for o in metastore.offsets(group, 1) if o.topic == topic)
+
+    for thread in threads:
+        thread.start()
+    try:
+        eventually(lambda: all(committed(g) == 400 for g in GROUPS), 300, "both groups to commit the first 400")
+        old = describe_topics(config.kafka, [topic])[topic].incarnation
+        admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+        for future in admin.delete_topics([topic]).values():
+            future.result(timeout=30)
+        eventually(lambda: topic not in admin.list_topics(timeout=5).topics, 60, "the topic to be deleted")
+        create_topic(kafka.bootstrap_servers, topic, 2)
+        _produce(kafka.bootstrap_servers, topic, [json_value(1_000 + i) for i in range(200)])
+        new = describe_topics(config.kafka, [topic])[topic].incarnation
+        assert new != old
+
+        def caught_up() -> bool:
+            rows = [o for g in GROUPS for o in metastore.offsets(g, 1) if o.topic == topic]
+            return all(o.incarnation == new for o in rows) and all(committed(g) == 200 for g in GROUPS)
+
+        eventually(caught_up, 300, "both groups to commit the new incarnation's 200")
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(300)
+    assert not any(t.is_alive() for t in threads), "a group or the worker did not stop"
+    CompactionWorker(metastore, config.bucket, spark, slots=2, poll_interval=0.2).run(  # type: ignore[arg-type]
+        until_idle=True)
+
+    bucket = open_bucket(config.bucket)
+    past, _ = metastore.offset_history("backup", 1)
+    ends = {(i.partition, old): i.committed_end for i in past if i.topic == topic}
+    assert sum(ends.values()) == 400
+    ends |= {(o.partition, new): o.committed_end for o in metastore.offsets("backup", 1) if o.topic == topic}
+    expected = sorted(o for (_, _), end in ends.items() for o in range(end))
+    for group in GROUPS:
+        assert sum(stored(metastore, bucket, group, topic).values()) == 600, group  # each record once
+        rows = run_query(Query("default", 0, 2**62, f'{{topic="{topic}"}}', group=group), metastore,
+                         bucket).read_all()
+        assert sorted(rows.column("offset").to_pylist()) == expected, group
+        assert rows.num_rows == 600
+        report = verify_topic(metastore, bucket, config.kafka, group, 1, topic)
+        assert report.ok, report.as_dict()
+    merged = [m for m in metastore.query_blocks(["default"], 0, 2**62) if m.level == 1]
+    assert merged, "compaction did not run"
+    print(f"level-1 blocks: {len(merged)}; holding both incarnations: "
+          f"{sum(len({r.incarnation for r in m.kafka}) > 1 for m in merged)}")
 
 
 def test_offsets_deleted_before_they_were_read(kafka, minio_bucket, spark, tmp_path: Path) -> None:
