@@ -283,7 +283,13 @@ def test_random_bytes_never_raise_out_of_the_parser(draw: st.DataObject) -> None
     sid = _register(schema)
     values = draw.draw(st.lists(st.one_of(st.none(), st.binary(max_size=40),
                                           st.binary(max_size=40).map(lambda b: frame(sid, b))), min_size=1, max_size=5))
-    _store(values)  # every record stored or quarantined, nothing raised
+    try:
+        _store(values)  # every record stored or quarantined, nothing raised
+    except RegistryUnavailableError:
+        # Bytes framed with an id this process never saw: only the registry can say whether it exists, and this test
+        # has none to ask, so the batch is retried (nothing quarantined, nothing lost). Any other error is a bug.
+        assert any(v is not None and len(v) >= 5 and v[0] == 0 and int.from_bytes(v[1:5], "big") != sid
+                   for v in values)
 
 
 def test_bytes_without_the_magic_byte_are_quarantined_with_the_reason() -> None:
