@@ -6,6 +6,8 @@ before anything is sent and stops only its partition; a consumer group resumes f
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import sys
 import time
@@ -18,7 +20,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
+from prometheus_client import REGISTRY
 from tests.integration.ingest_helpers import config_of, create_topic, wait_paused, write_config
+from tests.integration.kafka_world import create_topic as create_topic_with
 from tests.producing import CheckedProducer
 from tests.waiting import eventually
 
@@ -26,9 +30,12 @@ from shale.config import KafkaConfig, ShaleConfig
 from shale.dev.kafka import KafkaBroker
 from shale.ingest.job import IngestJob
 from shale.metastore import open_index_view, open_metastore
+from shale.objstore import open_bucket
 from shale.process import ManagedProcess
 from shale.restore import RestoreJob, RestoreRange, RestoreRequest, java_partition
 from shale.restore.offsets import set_offsets, translate
+from shale.restore.progress import ProgressLine
+from shale.restore.task import record_size
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = (int(time.time()) - 3600) * 1000  # within the broker's retention (7 days by default)
@@ -263,3 +270,75 @@ def test_a_consumer_group_resumes_from_translated_offsets(kafka: Any, spark: Any
     finally:
         consumer.close()
     assert got == {p: backed_up.records[p][source[p]:] for p in range(PARTITIONS)}
+
+
+def _sizes(backed_up: BackedUp) -> dict[int, list[int]]:
+    return {p: [record_size(k, v, list(h)) for k, v, h, _ in records] for p, records in backed_up.records.items()}
+
+
+def test_a_record_over_the_target_s_max_message_bytes_stops_its_partition_there(kafka: Any, spark: Any,
+                                                                               backed_up: BackedUp) -> None:
+    """The target's limit is one byte below the largest records: each partition is restored up to its first such
+    record and stops naming it; every record of exactly the limit's size is accepted (the size is Kafka's own), and
+    batches of many small records are never refused whole (the producer's batch is bounded by the limit)."""
+    sizes = _sizes(backed_up)
+    limit = max(max(s) for s in sizes.values()) - 1
+    assert any(limit in s for s in sizes.values())  # some records are exactly at the limit
+    target = f"{backed_up.topic}-small"
+    create_topic_with(kafka.bootstrap_servers, target, PARTITIONS, **{"max.message.bytes": str(limit)})
+    report = restore(backed_up, spark, target, commit_every=300)
+    assert not report.ok
+    got = read_topic(kafka.bootstrap_servers, target, PARTITIONS)
+    for outcome in report.partitions:
+        first_over = next(i for i, size in enumerate(sizes[outcome.partition]) if size > limit)
+        assert got[outcome.partition] == backed_up.records[outcome.partition][:first_over]
+        assert f"source offset {first_over} is {limit + 1} bytes" in outcome.error, outcome.error
+        assert "--oversized dead-letter" in outcome.error
+        assert outcome.next == first_over  # a rerun after raising the limit resumes at it
+
+
+def test_oversized_records_go_to_the_bucket_when_asked_and_progress_is_reported(kafka: Any, spark: Any,
+                                                                               backed_up: BackedUp) -> None:
+    sizes = _sizes(backed_up)
+    limit = max(max(s) for s in sizes.values()) - 1
+    target = f"{backed_up.topic}-dead"
+    create_topic_with(kafka.bootstrap_servers, target, PARTITIONS, **{"max.message.bytes": str(limit)})
+    lines: list[ProgressLine] = []
+    job = restore_job(backed_up, spark, target, dead_letter=True)
+    job.on_progress, job.progress_interval = (lambda _, line: lines.append(line)), 0.5
+    report = job.run()
+    assert report.ok, report
+    got = read_topic(kafka.bootstrap_servers, target, PARTITIONS)
+    bucket = open_bucket(backed_up.config.bucket)
+    for outcome in report.partitions:
+        p = outcome.partition
+        over = [i for i, size in enumerate(sizes[p]) if size > limit]
+        assert got[p] == [r for i, r in enumerate(backed_up.records[p]) if i not in set(over)]
+        assert outcome.dead_lettered == [f"default/restore-dead-letters/{report.job}/{p}-{i:020d}.json"
+                                         for i in over]
+        for i, key in zip(over, outcome.dead_lettered, strict=True):  # each one whole, to be replayed later
+            letter = json.loads(bucket.get(key))
+            k, v, headers, stamp = backed_up.records[p][i]
+            assert (letter["offset"], letter["size"], letter["timestamp_ms"]) == (i, sizes[p][i], stamp)
+            assert base64.b64decode(letter["value"]) == v
+            assert base64.b64decode(letter["key"]) == k
+            assert [(n, None if d is None else base64.b64decode(d)) for n, d in letter["headers"]] == list(headers)
+    # The last progress report is the committed truth: every planned record restored (or dead-lettered).
+    assert lines
+    assert lines[-1].restored == lines[-1].planned == COUNT
+    assert lines[-1].eta_seconds == 0
+    for p in range(PARTITIONS):
+        assert REGISTRY.get_sample_value("shale_restore_records_restored",
+                                         {"job": report.job, "partition": str(p)}) == len(backed_up.records[p])
+    assert REGISTRY.get_sample_value("shale_restore_dead_lettered_total", {"job": report.job}) == sum(
+        len(o.dead_lettered) for o in report.partitions) > 0
+
+
+def test_a_log_append_time_target_is_refused_before_anything_is_sent(kafka: Any, spark: Any,
+                                                                      backed_up: BackedUp) -> None:
+    target = f"{backed_up.topic}-appendtime"
+    create_topic_with(kafka.bootstrap_servers, target, PARTITIONS, **{"message.timestamp.type": "LogAppendTime"})
+    report = restore(backed_up, spark, target)
+    assert not report.executed
+    assert "LogAppendTime" in report.why_not
+    assert read_topic(kafka.bootstrap_servers, target, PARTITIONS) == {p: [] for p in range(PARTITIONS)}

@@ -9,10 +9,12 @@
     <tenant>/bucket-index.json.gz                    the tenant's bucket index (seed 001)
     <tenant>/bucket-index-deltas/<ms>-<seq>-<writer>.json   stale-tolerant index deltas, sorted by time
     _shale/dlq/<group>/<ms>-<seq>.json               commands that could not reach the metastore
+    <tenant>/restore-dead-letters/<job>/<partition>-<offset>.json   a record a restore's target refused by size
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from shale.block.ids import check_block_id
@@ -26,6 +28,8 @@ QUARANTINE_MARK_SUFFIX = "-quarantine-mark.json"
 BUCKET_INDEX_FILENAME = "bucket-index.json.gz"
 BUCKET_INDEX_DELTAS_DIR = "bucket-index-deltas"
 DLQ_PREFIX = "_shale/dlq/"
+RESTORE_DEAD_LETTERS_DIR = "restore-dead-letters"
+RESTORE_JOB = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def blocks_prefix(tenant: str) -> str:
@@ -64,6 +68,24 @@ def bucket_index_key(tenant: str) -> str:
 
 def bucket_index_deltas_prefix(tenant: str) -> str:
     return f"{check_tenant(tenant)}/{BUCKET_INDEX_DELTAS_DIR}/"
+
+
+def restore_dead_letters_prefix(tenant: str, job: str) -> str:
+    if not RESTORE_JOB.fullmatch(job):
+        raise ValueError(f"restore job name {job!r}: use 1 to 64 letters, digits, '-' or '_'")
+    return f"{check_tenant(tenant)}/{RESTORE_DEAD_LETTERS_DIR}/{job}/"
+
+
+def restore_dead_letter_key(tenant: str, job: str, partition: int, offset: int) -> str:
+    """Where a restore puts a record its target refuses by size (the record itself, base64, with why): one object
+    per record, named by its source position, so a retried task writes the same key."""
+    return f"{restore_dead_letters_prefix(tenant, job)}{partition}-{offset:020d}.json"
+
+
+def parse_restore_dead_letter_key(key: str) -> tuple[int, int] | None:
+    """(source partition, source offset) of a dead-letter key, else None."""
+    partition, _, offset = key.rsplit("/", 1)[-1].removesuffix(".json").partition("-")
+    return (int(partition), int(offset)) if partition.isdigit() and offset.isdigit() else None
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,15 @@ def _offsets(text: str) -> dict[int, tuple[int, int]]:
 @click.option("--job", default="", help="Name of the restore job (default: derived from what it restores).")
 @click.option("--commit-every", type=click.IntRange(min=1), default=5000, show_default=True,
               help="Records per Kafka transaction.")
+@click.option("--max-records-per-second", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Throttle: records per second for the whole restore (default: no limit).")
+@click.option("--max-bytes-per-second", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Throttle: bytes (key, value, headers) per second for the whole restore (default: no limit).")
+@click.option("--oversized", type=click.Choice(["stop", "dead-letter"]), default="stop", show_default=True,
+              help="A record larger than the target's max.message.bytes: stop its partition there, or write it to "
+                   "the bucket (<tenant>/restore-dead-letters/<job>/) and go on.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=0,
+              help="Serve the restore's Prometheus metrics on 127.0.0.1:PORT while it runs (0: none).")
 @click.option("--dry-run", is_flag=True, help="Print the plan; send nothing.")
 @click.option("--into-existing", is_flag=True, help="Restore into a target topic that already holds records.")
 @click.option("--allow-log-append-time", is_flag=True, help="Restore into a LogAppendTime topic (loses timestamps).")
@@ -79,12 +88,14 @@ def _offsets(text: str) -> dict[int, tuple[int, int]]:
 def restore(ctx: click.Context, tenant: str | None, topic: str | None, target_topic: str | None,
             target_bootstrap: str | None, target_config: str | None, until: str | None, offsets: str | None,
             incarnation: str | None, incarnation_at: str | None, partitions: int | None, job: str, commit_every: int,
-            dry_run: bool, into_existing: bool, allow_log_append_time: bool) -> None:
+            max_records_per_second: float | None, max_bytes_per_second: float | None, oversized: str,
+            metrics_port: int, dry_run: bool, into_existing: bool, allow_log_append_time: bool) -> None:
     """Replay a topic's backup blocks into Kafka, exactly once. Exit 0 when every partition is restored, 1 when a
     partition stopped (a gap, a corrupt block, a refused record: the report names it).
     `shale restore offsets` carries a consumer group's position over."""
     from shale.metastore import open_index_view
     from shale.restore import RestoreJob, RestoreRequest
+    from shale.restore.throttle import RestoreLimits
 
     if ctx.invoked_subcommand is not None:
         return
@@ -95,13 +106,20 @@ def restore(ctx: click.Context, tenant: str | None, topic: str | None, target_to
     request = RestoreRequest(
         tenant=tenant, topic=topic, target_topic=target_topic or topic, range=_range(until, offsets),
         incarnation=incarnation, incarnation_at_ms=_time(incarnation_at),
-        partitions=partitions, job=job, commit_every=commit_every, allow_log_append_time=allow_log_append_time)
+        partitions=partitions, job=job, commit_every=commit_every, allow_log_append_time=allow_log_append_time,
+        limits=RestoreLimits(max_records_per_second, max_bytes_per_second), dead_letter=oversized == "dead-letter")
     spark = None
     if not dry_run:
         from shale.spark import spark_session
 
         spark = spark_session("shale-restore", config.spark, kafka=False, bucket=config.bucket)
-    report = RestoreJob(open_index_view(config), config.bucket, target, request, spark).run(dry_run, into_existing)
+    if metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(metrics_port, addr="127.0.0.1")
+    report = RestoreJob(open_index_view(config), config.bucket, target, request, spark,
+                        on_progress=lambda name, line: click.echo(line.text(name), err=True)).run(dry_run,
+                                                                                                 into_existing)
     click.echo(json.dumps(asdict(report), indent=2))
     if report.why_not and not report.executed:
         click.echo(f"nothing sent: {report.why_not}", err=True)
@@ -119,6 +137,7 @@ def restore(ctx: click.Context, tenant: str | None, topic: str | None, target_to
 @click.option("--until", default=None, help="The restore's --until.")
 @click.option("--offsets", "restored", default=None, metavar="P:START-END,...", help="The restore's --offsets.")
 @click.option("--incarnation", default=None)
+@click.option("--job", default="", help="The restore's --job, if it was named.")
 @click.option("--group", required=True, help="The consumer group to carry over.")
 @click.option("--source-offsets", default=None, metavar="P:OFFSET,...",
               help="The group's committed source offsets (default: read from the source cluster, the "
@@ -128,18 +147,20 @@ def restore(ctx: click.Context, tenant: str | None, topic: str | None, target_to
 @shale_errors
 def offsets_cmd(ctx: click.Context, tenant: str, topic: str, target_topic: str | None, target_bootstrap: str | None,
                 target_config: str | None, until: str | None, restored: str | None, incarnation: str | None,
-                group: str, source_offsets: str | None, dry_run: bool) -> None:
+                job: str, group: str, source_offsets: str | None, dry_run: bool) -> None:
     """Translate a consumer group's committed source offsets into the restored topic's offsets and set them there,
     so the group resumes at the first record it had not seen (the group must have no active member)."""
     from shale.ingest.kafka import client_options
     from shale.metastore import open_index_view
+    from shale.objstore import open_bucket
     from shale.restore import RestoreJob, RestoreRequest
-    from shale.restore.offsets import committed_offsets, set_offsets, translate
+    from shale.restore.job import job_name
+    from shale.restore.offsets import committed_offsets, dead_lettered, set_offsets, translate
 
     config = get_config(ctx)
     target = _target(config, target_config, target_bootstrap)
     request = RestoreRequest(tenant=tenant, topic=topic, target_topic=target_topic or topic,
-                             range=_range(until, restored), incarnation=incarnation)
+                             range=_range(until, restored), incarnation=incarnation, job=job)
     plan = RestoreJob(open_index_view(config), config.bucket, target, request).plan()
     if source_offsets:
         source = {int(p): int(o) for p, _, o in (item.partition(":") for item in source_offsets.split(",") if item)}
@@ -147,7 +168,9 @@ def offsets_cmd(ctx: click.Context, tenant: str, topic: str, target_topic: str |
         source = committed_offsets(client_options(config.kafka), group, topic)
     if not source:
         raise click.ClickException(f"group {group} has no committed offsets of {topic}; give --source-offsets")
-    translated = translate(plan, config.bucket, client_options(target), request.target_topic, source)
+    skipped = dead_lettered(open_bucket(config.bucket), tenant, job_name(request, plan.incarnation,
+                                                                         target.bootstrap_servers))
+    translated = translate(plan, config.bucket, client_options(target), request.target_topic, source, skipped)
     click.echo(json.dumps({"group": group, "topic": request.target_topic,
                            "partitions": [{"partition": p, "source": source[p], "target": o}
                                           for p, o in translated.items()]}, indent=2))

@@ -20,13 +20,23 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from shale.block import BlockMeta
+from shale.block.layout import RESTORE_JOB
 from shale.config import BucketConfig, KafkaConfig
 from shale.errors import ConfigError
 from shale.index import IncarnationRow, LossRow
 from shale.ingest.kafka import client_options, describe_topics
+from shale.restore import metrics
 from shale.restore.plan import RestorePlan, RestoreRange, build_plan, choose_incarnation
-from shale.restore.progress import ensure_progress_topic, fence, read_progress
+from shale.restore.progress import (
+    ProgressLine,
+    ProgressWatcher,
+    ensure_progress_topic,
+    fence,
+    progress_line,
+    read_progress,
+)
 from shale.restore.task import PartitionOutcome, PartitionWork, encode_work, run_partition
+from shale.restore.throttle import RestoreLimits
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -60,6 +70,11 @@ class RestoreRequest:
     generation: int = 1
     commit_every: int = 5000
     allow_log_append_time: bool = False
+    limits: RestoreLimits = field(default_factory=RestoreLimits)
+    """Records and bytes per second for the whole restore."""
+    dead_letter: bool = False
+    """Records larger than the target's ``max.message.bytes`` go to the bucket instead of stopping their
+    partition."""
 
 
 @dataclass
@@ -79,6 +94,8 @@ class RestoreReport:
 
 def job_name(request: RestoreRequest, incarnation: str, target_bootstrap: str) -> str:
     if request.job:
+        if not RESTORE_JOB.fullmatch(request.job):
+            raise ConfigError(f"restore job name {request.job!r}: use 1 to 64 letters, digits, '-' or '_'")
         return request.job
     offsets = sorted((request.range.offsets or {}).items())
     what = json.dumps([request.tenant, request.topic, incarnation, target_bootstrap, request.target_topic,
@@ -88,8 +105,10 @@ def job_name(request: RestoreRequest, incarnation: str, target_bootstrap: str) -
 
 class RestoreJob:
     def __init__(self, index: BackupIndex, bucket: BucketConfig, target: KafkaConfig, request: RestoreRequest,
-                 spark: SparkSession | None = None, clock: Callable[[], float] = time.time) -> None:
-        self.clock = clock
+                 spark: SparkSession | None = None, clock: Callable[[], float] = time.time,
+                 on_progress: Callable[[str, ProgressLine], None] | None = None,
+                 progress_interval: float = 5.0) -> None:
+        self.clock, self.on_progress, self.progress_interval = clock, on_progress, progress_interval
         self.index, self.bucket, self.target, self.request, self.spark = index, bucket, target, request, spark
         self.client = client_options(target)
         self.admin = AdminClient(self.client)
@@ -133,16 +152,22 @@ class RestoreJob:
                               "no progress there: this was a dry run. Pass --into-existing to add the restored "
                               "records to it")
             return report
-        warning = self._retention_warning(plan.oldest_ms)
+        configs = self._target_configs() or {}
+        warning = self._retention_warning(plan.oldest_ms, configs)
         if warning:
             report.warnings.append(warning)
             log.warning("restore target retention", extra={"warning": warning})
+        max_message_bytes = int(configs.get("max.message.bytes") or 0)
+        report.plan["target"]["max_message_bytes"] = max_message_bytes
+        running = min(len(todo), self.spark.sparkContext.defaultParallelism) if self.spark is not None else 1
+        limits = r.limits.share(running)
         works = [encode_work(PartitionWork(
             job, r.topic, r.target_topic, p.partition, p.start, p.end,
             tuple((i.start, i.end, i.block) for i in p.intervals), plan.mapping.source_partitions,
             plan.mapping.target_partitions, plan.until_ms, r.commit_every,
             "; ".join(f"partition {p.partition}: a gap in the backup at offsets [{g.start}, {g.end}): {g.reason}; "
-                      f"restored up to offset {g.start - 1}, nothing after it" for g in p.gaps)))
+                      f"restored up to offset {g.start - 1}, nothing after it" for g in p.gaps),
+            r.tenant, limits, max_message_bytes, r.dead_letter))
             for p in todo]
         report.executed = True
         if not works:
@@ -150,12 +175,24 @@ class RestoreJob:
         if self.spark is None:
             raise ConfigError("a restore runs on Spark: no SparkSession was given")
         client, bucket = self.client, self.bucket
-        results = (self.spark.sparkContext.parallelize(works, len(works))
-                   .map(lambda w: run_partition(w, client, bucket)).collect())
+        planned = {p.partition: p.records for p in todo}
+        started, first = time.monotonic(), dict(progress)
+
+        def report_progress(now: dict[int, tuple[int, int]]) -> None:
+            line = progress_line(planned, first, now, time.monotonic() - started)
+            metrics.observe(job, line, planned, now)
+            if self.on_progress is not None:
+                self.on_progress(job, line)
+
+        with ProgressWatcher(client, job, report_progress, self.progress_interval):
+            results = (self.spark.sparkContext.parallelize(works, len(works))
+                       .map(lambda w: run_partition(w, client, bucket)).collect())
         report.partitions = sorted((PartitionOutcome(**json.loads(raw)) for raw in results),
                                    key=lambda o: o.partition)
         for outcome in report.partitions:
+            metrics.DEAD_LETTERED.labels(job).inc(len(outcome.dead_lettered))
             if outcome.error:
+                metrics.STOPPED.labels(job).inc()
                 log.error("restore partition stopped", extra={"partition": outcome.partition, "error": outcome.error})
         return report
 
@@ -172,9 +209,8 @@ class RestoreJob:
         configs = self._target_configs()
         return None if configs is None else configs.get("message.timestamp.type", "CreateTime")
 
-    def _retention_warning(self, oldest_ms: int) -> str:
+    def _retention_warning(self, oldest_ms: int, configs: dict[str, str]) -> str:
         """A warning when Kafka would delete restored records at once: older than the target's ``retention.ms``."""
-        configs = self._target_configs() or {}
         retention = int(configs.get("retention.ms", "-1") or -1)
         if retention >= 0 and 0 < oldest_ms < self.clock() * 1000 - retention:
             return (f"the oldest restored records are older than the target topic's retention.ms ({retention}): "

@@ -6,21 +6,24 @@ partition count), so the records before ``S`` are the first ``k`` committed reco
 ``k`` counts the backup's records of ``p`` in ``[restore start, S)`` (read from the blocks: Kafka offsets are not
 contiguous). The translated offset is the target offset of the ``k``-th committed record (0-based) of the target
 partition, found by reading it ``read_committed`` (transaction markers take offsets of their own), or its end when
-fewer were restored. It is exact, and costs a read of the partition up to there. With a key-hash mapping a
-group's position has no single target offset per partition: translation is refused.
+fewer were restored. It is exact, and costs a read of the partition up to there. Records the restore dead-lettered
+(too large for the target) were not sent: those before ``S`` are taken off ``k``. With a key-hash mapping a group's
+position has no single target offset per partition: translation is refused.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from shale.block.layout import parse_restore_dead_letter_key, restore_dead_letters_prefix
 from shale.config import BucketConfig
 from shale.errors import ConfigError, RetryableError
+from shale.objstore import BucketReader
 from shale.restore.plan import RestorePlan
 from shale.restore.task import PartitionWork, partition_rows
 
@@ -70,13 +73,26 @@ def committed_offsets(client: Mapping[str, Any], group: str, topic: str) -> dict
     return {tp.partition: tp.offset for tp in result.topic_partitions if tp.topic == topic and tp.offset >= 0}
 
 
+def dead_lettered(bucket: BucketReader, tenant: str, job: str) -> dict[int, list[int]]:
+    """Per source partition, the offsets the restore job dead-lettered (one LIST of the job's small prefix)."""
+    out: dict[int, list[int]] = {}
+    for item in bucket.list(restore_dead_letters_prefix(tenant, job)):
+        parsed = parse_restore_dead_letter_key(item.key)
+        if parsed is not None:
+            out.setdefault(parsed[0], []).append(parsed[1])
+    return out
+
+
 def translate(plan: RestorePlan, bucket: BucketConfig, client: Mapping[str, Any], target_topic: str,
-              source: Mapping[int, int]) -> dict[int, int]:
-    """Per partition, the target offset at which a consumer resumes with the first record it had not seen."""
+              source: Mapping[int, int], skipped: Mapping[int, Sequence[int]] | None = None) -> dict[int, int]:
+    """Per partition, the target offset at which a consumer resumes with the first record it had not seen.
+    ``skipped``: the offsets the restore dead-lettered (``dead_lettered``), which the target does not hold."""
     if plan.mapping.by_key:
         raise ConfigError("the restore mapped records by key into another partition count: a group's position has "
                           "no single offset per target partition; translate only same-partition restores")
-    return {p: target_offset(client, target_topic, p, records_before(plan, bucket, p, offset))
+    skipped = skipped or {}
+    return {p: target_offset(client, target_topic, p, records_before(plan, bucket, p, offset)
+                             - sum(1 for o in skipped.get(p, ()) if o < offset))
             for p, offset in sorted(source.items())}
 
 

@@ -12,14 +12,19 @@ across a read from the bucket), so ``read_progress`` reads on until it has passe
 from __future__ import annotations
 
 import json
+import logging
+import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from shale.errors import RetryableError
+
+log = logging.getLogger(__name__)
 
 PROGRESS_TOPIC = "_shale_restore_progress"
 READ_TIMEOUT_S = 120.0
@@ -113,3 +118,81 @@ def read_progress(client: Mapping[str, Any], job: str, timeout: float = READ_TIM
                 return found
     finally:
         consumer.close()
+
+
+class ProgressWatcher:
+    """Follows the committed progress of ``job`` while its tasks run (a ``read_committed`` consumer of the progress
+    topic in a thread of the driver) and calls ``report`` with the latest progress per partition every
+    ``interval`` seconds and once at the end. What it reports is what the target topic holds: progress commits in
+    the records' own transactions."""
+
+    def __init__(self, client: Mapping[str, Any], job: str, report: Callable[[dict[int, tuple[int, int]]], None],
+                 interval: float = 5.0) -> None:
+        self.client, self.job, self.report, self.interval = client, job, report, interval
+        self.found: dict[int, tuple[int, int]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"restore-progress-{job}", daemon=True)
+
+    def __enter__(self) -> ProgressWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        consumer = Consumer({**self.client, "group.id": f"shale-restore-watch-{self.job}",
+                             "enable.auto.commit": False, "isolation.level": "read_committed"})
+        try:
+            consumer.assign([TopicPartition(PROGRESS_TOPIC, 0, OFFSET_BEGINNING)])
+            next_report = time.monotonic() + self.interval
+            while not self._stop.is_set():
+                message = consumer.poll(0.5)
+                if message is not None and message.error() is None:
+                    parsed = parse_progress(message.key(), message.value(), self.job)
+                    if parsed is not None:
+                        self.found[parsed[0]] = parsed[1:]
+                if time.monotonic() >= next_report:
+                    self.report(dict(self.found))
+                    next_report = time.monotonic() + self.interval
+        except KafkaException as exc:  # progress is for the eyes only: the restore goes on without it
+            log.warning("restore progress unavailable", extra={"job": self.job, "error": str(exc)})
+        finally:
+            consumer.close()
+            self.report(dict(self.found))
+
+
+@dataclass(frozen=True)
+class ProgressLine:
+    """What a progress report says: records restored of those planned, the rate since the start, an ETA."""
+
+    restored: int
+    planned: int
+    per_second: float
+    eta_seconds: float | None
+
+    def text(self, job: str) -> str:
+        share = f" ({100 * self.restored / self.planned:.0f}%)" if self.planned else ""
+        eta = "ETA unknown" if self.eta_seconds is None else f"ETA {_duration(self.eta_seconds)}"
+        return (f"restore {job}: {self.restored:,}/{self.planned:,} records{share}, "
+                f"{self.per_second:,.0f} records/s, {eta}")
+
+
+def progress_line(planned: Mapping[int, int], first: Mapping[int, tuple[int, int]],
+                  now: Mapping[int, tuple[int, int]], elapsed: float) -> ProgressLine:
+    """Pure: ``planned`` records per partition (an upper bound under --until), the progress seen when the run
+    started (a resumed job has some) and now, and the seconds between."""
+    restored = sum(min(planned.get(p, 0), now.get(p, (0, 0))[1]) for p in planned)
+    sent = sum(now.get(p, (0, 0))[1] - first.get(p, (0, 0))[1] for p in planned)
+    total = sum(planned.values())
+    rate = sent / elapsed if elapsed > 0 else 0.0
+    left = max(0, total - restored)
+    eta = 0.0 if left == 0 else (left / rate if rate > 0 else None)
+    return ProgressLine(restored, total, rate, eta)
+
+
+def _duration(seconds: float) -> str:
+    whole = int(seconds + 0.5)
+    hours, rest = divmod(whole, 3600)
+    return f"{hours}h{rest // 60:02d}m{rest % 60:02d}s" if hours else f"{rest // 60}m{rest % 60:02d}s"

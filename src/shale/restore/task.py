@@ -5,14 +5,20 @@ carrying the progress record that covers it.
 A transaction ends every ``commit_every`` records and at the end of each block's rows, so none stays open across a
 read from the bucket. A gap, a corrupt block or a record the target refuses ends the partition with an error that
 names the block and the offsets; the transactions before it are committed, the one it was in is aborted.
+
+A record larger than the target topic's ``max.message.bytes`` (its exact size as a batch of one, ``record_size``)
+is found before it is sent: the records before it are committed and the partition stops there, naming it, unless
+the restore was asked to dead-letter such records: then the record is written to the bucket
+(``restore_dead_letter_key``) before the transaction that moves the progress past it commits.
 """
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -20,6 +26,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from pydantic import TypeAdapter
 
 from shale.block import BlockMeta, backup_rows
+from shale.block.layout import restore_dead_letter_key
 from shale.config import BucketConfig
 from shale.errors import ShaleError
 from shale.failpoints import failpoint
@@ -32,6 +39,7 @@ from shale.restore.progress import (
     read_progress,
     transactional_id,
 )
+from shale.restore.throttle import RestoreLimits, Throttle
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,13 @@ class PartitionWork:
     commit_every: int
     stop_error: str = ""
     """Why the partition stops at ``end`` (a gap), reported once the range before it is restored."""
+    tenant: str = ""
+    limits: RestoreLimits = field(default_factory=RestoreLimits)
+    """This task's share of the job's throttle."""
+    max_message_bytes: int = 0
+    """The target topic's ``max.message.bytes`` (0: not known; the broker decides)."""
+    dead_letter: bool = False
+    """Write a record larger than ``max_message_bytes`` to the bucket and go on, instead of stopping there."""
 
 
 @dataclass
@@ -61,6 +76,8 @@ class PartitionOutcome:
     restored: int
     sent_now: int
     error: str = ""
+    dead_lettered: list[str] = field(default_factory=list)
+    """The bucket keys of the records this run dead-lettered."""
 
 
 _WORK = TypeAdapter(PartitionWork)
@@ -76,6 +93,34 @@ def decode_work(text: str) -> PartitionWork:
 
 MAX_RECORD_BYTES = 64 << 20
 """The producer's own size limit, above any broker's usual one: the target topic's ``max.message.bytes`` decides."""
+BATCH_BYTES = 1_000_000
+"""librdkafka's default ``batch.size``; lowered to the target's ``max.message.bytes`` when that is smaller, or a
+batch of small records would be refused whole."""
+RECORD_BATCH_OVERHEAD = 61
+"""Bytes of a record batch's header (Kafka's v2 format), counted by the broker against ``max.message.bytes``."""
+
+
+def _varint_size(value: int) -> int:
+    zigzag = (value << 1) ^ (value >> 63)
+    size = 1
+    while zigzag >= 0x80:
+        zigzag >>= 7
+        size += 1
+    return size
+
+
+def record_size(key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]]) -> int:
+    """The size the broker checks against ``max.message.bytes`` for this record sent alone, uncompressed: a v2
+    record batch's header and the one record (its timestamp and offset deltas are 0)."""
+    body = 1 + 1 + 1  # attributes, timestamp delta, offset delta
+    for field_bytes in (key, value):
+        body += _varint_size(-1) if field_bytes is None else _varint_size(len(field_bytes)) + len(field_bytes)
+    body += _varint_size(len(headers))
+    for name, data in headers:
+        encoded = name.encode()
+        body += _varint_size(len(encoded)) + len(encoded)
+        body += _varint_size(-1) if data is None else _varint_size(len(data)) + len(data)
+    return RECORD_BATCH_OVERHEAD + _varint_size(body) + body
 
 
 class PartitionStoppedError(ShaleError):
@@ -111,8 +156,9 @@ def run_partition(work_json: str, client: dict[str, Any], bucket_config: BucketC
     """A Spark task: restore one source partition, resuming after its committed progress. Returns the
     ``PartitionOutcome`` as JSON."""
     work = decode_work(work_json)
+    batch = min(BATCH_BYTES, work.max_message_bytes or BATCH_BYTES)
     producer = Producer({"enable.idempotence": True, "acks": "all", "linger.ms": 20, "transaction.timeout.ms": 60_000,
-                         "message.max.bytes": MAX_RECORD_BYTES, **client,
+                         "message.max.bytes": MAX_RECORD_BYTES, "batch.size": batch, **client,
                          "transactional.id": transactional_id(work.job, work.partition)})
     producer.init_transactions(60)  # fences every older producer of this partition, aborts its open transaction
     next_offset, restored = read_progress(client, work.job).get(work.partition, (work.start, 0))
@@ -153,6 +199,7 @@ def _send(producer: Producer, work: PartitionWork, bucket_config: BucketConfig, 
         outcome.next, outcome.restored, outcome.sent_now = last_offset + 1, outcome.restored + count, \
             outcome.sent_now + count
 
+    throttle = Throttle(work.limits) if work.limits.limited else None
     for block, table in partition_rows(bucket_config, work, outcome.next):
         stamps = table.column("timestamp").cast(pa.int64()).to_pylist()  # microseconds
         keys, values = table.column("key").to_pylist(), table.column("value").to_pylist()
@@ -167,21 +214,39 @@ def _send(producer: Producer, work: PartitionWork, bucket_config: BucketConfig, 
                     producer.abort_transaction(60)
                 outcome.next = work.end  # the point in time is reached: the partition is done
                 return
-            record = {"value": values[i], "key": keys[i], "partition": mapping.target(work.partition, keys[i]),
-                      "timestamp": stamps[i] // 1000, "headers": [(h["key"], h["value"]) for h in headers[i] or []],
-                      "on_delivery": delivered}
-            while True:
-                try:
-                    producer.produce(work.target_topic, **record)
-                    break
-                except BufferError:
-                    producer.poll(0.5)  # the local queue is full: let deliveries drain it
-                except KafkaException as exc:
-                    producer.abort_transaction(60)
-                    raise PartitionStoppedError(f"partition {work.partition}: block {block}: source offset {offset} "
-                                                f"cannot be sent: {exc}; nothing after offset {outcome.next - 1} was "
-                                                "committed") from exc
-            producer.poll(0)
+            record_headers = [(h["key"], h["value"]) for h in headers[i] or []]
+            size = record_size(keys[i], values[i], record_headers)
+            if throttle is not None:
+                throttle.take(1, size)
+            if work.max_message_bytes and size > work.max_message_bytes:
+                if not work.dead_letter:
+                    if count:
+                        commit(last, count)
+                    else:
+                        producer.abort_transaction(60)
+                    raise PartitionStoppedError(
+                        f"partition {work.partition}: block {block}: source offset {offset} is {size} bytes, over the "
+                        f"target topic's max.message.bytes ({work.max_message_bytes}); restored up to offset "
+                        f"{outcome.next - 1}. Raise max.message.bytes on {work.target_topic} and run the restore "
+                        "again, or pass --oversized dead-letter to keep such records in the bucket and go on")
+                # The progress moves past it with this transaction, which counts it as restored.
+                outcome.dead_lettered.append(_dead_letter(bucket_config, work, block, offset, size, keys[i],
+                                                          values[i], record_headers, stamps[i]))
+            else:
+                record = {"value": values[i], "key": keys[i], "partition": mapping.target(work.partition, keys[i]),
+                          "timestamp": stamps[i] // 1000, "headers": record_headers, "on_delivery": delivered}
+                while True:
+                    try:
+                        producer.produce(work.target_topic, **record)
+                        break
+                    except BufferError:
+                        producer.poll(0.5)  # the local queue is full: let deliveries drain it
+                    except KafkaException as exc:
+                        producer.abort_transaction(60)
+                        raise PartitionStoppedError(
+                            f"partition {work.partition}: block {block}: source offset {offset} cannot be sent: "
+                            f"{exc}; nothing after offset {outcome.next - 1} was committed") from exc
+                producer.poll(0)
             count, last = count + 1, offset
             if outcome.sent_now and count == max(1, work.commit_every // 2):
                 failpoint("restore.mid-transaction")
@@ -194,3 +259,20 @@ def _send(producer: Producer, work: PartitionWork, bucket_config: BucketConfig, 
         else:
             producer.abort_transaction(60)
     outcome.next = max(outcome.next, work.end)
+
+
+def _dead_letter(bucket_config: BucketConfig, work: PartitionWork, block: str, offset: int, size: int,
+                 key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]],
+                 timestamp_us: int) -> str:
+    """Write one refused record, whole, to the bucket; return its key. Idempotent: a retried task writes the same
+    object."""
+    def b64(data: bytes | None) -> str | None:
+        return None if data is None else base64.b64encode(data).decode()
+
+    key_name = restore_dead_letter_key(work.tenant, work.job, work.partition, offset)
+    body = {"job": work.job, "topic": work.topic, "target_topic": work.target_topic, "partition": work.partition,
+            "offset": offset, "block": block, "size": size, "max_message_bytes": work.max_message_bytes,
+            "reason": "larger than the target topic's max.message.bytes", "timestamp_ms": timestamp_us // 1000,
+            "key": b64(key), "value": b64(value), "headers": [[name, b64(data)] for name, data in headers]}
+    task_bucket(bucket_config).put(key_name, json.dumps(body).encode())
+    return key_name
