@@ -5,8 +5,7 @@ and value size, in one run on the same broker.
 into a new topic (one Spark task per partition in ``local[2]``, transactions of 5,000 records with their progress
 record), timed from the plan to the last commit; then ``ProducerPerformance`` (acks=all, idempotent, no
 transactions) sends as many records, each of the source records' average key + value size, to another
-4-partition topic, when the development cache holds the kafka-tools jar (it holds only the broker's jars
-today: then ``ratios.vs_producer_perf`` is missing); and confluent-kafka's producer (the restore's client:
+4-partition topic; and confluent-kafka's producer (the restore's client:
 idempotent, acks=all, no transactions, no bucket) sends the same count and size, the baseline always present. The
 cost per million records is the restore's wall seconds on this machine's 2 Spark cores per million records.
 """
@@ -27,7 +26,7 @@ from bench.common import progress, timed, write_result
 from bench.services import kafka_broker, minio_bucket
 from shale.config import IngestConfig, ShaleConfig, SparkConfig
 from shale.dev import connector_conf
-from shale.dev.fetch import fetch_kafka
+from shale.dev.fetch import kafka_tools_classpath
 from shale.dev.kafka import java_binary
 from shale.ingest.job import IngestJob
 from shale.metastore import open_index_view, open_metastore
@@ -52,13 +51,10 @@ def librdkafka_producer(bootstrap: str, topic: str, records: int, size: int) -> 
     return records / took[0], records * size / took[0] / 2**20
 
 
-def producer_performance(bootstrap: str, topic: str, records: int, size: int) -> tuple[float, float] | None:
-    """Kafka's ProducerPerformance: (records/s, MB/s) of its final summary line; None when the kafka-tools jar is
-    not in the development cache (only the broker's jars are fetched)."""
-    jars = fetch_kafka()
-    if not any(jar.name.startswith("kafka-tools-") and "-api-" not in jar.name for jar in jars.iterdir()):
-        return None
-    command = [java_binary(), "-Xmx512m", "-cp", f"{fetch_kafka()}/*", "org.apache.kafka.tools.ProducerPerformance",
+def producer_performance(bootstrap: str, topic: str, records: int, size: int) -> tuple[float, float]:
+    """Kafka's ProducerPerformance (kafka-tools at the broker's version, fetched on first use as the ingest
+    benchmark's ConsumerPerformance is): (records/s, MB/s) of its final summary line."""
+    command = [java_binary(), "-Xmx512m", "-cp", kafka_tools_classpath(), "org.apache.kafka.tools.ProducerPerformance",
                "--topic", topic, "--num-records", str(records), "--record-size", str(size), "--throughput", "-1",
                "--producer-props", f"bootstrap.servers={bootstrap}", "acks=all", "enable.idempotence=true",
                "linger.ms=20"]
@@ -118,10 +114,8 @@ def run() -> dict[str, Any]:
     mb = RECORDS * size / ours[0] / 2**20
     baseline = {"librdkafka_producer_records_per_s": round(plain_rate), "librdkafka_producer_mb_per_s":
                 round(plain_mb, 2)}
-    ratios = {"vs_librdkafka_producer": round(rate / plain_rate, 3)}
-    if perf is not None:
-        baseline.update(producer_perf_records_per_s=round(perf[0]), producer_perf_mb_per_s=perf[1])
-        ratios["vs_producer_perf"] = round(rate / perf[0], 3)
+    baseline.update(producer_perf_records_per_s=round(perf[0]), producer_perf_mb_per_s=perf[1])
+    ratios = {"vs_producer_perf": round(rate / perf[0], 3), "vs_librdkafka_producer": round(rate / plain_rate, 3)}
     return write_result(
         "restore",
         figures={"records_per_s": round(rate), "mb_per_s": round(mb, 2), "records": RECORDS,

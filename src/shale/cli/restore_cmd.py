@@ -69,7 +69,7 @@ def _offsets(text: str) -> dict[int, tuple[int, int]]:
 @click.option("--incarnation-at", default=None, help="The incarnation that was live at this time.")
 @click.option("--partitions", type=int, default=None, help="Partitions of a target topic the restore creates.")
 @click.option("--job", default="", help="Name of the restore job (default: derived from what it restores).")
-@click.option("--commit-every", type=click.IntRange(min=1), default=5000, show_default=True,
+@click.option("--commit-every", type=click.IntRange(min=1), default=20_000, show_default=True,
               help="Records per Kafka transaction.")
 @click.option("--max-records-per-second", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Throttle: records per second for the whole restore (default: no limit).")

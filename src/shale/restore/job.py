@@ -68,7 +68,7 @@ class RestoreRequest:
     """Partitions of a target topic created by the restore (default: the source's)."""
     job: str = ""
     generation: int = 1
-    commit_every: int = 5000
+    commit_every: int = 20_000
     allow_log_append_time: bool = False
     limits: RestoreLimits = field(default_factory=RestoreLimits)
     """Records and bytes per second for the whole restore."""

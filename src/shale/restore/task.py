@@ -17,11 +17,13 @@ from __future__ import annotations
 import base64
 import itertools
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from pydantic import TypeAdapter
 
@@ -98,6 +100,12 @@ BATCH_BYTES = 1_000_000
 batch of small records would be refused whole."""
 RECORD_BATCH_OVERHEAD = 61
 """Bytes of a record batch's header (Kafka's v2 format), counted by the broker against ``max.message.bytes``."""
+TRANSACTION_SECONDS = 10.0
+"""A transaction ends after this long even short of ``commit_every`` records (a throttled restore), well inside the
+producer's ``transaction.timeout.ms`` (60 s)."""
+VARINTS_BOUND = 5 * 5
+"""At most five bytes for each of a record's five varints other than the headers' (length, the two deltas, the key
+and value lengths), one byte of attributes aside."""
 
 
 def _varint_size(value: int) -> int:
@@ -109,7 +117,20 @@ def _varint_size(value: int) -> int:
     return size
 
 
-def record_size(key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]]) -> int:
+def size_bound(table: pa.Table) -> int:
+    """An upper bound of ``record_size`` over the rows of ``table`` (vectorized): the largest key and value plus
+    every header of the table, as if one record held them all."""
+    if table.num_rows == 0:
+        return 0
+    lengths = [pc.max(pc.binary_length(table.column(name))).as_py() or 0 for name in ("key", "value")]
+    flat = pc.list_flatten(table.column("headers").combine_chunks())
+    header_bytes = sum(pc.sum(pc.binary_length(flat.field(name))).as_py() or 0
+                       for name in ("key", "value")) if len(flat) else 0
+    most_headers = pc.max(pc.list_value_length(table.column("headers"))).as_py() or 0
+    return (RECORD_BATCH_OVERHEAD + 1 + VARINTS_BOUND + sum(lengths) + header_bytes + 5 + 10 * most_headers)
+
+
+def record_size(key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | None]]) -> int:
     """The size the broker checks against ``max.message.bytes`` for this record sent alone, uncompressed: a v2
     record batch's header and the one record (its timestamp and offset deltas are 0)."""
     body = 1 + 1 + 1  # attributes, timestamp delta, offset delta
@@ -200,11 +221,15 @@ def _send(producer: Producer, work: PartitionWork, bucket_config: BucketConfig, 
             outcome.sent_now + count
 
     throttle = Throttle(work.limits) if work.limits.limited else None
+    same_partition = None if mapping.by_key else work.partition
     for block, table in partition_rows(bucket_config, work, outcome.next):
         stamps = table.column("timestamp").cast(pa.int64()).to_pylist()  # microseconds
         keys, values = table.column("key").to_pylist(), table.column("value").to_pylist()
         headers, offsets = table.column("headers").to_pylist(), table.column("offset").to_pylist()
-        count, last = 0, -1
+        # A record's exact size is needed only to throttle bytes, or when the block may hold one over the limit.
+        sizing = bool(work.limits.bytes_per_s) or bool(work.max_message_bytes and
+                                                       size_bound(table) > work.max_message_bytes)
+        count, last, opened = 0, -1, time.monotonic()
         producer.begin_transaction()
         for i, offset in enumerate(offsets):
             if until_us is not None and stamps[i] >= until_us:
@@ -214,11 +239,11 @@ def _send(producer: Producer, work: PartitionWork, bucket_config: BucketConfig, 
                     producer.abort_transaction(60)
                 outcome.next = work.end  # the point in time is reached: the partition is done
                 return
-            record_headers = [(h["key"], h["value"]) for h in headers[i] or []]
-            size = record_size(keys[i], values[i], record_headers)
+            record_headers = [(h["key"], h["value"]) for h in headers[i]] if headers[i] else None
+            size = record_size(keys[i], values[i], record_headers or []) if sizing else 0
             if throttle is not None:
                 throttle.take(1, size)
-            if work.max_message_bytes and size > work.max_message_bytes:
+            if sizing and work.max_message_bytes and size > work.max_message_bytes:
                 if not work.dead_letter:
                     if count:
                         commit(last, count)
@@ -231,13 +256,16 @@ def _send(producer: Producer, work: PartitionWork, bucket_config: BucketConfig, 
                         "again, or pass --oversized dead-letter to keep such records in the bucket and go on")
                 # The progress moves past it with this transaction, which counts it as restored.
                 outcome.dead_lettered.append(_dead_letter(bucket_config, work, block, offset, size, keys[i],
-                                                          values[i], record_headers, stamps[i]))
+                                                          values[i], record_headers or [], stamps[i]))
             else:
-                record = {"value": values[i], "key": keys[i], "partition": mapping.target(work.partition, keys[i]),
-                          "timestamp": stamps[i] // 1000, "headers": record_headers, "on_delivery": delivered}
+                partition = same_partition if same_partition is not None else mapping.target(work.partition,
+                                                                                              keys[i])
                 while True:
                     try:
-                        producer.produce(work.target_topic, **record)
+                        # Positional (topic, value, key, partition, callback, on_delivery, timestamp, headers):
+                        # no keyword dict per record in this loop.
+                        producer.produce(work.target_topic, values[i], keys[i], partition, delivered, None,
+                                         stamps[i] // 1000, record_headers)
                         break
                     except BufferError:
                         producer.poll(0.5)  # the local queue is full: let deliveries drain it
@@ -246,13 +274,14 @@ def _send(producer: Producer, work: PartitionWork, bucket_config: BucketConfig, 
                         raise PartitionStoppedError(
                             f"partition {work.partition}: block {block}: source offset {offset} cannot be sent: "
                             f"{exc}; nothing after offset {outcome.next - 1} was committed") from exc
-                producer.poll(0)
+                if i % 1000 == 0:
+                    producer.poll(0)  # serve delivery callbacks now and then; flush serves the rest
             count, last = count + 1, offset
             if outcome.sent_now and count == max(1, work.commit_every // 2):
                 failpoint("restore.mid-transaction")
-            if count >= work.commit_every:
+            if count >= work.commit_every or time.monotonic() - opened >= TRANSACTION_SECONDS:
                 commit(last, count)
-                count = 0
+                count, opened = 0, time.monotonic()
                 producer.begin_transaction()
         if count:
             commit(last, count)
@@ -262,7 +291,7 @@ def _send(producer: Producer, work: PartitionWork, bucket_config: BucketConfig, 
 
 
 def _dead_letter(bucket_config: BucketConfig, work: PartitionWork, block: str, offset: int, size: int,
-                 key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]],
+                 key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | None]],
                  timestamp_us: int) -> str:
     """Write one refused record, whole, to the bucket; return its key. Idempotent: a retried task writes the same
     object."""
