@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,10 +72,13 @@ def ensure_progress_topic(admin: AdminClient) -> None:
 def fence(client: Mapping[str, Any], job: str, partitions: Iterable[int]) -> None:
     """``init_transactions`` for each partition's transactional id: aborts a killed run's open transactions and
     fences its zombies, so that the progress read next is final."""
-    for partition in partitions:
+    def one(partition: int) -> None:
         producer = Producer({**client, "transactional.id": transactional_id(job, partition)})
         producer.init_transactions(60)
         producer.flush(10)
+
+    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="restore-fence") as pool:
+        list(pool.map(one, partitions))  # each is a round trip to the coordinator: side by side
 
 
 def read_progress(client: Mapping[str, Any], job: str, timeout: float = READ_TIMEOUT_S
