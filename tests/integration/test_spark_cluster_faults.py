@@ -37,6 +37,9 @@ from shale.objstore import open_bucket
 from shale.process import ManagedProcess
 
 RECORDS = 20_000
+SLOW_SECONDS = 12
+"""How long the slow attempt sleeps: Spark starts the speculative one after 4 s (the threshold below), checking
+every 200 ms, so 12 s leaves it ample time to start on a loaded machine (the test needs it started, not won)."""
 COMPACTION = '\n[compaction]\nblocks_per_job = [10]\nmax_level = 1\npoll_interval = "0.3s"\nlease_duration = "20s"\n'
 SPECULATION = {
     "spark.speculation": "true",
@@ -154,7 +157,7 @@ def test_speculative_attempts_write_no_duplicate_data(kafka, minio, minio_bucket
                    {**SPECULATION, **_event_log(tmp_path / "ingest")})
     points = tmp_path / "ingest" / "points"
     process = shale_process(file, ["ingest", "--group", "backup", "--available-now"], tmp_path / "ingest.log",
-                            failpoints="block.before-meta=sleep-once:30", failpoint_dir=points)
+                            failpoints=f"block.before-meta=sleep-once:{SLOW_SECONDS}", failpoint_dir=points)
     finished(process)
     assert paused(points, "block.before-meta")  # one attempt was slow ...
     assert _speculative_attempts(tmp_path / "ingest") >= 1  # ... and Spark started another
@@ -169,7 +172,7 @@ def test_speculative_attempts_write_no_duplicate_data(kafka, minio, minio_bucket
     before = _blocks_to_compact(bucket, file)
     points = tmp_path / "compact" / "points"
     process = shale_process(file, ["compact", "--until-idle"], tmp_path / "compact.log",
-                            failpoints="block.before-meta=sleep-once:30", failpoint_dir=points)
+                            failpoints=f"block.before-meta=sleep-once:{SLOW_SECONDS}", failpoint_dir=points)
     finished(process)
     assert paused(points, "block.before-meta")
     assert _speculative_attempts(tmp_path / "compact") >= 1
