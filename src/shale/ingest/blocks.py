@@ -222,7 +222,8 @@ def _parse(spec: GroupSpec, table: pa.Table, topic: str,
         return pa.table({}), [], [(i, parser) for i in range(table.num_rows)], None
     stamps = table.column("timestamp").cast(TIMESTAMP_MS, safe=False).cast(pa.int64()).to_pylist()
     if table.num_rows:
-        parser.prepare(pc.binary_slice(table.column("value"), 0, 5).to_pylist())  # RetryableError: retry the batch
+        heads = pc.binary_slice(table.column("value"), 0, parser.header_bytes).to_pylist()
+        parser.prepare(heads)  # RetryableError: retry the batch
     types = parser.columns()
     good: list[int] = []
     times: list[int] = []

@@ -44,6 +44,9 @@ class Parser(ABC):
     typed: ClassVar[bool] = False
     """Whether the columns have the Arrow types ``columns`` declares (``avro``); otherwise every column is a string
     and a value that is not one quarantines its record."""
+    header_bytes: ClassVar[int] = 5
+    """How many first bytes of each value ``prepare`` sees (the Schema Registry header; Protobuf's message-index
+    array follows it)."""
     options_model: ClassVar[type[ParserOptions]] = ParserOptions
     """The parser's options, typed (shale.config.parsers): the configuration is checked against it when it loads."""
 
@@ -64,8 +67,8 @@ class Parser(ABC):
         """Called once with the ingest configuration, before any record (the registry of a typed parser)."""
 
     def prepare(self, headers: list[bytes | None]) -> None:  # noqa: B027 - optional hook, see bind
-        """Called with the first bytes (up to 5) of each value of a chunk before ``parse`` sees them: a parser
-        whose columns depend on the records (writer schemas from a registry) fixes them here. May raise a
+        """Called with the first bytes (up to ``header_bytes``) of each value of a chunk before ``parse`` sees them:
+        a parser whose columns depend on the records (writer schemas from a registry) fixes them here. May raise a
         ``RetryableError`` (the batch is retried, nothing quarantined)."""
 
     def schema_info(self) -> tuple[list[int], str]:
