@@ -1,8 +1,9 @@
-"""Typed tables end to end: records written with confluent-kafka's AvroSerializer against the real Schema Registry
-(Apicurio 3.0.9), read by the partition group on Spark from the real Kafka broker into MinIO, come back from
-`shale query` and the Python API with their types and exact values; a compatible evolution (a field added with a
-default) in the middle of the topic keeps one dataset with typed old and new rows; records the registry cannot
-explain are quarantined with the reason."""
+"""Typed tables end to end: records written with confluent-kafka's AvroSerializer, ProtobufSerializer and
+JSONSerializer against the real Schema Registry (Apicurio 3.0.9), read by the partition group on Spark from the real
+Kafka broker into MinIO, come back from `shale query`, the Python API and Shale's Spark data source with their types
+and exact values; a compatible Avro evolution (a field added with a default) in the middle of the topic keeps one
+dataset with typed old and new rows; Avro-encoded keys become a typed column; records the registry cannot explain,
+or that their schema refuses, are quarantined with the reason."""
 
 from __future__ import annotations
 
@@ -373,6 +374,10 @@ READING_SCHEMA: dict[str, Any] = {
 }
 
 
+READING_KEY = {"type": "record", "name": "ReadingKey", "fields": [{"name": "sensor", "type": "string"},
+                                                                {"name": "seq", "type": "long"}]}
+
+
 def _reading(i: int) -> dict[str, Any]:
     at = BASE + dt.timedelta(seconds=i, microseconds=7 * i + 1)
     reading: dict[str, Any] = {
@@ -392,12 +397,16 @@ def test_json_schema_records_come_back_typed(kafka: KafkaBroker, schema_registry
 
     topic = "readings"
     create_topic(kafka.bootstrap_servers, topic, 1)
-    serializer = JSONSerializer(json.dumps(READING_SCHEMA), SchemaRegistryClient({"url": schema_registry.url}))
+    client = SchemaRegistryClient({"url": schema_registry.url})
+    serializer = JSONSerializer(json.dumps(READING_SCHEMA), client)
+    key_serializer = AvroSerializer(client, json.dumps(READING_KEY))  # keys in Avro, subject readings-key
     producer = CheckedProducer({"bootstrap.servers": kafka.bootstrap_servers, "enable.idempotence": True})
     context = SerializationContext(topic, MessageField.VALUE)
+    key_context = SerializationContext(topic, MessageField.KEY)
     count = 20
     for i in range(count):
-        producer.produce(topic, key=str(i).encode(), value=serializer(_reading(i), context))
+        key = key_serializer({"sensor": f"s{i % 4}", "seq": i}, key_context) if i % 7 else None
+        producer.produce(topic, key=key, value=serializer(_reading(i), context))
     framed = serializer(_reading(99), context)
     assert framed is not None
     schema_id = int.from_bytes(framed[1:5], "big")
@@ -408,7 +417,7 @@ def test_json_schema_records_come_back_typed(kafka: KafkaBroker, schema_registry
     producer.produce(topic, key=b"unknown", value=b"\x00\x00\x0f\x42\x3f{}")
     producer.flush(60)
 
-    parser = {"parser": "json_schema", "options": {"time_field": "at"}}
+    parser = {"parser": "json_schema", "options": {"time_field": "at", "key_format": "avro"}}
     file = write_config(tmp_path, kafka.bootstrap_servers, minio_bucket, [topic], parsers_override=[parser],
                         schema_registry={"url": schema_registry.url})
     finish(ingest_process(file, "partition", tmp_path / "ingest.log", available_now=True), timeout=600)
@@ -426,6 +435,7 @@ def test_json_schema_records_come_back_typed(kafka: KafkaBroker, schema_registry
     assert schema.field("samples").type == pa.list_(pa.int64())
     assert schema.field("labels").type == pa.map_(pa.string(), pa.string())
     assert schema.field("extra").type == pa.struct([("note", pa.string())])
+    assert schema.field("record_key").type == pa.struct([("sensor", pa.string()), ("seq", pa.int64())])
     rows = table.to_pylist()
     assert [r["id"] for r in rows] == list(range(count))
     for row in rows:
@@ -439,6 +449,7 @@ def test_json_schema_records_come_back_typed(kafka: KafkaBroker, schema_registry
         assert row["samples"] == want["samples"]
         assert row["labels"] == (list(want["labels"].items()) if "labels" in want else None)
         assert row["extra"] == want["extra"]
+        assert row["record_key"] == ({"sensor": f"s{row['id'] % 4}", "seq": row["id"]} if row["id"] % 7 else None)
 
     out = CliRunner().invoke(cli, ["--config", str(file), "query", "--tenant", "default", "--from", str(start),
                                    "--to", str(end), f'{{topic="{topic}"}}', "--format", "json"])
@@ -450,7 +461,7 @@ def test_json_schema_records_come_back_typed(kafka: KafkaBroker, schema_registry
     metas = [m for m in open_source(config, "metastore", bucket).query_blocks(["default"], 0, 2**62)
              if m.group == "partition"]
     records = [d for m in metas for d in m.datasets if d.kind == "records"]
-    assert {i for d in records for i in d.schema_ids or []} == {schema_id}
+    assert {i for d in records for i in d.schema_ids or []} == {schema_id}  # the value's (keys are not listed)
     reasons = [r for m in metas for d in m.datasets if d.kind == "quarantine"
                for r in read_dataset(bucket, m, d).column("reason").to_pylist()]
     assert len(reasons) == 3

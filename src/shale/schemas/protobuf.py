@@ -55,6 +55,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor, FileDescript
 from google.protobuf.message import DecodeError, Message
 
 from shale.schemas.avro import SchemaError
+from shale.schemas.registry import RegisteredSchema, RegistryClient
 
 Converter = Callable[[Any], Any]
 PROTOC_TIMEOUT_S = 60.0
@@ -326,3 +327,26 @@ class Decoder:
 
 def arrow_type(message: Descriptor) -> pa.DataType:
     return _Compiler().message(message)[0]
+
+
+def load(registry: RegistryClient, registered: RegisteredSchema,
+         seen: frozenset[str] = frozenset()) -> ProtoFile:
+    """The registered schema and the files it imports (its references, read recursively) in one descriptor pool."""
+    dependencies = _dependencies(registry, registered, seen)
+    main = file_proto(registered.text, f"registry-schema-{registered.id}.proto", dependencies)
+    return ProtoFile(main, dependencies)
+
+
+def _dependencies(registry: RegistryClient, registered: RegisteredSchema, seen: frozenset[str]) -> list[Any]:
+    found: dict[str, Any] = {}
+    for reference in registered.references:
+        if reference.name in seen or reference.name in found or reference.name in builtin_names():
+            continue
+        imported = registry.referenced(reference)  # UnknownSchemaError: quarantined; unavailable: retried
+        inner = _dependencies(registry, imported, seen | {reference.name})
+        for dependency in inner:
+            found.setdefault(dependency.name, dependency)
+        compiled = file_proto(imported.text, reference.name, inner)
+        compiled.name = reference.name  # the path the importing file names it by
+        found[reference.name] = compiled
+    return list(found.values())

@@ -71,6 +71,22 @@ class Parser(ABC):
         a parser whose columns depend on the records (writer schemas from a registry) fixes them here. May raise a
         ``RetryableError`` (the batch is retried, nothing quarantined)."""
 
+    @property
+    def decodes_keys(self) -> bool:
+        """Whether the parser also decodes record keys (``prepare_keys``, ``key_columns``, ``parse_key``)."""
+        return False
+
+    def prepare_keys(self, heads: list[bytes | None]) -> None:  # noqa: B027 - optional hook, see bind
+        """As ``prepare``, for the first 64 bytes of each record's key (when ``decodes_keys``)."""
+
+    def key_columns(self) -> dict[str, pa.DataType]:
+        """The columns ``parse_key`` adds (when ``decodes_keys``)."""
+        return {}
+
+    def parse_key(self, key: bytes | None) -> dict[str, Any]:
+        """The key's columns; raise ``ParseError`` to quarantine the record."""
+        return {}
+
     def schema_info(self) -> tuple[list[int], str]:
         """The registry ids of the writer schemas of the last prepared chunk and the fingerprint of the schema its
         rows are stored under (empty for parsers without schemas)."""

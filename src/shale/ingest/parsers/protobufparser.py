@@ -25,7 +25,7 @@ from shale.ingest.parsers.base import ParseError
 from shale.ingest.parsers.registryparser import RegistryOptions, RegistryParser
 from shale.schemas import protobuf
 from shale.schemas.avro import SchemaError
-from shale.schemas.registry import RegisteredSchema, RegistryClient, UnknownSchemaError
+from shale.schemas.registry import RegisteredSchema, UnknownSchemaError
 from shale.schemas.wire import FramingError, message_indexes, schema_id
 
 Key = tuple[int, tuple[int, ...]]
@@ -56,7 +56,7 @@ class ProtobufParser(RegistryParser):
         found = self._files.get(registered.id)
         if found is None:
             try:
-                found = load(self.registry, registered)
+                found = protobuf.load(self.registry, registered)
             except (SchemaError, UnknownSchemaError) as exc:
                 found = f"schema id {registered.id}: {exc}"
             self._files[registered.id] = found
@@ -152,26 +152,3 @@ def _check_wire_types(message: Any, descriptor: Descriptor, sid: int, newest: in
             raise ParseError(f"the record written with schema id {sid} cannot be read as the newest schema id "
                              f"{newest}: field {declared.name!r} (number {field.field_number}) was written with "
                              f"wire type {field.wire_type}, which does not fit its type in the newest schema")
-
-
-def load(registry: RegistryClient, registered: RegisteredSchema,
-         seen: frozenset[str] = frozenset()) -> protobuf.ProtoFile:
-    """The registered schema and the files it imports (its references, read recursively) in one descriptor pool."""
-    dependencies = _dependencies(registry, registered, seen)
-    main = protobuf.file_proto(registered.text, f"registry-schema-{registered.id}.proto", dependencies)
-    return protobuf.ProtoFile(main, dependencies)
-
-
-def _dependencies(registry: RegistryClient, registered: RegisteredSchema, seen: frozenset[str]) -> list[Any]:
-    found: dict[str, Any] = {}
-    for reference in registered.references:
-        if reference.name in seen or reference.name in found or reference.name in protobuf.builtin_names():
-            continue
-        imported = registry.referenced(reference)  # UnknownSchemaError: quarantined; unavailable: retried
-        inner = _dependencies(registry, imported, seen | {reference.name})
-        for dependency in inner:
-            found.setdefault(dependency.name, dependency)
-        compiled = protobuf.file_proto(imported.text, reference.name, inner)
-        compiled.name = reference.name  # the path the importing file names it by
-        found[reference.name] = compiled
-    return list(found.values())

@@ -22,6 +22,7 @@ from shale.config import IngestConfig, SchemaRegistryConfig
 from shale.config.parsers import ParserOptions
 from shale.errors import ConfigError
 from shale.ingest.parsers.base import ParseError, Parser, to_us
+from shale.ingest.parsers.keys import KeyDecoder, KeyFormat
 from shale.schemas.registry import RegisteredSchema, RegistryClient, UnknownSchemaError
 from shale.schemas.wire import FramingError, schema_id
 
@@ -36,6 +37,10 @@ class RegistryOptions(ParserOptions):
                                     "values become labels (few, low-cardinality)")
     column_prefix: str = Field(default="", description="prefix of every column name (for records with a field "
                                "named like a built-in column: topic, offset, timestamp, key, value, ...)")
+    key_format: KeyFormat = Field(default="", description="the Schema Registry format the record keys are written "
+                                  "in: avro, protobuf or json_schema; the decoded key becomes one typed column "
+                                  "('' = keys stay bytes in the key column only)")
+    key_column: str = Field(default="record_key", description="name of the decoded key's column (with key_format)")
 
 
 class RegistryParser(Parser):
@@ -58,11 +63,39 @@ class RegistryParser(Parser):
         self._time_type: pa.DataType | None = None
         self.schema_ids: list[int] = []
         self.fingerprint = ""
+        self._keys = KeyDecoder(settings.key_format, lambda: self.registry) if settings.key_format else None
+        self.key_column: str = settings.key_column
+
+    @property
+    def decodes_keys(self) -> bool:
+        return self._keys is not None
+
+    def prepare_keys(self, heads: list[bytes | None]) -> None:
+        if self._keys is not None:
+            self._keys.prepare(heads)  # RegistryUnavailableError: the batch is retried
+
+    def key_columns(self) -> dict[str, pa.DataType]:
+        if self._keys is None or self._keys.arrow is None or self.key_column in self._columns:
+            return {}
+        return {self.key_column: self._keys.arrow}
+
+    def parse_key(self, key: bytes | None) -> dict[str, Any]:
+        if self._keys is None:
+            return {}
+        if self.key_column in self._columns:
+            raise ParseError(f"key column {self.key_column!r} clashes with a field of the value: set the {self.name} "
+                             "parser's key_column")
+        return {self.key_column: self._keys.decode(key)}
 
     def bind(self, ingest: IngestConfig) -> None:
         self.registry_config = ingest.schema_registry
 
     def check(self) -> None:
+        if self._keys is not None:
+            check_label_name(self.key_column)
+            if self.key_column in RESERVED_COLUMNS or self.key_column.startswith("__"):
+                raise ConfigError(f"parser {self.name}: key_column {self.key_column!r} clashes with a built-in "
+                                  "column")
         for column in self.label_names:
             check_label_name(column)
             if column in RESERVED_COLUMNS:
