@@ -392,7 +392,7 @@ def _reading(i: int) -> dict[str, Any]:
 
 
 def test_json_schema_records_come_back_typed(kafka: KafkaBroker, schema_registry: SchemaRegistry,
-                                             minio_bucket: BucketConfig, tmp_path: Path) -> None:
+                                             minio_bucket: BucketConfig, spark: Any, tmp_path: Path) -> None:
     from confluent_kafka.schema_registry.json_schema import JSONSerializer
 
     topic = "readings"
@@ -457,6 +457,16 @@ def test_json_schema_records_come_back_typed(kafka: KafkaBroker, schema_registry
     printed = sorted((json.loads(line) for line in out.output.splitlines()), key=lambda r: r["id"])
     assert printed[1]["at"] == "2026-11-24T08:30:01.000008Z"
     assert printed[1]["sensor"] == {"name": "s1", "floor": 1}
+
+    register(spark)
+    frame = (spark.read.format("shale").option("config", str(file)).option("tenant", "default")
+             .option("from", str(start)).option("to", str(end)).option("selector", f'{{topic="{topic}"}}').load())
+    types = dict(frame.dtypes)
+    assert (types["at"], types["day"], types["labels"]) == ("timestamp", "date", "map<string,string>")
+    assert types["record_key"] == "struct<sensor:string,seq:bigint>"
+    spark_rows = sorted(frame.select("id", "day", "sensor.floor", "record_key.seq").collect())
+    assert [tuple(r) for r in spark_rows] == [
+        (i, BASE.date() + dt.timedelta(days=i), i % 7, i if i % 7 else None) for i in range(count)]
 
     metas = [m for m in open_source(config, "metastore", bucket).query_blocks(["default"], 0, 2**62)
              if m.group == "partition"]
