@@ -95,7 +95,7 @@ def _builtin_files() -> list[descriptor_pb2.FileDescriptorProto]:
             except ImportError:
                 continue
             files.append(descriptor_pb2.FileDescriptorProto.FromString(module.DESCRIPTOR.serialized_pb))
-        _BUILTINS.extend(_in_import_order(files))
+        _BUILTINS[:] = _in_import_order(files)  # one assignment: two threads at once build the same list
     return _BUILTINS
 
 
