@@ -265,8 +265,9 @@ class ParserRule(_Section):
 
 
 class SchemaRegistryConfig(_Section):
-    """The Schema Registry the typed parsers (``avro``) fetch writer schemas from by id: its Confluent-compatible
-    API (Confluent Schema Registry, or Apicurio's ``/apis/ccompat/v7``). Schemas are cached per process."""
+    """The Schema Registry the typed parsers (``avro``, ``protobuf``, ``json_schema``) fetch writer schemas from by
+    id: its Confluent-compatible API (Confluent Schema Registry, or Apicurio's ``/apis/ccompat/v7``). Schemas are
+    cached per process."""
 
     url: str = Field(default="", description="base URL of the Confluent-compatible API, e.g. "
                      "http://registry:8080/apis/ccompat/v7 ('' = no registry)")
@@ -299,7 +300,8 @@ class IngestConfig(_Section):
     tenant_header: str = Field(default="", description="take the tenant from this record header when present")
     parsers: list[ParserRule] = Field(default_factory=list, description="partition group: parser per topic")
     schema_registry: SchemaRegistryConfig = Field(default_factory=SchemaRegistryConfig,
-                                                  description="where typed parsers (avro) find writer schemas")
+                                                  description="where typed parsers (avro, protobuf, json_schema) "
+                                                  "find writer schemas")
     quarantine_warn_share: float = Field(default=0.5, ge=0.0, le=1.0, description="a batch that quarantines all "
                                          "of a topic's records, or more than this share, logs a warning and sets "
                                          "shale_ingest_quarantining")

@@ -22,6 +22,7 @@ time decides the partition, so an event time outside that window is quarantined 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
@@ -136,10 +137,10 @@ def _take(table: pa.Table, rows: list[int]) -> pa.Table:
     return table.take(pa.array(rows, pa.int64()))  # typed: an empty list of indexes must not be null-typed
 
 
-def _values(table: pa.Table, rows: int = 1024) -> Iterator[bytes | None]:
-    """The record values as Python bytes, a slice at a time (not all of a chunk's values copied at once)."""
+def _values(table: pa.Table, column: str = "value", rows: int = 1024) -> Iterator[bytes | None]:
+    """The record values (or keys) as Python bytes, a slice at a time (not all of a chunk's copied at once)."""
     for offset in range(0, table.num_rows, rows):
-        yield from table.column("value").slice(offset, rows).to_pylist()
+        yield from table.column(column).slice(offset, rows).to_pylist()
 
 
 def _by(values: list[Any]) -> dict[Any, list[int]]:
@@ -168,6 +169,8 @@ def _tenants(spec: GroupSpec, table: pa.Table, topic: str) -> tuple[list[str], l
     return tenants, problems
 
 
+KEY_HEADER_BYTES = 64
+"""What ``Parser.prepare_keys`` sees of each key: a Schema Registry header and a Protobuf message-index array."""
 MAX_LABEL_VALUE_BYTES = 2048
 """A label value is kept in the block's metadata and the metastore's index: a record whose label is longer is
 quarantined with the reason (a few megabyte values would make a commit larger than the metastore takes)."""
@@ -222,17 +225,23 @@ def _parse(spec: GroupSpec, table: pa.Table, topic: str,
         return pa.table({}), [], [(i, parser) for i in range(table.num_rows)], None
     stamps = table.column("timestamp").cast(TIMESTAMP_MS, safe=False).cast(pa.int64()).to_pylist()
     if table.num_rows:
-        parser.prepare(pc.binary_slice(table.column("value"), 0, 5).to_pylist())  # RetryableError: retry the batch
-    types = parser.columns()
+        heads = pc.binary_slice(table.column("value"), 0, parser.header_bytes).to_pylist()
+        parser.prepare(heads)  # RetryableError: retry the batch
+        if parser.decodes_keys:
+            parser.prepare_keys(pc.binary_slice(table.column("key"), 0, KEY_HEADER_BYTES).to_pylist())
+    types = {**parser.columns(), **parser.key_columns()}
+    keys = _values(table, "key") if parser.decodes_keys else itertools.repeat(None, table.num_rows)
     good: list[int] = []
     times: list[int] = []
     columns: dict[str, list[Any]] = {name: [] for name in types}
     rejected: list[tuple[int, str]] = []
     labels = parser.labels()
     per_ms = 1000 if parser.time_unit == "us" else 1
-    for i, (value, stamp) in enumerate(zip(_values(table), stamps, strict=True)):
+    for i, (value, stamp, key) in enumerate(zip(_values(table), stamps, keys, strict=True)):
         try:
             event_time, fields = parser.parse(value, stamp)
+            if parser.decodes_keys:
+                fields = {**fields, **parser.parse_key(key)}
         except ParseError as exc:
             rejected.append((i, exc.reason))
             continue

@@ -30,7 +30,30 @@ PARTITION_BYTES = 128 * 2**20
 SPARK_TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 
+def _spark_arrow(t: pa.DataType) -> pa.DataType:
+    """The Arrow type Spark takes for ``t``: microsecond UTC timestamps; unsigned integers, which Spark has not, as
+    the next signed type, and uint64 as decimal(20,0) (exact); nested types converted inside."""
+    if pa.types.is_timestamp(t):
+        return SPARK_TIMESTAMP
+    if pa.types.is_uint64(t):
+        return pa.decimal128(20, 0)
+    if pa.types.is_uint32(t):
+        return pa.int64()
+    if pa.types.is_uint16(t):
+        return pa.int32()
+    if pa.types.is_uint8(t):
+        return pa.int16()
+    if pa.types.is_map(t):
+        return pa.map_(_spark_arrow(t.key_type), _spark_arrow(t.item_type))
+    if pa.types.is_list(t):
+        return pa.list_(_spark_arrow(t.value_type))
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _spark_arrow(f.type)) for f in t])
+    return t
+
+
 def _spark_type(t: pa.DataType) -> str:
+    t = _spark_arrow(t)
     if pa.types.is_string(t):
         return "string"
     if pa.types.is_binary(t):
@@ -39,6 +62,8 @@ def _spark_type(t: pa.DataType) -> str:
         return "timestamp"
     if pa.types.is_int8(t):
         return "tinyint"
+    if pa.types.is_int16(t):
+        return "smallint"
     if pa.types.is_int32(t):
         return "int"
     if pa.types.is_int64(t):
@@ -67,8 +92,8 @@ def spark_ddl(schema: pa.Schema) -> str:
 
 
 def _for_spark(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """Spark's Arrow columns carry microsecond timestamps."""
-    arrays = [c.cast(SPARK_TIMESTAMP) if pa.types.is_timestamp(c.type) else c for c in batch.columns]
+    """Spark's Arrow columns carry microsecond timestamps and signed integers (``_spark_arrow``)."""
+    arrays = [c if _spark_arrow(c.type) == c.type else c.cast(_spark_arrow(c.type)) for c in batch.columns]
     return pa.RecordBatch.from_arrays(arrays, names=batch.schema.names)
 
 

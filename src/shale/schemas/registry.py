@@ -1,7 +1,10 @@
 """A Schema Registry client for its Confluent-compatible API, with a per-process cache of schemas by id.
 
 A schema id names one immutable schema, so a cached schema never goes stale: each executor process asks the
-registry once per id (``GET /schemas/ids/{id}``). Errors, by what they mean for the record:
+registry once per id (``GET /schemas/ids/{id}``). A Protobuf schema may import files registered under other
+subjects (its ``references``); those are read once per (subject, version), which are immutable too.
+
+Errors, by what they mean for the record:
 
 * ``UnknownSchemaError``: the registry answered that the id does not exist (404): the record can never be read
   with it, it is quarantined with the reason;
@@ -14,6 +17,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -30,14 +34,25 @@ class RegistryUnavailableError(RetryableError):
 
 
 @dataclass(frozen=True)
+class SchemaReference:
+    """A file a schema imports (``name``, as the import statement spells it) registered as ``subject`` ``version``."""
+
+    name: str
+    subject: str
+    version: int
+
+
+@dataclass(frozen=True)
 class RegisteredSchema:
     id: int
     schema_type: str
     """AVRO, PROTOBUF or JSON."""
     text: str
+    references: tuple[SchemaReference, ...] = ()
 
 
 _CACHE: dict[tuple[str, int], RegisteredSchema] = {}
+_VERSIONS: dict[tuple[str, str, int], RegisteredSchema] = {}
 _LOCK = threading.Lock()
 
 
@@ -67,34 +82,59 @@ class RegistryClient:
         with _LOCK:
             _CACHE[(self.url, schema.id)] = schema
 
+    def remember_reference(self, reference: SchemaReference, schema: RegisteredSchema) -> None:
+        """Put a referenced schema into the cache (as ``remember``)."""
+        with _LOCK:
+            _VERSIONS[(self.url, reference.subject, reference.version)] = schema
+
     def schema(self, schema_id: int) -> RegisteredSchema:
         """The schema registered under ``schema_id`` (from the cache when this process has read it before)."""
         found = self.cached(schema_id)
         if found is not None:
             return found
-        try:
-            with self._client() as client:
-                response = client.get(f"{self.url}/schemas/ids/{schema_id}")
-        except httpx.HTTPError as exc:
-            raise RegistryUnavailableError(f"schema registry {self.url} did not answer for schema id {schema_id}: "
-                                           f"{type(exc).__name__}; the batch is retried") from None
-        if response.status_code == 404:
-            raise UnknownSchemaError(f"schema id {schema_id} does not exist in the schema registry")
-        if response.status_code != 200:
-            raise RegistryUnavailableError(f"schema registry {self.url} answered HTTP {response.status_code} for "
-                                           f"schema id {schema_id}; the batch is retried")
-        try:
-            body = response.json()
-            found = RegisteredSchema(schema_id, str(body.get("schemaType") or "AVRO"), str(body["schema"]))
-        except (ValueError, KeyError, AttributeError):
-            raise RegistryUnavailableError(f"schema registry {self.url} answered schema id {schema_id} with "
-                                           "something that is not a schema; the batch is retried") from None
+        found = self._read(f"/schemas/ids/{schema_id}", f"schema id {schema_id}", schema_id)
         with _LOCK:
             _CACHE[(self.url, schema_id)] = found
         return found
+
+    def referenced(self, reference: SchemaReference) -> RegisteredSchema:
+        """The schema a reference names (``GET /subjects/{subject}/versions/{version}``), cached."""
+        key = (self.url, reference.subject, reference.version)
+        with _LOCK:
+            found = _VERSIONS.get(key)
+        if found is not None:
+            return found
+        what = f"subject {reference.subject!r} version {reference.version}"
+        found = self._read(f"/subjects/{quote(reference.subject, safe='')}/versions/{reference.version}", what, 0)
+        with _LOCK:
+            _VERSIONS[key] = found
+        return found
+
+    def _read(self, path: str, what: str, schema_id: int) -> RegisteredSchema:
+        try:
+            with self._client() as client:
+                response = client.get(f"{self.url}{path}")
+        except httpx.HTTPError as exc:
+            raise RegistryUnavailableError(f"schema registry {self.url} did not answer for {what}: "
+                                           f"{type(exc).__name__}; the batch is retried") from None
+        if response.status_code == 404:
+            raise UnknownSchemaError(f"{what} does not exist in the schema registry")
+        if response.status_code != 200:
+            raise RegistryUnavailableError(f"schema registry {self.url} answered HTTP {response.status_code} for "
+                                           f"{what}; the batch is retried")
+        try:
+            body = response.json()
+            references = tuple(SchemaReference(str(r["name"]), str(r["subject"]), int(r["version"]))
+                               for r in body.get("references") or [])
+            return RegisteredSchema(schema_id or int(body.get("id") or 0), str(body.get("schemaType") or "AVRO"),
+                                    str(body["schema"]), references)
+        except (ValueError, KeyError, AttributeError, TypeError):
+            raise RegistryUnavailableError(f"schema registry {self.url} answered {what} with something that is "
+                                           "not a schema; the batch is retried") from None
 
 
 def forget_cache() -> None:
     """Empty the process's cache (tests)."""
     with _LOCK:
         _CACHE.clear()
+        _VERSIONS.clear()

@@ -1,5 +1,6 @@
 """The Confluent wire format: a zero magic byte, the writer schema's registry id (4 bytes, big-endian), then the
-payload (Avro binary without a container header)."""
+payload (Avro binary without a container header; JSON text; for Protobuf, first the message-index array, see
+``message_indexes``, then the message)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,44 @@ def schema_id(value: bytes | None) -> int:
         raise FramingError(f"the record does not start with the Schema Registry magic byte 0 (it starts with "
                            f"{value[0]})")
     return int.from_bytes(value[1:HEADER_BYTES], "big")
+
+
+MAX_INDEX_DEPTH = 64
+"""Deeper message-index arrays are refused (a message nested 64 levels deep is not a real schema)."""
+
+
+def _zigzag(value: bytes, pos: int) -> tuple[int, int]:
+    """One zigzag varint at ``pos``: its value and the position after it."""
+    result = shift = 0
+    while True:
+        if pos >= len(value):
+            raise FramingError("the Protobuf message-index array ends before its last varint")
+        byte = value[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+        if shift >= 64:
+            raise FramingError("a varint of the Protobuf message-index array is longer than 10 bytes")
+
+
+def message_indexes(value: bytes) -> tuple[list[int], int]:
+    """The Protobuf message-index array after the 5-byte header (the path of the record's message type in its
+    schema file: [2, 0] is the first message nested in the file's third) and where the message starts. The
+    serializers write a zigzag-varint count and the indexes; a single 0 byte stands for [0]."""
+    count, pos = _zigzag(value, HEADER_BYTES)
+    if count == 0:
+        return [0], pos
+    if not 0 < count <= MAX_INDEX_DEPTH:
+        raise FramingError(f"the Protobuf message-index array claims {count} indexes")
+    indexes = []
+    for _ in range(count):
+        index, pos = _zigzag(value, pos)
+        if index < 0:
+            raise FramingError(f"the Protobuf message-index array holds a negative index {index}")
+        indexes.append(index)
+    return indexes, pos
 
 
 def payload(value: bytes) -> memoryview:

@@ -40,8 +40,8 @@ def test_an_unknown_parser_names_the_installed_ones(tmp_path: Path) -> None:
     path = _config(tmp_path, '[[ingest.parsers]]\nparser = "jsn"\noptions = { time_field = "ts" }\n')
     with pytest.raises(ConfigError) as info:
         load_config(path, env={})
-    assert "ingest.parsers.0.parser = 'jsn': unknown parser 'jsn'; installed parsers: avro, json, msgpack, text" \
-        in str(info.value)
+    assert ("ingest.parsers.0.parser = 'jsn': unknown parser 'jsn'; installed parsers: avro, json, json_schema, "
+            "msgpack, protobuf, text") in str(info.value)
 
 
 def test_unknown_missing_and_mistyped_options_are_each_named(tmp_path: Path) -> None:

@@ -13,102 +13,43 @@ quarantined for it.
 
 from __future__ import annotations
 
-import contextlib
-import datetime as dt
 from typing import Any, ClassVar
 
 import pyarrow as pa
 from pydantic import Field
 
-from shale.block.names import check_label_name
-from shale.block.schemas import RESERVED_COLUMNS
-from shale.config import IngestConfig, SchemaRegistryConfig
-from shale.config.parsers import ParserOptions
-from shale.errors import ConfigError
-from shale.ingest.parsers.base import ParseError, Parser, to_us
+from shale.ingest.parsers.base import ParseError
+from shale.ingest.parsers.registryparser import RegistryOptions, RegistryParser
 from shale.schemas import avro
-from shale.schemas.registry import RegistryClient, UnknownSchemaError
 from shale.schemas.wire import FramingError, payload, schema_id
 
 
-class AvroOptions(ParserOptions):
+class AvroOptions(RegistryOptions):
     """Options of ``avro``."""
 
     time_field: str = Field(default="", description="dot path of the event time: a timestamp-millis/micros (or "
                             "local-) field, or a long of epoch milliseconds ('' = the Kafka record's timestamp)")
-    label_fields: list[str] = Field(default_factory=list, description="top-level string or enum fields whose "
-                                    "values become labels (few, low-cardinality)")
-    column_prefix: str = Field(default="", description="prefix of every column name (for records with a field "
-                               "named like a built-in column: topic, offset, timestamp, key, value, ...)")
 
 
-class AvroParser(Parser):
+class AvroParser(RegistryParser):
     """Confluent-framed Avro; its options are ``AvroOptions``; the registry is ``ingest.schema_registry``."""
 
     name = "avro"
     options_model = AvroOptions
-    time_unit = "us"
-    typed: ClassVar[bool] = True
+    schema_type: ClassVar[str] = "AVRO"
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        settings = self.settings
-        assert isinstance(settings, AvroOptions)
-        self.prefix = settings.column_prefix
-        self.time_path = settings.time_field.split(".") if settings.time_field else []
-        self.label_names = [self.prefix + f for f in settings.label_fields]
-        self.registry_config = SchemaRegistryConfig()
-        self._registry: RegistryClient | None = None
         self._decoders: dict[tuple[int, int], avro.Decoder] = {}
-        self._columns: dict[str, pa.DataType] = {}
         self._reader_id = 0
         self._problems: dict[int, str] = {}
-        self.schema_ids: list[int] = []
-        self.fingerprint = ""
-
-    def bind(self, ingest: IngestConfig) -> None:
-        self.registry_config = ingest.schema_registry
-
-    def check(self) -> None:
-        for column in self.label_names:
-            check_label_name(column)
-            if column in RESERVED_COLUMNS:
-                raise ConfigError(f"parser avro: label {column!r} clashes with a built-in column (set column_prefix)")
-
-    def columns(self) -> dict[str, pa.DataType]:
-        return self._columns
-
-    def schema_info(self) -> tuple[list[int], str]:
-        return list(self.schema_ids), self.fingerprint
-
-    def labels(self) -> list[str]:
-        return [name for name in self.label_names if name in self._columns]
-
-    @property
-    def registry(self) -> RegistryClient:
-        if self._registry is None:
-            self._registry = RegistryClient(self.registry_config)
-        return self._registry
 
     def prepare(self, headers: list[bytes | None]) -> None:
         """Fix the chunk's reader schema and columns from the schema ids its records carry (see the module)."""
-        ids: set[int] = set()
-        for value in headers:
-            with contextlib.suppress(FramingError):  # parse quarantines it with the reason
-                ids.add(schema_id(value))
         self._problems = {}
-        usable = []
-        for sid in sorted(ids):
-            try:
-                registered = self.registry.schema(sid)  # RegistryUnavailableError: the batch is retried
-            except UnknownSchemaError as exc:
-                self._problems[sid] = str(exc)
-                continue
-            if registered.schema_type != "AVRO":
-                self._problems[sid] = f"schema id {sid} is a {registered.schema_type} schema, not Avro"
-                continue
-            usable.append((sid, registered.text))
-        self._columns, self.schema_ids, self.fingerprint, self._reader_id = {}, [], "", 0
+        self.clear()
+        self._reader_id = 0
+        usable = [(r.id, r.text) for r in self.fetch(self.ids_of(headers), self._problems)]
         if not usable:
             return
         reader_id, reader_text = usable[-1]
@@ -121,13 +62,10 @@ class AvroParser(Parser):
         if not pa.types.is_struct(newest.arrow):
             self._problems.update({sid: f"schema id {sid} is not a record schema" for sid, _ in usable})
             return
-        columns = {self.prefix + f.name: f.type for f in newest.arrow}
-        clash = sorted(set(columns) & RESERVED_COLUMNS)
-        if clash:
-            self._problems.update({sid: f"fields {clash} clash with built-in columns: set the avro parser's "
-                                   "column_prefix" for sid, _ in usable})
+        problem = self.set_columns(newest.arrow)
+        if problem is not None:
+            self._problems.update({sid: problem for sid, _ in usable})
             return
-        self._columns = columns
         self.fingerprint = avro.fingerprint(reader_text)
         for sid, text in usable:
             key = (sid, reader_id)
@@ -157,18 +95,4 @@ class AvroParser(Parser):
                              f"{type(exc).__name__}: {exc}"[:1000]) from None
         if not isinstance(datum, dict):
             raise ParseError(f"schema id {sid} does not describe a record")
-        event_time = kafka_time_ms * 1000
-        if self.time_path:
-            event_time = _time_us(datum, self.time_path)
-        return event_time, {self.prefix + k: v for k, v in datum.items()}
-
-
-def _time_us(datum: dict[str, Any], path: list[str]) -> int:
-    found: Any = datum
-    for part in path:
-        found = found.get(part) if isinstance(found, dict) else None
-    if isinstance(found, dt.datetime):
-        return to_us(found if found.tzinfo is not None else found.replace(tzinfo=dt.UTC))
-    if isinstance(found, int) and not isinstance(found, bool):
-        return found * 1000
-    raise ParseError(f"time field {'.'.join(path)!r} is {found!r}, not a timestamp or epoch milliseconds")
+        return self.finish(datum, kafka_time_ms)

@@ -44,6 +44,9 @@ class Parser(ABC):
     typed: ClassVar[bool] = False
     """Whether the columns have the Arrow types ``columns`` declares (``avro``); otherwise every column is a string
     and a value that is not one quarantines its record."""
+    header_bytes: ClassVar[int] = 5
+    """How many first bytes of each value ``prepare`` sees (the Schema Registry header; Protobuf's message-index
+    array follows it)."""
     options_model: ClassVar[type[ParserOptions]] = ParserOptions
     """The parser's options, typed (shale.config.parsers): the configuration is checked against it when it loads."""
 
@@ -64,9 +67,25 @@ class Parser(ABC):
         """Called once with the ingest configuration, before any record (the registry of a typed parser)."""
 
     def prepare(self, headers: list[bytes | None]) -> None:  # noqa: B027 - optional hook, see bind
-        """Called with the first bytes (up to 5) of each value of a chunk before ``parse`` sees them: a parser
-        whose columns depend on the records (writer schemas from a registry) fixes them here. May raise a
+        """Called with the first bytes (up to ``header_bytes``) of each value of a chunk before ``parse`` sees them:
+        a parser whose columns depend on the records (writer schemas from a registry) fixes them here. May raise a
         ``RetryableError`` (the batch is retried, nothing quarantined)."""
+
+    @property
+    def decodes_keys(self) -> bool:
+        """Whether the parser also decodes record keys (``prepare_keys``, ``key_columns``, ``parse_key``)."""
+        return False
+
+    def prepare_keys(self, heads: list[bytes | None]) -> None:  # noqa: B027 - optional hook, see bind
+        """As ``prepare``, for the first 64 bytes of each record's key (when ``decodes_keys``)."""
+
+    def key_columns(self) -> dict[str, pa.DataType]:
+        """The columns ``parse_key`` adds (when ``decodes_keys``)."""
+        return {}
+
+    def parse_key(self, key: bytes | None) -> dict[str, Any]:
+        """The key's columns; raise ``ParseError`` to quarantine the record."""
+        return {}
 
     def schema_info(self) -> tuple[list[int], str]:
         """The registry ids of the writer schemas of the last prepared chunk and the fingerprint of the schema its

@@ -1,0 +1,91 @@
+"""``json_schema``: JSON values in the Confluent wire format (magic byte, schema id, JSON text), their JSON Schemas read
+from a Schema Registry; every property of the object schema becomes a TYPED column (``shale.schemas.jsonschema``
+maps the types).
+
+Per chunk, ``prepare`` fetches the schemas of the chunk's ids it has not cached and takes the newest (highest id) as
+the chunk's columns. Each record is validated against the schema it was written with (its own id): a value that does
+not validate is quarantined with the validator's reason, as are records without the magic byte and with an id the
+registry says does not exist. A valid record of an older version is converted into the newest version's columns by
+property name: a property it lacks is null, one the newest lacks is dropped, and one whose type changed so that its
+value no longer fits the column is quarantined by the block writer with the reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import pyarrow as pa
+
+from shale.ingest.parsers.base import ParseError
+from shale.ingest.parsers.registryparser import RegistryOptions, RegistryParser
+from shale.schemas import jsonschema
+from shale.schemas.avro import SchemaError
+from shale.schemas.wire import FramingError, payload, schema_id
+
+
+class JsonSchemaOptions(RegistryOptions):
+    """Options of ``json_schema``."""
+
+
+class JsonSchemaParser(RegistryParser):
+    """Confluent-framed JSON; its options are ``JsonSchemaOptions``; the registry is ``ingest.schema_registry``."""
+
+    name = "json_schema"
+    options_model = JsonSchemaOptions
+    schema_type: ClassVar[str] = "JSON"
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._decoders: dict[int, jsonschema.Decoder | str] = {}
+        self._problems: dict[int, str] = {}
+
+    def _decoder(self, sid: int, text: str) -> jsonschema.Decoder | str:
+        found = self._decoders.get(sid)
+        if found is None:
+            try:
+                found = jsonschema.Decoder(text)
+            except SchemaError as exc:
+                found = f"schema id {sid}: {exc}"
+            if not isinstance(found, str) and not pa.types.is_struct(found.arrow):
+                found = f"schema id {sid} does not describe an object with properties"
+            self._decoders[sid] = found
+        return found
+
+    def prepare(self, headers: list[bytes | None]) -> None:
+        self._problems = {}
+        self.clear()
+        usable = []
+        for registered in self.fetch(self.ids_of(headers), self._problems):
+            decoder = self._decoder(registered.id, registered.text)
+            if isinstance(decoder, str):
+                self._problems[registered.id] = decoder
+            else:
+                usable.append((registered.id, decoder))
+        if not usable:
+            return
+        newest = usable[-1][1]
+        problem = self.set_columns(newest.arrow)
+        if problem is not None:
+            self._problems.update({sid: problem for sid, _ in usable})
+            return
+        self.fingerprint = jsonschema.fingerprint(newest.schema)
+        self.schema_ids = [sid for sid, _ in usable]
+
+    def parse(self, value: bytes | None, kafka_time_ms: int) -> tuple[int, dict[str, Any]]:
+        try:
+            sid = schema_id(value)
+        except FramingError as exc:
+            raise ParseError(str(exc)) from None
+        assert value is not None
+        if sid in self._problems:
+            raise ParseError(self._problems[sid])
+        decoder = self._decoders.get(sid)
+        if decoder is None or isinstance(decoder, str) or sid not in self.schema_ids:
+            raise ParseError(f"schema id {sid} was not prepared for this chunk")
+        try:
+            datum = decoder.decode(payload(value))
+        except jsonschema.InvalidValueError as exc:
+            raise ParseError(f"the record does not fit its schema id {sid}: {exc}"[:1000]) from None
+        if not isinstance(datum, dict):
+            raise ParseError(f"the record written with schema id {sid} is not a JSON object")
+        return self.finish(datum, kafka_time_ms)

@@ -1,0 +1,154 @@
+"""``protobuf``: Protobuf messages in the Confluent wire format (magic byte, schema id, message-index array, message),
+their schemas read from a Schema Registry; every field of the message becomes a TYPED column
+(``shale.schemas.protobuf`` maps the types).
+
+Per chunk, ``prepare`` reads each record's schema id and message-index array, fetches the schemas it has not cached
+(and the files they import, the registry's references), and picks the chunk's message type: the full name most of
+its records carry, read with the newest (highest id) schema that declares it. Protobuf resolves versions by field
+number, so a record written with an older version is read with the newest one's descriptor (an added field is
+unset, a removed one ignored). A record of that older version whose field's wire type the newest schema reads
+differently (an incompatible change) is quarantined with the reason, as are records of another message type, without
+the magic byte, with a broken message-index array, or with an id the registry says does not exist.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+from typing import Any, ClassVar
+
+from google.protobuf import unknown_fields
+from google.protobuf.descriptor import Descriptor
+from google.protobuf.message import DecodeError
+
+from shale.ingest.parsers.base import ParseError
+from shale.ingest.parsers.registryparser import RegistryOptions, RegistryParser
+from shale.schemas import protobuf
+from shale.schemas.avro import SchemaError
+from shale.schemas.registry import RegisteredSchema, UnknownSchemaError
+from shale.schemas.wire import FramingError, message_indexes, schema_id
+
+Key = tuple[int, tuple[int, ...]]
+"""A record's schema id and message-index array."""
+
+
+class ProtobufOptions(RegistryOptions):
+    """Options of ``protobuf``."""
+
+
+class ProtobufParser(RegistryParser):
+    """Confluent-framed Protobuf; its options are ``ProtobufOptions``; the registry is ``ingest.schema_registry``."""
+
+    name = "protobuf"
+    options_model = ProtobufOptions
+    schema_type: ClassVar[str] = "PROTOBUF"
+    header_bytes: ClassVar[int] = 64
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._files: dict[int, protobuf.ProtoFile | str] = {}
+        self._decoders: dict[str, protobuf.Decoder] = {}
+        self._chunk: dict[Key, tuple[protobuf.Decoder, bool] | str] = {}
+        self._problems: dict[int, str] = {}
+
+    def _file(self, registered: RegisteredSchema) -> protobuf.ProtoFile | str:
+        """The schema's file in its descriptor pool, or why it cannot be read (cached per id)."""
+        found = self._files.get(registered.id)
+        if found is None:
+            try:
+                found = protobuf.load(self.registry, registered)
+            except (SchemaError, UnknownSchemaError) as exc:
+                found = f"schema id {registered.id}: {exc}"
+            self._files[registered.id] = found
+        return found
+
+    def prepare(self, headers: list[bytes | None]) -> None:
+        """Fix the chunk's message type and columns from the records' schema ids (see the module)."""
+        keys: collections.Counter[Key] = collections.Counter()
+        for value in headers:
+            with contextlib.suppress(FramingError):  # parse quarantines it with the reason
+                keys[(schema_id(value), tuple(message_indexes(value or b"")[0]))] += 1
+        self._problems, self._chunk = {}, {}
+        self.clear()
+        files = {r.id: self._file(r) for r in self.fetch({sid for sid, _ in keys}, self._problems)}
+        messages: dict[Key, Descriptor] = {}
+        names: collections.Counter[str] = collections.Counter()
+        for key, count in keys.items():
+            file = files.get(key[0])
+            if file is None:
+                continue
+            if isinstance(file, str):
+                self._chunk[key] = file
+                continue
+            try:
+                messages[key] = file.message(list(key[1]))
+            except SchemaError as exc:
+                self._chunk[key] = f"schema id {key[0]}: {exc}"
+                continue
+            names[messages[key].full_name] += count
+        if not names:
+            return
+        name = names.most_common(1)[0][0]
+        reader_key = max(k for k, m in messages.items() if m.full_name == name)
+        reader_file = files[reader_key[0]]
+        assert isinstance(reader_file, protobuf.ProtoFile)
+        reader = messages[reader_key]
+        try:
+            decoder = self._decoder(reader_key[0], reader)
+        except SchemaError as exc:
+            self._chunk.update({k: f"schema id {k[0]}: {exc}" for k, m in messages.items() if m.full_name == name})
+            return
+        problem = self.set_columns(decoder.arrow)
+        for key, message in messages.items():
+            if problem is not None:
+                self._chunk[key] = problem
+            elif message.full_name != name:
+                self._chunk[key] = (f"the record is a {message.full_name} (schema id {key[0]}), this chunk's records "
+                                    f"are {name}: one message type per topic (subject name strategies are not built)")
+            else:
+                self._chunk[key] = (decoder, key[0] != reader_key[0])
+        if problem is None:
+            self.fingerprint = reader_file.fingerprint(reader)
+            self.schema_ids = sorted({k[0] for k, v in self._chunk.items() if not isinstance(v, str)})
+
+    def _decoder(self, sid: int, message: Descriptor) -> protobuf.Decoder:
+        key = f"{sid}/{message.full_name}"
+        if key not in self._decoders:
+            self._decoders[key] = protobuf.Decoder(message)
+        return self._decoders[key]
+
+    def parse(self, value: bytes | None, kafka_time_ms: int) -> tuple[int, dict[str, Any]]:
+        try:
+            sid = schema_id(value)
+            assert value is not None
+            indexes, start = message_indexes(value)
+        except FramingError as exc:
+            raise ParseError(str(exc)) from None
+        if sid in self._problems:
+            raise ParseError(self._problems[sid])
+        prepared = self._chunk.get((sid, tuple(indexes)))
+        if prepared is None:
+            raise ParseError(f"schema id {sid} with message indexes {indexes} was not prepared for this chunk (an "
+                             f"index array longer than {self.header_bytes - 5} bytes)")
+        if isinstance(prepared, str):
+            raise ParseError(prepared)
+        decoder, older = prepared
+        try:
+            message = decoder.message(memoryview(value)[start:])
+        except DecodeError as exc:
+            raise ParseError(f"the record written with schema id {sid} is not a {decoder.descriptor.full_name}: "
+                             f"{exc}"[:1000]) from None
+        if older:
+            _check_wire_types(message, decoder.descriptor, sid, self.schema_ids[-1])
+        return self.finish(decoder.values(message), kafka_time_ms)
+
+
+def _check_wire_types(message: Any, descriptor: Descriptor, sid: int, newest: int) -> None:
+    """A field the newest schema declares but could not read from an older version's bytes (its wire type changed):
+    quarantine rather than store its default. Checked on the message's own fields (not nested messages)."""
+    for field in unknown_fields.UnknownFieldSet(message):
+        declared = descriptor.fields_by_number.get(field.field_number)
+        if declared is not None:
+            raise ParseError(f"the record written with schema id {sid} cannot be read as the newest schema id "
+                             f"{newest}: field {declared.name!r} (number {field.field_number}) was written with "
+                             f"wire type {field.wire_type}, which does not fit its type in the newest schema")

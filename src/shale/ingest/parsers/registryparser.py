@@ -1,0 +1,183 @@
+"""What the typed parsers of Schema Registry formats share (``avro``, ``protobuf``, ``json_schema``): the registry
+client, the options (time field, labels, column prefix), fetching a chunk's writer schemas and the problems that
+quarantine their records, and the columns of the chunk's newest schema.
+
+A registry that does not answer raises ``RegistryUnavailableError`` out of ``prepare``: the batch fails before its
+commit and is retried, no record is quarantined for it. An id the registry says does not exist, or a schema of another
+format, quarantines the records written with it, with the reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from typing import Any, ClassVar
+
+import pyarrow as pa
+from pydantic import Field
+
+from shale.block.names import check_label_name
+from shale.block.schemas import RESERVED_COLUMNS
+from shale.config import IngestConfig, SchemaRegistryConfig
+from shale.config.parsers import ParserOptions
+from shale.errors import ConfigError
+from shale.ingest.parsers.base import ParseError, Parser, to_us
+from shale.ingest.parsers.keys import KeyDecoder, KeyFormat
+from shale.schemas.registry import RegisteredSchema, RegistryClient, UnknownSchemaError
+from shale.schemas.wire import FramingError, schema_id
+
+
+class RegistryOptions(ParserOptions):
+    """Options of the ``protobuf`` and ``json_schema`` parsers."""
+
+    time_field: str = Field(default="", description="dot path of the event time: a timestamp field (Protobuf "
+                            "google.protobuf.Timestamp, JSON Schema format date-time), or an integer of epoch "
+                            "milliseconds ('' = the Kafka record's timestamp)")
+    label_fields: list[str] = Field(default_factory=list, description="top-level string or enum fields whose "
+                                    "values become labels (few, low-cardinality)")
+    column_prefix: str = Field(default="", description="prefix of every column name (for records with a field "
+                               "named like a built-in column: topic, offset, timestamp, key, value, ...)")
+    key_format: KeyFormat = Field(default="", description="the Schema Registry format the record keys are written "
+                                  "in: avro, protobuf or json_schema; the decoded key becomes one typed column "
+                                  "('' = keys stay bytes in the key column only)")
+    key_column: str = Field(default="record_key", description="name of the decoded key's column (with key_format)")
+
+
+class RegistryParser(Parser):
+    """A parser of one Schema Registry format (``schema_type``); subclasses fix ``prepare`` and ``decode``."""
+
+    time_unit = "us"
+    typed: ClassVar[bool] = True
+    schema_type: ClassVar[str]
+    """The registry's ``schemaType`` of this format: AVRO, PROTOBUF or JSON."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        settings: Any = self.settings
+        self.prefix: str = settings.column_prefix
+        self.time_path: list[str] = settings.time_field.split(".") if settings.time_field else []
+        self.label_names = [self.prefix + f for f in settings.label_fields]
+        self.registry_config = SchemaRegistryConfig()
+        self._registry: RegistryClient | None = None
+        self._columns: dict[str, pa.DataType] = {}
+        self._time_type: pa.DataType | None = None
+        self.schema_ids: list[int] = []
+        self.fingerprint = ""
+        self._keys = KeyDecoder(settings.key_format, lambda: self.registry) if settings.key_format else None
+        self.key_column: str = settings.key_column
+
+    @property
+    def decodes_keys(self) -> bool:
+        return self._keys is not None
+
+    def prepare_keys(self, heads: list[bytes | None]) -> None:
+        if self._keys is not None:
+            self._keys.prepare(heads)  # RegistryUnavailableError: the batch is retried
+
+    def key_columns(self) -> dict[str, pa.DataType]:
+        if self._keys is None or self._keys.arrow is None or self.key_column in self._columns:
+            return {}
+        return {self.key_column: self._keys.arrow}
+
+    def parse_key(self, key: bytes | None) -> dict[str, Any]:
+        if self._keys is None:
+            return {}
+        if self.key_column in self._columns:
+            raise ParseError(f"key column {self.key_column!r} clashes with a field of the value: set the {self.name} "
+                             "parser's key_column")
+        return {self.key_column: self._keys.decode(key)}
+
+    def bind(self, ingest: IngestConfig) -> None:
+        self.registry_config = ingest.schema_registry
+
+    def check(self) -> None:
+        if self._keys is not None:
+            check_label_name(self.key_column)
+            if self.key_column in RESERVED_COLUMNS or self.key_column.startswith("__"):
+                raise ConfigError(f"parser {self.name}: key_column {self.key_column!r} clashes with a built-in "
+                                  "column")
+        for column in self.label_names:
+            check_label_name(column)
+            if column in RESERVED_COLUMNS:
+                raise ConfigError(f"parser {self.name}: label {column!r} clashes with a built-in column "
+                                  "(set column_prefix)")
+
+    def columns(self) -> dict[str, pa.DataType]:
+        return self._columns
+
+    def schema_info(self) -> tuple[list[int], str]:
+        return list(self.schema_ids), self.fingerprint
+
+    def labels(self) -> list[str]:
+        return [name for name in self.label_names if name in self._columns]
+
+    @property
+    def registry(self) -> RegistryClient:
+        if self._registry is None:
+            self._registry = RegistryClient(self.registry_config)
+        return self._registry
+
+    @staticmethod
+    def ids_of(headers: list[bytes | None]) -> set[int]:
+        ids: set[int] = set()
+        for value in headers:
+            with contextlib.suppress(FramingError):  # parse quarantines it with the reason
+                ids.add(schema_id(value))
+        return ids
+
+    def fetch(self, ids: set[int], problems: dict[int, str]) -> list[RegisteredSchema]:
+        """The schemas of ``ids`` that exist and are of this parser's format, oldest first; the others' reasons go
+        into ``problems``. ``RegistryUnavailableError`` when the registry does not answer."""
+        usable = []
+        for sid in sorted(ids):
+            try:
+                registered = self.registry.schema(sid)  # RegistryUnavailableError: the batch is retried
+            except UnknownSchemaError as exc:
+                problems[sid] = str(exc)
+                continue
+            if registered.schema_type != self.schema_type:
+                problems[sid] = f"schema id {sid} is a {registered.schema_type} schema, not {self.schema_type}"
+                continue
+            usable.append(registered)
+        return usable
+
+    def set_columns(self, arrow: pa.StructType) -> str | None:
+        """Take the fields of ``arrow`` (the chunk's newest schema) as the columns, or say why they cannot be."""
+        columns = {self.prefix + f.name: f.type for f in arrow}
+        clash = sorted(set(columns) & RESERVED_COLUMNS)
+        if clash:
+            return f"fields {clash} clash with built-in columns: set the {self.name} parser's column_prefix"
+        self._columns = columns
+        self._time_type = _type_at(arrow, self.time_path)
+        return None
+
+    def clear(self) -> None:
+        self._columns, self.schema_ids, self.fingerprint, self._time_type = {}, [], "", None
+
+    def finish(self, datum: dict[str, Any], kafka_time_ms: int) -> tuple[int, dict[str, Any]]:
+        """The event time and the columns of a decoded record."""
+        event_time = kafka_time_ms * 1000
+        if self.time_path:
+            event_time = self.time_us(datum)
+        return event_time, {self.prefix + k: v for k, v in datum.items()} if self.prefix else datum
+
+    def time_us(self, datum: dict[str, Any]) -> int:
+        found: Any = datum
+        for part in self.time_path:
+            found = found.get(part) if isinstance(found, dict) else None
+        if isinstance(found, dt.datetime):
+            return to_us(found if found.tzinfo is not None else found.replace(tzinfo=dt.UTC))
+        if isinstance(found, int) and not isinstance(found, bool):
+            is_timestamp = self._time_type is not None and pa.types.is_timestamp(self._time_type)
+            return found if is_timestamp else found * 1000  # a timestamp column's integers are microseconds
+        raise ParseError(f"time field {'.'.join(self.time_path)!r} is {found!r}, not a timestamp or epoch "
+                         "milliseconds")
+
+
+def _type_at(arrow: pa.DataType, path: list[str]) -> pa.DataType | None:
+    found: pa.DataType | None = arrow
+    for part in path:
+        if found is None or not pa.types.is_struct(found) or found.get_field_index(part) < 0:
+            return None
+        found = found.field(part).type
+    return found if path else None
