@@ -14,9 +14,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-import pyarrow as pa
-
-from shale.block.schemas import PARTITION_BASE_FIELDS
 from shale.config import BucketConfig, ShaleConfig
 from shale.errors import ConfigError
 from shale.failpoints import failpoint
@@ -84,11 +81,6 @@ def open_catalog(config: ShaleConfig) -> Any:
         Path(uri.removeprefix("sqlite:///")).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
     return ShaleSqlCatalog(config.iceberg.catalog_name, uri=uri, warehouse=warehouse(config),
                            **io_properties(config.bucket))
-
-
-def table_schema(columns: list[str]) -> pa.Schema:
-    """The table's Arrow schema: the partition group's base columns, then the parser's (string) columns."""
-    return pa.schema([*PARTITION_BASE_FIELDS, *(pa.field(c, pa.string()) for c in columns)])
 
 
 def _jdbc_url(uri: str) -> tuple[str, dict[str, str]]:

@@ -1,6 +1,7 @@
 """Iceberg data files from Shale's objects: registered as they are, or copied when a table must show only some of
-their rows (a generation switch cuts them) or when they hold millisecond timestamps (blocks written before
-Shale's timestamps became microseconds; Iceberg's Parquet mapping is microseconds).
+their rows (a generation switch cuts them) or when they hold types Iceberg does not read as they are: millisecond
+timestamps (blocks written before Shale's timestamps became microseconds), unsigned integers and times of day
+(``shale.iceberg.types``).
 
 The data file entries are built by pyiceberg from the Parquet footer (column sizes, counts, bounds), exactly as
 its ``add_files`` does; the footer is read with two ranged GETs through Shale's bucket.
@@ -17,10 +18,11 @@ import pyarrow.parquet as pq
 
 from shale.block import block_file_key, read_dataset
 from shale.block.reader import BucketFile
-from shale.block.writer import encode_parquet, in_micros
+from shale.block.writer import encode_parquet
 from shale.config import BucketConfig
 from shale.iceberg.catalog import object_uri
 from shale.iceberg.plan import FileSpec
+from shale.iceberg.types import needs_copy, to_iceberg
 from shale.objstore import Bucket
 from shale.query.plan import Part, QueryPlan, row_filter
 
@@ -40,10 +42,6 @@ class Registered:
     key: str
     copy: bool
     data_file: Any
-
-
-def holds_millis(schema: pa.Schema) -> bool:
-    return any(pa.types.is_timestamp(f.type) and f.type.unit != "us" for f in schema)
 
 
 def data_file(table_metadata: Any, uri: str, metadata: pq.FileMetaData, size: int) -> Any:
@@ -71,23 +69,24 @@ def data_file(table_metadata: Any, uri: str, metadata: pq.FileMetaData, size: in
 
 
 def _copy(bucket: Bucket, spec: FileSpec) -> tuple[str, bytes]:
-    """The rows of ``spec`` that its table shows, timestamps in microseconds, as a Parquet object. The row filter
+    """The rows of ``spec`` that its table shows, in their Iceberg types (``shale.iceberg.types``: timestamps in
+    microseconds, unsigned integers widened), as a Parquet object. The row filter
     is the query path's own (``shale.query.plan.row_filter``), so the copy holds exactly the rows a query reads."""
     d = spec.dataset
     plan = QueryPlan([], pa.schema([]), "event_time", set(), [])
     expression = row_filter(plan, Part(spec.block, d, spec.intervals), d.min_time, d.max_time, [])
     table = read_dataset(bucket, spec.block, d, filters=expression, whole_object=None)
-    return copy_key(spec.block.tenant, spec.copy_name()), encode_parquet(in_micros(table))
+    return copy_key(spec.block.tenant, spec.copy_name()), encode_parquet(to_iceberg(table))
 
 
 def register(bucket: Bucket, bucket_config: BucketConfig, table_metadata: Any, spec: FileSpec) -> Registered:
-    """The data file for ``spec``: the block's own object when it can be shown whole and holds microseconds,
-    else a copy (written here; the same spec always writes the same key, so a retry rewrites it)."""
+    """The data file for ``spec``: the block's own object when it can be shown whole and holds only types Iceberg
+    reads as they are, else a copy (written here; the same spec always writes the same key, so a retry rewrites it)."""
     if spec.intervals is None:
         key = block_file_key(spec.block.tenant, spec.block.id, spec.dataset.file)
         size = spec.block.file(spec.dataset.file).size
         metadata = pq.read_metadata(BucketFile(bucket, key, size))
-        if not holds_millis(metadata.schema.to_arrow_schema()):
+        if not needs_copy(metadata.schema.to_arrow_schema()):
             uri = object_uri(bucket_config, key)
             return Registered(uri, key, False, data_file(table_metadata, uri, metadata, size))
     key, data = _copy(bucket, spec)

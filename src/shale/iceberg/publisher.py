@@ -34,6 +34,7 @@ from typing import Any
 from prometheus_client import Counter, Gauge, Histogram
 
 from shale.block import BlockMeta, block_file_key
+from shale.block.schemas import decode_column_types
 from shale.config import ShaleConfig
 from shale.errors import NotFoundError
 from shale.iceberg.catalog import (
@@ -43,7 +44,6 @@ from shale.iceberg.catalog import (
     identifier,
     object_uri,
     open_catalog,
-    table_schema,
 )
 from shale.iceberg.files import block_of, copy_key, is_copy, key_of, register
 from shale.iceberg.plan import (
@@ -56,6 +56,7 @@ from shale.iceberg.plan import (
     table_files,
     tables_of,
 )
+from shale.iceberg.types import conflicts, iceberg_schema, table_schema
 from shale.index import IndexReader
 from shale.index.changes import BlockChange
 from shale.metastore.commands import Result, TrimBlockChanges
@@ -72,6 +73,9 @@ COPIES = Counter("shale_iceberg_copies_total", "Data objects copied because a ta
                  "or they hold millisecond timestamps.")
 PUBLISH_SECONDS = Histogram("shale_iceberg_publish_seconds", "From the publisher first seeing a change to its "
                             "snapshot being committed.", buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
+REFUSED = Counter("shale_iceberg_refused_files_total", "Data files left out of an Iceberg table because a column's "
+                  "type conflicts with the table's (the log names the column and both types; shale query still "
+                  "serves the rows).")
 LAST_SUCCESS = Gauge("shale_iceberg_last_success_timestamp_seconds", "When a publisher round last succeeded.")
 
 
@@ -110,6 +114,7 @@ class IcebergPublisher:
         self._started = False
         self._first_seen: dict[int, float] = {}
         self.last_error = ""
+        self.refused = 0
         self.published_through = 0
         self.applied = 0
         self._lock = threading.Lock()  # the loop and an HTTP-triggered sync take turns
@@ -204,10 +209,11 @@ class IcebergPublisher:
         self._tables[key] = state
         return state
 
-    def _create(self, key: TableKey, columns: list[str]) -> _Table:
+    def _create(self, key: TableKey) -> _Table:
+        """A table of the base columns; each commit adds the parser's columns its files hold (``_evolve``)."""
         namespace, name = identifier(key.tenant, key.topic)
         self.catalog.create_namespace_if_not_exists(namespace)
-        table = self.catalog.create_table((namespace, name), schema=table_schema(columns),
+        table = self.catalog.create_table((namespace, name), schema=table_schema([]),
                                           properties=TABLE_PROPERTIES)
         from pyiceberg.table import TableProperties
 
@@ -230,7 +236,7 @@ class IcebergPublisher:
             blocks = blocks_at(read.live[key.tenant], read.metas, before)
             files = desired(blocks.values(), key, rules_at(read.rules.get(key.tenant, []), key.topic, before),
                             self.config.ingest.generation)
-            state = self._create(key, _columns(files))
+            state = self._create(key)
             if files:
                 committed += self._commit(key, state, read.published, [], [s for f in files.values() for s in f])
         self._started = True
@@ -249,7 +255,7 @@ class IcebergPublisher:
                 later = [c for c in after if c.tenant == key.tenant]
                 state = self._load(key)
                 if state is None:
-                    state = self._create(key, [])
+                    state = self._create(key)
                 if index <= state.last_index:
                     continue  # published before a crash or by a previous leader
                 rules = rules_at(read.rules.get(key.tenant, []), key.topic, later)
@@ -324,14 +330,9 @@ class IcebergPublisher:
         if released:
             properties[SUMMARY_RELEASED] = json.dumps(released)
         with table.transaction() as tx:
-            have = set(tx.table_metadata.schema().column_names)
-            columns = _columns({s.block_id: [s] for s in add})
-            if set(columns) - have:  # a parser gained a column: the table's schema gains it in the same commit
-                from pyiceberg.types import StringType
-
-                with tx.update_schema() as evolve:
-                    for column in sorted(set(columns) - have):
-                        evolve.add_column(column, StringType())
+            add = self._evolve(key, tx, add)
+            if not remove and not add:
+                return 0  # every file refused (logged): nothing to commit
             registered = [register(self.bucket, self.config.bucket, tx.table_metadata, s) for s in add]
             COPIES.inc(sum(1 for r in registered if r.copy))
             update = tx.update_snapshot(snapshot_properties=properties)
@@ -353,6 +354,28 @@ class IcebergPublisher:
         log.info("iceberg snapshot committed", extra={"tenant": key.tenant, "topic": key.topic, "index": index,
                                                       "added": len(add), "removed": len(remove)})
         return 1
+
+    def _evolve(self, key: TableKey, tx: Any, add: list[FileSpec]) -> list[FileSpec]:
+        """Evolve the table's schema (in ``tx``) so it holds each file's columns with their types, oldest file
+        first, by name (pyiceberg's ``union_by_name``: field ids kept, new ones fresh, the name mapping updated);
+        return the files the table can take. A file whose column types conflict with the table's is left out,
+        logged and counted (``shale_iceberg_refused_files_total``): the table stays readable and unchanged for it."""
+        taken: list[FileSpec] = []
+        for spec in sorted(add, key=lambda s: (s.dataset.min_time, s.block.id)):
+            d = spec.dataset
+            wanted = iceberg_schema(table_schema(d.columns, decode_column_types(d.column_types)))
+            problems = conflicts(tx.table_metadata.schema(), wanted)
+            if problems:
+                REFUSED.inc()
+                self.refused += 1
+                log.error("iceberg: block %s of %s/%s left out of the table, its column types conflict: %s",
+                          spec.block.id, key.tenant, key.topic, "; ".join(problems),
+                          extra={"tenant": key.tenant, "topic": key.topic, "block": spec.block.id})
+                continue
+            with tx.update_schema() as evolve:  # no change when the table already holds these types
+                evolve.union_by_name(wanted)
+            taken.append(spec)
+        return taken
 
     def _sweep(self) -> None:
         """Delete copies released by snapshots older than the delete delay (idempotent: a delete of a missing
@@ -394,7 +417,7 @@ class IcebergPublisher:
             for tenant in read.live:
                 keys |= {TableKey(n, t) for n, t in self.catalog.list_tables(tenant)}
             for key in sorted(keys):
-                state = self._load(key) or self._create(key, [])
+                state = self._load(key) or self._create(key)
                 remove, add = self._rediff(read, key, state, read.rules.get(key.tenant, []), [])
                 if remove or add:
                     repaired += self._commit(key, state, max(read.applied, state.last_index), remove, add)
@@ -404,6 +427,7 @@ class IcebergPublisher:
     def status(self) -> dict[str, Any]:
         return {"enabled": self.config.iceberg.enabled, "published_through": self.published_through,
                 "applied_index": self.applied, "tables": len(self._tables), "last_error": self.last_error,
+                "refused_files": self.refused,
                 "lag_seconds": self.clock() - min(self._first_seen.values()) if self._first_seen else 0.0}
 
     def loop(self, stop: threading.Event, is_leader: Callable[[], bool] = lambda: True) -> None:
@@ -419,10 +443,6 @@ class IcebergPublisher:
             except Exception:
                 log.exception("iceberg publisher round failed; retrying next period")
             stop.wait(self.config.iceberg.interval)
-
-
-def _columns(files: dict[str, list[FileSpec]]) -> list[str]:
-    return sorted({c for specs in files.values() for s in specs for c in s.dataset.columns})
 
 
 def _summary(snapshot: Any, key: str) -> str | None:
