@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
@@ -116,3 +117,54 @@ SPARK_COLUMNS = "topic, partition, offset, unix_micros(event_time) AS event_time
 def spark_rows(collected: Iterable[object]) -> Counter[tuple[object, ...]]:
     """Rows collected from Spark with ``SPARK_COLUMNS``."""
     return Counter(tuple(getattr(row, name) for name in KEY) for row in collected)
+
+
+# Typed parser columns (issue 31): an order schema, version 1 and a compatible version 2.
+ADDRESS_V1 = pa.struct([pa.field("city", pa.string()), pa.field("zip", pa.int32())])
+ADDRESS_V2 = pa.struct([pa.field("city", pa.string()), pa.field("zip", pa.int64()), pa.field("country", pa.string())])
+
+
+def typed_block(bucket: Bucket, tenant: str, topic: str, start: int, count: int, columns: dict[str, pa.Array],
+                ) -> BlockMeta:
+    """A partition-group block of ``count`` records from offset ``start`` with these typed parser columns (the
+    writer records their types, as a typed parser's block does)."""
+    table = records(topic, 0, start, count, T0 + start * 1000, 1000, columns=())
+    for name, array in columns.items():
+        table = table.append_column(pa.field(name, array.type), array)
+    day = table.column("dt")[0].as_py()
+    spec = BlockSpec(id=deterministic_block_id(T0 + start * 1000, f"typed/{start}"), tenant=tenant,
+                     group="partition", generation=1, partition_values={"dt": day},
+                     kafka=[KafkaRange(topic=topic, partition=0, start=start, end=start + count)])
+    return write_block(bucket, spec, [DatasetInput("records", topic, table, "event_time",
+                                                   labels=[{"topic": topic, "dt": day}])])
+
+
+def v1_columns(start: int, count: int) -> dict[str, pa.Array]:
+    offsets = range(start, start + count)
+    return {
+        "amount": pa.array([decimal.Decimal(f"{o}.25") for o in offsets], pa.decimal128(10, 2)),
+        "placed": pa.array([dt.datetime(2026, 1, 1, 12, 0, 0, o, tzinfo=dt.UTC) for o in offsets],
+                           pa.timestamp("us", tz="UTC")),
+        "address": pa.array([{"city": f"c{o}", "zip": o} for o in offsets], ADDRESS_V1),
+        "qty": pa.array(list(offsets), pa.int32()),
+        "ratio": pa.array([o / 4 for o in offsets], pa.float32()),
+        "big": pa.array([2**64 - 1 - o for o in offsets], pa.uint64()),
+        "tags": pa.array([[f"t{o}"] for o in offsets], pa.list_(pa.string())),
+        "attrs": pa.array([[("k", o)] for o in offsets], pa.map_(pa.string(), pa.int64())),
+    }
+
+
+def v2_columns(start: int, count: int) -> dict[str, pa.Array]:
+    """Version 2: ``amount`` dropped, ``qty`` int -> long, ``ratio`` float -> double, ``address`` gains a field and
+    its zip widens, and a new column ``note``."""
+    offsets = range(start, start + count)
+    return {
+        "placed": pa.array([dt.datetime(2026, 1, 2, tzinfo=dt.UTC)] * count, pa.timestamp("us", tz="UTC")),
+        "address": pa.array([{"city": f"c{o}", "zip": 2**40 + o, "country": "NZ"} for o in offsets], ADDRESS_V2),
+        "qty": pa.array([2**40 + o for o in offsets], pa.int64()),
+        "ratio": pa.array([o / 3 for o in offsets], pa.float64()),
+        "big": pa.array(list(offsets), pa.uint64()),
+        "tags": pa.array([[f"t{o}"] for o in offsets], pa.list_(pa.string())),
+        "attrs": pa.array([[("k", o)] for o in offsets], pa.map_(pa.string(), pa.int64())),
+        "note": pa.array([f"n{o}" for o in offsets], pa.string()),
+    }

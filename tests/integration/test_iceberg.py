@@ -6,6 +6,8 @@ publishes, once restarted, every change exactly once."""
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import json
 import os
 import subprocess
@@ -23,6 +25,9 @@ from tests.iceberg_helpers import (
     compact,
     query_rows,
     spark_rows,
+    typed_block,
+    v1_columns,
+    v2_columns,
     write_records_block,
 )
 from tests.waiting import eventually
@@ -143,6 +148,58 @@ def test_spark_sql_reads_what_shale_query_returns(iceberg_spark, module_bucket: 
     assert table.properties["gc.enabled"] == "false"
     indexes = [int(s.summary.additional_properties[SUMMARY_INDEX]) for s in table.snapshots()]
     assert indexes == sorted(set(indexes))  # one snapshot per change, in log order
+
+
+def test_spark_sql_reads_typed_columns_before_and_after_a_compatible_evolution(
+        iceberg_spark, module_bucket: BucketConfig, work: Path) -> None:
+    """Issue 31: typed parser columns (a decimal, a timestamp, a nested struct, a uint64, a list, a map) are typed
+    in the Iceberg table and Spark SQL reads them exactly; a compatible change (int -> long, float -> double, a
+    struct gaining a field and widening one, a column dropped, a column added) keeps one table that Spark reads old
+    and new rows of, typed."""
+    tenant, topic = "typed", "orders"
+    config = ShaleConfig.model_validate({  # the module's catalog and bucket, a metastore of its own
+        **_config(module_bucket, work).model_dump(include={"bucket", "iceberg"}),
+        "metastore": {"data_dir": str(work / "typed-ms")}})
+    bucket = open_bucket(config.bucket)
+    state = StateMachine(work / "typed-ms" / "state.db")
+    service = MetastoreService(state, SingleNodeLog(state))
+    publisher = IcebergPublisher(config, state.reader, service.submit, bucket)
+    name = f"shale.{tenant}.{topic}"
+    select = (f"SELECT offset, amount, unix_micros(placed) AS placed, address, qty, ratio, big, tags, attrs "
+              f"FROM {name} ORDER BY offset")
+
+    commit(service, [typed_block(bucket, tenant, topic, 0, 3, v1_columns(0, 3))])
+    publisher.sync()
+    types = dict(iceberg_spark.table(name).dtypes)
+    assert {c: types[c] for c in ("amount", "placed", "address", "qty", "ratio", "big", "tags", "attrs")} == {
+        "amount": "decimal(10,2)", "placed": "timestamp", "address": "struct<city:string,zip:int>", "qty": "int",
+        "ratio": "float", "big": "decimal(20,0)", "tags": "array<string>", "attrs": "map<string,bigint>"}
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    placed = [(dt.datetime(2026, 1, 1, 12, 0, 0, o, tzinfo=dt.UTC) - epoch) // dt.timedelta(microseconds=1)
+              for o in range(3)]
+    old = [(o, decimal.Decimal(f"{o}.25"), placed[o], {"city": f"c{o}", "zip": o}, o, o / 4,
+            decimal.Decimal(2**64 - 1 - o), [f"t{o}"], {"k": o}) for o in range(3)]
+    got = [(r.offset, r.amount, r.placed, r.address.asDict(), r.qty, r.ratio, r.big, r.tags, r.attrs)
+           for r in iceberg_spark.sql(select).collect()]
+    assert got == old
+
+    commit(service, [typed_block(bucket, tenant, topic, 3, 2, v2_columns(3, 2))])
+    publisher.sync()
+    types = dict(iceberg_spark.table(name).dtypes)
+    assert {c: types[c] for c in ("amount", "address", "qty", "ratio", "note")} == {
+        "amount": "decimal(10,2)", "address": "struct<city:string,zip:bigint,country:string>", "qty": "bigint",
+        "ratio": "double", "note": "string"}
+    new_placed = (dt.datetime(2026, 1, 2, tzinfo=dt.UTC) - epoch) // dt.timedelta(microseconds=1)
+    expected = [(o, a, p, {**addr, "country": None}, q, r, b, t, m) for o, a, p, addr, q, r, b, t, m in old] + [
+        (o, None, new_placed, {"city": f"c{o}", "zip": 2**40 + o, "country": "NZ"}, 2**40 + o, o / 3,
+         decimal.Decimal(o), [f"t{o}"], {"k": o}) for o in (3, 4)]
+    rows = iceberg_spark.sql(select.replace(" FROM", ", note FROM")).collect()
+    got = [(r.offset, r.amount, r.placed, r.address.asDict(), r.qty, r.ratio, r.big, r.tags, r.attrs)
+           for r in rows]
+    assert got == expected
+    assert [r.note for r in rows] == [None, None, None, "n3", "n4"]
+    assert iceberg_spark.sql(f"SELECT sum(amount) AS s FROM {name} WHERE address.zip < 10").first().s == (
+        decimal.Decimal("3.75"))
 
 
 def _write_toml(config: ShaleConfig, path: Path) -> Path:

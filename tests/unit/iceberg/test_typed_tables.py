@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from tests.iceberg_helpers import HOUR, T0, commit, records
+from tests.iceberg_helpers import HOUR, T0, commit, typed_block, v1_columns, v2_columns
 
-from shale.block import BlockMeta, BlockSpec, DatasetInput, KafkaRange, deterministic_block_id, write_block
 from shale.config import ShaleConfig
 from shale.iceberg import IcebergPublisher
 from shale.iceberg.catalog import identifier
@@ -23,10 +22,6 @@ from shale.objstore import Bucket, open_bucket
 from shale.query import Query, run_query
 
 TENANT, TOPIC = "acme", "orders"
-V1 = pa.struct([pa.field("city", pa.string()), pa.field("zip", pa.int32())])
-V2 = pa.struct([pa.field("city", pa.string()), pa.field("zip", pa.int64()), pa.field("country", pa.string())])
-
-
 @pytest.fixture
 def setup(tmp_path: Path) -> tuple[MetastoreService, IcebergPublisher, Bucket]:
     config = ShaleConfig.model_validate({
@@ -39,56 +34,13 @@ def setup(tmp_path: Path) -> tuple[MetastoreService, IcebergPublisher, Bucket]:
     return service, IcebergPublisher(config, state.reader, service.submit, bucket), bucket
 
 
-def typed_block(bucket: Bucket, start: int, count: int, columns: dict[str, pa.Array]) -> BlockMeta:
-    table = records(TOPIC, 0, start, count, T0 + start * 1000, 1000, columns=())
-    for name, array in columns.items():
-        table = table.append_column(pa.field(name, array.type), array)
-    day = table.column("dt")[0].as_py()
-    spec = BlockSpec(id=deterministic_block_id(T0 + start * 1000, f"typed/{start}"), tenant=TENANT,
-                     group="partition", generation=1, partition_values={"dt": day},
-                     kafka=[KafkaRange(topic=TOPIC, partition=0, start=start, end=start + count)])
-    return write_block(bucket, spec, [DatasetInput("records", TOPIC, table, "event_time",
-                                                   labels=[{"topic": TOPIC, "dt": day}])])
-
-
-def v1_columns(start: int, count: int) -> dict[str, pa.Array]:
-    offsets = range(start, start + count)
-    return {
-        "amount": pa.array([decimal.Decimal(f"{o}.25") for o in offsets], pa.decimal128(10, 2)),
-        "placed": pa.array([dt.datetime(2026, 1, 1, 12, 0, 0, o, tzinfo=dt.UTC) for o in offsets],
-                           pa.timestamp("us", tz="UTC")),
-        "address": pa.array([{"city": f"c{o}", "zip": o} for o in offsets], V1),
-        "qty": pa.array(list(offsets), pa.int32()),
-        "ratio": pa.array([o / 4 for o in offsets], pa.float32()),
-        "big": pa.array([2**64 - 1 - o for o in offsets], pa.uint64()),
-        "tags": pa.array([[f"t{o}"] for o in offsets], pa.list_(pa.string())),
-        "attrs": pa.array([[("k", o)] for o in offsets], pa.map_(pa.string(), pa.int64())),
-    }
-
-
-def v2_columns(start: int, count: int) -> dict[str, pa.Array]:
-    """Version 2: ``amount`` dropped, ``qty`` int -> long, ``ratio`` float -> double, ``address`` gains a field and
-    its zip widens, and a new column ``note``."""
-    offsets = range(start, start + count)
-    return {
-        "placed": pa.array([dt.datetime(2026, 1, 2, tzinfo=dt.UTC)] * count, pa.timestamp("us", tz="UTC")),
-        "address": pa.array([{"city": f"c{o}", "zip": 2**40 + o, "country": "NZ"} for o in offsets], V2),
-        "qty": pa.array([2**40 + o for o in offsets], pa.int64()),
-        "ratio": pa.array([o / 3 for o in offsets], pa.float64()),
-        "big": pa.array(list(offsets), pa.uint64()),
-        "tags": pa.array([[f"t{o}"] for o in offsets], pa.list_(pa.string())),
-        "attrs": pa.array([[("k", o)] for o in offsets], pa.map_(pa.string(), pa.int64())),
-        "note": pa.array([f"n{o}" for o in offsets], pa.string()),
-    }
-
-
 def by_offset(table: pa.Table) -> dict[int, dict[str, object]]:
     return {r["offset"]: r for r in table.to_pylist()}
 
 
 def test_typed_columns_evolve_compatibly_and_a_conflict_is_left_out_loudly(setup, caplog) -> None:
     service, publisher, bucket = setup
-    commit(service, [typed_block(bucket, 0, 3, v1_columns(0, 3))])
+    commit(service, [typed_block(bucket, TENANT, TOPIC, 0, 3, v1_columns(0, 3))])
     assert publisher.run_once() == 1
     table = publisher.catalog.load_table(identifier(TENANT, TOPIC))
     schema = table.schema()
@@ -108,7 +60,7 @@ def test_typed_columns_evolve_compatibly_and_a_conflict_is_left_out_loudly(setup
     assert rows[2]["attrs"] == [("k", 2)]
 
     # A compatible evolution: one table, the same field ids, old and new rows typed.
-    commit(service, [typed_block(bucket, 3, 2, v2_columns(3, 2))])
+    commit(service, [typed_block(bucket, TENANT, TOPIC, 3, 2, v2_columns(3, 2))])
     assert publisher.run_once() == 1
     table = publisher.catalog.load_table(identifier(TENANT, TOPIC))
     schema = table.schema()
@@ -128,7 +80,7 @@ def test_typed_columns_evolve_compatibly_and_a_conflict_is_left_out_loudly(setup
 
     # A narrower type later (long -> int) joins the wider column: read as long, exactly.
     narrow = v2_columns(5, 1) | {"qty": pa.array([5], pa.int32())}
-    commit(service, [typed_block(bucket, 5, 1, narrow)])
+    commit(service, [typed_block(bucket, TENANT, TOPIC, 5, 1, narrow)])
     assert publisher.run_once() == 1
     table = publisher.catalog.load_table(identifier(TENANT, TOPIC))
     assert str(table.schema().find_field("qty").field_type) == "long"
@@ -140,7 +92,7 @@ def test_typed_columns_evolve_compatibly_and_a_conflict_is_left_out_loudly(setup
     # its schema and rows; shale query still serves the block.
     refused = REFUSED._value.get()
     broken = v2_columns(6, 2) | {"qty": pa.array(["six", "seven"], pa.string())}
-    block = typed_block(bucket, 6, 2, broken)
+    block = typed_block(bucket, TENANT, TOPIC, 6, 2, broken)
     commit(service, [block])
     with caplog.at_level(logging.ERROR, logger="shale.iceberg.publisher"):
         assert publisher.run_once() == 0
@@ -155,7 +107,7 @@ def test_typed_columns_evolve_compatibly_and_a_conflict_is_left_out_loudly(setup
     assert sorted(served.column("offset").to_pylist()) == list(range(8))
 
     # The publisher is not stuck: a later compatible block is published.
-    commit(service, [typed_block(bucket, 8, 1, v2_columns(8, 1))])
+    commit(service, [typed_block(bucket, TENANT, TOPIC, 8, 1, v2_columns(8, 1))])
     assert publisher.run_once() == 1
     table = publisher.catalog.load_table(identifier(TENANT, TOPIC))
     assert sorted(table.scan().to_arrow().column("offset").to_pylist()) == [0, 1, 2, 3, 4, 5, 8]
