@@ -1,8 +1,9 @@
 """Iceberg tables over the stored blocks, read by Apache Iceberg's own Spark runtime (JDBC catalog on the same
 SQLite file, S3FileIO at MinIO): Spark SQL returns exactly the records ``shale query`` returns after ingest,
 compaction, a generation switch and retention; the tables hold Shale's objects (no copy) one data file per
-object; and the publisher killed with SIGKILL between writing Iceberg metadata and committing it to the catalog
-publishes, once restarted, every change exactly once."""
+object; typed parser columns are typed in the table and Spark SQL reads them exactly before and after a compatible
+evolution, a conflicting block being left out; and the publisher killed with SIGKILL between writing Iceberg
+metadata and committing it to the catalog publishes, once restarted, every change exactly once."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from tests.iceberg_helpers import (
     HOUR,
@@ -200,6 +202,13 @@ def test_spark_sql_reads_typed_columns_before_and_after_a_compatible_evolution(
     assert [r.note for r in rows] == [None, None, None, "n3", "n4"]
     assert iceberg_spark.sql(f"SELECT sum(amount) AS s FROM {name} WHERE address.zip < 10").first().s == (
         decimal.Decimal("3.75"))
+
+    # An incompatible change (qty long -> string) is left out of the table, counted; Spark still reads the table.
+    commit(service, [typed_block(bucket, tenant, topic, 5, 1, v2_columns(5, 1) | {"qty": pa.array(["five"])})])
+    publisher.sync()
+    assert publisher.status()["refused_files"] == 1
+    assert dict(iceberg_spark.table(name).dtypes)["qty"] == "bigint"
+    assert [r.offset for r in iceberg_spark.sql(select).collect()] == [0, 1, 2, 3, 4]
 
 
 def _write_toml(config: ShaleConfig, path: Path) -> Path:
