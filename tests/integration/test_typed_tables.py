@@ -2,7 +2,8 @@
 JSONSerializer against the real Schema Registry (Apicurio 3.0.9), read by the partition group on Spark from the real
 Kafka broker into MinIO, come back from `shale query`, the Python API and Shale's Spark data source with their types
 and exact values; a compatible Avro evolution (a field added with a default) in the middle of the topic keeps one
-dataset with typed old and new rows; Avro-encoded keys become a typed column; records the registry cannot explain,
+dataset with typed old and new rows, and the Iceberg table of the topic gives Spark SQL the same types and values;
+Avro-encoded keys become a typed column; records the registry cannot explain,
 or that their schema refuses, are quarantined with the reason."""
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from shale.block import read_dataset
 from shale.cli import cli
 from shale.config import BucketConfig
 from shale.dev import KafkaBroker, SchemaRegistry
+from shale.iceberg import spark_catalog_conf
 from shale.objstore import open_bucket
 from shale.query import Query, run_query
 from shale.query.datasource import register
@@ -111,6 +113,7 @@ def test_avro_records_come_back_typed_through_an_evolution(kafka: KafkaBroker, s
     assert schema.field("coupon").type == pa.string()
     assert schema.field("channel").type == pa.string()
     rows = table.to_pylist()
+    by_id = {row["id"]: row for row in rows}
     for row in rows:
         i = row["id"]
         want = _order(i, versions[i])
@@ -145,6 +148,32 @@ def test_avro_records_come_back_typed_through_an_evolution(kafka: KafkaBroker, s
     spark_rows = sorted(frame.select("id", "amount", "customer.address.city", "items").collect())
     assert [(r[0], r[1], r[2], r[3]) for r in spark_rows] == [
         (i, _order(i, 1)["amount"], f"city{i % 4}", _order(i, 1)["items"]) for i in range(25)]
+
+    # The Iceberg table carries the types (DESIGN 16.7): published by `shale iceberg sync`, read by Spark SQL
+    # through Iceberg's own runtime (a catalog name of this test's own: Spark keeps a catalog once it is loaded).
+    with file.open("a") as toml:
+        toml.write(f'[iceberg]\nenabled = true\ncatalog_name = "typed_avro"\n'
+                   f'catalog_uri = "sqlite:///{tmp_path}/catalog.db"\n')
+    out = CliRunner().invoke(cli, ["--config", str(file), "iceberg", "sync"])
+    assert out.exit_code == 0, out.output
+    for key, value in spark_catalog_conf(config_of(file)).items():
+        spark.conf.set(key, value)
+    types = dict(spark.table(f"typed_avro.default.{TOPIC}").dtypes)
+    assert types["amount"] == "decimal(12,2)"
+    assert types["ts"] == "timestamp"
+    assert types["customer"] == "struct<name:string,address:struct<city:string,zip:int>>"
+    assert types["items"] == "array<string>"
+    assert types["channel"] == "string"
+    iceberg_rows = spark.sql(f"SELECT id, amount, unix_micros(ts) AS ts, customer, items, channel "
+                             f"FROM typed_avro.default.{TOPIC} ORDER BY id").collect()
+    assert [r.id for r in iceberg_rows] == list(range(25))
+    for r in iceberg_rows:
+        want = _order(r.id, versions[r.id])
+        assert r.amount == want["amount"]  # exact
+        assert r.ts == (want["ts"] - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
+        assert r.customer.asDict(recursive=True) == want["customer"]
+        assert r.items == want["items"]
+        assert r.channel == by_id[r.id]["channel"]  # what Shale's own query path returns
 
     # The blocks record the writer schemas' ids and the fingerprint; the two bad records are quarantined.
     metas = [m for m in open_source(config, "metastore", bucket).query_blocks(["default"], 0, 2**62)
