@@ -138,12 +138,14 @@ def _held(w: IndexWriter, group: str, generation: int, shard: int, token: int | 
     if token is None:
         raise CommandRejectedError(f"{where} is leased (token {lease.token}): a commit must carry the lease's "
                                    "fencing token", reason="lease-required")
-    if token != lease.token:
+    current = shard_map(w.conn, group, generation)
+    resharded = current is not None and (token < current.version or shard >= current.shards)
+    if token != lease.token and not resharded:
         raise CommandRejectedError(
             f"{where}: token {token} is stale, the lease is token {lease.token} of {lease.holder or 'nobody'}: "
             "another driver took the shard over; this driver must stop writing", reason="stale-lease")
-    current = shard_map(w.conn, group, generation)
-    if current is not None and (lease.token < current.version or shard >= current.shards):
+    if resharded:  # granted before the map changed (the shard may have a new holder already under the new map)
+        assert current is not None
         raise CommandRejectedError(
             f"{where}: lease token {token} was granted before the group's shard count changed to {current.shards} "
             f"(map version {current.version}): the driver must acquire a shard again under the new map",

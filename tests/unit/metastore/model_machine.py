@@ -256,11 +256,11 @@ class MetastoreMachine(RuleBasedStateMachine):
             return None if token is None else "no-lease"
         if token is None:
             return "lease-required"
-        if token != lease[1]:
-            return "stale-lease"
         count, version = self.m["shards"].get(key[:2], (1, 0))
         if token < version or key[2] >= count:
-            return "resharded"
+            return "resharded"  # granted before the map changed, whoever holds the shard now
+        if token != lease[1]:
+            return "stale-lease"
         return "lease-expired" if lease[2] <= self.now_ms() else None
 
     def live(self, key: tuple[str, int, int]) -> bool:

@@ -149,6 +149,11 @@ def test_changing_the_count_fences_every_older_lease_and_a_partition_resumes_at_
     assert [(r["shard"], r["holder"]) for r in rows] == [(0, ""), (1, ""), (2, "")]  # shard 2: never leased yet
     new = _of(3)
     tokens = {}
+    taken = log.acquire("c", 0).data  # a standby takes shard 0 of the new map before its old holder asks again
+    assert taken["granted"]
+    late = log.apply(RenewIngestLease(group="backup", shard=0, holder="a", token=a, duration_ms=DURATION))
+    assert (late.ok, late.reason) == (False, "resharded")  # not stale-lease: the old holder acquires again, it
+    log.apply(ReleaseIngestLease(group="backup", shard=0, holder="c", token=taken["token"]))  # does not stop
     for shard, holder in enumerate("bca"):
         granted = log.acquire(holder, shard).data
         assert granted["granted"]
