@@ -88,6 +88,7 @@ class IngestLease:
         """Acquire a shard's lease (the wanted one, else the first free one), waiting as a standby while others
         hold them; False if stopped first."""
         announced = False
+        seen: dict[int, int] = {}  # each shard's takeover count as last answered while waiting
         while not stop.is_set():
             shard, data = 0, None
             try:
@@ -95,6 +96,7 @@ class IngestLease:
                     data = self._ask(self.want if self.want is not None else shard)
                     if data["granted"]:
                         break
+                    seen[int(data["shard"])] = int(data.get("takeovers", 0))
                     shard += 1
             except MetastoreUnavailableError as exc:
                 log.warning("waiting for the metastore to acquire the ingest lease",
@@ -105,12 +107,14 @@ class IngestLease:
                 self.shard = int(data["shard"])
                 self.token, self.lost, self.reason, self.acquired = int(data["token"]), None, "", time.monotonic()
                 self._gauges(1)
-                if announced:
+                # A takeover: its holder let it expire while this process waited (not a release, not a reshard).
+                takeover = announced and int(data["takeovers"]) > seen.get(self.shard, int(data["takeovers"]))
+                if takeover:
                     TAKEOVERS.labels(*self._labels).inc()
-                log.info("ingest lease taken over from a standby wait: this process writes the shard" if announced
+                log.info("ingest lease taken over from a standby wait: this process writes the shard" if takeover
                          else "ingest lease acquired: this process writes the shard", extra={
                     "group": self.group, "shard": self.shard, "shards": self.shards, "holder": self.holder,
-                    "token": self.token, "takeover": announced})
+                    "token": self.token, "takeover": takeover})
                 return True
             if not announced and data is not None:
                 log.info("standby: another process holds the ingest lease; taking over when it expires", extra={
