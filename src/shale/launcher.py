@@ -86,10 +86,12 @@ class Deployment:
         base = run.metrics_base_port
         ports = iter(range(base, base + 1000)) if base else iter(free_port, None)
         for group in run.ingest_groups if "ingest" in run.services else []:
-            port = next(ports)
-            self.services.append(self._child(f"ingest-{group}", "ingest", [group], [
-                *remote, "--set", f"ingest.metrics_port={port}", "ingest", "--group", group], port,
-                background=group == "backup"))
+            for i in range(run.ingest_processes):  # one holds each free shard, the others wait as standbys
+                port = next(ports)
+                name = f"ingest-{group}" + (f"-{i}" if i else "")
+                self.services.append(self._child(name, "ingest", [group], [
+                    *remote, "--set", f"ingest.metrics_port={port}", "ingest", "--group", group], port,
+                    background=group == "backup"))
         for i in range(run.compaction_workers if "compaction" in run.services else 0):
             port = next(ports)
             self.services.append(self._child(f"compact-{i}", "compactor", [], [

@@ -98,7 +98,7 @@ def config_of(file: Path) -> ShaleConfig:
 
 
 def ingest_process(file: Path, group: str, log: Path, *, available_now: bool = False,
-                   failpoints: str = "", failpoint_dir: Path | None = None) -> ManagedProcess:
+                   failpoints: str = "", failpoint_dir: Path | None = None, shard: int | None = None) -> ManagedProcess:
     env = dict(os.environ)
     env.pop("SHALE_FAILPOINTS", None)
     if failpoints:
@@ -106,7 +106,10 @@ def ingest_process(file: Path, group: str, log: Path, *, available_now: bool = F
     command = [sys.executable, "-m", "shale.cli", "--config", str(file), "ingest", "--group", group]
     if available_now:
         command.append("--available-now")
-    process = ManagedProcess(f"ingest-{group}", command, log, env=env, cwd=ROOT)
+    if shard is not None:
+        command += ["--shard", str(shard)]
+    process = ManagedProcess(f"ingest-{group}" + (f"-s{shard}" if shard is not None else ""), command, log, env=env,
+                             cwd=ROOT)
     process.start()
     return process
 

@@ -42,7 +42,9 @@ def test_an_application_machine_runs_ingest_and_compaction_on_the_cluster(tmp_pa
     assert config.spark.master.startswith("spark://")
     assert session_conf(config.spark, kafka=True)["spark.jars.packages"] == KAFKA_CONNECTOR_PACKAGE
     services = Deployment(config, [], tmp_path).services
-    assert [s.name for s in services] == ["ingest-backup", "ingest-partition", "compact-0"]
+    assert [s.name for s in services] == ["ingest-backup", "ingest-backup-1", "ingest-partition",
+                                          "ingest-partition-1", "compact-0"]  # a shard's driver or a standby each
+    assert config.ingest.shards == 2
     assert config.metastore.token_file  # the remote members' token, not one `shale run` makes up
 
 

@@ -96,6 +96,15 @@ def test_the_whole_deployment_by_default(tmp_path: Path) -> None:
     assert names == ["metastore", "ingest-backup", "ingest-partition", "compact-0"]
 
 
+def test_a_machine_runs_standbys_of_each_ingest_group(tmp_path: Path) -> None:
+    deployment = _deployment(tmp_path, "run.ingest_processes=2", 'run.ingest_groups=["backup"]')
+    ingest = [s for s in deployment.services if s.name.startswith("ingest-")]
+    assert [s.name for s in ingest] == ["ingest-backup", "ingest-backup-1"]
+    assert all(s.args[-2:] == ["--group", "backup"] for s in ingest)  # no --shard: each takes any free shard
+    assert len({s.metrics for s in ingest}) == 2  # a metrics port each
+    assert all(s.token is not None and s.token.groups == ["backup"] for s in ingest)  # a token each, of the group
+
+
 def test_a_metastore_member_runs_the_metastore_only(tmp_path: Path) -> None:
     deployment = _deployment(tmp_path, 'run.services=["metastore"]')
     assert [s.name for s in deployment.services] == ["metastore"]

@@ -23,6 +23,7 @@ STATE_WRITERS = {
 OPEN_METASTORE_CALLERS = {
     "shale.cli.common:reachable_metastore": "with write=True only (bucket repair --apply)",
     "shale.cli.offsets_cmd:acknowledge_loss": "AcknowledgeOffsetLoss",
+    "shale.cli.shards_cmd:set_count": "SetIngestShards",
     "shale.cli.compact_cmd:compact": "the worker's polls and SetCompactionFailureLimit (--jobs reads the view)",
     "shale.cli.reprocess_cmd:reprocess": "CommitIngestBatch(writer=reprocess)",
     "shale.cli.reprocess_cmd:switch": "SetActiveGeneration",

@@ -18,10 +18,12 @@ INGEST_WHOLLY_QUARANTINED = 4
 @click.option("--topic-pattern", help="Regex of topics, new ones picked up while running (overrides config).")
 @click.option("--generation", type=int, help="Output generation (overrides ingest.generation).")
 @click.option("--available-now", is_flag=True, help="Persist what Kafka holds now, then exit.")
+@click.option("--shard", type=click.IntRange(0, 1023), help="Hold this shard of the group (default: the first free "
+              "one; a standby of every shard).")
 @click.pass_context
 @shale_errors
 def ingest(ctx: click.Context, group: str, topics: str | None, topic_pattern: str | None, generation: int | None,
-           available_now: bool) -> None:
+           available_now: bool, shard: int | None) -> None:
     """Persist Kafka topics into blocks, exactly once (one streaming query per group). Each batch logs, per topic,
     the records stored and quarantined with the top reasons; --available-now ends with a table of them."""
     from prometheus_client import start_http_server
@@ -41,7 +43,7 @@ def ingest(ctx: click.Context, group: str, topics: str | None, topic_pattern: st
             {**config.ingest.model_dump(), **changes})})
     if config.ingest.metrics_port:
         start_http_server(config.ingest.metrics_port, addr="127.0.0.1")
-    job = IngestJob(config, group)
+    job = IngestJob(config, group, shard=shard)
     job.run(available_now)
     if available_now:
         click.echo(job.summary.table())

@@ -322,6 +322,9 @@ class IngestConfig(_Section):
     metrics_port: int = Field(default=0, ge=0, le=65535, description="Prometheus metrics port (0: none)")
     lease_duration: Duration = Field(default=15.0, ge=1.0, le=3600.0, description="a driver's ingest lease lasts "
                                      "this long unless renewed; a standby takes over this long after a driver dies")
+    shards: int = Field(default=1, ge=1, le=1024, description="how many shards split a group's topic-partitions "
+                        "(jump consistent hash of topic and partition), each written by one driver at a time; seeds "
+                        "the group's shard map in the metastore, changed later online with shale shards set")
 
     @model_validator(mode="before")
     @classmethod
@@ -411,6 +414,9 @@ class RunConfig(_Section):
     ingest_groups: list[Literal["backup", "partition"]] = Field(
         default_factory=lambda: ["backup", "partition"],  # type: ignore[arg-type]
         description="the ingest groups `shale run` starts")
+    ingest_processes: int = Field(default=1, ge=1, le=64, description="`shale ingest` processes `shale run` starts "
+                                  "per group: each holds a free shard's lease or waits as a standby of every shard "
+                                  "(DESIGN 10.7); more than ingest.shards across the machines means standbys")
     compaction_workers: int = Field(default=1, ge=0, description="compaction worker processes `shale run` starts")
     metrics_base_port: int = Field(default=9400, ge=0, le=65000,
                                    description="ingest groups and workers expose metrics from this port up (0: any "

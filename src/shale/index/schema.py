@@ -146,6 +146,14 @@ CREATE TABLE IF NOT EXISTS ingest_leases (
     takeovers INTEGER NOT NULL,
     PRIMARY KEY (grp, generation, shard)
 ) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS ingest_shards (
+    grp TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    shards INTEGER NOT NULL,
+    version INTEGER NOT NULL,
+    PRIMARY KEY (grp, generation)
+) WITHOUT ROWID;
 """ + COMPACTION_DDL
 
 # Version 1 -> 2: committed offsets learn their topic incarnation, their writer and the offsets they skipped;

@@ -54,6 +54,8 @@ class GroupSpec:
     generation: int
     bucket: BucketConfig
     ingest: IngestConfig
+    shard: int = 0
+    """The shard of the group this driver holds: every block it writes carries it (and its id's key)."""
     _parsers: dict[str, Parser | str] = field(default_factory=dict, repr=False)
     _tenants: TenantMapper | None = field(default=None, repr=False)
 
@@ -302,6 +304,8 @@ def write_chunk(spec: GroupSpec, bucket: Bucket, table: pa.Table, chunk: Chunk,
     kafka = [KafkaRange(topic=topic, partition=chunk.partition, start=chunk.start, end=chunk.end,
                         incarnation=chunk.incarnation)]
     key = f"{spec.group}/{spec.generation}/{topic}/{chunk.incarnation}/{chunk.partition}/{chunk.start}/{chunk.end}"
+    if spec.shard:  # shard 0 keeps the ids of before shards; another shard's blocks never share an id with them
+        key += f"/s{spec.shard}"
     clamp = (0, chunk.read_time_ms + MAX_FUTURE_MS)
     value_bytes = int(pc.sum(pc.binary_length(table.column("value"))).as_py() or 0) if table.num_rows else 0
 
@@ -310,7 +314,8 @@ def write_chunk(spec: GroupSpec, bucket: Bucket, table: pa.Table, chunk: Chunk,
         info = (ParserInfo(name=parser.name, version=parser.version, options_digest=parser.digest())
                 if parser is not None else None)
         return BlockSpec(id=deterministic_block_id(chunk.read_time_ms, f"{key}/{tenant}/{pv_key}"), tenant=tenant,
-                         group=spec.group, generation=spec.generation, kafka=kafka, partition_values=pv,
+                         shard=spec.shard, group=spec.group, generation=spec.generation, kafka=kafka,
+                         partition_values=pv,
                          parser=info, derived_from=sorted(derived_from or []))
 
     if table.num_rows == 0:

@@ -35,8 +35,12 @@ class IngestConflictError(ShaleError):
 
 
 class LeaseLostError(IngestConflictError):
-    """This process no longer holds its shard's ingest lease (another took it over, or it expired): it stops
-    writing."""
+    """This process no longer holds its shard's ingest lease (another took it over, it expired, or the group's
+    shard map changed: ``reason`` "resharded"): it stops writing that shard."""
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 def batch_commit(written: Sequence[Written], ranges: Sequence[PartitionRange], *, group: str, generation: int,
@@ -67,6 +71,13 @@ def batch_commit(written: Sequence[Written], ranges: Sequence[PartitionRange], *
                              blocks=blocks, lease=lease, shard=shard)
 
 
+def stream_name(group: str, generation: int, shard: int) -> str:
+    """The dead letter stream of a shard's commits (shard 0 keeps the name of before shards): whoever holds the
+    shard drains it before reading the committed offsets, so a previous holder's commits apply (or are refused)
+    before the new holder plans."""
+    return f"ingest-{group}-g{generation}" + (f"-s{shard}" if shard else "")
+
+
 class CommitTarget(Protocol):
     """What committing needs from the metastore (the embedded service and the HTTP client both fit)."""
 
@@ -81,7 +92,7 @@ class Committer:
         self.dlq = dlq
         self.group = group
         self.generation = generation
-        self.stream = f"ingest-{group}-g{generation}"
+        self.stream = stream_name(group, generation, 0)
         self.committed: dict[tuple[str, int], tuple[int, str]] = {}
         """(committed end, incarnation) per topic-partition: the metastore's, plus this process's later commits."""
         self.dlq_pending = False
@@ -149,7 +160,8 @@ class Committer:
             else:
                 if not result.ok and result.reason in LEASE_REASONS:
                     raise LeaseLostError(f"ingest {self.group} generation {self.generation}: batch {command.batch} "
-                                         f"is fenced off, this process stops writing: {result.message}")
+                                         f"is fenced off, this process stops writing: {result.message}",
+                                         reason=result.reason)
                 if not result.ok:
                     raise IngestConflictError(
                         f"ingest {self.group} generation {self.generation}: the metastore rejected batch "

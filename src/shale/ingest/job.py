@@ -33,7 +33,14 @@ from shale.errors import ConfigError, RetryableError
 from shale.failpoints import failpoint
 from shale.ingest import metrics
 from shale.ingest.blocks import GROUPS, Chunk, GroupSpec, Written, write_chunk
-from shale.ingest.committer import CommitTarget, Committer, IngestConflictError, LeaseLostError, batch_commit
+from shale.ingest.committer import (
+    CommitTarget,
+    Committer,
+    IngestConflictError,
+    LeaseLostError,
+    batch_commit,
+    stream_name,
+)
 from shale.ingest.kafka import (
     FETCH_BYTES,
     admin,
@@ -48,6 +55,7 @@ from shale.ingest.records import SPARK_COLUMNS, WRITTEN_SCHEMA
 from shale.ingest.summary import IngestSummary
 from shale.ingest.task import make_task
 from shale.metastore import DeadLetterQueue, open_metastore
+from shale.metastore.shards import shard_of
 from shale.objstore import open_bucket
 
 if TYPE_CHECKING:
@@ -61,7 +69,7 @@ TopicPartition = tuple[str, int]
 
 class IngestJob:
     def __init__(self, config: ShaleConfig, group: str, *, spark: SparkSession | None = None,
-                 metastore: CommitTarget | None = None) -> None:
+                 metastore: CommitTarget | None = None, shard: int | None = None) -> None:
         if group not in GROUPS:
             raise ConfigError(f"--group {group!r}: choose one of {', '.join(GROUPS)}")
         ingest = config.ingest
@@ -94,7 +102,14 @@ class IngestJob:
         self.deltas = DeltaWriter(self.bucket) if config.bucket_index.deltas else None
         self._reported: set[tuple[str, TopicPartition]] = set()
         self.summary = IngestSummary(group, ingest.quarantine_warn_share)
-        self.lease = IngestLease(self.metastore, group, ingest.generation, ingest.lease_duration)
+        if shard is not None and shard >= ingest.shards:
+            raise ConfigError(f"--shard {shard}: ingest.shards is {ingest.shards} (shards 0 to {ingest.shards - 1})")
+        self.lease = IngestLease(self.metastore, group, ingest.generation, ingest.lease_duration, shard=shard,
+                                 shards=ingest.shards)
+
+    def mine(self, topic: str, partition: int) -> bool:
+        """Whether ``topic[partition]`` belongs to the shard this driver holds (under the group's shard map)."""
+        return shard_of(topic, partition, self.lease.shards) == self.lease.shard
 
     # -- planning ---------------------------------------------------------------------------------------
 
@@ -111,8 +126,8 @@ class IngestJob:
         started = time.perf_counter()
         ingest, kafka = self.config.ingest, self.config.kafka
         topics = describe_topics(kafka, ingest.topics, ingest.topic_pattern, client=self.kafka_admin)
-        bounds = offset_bounds(kafka, [(t, p) for t, state in topics.items() for p in state.partitions],
-                               client=self.kafka_admin)
+        bounds = offset_bounds(kafka, [(t, p) for t, state in topics.items() for p in state.partitions
+                                       if self.mine(t, p)], client=self.kafka_admin)
         incarnations = {t: state.incarnation for t, state in topics.items()}
         starts: dict[TopicPartition, int] = {}
         for tp, (earliest, end) in bounds.items():
@@ -220,7 +235,8 @@ class IngestJob:
         wrote = time.perf_counter()
         self.lease.check()  # a driver that lost its lease (its heartbeat was refused) stops before committing
         command = batch_commit(written, plan.ranges, group=self.group, generation=self.generation, writer="ingest",
-                               batch=f"{self.run_id}/{self.batches}", lease=self.lease.token)
+                               batch=f"{self.run_id}/{self.batches}", lease=self.lease.token,
+                               shard=self.lease.shard)
         failpoint("ingest.before-commit")
         outcome = self.committer.commit(command)
         failpoint("ingest.after-commit")
@@ -276,8 +292,8 @@ class IngestJob:
         missing = sorted(set(ingest.topics) - set(topics))
         if missing:
             raise ConfigError(f"topics {missing} do not exist in Kafka at {kafka.bootstrap_servers}")
-        bounds = offset_bounds(kafka, [(t, p) for t, state in topics.items() for p in state.partitions],
-                               client=self.kafka_admin)
+        bounds = offset_bounds(kafka, [(t, p) for t, state in topics.items() for p in state.partitions
+                                       if self.mine(t, p)], client=self.kafka_admin)
         return {tp: end for tp, (_, end) in bounds.items()}
 
     def run(self, available_now: bool = False, stop: threading.Event | None = None) -> None:
@@ -294,18 +310,26 @@ class IngestJob:
             signal.signal(signal.SIGTERM, on_signal)
             signal.signal(signal.SIGINT, on_signal)
         self._warm()
-        if not self.lease.wait(stop):
-            return
-        ending = threading.Event()
-        beat = self.lease.heartbeat(ending)
-        try:
-            self._run(available_now, stop)
-        except LeaseLostError as exc:
-            self.lease.lose(str(exc))  # says so in the log, and raises: this process writes no more
-        finally:
-            ending.set()
-            beat.join(timeout=30)
-            self.lease.release()
+        while self.lease.wait(stop):
+            self.spec.shard = self.lease.shard
+            self.committer.stream = stream_name(self.group, self.generation, self.lease.shard)
+            ending = threading.Event()
+            beat = self.lease.heartbeat(ending)
+            try:
+                self._run(available_now, stop)
+                return
+            except LeaseLostError as exc:
+                if self.lease.lost is None:
+                    self.lease.lose(str(exc), exc.reason)  # says so in the log (once)
+                if exc.reason != "resharded":
+                    raise  # this process writes no more
+            finally:
+                ending.set()
+                beat.join(timeout=30)
+                self.lease.release()
+            # The group's shard map changed: acquire a shard again under the new map (offsets are per partition,
+            # so a partition that moved resumes at its committed end under whichever driver holds it now).
+            self.lease.reset()
 
     def _warm(self) -> None:
         """Start what a batch needs before waiting for the lease, so that a standby's takeover does not pay the
@@ -342,6 +366,7 @@ class IngestJob:
         waiting_since: float | None = None
         failures = 0
         while not stop.is_set():
+            self.lease.check()  # a lease lost while idle (its heartbeat refused) ends this shard's loop too
             planned_at = time.monotonic()
             try:
                 plan = self.plan(targets)

@@ -104,6 +104,8 @@ class AcquireIngestLease(IngestLeaseCommand):
 
     kind: Literal["AcquireIngestLease"] = "AcquireIngestLease"
     duration_ms: int = Field(ge=1000, le=3_600_000)
+    shards: int = Field(default=1, ge=1, le=1024, description=(
+        "the driver's ingest.shards: seeds the group's shard map if it has none (the map rules once it exists)"))
 
 
 class RenewIngestLease(IngestLeaseCommand):
@@ -119,6 +121,19 @@ class ReleaseIngestLease(IngestLeaseCommand):
 
     kind: Literal["ReleaseIngestLease"] = "ReleaseIngestLease"
     token: int = Field(ge=1)
+
+
+class SetIngestShards(_Command):
+    """Change the shard count of an ingest group's generation (online): the map's version becomes this entry's log
+    index, every lease granted before it stops holding its shard (``resharded``), and drivers acquire shards again
+    under the new map; a partition that moves resumes at its committed end. Needs admin."""
+
+    from_clients = True
+
+    kind: Literal["SetIngestShards"] = "SetIngestShards"
+    group: str
+    generation: int = Field(default=1, ge=0)
+    shards: int = Field(ge=1, le=1024)
 
 
 class AcknowledgeOffsetLoss(_Command):
@@ -238,7 +253,8 @@ class TrimBlockChanges(_Command):
 
 Command = Annotated[Noop | AddBlocks | CommitIngestBatch | ReplaceBlocks | TruncateIndex | DeleteTombstones
                     | UpdateCompactionPlan | SetCompactionFailureLimit | SetActiveGeneration | AcknowledgeOffsetLoss
-                    | TrimBlockChanges | QuarantineBlocks | AcquireIngestLease | RenewIngestLease | ReleaseIngestLease,
+                    | TrimBlockChanges | QuarantineBlocks | AcquireIngestLease | RenewIngestLease | ReleaseIngestLease
+                    | SetIngestShards,
                     Field(discriminator="kind")]
 """Every command, declared once: the kinds, the decoder, the API's list of client commands and the state
 machine's handler registry (checked complete at import) all derive from this union."""

@@ -40,6 +40,7 @@ from shale.metastore.commands import (
     Result,
     SetActiveGeneration,
     SetCompactionFailureLimit,
+    SetIngestShards,
     TrimBlockChanges,
     TruncateIndex,
     UpdateCompactionPlan,
@@ -48,6 +49,7 @@ from shale.metastore.commands import (
 from shale.metastore.compaction import apply_failure_limit, apply_plan
 from shale.metastore.generations import first_gap, offsets_held, switch_to_ingest
 from shale.metastore.leases import apply_acquire, apply_release, apply_renew, check_commit_lease
+from shale.metastore.shards import apply_set, check_commit_shard
 
 COMMITS_KEPT_PER_PARTITION = 100
 C = TypeVar("C")
@@ -124,10 +126,10 @@ def _check_batch(cmd: CommitIngestBatch) -> None:
                 f"block {meta.id} is level {meta.level} with sources {meta.compaction.sources} and parents "
                 f"{meta.compaction.parents}: an ingest batch writes level-0 blocks whose only source is the block "
                 "itself (lineage is written by compaction, which needs admin)", reason="malformed")
-        if meta.group != cmd.group or meta.generation != cmd.generation:
+        if meta.group != cmd.group or meta.generation != cmd.generation or meta.shard != cmd.shard:
             raise CommandRejectedError(
-                f"block {meta.id} is group {meta.group} generation {meta.generation}, the batch is {cmd.group} "
-                f"generation {cmd.generation}", reason="malformed")
+                f"block {meta.id} is group {meta.group} generation {meta.generation} shard {meta.shard}, the batch "
+                f"is {cmd.group} generation {cmd.generation} shard {cmd.shard}", reason="malformed")
         for kr in meta.kafka:
             span = seen.get((kr.topic, kr.partition))
             if span is None or kr.start < span.start or kr.end > span.end or kr.incarnation != span.incarnation:
@@ -183,6 +185,7 @@ def _commit_ingest_batch(w: IndexWriter, cmd: CommitIngestBatch, entry: Entry) -
     if ranges and all(k == (r.end, digest) for k, r in zip(known, ranges, strict=True)):
         return Result(ok=True, data={"replay": True, "blocks": len(cmd.blocks)})
     check_commit_lease(w, cmd, entry.time_ms)
+    check_commit_shard(w, cmd)
     restarts = [r for r in ranges if _continuity(w, cmd, r)]
     tombstoned = w.tombstoned_among([m.id for m in cmd.blocks])
     if tombstoned:
@@ -222,6 +225,11 @@ def _renew_ingest_lease(w: IndexWriter, cmd: RenewIngestLease, entry: Entry) -> 
 @handles(ReleaseIngestLease)
 def _release_ingest_lease(w: IndexWriter, cmd: ReleaseIngestLease, entry: Entry) -> Result:
     return apply_release(w, cmd, entry.time_ms)
+
+
+@handles(SetIngestShards)
+def _set_ingest_shards(w: IndexWriter, cmd: SetIngestShards, entry: Entry) -> Result:
+    return apply_set(w, cmd, entry.index)
 
 
 @handles(AcknowledgeOffsetLoss)

@@ -27,8 +27,9 @@ from shale.metastore.commands import (
     RenewIngestLease,
     Result,
 )
+from shale.metastore.shards import seed, shard_map, shard_maps
 
-LEASE_REASONS = frozenset({"lease-required", "stale-lease", "lease-expired", "no-lease"})
+LEASE_REASONS = frozenset({"lease-required", "stale-lease", "lease-expired", "no-lease", "resharded"})
 """The reasons a commit or a renewal is refused because its writer does not hold the shard's lease."""
 _COLUMNS = "grp, generation, shard, holder, token, acquired_at, expires_at, duration_ms, takeovers"
 
@@ -45,10 +46,16 @@ class Lease:
     duration_ms: int
     takeovers: int
 
-    def row(self, now_ms: int) -> dict[str, Any]:
-        """As the API, the metrics and the status page show it (``holder`` is empty once released or expired)."""
-        live = self.expires_at > now_ms
-        return {"group": self.group, "generation": self.generation, "shard": self.shard,
+    def live(self, now_ms: int, version: int) -> bool:
+        """Unexpired, and granted under the group's current shard map (a lease older than the map's version, whose
+        token is a smaller log index, no longer holds its shard)."""
+        return self.expires_at > now_ms and self.token >= version
+
+    def row(self, now_ms: int, version: int = 0, shards: int = 1) -> dict[str, Any]:
+        """As the API, the metrics and the status page show it (``holder`` is empty once released, expired or
+        resharded)."""
+        live = self.live(now_ms, version)
+        return {"group": self.group, "generation": self.generation, "shard": self.shard, "shards": shards,
                 "holder": self.holder if live else "", "last_holder": self.holder, "token": self.token,
                 "acquired_at": self.acquired_at, "expires_at": self.expires_at, "takeovers": self.takeovers,
                 "age_ms": max(0, now_ms - self.acquired_at) if live else 0}
@@ -71,25 +78,51 @@ def leases(conn: sqlite3.Connection) -> list[Lease]:
     return [Lease(*r) for r in conn.execute(f"SELECT {_COLUMNS} FROM ingest_leases ORDER BY grp, generation, shard")]
 
 
-def _answer(lease: Lease, granted: bool, now_ms: int) -> Result:
-    return Result(ok=True, data={"granted": granted, **lease.row(now_ms)})
+def lease_rows(conn: sqlite3.Connection, now_ms: int) -> list[dict[str, Any]]:
+    """Every shard of every leased group as the API, the metrics and the status page show it: one row per shard of
+    the group's shard map, a shard never leased yet with no holder (so the no-holder alert sees it), and none for
+    shards beyond the map's count (left from a larger count)."""
+    maps = shard_maps(conn)
+    found = {(x.group, x.generation, x.shard): x for x in leases(conn)}
+    keys = set(found) | {(g, n, s) for (g, n), m in maps.items() for s in range(m.shards)}
+    rows = []
+    for key in sorted(keys):
+        current = maps.get(key[:2])
+        version, shards = (current.version, current.shards) if current else (0, 1)
+        if current is not None and key[2] >= shards:
+            continue
+        lease = found.get(key) or Lease(*key, holder="", token=0, acquired_at=0, expires_at=0, duration_ms=0,
+                                        takeovers=0)
+        rows.append(lease.row(now_ms, version, shards))
+    return rows
+
+
+def _answer(lease: Lease, granted: bool, now_ms: int, version: int, shards: int) -> Result:
+    return Result(ok=True, data={"granted": granted, **lease.row(now_ms, version, shards)})
 
 
 def apply_acquire(w: IndexWriter, cmd: AcquireIngestLease, index: int, time_ms: int) -> Result:
+    current = seed(w, cmd.group, cmd.generation, cmd.shards)
     lease = _lease(w.conn, cmd.group, cmd.generation, cmd.shard)
-    if lease is not None and lease.expires_at > time_ms:
+    if cmd.shard >= current.shards:  # left from a larger count, or a driver's --shard beyond the map
+        return Result(ok=True, data={"granted": False, "group": cmd.group, "generation": cmd.generation,
+                                     "shard": cmd.shard, "shards": current.shards, "holder": "", "expires_at": 0,
+                                     "reason": "no-such-shard"})
+    if lease is not None and lease.live(time_ms, current.version):
         if lease.holder != cmd.holder:
-            return _answer(lease, False, time_ms)  # a standby: it asks again, and takes over once this expires
+            # a standby: it asks again, and takes over once this expires
+            return _answer(lease, False, time_ms, current.version, current.shards)
         lease.expires_at = time_ms + cmd.duration_ms  # the holder's retry: the same lease, extended
         lease.duration_ms = cmd.duration_ms
     else:
         takeovers = lease.takeovers if lease is not None else 0
-        if lease is not None and lease.holder and lease.holder != cmd.holder:
-            takeovers += 1  # the previous holder let it expire without releasing it: a takeover
+        if (lease is not None and lease.holder and lease.holder != cmd.holder
+                and lease.token >= current.version):
+            takeovers += 1  # the previous holder let it expire without releasing it: a takeover (not a reshard)
         lease = Lease(cmd.group, cmd.generation, cmd.shard, cmd.holder, index, time_ms, time_ms + cmd.duration_ms,
                       cmd.duration_ms, takeovers)
     _save(w.conn, lease)
-    return _answer(lease, True, time_ms)
+    return _answer(lease, True, time_ms, current.version, current.shards)
 
 
 def _held(w: IndexWriter, group: str, generation: int, shard: int, token: int | None, time_ms: int) -> Lease | None:
@@ -105,10 +138,18 @@ def _held(w: IndexWriter, group: str, generation: int, shard: int, token: int | 
     if token is None:
         raise CommandRejectedError(f"{where} is leased (token {lease.token}): a commit must carry the lease's "
                                    "fencing token", reason="lease-required")
-    if token != lease.token:
+    current = shard_map(w.conn, group, generation)
+    resharded = current is not None and (token < current.version or shard >= current.shards)
+    if token != lease.token and not resharded:
         raise CommandRejectedError(
             f"{where}: token {token} is stale, the lease is token {lease.token} of {lease.holder or 'nobody'}: "
             "another driver took the shard over; this driver must stop writing", reason="stale-lease")
+    if resharded:  # granted before the map changed (the shard may have a new holder already under the new map)
+        assert current is not None
+        raise CommandRejectedError(
+            f"{where}: lease token {token} was granted before the group's shard count changed to {current.shards} "
+            f"(map version {current.version}): the driver must acquire a shard again under the new map",
+            reason="resharded")
     if lease.expires_at <= time_ms:
         raise CommandRejectedError(
             f"{where}: lease token {token} expired at {lease.expires_at} (log time {time_ms}): a driver that did not "
@@ -122,12 +163,14 @@ def apply_renew(w: IndexWriter, cmd: RenewIngestLease, time_ms: int) -> Result:
     lease.expires_at = max(lease.expires_at, time_ms + cmd.duration_ms)
     lease.duration_ms = cmd.duration_ms
     _save(w.conn, lease)
-    return _answer(lease, True, time_ms)
+    current = shard_map(w.conn, cmd.group, cmd.generation)
+    return _answer(lease, True, time_ms, current.version if current else 0, current.shards if current else 1)
 
 
 def apply_release(w: IndexWriter, cmd: ReleaseIngestLease, time_ms: int) -> Result:
     lease = _lease(w.conn, cmd.group, cmd.generation, cmd.shard)
-    if lease is None or lease.token != cmd.token or lease.expires_at <= time_ms:
+    current = shard_map(w.conn, cmd.group, cmd.generation)
+    if lease is None or lease.token != cmd.token or not lease.live(time_ms, current.version if current else 0):
         return Result(ok=True, data={"released": False})  # not (or no longer) this holder's: nothing to give up
     lease.expires_at, lease.holder = time_ms, ""  # given up, not lost: the next holder is no takeover
     _save(w.conn, lease)

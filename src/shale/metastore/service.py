@@ -25,7 +25,7 @@ from shale.index import IncarnationRow, LossRow, OffsetRow, TombstoneRow, parse_
 from shale.metastore.commands import Command, Result
 from shale.metastore.compaction import job_rows, plan_command, prepare_plan, queue_counts
 from shale.metastore.fsm import StateMachine
-from shale.metastore.leases import leases
+from shale.metastore.leases import lease_rows
 from shale.metastore.log import CommandLog
 
 COMMANDS = Counter("shale_metastore_commands_total", "Commands proposed, by kind and outcome (ok or the "
@@ -151,9 +151,9 @@ class MetastoreService:
         return job_rows(CompactionState(self.state.reader.conn), int(self.clock() * 1000))
 
     def ingest_leases(self) -> list[dict[str, Any]]:
-        """Every shard's ingest lease as of now (``holder`` empty when nobody holds it)."""
-        now = int(self.clock() * 1000)
-        return [lease.row(now) for lease in leases(self.state.reader.conn)]
+        """Every shard's ingest lease as of now (``holder`` empty when nobody holds it, or its lease was granted
+        under an older shard map)."""
+        return lease_rows(self.state.reader.conn, int(self.clock() * 1000))
 
     def compaction_queue(self) -> dict[str, int]:
         return queue_counts(CompactionState(self.state.reader.conn))

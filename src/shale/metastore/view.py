@@ -29,6 +29,7 @@ from shale.index import (
     parse_matchers,
 )
 from shale.metastore.compaction import job_rows, queue_counts
+from shale.metastore.leases import lease_rows
 
 
 class ReadOnlyIndex:
@@ -88,6 +89,10 @@ class ReadOnlyIndex:
 
     def compaction_jobs(self) -> list[dict[str, Any]]:
         return job_rows(CompactionState(self.reader.conn), int(self.clock() * 1000))
+
+    def ingest_leases(self) -> list[dict[str, Any]]:
+        """Every shard's ingest lease as of now (``holder`` empty when nobody holds it)."""
+        return lease_rows(self.reader.conn, int(self.clock() * 1000))
 
     def compaction_queue(self) -> dict[str, int]:
         return queue_counts(CompactionState(self.reader.conn))

@@ -136,6 +136,12 @@ def render(status: Status, refresh_s: int = 10) -> str:
             "<p>queued blocks: " + (", ".join(f"{escape(k)}: {v}" for k, v in sorted(status.queue.items()))
                                     or "none") + "</p>",
             "<h2>Ingest</h2>",
+            _table(["group", "generation", "shard", "of", "holder", "lease age", "token", "takeovers"],
+                   [[escape(x["group"]), x["generation"], x["shard"], x["shards"],
+                     escape(x["holder"]) if x["holder"] else
+                     f'<span class="bad">none (last: {escape(x["last_holder"] or "-")})</span>',
+                     _age(x["age_ms"] / 1000) if x["holder"] else "-", x["token"], x["takeovers"]]
+                    for x in status.leases], "leases", left=5),
             f'<p class="bad">{escape(status.kafka_error)}</p>' if status.kafka_error else "",
             _table(["group", "generation", "topic", "partition", "incarnation", "committed end",
                     "offsets without a record", "lag", "lost", "event time"],

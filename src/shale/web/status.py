@@ -27,6 +27,8 @@ class Status:
     histogram: list[tuple[str, int, int, int]] = field(default_factory=list)
     bucket_ms: int = HOUR_MS
     jobs: list[dict[str, Any]] = field(default_factory=list)
+    leases: list[dict[str, Any]] = field(default_factory=list)
+    """Every ingest shard's lease: its holder (empty: nobody writes the shard), age and takeovers."""
     queue: dict[str, int] = field(default_factory=dict)
     offsets: list[dict[str, Any]] = field(default_factory=list)
     ledger: list[dict[str, Any]] = field(default_factory=list)
@@ -59,6 +61,8 @@ class PageIndex(Protocol):
     def compaction_jobs(self) -> list[dict[str, Any]]: ...
 
     def compaction_queue(self) -> dict[str, int]: ...
+
+    def ingest_leases(self) -> list[dict[str, Any]]: ...
 
 
 def _index_age(bucket: BucketReader, tenant: str, now: float) -> float | None:
@@ -107,6 +111,7 @@ def collect(index: PageIndex, node: dict[str, Any], bucket: BucketReader, config
     status.histogram = index.level_histogram(HOUR_MS)
     status.jobs = index.compaction_jobs()
     status.queue = index.compaction_queue()
+    status.leases = index.ingest_leases()
     status.offsets = [{**o.model_dump(), "lag": None, "lost": 0, "note": ""} for o in index.offsets()]
     status.kafka_error = _lag(config, status.offsets)
     incarnations, losses = index.offset_history()

@@ -11,7 +11,14 @@ from tests.factories import Clock
 
 from shale.ingest.committer import Committer, LeaseLostError
 from shale.ingest.lease import TAKEOVERS, IngestLease
-from shale.metastore import CommitIngestBatch, MetastoreService, OffsetRange, SingleNodeLog, StateMachine
+from shale.metastore import (
+    CommitIngestBatch,
+    MetastoreService,
+    OffsetRange,
+    SetIngestShards,
+    SingleNodeLog,
+    StateMachine,
+)
 
 
 def _service(tmp_path: Path, clock: Clock) -> MetastoreService:
@@ -68,3 +75,30 @@ def test_a_stopped_standby_gives_up_waiting(tmp_path: Path) -> None:
     assert IngestLease(service, "backup", 1, duration=10, holder="a").wait(stop)
     stop.set()
     assert not IngestLease(service, "backup", 1, duration=10, holder="b").wait(stop)
+
+
+def test_drivers_of_any_shard_take_free_shards_and_acquire_again_after_the_count_changes(tmp_path: Path) -> None:
+    clock = Clock(1_800_000_000.0)
+    service = _service(tmp_path, clock)
+    stop = threading.Event()
+    first, second = (IngestLease(service, "backup", 1, duration=10, holder=h, shards=2) for h in "ab")
+    assert first.wait(stop)
+    assert second.wait(stop)
+    assert (first.shard, second.shard, first.shards) == (0, 1, 2)
+    fixed = IngestLease(service, "backup", 1, duration=10, holder="c", shard=1, shards=2)
+    waiting = threading.Thread(target=fixed.wait, args=(stop,))
+    waiting.start()
+    waiting.join(timeout=0.5)
+    assert waiting.is_alive()  # --shard 1 waits for shard 1 only
+    service.submit(SetIngestShards(group="backup", shards=3)).raise_for_rejection()
+    with pytest.raises(LeaseLostError) as lost:
+        first.renew()
+    assert lost.value.reason == "resharded"
+    waiting.join(timeout=30)
+    assert not waiting.is_alive()  # the old map's lease of shard 1 no longer holds it: --shard 1 takes it
+    assert (fixed.shard, fixed.shards) == (1, 3)
+    first.reset()
+    assert first.wait(stop)
+    assert (first.shard, first.shards) == (0, 3)
+    rows = {r["shard"]: r["holder"] for r in service.ingest_leases()}
+    assert rows == {0: "a", 1: "c", 2: ""}  # shard 2 has no holder yet: the alert sees it

@@ -66,7 +66,7 @@ class Block:
 
 def build_meta(block_id: str, group: str, generation: int, level: int, kafka: list[KafkaRange],
                records: Iterable[Rec], *, partition_values: dict[str, str] | None = None,
-               sources: list[str] | None = None, parents: list[str] | None = None) -> BlockMeta:
+               sources: list[str] | None = None, parents: list[str] | None = None, shard: int = 0) -> BlockMeta:
     """The metadata the block writer would write for a block holding exactly ``records``: one records dataset per
     topic, its rows and times those of its records."""
     by_topic: dict[str, list[Rec]] = defaultdict(list)
@@ -79,7 +79,7 @@ def build_meta(block_id: str, group: str, generation: int, level: int, kafka: li
                                 rows=len(recs), bytes=len(recs) * 100, min_time=min(times), max_time=max(times),
                                 labels=[{"topic": topic}]))
     return BlockMeta(
-        id=block_id, tenant=TENANT, level=level, group=group, generation=generation,
+        id=block_id, tenant=TENANT, shard=shard, level=level, group=group, generation=generation,
         min_time=min((d.min_time for d in datasets), default=0),
         max_time=max((d.max_time for d in datasets), default=0),
         kafka=kafka, partition_values=partition_values or {}, datasets=datasets,

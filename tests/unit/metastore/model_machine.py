@@ -43,14 +43,17 @@ from shale.metastore.commands import (
     ReleaseIngestLease,
     RenewIngestLease,
     Result,
+    SetIngestShards,
 )
 from shale.metastore.fsm import Entry
 from shale.metastore.leases import leases
+from shale.metastore.shards import shard_maps, shard_of
 from shale.query.plan import plan_query
 
 SCRATCH = "/dev/shm" if Path("/dev/shm").is_dir() else None  # memory: every step commits (fsync)
 DRIVERS = ("x", "x", "y")
-"""The ingest processes (lease holders) of a lane: the model's leases are shard 0 of a (group, generation)."""
+"""The ingest processes (lease holders) of a lane's shards."""
+SHARDS = st.sampled_from([0, 0, 1, 2])
 Lane = tuple[str, int, str, int]
 """(group, generation, topic, partition): one committed-offsets row."""
 
@@ -112,8 +115,9 @@ class MetastoreMachine(RuleBasedStateMachine):
             "rules": [],  # generation switches, oldest first
             "jobs": {},  # job name -> (token, sources) as assigned to us
             "reported": [],  # success reports applied
-            "leases": {},  # (group, generation) -> [holder ("" once released), token, expires_at, duration_ms]
-            "tokens": {},  # (group, generation, driver) -> the token that driver was last granted
+            "leases": {},  # (group, generation, shard) -> [holder ("" once released), token, expires_at, duration_ms]
+            "tokens": {},  # (group, generation, shard, driver) -> the token that driver was last granted
+            "shards": {},  # (group, generation) -> (shard count, map version)
         }
         self.snapshot: tuple[Path, dict[str, Any], int, str] | None = None
         self.seq = 0
@@ -155,14 +159,20 @@ class MetastoreMachine(RuleBasedStateMachine):
 
     @rule(**INGEST_ARGS)
     def ingest(self, lane: tuple[str, int, str], chunks: list[tuple[str, int, int, bool]], variant: str,
-               first: int, driver: str = "x") -> None:
-        """One batch of several topic-partitions, sent by ``driver`` with the lease token it was last granted. The
-        first chunk carries the variant: continuing at the committed end (ok), one offset early (overlap), one late
-        (gap), or read from an incarnation that has ended. A token that is not the lane's live lease is refused
-        before the offsets are looked at."""
+               first: int, driver: str = "x", shard: int | None = None) -> None:
+        """One batch of several topic-partitions, sent by ``driver`` with the lease token it was last granted on the
+        shard of the first chunk's partition (under the lane's shard map). The first chunk carries the variant:
+        continuing at the committed end (ok), one offset early (overlap), one late (gap), or read from an
+        incarnation that has ended. A token that is not the shard's live lease is refused before the offsets are
+        looked at, and so is a batch with a partition of another shard."""
         group, generation, writer = lane
-        token = self.m["tokens"].get((group, generation, driver))
-        ranges, blocks, plan, refusal = [], [], [], self.lease_refusal((group, generation), token)
+        count = self.m["shards"].get((group, generation), (1, 0))[0]
+        shard = shard_of(chunks[0][0], chunks[0][1], count) if shard is None else shard
+        token = self.m["tokens"].get((group, generation, shard, driver))
+        refusal = self.lease_refusal((group, generation, shard), token)
+        if refusal is None and (shard >= count or any(shard_of(c[0], c[1], count) != shard for c in chunks)):
+            refusal = "wrong-shard"
+        ranges, blocks, plan = [], [], []
         for i, (topic, partition, count, empty) in enumerate(chunks):
             key: Lane = (group, generation, topic, partition)
             inc = incarnation(self.kafka[topic])
@@ -192,11 +202,11 @@ class MetastoreMachine(RuleBasedStateMachine):
             for pv_key, held in (parts or {"": []}).items():
                 pv = hour_values(rtime(held[0])) if pv_key else {}
                 block_id = self.next_id(f"{group}/{generation}/{topic}/{inc}/{partition}/{start}/{end}/{pv_key}")
-                blocks.append(Block(build_meta(block_id, group, generation, 0, kafka, held, partition_values=pv),
-                                    frozenset(held)))
+                blocks.append(Block(build_meta(block_id, group, generation, 0, kafka, held, partition_values=pv,
+                                               shard=shard), frozenset(held)))
             plan.append((key, inc, start, end, recs))
         command = CommitIngestBatch(group=group, generation=generation, writer=writer, ranges=ranges,  # type: ignore[arg-type]
-                                    blocks=[b.meta for b in blocks], lease=token)
+                                    blocks=[b.meta for b in blocks], lease=token, shard=shard)
         result = self.submit(command)
         assert result.ok == (refusal is None), (refusal, result)
         if refusal is not None:
@@ -204,7 +214,8 @@ class MetastoreMachine(RuleBasedStateMachine):
             return
         assert result.data["replay"] is False
         if token is not None:  # a commit renews its lease
-            self.m["leases"][(group, generation)][2] = self.now_ms() + self.m["leases"][(group, generation)][3]
+            lease = self.m["leases"][(group, generation, shard)]
+            lease[2] = self.now_ms() + lease[3]
         for key, inc, start, end, recs in plan:
             current = self.m["committed"].get(key)
             if current is not None and current[0] != inc:
@@ -223,28 +234,58 @@ class MetastoreMachine(RuleBasedStateMachine):
                     first: int, driver: str) -> None:
         self.ingest(lane, chunks, variant, first, driver)
 
+    @precondition(lambda self: self.m["tokens"])
+    @rule(data=st.data(), chunks=INGEST_ARGS["chunks"], variant=INGEST_ARGS["variant"], own=st.booleans())
+    def ingest_as_a_lease_holder(self, data: st.DataObject, chunks: list[tuple[str, int, int, bool]], variant: str,
+                                 own: bool) -> None:
+        """A driver commits on the shard it was last granted (under whichever map it was granted): its own shard's
+        partitions of the lane's map now (``own``) or any (mostly refused as another shard's)."""
+        (group, generation, shard, driver), _ = data.draw(st.sampled_from(sorted(self.m["tokens"].items())))
+        count = self.m["shards"].get((group, generation), (1, 0))[0]
+        if own:
+            chunks = [c for c in chunks if shard_of(c[0], c[1], count) == shard] or chunks
+        lane = next(x for x in LANES if x[:2] == (group, generation))
+        self.ingest(lane, chunks, variant, 0, driver, shard=shard)
+
     # -- ingest leases --------------------------------------------------------------------------
 
-    def lease_refusal(self, lane: tuple[str, int], token: int | None) -> str | None:
-        """Why the state machine refuses a commit (or a renewal) with ``token`` on ``lane`` now, or None."""
-        lease = self.m["leases"].get(lane)
+    def lease_refusal(self, key: tuple[str, int, int], token: int | None) -> str | None:
+        """Why the state machine refuses a commit (or a renewal) with ``token`` on shard ``key`` now, or None."""
+        lease = self.m["leases"].get(key)
         if lease is None:
             return None if token is None else "no-lease"
         if token is None:
             return "lease-required"
+        count, version = self.m["shards"].get(key[:2], (1, 0))
+        if token < version or key[2] >= count:
+            return "resharded"  # granted before the map changed, whoever holds the shard now
         if token != lease[1]:
             return "stale-lease"
         return "lease-expired" if lease[2] <= self.now_ms() else None
 
-    @rule(lane=INGEST_ARGS["lane"], driver=INGEST_ARGS["driver"], minutes=st.sampled_from([1, 60]))
-    def acquire_lease(self, lane: tuple[str, int, str], driver: str, minutes: int) -> None:
-        """A driver asks for its lane's lease: granted when free, expired or its own (same token), else it waits."""
-        key, now, duration = lane[:2], self.now_ms(), minutes * 60_000
-        result = self.submit(AcquireIngestLease(group=lane[0], generation=lane[1], holder=driver,
-                                                duration_ms=duration))
+    def live(self, key: tuple[str, int, int]) -> bool:
         lease = self.m["leases"].get(key)
-        live = lease is not None and lease[2] > now
-        assert result.data["granted"] == (not live or lease[0] == driver), (result, lease)
+        version = self.m["shards"].get(key[:2], (1, 0))[1]
+        return lease is not None and lease[2] > self.now_ms() and lease[1] >= version
+
+    @rule(lane=INGEST_ARGS["lane"], driver=INGEST_ARGS["driver"], minutes=st.sampled_from([1, 60]), shard=SHARDS,
+          seed=st.integers(1, 3))
+    def acquire_lease(self, lane: tuple[str, int, str], driver: str, minutes: int, shard: int = 0,
+                      seed: int = 1) -> None:
+        """A driver asks for a shard's lease: granted when free, expired, granted under an older shard map or its
+        own (same token), else it waits; a shard beyond the map's count is never granted. The first request of a
+        lane seeds its shard map with the driver's count."""
+        key, now, duration = (*lane[:2], shard), self.now_ms(), minutes * 60_000
+        result = self.submit(AcquireIngestLease(group=lane[0], generation=lane[1], holder=driver, shard=shard,
+                                                shards=seed, duration_ms=duration))
+        count = self.m["shards"].setdefault(lane[:2], (seed, 0))[0]
+        assert result.data["shards"] == count
+        if shard >= count:
+            assert (result.data["granted"], result.data["reason"]) == (False, "no-such-shard")
+            return
+        lease = self.m["leases"].get(key)
+        live = self.live(key)
+        assert result.data["granted"] == (not live or lease[0] == driver), (result, lease)  # type: ignore[index]
         if not result.data["granted"]:
             assert lease is not None
             assert result.data["token"] == lease[1]
@@ -255,22 +296,33 @@ class MetastoreMachine(RuleBasedStateMachine):
         self.m["leases"][key] = [driver, token, now + duration, duration]
         self.m["tokens"][(*key, driver)] = token
 
+    @rule(lane=INGEST_ARGS["lane"], count=st.integers(1, 3))
+    def set_shards(self, lane: tuple[str, int, str], count: int) -> None:
+        """An operator changes a lane's shard count: every lease granted before stops holding its shard."""
+        result = accepted(self.submit(SetIngestShards(group=lane[0], generation=lane[1], shards=count)))
+        current = self.m["shards"].get(lane[:2])
+        assert result["changed"] == (current is None or current[0] != count)
+        if result["changed"]:
+            self.m["shards"][lane[:2]] = (count, self.state.applied()[0])
+
     @precondition(lambda self: self.m["tokens"])
     @rule(data=st.data(), release=st.booleans())
     def renew_or_release_lease(self, data: st.DataObject, release: bool) -> None:
         """A heartbeat (accepted only for the lane's live lease) or a release (a no-op for any other token)."""
-        (group, generation, driver), token = data.draw(st.sampled_from(sorted(self.m["tokens"].items())))
-        key = (group, generation)
+        (group, generation, shard, driver), token = data.draw(st.sampled_from(sorted(self.m["tokens"].items())))
+        key = (group, generation, shard)
         refusal = self.lease_refusal(key, token)
         if release:
-            result = self.submit(ReleaseIngestLease(group=group, generation=generation, holder=driver, token=token))
-            assert result.data["released"] == (refusal is None), (result, refusal)
-            if refusal is None:
+            result = self.submit(ReleaseIngestLease(group=group, generation=generation, shard=shard, holder=driver,
+                                                    token=token))
+            live = self.live(key) and self.m["leases"][key][1] == token
+            assert result.data["released"] == live, (result, refusal)
+            if live:
                 self.m["leases"][key][:3] = ["", token, self.now_ms()]
             return
         duration = self.m["leases"][key][3]
-        result = self.submit(RenewIngestLease(group=group, generation=generation, holder=driver, token=token,
-                                              duration_ms=duration))
+        result = self.submit(RenewIngestLease(group=group, generation=generation, shard=shard, holder=driver,
+                                              token=token, duration_ms=duration))
         assert result.ok == (refusal is None), (result, refusal)
         assert result.reason == (refusal or "")
         if refusal is None:
@@ -395,9 +447,11 @@ class MetastoreMachine(RuleBasedStateMachine):
 
     @invariant()
     def leases_are_the_models(self) -> None:
-        index = {(x.group, x.generation): [x.holder, x.token, x.expires_at, x.duration_ms]
+        index = {(x.group, x.generation, x.shard): [x.holder, x.token, x.expires_at, x.duration_ms]
                  for x in leases(self.state.reader.conn)}
         assert index == self.m["leases"]
+        maps = {k: (v.shards, v.version) for k, v in shard_maps(self.state.reader.conn).items()}
+        assert maps == self.m["shards"]
 
     @invariant()
     def index_is_sound(self) -> None:

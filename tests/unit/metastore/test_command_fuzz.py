@@ -31,6 +31,7 @@ from shale.metastore.commands import (
     ReplaceBlocks,
     SetActiveGeneration,
     SetCompactionFailureLimit,
+    SetIngestShards,
     TrimBlockChanges,
     TruncateIndex,
     UpdateCompactionPlan,
@@ -82,7 +83,9 @@ def commands(draw: st.DrawFn) -> Any:
                                                        ranges=ranges, blocks=pool) if draw(st.booleans()) else
         _coherent(group, draw(st.integers(0, 1)), draw(OFFSET), draw(st.integers(1, 3)) * 10, draw(TOKENS)),
         "AcquireIngestLease": lambda: AcquireIngestLease(group=group, holder=draw(HOLDERS),
+                                                         shard=draw(st.integers(0, 2)), shards=draw(st.integers(1, 3)),
                                                          duration_ms=draw(st.sampled_from([1000, 120_000]))),
+        "SetIngestShards": lambda: SetIngestShards(group=group, shards=draw(st.integers(1, 3))),
         "RenewIngestLease": lambda: RenewIngestLease(group=group, holder=draw(HOLDERS), token=draw(TOKENS) or 1,
                                                      duration_ms=120_000),
         "ReleaseIngestLease": lambda: ReleaseIngestLease(group=group, holder=draw(HOLDERS), token=draw(TOKENS) or 1),

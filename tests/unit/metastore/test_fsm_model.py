@@ -103,7 +103,7 @@ class MetastoreModel(MetastoreMachine):
         common = {k: v for k, v in head.partition_values.items() if all(m.partition_values.get(k) == v for m in metas)}
         block_id = head.id if bad == "reuse-id" else output_id(metas, name, token)
         meta = build_meta(block_id, head.group, generation, level, kafka, records, partition_values=common,
-                          sources=lineage, parents=parents)
+                          sources=lineage, parents=parents, shard=head.shard)
         if bad in ("more-rows", "no-rows") and meta.datasets:
             rows = (lambda d: d.rows + 1) if bad == "more-rows" else (lambda d: 0)
             meta = meta.model_copy(update={"datasets": [d.model_copy(update={"rows": rows(d)}) for d in meta.datasets]})
@@ -240,7 +240,7 @@ class MetastoreModel(MetastoreMachine):
         new_id = self.next_id(f"repair/{how}/{first}")
         meta = build_meta(new_id, block.meta.group, block.meta.generation, max(m.level for m in metas),
                           merge_ranges([r for m in metas for r in m.kafka]), records,
-                          sources=sorted({x for m in metas for x in m.compaction.sources}))
+                          sources=sorted({x for m in metas for x in m.compaction.sources}), shard=block.meta.shard)
         result = self.submit(ReplaceBlocks(tenant=TENANT, sources=[m.id for m in metas], blocks=[meta],
                                            reason="repair"))
         assert not accepted(result)["replay"]
@@ -354,7 +354,7 @@ def test_a_zombie_batch_of_an_older_incarnation_does_not_take_the_partition_back
     try:
         machine.acquire_lease(LANES[0], "zombie", 1)
         machine.ingest(LANES[0], [("a", 0, 2, False)], "ok", 0, driver="zombie")
-        zombie_token = machine.m["tokens"][("backup", 1, "zombie")]
+        zombie_token = machine.m["tokens"][("backup", 1, 0, "zombie")]
         machine.tick(5)  # the zombie pauses past its lease; the live driver takes the group over
         machine.acquire_lease(LANES[0], "live", 1)
         machine.kafka["a"] = 2

@@ -173,7 +173,7 @@ def test_an_exact_replay_of_a_committed_batch_answers_as_applied_whatever_its_to
 
 def test_leases_are_per_group_generation_and_shard(tmp_path: Path) -> None:
     log = _log(tmp_path)
-    log.acquire("a")
+    log.apply(AcquireIngestLease(group="backup", holder="a", duration_ms=DURATION, shards=2))
     other = [log.apply(AcquireIngestLease(group=g, generation=n, shard=s, holder="b", duration_ms=DURATION))
              for g, n, s in (("partition", 1, 0), ("backup", 2, 0), ("backup", 1, 1))]
     assert all(r.data["granted"] for r in other)

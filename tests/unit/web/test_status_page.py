@@ -12,6 +12,7 @@ from shale.block import KafkaRange
 from shale.config import ShaleConfig
 from shale.metastore import (
     AcknowledgeOffsetLoss,
+    AcquireIngestLease,
     CommitIngestBatch,
     MetastoreService,
     OffsetRange,
@@ -54,3 +55,17 @@ def test_offsets_incarnations_and_losses_on_the_page(tmp_path: Path) -> None:
     assert "BBBBBBBB" in page
     assert "[100,150) (retention)" in page
     assert "AAAAAAAA ended at 150" in page
+
+
+def test_every_ingest_shard_with_its_holder_on_the_page(tmp_path: Path) -> None:
+    state = StateMachine(tmp_path / "state.db")
+    service = MetastoreService(state, SingleNodeLog(state))
+    service.submit(AcquireIngestLease(group="backup", holder="app-1/42/ab", shards=2,
+                                      duration_ms=60_000)).raise_for_rejection()
+    status = collect(ReadOnlyIndex(tmp_path / "state.db"), service.status(),
+                     open_bucket_url(f"memory://page-{uuid.uuid4().hex}"),
+                     ShaleConfig.model_validate({"kafka": {"bootstrap_servers": "127.0.0.1:1"}}))
+    assert [(x["shard"], x["shards"], x["holder"]) for x in status.leases] == [(0, 2, "app-1/42/ab"), (1, 2, "")]
+    page = render(status)
+    assert "app-1/42/ab" in page
+    assert "none (last: -)" in page  # shard 1: nobody took it yet

@@ -1,0 +1,176 @@
+"""Ingest shards (issue 30): the assignment of topic-partitions to shards, the group's shard map in the state
+machine, the refusal of a commit of another shard's partition, and the change of the count while leases are
+held (``resharded``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+from tests.factories import BASE_MS
+from tests.unit.metastore.helpers import meta
+
+from shale.metastore.commands import (
+    AcquireIngestLease,
+    Command,
+    CommitIngestBatch,
+    OffsetRange,
+    ReleaseIngestLease,
+    RenewIngestLease,
+    Result,
+    SetIngestShards,
+    encode,
+)
+from shale.metastore.fsm import Entry, StateMachine
+from shale.metastore.leases import lease_rows
+from shale.metastore.shards import jump_hash, shard_map, shard_of
+
+DURATION = 10_000
+TOPICS = st.text(alphabet="abcxyz-._", min_size=1, max_size=12)
+
+
+@given(topic=TOPICS, partition=st.integers(0, 10_000), count=st.integers(1, 64))
+def test_a_partitions_shard_is_in_range_and_moves_only_to_a_new_shard_when_the_count_grows(
+        topic: str, partition: int, count: int) -> None:
+    before, after = shard_of(topic, partition, count), shard_of(topic, partition, count + 1)
+    assert 0 <= before < count
+    assert after in (before, count)  # it stays, or moves to the one new shard: never between old shards
+
+
+def test_growing_the_count_moves_about_the_new_shards_share_of_the_partitions() -> None:
+    keys = [("t", p) for p in range(4000)]
+    for n in (1, 2, 3, 7):
+        moved = sum(shard_of(t, p, n) != shard_of(t, p, n + 1) for t, p in keys)
+        share = len(keys) / (n + 1)
+        assert 0.8 * share < moved < 1.2 * share, (n, moved)  # ~1/(n+1): nothing like hash-modulo's n/(n+1)
+    counts = [sum(shard_of(t, p, 4) == s for t, p in keys) for s in range(4)]
+    assert min(counts) > 0.8 * len(keys) / 4  # balanced
+
+
+def test_jump_hash_matches_the_published_test_vectors() -> None:
+    # The vectors every port of Lamping and Veach's JumpConsistentHash checks (Go's dgryski/go-jump among them).
+    vectors = [(1, 1, 0), (42, 57, 43), (0xDEAD10CC, 1, 0), (0xDEAD10CC, 666, 361), (256, 1024, 520),
+               (1, 128, 55), (129, 128, 120), (2**64 - 1, 128, 92), (128, 100_000_000, 38172097)]
+    assert [jump_hash(k, b) for k, b, _ in vectors] == [want for _, _, want in vectors]
+
+
+class Log:
+    def __init__(self, path: Path) -> None:
+        self.sm = StateMachine(path)
+        self.index = 0
+        self.now = BASE_MS
+        self.ends: dict[tuple[str, int], int] = {}
+
+    def apply(self, command: Command) -> Result:
+        self.index += 1
+        return self.sm.apply(Entry(self.index, 1, self.now), encode(command))
+
+    def acquire(self, holder: str, shard: int, shards: int = 1) -> Result:
+        return self.apply(AcquireIngestLease(group="backup", holder=holder, shard=shard, duration_ms=DURATION,
+                                             shards=shards))
+
+    def commit(self, token: int | None, shard: int, partitions: list[int], block_shard: int | None = None) -> Result:
+        ranges, blocks = [], []
+        for p in partitions:
+            start = self.ends.get(("app", p), 0)
+            ranges.append(OffsetRange(topic="app", partition=p, start=start, end=start + 5))
+            blocks.append(meta(partition=p, start=start, end=start + 5, key=f"b/{self.index}/{p}",
+                               shard=shard if block_shard is None else block_shard))
+        result = self.apply(CommitIngestBatch(group="backup", lease=token, shard=shard, ranges=ranges,
+                                              blocks=blocks))
+        if result.ok:
+            for p in partitions:
+                self.ends[("app", p)] = self.ends.get(("app", p), 0) + 5
+        return result
+
+
+def _of(shards: int) -> dict[int, list[int]]:
+    """The partitions 0..15 of topic app by shard."""
+    out: dict[int, list[int]] = {s: [] for s in range(shards)}
+    for p in range(16):
+        out[shard_of("app", p, shards)].append(p)
+    return out
+
+
+def test_the_first_lease_seeds_the_map_and_two_drivers_commit_their_own_shards(tmp_path: Path) -> None:
+    log = Log(tmp_path / "s.db")
+    a = log.acquire("a", 0, shards=2).data
+    b = log.acquire("b", 1, shards=5).data  # a later driver's ingest.shards does not change the map
+    assert (a["granted"], b["granted"], a["shards"], b["shards"]) == (True, True, 2, 2)
+    assert shard_map(log.sm.writer.conn, "backup", 1).shards == 2  # type: ignore[union-attr]
+    parts = _of(2)
+    assert parts[0]
+    assert parts[1]
+    assert log.commit(a["token"], 0, parts[0]).ok
+    assert log.commit(b["token"], 1, parts[1]).ok
+    assert log.acquire("c", 2).data == {**log.acquire("c", 2).data, "granted": False, "reason": "no-such-shard"}
+
+
+def test_a_commit_of_another_shards_partition_or_block_is_refused(tmp_path: Path) -> None:
+    log = Log(tmp_path / "s.db")
+    parts = _of(2)
+    a = log.acquire("a", 0, shards=2).data["token"]
+    refused = log.commit(a, 0, [parts[0][0], parts[1][0]])
+    assert (refused.ok, refused.reason) == (False, "wrong-shard")
+    assert f"app[{parts[1][0]}]" in refused.message
+    mislabelled = log.commit(a, 0, [parts[0][0]], block_shard=1)
+    assert (mislabelled.ok, mislabelled.reason) == (False, "malformed")
+    assert log.ends == {}
+
+
+def test_an_unsharded_group_takes_only_shard_0_commits(tmp_path: Path) -> None:
+    log = Log(tmp_path / "s.db")
+    assert log.commit(None, 0, [0, 1]).ok  # never leased, no map: one shard, tokenless writers as before
+    refused = log.commit(None, 1, [2])
+    assert (refused.ok, refused.reason) == (False, "wrong-shard")
+
+
+def test_changing_the_count_fences_every_older_lease_and_a_partition_resumes_at_its_committed_end(
+        tmp_path: Path) -> None:
+    log = Log(tmp_path / "s.db")
+    old = _of(2)
+    a = log.acquire("a", 0, shards=2).data["token"]
+    b = log.acquire("b", 1, shards=2).data["token"]
+    assert log.commit(a, 0, old[0]).ok
+    assert log.commit(b, 1, old[1]).ok
+    changed = log.apply(SetIngestShards(group="backup", shards=3)).data
+    assert changed == {"changed": True, "shards": 3, "version": log.index, "previous": 2}
+    assert log.apply(SetIngestShards(group="backup", shards=3)).data["changed"] is False  # a retry changes nothing
+    for token, shard in ((a, 0), (b, 1)):  # unexpired, but granted under the old map
+        refused = log.commit(token, shard, _of(3)[shard])
+        assert (refused.ok, refused.reason) == (False, "resharded")
+        renewal = log.apply(RenewIngestLease(group="backup", shard=shard, holder="ab"[shard], token=token,
+                                             duration_ms=DURATION))
+        assert (renewal.ok, renewal.reason) == (False, "resharded")
+        assert log.apply(ReleaseIngestLease(group="backup", shard=shard, holder="ab"[shard],
+                                            token=token)).data["released"] is False
+    rows = lease_rows(log.sm.writer.conn, log.now)
+    assert [(r["shard"], r["holder"]) for r in rows] == [(0, ""), (1, ""), (2, "")]  # shard 2: never leased yet
+    new = _of(3)
+    tokens = {}
+    taken = log.acquire("c", 0).data  # a standby takes shard 0 of the new map before its old holder asks again
+    assert taken["granted"]
+    late = log.apply(RenewIngestLease(group="backup", shard=0, holder="a", token=a, duration_ms=DURATION))
+    assert (late.ok, late.reason) == (False, "resharded")  # not stale-lease: the old holder acquires again, it
+    log.apply(ReleaseIngestLease(group="backup", shard=0, holder="c", token=taken["token"]))  # does not stop
+    for shard, holder in enumerate("bca"):
+        granted = log.acquire(holder, shard).data
+        assert granted["granted"]
+        assert granted["shards"] == 3
+        assert granted["token"] > changed["version"]
+        assert granted["takeovers"] == 0  # a reshard is not a takeover
+        tokens[shard] = granted["token"]
+    for shard in range(3):  # every partition continues at its committed end, whichever shard it is in now
+        assert log.commit(tokens[shard], shard, new[shard]).ok
+    assert log.ends == {("app", p): 10 for p in range(16)}
+
+
+def test_shrinking_the_count_removes_a_shard_and_leaves_the_others_waiting_for_a_holder(tmp_path: Path) -> None:
+    log = Log(tmp_path / "s.db")
+    tokens = [log.acquire(h, s, shards=3).data["token"] for s, h in enumerate("abc")]
+    log.apply(SetIngestShards(group="backup", shards=2))
+    assert log.commit(tokens[2], 2, _of(3)[2]).reason == "resharded"
+    assert log.acquire("c", 2).data["reason"] == "no-such-shard"
+    rows = {r["shard"]: (r["holder"], r["shards"]) for r in lease_rows(log.sm.writer.conn, log.now)}
+    assert rows == {0: ("", 2), 1: ("", 2)}  # the removed shard is gone (no alert for it); the others wait
