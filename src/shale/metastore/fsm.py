@@ -360,10 +360,12 @@ def _set_active_generation(w: IndexWriter, cmd: SetActiveGeneration, entry: Entr
         raise CommandRejectedError(f"the range ends ({cmd.end}) before it starts ({cmd.start})", reason="malformed")
     retiring = []
     if cmd.retire:
-        metas = [m for m in w.tenant_block_metas(cmd.tenant) if m.group == "partition"
-                 and all(r.topic == cmd.topic for r in m.kafka) and all(d.topic == cmd.topic for d in m.datasets)]
-        held = offsets_held([m for m in metas if m.generation == cmd.generation])
-        retiring = [m for m in metas if m.generation != cmd.generation
+        partition = [m for m in w.tenant_block_metas(cmd.tenant) if m.group == "partition"]
+        # what the new generation holds of this topic counts in every block of it, a block that also holds
+        # another topic (a repair merge, a batch of both topics) included; only one-topic blocks are retired
+        held = offsets_held([m for m in partition if m.generation == cmd.generation], cmd.topic)
+        retiring = [m for m in partition if m.generation != cmd.generation
+                    and all(r.topic == cmd.topic for r in m.kafka) and all(d.topic == cmd.topic for d in m.datasets)
                     and m.min_time >= cmd.start and m.max_time <= cmd.end]
         for meta in retiring:
             for r in meta.kafka:

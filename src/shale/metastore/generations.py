@@ -38,12 +38,14 @@ def switch_to_ingest(w: IndexWriter, cmd: CommitIngestBatch) -> None:
             w.add_generation_rule(tenant, topic, start, OPEN_END, cmd.generation)
 
 
-def offsets_held(metas: list[BlockMeta]) -> dict[tuple[int, str], list[tuple[int, int]]]:
-    """Per (partition, incarnation), the offset ranges the blocks account for, sorted."""
+def offsets_held(metas: list[BlockMeta], topic: str) -> dict[tuple[int, str], list[tuple[int, int]]]:
+    """Per (partition, incarnation), the offset ranges of ``topic`` the blocks account for, sorted. A block may hold
+    several topics (a batch of two topics, a repair merge): only its ranges of ``topic`` count."""
     held: dict[tuple[int, str], list[tuple[int, int]]] = defaultdict(list)
     for meta in metas:
         for r in meta.kafka:
-            held[(r.partition, r.incarnation)].append((r.start, r.end))
+            if r.topic == topic:
+                held[(r.partition, r.incarnation)].append((r.start, r.end))
     return {key: sorted(spans) for key, spans in held.items()}
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from tests.factories import BASE_MS
 from tests.unit.metastore.helpers import meta
 
-from shale.block import Compaction, FileInfo
+from shale.block import BlockMeta, Compaction, FileInfo
 from shale.metastore.commands import (
     AddBlocks,
     CommitIngestBatch,
@@ -453,3 +453,44 @@ def test_admin_commands_refuse_unsafe_file_names_too(h: Harness) -> None:
     assert h.apply(AddBlocks(blocks=[bad])).reason == "malformed"
     assert h.apply(ReplaceBlocks(tenant="acme", sources=[], blocks=[bad])).reason == "malformed"
     assert h.sm.reader.count_blocks() == 0
+
+
+def _two_topics(generation: int, a_end: int) -> BlockMeta:
+    """A partition-group block holding a[0] [0, a_end) and b[0] [0, 3): what a repair merge (or a compaction) of
+    one-topic blocks of one generation writes."""
+    hour = 3_600_000
+    a = meta(group="partition", generation=generation, topic="a", start=0, end=a_end, min_time=BASE_MS,
+             max_time=BASE_MS + hour, key=f"two/{generation}")
+    b = meta(group="partition", generation=generation, topic="b", start=0, end=3, min_time=BASE_MS,
+             max_time=BASE_MS + hour)
+    b_set = b.datasets[0].model_copy(update={"file": "records-1.parquet"})
+    return a.model_copy(update={"kafka": [*a.kafka, *b.kafka], "datasets": [a.datasets[0], b_set],
+                                "files": [*a.files, FileInfo(name="records-1.parquet", size=30, crc32="00000000")]})
+
+
+def test_retire_counts_the_offsets_a_block_of_two_topics_holds(h: Harness) -> None:
+    """Found by the model (test_fsm_model; its shrunk example, built directly): generation 2 held a[0] [0, 2) in a
+    block that a repair merge had joined with a block of topic b. The retiring switch of a counted only one-topic
+    blocks of the new generation as holding offsets, so it refused with ``not-covered`` a switch that loses
+    nothing. What generation 2 holds of a is now taken from every block of it (only its ranges of a)."""
+    hour = 3_600_000
+    merged = _two_topics(2, a_end=2)
+    old = meta(group="partition", generation=1, topic="a", start=0, end=1, min_time=BASE_MS, max_time=BASE_MS + hour)
+    assert h.apply(AddBlocks(blocks=[merged, old])).ok
+    result = h.apply(SetActiveGeneration(tenant="acme", topic="a", generation=2, start=0, end=2**62, retire=True))
+    assert result.ok, result
+    assert result.data["retired"] == [old.id]
+    assert {m.id for m in h.sm.reader.tenant_blocks("acme")} == {merged.id}
+
+
+def test_retire_does_not_count_another_topics_offsets_as_held(h: Harness) -> None:
+    """The other side of the fix above: in a block of two topics only the switched topic's ranges count. Generation
+    2 holds b[0] [0, 3) but a[0] only [0, 1): retiring generation 1's a[0] [0, 2) would lose offset 1."""
+    hour = 3_600_000
+    merged = _two_topics(2, a_end=1)
+    old = meta(group="partition", generation=1, topic="a", start=0, end=2, min_time=BASE_MS, max_time=BASE_MS + hour)
+    assert h.apply(AddBlocks(blocks=[merged, old])).ok
+    result = h.apply(SetActiveGeneration(tenant="acme", topic="a", generation=2, start=0, end=2**62, retire=True))
+    assert result.reason == "not-covered"
+    assert "does not hold offsets [1, 2) of a[0]" in result.message
+    assert {m.id for m in h.sm.reader.tenant_blocks("acme")} == {merged.id, old.id}
