@@ -22,7 +22,8 @@ Records are the freshness benchmark's: JSON of about 130 bytes (``ts``, ``level`
 * Throughput: a topic is filled with ``RECORDS`` records first; then each system starts cold (process start
   included: JVMs, Spark) and the time to the last record committed is measured (the sink: its table's
   ``total-records``; Shale: the partition group's committed offsets, the group queries read, and both groups').
-  The time to each one's first commit is reported beside it.
+  Also once started, start-up left out: from the worker's "Kafka Connect started" log line, and from the partition
+  group's "ingest started" (its Spark driver warmed, its lease taken), to the last record committed.
 * Correctness: the sink's table (read with pyiceberg on the same JDBC catalog; ``KafkaMetadataTransform`` puts each
   record's partition and offset in the table) and Shale's partition group (through the ``shale query`` Python API
   with the metastore source, every record of all time) hold each (partition, offset) of the topic exactly once:
@@ -30,7 +31,9 @@ Records are the freshness benchmark's: JSON of about 130 bytes (``ts``, ``level`
   many it dropped is reported too (``duplicates_dropped_by_query_shale``), so stored duplicates are not hidden.
 * Crash: the same on a second topic, with ``kill -9`` of the whole Connect worker (its process group), restarted
   by the benchmark, and of Shale's partition-group ingest (its process group: Python driver and Spark JVM),
-  restarted by ``shale run``, each once a third of the records were committed.
+  restarted by ``shale run``, each once a third of the records were committed. Shale runs this one with
+  ``ingest.max_records_per_batch = 20000``: on its default (2,000,000) the whole topic is one batch, committed
+  before a third could be seen.
 * Freshness: the freshness benchmark's producer (20,000 records/s is its rate; ``FRESH_RATE`` here, one sample per
   partition every 100 ms) for a warm-up and a measured window; a sample's latency is from its ``produce()`` to the
   first poll (every 250 ms) that returns it: for Shale the freshness benchmark's metastore poller, for the sink a
@@ -46,6 +49,7 @@ each freshness window is in the notes.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import signal
@@ -89,6 +93,9 @@ FRESH_DEFAULT = os.environ.get("PEERS_FRESH_DEFAULT", "1") == "1"
 FRESH_DURATION_DEFAULT = DEFAULT_COMMIT_INTERVAL_MS / 1000
 """The sink at its default interval: samples over one whole commit period."""
 TIMEOUT = 900.0
+CRASH_BATCH = 20_000
+"""Shale's batch size in the crash run (``ingest.max_records_per_batch``): on defaults a full topic of this size
+is one or two batches, committed before a third could be seen, so the kill would come after the last commit."""
 LOW_LATENCY_FLUSH_MS = 1_000
 """The worker's ``offset.flush.interval.ms`` beside the lowest commit interval (see ``IcebergSink``)."""
 
@@ -139,19 +146,23 @@ def kc_full_topic(work: Path, bootstrap: str, bucket: BucketConfig, topic: str, 
     try:
         first = wait_for(lambda: table.committed_records() > 0, TIMEOUT, "the sink's first commit", worker)
         at_first = table.committed_records()
+        killed_at = None
         if kill:
             wait_for(lambda: table.committed_records() >= total // 3, TIMEOUT, "a third committed", worker)
-            progress(f"kill -9 of the Connect worker at {table.committed_records():,} committed records")
+            killed_at = table.committed_records()
+            progress(f"kill -9 of the Connect worker at {killed_at:,} committed records")
             worker.kill9()
             worker.start()
         wait_for(lambda: table.committed_records() >= total, TIMEOUT, "every record committed", worker)
-        seconds = time.monotonic() - began
+        seconds, ended = time.monotonic() - began, time.time()
         load = _machine_load(before, cpu_snapshot())
         # Anything still in flight (a duplicate commit after a restart) lands within a few intervals.
         settle = max(3 * interval / 1000, 10.0)
         time.sleep(settle)
         check = multiset_check(_sink_pairs(table), ends)
-        return {"seconds": seconds, "first_commit_s": first, "at_first": at_first, "load": load,
+        started = _first_time(worker.log_path, "Kafka Connect started")
+        return {"seconds": seconds, "first_commit_s": first, "at_first": at_first, "load": load, "killed_at": killed_at,
+                "after_start_s": ended - started,
                 "check": check, "snapshots": table.snapshots(),
                 "failures": _commit_failures(worker), "log": worker.log_excerpt(25), "interval": interval}
     finally:
@@ -229,8 +240,20 @@ def _machine_load(before: CpuSnapshot, after: CpuSnapshot) -> dict[str, float]:
 
 
 def _steady(run: dict[str, Any]) -> float:
-    """Records per second from the first commit to the last (start-up left out)."""
-    return float((RECORDS - run["at_first"]) / max(1e-9, run["seconds"] - run["first_commit_s"]))
+    """Records per second once started: from the worker's "Kafka Connect started" or the partition group's
+    "ingest started" (its driver warmed, its lease taken) to the last record committed."""
+    return float(RECORDS / run["after_start_s"])
+
+
+def _first_time(log: Path, marker: str) -> float:
+    """Epoch seconds of the first log line holding ``marker`` (Log4j's local time, or Shale's JSON ``ts``)."""
+    for line in log.read_text(errors="replace").splitlines():
+        if marker not in line:
+            continue
+        if line.startswith("{"):
+            return dt.datetime.fromisoformat(json.loads(line)["ts"]).timestamp()
+        return dt.datetime.strptime(line[1:24], "%Y-%m-%d %H:%M:%S,%f").timestamp()  # local time, as logged
+    raise RuntimeError(f"no line with {marker!r} in {log}")
 
 
 def _start_producer(bootstrap: str, topic: str, warmup: float, duration: float) -> subprocess.Popen[str]:
@@ -257,10 +280,11 @@ def _producer_report(producer: subprocess.Popen[str], seconds: float) -> dict[st
 def shale_full_topic(work: Path, bootstrap: str, bucket: BucketConfig, topic: str, ends: dict[int, int],
                      kill: bool) -> dict[str, Any]:
     """``shale run`` on defaults reads the whole topic; with ``kill``, kill -9 of the partition group's ingest at
-    a third of it (``shale run`` restarts it)."""
+    a third of it (``shale run`` restarts it), in batches of ``CRASH_BATCH`` records so that there is a third."""
     work.mkdir(parents=True)
     port = free_port()
-    file = fr.write_config(work, bootstrap, bucket, topic, port, {})
+    profile = {"ingest": {"max_records_per_batch": CRASH_BATCH}} if kill else {}
+    file = fr.write_config(work, bootstrap, bucket, topic, port, profile)
     secret = bucket.secret_access_key.get_secret_value()
     config = load_config(file, env={fr.SECRET_ENV: secret})
     total = sum(ends.values())
@@ -279,15 +303,17 @@ def shale_full_topic(work: Path, bootstrap: str, bucket: BucketConfig, topic: st
         wait_for(lambda: committed("partition") > 0, TIMEOUT, "Shale's first commit")
         first = time.monotonic() - began
         at_first = committed("partition")
+        killed_at = None
         if kill:
             wait_for(lambda: committed("partition") >= total // 3, TIMEOUT, "a third committed")
             services = json.loads((work / "logs" / "deployment.json").read_text())["services"]
             pid = services["ingest-partition"]["pid"]
-            progress(f"kill -9 of Shale's partition-group ingest (process group {pid}) at "
-                     f"{committed('partition'):,} committed records")
+            killed_at = committed("partition")
+            progress(f"kill -9 of Shale's partition-group ingest (process group {pid}) at {killed_at:,} committed "
+                     "records")
             os.killpg(pid, signal.SIGKILL)
         wait_for(lambda: committed("partition") >= total, TIMEOUT, "the partition group to commit every record")
-        seconds = time.monotonic() - began
+        seconds, ended = time.monotonic() - began, time.time()
         load = _machine_load(before, cpu_snapshot())
         wait_for(lambda: all(committed(g) >= total for g in groups), TIMEOUT, "every group to commit every record")
         all_groups = time.monotonic() - began
@@ -299,7 +325,8 @@ def shale_full_topic(work: Path, bootstrap: str, bucket: BucketConfig, topic: st
         pairs = list(zip(rows.column("partition").to_pylist(), rows.column("offset").to_pylist(), strict=True))
         objects = fr.count_objects(store)
     return {"seconds": seconds, "all_groups_s": all_groups, "first_commit_s": first, "at_first": at_first,
-            "load": load,
+            "load": load, "killed_at": killed_at,
+            "after_start_s": ended - _first_time(work / "logs" / "ingest-partition.log", '"msg": "ingest started"'),
             "check": multiset_check(pairs, ends), "dropped": query.stats.duplicates_dropped, "objects": objects}
 
 
@@ -317,14 +344,19 @@ def run() -> dict[str, Any]:
             minio_bucket() as bucket:
         bootstrap, root = broker.bootstrap_servers, Path(tmp)
 
+        def mark() -> None:
+            out.setdefault("loadavg", []).append(os.getloadavg()[0])
+
         def sub(name: str) -> BucketConfig:
             return bucket.model_copy(update={"url": f"{bucket.url}/{name}"})
 
+        mark()
         progress(f"filling two topics with {RECORDS:,} records each")
         ends = fill_topic(bootstrap, "peers-full", RECORDS)
         crash_ends = fill_topic(bootstrap, "peers-crash", RECORDS)
         tried: list[str] = []
         for interval in INTERVALS:
+            mark()
             progress(f"the sink at commit interval {interval} ms on the full topic")
             kc = kc_full_topic(root / f"kc-full-{interval}", bootstrap, sub(f"kc-full-{interval}"), "peers-full",
                                ends, interval, kill=False)
@@ -337,25 +369,33 @@ def run() -> dict[str, Any]:
         else:
             raise RuntimeError(f"no commit interval worked: {tried}")
         lowest = out["kc_full"]["interval"]
+        mark()
         progress("Shale on defaults on the full topic")
         out["shale_full"] = shale_full_topic(root / "shale-full", bootstrap, sub("shale-full"), "peers-full", ends,
                                              kill=False)
+        mark()
         progress(f"crash: the sink at {lowest} ms, kill -9 mid-run")
         out["kc_crash"] = kc_full_topic(root / "kc-crash", bootstrap, sub("kc-crash"), "peers-crash", crash_ends,
                                         lowest, kill=True)
         print(f"--- Connect worker log (crash run), excerpt ---\n{out['kc_crash']['log']}\n---", flush=True)
+        mark()
         progress("crash: Shale on defaults, kill -9 of the partition group's ingest mid-run")
         out["shale_crash"] = shale_full_topic(root / "shale-crash", bootstrap, sub("shale-crash"), "peers-crash",
                                               crash_ends, kill=True)
+        mark()
         progress("freshness: Shale on defaults")
         out["shale_fresh"] = shale_freshness(root / "shale-fresh", bootstrap, sub("shale-fresh"))
+        mark()
         progress(f"freshness: the sink at {lowest} ms")
         out["kc_fresh_low"] = kc_freshness(root / "kc-fresh-low", bootstrap, sub("kc-fresh-low"), lowest)
+        mark()
         if FRESH_DEFAULT:
+            mark()
             progress("freshness: the sink at its default interval (5 min)")
             try:
                 out["kc_fresh_default"] = kc_freshness(root / "kc-fresh-default", bootstrap,
                                                        sub("kc-fresh-default"), None, FRESH_DURATION_DEFAULT)
+                mark()
             except RuntimeError as exc:  # reported, not hidden: the other figures stand
                 out["kc_fresh_default_error"] = str(exc)[:2000]
                 progress(f"the sink at its default interval failed: {exc}")
@@ -376,8 +416,8 @@ def _write(out: dict[str, Any], tried: list[str]) -> dict[str, Any]:
         "seconds_to_last_commit_iceberg_kc": round(kc["seconds"], 1),
         "seconds_to_first_commit_shale": round(sh["first_commit_s"], 1),
         "seconds_to_first_commit_iceberg_kc": round(kc["first_commit_s"], 1),
-        "records_per_s_after_first_commit_shale": round(_steady(sh)),
-        "records_per_s_after_first_commit_iceberg_kc": round(_steady(kc)),
+        "records_per_s_once_started_shale": round(_steady(sh)),
+        "records_per_s_once_started_iceberg_kc": round(_steady(kc)),
         "machine_busy_cores_shale_run": sh["load"]["busy_cores"],
         "machine_busy_cores_iceberg_kc_run": kc["load"]["busy_cores"],
         "iceberg_kc_lowest_working_interval_ms": kc["interval"],
@@ -401,7 +441,7 @@ def _write(out: dict[str, Any], tried: list[str]) -> dict[str, Any]:
     baseline = {"records_per_s_iceberg_kc": figures["records_per_s_iceberg_kc"],
                 "p99_ms_iceberg_kc_default": reference, "p99_ms_iceberg_kc_lowest": low["p99"]}
     ratios = {"throughput_vs_iceberg_kc": round(kc["seconds"] / sh["seconds"], 2),
-              "throughput_after_first_commit_vs_iceberg_kc": round(_steady(sh) / _steady(kc), 2),
+              "throughput_once_started_vs_iceberg_kc": round(_steady(sh) / _steady(kc), 2),
               "p99_freshness_vs_iceberg_kc": round(shale_meta["p99"] / reference, 3),
               "p99_freshness_vs_iceberg_kc_lowest": round(shale_meta["p99"] / low["p99"], 3)}
     notes = _notes(out, tried)
@@ -414,9 +454,17 @@ def _notes(out: dict[str, Any], tried: list[str]) -> str:
              f"* Commit intervals tried for the sink: {'; '.join(tried)}.",
              f"* Full topic: the sink {kc['check']} in {kc['snapshots']} snapshots; Shale (partition group) "
              f"{sh['check']}, {sh['dropped']} duplicate rows dropped by the query.",
-             f"* Crash: the sink {kcc['check']}; Shale {shc['check']}, {shc['dropped']} dropped by the query.",
-             f"* Load during the sink's freshness window: {out['kc_fresh_low']['busy_cores']} cores busy on the "
-             f"machine, {out['kc_fresh_low']['steal_cores']} stolen; Shale's window: "
+             f"* Crash: the sink killed at {kcc['killed_at']:,} committed records, then {kcc['check']}; Shale killed "
+             f"at {shc['killed_at']:,}, then {shc['check']}, {shc['dropped']} dropped by the query.",
+             f"* The machine was shared and loaded: its 1-minute load average (2 cores) was "
+             f"{min(out['loadavg']):.1f}-{max(out['loadavg']):.1f} at the phases' ends (other users' test suites "
+             f"ran beside this). Cores busy on the whole machine: full-topic runs, the sink "
+             f"{kc['load']['busy_cores']}, Shale {sh['load']['busy_cores']}; crash runs, the sink "
+             f"{kcc['load']['busy_cores']}, Shale {shc['load']['busy_cores']}; the sink's freshness window "
+             f"{out['kc_fresh_low']['busy_cores']} "
+             f"({out['kc_fresh_low']['steal_cores']} stolen); Shale's freshness window by process "
              f"{out['shale_fresh'].cores}.",
              ]
+    if "kc_fresh_default_error" in out:
+        lines.append(f"* The sink at its default interval failed: {out['kc_fresh_default_error'][:500]}")
     return "\n".join(lines)
