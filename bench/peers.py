@@ -337,8 +337,13 @@ def shale_freshness(work: Path, bootstrap: str, bucket: BucketConfig) -> fr.Prof
 
 # -- the benchmark ------------------------------------------------------------------------------------------------
 
+def _stopped(signum: int, _frame: object) -> None:
+    progress(f"stopped by signal {signum}: stopping every service this run started")
+    sys.exit(128 + signum)
+
+
 def run() -> dict[str, Any]:
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: clean up every service it started
+    signal.signal(signal.SIGTERM, _stopped)  # stopped: clean up every service it started
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="shale-bench-peers-") as tmp, kafka_broker() as broker, \
             minio_bucket() as bucket:
