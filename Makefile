@@ -7,10 +7,18 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
 export SHALE_CACHE_DIR ?= $(CURDIR)/.cache
 
-.PHONY: demo test checks unit integration lint typecheck bench env deps venv browser clean
+.PHONY: demo demo-env demo-deps bench-deps test checks unit integration lint typecheck bench env deps venv browser clean
 
-demo: env
+# The demo needs the virtual environment, the Kafka broker's jars and Spark's Kafka connector, nothing more: its
+# bucket is a folder (file://), so no MinIO, no promtool, no `go install` and no Chromium.
+demo: demo-env
 	$(BIN)/shale demo
+
+demo-env:
+	@$(MAKE) --no-print-directory -j2 venv demo-deps
+
+demo-deps:
+	$(PY) src/shale/dev/fetch.py kafka spark
 
 # Lint, types and the unit tests need only the virtual environment: they run while the services are fetched (the
 # Go builds of MinIO and promtool take minutes on a cold machine), then the integration tests.
@@ -35,8 +43,12 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
-bench: env
+bench: env bench-deps
 	$(BIN)/python -m bench
+
+# Only the peer benchmark (bench/peers.py) needs these: a Kafka Connect worker with the Apache Iceberg sink.
+bench-deps:
+	$(PY) src/shale/dev/fetch.py iceberg-kafka-connect
 
 # The virtual environment, the services and the browser are independent: fetch them side by side.
 env:

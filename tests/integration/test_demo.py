@@ -1,7 +1,7 @@
-"""``shale demo`` (what ``make demo`` runs), end to end in its own process with its own Kafka broker and MinIO:
-both ingest groups store every record once, compaction runs and changes nothing, and the query through a bucket
-index returns the same records as before compaction from fewer objects, without a LIST call; Spark never warns
-that the hostname resolves to a loopback address."""
+"""``shale demo`` (what ``make demo`` runs), end to end in its own process with its own Kafka broker and a bucket on
+the local filesystem: both ingest groups store every record once, compaction runs and changes nothing, and the
+query through a bucket index returns the same records as before compaction from fewer objects, without a LIST
+call; Spark never warns that the hostname resolves to a loopback address."""
 
 from __future__ import annotations
 
@@ -17,6 +17,10 @@ def test_demo_runs_the_whole_pipeline(tmp_path: Path) -> None:
     out = proc.stdout
     assert proc.returncode == 0, out[-4000:] + proc.stderr[-4000:]
     assert "demo OK" in out
+    # The embedded default bucket is a folder: the blocks are there, and no S3 server was started.
+    assert f"bucket: file://{tmp_path / 'bucket'}" in out, out
+    assert any((tmp_path / "bucket").rglob("meta.json"))
+    assert not (tmp_path / "minio").exists()
     assert "resolves to a loopback address" not in out + proc.stderr  # Spark binds to loopback without guessing
     # 6 topics x 2 groups, verified before and after compaction: 0 missing / 0 duplicated / 0 quarantined.
     assert len(re.findall(r"2000 stored, 0 / 0 / 0", out)) == 24, out

@@ -25,4 +25,13 @@ def test_promtool_is_pinned_to_a_release_and_fetched_with_the_others() -> None:
     assert re.fullmatch(r"v0\.3\d\d\.\d+", fetch.PROMTOOL_VERSION)  # Prometheus 3.x as a Go module version
     assert fetch.PROMTOOL_MODULE.endswith("/cmd/promtool")
     # what `make deps` (fetch.py all) builds
-    assert set(fetch.FETCHERS) == {"kafka", "spark", "iceberg", "minio", "promtool", "apicurio"}
+    assert {n for n in fetch.FETCHERS if n not in fetch.NOT_IN_ALL} == {"kafka", "spark", "iceberg", "minio",
+                                                                         "promtool", "apicurio"}
+
+
+def test_the_peer_benchmarks_connect_worker_is_fetched_only_by_make_bench() -> None:
+    assert fetch.NOT_IN_ALL == ("iceberg-kafka-connect",)
+    pins = {(g, a): v for g, a, v in fetch.ICEBERG_KC_ARTIFACTS}
+    assert pins[("org.apache.kafka", "connect-runtime")] == fetch.KAFKA_VERSION  # the broker's version
+    assert {v for (g, _), v in pins.items() if g == "org.apache.iceberg"} == {fetch.ICEBERG_KC_VERSION}
+    assert re.fullmatch(r"\d+\.\d+\.\d+", fetch.ICEBERG_KC_VERSION)

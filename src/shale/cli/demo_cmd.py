@@ -1,4 +1,5 @@
-"""``shale demo`` (``make demo``): the main pipeline on embedded defaults, with its own Kafka broker and MinIO."""
+"""``shale demo`` (``make demo``): the main pipeline on embedded defaults, with its own Kafka broker and a bucket on the
+local filesystem."""
 
 from __future__ import annotations
 

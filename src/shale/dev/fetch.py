@@ -28,6 +28,18 @@ Two more sets only the ingest benchmark needs, fetched when it first runs (not b
 * Hadoop's S3A connector for Spark's own Hadoop: ``hadoop-aws`` at pyspark's Hadoop version and the AWS SDK
   bundle it declares, two jars (Hadoop itself is inside pyspark).
 
+One more set only the peer benchmark (``bench/peers.py``, ``make bench``) needs, fetched by ``make bench`` with
+``fetch.py iceberg-kafka-connect`` (not by ``all``):
+
+* A Kafka Connect worker with the Apache Iceberg sink, assembled as the sink's runtime distribution is (that zip
+  is not published on Maven Central): ``org.apache.iceberg:iceberg-kafka-connect`` at its newest release, its
+  ``-transforms`` (``KafkaMetadataTransform``), ``iceberg-parquet`` (the data files' format), ``iceberg-aws`` and
+  ``iceberg-aws-bundle`` (S3FileIO for MinIO and its AWS SDK), ``org.apache.kafka:connect-runtime`` at the broker's
+  version, Hadoop's shaded client jars (the Parquet writer needs Hadoop's ``Configuration``), the SQLite JDBC
+  driver for a JDBC catalog and Log4j 2 (the logging Kafka's distribution ships), all with their dependencies and
+  one Jackson version (``jackson-bom``), resolved by ``mvn dependency:copy-dependencies`` into one folder that is
+  the worker's classpath.
+
 Every fetch is idempotent: a ``.complete`` marker is written last, so an interrupted fetch is redone.
 """
 
@@ -82,6 +94,28 @@ S3A_ARTIFACTS = (
     ("org.apache.hadoop", "hadoop-aws", HADOOP_VERSION),
     ("software.amazon.awssdk", "bundle", AWS_SDK_BUNDLE_VERSION),
 )
+
+LOG4J_VERSION = "2.24.3"  # as Kafka 4.1.1's distribution ships
+ICEBERG_KC_VERSION = "1.12.0"  # the newest iceberg-kafka-connect on Maven Central (checked 2026-11-26)
+ICEBERG_KC_ARTIFACTS = (
+    ("org.apache.iceberg", "iceberg-kafka-connect", ICEBERG_KC_VERSION),
+    ("org.apache.iceberg", "iceberg-kafka-connect-transforms", ICEBERG_KC_VERSION),
+    ("org.apache.iceberg", "iceberg-parquet", ICEBERG_KC_VERSION),  # the data files' format (the runtime zip has it)
+    ("org.apache.iceberg", "iceberg-aws", ICEBERG_KC_VERSION),  # S3FileIO itself
+    ("org.apache.iceberg", "iceberg-aws-bundle", ICEBERG_KC_VERSION),  # the AWS SDK it uses, shaded
+    ("org.apache.kafka", "connect-runtime", KAFKA_VERSION),
+    ("org.apache.hadoop", "hadoop-client-api", HADOOP_VERSION),
+    ("org.apache.hadoop", "hadoop-client-runtime", HADOOP_VERSION),
+    ("org.xerial", "sqlite-jdbc", SQLITE_JDBC_VERSION),
+    # The worker's logging, as Kafka's own distribution ships it (connect-runtime declares no binding).
+    ("org.apache.logging.log4j", "log4j-api", LOG4J_VERSION),
+    ("org.apache.logging.log4j", "log4j-core", LOG4J_VERSION),
+    ("org.apache.logging.log4j", "log4j-slf4j2-impl", LOG4J_VERSION),
+)
+
+# Left to Maven's nearest-wins, the sink's jackson-databind 2.22 meets connect-runtime's jackson-annotations 2.19
+# (NoClassDefFoundError: com/fasterxml/jackson/annotation/JsonSerializeAs): one Jackson for all, the sink's.
+ICEBERG_KC_BOMS = (("com.fasterxml.jackson", "jackson-bom", "2.22.2"),)
 
 SPARK_CONNECTOR_ARTIFACTS = (
     ("org.apache.spark", "spark-sql-kafka-0-10_2.13", SPARK_VERSION),
@@ -148,13 +182,17 @@ def _dependency(group: str, artifact: str, version: str, exclude_all: bool) -> s
     )
 
 
-def _maven_copy(target: Path, dependencies: list[str]) -> None:
-    """Resolve ``dependencies`` from Maven Central and copy their runtime jars into ``target``."""
+def _maven_copy(target: Path, dependencies: list[str], boms: tuple[tuple[str, str, str], ...] = ()) -> None:
+    """Resolve ``dependencies`` from Maven Central (versions of what ``boms`` name taken from them) and copy their
+    runtime jars into ``target``."""
     if shutil.which("mvn") is None:
         raise FetchError("mvn is not on PATH: install Maven (Debian package 'maven') and retry")
+    managed = [f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version>"
+               "<type>pom</type><scope>import</scope></dependency>" for g, a, v in boms]
     pom = (
         '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
         "<groupId>dev.shale</groupId><artifactId>fetch</artifactId><version>1</version>"
+        f"<dependencyManagement><dependencies>{''.join(managed)}</dependencies></dependencyManagement>"
         f"<dependencies>{''.join(dependencies)}</dependencies></project>"
     )
     with tempfile.TemporaryDirectory(prefix="shale-mvn-") as work:
@@ -241,6 +279,25 @@ def s3a_jars(cache: Path | None = None) -> list[Path]:
                   .glob("*.jar"))
 
 
+def iceberg_kafka_connect_dir(cache: Path | None = None) -> Path:
+    return (cache or cache_dir()) / "jars" / f"iceberg-kafka-connect-{ICEBERG_KC_VERSION}"
+
+
+def fetch_iceberg_kafka_connect(cache: Path | None = None) -> Path:
+    """The Kafka Connect worker's classpath with the Iceberg sink (every jar with its dependencies), if missing."""
+    target = iceberg_kafka_connect_dir(cache)
+    with _locked(target):
+        if (target / ".complete").exists():
+            return target
+        _log(f"fetching Kafka Connect {KAFKA_VERSION} and the Apache Iceberg {ICEBERG_KC_VERSION} sink from Maven "
+             "Central")
+        _maven_copy(target, [_dependency(g, a, v, exclude_all=False) for g, a, v in ICEBERG_KC_ARTIFACTS],
+                    boms=ICEBERG_KC_BOMS)
+        (target / ".complete").write_text(ICEBERG_KC_VERSION)
+        _log(f"Kafka Connect with the Iceberg sink ready in {target}")
+    return target
+
+
 def apicurio_dir(cache: Path | None = None) -> Path:
     return (cache or cache_dir()) / "apicurio" / f"apicurio-registry-{APICURIO_VERSION}"
 
@@ -310,8 +367,9 @@ def fetch_promtool(cache: Path | None = None) -> Path:
 
 FETCHERS = {
     "kafka": fetch_kafka, "spark": fetch_spark_connector, "iceberg": fetch_iceberg, "minio": fetch_minio,
-    "promtool": fetch_promtool, "apicurio": fetch_apicurio,
+    "promtool": fetch_promtool, "apicurio": fetch_apicurio, "iceberg-kafka-connect": fetch_iceberg_kafka_connect,
 }
+NOT_IN_ALL = ("iceberg-kafka-connect",)  # only the peer benchmark needs it (make bench)
 
 
 def fetch_all(names: list[str]) -> None:
@@ -337,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("components", nargs="*", default=["all"], choices=[*FETCHERS, "all"])
     args = parser.parse_args(argv)
-    names = list(FETCHERS) if "all" in args.components else args.components
+    names = [n for n in FETCHERS if n not in NOT_IN_ALL] if "all" in args.components else args.components
     try:
         fetch_all(names)
     except FetchError as exc:

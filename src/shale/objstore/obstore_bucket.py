@@ -254,8 +254,23 @@ class ObstoreBucket:
         def run() -> None:
             with contextlib.suppress(obx.NotFoundError, FileNotFoundError):
                 obstore.delete(self._store, key)
+            if self._local_root is not None:
+                self._prune_empty_dirs(key)
 
         self._call("delete", key, run)
+
+    def _prune_empty_dirs(self, key: str) -> None:
+        """A filesystem bucket removes the folders a delete left empty, so that ``list_dirs`` answers as S3 does
+        (a prefix exists while an object is under it). A writer that created the folder meanwhile has an object or
+        its staging file in it, so ``rmdir`` refuses and the folder stays."""
+        assert self._local_root is not None
+        folder = (self._local_root / key).parent
+        while folder != self._local_root and self._local_root in folder.parents:
+            try:
+                folder.rmdir()
+            except OSError:  # not empty, or already gone
+                return
+            folder = folder.parent
 
 
 def _first_line(exc: BaseException | None) -> str:

@@ -132,3 +132,36 @@ def test_list_dirs_returns_one_level_of_common_prefixes(bucket: ObstoreBucket) -
     assert bucket.list_dirs("") == ["_shale/", "acme/", "beta/"]
     assert bucket.list_dirs("acme/") == ["acme/blocks/", "acme/markers/"]
     assert bucket.list_dirs("nobody/") == []
+
+
+def test_deletion_marks_compaction_and_cleaning(bucket: ObstoreBucket) -> None:
+    """What compaction and the cleaner do to a bucket (and so what ``make demo`` needs of its filesystem bucket):
+    a block's objects written create-only, a deletion mark written once (a second writer keeps the first mark),
+    the marks listed, then the block and its mark deleted, after which neither listing shows them."""
+    from shale.block.ids import new_block_id
+    from shale.block.layout import (
+        block_file_key,
+        block_prefix,
+        deletion_mark_key,
+        markers_prefix,
+        meta_key,
+        parse_mark_key,
+    )
+    from shale.block.marks import write_deletion_mark
+
+    old, new = new_block_id(), new_block_id()
+    for block in (old, new):
+        bucket.put_if_absent(block_file_key("acme", block, "records.parquet"), b"rows")
+        bucket.put_if_absent(meta_key("acme", block), b"{}")
+    first = write_deletion_mark(bucket, "acme", old, 1000.0, "compacted")
+    again = write_deletion_mark(bucket, "acme", old, 2000.0, "compacted")
+    assert again == first  # the delete delay counts from the first mark
+    marked = [parse_mark_key(i.key) for i in bucket.list(markers_prefix("acme"))]
+    assert marked == [("acme", old)]
+    for info in list(bucket.list(f"acme/blocks/{old}/")):
+        bucket.delete(info.key)
+    bucket.delete(deletion_mark_key("acme", old))
+    assert [i.key for i in bucket.list("acme/")] == sorted([block_file_key("acme", new, "records.parquet"),
+                                                            meta_key("acme", new)])
+    assert [parse_mark_key(i.key) for i in bucket.list(markers_prefix("acme"))] == []
+    assert bucket.list_dirs("acme/blocks/") == [block_prefix("acme", new)]

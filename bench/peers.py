@@ -1,0 +1,475 @@
+"""Side by side with the peer: the Apache Iceberg Kafka Connect sink and Shale, on the same broker, topics, records
+and MinIO, in one run on one machine (``bench/connect.py`` runs the peer).
+
+The peer is a Kafka Connect worker in standalone mode (the sink needs no distributed worker: its coordinator is
+elected from the sink's consumer group) with ``org.apache.iceberg:iceberg-kafka-connect`` and its dependencies
+from Maven Central, one sink task, a JDBC catalog on SQLite and S3FileIO at MinIO. Exactly-once is the sink's own
+design ("The sink relies on KIP-447 for exactly-once semantics"): workers write data files, a coordinator commits
+them to the table together with the consumed offsets at each commit interval, and the control topic carries the
+handshake in Kafka transactions; nothing needs setting for it but a control topic (created here with one partition,
+as the documentation's example does, since the broker does not create topics). Its one latency setting is
+``iceberg.control.commit.interval-ms`` ("Commit interval in msec, default is 300,000 (5 min)"); the lowest working
+interval is the lowest of ``INTERVALS`` whose full-topic run committed every record with no failed commit in the
+worker's log. Beside it the worker's ``offset.flush.interval.ms`` is 1 s instead of Connect's 60 s (the
+documentation does not mention it; without it an idle task calls the sink's ``put()`` once a minute, the sink's
+worker answers the coordinator's commit request only there, and the last records of a topic waited 1-2 minutes
+for a commit in a trial run). The default profile leaves both at their defaults. Shale runs as ``shale run`` on
+defaults (both ingest groups, the metastore and a compaction worker, each a process and a Spark application), as
+the freshness benchmark runs it (``bench/freshness.py``).
+
+Records are the freshness benchmark's: JSON of about 130 bytes (``ts``, ``level``, ``msg``) on 8 partitions.
+
+* Throughput: a topic is filled with ``RECORDS`` records first; then each system starts cold (process start
+  included: JVMs, Spark) and the time to the last record committed is measured (the sink: its table's
+  ``total-records``; Shale: the partition group's committed offsets, the group queries read, and both groups').
+  Also once started, start-up left out: from the worker's "Kafka Connect started" log line, and from the partition
+  group's "ingest started" (its Spark driver warmed, its lease taken), to the last record committed.
+* Correctness: the sink's table (read with pyiceberg on the same JDBC catalog; ``KafkaMetadataTransform`` puts each
+  record's partition and offset in the table) and Shale's partition group (through the ``shale query`` Python API
+  with the metastore source, every record of all time) hold each (partition, offset) of the topic exactly once:
+  missing and duplicate rows are counted. The query API drops duplicate rows it finds in overlapping blocks; how
+  many it dropped is reported too (``duplicates_dropped_by_query_shale``), so stored duplicates are not hidden.
+* Crash: the same on a second topic, with ``kill -9`` of the whole Connect worker (its process group), restarted
+  by the benchmark, and of Shale's partition-group ingest (its process group: Python driver and Spark JVM),
+  restarted by ``shale run``, each once a third of the records were committed. Shale runs this one with
+  ``ingest.max_records_per_batch = 20000``: on its default (2,000,000) the whole topic is one batch, committed
+  before a third could be seen.
+* Freshness: the freshness benchmark's producer (20,000 records/s is its rate; ``FRESH_RATE`` here, one sample per
+  partition every 100 ms) for a warm-up and a measured window; a sample's latency is from its ``produce()`` to the
+  first poll (every 250 ms) that returns it: for Shale the freshness benchmark's metastore poller, for the sink a
+  pyiceberg reader of each new data file of the current snapshot. The sink runs at its lowest working interval
+  and, if ``FRESH_DEFAULT`` is set, at its default; Shale on defaults.
+* Objects: every object each system wrote to MinIO for the freshness run, per hour of producing; the sink has no
+  compaction of its own (Iceberg's ``rewrite_data_files`` is a separate Spark job), Shale's compactor runs in
+  ``shale run`` during the run.
+
+The machine is shared (2 cores with other users' test runs): figures vary from run to run; the load seen during
+each freshness window is in the notes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+from tests.integration.ingest_helpers import create_topic
+
+from bench import freshness as fr
+from bench.common import ROOT, CpuSnapshot, cpu_snapshot, progress, write_result
+from bench.connect import (
+    DEFAULT_COMMIT_INTERVAL_MS,
+    META,
+    ConnectWorker,
+    IcebergSink,
+    SinkTable,
+    multiset_check,
+    wait_for,
+)
+from bench.services import kafka_broker, minio_bucket
+from shale.config import BucketConfig, load_config
+from shale.metastore import MetastoreClient
+from shale.objstore import open_bucket
+from shale.process import free_port
+from shale.query import Query, run_query
+from shale.query.sources import open_source
+
+RECORDS = int(os.environ.get("PEERS_RECORDS", "200000"))
+PARTITIONS = fr.PARTITIONS
+INTERVALS = (1_000, 2_000, 5_000, 10_000)
+FRESH_RATE = int(os.environ.get("PEERS_RATE", "20000"))
+FRESH_WARMUP = 30.0
+FRESH_DURATION = 60.0
+FRESH_DEFAULT = os.environ.get("PEERS_FRESH_DEFAULT", "1") == "1"
+FRESH_DURATION_DEFAULT = DEFAULT_COMMIT_INTERVAL_MS / 1000
+"""The sink at its default interval: samples over one whole commit period."""
+TIMEOUT = 900.0
+CRASH_BATCH = 20_000
+"""Shale's batch size in the crash run (``ingest.max_records_per_batch``): on defaults a full topic of this size
+is one or two batches, committed before a third could be seen, so the kill would come after the last commit."""
+LOW_LATENCY_FLUSH_MS = 1_000
+"""The worker's ``offset.flush.interval.ms`` beside the lowest commit interval (see ``IcebergSink``)."""
+
+
+def fill_topic(bootstrap: str, topic: str, records: int) -> dict[int, int]:
+    """``records`` freshness-shaped JSON records round-robin over the partitions; the end offset of each."""
+    create_topic(bootstrap, topic, PARTITIONS)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "compression.type": "lz4",
+                         "queue.buffering.max.messages": 1_000_000})
+    filler = "x" * 80
+    now = int(time.time() * 1000)
+    for i in range(records):
+        value = b'{"ts": %d, "level": "INFO", "msg": "%s %d"}' % (now + i // 1000, filler.encode(), i)
+        while True:
+            try:
+                producer.produce(topic, value, partition=i % PARTITIONS)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    if producer.flush(120):
+        raise RuntimeError(f"could not deliver every record to {topic}")
+    return {p: records // PARTITIONS + (1 if p < records % PARTITIONS else 0) for p in range(PARTITIONS)}
+
+
+# -- the peer ---------------------------------------------------------------------------------------------------
+
+def _sink_pairs(table: SinkTable) -> list[tuple[int, int]]:
+    rows = table.all_rows([META + "partition", META + "offset"])
+    return list(zip(rows.column(0).to_pylist(), rows.column(1).to_pylist(), strict=True))
+
+
+def _commit_failures(worker: ConnectWorker) -> list[str]:
+    text = worker.log_path.read_text(errors="replace") if worker.log_path.exists() else ""
+    return [line for line in text.splitlines() if " ERROR " in line or "Commit failed" in line
+            or "timed out" in line.lower()][:5]
+
+
+def kc_full_topic(work: Path, bootstrap: str, bucket: BucketConfig, topic: str, ends: dict[int, int],
+                  interval: int, kill: bool) -> dict[str, Any]:
+    """The sink reads the whole topic; with ``kill``, kill -9 at a third of it and restart."""
+    sink = IcebergSink(f"{topic}-{interval // 1000 or 1}s", topic, interval, LOW_LATENCY_FLUSH_MS)
+    create_topic(bootstrap, sink.control_topic, 1)
+    total = sum(ends.values())
+    worker = ConnectWorker(work, bootstrap, bucket, sink)
+    table = SinkTable(worker.catalog_db, bucket, sink.table)
+    began, before = time.monotonic(), cpu_snapshot()
+    worker.start()
+    try:
+        first = wait_for(lambda: table.committed_records() > 0, TIMEOUT, "the sink's first commit", worker)
+        at_first = table.committed_records()
+        killed_at = None
+        if kill:
+            wait_for(lambda: table.committed_records() >= total // 3, TIMEOUT, "a third committed", worker)
+            killed_at = table.committed_records()
+            progress(f"kill -9 of the Connect worker at {killed_at:,} committed records")
+            worker.kill9()
+            worker.start()
+        wait_for(lambda: table.committed_records() >= total, TIMEOUT, "every record committed", worker)
+        seconds, ended = time.monotonic() - began, time.time()
+        load = _machine_load(before, cpu_snapshot())
+        # Anything still in flight (a duplicate commit after a restart) lands within a few intervals.
+        settle = max(3 * interval / 1000, 10.0)
+        time.sleep(settle)
+        check = multiset_check(_sink_pairs(table), ends)
+        started = _first_time(worker.log_path, "Kafka Connect started")
+        return {"seconds": seconds, "first_commit_s": first, "at_first": at_first, "load": load, "killed_at": killed_at,
+                "after_start_s": ended - started,
+                "check": check, "snapshots": table.snapshots(),
+                "failures": _commit_failures(worker), "log": worker.log_excerpt(25), "interval": interval}
+    finally:
+        worker.stop()
+
+
+def kc_freshness(work: Path, bootstrap: str, bucket: BucketConfig, interval: int | None,
+                 duration: float = FRESH_DURATION) -> dict[str, Any]:
+    """Samples produced for ``duration`` s after the warm-up; with the default interval the producer goes on (a
+    filler without samples) until every sample is visible, as a steady load would."""
+    topic = f"fresh-kc-{interval or 'default'}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    sink = IcebergSink(topic, topic, interval, LOW_LATENCY_FLUSH_MS if interval else None)
+    create_topic(bootstrap, sink.control_topic, 1)
+    worker = ConnectWorker(work, bootstrap, bucket, sink).start()
+    table = SinkTable(worker.catalog_db, bucket, sink.table)
+    books = {"kafka": fr.Visibility(), "sink": fr.Visibility()}
+    stop = threading.Event()
+
+    def poll() -> None:
+        columns = ["level", "ts", META + "partition", META + "offset"]
+        while not stop.is_set():
+            began = time.monotonic()
+            try:
+                rows = table.new_rows(columns)
+            except Exception as exc:  # the catalog's SQLite file locked by the writer: poll again
+                progress(f"sink poll failed: {str(exc)[:120]}")
+                rows = None
+            if rows is not None and rows.num_rows:
+                now = time.time() * 1000
+                for level, ts, p, o in zip(*(rows.column(c).to_pylist() for c in columns), strict=True):
+                    if level == "probe":
+                        books["sink"].saw((p, o), ts, now)
+            stop.wait(max(0.0, fr.POLL_INTERVAL - (time.monotonic() - began)))
+
+    threads = [threading.Thread(target=fr._floor_consumer, args=(bootstrap, topic, books["kafka"], stop)),
+               threading.Thread(target=poll)]
+    filler: subprocess.Popen[str] | None = None
+    for t in threads:
+        t.start()
+    try:
+        progress(f"sink (interval {interval or 'default'}): producing {FRESH_RATE:,} records/s for "
+                 f"{FRESH_WARMUP:.0f} + {duration:.0f} s")
+        producer = _start_producer(bootstrap, topic, FRESH_WARMUP, duration)
+        time.sleep(FRESH_WARMUP)
+        before = cpu_snapshot()
+        time.sleep(duration - 1)
+        after = cpu_snapshot()
+        produced = _producer_report(producer, FRESH_WARMUP + duration)
+        if interval is None:
+            filler = _start_producer(bootstrap, topic, TIMEOUT, 0.0)
+        wait_for(lambda: len(books["kafka"]) == produced["samples"], 60, "the consumer to see every sample")
+        expected = set(books["kafka"].first_ms)
+        wait_for(lambda: not books["sink"].missing(expected), (interval or 300_000) / 1000 * 3 + 120,
+                 "every sample in the sink's table", worker)
+    finally:
+        if filler is not None:
+            filler.terminate()
+            filler.wait(30)
+        stop.set()
+        for t in threads:
+            t.join()
+        worker.stop()
+    objects = sum(1 for _ in open_bucket(bucket).list("iceberg-kc/"))
+    return {"books": books, "produced": produced, "objects": objects, "log": worker.log_excerpt(15),
+            "busy_cores": round((after.busy - before.busy) / (after.at - before.at), 2),
+            "steal_cores": round((after.steal - before.steal) / (after.at - before.at), 2)}
+
+
+def _machine_load(before: CpuSnapshot, after: CpuSnapshot) -> dict[str, float]:
+    """Cores the whole machine kept busy between the snapshots (this benchmark and everyone else), and stolen."""
+    seconds = after.at - before.at
+    return {"busy_cores": round((after.busy - before.busy) / seconds, 2),
+            "steal_cores": round((after.steal - before.steal) / seconds, 2)}
+
+
+def _steady(run: dict[str, Any]) -> float:
+    """Records per second once started: from the worker's "Kafka Connect started" or the partition group's
+    "ingest started" (its driver warmed, its lease taken) to the last record committed."""
+    return float(RECORDS / run["after_start_s"])
+
+
+def _first_time(log: Path, marker: str) -> float:
+    """Epoch seconds of the first log line holding ``marker`` (Log4j's local time, or Shale's JSON ``ts``)."""
+    for line in log.read_text(errors="replace").splitlines():
+        if marker not in line:
+            continue
+        if line.startswith("{"):
+            return dt.datetime.fromisoformat(json.loads(line)["ts"]).timestamp()
+        return dt.datetime.strptime(line[1:24], "%Y-%m-%d %H:%M:%S,%f").timestamp()  # local time, as logged
+    raise RuntimeError(f"no line with {marker!r} in {log}")
+
+
+def _start_producer(bootstrap: str, topic: str, warmup: float, duration: float) -> subprocess.Popen[str]:
+    """The freshness benchmark's producer process: ``warmup`` s without samples, then ``duration`` s with them."""
+    command = [sys.executable, "-m", "bench.freshness", bootstrap, topic, str(FRESH_RATE), str(warmup),
+               str(duration)]
+    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _producer_report(producer: subprocess.Popen[str], seconds: float) -> dict[str, Any]:
+    out, err = producer.communicate(timeout=seconds + 180)
+    if producer.returncode != 0:
+        raise RuntimeError(f"the producer failed:\n{(out + err)[-3000:]}")
+    produced: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    if produced["undelivered"] or produced["errors"]:
+        raise RuntimeError(f"the producer failed: {produced}")
+    if produced["sent"] / produced["elapsed"] < fr.MIN_RATE_SHARE * FRESH_RATE:
+        raise RuntimeError(f"the producer did not keep {FRESH_RATE:,} records/s: {produced}")
+    return produced
+
+
+# -- Shale --------------------------------------------------------------------------------------------------------
+
+def shale_full_topic(work: Path, bootstrap: str, bucket: BucketConfig, topic: str, ends: dict[int, int],
+                     kill: bool) -> dict[str, Any]:
+    """``shale run`` on defaults reads the whole topic; with ``kill``, kill -9 of the partition group's ingest at
+    a third of it (``shale run`` restarts it), in batches of ``CRASH_BATCH`` records so that there is a third."""
+    work.mkdir(parents=True)
+    port = free_port()
+    profile = {"ingest": {"max_records_per_batch": CRASH_BATCH}} if kill else {}
+    file = fr.write_config(work, bootstrap, bucket, topic, port, profile)
+    secret = bucket.secret_access_key.get_secret_value()
+    config = load_config(file, env={fr.SECRET_ENV: secret})
+    total = sum(ends.values())
+    began, before = time.monotonic(), cpu_snapshot()
+    groups = config.run.ingest_groups
+    with fr.deployment(file, work, secret, 1 + len(groups) + config.run.compaction_workers) as run:
+        token = (work / "metastore" / "admin.token").read_text().strip()
+        client = MetastoreClient([f"http://127.0.0.1:{port}"], deadline=30, token=token)
+
+        def committed(group: str) -> int:
+            try:
+                return sum(o.committed_end for o in client.offsets(group=group) if o.topic == topic)
+            except Exception:  # the metastore not answering yet
+                return 0
+
+        wait_for(lambda: committed("partition") > 0, TIMEOUT, "Shale's first commit")
+        first = time.monotonic() - began
+        at_first = committed("partition")
+        killed_at = None
+        if kill:
+            wait_for(lambda: committed("partition") >= total // 3, TIMEOUT, "a third committed")
+            services = json.loads((work / "logs" / "deployment.json").read_text())["services"]
+            pid = services["ingest-partition"]["pid"]
+            killed_at = committed("partition")
+            progress(f"kill -9 of Shale's partition-group ingest (process group {pid}) at {killed_at:,} committed "
+                     "records")
+            os.killpg(pid, signal.SIGKILL)
+        wait_for(lambda: committed("partition") >= total, TIMEOUT, "the partition group to commit every record")
+        seconds, ended = time.monotonic() - began, time.time()
+        load = _machine_load(before, cpu_snapshot())
+        wait_for(lambda: all(committed(g) >= total for g in groups), TIMEOUT, "every group to commit every record")
+        all_groups = time.monotonic() - began
+        if not run.alive():
+            raise RuntimeError("shale run exited")
+        store = open_bucket(config.bucket)
+        query = Query(fr.TENANT, 0, 2**62, "", columns=["partition", "offset"])
+        rows = run_query(query, open_source(config, "metastore", store), store).read_all()
+        pairs = list(zip(rows.column("partition").to_pylist(), rows.column("offset").to_pylist(), strict=True))
+        objects = fr.count_objects(store)
+    return {"seconds": seconds, "all_groups_s": all_groups, "first_commit_s": first, "at_first": at_first,
+            "load": load, "killed_at": killed_at,
+            "after_start_s": ended - _first_time(work / "logs" / "ingest-partition.log", '"msg": "ingest started"'),
+            "check": multiset_check(pairs, ends), "dropped": query.stats.duplicates_dropped, "objects": objects}
+
+
+def shale_freshness(work: Path, bootstrap: str, bucket: BucketConfig) -> fr.ProfileResult:
+    fr.WARMUP, fr.DURATION, fr.RATE = FRESH_WARMUP, FRESH_DURATION, FRESH_RATE
+    return fr.measure("peers-default", {}, bootstrap, bucket, work)
+
+
+# -- the benchmark ------------------------------------------------------------------------------------------------
+
+def _stopped(signum: int, _frame: object) -> None:
+    progress(f"stopped by signal {signum}: stopping every service this run started")
+    sys.exit(128 + signum)
+
+
+def run() -> dict[str, Any]:
+    signal.signal(signal.SIGTERM, _stopped)  # stopped: clean up every service it started
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="shale-bench-peers-") as tmp, kafka_broker() as broker, \
+            minio_bucket() as bucket:
+        bootstrap, root = broker.bootstrap_servers, Path(tmp)
+
+        def mark() -> None:
+            out.setdefault("loadavg", []).append(os.getloadavg()[0])
+
+        def sub(name: str) -> BucketConfig:
+            return bucket.model_copy(update={"url": f"{bucket.url}/{name}"})
+
+        mark()
+        progress(f"filling two topics with {RECORDS:,} records each")
+        ends = fill_topic(bootstrap, "peers-full", RECORDS)
+        crash_ends = fill_topic(bootstrap, "peers-crash", RECORDS)
+        tried: list[str] = []
+        for interval in INTERVALS:
+            mark()
+            progress(f"the sink at commit interval {interval} ms on the full topic")
+            kc = kc_full_topic(root / f"kc-full-{interval}", bootstrap, sub(f"kc-full-{interval}"), "peers-full",
+                               ends, interval, kill=False)
+            print(f"--- Connect worker log (interval {interval} ms), excerpt ---\n{kc['log']}\n---", flush=True)
+            ok = not kc["failures"] and kc["check"]["missing"] == 0
+            tried.append(f"{interval} ms: {'works' if ok else 'failed: ' + '; '.join(kc['failures'])[:300]}")
+            if ok:
+                out["kc_full"] = kc
+                break
+        else:
+            raise RuntimeError(f"no commit interval worked: {tried}")
+        lowest = out["kc_full"]["interval"]
+        mark()
+        progress("Shale on defaults on the full topic")
+        out["shale_full"] = shale_full_topic(root / "shale-full", bootstrap, sub("shale-full"), "peers-full", ends,
+                                             kill=False)
+        mark()
+        progress(f"crash: the sink at {lowest} ms, kill -9 mid-run")
+        out["kc_crash"] = kc_full_topic(root / "kc-crash", bootstrap, sub("kc-crash"), "peers-crash", crash_ends,
+                                        lowest, kill=True)
+        print(f"--- Connect worker log (crash run), excerpt ---\n{out['kc_crash']['log']}\n---", flush=True)
+        mark()
+        progress("crash: Shale on defaults, kill -9 of the partition group's ingest mid-run")
+        out["shale_crash"] = shale_full_topic(root / "shale-crash", bootstrap, sub("shale-crash"), "peers-crash",
+                                              crash_ends, kill=True)
+        mark()
+        progress("freshness: Shale on defaults")
+        out["shale_fresh"] = shale_freshness(root / "shale-fresh", bootstrap, sub("shale-fresh"))
+        mark()
+        progress(f"freshness: the sink at {lowest} ms")
+        out["kc_fresh_low"] = kc_freshness(root / "kc-fresh-low", bootstrap, sub("kc-fresh-low"), lowest)
+        mark()
+        if FRESH_DEFAULT:
+            mark()
+            progress("freshness: the sink at its default interval (5 min)")
+            try:
+                out["kc_fresh_default"] = kc_freshness(root / "kc-fresh-default", bootstrap,
+                                                       sub("kc-fresh-default"), None, FRESH_DURATION_DEFAULT)
+                mark()
+            except RuntimeError as exc:  # reported, not hidden: the other figures stand
+                out["kc_fresh_default_error"] = str(exc)[:2000]
+                progress(f"the sink at its default interval failed: {exc}")
+    return _write(out, tried)
+
+
+def _write(out: dict[str, Any], tried: list[str]) -> dict[str, Any]:
+    kc, sh, kcc, shc = out["kc_full"], out["shale_full"], out["kc_crash"], out["shale_crash"]
+    shale_meta = out["shale_fresh"].books["metastore"].summary()
+    low = out["kc_fresh_low"]["books"]["sink"].summary()
+    per_hour = 3600 / (FRESH_WARMUP + FRESH_DURATION)
+    figures: dict[str, Any] = {
+        "records": RECORDS,
+        "records_per_s_shale": round(RECORDS / sh["seconds"]),
+        "records_per_s_iceberg_kc": round(RECORDS / kc["seconds"]),
+        "seconds_to_last_commit_shale": round(sh["seconds"], 1),
+        "seconds_to_last_commit_both_groups_shale": round(sh["all_groups_s"], 1),
+        "seconds_to_last_commit_iceberg_kc": round(kc["seconds"], 1),
+        "seconds_to_first_commit_shale": round(sh["first_commit_s"], 1),
+        "seconds_to_first_commit_iceberg_kc": round(kc["first_commit_s"], 1),
+        "records_per_s_once_started_shale": round(_steady(sh)),
+        "records_per_s_once_started_iceberg_kc": round(_steady(kc)),
+        "machine_busy_cores_shale_run": sh["load"]["busy_cores"],
+        "machine_busy_cores_iceberg_kc_run": kc["load"]["busy_cores"],
+        "iceberg_kc_lowest_working_interval_ms": kc["interval"],
+        "p50_ms_shale": shale_meta["p50"], "p99_ms_shale": shale_meta["p99"],
+        "p50_ms_iceberg_kc_lowest": low["p50"], "p99_ms_iceberg_kc_lowest": low["p99"],
+        "duplicates_shale": shc["check"]["duplicates"] + sh["check"]["duplicates"],
+        "missing_shale": shc["check"]["missing"] + sh["check"]["missing"],
+        "duplicates_dropped_by_query_shale": shc["dropped"] + sh["dropped"],
+        "duplicates_iceberg_kc": kcc["check"]["duplicates"] + kc["check"]["duplicates"],
+        "missing_iceberg_kc": kcc["check"]["missing"] + kc["check"]["missing"],
+        "objects_per_hour_shale_l0": round(out["shale_fresh"].objects["l0_objects"] * per_hour),
+        "objects_per_hour_shale_after_compaction": round(out["shale_fresh"].after["live_objects"] * per_hour),
+        "objects_per_hour_iceberg_kc_lowest": round(out["kc_fresh_low"]["objects"] * per_hour),
+        "fresh_rate_records_per_s": FRESH_RATE,
+    }
+    if "kc_fresh_default" in out:
+        default = out["kc_fresh_default"]["books"]["sink"].summary()
+        figures |= {"p50_ms_iceberg_kc_default": default["p50"], "p99_ms_iceberg_kc_default": default["p99"],
+                    "objects_per_hour_iceberg_kc_default": round(out["kc_fresh_default"]["objects"] * per_hour)}
+    reference = figures.get("p99_ms_iceberg_kc_default", low["p99"])
+    baseline = {"records_per_s_iceberg_kc": figures["records_per_s_iceberg_kc"],
+                "p99_ms_iceberg_kc_default": reference, "p99_ms_iceberg_kc_lowest": low["p99"]}
+    ratios = {"throughput_vs_iceberg_kc": round(kc["seconds"] / sh["seconds"], 2),
+              "throughput_once_started_vs_iceberg_kc": round(_steady(sh) / _steady(kc), 2),
+              "p99_freshness_vs_iceberg_kc": round(shale_meta["p99"] / reference, 3),
+              "p99_freshness_vs_iceberg_kc_lowest": round(shale_meta["p99"] / low["p99"], 3)}
+    notes = _notes(out, tried)
+    return write_result("peers", figures, baseline, ratios, notes)
+
+
+def _notes(out: dict[str, Any], tried: list[str]) -> str:
+    kc, sh, kcc, shc = out["kc_full"], out["shale_full"], out["kc_crash"], out["shale_crash"]
+    lines = [__doc__ or "", "In this run:", "",
+             f"* Commit intervals tried for the sink: {'; '.join(tried)}.",
+             f"* Full topic: the sink {kc['check']} in {kc['snapshots']} snapshots; Shale (partition group) "
+             f"{sh['check']}, {sh['dropped']} duplicate rows dropped by the query.",
+             f"* Crash: the sink killed at {kcc['killed_at']:,} committed records, then {kcc['check']}; Shale killed "
+             f"at {shc['killed_at']:,}, then {shc['check']}, {shc['dropped']} dropped by the query.",
+             f"* The machine was shared and loaded: its 1-minute load average (2 cores) was "
+             f"{min(out['loadavg']):.1f}-{max(out['loadavg']):.1f} at the phases' ends (other users' test suites "
+             f"ran beside this). Cores busy on the whole machine: full-topic runs, the sink "
+             f"{kc['load']['busy_cores']}, Shale {sh['load']['busy_cores']}; crash runs, the sink "
+             f"{kcc['load']['busy_cores']}, Shale {shc['load']['busy_cores']}; the sink's freshness window "
+             f"{out['kc_fresh_low']['busy_cores']} "
+             f"({out['kc_fresh_low']['steal_cores']} stolen); Shale's freshness window by process "
+             f"{out['shale_fresh'].cores}.",
+             ]
+    if "kc_fresh_default_error" in out:
+        lines.append(f"* The sink at its default interval failed: {out['kc_fresh_default_error'][:500]}")
+    return "\n".join(lines)
