@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
-from tests.integration.ingest_helpers import create_topic
+from tests.integration.ingest_helpers import create_topic, toml_value
 
 from bench.common import progress, timed, write_result
 from bench.services import kafka_broker, minio_bucket
@@ -163,16 +163,7 @@ def _write_toml(config: ShaleConfig, path: Path) -> None:
     lines = []
     for section, values in data.items():
         lines.append(f"[{section}]")
-        lines += [f"{k} = {_toml(v)}" for k, v in values.items()
+        lines += [f"{k} = {toml_value(v)}" for k, v in values.items()
                   if v not in ({}, [], None) and k not in ("parsers", "tenants")]
     path.write_text("\n".join(lines) + "\n")
 
-
-def _toml(value: Any) -> str:
-    """A TOML value: JSON's spelling for scalars and arrays, an inline table for a section's sub-model (the
-    ingest section's schema registry settings, say)."""
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{json.dumps(k)} = {_toml(v)}" for k, v in value.items() if v is not None) + "}"
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
-    return json.dumps(value)

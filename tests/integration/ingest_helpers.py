@@ -74,9 +74,9 @@ def write_config(path: Path, bootstrap: str, bucket: BucketConfig, topics: list[
             if isinstance(value, list) and value and isinstance(value[0], dict):  # [[section.key]] tables
                 for row in value:
                     tables.append(f"[[{section}.{key}]]")
-                    tables += [f"{k} = {_toml(v)}" for k, v in row.items()]
+                    tables += [f"{k} = {toml_value(v)}" for k, v in row.items()]
                 continue
-            lines.append(f"{key} = {_toml(value)}")
+            lines.append(f"{key} = {toml_value(value)}")
     lines += tables
     file = path / "shale.toml"
     file.write_text("\n".join(lines) + "\n")
@@ -84,12 +84,14 @@ def write_config(path: Path, bootstrap: str, bucket: BucketConfig, topics: list[
     return file
 
 
-def _toml(value: Any) -> str:
-    """A TOML value: JSON's spelling for scalars and arrays, inline tables for dicts."""
+def toml_value(value: Any) -> str:
+    """A TOML value: JSON's spelling for scalars and arrays, inline tables for dicts (their None values left out:
+    TOML has no null)."""
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{json.dumps(k)} = {_toml(v)}" for k, v in value.items()) + "}"  # "a.b" quoted
+        return "{" + ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items()
+                               if v is not None) + "}"  # "a.b" quoted
     if isinstance(value, list):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     return json.dumps(value)
 
 
