@@ -115,8 +115,15 @@ def backed_up(kafka: Any, minio: Any, spark: Any, tmp_path_factory: pytest.TempP
 
 
 def restore_job(backed_up: BackedUp, spark: Any, target: str, **request: Any) -> RestoreJob:
-    return RestoreJob(open_index_view(backed_up.config), backed_up.config.bucket, backed_up.config.kafka,
-                      RestoreRequest(tenant="default", topic=backed_up.topic, target_topic=target, **request), spark)
+    journal = open_metastore(backed_up.config)
+    return RestoreJob(journal, backed_up.config.bucket, backed_up.config.kafka,
+                      RestoreRequest(tenant="default", topic=backed_up.topic, target_topic=target, **request), spark,
+                      journal=journal, by="the test")
+
+
+def journal_of(backed_up: BackedUp, job: str) -> list[dict[str, Any]]:
+    """The job's runs in the metastore's restore journal, oldest first."""
+    return [r for r in reversed(open_index_view(backed_up.config).restores()) if r["job"] == job]
 
 
 def restore(backed_up: BackedUp, spark: Any, target: str, **request: Any) -> Any:
@@ -165,6 +172,13 @@ def test_a_restore_killed_mid_transaction_twice_sends_each_record_once(kafka: An
     assert final.popen is not None
     assert final.popen.wait(timeout=600) == 0, final.log_path.read_text()[-3000:]
     assert read_topic(kafka.bootstrap_servers, target, PARTITIONS) == backed_up.records
+    # The journal: the two killed runs ended as interrupted by the next start, the last one done; who ran them is
+    # the local user (embedded metastore).
+    runs = [r for r in reversed(open_index_view(backed_up.config).restores()) if r["target"].endswith(f" {target}")]
+    assert [r["state"] for r in runs] == ["interrupted", "interrupted", "done"]
+    assert runs[-1]["records"] == COUNT
+    assert len({r["job"] for r in runs}) == 1
+    assert all(r["by"] and r["by"] != "the test" for r in runs)
 
 
 @pytest.fixture(scope="module")
@@ -236,6 +250,10 @@ def test_a_gap_is_reported_before_anything_is_sent_and_stops_only_its_partition(
     assert second.error == ""
     got = read_topic(kafka.bootstrap_servers, target, PARTITIONS)
     assert got == {0: backed_up.records[0], 1: backed_up.records[1][:200], 2: []}
+    [run] = journal_of(backed_up, report.job)  # the dry run is not in the journal; the run is, stopped, with why
+    assert (run["state"], run["by"], run["records"]) == ("stopped", "the test", held + 200)
+    assert f"[{held}, {held + 500})" in run["message"]
+    assert run["range"].startswith("offsets 0:0-")
 
 
 def test_a_consumer_group_resumes_from_translated_offsets(kafka: Any, spark: Any, backed_up: BackedUp) -> None:

@@ -29,7 +29,8 @@ BUCKET_INDEX_FILENAME = "bucket-index.json.gz"
 BUCKET_INDEX_DELTAS_DIR = "bucket-index-deltas"
 DLQ_PREFIX = "_shale/dlq/"
 RESTORE_DEAD_LETTERS_DIR = "restore-dead-letters"
-RESTORE_JOB = re.compile(r"[A-Za-z0-9_-]{1,64}")
+RESTORE_JOB_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+RESTORE_JOB = re.compile(RESTORE_JOB_PATTERN)
 
 
 def blocks_prefix(tenant: str) -> str:

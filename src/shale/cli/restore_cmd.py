@@ -4,6 +4,7 @@ command again to continue)."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import asdict
 from typing import TYPE_CHECKING
@@ -36,6 +37,16 @@ def _target(config: ShaleConfig, target_config: str | None, target_bootstrap: st
     if target_bootstrap:
         target = target.model_copy(update={"bootstrap_servers": target_bootstrap})
     return target
+
+
+def _local_user() -> str:
+    import getpass
+    import socket
+
+    try:
+        return f"{getpass.getuser()}@{socket.gethostname()}"[:200]
+    except (KeyError, OSError):  # no name for this uid (a container)
+        return f"uid {os.getuid()}@{socket.gethostname()}"[:200]
 
 
 def _offsets(text: str) -> dict[int, tuple[int, int]]:
@@ -93,7 +104,7 @@ def restore(ctx: click.Context, tenant: str | None, topic: str | None, target_to
     """Replay a topic's backup blocks into Kafka, exactly once. Exit 0 when every partition is restored, 1 when a
     partition stopped (a gap, a corrupt block, a refused record: the report names it).
     `shale restore offsets` carries a consumer group's position over."""
-    from shale.metastore import open_index_view
+    from shale.metastore import open_index_view, open_metastore
     from shale.restore import RestoreJob, RestoreRequest
     from shale.restore.throttle import RestoreLimits
 
@@ -117,9 +128,12 @@ def restore(ctx: click.Context, tenant: str | None, topic: str | None, target_to
         from prometheus_client import start_http_server
 
         start_http_server(metrics_port, addr="127.0.0.1")
-    report = RestoreJob(open_index_view(config), config.bucket, target, request, spark,
-                        on_progress=lambda name, line: click.echo(line.text(name), err=True)).run(dry_run,
-                                                                                                 into_existing)
+    # A dry run only reads; a restore is recorded in the metastore (who: the local user embedded, the API token's
+    # name remote, set by the server).
+    journal = None if dry_run else open_metastore(config)
+    report = RestoreJob(journal or open_index_view(config), config.bucket, target, request, spark,
+                        on_progress=lambda name, line: click.echo(line.text(name), err=True),
+                        journal=journal, by=_local_user()).run(dry_run, into_existing)
     click.echo(json.dumps(asdict(report), indent=2))
     if report.why_not and not report.executed:
         click.echo(f"nothing sent: {report.why_not}", err=True)

@@ -29,7 +29,7 @@ from shale.index.schema import PARTITION_WINDOW_MS
 PROGRESS_STEPS = 10_000
 HASHED_TABLES = ("state", "strings", "partitions", "blocks", "tombstones", "tenant_versions", "offsets", "commits",
                  "settings", "compaction_jobs", "compaction_polls", "generations", "incarnations",
-                 "losses", "block_changes", "ingest_leases", "ingest_shards")
+                 "losses", "block_changes", "ingest_leases", "ingest_shards", "restores")
 
 
 class IndexReader:

@@ -147,6 +147,23 @@ CREATE TABLE IF NOT EXISTS ingest_leases (
     PRIMARY KEY (grp, generation, shard)
 ) WITHOUT ROWID;
 
+CREATE TABLE IF NOT EXISTS restores (
+    run TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL,
+    job TEXT NOT NULL,
+    state TEXT NOT NULL,
+    by TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    topic TEXT NOT NULL,
+    incarnation TEXT NOT NULL,
+    target TEXT NOT NULL,
+    range TEXT NOT NULL,
+    records INTEGER NOT NULL,
+    message TEXT NOT NULL,
+    started_at INTEGER NOT NULL,
+    ended_at INTEGER NOT NULL
+) WITHOUT ROWID;
+
 CREATE TABLE IF NOT EXISTS ingest_shards (
     grp TEXT NOT NULL,
     generation INTEGER NOT NULL,

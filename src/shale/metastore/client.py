@@ -195,6 +195,10 @@ class MetastoreClient:
     def compaction_jobs(self) -> list[dict[str, Any]]:
         return list(self._get("/v1/compaction/jobs")["jobs"])
 
+    def restores(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The newest runs of ``shale restore`` first. Needs a reader of every tenant."""
+        return list(self._get("/v1/restores", limit=limit)["restores"])
+
     def compaction_queue(self) -> dict[str, int]:
         return dict(self._get("/v1/compaction/jobs")["queue"])
 

@@ -13,6 +13,7 @@ import msgpack
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from shale.block import BlockMeta
+from shale.block.layout import RESTORE_JOB_PATTERN
 from shale.block.meta import INCARNATION_PATTERN
 from shale.compaction.messages import AssignJob, JobUpdate, NewJob
 from shale.errors import CommandRejectedError
@@ -136,6 +137,29 @@ class SetIngestShards(_Command):
     shards: int = Field(ge=1, le=1024)
 
 
+class RecordRestore(_Command):
+    """A run of ``shale restore`` starts (``running``) or ends (``done``, or ``stopped`` when a partition stopped):
+    who ran it, what it restores, when, and with what result; the audit record of writes into Kafka. ``by`` is
+    the caller's token name, set by the API from the request (what a client sends there is replaced); embedded,
+    the local user. A new run of a job ends that job's runs left ``running`` (killed) as ``interrupted``. Needs
+    admin."""
+
+    from_clients = True
+
+    kind: Literal["RecordRestore"] = "RecordRestore"
+    run: str = Field(pattern=r"^[0-9a-f]{16}$")
+    job: str = Field(pattern=RESTORE_JOB_PATTERN)
+    state: Literal["running", "done", "stopped"]
+    by: str = Field(default="", max_length=200)
+    tenant: str = Field(max_length=200)
+    topic: str = Field(max_length=249)
+    incarnation: str = Field(default="", pattern=INCARNATION_PATTERN)
+    target: str = Field(max_length=1000, description="the target cluster's bootstrap servers and topic")
+    range: str = Field(max_length=2000, description="the range restored, as the plan says it")
+    records: int = Field(default=0, ge=0, description="records planned (running) or restored (at the end)")
+    message: str = Field(default="", max_length=2000, description="why partitions stopped, when some did")
+
+
 class AcknowledgeOffsetLoss(_Command):
     """An operator accepts that offsets ``[start, end)`` of one topic-partition are lost (Kafka deleted them before
     they were read): the committed end moves from ``start`` to ``end`` and the loss is recorded. Accepted only when
@@ -254,7 +278,7 @@ class TrimBlockChanges(_Command):
 Command = Annotated[Noop | AddBlocks | CommitIngestBatch | ReplaceBlocks | TruncateIndex | DeleteTombstones
                     | UpdateCompactionPlan | SetCompactionFailureLimit | SetActiveGeneration | AcknowledgeOffsetLoss
                     | TrimBlockChanges | QuarantineBlocks | AcquireIngestLease | RenewIngestLease | ReleaseIngestLease
-                    | SetIngestShards,
+                    | SetIngestShards | RecordRestore,
                     Field(discriminator="kind")]
 """Every command, declared once: the kinds, the decoder, the API's list of client commands and the state
 machine's handler registry (checked complete at import) all derive from this union."""

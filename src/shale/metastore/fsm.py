@@ -34,6 +34,7 @@ from shale.metastore.commands import (
     Noop,
     OffsetRange,
     QuarantineBlocks,
+    RecordRestore,
     ReleaseIngestLease,
     RenewIngestLease,
     ReplaceBlocks,
@@ -49,6 +50,7 @@ from shale.metastore.commands import (
 from shale.metastore.compaction import apply_failure_limit, apply_plan
 from shale.metastore.generations import first_gap, offsets_held, switch_to_ingest
 from shale.metastore.leases import apply_acquire, apply_release, apply_renew, check_commit_lease
+from shale.metastore.restores import apply_record
 from shale.metastore.shards import apply_set, check_commit_shard
 
 COMMITS_KEPT_PER_PARTITION = 100
@@ -225,6 +227,11 @@ def _renew_ingest_lease(w: IndexWriter, cmd: RenewIngestLease, entry: Entry) -> 
 @handles(ReleaseIngestLease)
 def _release_ingest_lease(w: IndexWriter, cmd: ReleaseIngestLease, entry: Entry) -> Result:
     return apply_release(w, cmd, entry.time_ms)
+
+
+@handles(RecordRestore)
+def _record_restore(w: IndexWriter, cmd: RecordRestore, entry: Entry) -> Result:
+    return apply_record(w, cmd, entry.index, entry.time_ms)
 
 
 @handles(SetIngestShards)

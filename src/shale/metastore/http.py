@@ -39,7 +39,15 @@ from shale.errors import (
     QueryTimeoutError,
 )
 from shale.metastore import auth, openapi, sessions
-from shale.metastore.commands import CLIENT_COMMANDS, CommitIngestBatch, IngestLeaseCommand, decode
+from shale.metastore.commands import (
+    CLIENT_COMMANDS,
+    CommitIngestBatch,
+    IngestLeaseCommand,
+    RecordRestore,
+    decode,
+    encode,
+)
+from shale.metastore.restores import KEPT
 from shale.metastore.service import MetastoreService
 
 AUTH_FAILURES = Counter("shale_metastore_auth_failures_total", "API calls refused before they ran, by route and "
@@ -259,6 +267,8 @@ def create_app(service: MetastoreService, leader_http: Callable[[], str | None],
         if command.kind not in CLIENT_COMMANDS:
             raise CommandRejectedError(f"{command.kind} is proposed by the metastore itself, not by clients",
                                        reason="forbidden")
+        if isinstance(command, RecordRestore):  # who ran it is the caller's token, whatever the body says
+            body = encode(command.model_copy(update={"by": f"token {_principal(request).name}"}))
         result = await run_in_threadpool(service.submit_bytes, body)
         return JSONResponse(result.model_dump(mode="json"), status_code=200 if result.ok else 409)
 
@@ -276,6 +286,10 @@ def create_app(service: MetastoreService, leader_http: Callable[[], str | None],
     @app.get("/v1/compaction/jobs")
     def compaction_jobs() -> dict[str, Any]:
         return {"jobs": service.compaction_jobs(), "queue": service.compaction_queue()}
+
+    @app.get("/v1/restores")
+    def restores(limit: int = Query(100, ge=1, le=KEPT)) -> dict[str, Any]:
+        return {"restores": service.restores(limit)}
 
     @app.post("/v1/raft/barrier")
     async def raft_barrier(request: Request) -> dict[str, int]:

@@ -27,6 +27,7 @@ from shale.metastore.compaction import job_rows, plan_command, prepare_plan, que
 from shale.metastore.fsm import StateMachine
 from shale.metastore.leases import lease_rows
 from shale.metastore.log import CommandLog
+from shale.metastore.restores import restore_rows
 
 COMMANDS = Counter("shale_metastore_commands_total", "Commands proposed, by kind and outcome (ok or the "
                    "rejection reason).", ["kind", "outcome"])
@@ -154,6 +155,10 @@ class MetastoreService:
         """Every shard's ingest lease as of now (``holder`` empty when nobody holds it, or its lease was granted
         under an older shard map)."""
         return lease_rows(self.state.reader.conn, int(self.clock() * 1000))
+
+    def restores(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The newest runs of ``shale restore`` first."""
+        return restore_rows(self.state.reader.conn, limit)
 
     def compaction_queue(self) -> dict[str, int]:
         return queue_counts(CompactionState(self.state.reader.conn))

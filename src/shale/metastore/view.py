@@ -30,6 +30,7 @@ from shale.index import (
 )
 from shale.metastore.compaction import job_rows, queue_counts
 from shale.metastore.leases import lease_rows
+from shale.metastore.restores import restore_rows
 
 
 class ReadOnlyIndex:
@@ -93,6 +94,10 @@ class ReadOnlyIndex:
     def ingest_leases(self) -> list[dict[str, Any]]:
         """Every shard's ingest lease as of now (``holder`` empty when nobody holds it)."""
         return lease_rows(self.reader.conn, int(self.clock() * 1000))
+
+    def restores(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The newest runs of ``shale restore`` first."""
+        return restore_rows(self.reader.conn, limit)
 
     def compaction_queue(self) -> dict[str, int]:
         return queue_counts(CompactionState(self.reader.conn))

@@ -8,13 +8,15 @@ the user names it: the same command started again is the same job, so it resumes
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import logging
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
@@ -25,8 +27,10 @@ from shale.config import BucketConfig, KafkaConfig
 from shale.errors import ConfigError
 from shale.index import IncarnationRow, LossRow
 from shale.ingest.kafka import client_options, describe_topics
+from shale.logs import redact
+from shale.metastore.commands import RecordRestore, Result
 from shale.restore import metrics
-from shale.restore.plan import RestorePlan, RestoreRange, build_plan, choose_incarnation
+from shale.restore.plan import PartitionPlan, RestorePlan, RestoreRange, build_plan, choose_incarnation
 from shale.restore.progress import (
     ProgressLine,
     ProgressWatcher,
@@ -44,6 +48,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ALL_TIME = (0, 1 << 53)
+
+
+class RestoreJournal(Protocol):
+    """Where a restore records its runs: the metastore (``open_metastore`` fits)."""
+
+    def submit(self, command: RecordRestore) -> Result: ...
 
 
 class BackupIndex(Protocol):
@@ -92,6 +102,10 @@ class RestoreReport:
         return not self.why_not and all(not p.error for p in self.partitions)
 
 
+def _iso(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def job_name(request: RestoreRequest, incarnation: str, target_bootstrap: str) -> str:
     if request.job:
         if not RESTORE_JOB.fullmatch(request.job):
@@ -107,8 +121,11 @@ class RestoreJob:
     def __init__(self, index: BackupIndex, bucket: BucketConfig, target: KafkaConfig, request: RestoreRequest,
                  spark: SparkSession | None = None, clock: Callable[[], float] = time.time,
                  on_progress: Callable[[str, ProgressLine], None] | None = None,
-                 progress_interval: float = 5.0) -> None:
+                 progress_interval: float = 5.0, journal: RestoreJournal | None = None, by: str = "") -> None:
+        """``journal`` records each run (who: ``by``, or the API caller's token); without one nothing is recorded
+        (tests of the protocol alone)."""
         self.clock, self.on_progress, self.progress_interval = clock, on_progress, progress_interval
+        self.journal, self.by = journal, by
         self.index, self.bucket, self.target, self.request, self.spark = index, bucket, target, request, spark
         self.client = client_options(target)
         self.admin = AdminClient(self.client)
@@ -145,13 +162,50 @@ class RestoreJob:
         fence(self.client, job, [p.partition for p in todo])
         progress = read_progress(self.client, job)
         report.resumed = bool(progress)
-        if timestamp_type is None:
-            self._create_target(plan.mapping.target_partitions)
-        elif not progress and not into_existing and self._holds_data(plan.mapping.target_partitions):
+        if (timestamp_type is not None and not progress and not into_existing
+                and self._holds_data(plan.mapping.target_partitions)):
             report.why_not = (f"the target topic {r.target_topic} already holds records and this restore job has "
                               "no progress there: this was a dry run. Pass --into-existing to add the restored "
                               "records to it")
             return report
+        run = self._record(job, plan, "running", int(report.plan["records"]))
+        try:
+            self._send(job, plan, todo, progress, timestamp_type, report)
+        except BaseException as exc:
+            try:
+                self._record(job, plan, "stopped", 0, f"{type(exc).__name__}: {redact(str(exc))}", run)
+            except Exception as journal_error:  # the restore's own error is the one to raise
+                log.error("restore end not recorded", extra={"job": job, "error": redact(str(journal_error))})
+            raise
+        stopped = "; ".join(f"partition {o.partition}: {o.error}" for o in report.partitions if o.error)
+        self._record(job, plan, "stopped" if stopped else "done", sum(o.restored for o in report.partitions),
+                     stopped, run)
+        return report
+
+    def _record(self, job: str, plan: RestorePlan, state: Literal["running", "done", "stopped"], records: int,
+                message: str = "", run: str = "") -> str:
+        """Record the run's start or end in the journal (a refusal raises: nothing is sent unrecorded)."""
+        run = run or secrets.token_hex(8)
+        if self.journal is None:
+            return run
+        r = self.request
+        offsets = ", ".join(f"{p}:{a}-{b}" for p, (a, b) in sorted((r.range.offsets or {}).items()))
+        until = r.range.until_ms
+        what = " ".join(filter(None, [
+            f"offsets {offsets}" if offsets else "",
+            f"until {_iso(until)}" if until is not None else "everything backed up",
+            f"generation {r.generation}"]))
+        self.journal.submit(RecordRestore(
+            run=run, job=job, state=state, by=self.by, tenant=r.tenant, topic=r.topic, incarnation=plan.incarnation,
+            target=f"{self.target.bootstrap_servers[:900]} {r.target_topic}", range=what, records=records,
+            message=message[:2000])).raise_for_rejection()
+        return run
+
+    def _send(self, job: str, plan: RestorePlan, todo: list[PartitionPlan], progress: dict[int, tuple[int, int]],
+              timestamp_type: str | None, report: RestoreReport) -> None:
+        r = self.request
+        if timestamp_type is None:
+            self._create_target(plan.mapping.target_partitions)
         configs = self._target_configs() or {}
         warning = self._retention_warning(plan.oldest_ms, configs)
         if warning:
@@ -171,7 +225,7 @@ class RestoreJob:
             for p in todo]
         report.executed = True
         if not works:
-            return report
+            return
         if self.spark is None:
             raise ConfigError("a restore runs on Spark: no SparkSession was given")
         client, bucket = self.client, self.bucket
@@ -194,7 +248,6 @@ class RestoreJob:
             if outcome.error:
                 metrics.STOPPED.labels(job).inc()
                 log.error("restore partition stopped", extra={"partition": outcome.partition, "error": outcome.error})
-        return report
 
     def _target_configs(self) -> dict[str, str] | None:
         """The target topic's configuration, or None when the topic does not exist."""

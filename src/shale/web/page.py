@@ -161,6 +161,14 @@ def render(status: Status, refresh_s: int = 10) -> str:
             _table(["topic", "generation", "partitions", "complete up to"],
                    [[escape(e["topic"]), e["generation"], e["partitions"], _when(e["watermark"])]
                     for e in status.ledger], "ledger"),
+            "<h2>Restores</h2>",
+            _table(["started", "ended", "job", "state", "by", "tenant", "topic", "target", "range", "records",
+                    "why stopped"],
+                   [[_when(r["started_at"]), _when(r["ended_at"]) if r["ended_at"] else "-", escape(r["job"]),
+                     f'<span class="{"bad" if r["state"] in ("stopped", "interrupted") else ""}">'
+                     f'{escape(r["state"])}</span>', escape(r["by"]), escape(r["tenant"]), escape(r["topic"]),
+                     escape(r["target"]), escape(r["range"]), r["records"], escape(r["message"][:300])]
+                    for r in status.restores], "restores", left=9),
             "<h2>Storage</h2>",
             f"<p>dead letter queue: <b>{status.dlq_depth}</b> commands; pending deletions: <b>{status.tombstones}"
             f"</b> (oldest {_age(status.oldest_tombstone_s) if status.tombstones else '-'}); partial blocks: "

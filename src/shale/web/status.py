@@ -30,6 +30,8 @@ class Status:
     leases: list[dict[str, Any]] = field(default_factory=list)
     """Every ingest shard's lease: its holder (empty: nobody writes the shard), age and takeovers."""
     queue: dict[str, int] = field(default_factory=dict)
+    restores: list[dict[str, Any]] = field(default_factory=list)
+    """The newest runs of ``shale restore``: who, what, when, the result."""
     offsets: list[dict[str, Any]] = field(default_factory=list)
     ledger: list[dict[str, Any]] = field(default_factory=list)
     dlq_depth: int = 0
@@ -63,6 +65,8 @@ class PageIndex(Protocol):
     def compaction_queue(self) -> dict[str, int]: ...
 
     def ingest_leases(self) -> list[dict[str, Any]]: ...
+
+    def restores(self, limit: int = 100) -> list[dict[str, Any]]: ...
 
 
 def _index_age(bucket: BucketReader, tenant: str, now: float) -> float | None:
@@ -112,6 +116,7 @@ def collect(index: PageIndex, node: dict[str, Any], bucket: BucketReader, config
     status.jobs = index.compaction_jobs()
     status.queue = index.compaction_queue()
     status.leases = index.ingest_leases()
+    status.restores = index.restores(20)
     status.offsets = [{**o.model_dump(), "lag": None, "lost": 0, "note": ""} for o in index.offsets()]
     status.kafka_error = _lag(config, status.offsets)
     incarnations, losses = index.offset_history()
