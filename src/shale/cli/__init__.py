@@ -32,6 +32,7 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "locate": ("shale.cli.reprocess_cmd", "locate", "Find the blocks that hold a Kafka record."),
     "restore": ("shale.cli.restore_cmd", "restore", "Replay a topic's backup blocks into Kafka, exactly once."),
     "tombstones": ("shale.cli.tombstones_cmd", "tombstones", "List blocks removed from the index, when and why."),
+    "schemas": ("shale.cli.schemas_cmd", "schemas", "List the schema versions a tenant's blocks were written with."),
     "verify": ("shale.cli.ingest_cmd", "verify", "Reconcile Kafka offsets with the stored records."),
     "ledger": ("shale.cli.ingest_cmd", "ledger", "Show the completeness ledger of a topic."),
     "offsets": ("shale.cli.offsets_cmd", "offsets", "Show committed offsets; acknowledge offsets Kafka lost."),

@@ -22,14 +22,22 @@ from shale.block.names import MORE_LABEL_SETS
 from shale.errors import QueryTimeoutError
 from shale.index.changes import BlockChange, change_metas, pending_entries, published_through, read_changes
 from shale.index.matchers import Matcher, match_label_sets, matching_datasets
-from shale.index.records import IncarnationRow, LossRow, OffsetRow, PartitionRow, TombstoneRow, decode_meta
+from shale.index.records import (
+    IncarnationRow,
+    LossRow,
+    OffsetRow,
+    PartitionRow,
+    SchemaVersionRow,
+    TombstoneRow,
+    decode_meta,
+)
 from shale.index.schema import PARTITION_WINDOW_MS
 
 # SQLite calls the progress handler every this many virtual-machine instructions (well under a millisecond).
 PROGRESS_STEPS = 10_000
 HASHED_TABLES = ("state", "strings", "partitions", "blocks", "tombstones", "tenant_versions", "offsets", "commits",
                  "settings", "compaction_jobs", "compaction_polls", "generations", "incarnations",
-                 "losses", "block_changes", "ingest_leases", "ingest_shards", "restores")
+                 "losses", "block_changes", "ingest_leases", "ingest_shards", "restores", "block_schemas")
 
 
 class IndexReader:
@@ -280,6 +288,18 @@ class IndexReader:
         """The tenant's generation switches, oldest first: (topic, start ms, end ms, generation)."""
         return [(r[0], r[1], r[2], r[3]) for r in self.conn.execute(
             'SELECT topic, start, "end", generation FROM generations WHERE tenant = ? ORDER BY seq', (tenant,))]
+
+    def schema_versions(self, tenant: str, topic: str | None = None) -> list[SchemaVersionRow]:
+        """The writer schemas the tenant's live blocks were written with (typed parsers), per topic, group and
+        generation (the ``block_schemas`` index, filled as blocks are added)."""
+        rows = self.conn.execute(
+            "SELECT t.value, bs.schema_id, bs.fingerprint, g.value, b.generation, count(*), min(b.min_time), "
+            "max(b.max_time) FROM block_schemas bs JOIN blocks b ON b.id = bs.block_id "
+            "JOIN strings t ON t.id = bs.topic JOIN strings g ON g.id = b.grp "
+            "WHERE bs.tenant = (SELECT id FROM strings WHERE value = ?) AND (? IS NULL OR t.value = ?) "
+            "GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5", (tenant, topic, topic))
+        return [SchemaVersionRow(topic=r[0], schema_id=r[1], fingerprint=r[2], group=r[3], generation=r[4],
+                                 blocks=r[5], min_time=r[6], max_time=r[7]) for r in rows]
 
     def tenant_tombstones(self, tenant: str) -> list[TombstoneRow]:
         rows = self.conn.execute(

@@ -69,6 +69,20 @@ class TombstoneRow(_Row):
     files: list[str]
 
 
+class SchemaVersionRow(_Row):
+    """A writer schema (Schema Registry id) of a tenant's topic, as the live blocks of one group and generation
+    hold it: how many blocks and their data-time range, and the fingerprint the rows are stored under."""
+
+    topic: str
+    schema_id: int
+    fingerprint: str
+    group: str
+    generation: int
+    blocks: int
+    min_time: int
+    max_time: int
+
+
 class PartitionRow(_Row):
     tenant: str
     shard: int

@@ -15,7 +15,7 @@ from pathlib import Path
 from shale.compaction.state import COMPACTION_DDL
 from shale.index.changes import DDL as CHANGES_DDL
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 PARTITION_WINDOW_MS = 6 * 3600 * 1000
 
 DDL = """
@@ -53,6 +53,18 @@ CREATE TABLE IF NOT EXISTS blocks (
     queued INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS blocks_by_partition_time ON blocks (partition_id, min_time);
+
+-- Schema versions are data (issue 31): per live block and topic, the Schema Registry ids of the writer schemas its
+-- rows were written with and the fingerprint of the schema they are stored under (typed parsers' datasets only).
+CREATE TABLE IF NOT EXISTS block_schemas (
+    block_id TEXT NOT NULL,
+    topic INTEGER NOT NULL,
+    schema_id INTEGER NOT NULL,
+    tenant INTEGER NOT NULL,
+    fingerprint TEXT NOT NULL,
+    PRIMARY KEY (block_id, topic, schema_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS block_schemas_by_id ON block_schemas (tenant, schema_id);
 
 CREATE TABLE IF NOT EXISTS tombstones (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -212,6 +224,22 @@ def _migrate_2_to_3(conn: sqlite3.Connection) -> None:
     conn.execute("COMMIT")
 
 
+_FILL_BLOCK_SCHEMAS = """
+INSERT OR IGNORE INTO block_schemas (block_id, topic, schema_id, tenant, fingerprint)
+    SELECT b.id, t.id, s.value, b.tenant, coalesce(json_extract(d.value, '$.schema_fingerprint'), '')
+    FROM blocks b, json_each(CAST(b.meta AS TEXT), '$.datasets') d, json_each(d.value, '$.schema_ids') s
+    JOIN strings t ON t.value = json_extract(d.value, '$.topic')
+    WHERE json_type(d.value, '$.schema_ids') = 'array';
+"""
+
+
+def _migrate_3_to_4(conn: sqlite3.Connection) -> None:
+    """Version 3 -> 4: the schema ids of the blocks already indexed, read from their metadata. Deterministic, so
+    every replica migrates its own copy the same way."""
+    conn.executescript("BEGIN IMMEDIATE;" + DDL + _FILL_BLOCK_SCHEMAS
+                       + "UPDATE state SET value = 4 WHERE key = 'schema_version'; COMMIT;")
+
+
 def connect(path: str, *, readonly: bool = False) -> sqlite3.Connection:
     """A connection with the settings every user of the index needs (WAL, foreign keys off, no autocommit)."""
     if readonly:
@@ -253,6 +281,8 @@ def create(conn: sqlite3.Connection) -> None:
                            + "UPDATE state SET value = 2 WHERE key = 'schema_version'; COMMIT;")
     if row is not None and int(row[0]) in (1, 2):
         _migrate_2_to_3(conn)
+    if row is not None and int(row[0]) in (1, 2, 3):
+        _migrate_3_to_4(conn)
     conn.executescript(DDL + CHANGES_DDL + QUEUE_INDEX)
     conn.execute("INSERT OR IGNORE INTO state (key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
     conn.execute("INSERT OR IGNORE INTO state (key, value) VALUES ('applied_index', 0)")

@@ -150,6 +150,7 @@ class IndexWriter:
         # queue) and the change feed: this loop is most of the cost of an AddBlocks that SQLite does not account for,
         # so the caches are read inline (a string or partition id is never 0) and their methods called on a miss.
         rows = []
+        schemas: list[tuple[str, int, int, int, str]] = []
         bounds: dict[int, list[int]] = {}
         record, intern, packb, label_sets = self.changes.record, self.intern, msgpack.packb, self._label_sets
         sids, partitions = self._sids, self._partitions
@@ -174,10 +175,14 @@ class IndexWriter:
             labels, n_rows, raw_bytes = [], 0, 0
             for ds in meta.datasets:
                 topic, kind = ds.topic, ds.kind
-                labels.append([sids.get(topic) or intern(topic), sids.get(kind) or intern(kind), ds.min_time,
-                               ds.max_time, label_sets(ds.labels)])
+                topic_id = sids.get(topic) or intern(topic)
+                labels.append([topic_id, sids.get(kind) or intern(kind), ds.min_time, ds.max_time,
+                               label_sets(ds.labels)])
                 n_rows += ds.rows
                 raw_bytes += ds.bytes
+                if ds.schema_ids:
+                    schemas.extend((block_id, topic_id, sid, tenant, ds.schema_fingerprint or "")
+                                   for sid in ds.schema_ids)
             group = meta.group
             rows.append((block_id, pid, tenant, shard, meta.level, sids.get(group) or intern(group), meta.generation,
                          min_time, max_time, sum([f.size for f in meta.files]), n_rows, added_at, packb(labels),
@@ -187,6 +192,9 @@ class IndexWriter:
             "INSERT INTO blocks (id, partition_id, tenant, shard, level, grp, generation, min_time, max_time, size, "
             "rows, added_at, labels, meta, raw_bytes, queued) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
             rows)
+        if schemas:
+            self.conn.executemany("INSERT OR IGNORE INTO block_schemas (block_id, topic, schema_id, tenant, "
+                                  "fingerprint) VALUES (?, ?, ?, ?, ?)", schemas)
         self.conn.executemany(
             "UPDATE partitions SET blocks = blocks + ?, min_time = min(min_time, ?), max_time = max(max_time, ?) "
             "WHERE id = ?", [(n, low, high, pid) for pid, (n, low, high) in sorted(bounds.items())])
@@ -198,6 +206,8 @@ class IndexWriter:
             return None
         self.conn.execute("DELETE FROM blocks WHERE id = ?", (block_id,))
         meta = decode_meta(row[1])
+        if any(ds.schema_ids for ds in meta.datasets):
+            self.conn.execute("DELETE FROM block_schemas WHERE block_id = ?", (block_id,))
         self.changes.record("remove", meta.tenant, block_id)  # and it leaves the compaction queue with its row
         self.conn.execute("UPDATE partitions SET blocks = blocks - 1 WHERE id = ?", (row[0],))
         if self.conn.execute("DELETE FROM partitions WHERE id = ? AND blocks <= 0", (row[0],)).rowcount:

@@ -205,6 +205,7 @@ RULES: dict[str, Rule] = {
     "GET /v1/blocks/{block_id}": _const(SOME_READER),  # the block's own tenant is checked once it is found
     "GET /v1/tenants/{tenant}/blocks": _tenant_in_path,
     "GET /v1/tenants/{tenant}/generations": _tenant_in_path,
+    "GET /v1/tenants/{tenant}/schemas": _tenant_in_path,
     "GET /v1/labels": _tenants_in_query,
     "GET /v1/labels/{name}/values": _tenants_in_query,
     "GET /v1/offsets": _offsets,

@@ -30,7 +30,7 @@ from shale.errors import (
     MetastoreUnavailableError,
     QueryTimeoutError,
 )
-from shale.index import IncarnationRow, LossRow, OffsetRow, TombstoneRow
+from shale.index import IncarnationRow, LossRow, OffsetRow, SchemaVersionRow, TombstoneRow
 from shale.metastore.commands import Command, Result, encode
 
 log = logging.getLogger(__name__)
@@ -194,6 +194,12 @@ class MetastoreClient:
 
     def compaction_jobs(self) -> list[dict[str, Any]]:
         return list(self._get("/v1/compaction/jobs")["jobs"])
+
+    def schema_versions(self, tenant: str, topic: str | None = None) -> list[SchemaVersionRow]:
+        """The writer schemas the tenant's live blocks hold, per topic, group and generation."""
+        params = {"topic": topic} if topic is not None else {}
+        rows = self._get(f"/v1/tenants/{tenant}/schemas", **params)["schemas"]
+        return [SchemaVersionRow.model_validate(r) for r in rows]
 
     def restores(self, limit: int = 100) -> list[dict[str, Any]]:
         """The newest runs of ``shale restore`` first. Needs a reader of every tenant."""

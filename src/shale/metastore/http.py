@@ -287,6 +287,10 @@ def create_app(service: MetastoreService, leader_http: Callable[[], str | None],
     def compaction_jobs() -> dict[str, Any]:
         return {"jobs": service.compaction_jobs(), "queue": service.compaction_queue()}
 
+    @app.get("/v1/tenants/{tenant}/schemas")
+    def schema_versions(tenant: str, topic: str | None = None) -> dict[str, Any]:
+        return {"schemas": [r.model_dump() for r in service.schema_versions(tenant, topic)]}
+
     @app.get("/v1/restores")
     def restores(limit: int = Query(100, ge=1, le=KEPT)) -> dict[str, Any]:
         return {"restores": service.restores(limit)}

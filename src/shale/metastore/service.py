@@ -21,7 +21,7 @@ from shale.compaction.model import PlanLimits
 from shale.compaction.state import CompactionState
 from shale.config import CompactionConfig
 from shale.errors import MetastoreUnavailableError
-from shale.index import IncarnationRow, LossRow, OffsetRow, TombstoneRow, parse_matchers
+from shale.index import IncarnationRow, LossRow, OffsetRow, SchemaVersionRow, TombstoneRow, parse_matchers
 from shale.metastore.commands import Command, Result
 from shale.metastore.compaction import job_rows, plan_command, prepare_plan, queue_counts
 from shale.metastore.fsm import StateMachine
@@ -155,6 +155,10 @@ class MetastoreService:
         """Every shard's ingest lease as of now (``holder`` empty when nobody holds it, or its lease was granted
         under an older shard map)."""
         return lease_rows(self.state.reader.conn, int(self.clock() * 1000))
+
+    def schema_versions(self, tenant: str, topic: str | None = None) -> list[SchemaVersionRow]:
+        """The writer schemas the tenant's live blocks hold, per topic, group and generation."""
+        return self.state.reader.schema_versions(tenant, topic)
 
     def restores(self, limit: int = 100) -> list[dict[str, Any]]:
         """The newest runs of ``shale restore`` first."""

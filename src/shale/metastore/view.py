@@ -23,6 +23,7 @@ from shale.index import (
     IndexReader,
     LossRow,
     OffsetRow,
+    SchemaVersionRow,
     TombstoneRow,
     connect,
     copy_state,
@@ -94,6 +95,9 @@ class ReadOnlyIndex:
     def ingest_leases(self) -> list[dict[str, Any]]:
         """Every shard's ingest lease as of now (``holder`` empty when nobody holds it)."""
         return lease_rows(self.reader.conn, int(self.clock() * 1000))
+
+    def schema_versions(self, tenant: str, topic: str | None = None) -> list[SchemaVersionRow]:
+        return self.reader.schema_versions(tenant, topic)
 
     def restores(self, limit: int = 100) -> list[dict[str, Any]]:
         """The newest runs of ``shale restore`` first."""

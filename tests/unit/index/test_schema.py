@@ -15,6 +15,7 @@ from shale.block import BlockMeta
 from shale.compaction.messages import PollRequest
 from shale.compaction.state import CompactionState
 from shale.config import CompactionConfig
+from shale.index.schema import SCHEMA_VERSION
 from shale.metastore import AddBlocks, MetastoreService, SingleNodeLog, StateMachine
 from shale.metastore.commands import ReplaceBlocks
 
@@ -85,7 +86,8 @@ def test_a_version_2_state_migrates_to_the_state_version_3_builds(tmp_path: Path
     migrated = StateMachine(path)
     assert migrated.state_hash() == expected
     assert _queue(migrated) == queue
-    assert migrated.conn.execute("SELECT value FROM state WHERE key = 'schema_version'").fetchone()[0] == 3
+    version = migrated.conn.execute("SELECT value FROM state WHERE key = 'schema_version'").fetchone()[0]
+    assert version == SCHEMA_VERSION
     assert migrated.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'compaction_queue'").fetchone() is None
 
     restored = StateMachine(tmp_path / "restored.db")

@@ -102,6 +102,7 @@ ROWS = [
     Row("GET", "/v1/blocks/{block_id}", path="/v1/blocks/{block}"),
     Row("GET", "/v1/tenants/{tenant}/blocks", path="/v1/tenants/{tenant}/blocks"),
     Row("GET", "/v1/tenants/{tenant}/generations", path="/v1/tenants/{tenant}/generations"),
+    Row("GET", "/v1/tenants/{tenant}/schemas", path="/v1/tenants/{tenant}/schemas"),
     Row("GET", "/v1/labels", query="tenant={tenant}"),
     Row("GET", "/v1/labels/{name}/values", path="/v1/labels/topic/values", query="tenant={tenant}"),
     Row("GET", "/v1/offsets", query="group={group}"),
