@@ -75,6 +75,11 @@ class QueryTimeoutError(ShaleError):
     """A query ran past its deadline and was stopped. Narrow it (time range, tenants, selector) and ask again."""
 
 
+class IncompatibleColumnError(ShaleError):
+    """Blocks of one table hold a column under types that cannot be read as one (a schema changed
+    incompatibly): named, never cast into a wrong value."""
+
+
 class ServiceStartError(ShaleError):
     """A service did not start. The message names the service, the command and the tail of its log."""
 

@@ -41,6 +41,7 @@ from shale.block import (
 )
 from shale.block.records import IncarnationCodes, row_incarnations, shared_scopes
 from shale.block.writer import DEFAULT_ROW_GROUP_ROWS
+from shale.errors import IncompatibleColumnError
 from shale.failpoints import failpoint
 from shale.objstore import Bucket
 from shale.resources import PeakMemory
@@ -155,6 +156,30 @@ def fetch_sources(bucket: Bucket, sources: list[BlockMeta], pool: Executor) -> d
     return {key: pool.submit(bucket.get, key) for key in sorted(keys)}
 
 
+def _check_types(name: str, parts: list[tuple[BlockMeta, Dataset]], tables: list[pa.Table]) -> None:
+    """Refuse (with the column, its types and the blocks) to merge a dataset whose sources hold a column under types
+    no one type holds: a schema changed incompatibly between them (DESIGN 10.8). Nothing is written; the job fails
+    and, after the failure limit, is excluded, and the sources stay as they are."""
+    if len(tables) < 2:
+        return
+    try:
+        pa.unify_schemas([t.schema for t in tables], promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        seen: dict[str, tuple[pa.DataType, str]] = {}
+        for (meta, _), table in zip(parts, tables, strict=True):
+            for f in table.schema:
+                first = seen.setdefault(f.name, (f.type, meta.id))
+                try:
+                    pa.unify_schemas([pa.schema([pa.field(f.name, first[0])]), pa.schema([f])],
+                                     promote_options="permissive")
+                except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+                    raise IncompatibleColumnError(
+                        f"dataset {name}: column {f.name!r} is {first[0]} in block {first[1]} and {f.type} in block "
+                        f"{meta.id}: the schema changed incompatibly between them, so they are not merged "
+                        "(`shale reprocess --schema-id` can read the older blocks again as the new schema)") from None
+        raise IncompatibleColumnError(f"dataset {name}: the sources' schemas cannot be merged: {exc}") from None
+
+
 def merge_blocks(bucket: Bucket, sources: list[BlockMeta], *, job: str, token: int, level: int,
                  fetched: dict[str, Future[bytes]] | None = None) -> MergeResult:
     """Merge ``sources`` into one output block of ``level + 1``. ``fetched`` holds the input objects whose GETs
@@ -186,6 +211,7 @@ def merge_blocks(bucket: Bucket, sources: list[BlockMeta], *, job: str, token: i
                 incarnations = np.concatenate([
                     row_incarnations(meta, dataset.topic, t.column("partition"), t.column("offset"), codes)
                     for (meta, dataset), t in zip(parts[name], tables, strict=True)])
+            _check_types(name, parts[name], tables)
             table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
             del tables
             labels = sorted({tuple(sorted(ls.items())) for _, d in parts[name] for ls in d.labels})

@@ -19,6 +19,7 @@ import pyarrow as pa
 from shale.block import read_dataset
 from shale.block.names import check_tenant
 from shale.block.records import IncarnationCodes, row_incarnations
+from shale.errors import IncompatibleColumnError
 from shale.index import Matcher, parse_matchers
 from shale.objstore import BucketReader, CallCounter
 from shale.query.plan import BlockSource, Kind, Part, QueryPlan, check_regex, plan_query, row_filter
@@ -66,12 +67,23 @@ class Query:
         return plan
 
 
-def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """The dataset's rows in the query's schema: missing parser columns become nulls, order fixed."""
+def _conform(table: pa.Table, schema: pa.Schema, part: Part) -> pa.Table:
+    """The dataset's rows in the query's schema: missing parser columns become nulls, order fixed. A column whose
+    type changed incompatibly (the newest blocks' type cannot hold this block's values) fails the query with an
+    error naming the column, both types and the block: never a silently wrong value (DESIGN 10.8)."""
     columns = []
     for f in schema:
         if f.name in table.column_names:
-            columns.append(table.column(f.name).cast(f.type))
+            column = table.column(f.name)
+            try:
+                columns.append(column.cast(f.type))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise IncompatibleColumnError(
+                    f"column {f.name!r} of block {part.block.id} holds {column.type}, which cannot be read as "
+                    f"{f.type}, its type in the newest blocks of the query ({exc}): the topic's schema changed "
+                    "incompatibly. Query each side of the change on its own (--start/--end), or read the older "
+                    "blocks again as the new schema with `shale reprocess --schema-id` (records that do not fit "
+                    "are quarantined with the reason)") from None
         else:
             columns.append(pa.nulls(table.num_rows, f.type))
     return pa.table(columns, schema=schema)
@@ -117,7 +129,7 @@ def _parts(query: Query, plan: QueryPlan, bucket: BucketReader, seen: dict[tuple
             query.stats.requests = counter.total() - requests_before
         if plan.dedup_partitions and table.num_rows:
             table = _drop_copies(query, plan, part, table, seen, codes)
-        table = _conform(table, plan.schema)
+        table = _conform(table, plan.schema, part)
         if query.limit is not None:
             table = table.slice(0, max(0, query.limit - query.stats.rows))
         query.stats.rows += table.num_rows
