@@ -195,6 +195,26 @@ def _field_problem(fields: dict[str, Any], columns: dict[str, list[Any]], labels
     return None
 
 
+_STR_OR_NONE = frozenset({str, type(None)})
+
+
+def _field_problems(columns: dict[str, list[Any]], labels: list[str], typed: bool) -> dict[int, str]:
+    """The rows (positions) whose fields ``_field_problem`` refuses, with the reason. Checked a column at a time at
+    C speed (the types seen, the longest label); only a column that fails is looked at row by row."""
+    must_be_str = [n for n in (labels if typed else columns) if n in columns]
+    suspect = [n for n in must_be_str if not set(map(type, columns[n])) <= _STR_OR_NONE]
+    suspect += [n for n in labels if n in columns and n not in suspect
+                and max(map(len, filter(None, columns[n])), default=0) * 4 > MAX_LABEL_VALUE_BYTES]
+    if not suspect:
+        return {}
+    bad: dict[int, str] = {}
+    for k in range(len(next(iter(columns.values())))):
+        problem = _field_problem({n: columns[n][k] for n in columns}, columns, labels, typed)
+        if problem is not None:
+            bad[k] = problem
+    return bad
+
+
 def _unstorable(columns: dict[str, list[Any]], types: dict[str, pa.DataType]) -> dict[int, str]:
     """The rows (positions) whose values cannot be stored in their columns' types, with the reason: strings that
     are not valid Unicode; for a typed parser, a value its Arrow type does not hold (a decimal past its
@@ -218,6 +238,15 @@ def _unstorable(columns: dict[str, list[Any]], types: dict[str, pa.DataType]) ->
     return bad
 
 
+def _drop(bad: dict[int, str], rejected: list[tuple[int, str]], good: list[int], times: list[int],
+          columns: dict[str, list[Any]]) -> tuple[list[tuple[int, str]], list[int], list[int], dict[str, list[Any]]]:
+    """The parsed rows without the ``bad`` ones (positions among them), which join the rejected with their reason."""
+    rejected = sorted([*rejected, *((good[k], reason) for k, reason in bad.items())])
+    keep = [k for k in range(len(good)) if k not in bad]
+    return rejected, [good[k] for k in keep], [times[k] for k in keep], {n: [v[k] for k in keep]
+                                                                          for n, v in columns.items()}
+
+
 def _parse(spec: GroupSpec, table: pa.Table, topic: str,
            latest_ms: int) -> tuple[pa.Table, list[int], list[tuple[int, str]], Parser | None]:
     """Parsed rows (with event_time, dt, hour and the parser's columns), their source row indexes, and the
@@ -239,10 +268,11 @@ def _parse(spec: GroupSpec, table: pa.Table, topic: str,
     rejected: list[tuple[int, str]] = []
     labels = parser.labels()
     per_ms = 1000 if parser.time_unit == "us" else 1
+    decodes_keys, parse, latest, scale = parser.decodes_keys, parser.parse, latest_ms * per_ms, 1000 // per_ms
     for i, (value, stamp, key) in enumerate(zip(_values(table), stamps, keys, strict=True)):
         try:
-            event_time, fields = parser.parse(value, stamp)
-            if parser.decodes_keys:
+            event_time, fields = parse(value, stamp)
+            if decodes_keys:
                 fields = {**fields, **parser.parse_key(key)}
         except ParseError as exc:
             rejected.append((i, exc.reason))
@@ -253,27 +283,22 @@ def _parse(spec: GroupSpec, table: pa.Table, topic: str,
         except Exception as exc:  # a parser's bug on one record quarantines it, never the group
             rejected.append((i, f"parser {parser.name} failed on this record: {type(exc).__name__}: {exc}"[:1000]))
             continue
-        if not isinstance(event_time, int) or not 0 <= event_time <= latest_ms * per_ms:
+        if not isinstance(event_time, int) or not 0 <= event_time <= latest:
             shown = event_time // per_ms if isinstance(event_time, int) else repr(event_time)
             rejected.append((i, f"event time {shown} ms is outside [1970-01-01, read time + 1 day]"))
             continue
-        problem = _field_problem(fields, columns, labels, parser.typed)
-        if problem is not None:
-            rejected.append((i, problem))
-            continue
         good.append(i)
-        times.append(event_time * (1000 // per_ms))  # microseconds, as the event_time column holds them
+        times.append(event_time * scale)  # microseconds, as the event_time column holds them
         for name, values_of in columns.items():
             values_of.append(fields.get(name))
+    bad = _field_problems(columns, labels, parser.typed) if columns else {}
+    if bad:
+        rejected, good, times, columns = _drop(bad, rejected, good, times, columns)
     try:
         arrays = {name: pa.array(vals, types[name]) for name, vals in columns.items()}
     except (UnicodeEncodeError, pa.ArrowException, ValueError, TypeError, OverflowError):
         # A lone surrogate (JSON allows "\ud800"), or a typed value its column cannot hold.
-        bad = _unstorable(columns, types)
-        rejected = sorted([*rejected, *((good[k], reason) for k, reason in bad.items())])
-        keep = [k for k in range(len(good)) if k not in bad]
-        good, times = [good[k] for k in keep], [times[k] for k in keep]
-        columns = {name: [vals[k] for k in keep] for name, vals in columns.items()}
+        rejected, good, times, columns = _drop(_unstorable(columns, types), rejected, good, times, columns)
         arrays = {name: pa.array(vals, types[name]) for name, vals in columns.items()}
     base = table if len(good) == table.num_rows else _take(table, good)  # usually every record parses: no copy
     hours: dict[int, tuple[str, int | None]] = {}  # UTC hour since the epoch -> (dt, hour): one strftime per hour
