@@ -4,7 +4,8 @@ Kafka broker into MinIO, come back from `shale query`, the Python API and Shale'
 and exact values; a compatible Avro evolution (a field added with a default) in the middle of the topic keeps one
 dataset with typed old and new rows, and the Iceberg table of the topic gives Spark SQL the same types and values;
 Avro-encoded keys become a typed column; records the registry cannot explain,
-or that their schema refuses, are quarantined with the reason."""
+or that their schema refuses, are quarantined with the reason; a registry killed with -9 mid-run pauses only the
+topic whose schema the ingest has not cached, and the group catches up by itself once it restarts."""
 
 from __future__ import annotations
 
@@ -196,13 +197,13 @@ REFUND: dict[str, Any] = {"type": "record", "name": "Refund", "namespace": "shop
     {"name": "id", "type": "long"},
     {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2}},
     {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-    {"name": "reason", "type": "string"},
+    {"name": "note", "type": "string"},
 ]}
 
 
 def _refund(i: int) -> dict[str, Any]:
     return {"id": i, "amount": decimal.Decimal(f"{i}.{i % 100:02d}"), "ts": BASE + dt.timedelta(seconds=i),
-            "reason": f"r{i}"}
+            "note": f"r{i}"}
 
 
 def _scraped(port: int, name: str) -> float:
