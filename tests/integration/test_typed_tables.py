@@ -294,6 +294,8 @@ def test_a_registry_killed_mid_run_pauses_only_the_uncached_partition_and_the_gr
         report = json.loads(out.output)
         assert (report["stored"], report["missing"], report["duplicated"]) == (count, 0, 0), report
         assert ids(topic) == list(range(count))  # each exactly once
+    out = CliRunner().invoke(cli, ["--config", str(file), "bucket", "verify"])
+    assert out.exit_code == 0, out.output  # metadata, checksums, no two blocks holding the same offsets
     rows = run_query(Query("default", 0, 2**50, f'{{topic="{fresh}"}}'), open_source(config, "metastore", bucket),
                      bucket).read_all().sort_by("id")
     assert rows.column("amount").to_pylist() == [_refund(i)["amount"] for i in range(20)]
