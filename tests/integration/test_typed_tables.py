@@ -4,16 +4,19 @@ Kafka broker into MinIO, come back from `shale query`, the Python API and Shale'
 and exact values; a compatible Avro evolution (a field added with a default) in the middle of the topic keeps one
 dataset with typed old and new rows, and the Iceberg table of the topic gives Spark SQL the same types and values;
 Avro-encoded keys become a typed column; records the registry cannot explain,
-or that their schema refuses, are quarantined with the reason."""
+or that their schema refuses, are quarantined with the reason; a registry killed with -9 mid-run pauses only the
+topic whose schema the ingest has not cached, and the group catches up by itself once it restarts."""
 
 from __future__ import annotations
 
 import datetime as dt
 import decimal
 import json
+import re
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pyarrow as pa
 from click.testing import CliRunner
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -29,6 +32,7 @@ from shale.config import BucketConfig
 from shale.dev import KafkaBroker, SchemaRegistry
 from shale.iceberg import spark_catalog_conf
 from shale.objstore import open_bucket
+from shale.process import free_port
 from shale.query import Query, run_query
 from shale.query.datasource import register
 from shale.query.sources import open_source
@@ -189,49 +193,113 @@ def test_avro_records_come_back_typed_through_an_evolution(kafka: KafkaBroker, s
     assert any("does not exist in the schema registry" in r for r in reasons)
 
 
-def test_a_registry_killed_mid_run_quarantines_nothing_and_the_group_catches_up(
-        kafka: KafkaBroker, schema_registry: SchemaRegistry, minio_bucket: BucketConfig, tmp_path: Path) -> None:
-    topic = "payments"
-    create_topic(kafka.bootstrap_servers, topic, 2)
-    client = SchemaRegistryClient({"url": schema_registry.url})
-    serializer = AvroSerializer(client, json.dumps(V1))
-    producer = CheckedProducer({"bootstrap.servers": kafka.bootstrap_servers, "enable.idempotence": True})
-    context = SerializationContext(topic, MessageField.VALUE)
-    for i in range(40):
-        producer.produce(topic, key=str(i).encode(), value=serializer(_order(i, 1), context))
-    producer.flush(60)
+REFUND: dict[str, Any] = {"type": "record", "name": "Refund", "namespace": "shop", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2}},
+    {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "note", "type": "string"},
+]}
 
-    schema_registry.kill9()  # the schemas are registered; no process has them cached
-    parser = {"parser": "avro", "options": {"time_field": "ts"}}
-    file = write_config(tmp_path, kafka.bootstrap_servers, minio_bucket, [topic], parsers_override=[parser],
+
+def _refund(i: int) -> dict[str, Any]:
+    return {"id": i, "amount": decimal.Decimal(f"{i}.{i % 100:02d}"), "ts": BASE + dt.timedelta(seconds=i),
+            "note": f"r{i}"}
+
+
+def _scraped(port: int, name: str) -> float:
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    found = re.search(rf'^{name}{{group="partition"(?:,reason="registry")?}} (\S+)$', text, re.M)
+    return float(found.group(1)) if found else -1.0
+
+
+def test_a_registry_killed_mid_run_pauses_only_the_uncached_partition_and_the_group_catches_up(
+        kafka: KafkaBroker, schema_registry: SchemaRegistry, minio_bucket: BucketConfig, tmp_path: Path) -> None:
+    """Two topics: ``payments``, whose schema the ingest's Python worker has read before the registry is killed with
+    -9, and ``refunds``, whose first records arrive while it is dead. Spark runs on one core (``local[1]``), so one
+    Python worker runs every task and its schema cache is the only one: which partition is cached is decided, not
+    left to where Spark schedules a task. The cached topic keeps committing through the outage, the other pauses
+    (the metric, the log line), nothing is quarantined; the registry restarts on the same port and data, the group
+    catches up by itself, and every record is stored exactly once (``shale verify``)."""
+    cached, fresh = "payments", "refunds"
+    for topic in (cached, fresh):
+        create_topic(kafka.bootstrap_servers, topic, 1)
+    client = SchemaRegistryClient({"url": schema_registry.url})
+    orders, refunds = AvroSerializer(client, json.dumps(V1)), AvroSerializer(client, json.dumps(REFUND))
+    # Every value is serialized now, while the registry answers (the serializers register the schemas); the refunds
+    # and the later payments are produced only once it is dead.
+    order_values = [orders(_order(i, 1), SerializationContext(cached, MessageField.VALUE)) for i in range(40)]
+    refund_values = [refunds(_refund(i), SerializationContext(fresh, MessageField.VALUE)) for i in range(20)]
+    producer = CheckedProducer({"bootstrap.servers": kafka.bootstrap_servers, "enable.idempotence": True})
+
+    def produce(topic: str, values: list[bytes | None], first: int) -> None:
+        for i, value in enumerate(values, first):
+            assert value is not None
+            producer.produce(topic, key=str(i).encode(), value=value)
+        producer.flush(60)
+
+    produce(cached, order_values[:20], 0)
+    port = free_port()
+    file = write_config(tmp_path, kafka.bootstrap_servers, minio_bucket, [cached, fresh],
+                        parsers_override=[{"parser": "avro", "options": {"time_field": "ts"}}],
+                        spark={"master": "local[1]"}, metrics_port=port,
                         schema_registry={"url": schema_registry.url, "timeout": "3s"})
     config = config_of(file)
     bucket = open_bucket(config.bucket)
-    start = int(BASE.timestamp() * 1000)
+
+    def ids(topic: str) -> list[int]:
+        rows = run_query(Query("default", 0, 2**50, f'{{topic="{topic}"}}'), open_source(config, "metastore", bucket),
+                         bucket).read_all()
+        return sorted(rows.column("id").to_pylist()) if rows.num_rows else []
+
+    def quarantined() -> int:
+        return int(run_query(Query("default", 0, 2**50, kind="quarantine"), open_source(config, "metastore", bucket),
+                             bucket).read_all().num_rows)
+
     log = tmp_path / "ingest.log"
     process = ingest_process(file, "partition", log)
     try:
-        eventually(lambda: "did not answer" in log.read_text(), 300, "a batch to fail on the stopped registry")
-        for kind in ("records", "quarantine"):
-            rows = run_query(Query("default", 0, 2**50, kind=kind), open_source(config, "metastore", bucket),
-                             bucket).read_all()
-            assert rows.num_rows == 0  # nothing committed, nothing quarantined while the registry is down
+        eventually(lambda: ids(cached) == list(range(20)), 300, "the first payments to be committed")
+        assert _scraped(port, "shale_ingest_paused_partitions") == 0
+        schema_registry.kill9()
+        produce(fresh, refund_values, 0)
+        produce(cached, order_values[20:30], 20)
 
-        schema_registry.start()  # same port, same schemas
+        def paused() -> bool:
+            assert process.alive(), log.read_text()[-3000:]
+            return _scraped(port, "shale_ingest_paused_partitions") == 1 and "refunds[0]@0" in log.read_text()
+        eventually(paused, 300, "the refunds partition to pause on the dead registry")
+        produce(cached, order_values[30:], 30)  # the cached partition goes on while the other one waits
+        eventually(lambda: ids(cached) == list(range(40)), 300, "payments produced during the outage to commit")
+        assert ids(fresh) == []
+        assert quarantined() == 0  # a registry that does not answer never costs a record
+        assert _scraped(port, "shale_ingest_paused_partitions") == 1
+        assert _scraped(port, "shale_ingest_registry_failures_total") >= 1
+        line = next(text for text in log.read_text().splitlines() if "the schema registry did not answer" in text)
+        assert f"registry={schema_registry.url} " in line  # the text log's fields: name=value
+        assert "partitions=['refunds[0]@0']" in line
+        assert f"error=schema registry {schema_registry.url} did not answer" in line
 
-        def caught_up() -> bool:
-            rows = run_query(Query("default", start, start + 3_600_000, f'{{topic="{topic}"}}'),
-                             open_source(config, "metastore", bucket), bucket).read_all()
-            return rows.num_rows == 40
-        eventually(caught_up, 400, "the group to catch up after the registry restarted")
+        schema_registry.start()  # same port, same data folder: the same ids
+        eventually(lambda: ids(fresh) == list(range(20)), 300, "the refunds to be stored after the registry restarted")
+        eventually(lambda: _scraped(port, "shale_ingest_paused_partitions") == 0, 120, "the pause to be over")
+        assert "the schema registry answered; paused partitions resumed" in log.read_text()
     finally:
         process.stop()
-    table = run_query(Query("default", start, start + 3_600_000, f'{{topic="{topic}"}}'),
-                      open_source(config, "metastore", bucket), bucket).read_all().sort_by("id")
-    assert table.column("amount").to_pylist() == [_order(i, 1)["amount"] for i in range(40)]
-    quarantined = run_query(Query("default", 0, 2**50, kind="quarantine"), open_source(config, "metastore", bucket),
-                            bucket).read_all()
-    assert quarantined.num_rows == 0
+        if schema_registry.process is None or not schema_registry.process.alive():
+            schema_registry.start()  # later tests need it
+    for topic, count in ((cached, 40), (fresh, 20)):
+        out = CliRunner().invoke(cli, ["--config", str(file), "verify", "--group", "partition", "--topic", topic,
+                                       "--json"])
+        assert out.exit_code == 0, out.output
+        report = json.loads(out.output)
+        assert (report["stored"], report["missing"], report["duplicated"]) == (count, 0, 0), report
+        assert ids(topic) == list(range(count))  # each exactly once
+    out = CliRunner().invoke(cli, ["--config", str(file), "bucket", "verify"])
+    assert out.exit_code == 0, out.output  # metadata, checksums, no two blocks holding the same offsets
+    rows = run_query(Query("default", 0, 2**50, f'{{topic="{fresh}"}}'), open_source(config, "metastore", bucket),
+                     bucket).read_all().sort_by("id")
+    assert rows.column("amount").to_pylist() == [_refund(i)["amount"] for i in range(20)]
+    assert quarantined() == 0
 
 
 # --- Protobuf --------------------------------------------------------------------------------------------------------

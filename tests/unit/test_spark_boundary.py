@@ -1,9 +1,11 @@
 """Every value that crosses the Spark boundary comes back equal after its encoding and decoding: compaction jobs
-and merge outcomes (``shale.compactor.wire``), reprocess rounds, work and written chunks (``shale.reprocess.wire``).
+and merge outcomes (``shale.compactor.wire``), reprocess rounds, work and written chunks (``shale.reprocess.wire``),
+an ingest task's paused partition (``shale.ingest.task.Paused``).
 A field added to one of these types without a round trip fails here, not in a Spark task."""
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -25,6 +27,8 @@ from shale.compactor.wire import (
 from shale.config import IngestConfig, ParserRule
 from shale.ingest.blocks import Written
 from shale.ingest.plan import PartitionRange
+from shale.ingest.task import ERROR_CHARS as PAUSE_ERROR_CHARS
+from shale.ingest.task import TASK_RESULT, Paused
 from shale.reprocess.wire import (
     PartitionWork,
     RoundSpec,
@@ -110,3 +114,12 @@ def test_reprocess_work_crosses_unchanged(work: PartitionRange, source: list[Blo
                                  seconds=st.dictionaries(names, times, max_size=3)), max_size=3))
 def test_written_chunks_cross_unchanged(chunks: list[Written]) -> None:
     assert decode_written(encode_written(chunks)) == chunks
+
+
+@given(paused=st.builds(Paused, topic=names, partition=st.integers(0, 1000), incarnation=st.text(max_size=30),
+                        at=counts, registry=st.text(max_size=100), error=st.text(max_size=PAUSE_ERROR_CHARS)))
+def test_a_paused_partition_crosses_unchanged(paused: Paused) -> None:
+    # As an ingest task returns it: one row of TASK_RESULT, through Arrow, read back by the driver.
+    row = pa.RecordBatch.from_pylist([{"written": None, "paused": paused.model_dump_json()}], schema=TASK_RESULT)
+    [back] = [Paused.model_validate_json(r["paused"]) for r in row.to_pylist() if r["paused"] is not None]
+    assert back == paused

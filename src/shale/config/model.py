@@ -276,7 +276,8 @@ class SchemaRegistryConfig(_Section):
     ca_file: str = Field(default="", description="PEM file of the CAs that sign the registry's certificate "
                          "('' = the system's)")
     timeout: Duration = Field(default=10.0, description="one request's timeout; a registry that does not answer "
-                              "fails the batch, which is retried (its records are never quarantined for it)")
+                              "in time pauses the partitions whose schemas are not cached, which are retried "
+                              "with a backoff (their records are never quarantined for it)")
 
     @field_validator("url")
     @classmethod

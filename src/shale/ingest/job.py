@@ -9,6 +9,8 @@ Per batch (docs/DESIGN.md, section 10):
    deterministic ids.
 3. Send one ``CommitIngestBatch`` with every block and every planned range; the metastore accepts it only if
    each range starts at the committed end (or it is an exact replay). Only then is the next batch planned.
+   A partition whose task paused on the Schema Registry commits only the chunks written before the pause
+   (``pauses.py``) and is left out of the plans for a growing delay; the others commit as usual.
 
 The metastore is the only record of progress: there is no Spark checkpoint. A crash anywhere leaves, at worst,
 blocks that no commit holds; the next batch is planned from the committed offsets again, and the metastore's
@@ -50,10 +52,11 @@ from shale.ingest.kafka import (
     value_bytes_per_offset,
 )
 from shale.ingest.lease import IngestLease
-from shale.ingest.plan import BatchPlan, Limits, plan_batch, recreated
+from shale.ingest.pauses import RegistryBackoff, commit_ranges
+from shale.ingest.plan import BatchPlan, Limits, PartitionRange, plan_batch, recreated
 from shale.ingest.records import SPARK_COLUMNS, WRITTEN_SCHEMA
 from shale.ingest.summary import IngestSummary
-from shale.ingest.task import make_task
+from shale.ingest.task import Paused, make_task
 from shale.metastore import DeadLetterQueue, open_metastore
 from shale.metastore.shards import shard_of
 from shale.objstore import open_bucket
@@ -102,6 +105,7 @@ class IngestJob:
         self.deltas = DeltaWriter(self.bucket) if config.bucket_index.deltas else None
         self._reported: set[tuple[str, TopicPartition]] = set()
         self.summary = IngestSummary(group, ingest.quarantine_warn_share)
+        self.pauses = RegistryBackoff(ingest.trigger_interval)
         if shard is not None and shard >= ingest.shards:
             raise ConfigError(f"--shard {shard}: ingest.shards is {ingest.shards} (shards 0 to {ingest.shards - 1})")
         self.lease = IngestLease(self.metastore, group, ingest.generation, ingest.lease_duration, shard=shard,
@@ -138,12 +142,14 @@ class IngestJob:
                 starts[tp] = self.starts.setdefault(tp, end)  # pinned: records after it are never skipped
         limits = Limits(ingest.max_records_per_batch, ingest.max_batch_bytes, self.record_bytes)
         now = int(time.time() * 1000)
-        plan = plan_batch(incarnations, bounds, self.committer.committed, starts, limits, now, targets)
+        self.pauses.forget(bounds)
+        held = self.pauses.waiting(time.monotonic())
+        plan = plan_batch(incarnations, bounds, self.committer.committed, starts, limits, now, targets, held)
         unknown = {(r.topic, r.partition): (r.start, bounds[(r.topic, r.partition)][1]) for r in plan.ranges
                    if (r.topic, r.partition) not in self.record_bytes}
         if unknown:  # sampled once; a partition that gave no size (0.0) is probed by the plan, as before
             self.record_bytes.update(value_bytes_per_offset(kafka, unknown))
-            plan = plan_batch(incarnations, bounds, self.committer.committed, starts, limits, now, targets)
+            plan = plan_batch(incarnations, bounds, self.committer.committed, starts, limits, now, targets, held)
         self._report(plan)
         metrics.BATCH_SECONDS.labels(self.group, "plan").inc(time.perf_counter() - started)
         return plan
@@ -211,22 +217,24 @@ class IngestJob:
             reader = reader.option(f"kafka.{key}", value)
         return reader
 
-    def _read(self, plan: BatchPlan) -> list[Written]:
+    def _read(self, plan: BatchPlan) -> tuple[list[Written], list[Paused]]:
         reader = self._kafka_reader([(r.topic, r.partition, r.start, r.end) for r in plan.ranges])
         task = make_task(self.spec, plan, self.config.ingest.max_task_bytes)
         rows = reader.load().selectExpr(*SPARK_COLUMNS).mapInArrow(task, WRITTEN_SCHEMA).collect()
-        written = [Written.model_validate_json(row["written"]) for row in rows]
-        seen = {(w.topic, w.partition) for w in written}
+        written = [Written.model_validate_json(row["written"]) for row in rows if row["written"] is not None]
+        paused = [Paused.model_validate_json(row["paused"]) for row in rows if row["paused"] is not None]
+        seen = {(w.topic, w.partition) for w in written} | {(p.topic, p.partition) for p in paused}
         for r in plan.ranges:  # a range that held no readable record at all is recorded by an empty block
             if (r.topic, r.partition) not in seen:
                 chunk = Chunk(r.topic, r.partition, r.incarnation, r.start, r.end, plan.read_time_ms)
                 written.append(write_chunk(self.spec, self.bucket, BACKUP_SCHEMA.empty_table(), chunk))
-        return written
+        return written, paused
 
     def run_batch(self, plan: BatchPlan) -> str:
-        """Read, write and commit one planned batch; return the commit's outcome."""
+        """Read, write and commit one planned batch; return the commit's outcome ("paused" when every partition
+        paused on the Schema Registry and there was nothing to commit)."""
         started = time.perf_counter()
-        written = self._read(plan)
+        written, paused = self._read(plan)
         topics = describe_topics(self.config.kafka, {r.topic for r in plan.ranges}, client=self.kafka_admin)
         changed = recreated(plan.ranges, {name: t.incarnation for name, t in topics.items()})
         if changed:  # the blocks written stay orphans, removed by the bucket cleaner's rule
@@ -234,12 +242,14 @@ class IngestJob:
                                  "not committed and is planned again for the new incarnation")
         wrote = time.perf_counter()
         self.lease.check()  # a driver that lost its lease (its heartbeat was refused) stops before committing
-        command = batch_commit(written, plan.ranges, group=self.group, generation=self.generation, writer="ingest",
+        ranges = commit_ranges(plan.ranges, paused)
+        command = batch_commit(written, ranges, group=self.group, generation=self.generation, writer="ingest",
                                batch=f"{self.run_id}/{self.batches}", lease=self.lease.token,
                                shard=self.lease.shard)
         failpoint("ingest.before-commit")
-        outcome = self.committer.commit(command)
+        outcome = self.committer.commit(command) if ranges else "paused"
         failpoint("ingest.after-commit")
+        self._report_pauses(plan, paused)
         if outcome == "committed" and self.deltas is not None:
             for tenant in sorted({b.tenant for b in command.blocks}):
                 self.deltas.write(tenant, added=[b for b in command.blocks if b.tenant == tenant],
@@ -247,17 +257,36 @@ class IngestJob:
         self.batches += 1
         metrics.BATCH_SECONDS.labels(self.group, "spark").inc(wrote - started)
         metrics.BATCH_SECONDS.labels(self.group, "commit").inc(time.perf_counter() - wrote)
-        self._observe(plan, written, command.ranges, outcome)
+        self._observe(plan, written, ranges, outcome)
         log.info("batch committed", extra={
             "group": self.group, "batch": command.batch, "outcome": outcome, "blocks": len(command.blocks),
             "records": sum(w.records for w in written), "partitions": len(command.ranges),
-            "offsets": plan.offsets, "write_seconds": round(wrote - started, 3),
+            "offsets": sum(r.end - r.start for r in ranges), "paused": len(paused),
+            "write_seconds": round(wrote - started, 3),
             "seconds": round(time.perf_counter() - started, 3)})
         self.summary.batch(written)
         return outcome
 
-    def _observe(self, plan: BatchPlan, written: list[Written], ranges: list[Any], outcome: str) -> None:
-        for r in plan.ranges:
+    def _report_pauses(self, plan: BatchPlan, paused: list[Paused]) -> None:
+        """The registry's pauses: the backoff, the metrics and a log line naming the registry and the partitions."""
+        resumed = self.pauses.record(paused, [(r.topic, r.partition) for r in plan.ranges], time.monotonic())
+        metrics.REGISTRY_FAILURES.labels(self.group).inc(len(paused))
+        metrics.PAUSED.labels(self.group, "registry").set(len(self.pauses.held))
+        if paused:
+            first = paused[0]
+            log.error("the schema registry did not answer for schemas these partitions need; they pause and are "
+                      "tried again later, the others go on", extra={
+                          "group": self.group, "registry": first.registry,
+                          "partitions": [f"{p.topic}[{p.partition}]@{p.at}" for p in paused],
+                          "error": first.error, "retry_in": self.pauses.delay((first.topic, first.partition))})
+        if resumed:
+            log.info("the schema registry answered; paused partitions resumed", extra={
+                "group": self.group, "partitions": [f"{t}[{p}]" for t, p in resumed]})
+
+    def _observe(self, plan: BatchPlan, written: list[Written], ranges: list[PartitionRange], outcome: str) -> None:
+        """``ranges``: what the batch committed (the plan's ranges, cut where a partition paused)."""
+        committed = {(r.topic, r.partition): r for r in ranges}
+        for r in ranges:
             chunks = [w for w in written if (w.topic, w.partition) == (r.topic, r.partition)]
             offsets, size = r.end - r.start, sum(w.bytes for w in chunks)
             if size:  # bytes per offset, smoothed: what the next plans size their ranges by
@@ -265,15 +294,15 @@ class IngestJob:
                 old = self.record_bytes.get((r.topic, r.partition))
                 self.record_bytes[(r.topic, r.partition)] = 0.5 * old + 0.5 * seen if old else seen
         for tp, lag in plan.lag.items():
-            planned = plan.range_of(*tp)
-            metrics.LAG.labels(self.group, tp[0], str(tp[1])).set(lag - (planned.end - planned.start if planned else 0))
+            done = committed.get(tp)
+            metrics.LAG.labels(self.group, tp[0], str(tp[1])).set(lag - (done.end - done.start if done else 0))
         records = sum(w.records for w in written)
         metrics.BATCHES.labels(self.group, outcome).inc()
         metrics.RECORDS.labels(self.group).inc(records)
         metrics.QUARANTINED.labels(self.group).inc(sum(w.quarantined for w in written))
         metrics.BYTES.labels(self.group).inc(sum(w.bytes for w in written))
         metrics.BLOCKS.labels(self.group).inc(sum(len(w.blocks) for w in written))
-        metrics.SKIPPED.labels(self.group).inc(plan.offsets - records)
+        metrics.SKIPPED.labels(self.group).inc(sum(r.end - r.start for r in ranges) - records)
         for w in written:
             for phase, seconds in w.seconds.items():
                 metrics.TASK_SECONDS.labels(self.group, phase).inc(seconds)
@@ -281,7 +310,8 @@ class IngestJob:
         self.peak_task_rss = max(self.peak_task_rss, peak)
         metrics.TASK_PEAK_RSS.labels(self.group).set(peak)
         metrics.DLQ_PENDING.labels(self.group).set(1 if self.committer.dlq_pending else 0)
-        metrics.LAST_COMMIT.labels(self.group).set(time.time())
+        if ranges:
+            metrics.LAST_COMMIT.labels(self.group).set(time.time())
 
     # -- the loop -------------------------------------------------------------------------------------------
 
@@ -331,6 +361,16 @@ class IngestJob:
             # so a partition that moved resumes at its committed end under whichever driver holds it now).
             self.lease.reset()
 
+    def _give_up_on_registry(self) -> None:
+        """With --available-now: only partitions paused on the registry are left; after ``AVAILABLE_NOW_ATTEMPTS``
+        pauses in a row of one of them, the run reports it instead of waiting for ever."""
+        worst = max(self.pauses.held.items(), key=lambda item: item[1].failures, default=None)
+        if worst is not None and worst[1].failures >= AVAILABLE_NOW_ATTEMPTS:
+            (topic, partition), held = worst
+            raise RetryableError(f"ingest {self.group}: stored everything it could, but {topic}[{partition}] "
+                                 f"paused {held.failures} times in a row on the schema registry {held.registry} "
+                                 f"({held.error})")
+
     def _warm(self) -> None:
         """Start what a batch needs before waiting for the lease, so that a standby's takeover does not pay the
         cold start: the Spark application, a Python worker with the task's modules imported, Spark's Kafka source
@@ -360,8 +400,9 @@ class IngestJob:
             if missing:
                 log.warning("named topics do not exist (yet); ingesting the others",
                             extra={"group": self.group, "topics": missing})
-        for counter in (metrics.FAILED, metrics.SKIPPED):
+        for counter in (metrics.FAILED, metrics.SKIPPED, metrics.REGISTRY_FAILURES):
             counter.labels(self.group)  # served from the start, at 0
+        metrics.PAUSED.labels(self.group, "registry").set(len(self.pauses.held))
         log.info("ingest started", extra={"group": self.group, "generation": self.generation})
         waiting_since: float | None = None
         failures = 0
@@ -375,6 +416,10 @@ class IngestJob:
                 stop.wait(self.config.ingest.trigger_interval)
                 continue
             self.last_plan = plan
+            if available_now and not plan.ranges and plan.held:
+                self._give_up_on_registry()
+                stop.wait(self.config.ingest.trigger_interval)  # the paused partitions' delay passes
+                continue
             if available_now and not plan.ranges:
                 blocked = [f"{x.topic}[{x.partition}]" for x in plan.losses] + [
                     f"{x.topic}[{x.partition}]" for x in plan.ahead]
@@ -409,7 +454,7 @@ class IngestJob:
                 stop.wait(delay)
                 continue
             failures = 0
-            if not available_now and sum(plan.lag.values()) <= plan.offsets:
+            if not available_now and sum(v for tp, v in plan.lag.items() if tp not in plan.held) <= plan.offsets:
                 # Caught up: the next plan comes trigger_interval after this one, at once if the batch took longer
                 # (as Spark's processing-time trigger). A pause after the batch would add its duration to every
                 # record's latency; the object count stays bounded by one batch per interval either way.

@@ -15,7 +15,8 @@ TOPIC_QUARANTINED = Counter("shale_ingest_topic_quarantined_total", "Records qua
 QUARANTINING = Gauge("shale_ingest_quarantining", "1 when the topic's last batch sent all its records, or more "
                      "than ingest.quarantine_warn_share of them, to quarantine.", ["group", "topic"])
 BATCHES = Counter("shale_ingest_batches_total", "Micro-batches by outcome: committed, replayed, dead-lettered, "
-                  "empty.", ["group", "outcome"])
+                  "empty, paused (every partition read paused on the Schema Registry: nothing to commit).",
+                  ["group", "outcome"])
 LAG = Gauge("shale_ingest_lag_records", "Records in Kafka beyond the committed offset.",
             ["group", "topic", "partition"])
 DLQ_PENDING = Gauge("shale_ingest_dlq_pending", "1 while this group's commits are going to the dead letter queue.",
@@ -26,7 +27,11 @@ SKIPPED = Counter("shale_ingest_skipped_offsets_total", "Committed offsets that 
 LOST = Gauge("shale_ingest_lost_offsets", "Offsets Kafka deleted before they were read, per partition, until an "
              "operator acknowledges the loss (the partition waits meanwhile).", ["group", "topic", "partition"])
 PAUSED = Gauge("shale_ingest_paused_partitions", "Partitions not read, by reason: lost (offsets deleted before "
-               "they were read) or ahead (the committed end is beyond Kafka's end).", ["group", "reason"])
+               "they were read), ahead (the committed end is beyond Kafka's end) or registry (a writer schema not "
+               "cached and the Schema Registry did not answer).", ["group", "reason"])
+REGISTRY_FAILURES = Counter("shale_ingest_registry_failures_total", "Times a partition paused because the Schema "
+                            "Registry did not answer for a schema its task had not cached (refused, timed out, 5xx, "
+                            "401/403).", ["group"])
 TASK_PEAK_RSS = Gauge("shale_ingest_task_peak_rss_bytes", "Peak resident memory of a task process of the last "
                       "batch (bounded by ingest.max_task_bytes).", ["group"])
 FAILED = Counter("shale_ingest_batch_failures_total", "Batches that failed before their commit and were planned "

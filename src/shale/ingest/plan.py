@@ -11,7 +11,9 @@ What the plan refuses to read:
   reported as a ``Loss`` with the exact range; the partition waits for an operator's
   ``shale offsets acknowledge-loss`` while the others go on;
 * a committed end beyond Kafka's end in the same incarnation (the log was truncated, e.g. by an unclean leader
-  election): reported as ``Ahead``; reading on would silently skip the records Kafka writes at those offsets.
+  election): reported as ``Ahead``; reading on would silently skip the records Kafka writes at those offsets;
+* a partition ``held`` by the caller (paused on a Schema Registry that did not answer, ``shale.ingest.pauses``):
+  its lag is known, it reads nothing until its delay has passed.
 
 Each planned range ends at most at Kafka's end for a read_committed consumer (the last stable offset), so a batch
 never waits for open transactions. Sizes: ``max_records`` offsets per batch in all, shared by lag (as Spark's
@@ -22,6 +24,7 @@ partition; a partition whose record size is not known yet reads ``PROBE_RECORDS`
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 PROBE_RECORDS = 1_000
@@ -76,6 +79,8 @@ class BatchPlan:
     ahead: list[Ahead] = field(default_factory=list)
     lag: dict[TopicPartition, int] = field(default_factory=dict)
     """Offsets between each partition's start and Kafka's end (what is left after this plan: lag - planned)."""
+    held: list[TopicPartition] = field(default_factory=list)
+    """Partitions with records to read that this plan leaves out because the caller holds them."""
 
     @property
     def offsets(self) -> int:
@@ -100,13 +105,14 @@ def recreated(ranges: list[PartitionRange], current: Mapping[str, str]) -> list[
 
 def plan_batch(incarnations: Mapping[str, str], bounds: Mapping[TopicPartition, tuple[int, int]],
                committed: Mapping[TopicPartition, tuple[int, str]], starts: Mapping[TopicPartition, int],
-               limits: Limits, read_time_ms: int, targets: Mapping[TopicPartition, int] | None = None) -> BatchPlan:
+               limits: Limits, read_time_ms: int, targets: Mapping[TopicPartition, int] | None = None,
+               held: AbstractSet[TopicPartition] = frozenset()) -> BatchPlan:
     """Plan the next batch.
 
     ``incarnations``: each current topic's id; ``bounds``: (earliest, end) per partition; ``committed``: the
     metastore's (committed end, incarnation) per partition; ``starts``: where partitions without a committed end in
     the current incarnation start (the caller resolves ``starting_offsets``, pinning "latest" once); ``targets``:
-    with --available-now, the end offsets to stop at.
+    with --available-now, the end offsets to stop at; ``held``: partitions to leave out of this batch.
     """
     plan = BatchPlan(read_time_ms)
     wanted: dict[TopicPartition, tuple[str, int, int]] = {}
@@ -128,7 +134,9 @@ def plan_batch(incarnations: Mapping[str, str], bounds: Mapping[TopicPartition, 
             start = max(earliest, min(end, starts.get(tp, earliest)))
         stop = min(end, targets[tp]) if targets is not None and tp in targets else end
         plan.lag[tp] = max(0, end - start)
-        if stop > start:
+        if stop > start and tp in held:
+            plan.held.append(tp)
+        elif stop > start:
             wanted[tp] = (incarnation, start, stop)
     available = {tp: stop - start for tp, (_, start, stop) in wanted.items()}
     total = sum(available.values())

@@ -16,9 +16,9 @@ SPARK_COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "t
 and only for records that have any: Spark's Arrow conversion of the nested header column costs several times
 the rest of the record (measured: 24 s against 10 s per million records on this project's machine)."""
 
-WRITTEN_SCHEMA = "written string"
-"""What an ingest task returns to the driver: one row per chunk written, a ``Written`` record as JSON (validated
-by the same model on both sides)."""
+WRITTEN_SCHEMA = "written string, paused string"
+"""What an ingest task returns to the driver: one row per chunk written, a ``Written`` record as JSON, and one for a
+partition it paused, a ``Paused`` record as JSON (each validated by the same model on both sides)."""
 
 
 def normalize(table: pa.Table) -> pa.Table:

@@ -8,6 +8,13 @@ may keep memory from earlier tasks), never grown. The last full buffer is kept p
 fills or the input ends, because only then is it known whether it is the range's last chunk (which ends at the
 planned end, covering trailing offsets without records such as a transaction's commit marker). Chunks tile the
 planned range.
+
+A chunk whose writer schemas are not cached in this process and that the Schema Registry does not give
+(``RegistryUnavailableError``: refused, timed out, 5xx, 401/403) pauses its partition there: the chunk writes
+nothing, the task keeps reading its input to the end without writing (a Python worker that leaves input unread is
+not reused, and its schema cache would go with it), and returns ``Paused`` after the chunks written before it. The
+driver commits those chunks only (``shale.ingest.pauses``), so the partition continues at the paused chunk's first
+offset in a later batch.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pydantic import BaseModel, ConfigDict
 
 from shale.errors import ShaleError
 from shale.failpoints import failpoint
@@ -27,6 +35,25 @@ from shale.ingest.plan import BatchPlan
 from shale.ingest.records import normalize
 from shale.objstore import Bucket, CallCounter, task_bucket
 from shale.resources import PeakMemory, release_free_memory
+from shale.schemas.registry import RegistryUnavailableError
+
+ERROR_CHARS = 1000
+"""How much of the registry's error a ``Paused`` carries."""
+
+
+class Paused(BaseModel):
+    """What an ingest task returns, after its chunks, for a partition it paused: offsets ``[at, planned end)`` were
+    not written because the Schema Registry did not give a writer schema this process had not cached."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    topic: str
+    partition: int
+    incarnation: str = ""
+    at: int
+    """The first offset not written (the paused chunk's start): the partition's commit ends here."""
+    registry: str = ""
+    """The registry's URL (never credentials: the configuration refuses a URL that holds them)."""
+    error: str = ""
 
 
 class CountedBucket(Bucket, Protocol):
@@ -40,8 +67,12 @@ class ChunkWriter:
     (``PHASES``), since the chunk before: the time since then is the chunk's."""
 
     def __init__(self, spec: GroupSpec, bucket: CountedBucket, plan: BatchPlan, chunk_bytes: int,
-                 derived_from: list[str] | None = None, resize: Callable[[int], int] | None = None) -> None:
+                 derived_from: list[str] | None = None, resize: Callable[[int], int] | None = None,
+                 pausable: bool = False) -> None:
         self.spec = spec
+        self.pausable = pausable
+        """Whether a registry that does not answer pauses the partition (ingest) rather than raising (reprocess)."""
+        self.paused: Paused | None = None
         self.derived_from = derived_from
         self.bucket = bucket
         self.plan = plan
@@ -53,6 +84,11 @@ class ChunkWriter:
         self.buffered = 0
         self.pending: pa.Table | None = None
         self.spent: defaultdict[str, float] = defaultdict(float)
+
+    def stopped(self) -> bool:
+        """Whether the partition paused (``paused``): the rest of the input is read and not written. A method, not
+        a property: writing a chunk may pause, and a type checker would keep a property's earlier answer."""
+        return self.paused is not None
 
     def _identify(self, table: pa.Table) -> None:
         topics, partitions = pc.unique(table.column("topic")), pc.unique(table.column("partition"))
@@ -75,25 +111,36 @@ class ChunkWriter:
             raise ShaleError(f"{topic}[{partition}]: Spark read offsets [{offsets['min']}, {offsets['max']}] outside "
                              f"the planned range [{self.chunk.start},{self.chunk.end})")
 
-    def _write(self, table: pa.Table, end: int) -> Written:
+    def _write(self, table: pa.Table, end: int) -> list[Written]:
         assert self.chunk is not None
+        if self.paused is not None:
+            return []
         chunk = Chunk(self.chunk.topic, self.chunk.partition, self.chunk.incarnation, self.next_start, end,
                       self.chunk.read_time_ms)
-        self.next_start = end
         started, waited = time.perf_counter(), self.bucket.calls.seconds
-        written = write_chunk(self.spec, self.bucket, table, chunk, self.derived_from)
+        try:
+            written = write_chunk(self.spec, self.bucket, table, chunk, self.derived_from)
+        except RegistryUnavailableError as exc:
+            if not self.pausable:
+                raise
+            # Nothing of this chunk was written: the parser fetches schemas before any block is put.
+            self.paused = Paused(topic=chunk.topic, partition=chunk.partition, incarnation=chunk.incarnation,
+                                 at=chunk.start, registry=exc.registry, error=str(exc)[:ERROR_CHARS])
+            self.buffer, self.buffered, self.pending = [], 0, None
+            return []
+        self.next_start = end
         upload = self.bucket.calls.seconds - waited
         self.spent["upload"] += upload
         self.spent["encode"] += time.perf_counter() - started - upload
         seconds = {k: round(v, 6) for k, v in self.spent.items()}
         self.spent.clear()  # in place: the task's batch iterator adds its waits to this dict
-        return written.model_copy(update={"seconds": seconds})
+        return [written.model_copy(update={"seconds": seconds})]
 
     def _write_pending(self) -> list[Written]:
         if self.pending is None:
             return []
         table, self.pending = self.pending, None
-        return [self._write(table, int(table.column("offset")[-1].as_py()) + 1)]
+        return self._write(table, int(table.column("offset")[-1].as_py()) + 1)
 
     def add(self, batch: pa.RecordBatch) -> list[Written]:
         """Records as Spark's Kafka source hands them over."""
@@ -109,11 +156,15 @@ class ChunkWriter:
         if table.num_rows == 0:
             return []
         self._identify(table)
+        if self.stopped():
+            return []  # read to the end, written no more
         self.buffer.append(table)
         self.buffered += table.nbytes
         if self.buffered < self.chunk_bytes:
             return []
         written = self._write_pending()
+        if self.stopped():  # the pending chunk paused: the buffer after it is dropped too
+            return written
         self.pending = pa.concat_tables(self.buffer)  # no copy: the chunks stay as they arrived
         self.buffer, self.buffered = [], 0
         if written and self.resize is not None:
@@ -123,16 +174,18 @@ class ChunkWriter:
     def finish(self) -> list[Written]:
         """Write what is left; the last chunk ends at the planned end. Nothing if no record arrived at all (the
         driver then records the range with an empty block)."""
-        if self.chunk is None:
+        if self.chunk is None or self.stopped():
             return []
         if self.buffer:
             written = self._write_pending()
+            if self.stopped():  # the pending chunk paused: the buffer after it is dropped too
+                return written
             table = pa.concat_tables(self.buffer)
             self.buffer = []
-            return [*written, self._write(table, self.chunk.end)]
+            return [*written, *self._write(table, self.chunk.end)]
         assert self.pending is not None
         table, self.pending = self.pending, None
-        return [self._write(table, self.chunk.end)]
+        return self._write(table, self.chunk.end)
 
 
 def chunk_bytes(bound: int, resident: int, group: str) -> int:
@@ -154,6 +207,10 @@ PHASES = {
 """The phases of a task's time (``Written.seconds``, ``shale_ingest_task_seconds_total``)."""
 
 
+TASK_RESULT = pa.schema([("written", pa.string()), ("paused", pa.string())])
+"""An ingest task's rows (``shale.ingest.records.WRITTEN_SCHEMA`` in Spark's spelling): one of the two is set."""
+
+
 def _timed(batches: Iterable[pa.RecordBatch], spent: defaultdict[str, float]) -> Iterator[pa.RecordBatch]:
     """The batches, with the time spent waiting for each added to ``spent["wait"]``."""
     source = iter(batches)
@@ -168,8 +225,9 @@ def _timed(batches: Iterable[pa.RecordBatch], spent: defaultdict[str, float]) ->
 
 def make_task(spec: GroupSpec, plan: BatchPlan, bound: int) -> Callable[[Iterable[pa.RecordBatch]],
                                                                            Iterator[pa.RecordBatch]]:
-    """The function Spark runs per task. It returns one row per chunk: a ``Written`` record as JSON. ``bound`` is
-    the memory the task process may use (``ingest.max_task_bytes``)."""
+    """The function Spark runs per task. It returns one row per chunk written (``written``: a ``Written`` record as
+    JSON), then one for a paused partition (``paused``: a ``Paused`` record as JSON). ``bound`` is the memory the
+    task process may use (``ingest.max_task_bytes``)."""
 
     def task(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         failpoint("ingest.task")
@@ -182,11 +240,14 @@ def make_task(spec: GroupSpec, plan: BatchPlan, bound: int) -> Callable[[Iterabl
                 return chunk_bytes(bound, PeakMemory.resident() - held, spec.group)
 
             writer = ChunkWriter(spec, task_bucket(spec.bucket), plan, chunk_bytes(bound, memory.start, spec.group),
-                                 resize=resize)
+                                 resize=resize, pausable=True)
             written = [w for batch in _timed(batches, writer.spent) for w in writer.add(batch)]
             written += writer.finish()
         for w in written:
             row = w.model_copy(update={"peak_rss": memory.peak}).model_dump_json()
-            yield pa.RecordBatch.from_pylist([{"written": row}], schema=pa.schema([("written", pa.string())]))
+            yield pa.RecordBatch.from_pylist([{"written": row, "paused": None}], schema=TASK_RESULT)
+        if writer.paused is not None:
+            yield pa.RecordBatch.from_pylist([{"written": None, "paused": writer.paused.model_dump_json()}],
+                                             schema=TASK_RESULT)
 
     return task

@@ -9,7 +9,8 @@ Errors, by what they mean for the record:
 * ``UnknownSchemaError``: the registry answered that the id does not exist (404): the record can never be read
   with it, it is quarantined with the reason;
 * ``RegistryUnavailableError`` (retryable): no answer, a timeout, 5xx, 401/403: the record is fine, the registry
-  is not; nothing is quarantined, the caller fails the batch so it is retried later.
+  is not; nothing is quarantined: an ingest task pauses the partition (``shale.ingest.task.Paused``) and the
+  driver plans it again later, with a backoff.
 """
 
 from __future__ import annotations
@@ -30,7 +31,12 @@ class UnknownSchemaError(LookupError):
 
 
 class RegistryUnavailableError(RetryableError):
-    """The registry did not answer usefully; try again later. The message names the registry, never a secret."""
+    """The registry did not answer usefully; try again later. The message names the registry, never a secret;
+    ``registry`` is its URL (which the configuration refuses to hold credentials)."""
+
+    def __init__(self, message: str, *, registry: str = "") -> None:
+        super().__init__(message)
+        self.registry = registry
 
 
 @dataclass(frozen=True)
@@ -116,12 +122,13 @@ class RegistryClient:
                 response = client.get(f"{self.url}{path}")
         except httpx.HTTPError as exc:
             raise RegistryUnavailableError(f"schema registry {self.url} did not answer for {what}: "
-                                           f"{type(exc).__name__}; the batch is retried") from None
+                                           f"{type(exc).__name__}; the partition waits and is retried",
+                                           registry=self.url) from None
         if response.status_code == 404:
             raise UnknownSchemaError(f"{what} does not exist in the schema registry")
         if response.status_code != 200:
             raise RegistryUnavailableError(f"schema registry {self.url} answered HTTP {response.status_code} for "
-                                           f"{what}; the batch is retried")
+                                           f"{what}; the partition waits and is retried", registry=self.url)
         try:
             body = response.json()
             references = tuple(SchemaReference(str(r["name"]), str(r["subject"]), int(r["version"]))
@@ -130,7 +137,8 @@ class RegistryClient:
                                     str(body["schema"]), references)
         except (ValueError, KeyError, AttributeError, TypeError):
             raise RegistryUnavailableError(f"schema registry {self.url} answered {what} with something that is "
-                                           "not a schema; the batch is retried") from None
+                                           "not a schema; the partition waits and is retried",
+                                           registry=self.url) from None
 
 
 def forget_cache() -> None:

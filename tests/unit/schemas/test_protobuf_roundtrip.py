@@ -448,6 +448,57 @@ def test_an_older_version_is_read_by_field_number_and_an_incompatible_one_is_qua
     assert f"schema id {old_id} cannot be read as the newest schema id {new_id}: field 'reading'" in reasons[0]
 
 
+def test_a_wire_type_changed_inside_a_nested_message_is_quarantined_with_its_path() -> None:
+    # Reading { Probe probe = 1; repeated Probe history = 2; map<string, Probe> by_site = 3; } with
+    # Probe { string serial = 1; Calibration cal = 2; } and Calibration { string offset = 1; }. The newest version
+    # makes Calibration.offset an int64 (another wire type): an older record that set it, at any depth and in a
+    # singular, repeated or map field, is quarantined naming the field's path; one that left it unset is stored.
+    def version(offset_type: int) -> descriptor_pb2.FileDescriptorProto:
+        file = descriptor_pb2.FileDescriptorProto(name="n.proto", package="n", syntax="proto3")
+        root = file.message_type.add(name="Reading")
+        root.field.add(name="probe", number=1, type=FDP.TYPE_MESSAGE, type_name=".n.Probe", label=FDP.LABEL_OPTIONAL)
+        root.field.add(name="history", number=2, type=FDP.TYPE_MESSAGE, type_name=".n.Probe",
+                       label=FDP.LABEL_REPEATED)
+        entry = root.nested_type.add(name="BySiteEntry")
+        entry.options.map_entry = True
+        entry.field.add(name="key", number=1, type=FDP.TYPE_STRING, label=FDP.LABEL_OPTIONAL)
+        entry.field.add(name="value", number=2, type=FDP.TYPE_MESSAGE, type_name=".n.Probe", label=FDP.LABEL_OPTIONAL)
+        root.field.add(name="by_site", number=3, type=FDP.TYPE_MESSAGE, type_name=".n.Reading.BySiteEntry",
+                       label=FDP.LABEL_REPEATED)
+        probe = file.message_type.add(name="Probe")
+        probe.field.add(name="serial", number=1, type=FDP.TYPE_STRING, label=FDP.LABEL_OPTIONAL)
+        probe.field.add(name="cal", number=2, type=FDP.TYPE_MESSAGE, type_name=".n.Calibration",
+                        label=FDP.LABEL_OPTIONAL)
+        calibration = file.message_type.add(name="Calibration")
+        calibration.field.add(name="offset", number=1, type=offset_type, label=FDP.LABEL_OPTIONAL)
+        return file
+
+    old, new = version(FDP.TYPE_STRING), version(FDP.TYPE_INT64)
+    old_id, new_id = _register(_b64(old)), _register(_b64(new))
+    old_cls = message_factory.GetMessageClass(protobuf.ProtoFile(old, []).message([0]))
+    new_cls = message_factory.GetMessageClass(protobuf.ProtoFile(new, []).message([0]))
+    fine = old_cls()
+    fine.probe.serial = "p1"  # Calibration left unset: nothing to misread
+    singular = old_cls()
+    singular.probe.cal.offset = "0.5"
+    repeated = old_cls()
+    repeated.history.add(serial="p2")
+    repeated.history.add(serial="p3").cal.offset = "1.5"
+    mapped = old_cls()
+    mapped.by_site["north"].cal.offset = "2.5"
+    newest = new_cls()
+    newest.probe.cal.offset = 7
+    stored, reasons = _store([_framed(old_id, m) for m in (fine, singular, repeated, mapped)]
+                             + [_framed(new_id, newest)])
+    assert stored is not None
+    assert stored.column("probe").to_pylist() == [{"serial": "p1", "cal": None}, {"serial": "", "cal": {"offset": 7}}]
+    assert len(reasons) == 3
+    prefix = f"the record written with schema id {old_id} cannot be read as the newest schema id {new_id}: field"
+    assert f"{prefix} 'probe.cal.offset' (number 1)" in reasons[0]
+    assert f"{prefix} 'history.cal.offset' (number 1)" in reasons[1]
+    assert f"{prefix} 'by_site.cal.offset' (number 1)" in reasons[2]
+
+
 def test_json_well_known_types_and_empty_messages() -> None:
     text = ('syntax = "proto3";\nimport "google/protobuf/struct.proto";\nimport "google/protobuf/empty.proto";\n'
             'import "google/protobuf/duration.proto";\n'

@@ -7,8 +7,8 @@ are resolved into it (a field added with a default gets its default), so one chu
 one schema, however the producers interleave versions. A record written with a version that cannot be resolved
 into the newest (an incompatible change) is quarantined with the reason, as are records without the magic byte
 and records whose id the registry says does not exist. A registry that does not answer raises
-``RegistryUnavailableError`` out of ``prepare``: the batch fails before its commit and is retried, no record is
-quarantined for it.
+``RegistryUnavailableError`` out of ``prepare``: the ingest task pauses the partition there (``shale.ingest.task``),
+no record is quarantined for it.
 """
 
 from __future__ import annotations

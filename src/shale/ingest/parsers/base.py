@@ -69,7 +69,8 @@ class Parser(ABC):
     def prepare(self, headers: list[bytes | None]) -> None:  # noqa: B027 - optional hook, see bind
         """Called with the first bytes (up to ``header_bytes``) of each value of a chunk before ``parse`` sees them:
         a parser whose columns depend on the records (writer schemas from a registry) fixes them here. May raise a
-        ``RetryableError`` (the batch is retried, nothing quarantined)."""
+        ``RetryableError``: nothing is quarantined; ``RegistryUnavailableError`` pauses the chunk's partition (an ingest
+        task), any other fails the task and the batch is retried."""
 
     @property
     def decodes_keys(self) -> bool:

@@ -45,7 +45,7 @@ class KeyDecoder:
         self._newest = 0
 
     def prepare(self, heads: list[bytes | None]) -> None:
-        """Fetch the chunk's key schemas (``RegistryUnavailableError``: the batch is retried) and fix the type."""
+        """Fetch the chunk's key schemas (``RegistryUnavailableError``: the partition pauses) and fix the type."""
         ids: set[int] = set()
         for head in heads:
             with contextlib.suppress(FramingError):

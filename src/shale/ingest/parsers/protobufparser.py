@@ -5,10 +5,11 @@ their schemas read from a Schema Registry; every field of the message becomes a 
 Per chunk, ``prepare`` reads each record's schema id and message-index array, fetches the schemas it has not cached
 (and the files they import, the registry's references), and picks the chunk's message type: the full name most of
 its records carry, read with the newest (highest id) schema that declares it. Protobuf resolves versions by field
-number, so a record written with an older version is read with the newest one's descriptor (an added field is
-unset, a removed one ignored). A record of that older version whose field's wire type the newest schema reads
-differently (an incompatible change) is quarantined with the reason, as are records of another message type, without
-the magic byte, with a broken message-index array, or with an id the registry says does not exist.
+number, so a record written with an older version is read with the newest one's descriptor (an added field is unset,
+a removed one ignored). A record of that older version whose field's wire type the newest schema reads differently
+(an incompatible change), in the message or in any message nested in it, is quarantined with the reason, as are
+records of another message type, without the magic byte, with a broken message-index array, or with an id the
+registry says does not exist.
 """
 
 from __future__ import annotations
@@ -143,12 +144,24 @@ class ProtobufParser(RegistryParser):
         return self.finish(decoder.values(message), kafka_time_ms)
 
 
-def _check_wire_types(message: Any, descriptor: Descriptor, sid: int, newest: int) -> None:
+def _check_wire_types(message: Any, descriptor: Descriptor, sid: int, newest: int, path: str = "") -> None:
     """A field the newest schema declares but could not read from an older version's bytes (its wire type changed):
-    quarantine rather than store its default. Checked on the message's own fields (not nested messages)."""
+    quarantine rather than store its default. Checked in the message and, recursively, in every nested message that
+    is set (singular, repeated, and map values), so ``path`` names the field from the top (``to.zip``)."""
     for field in unknown_fields.UnknownFieldSet(message):
         declared = descriptor.fields_by_number.get(field.field_number)
         if declared is not None:
             raise ParseError(f"the record written with schema id {sid} cannot be read as the newest schema id "
-                             f"{newest}: field {declared.name!r} (number {field.field_number}) was written with "
-                             f"wire type {field.wire_type}, which does not fit its type in the newest schema")
+                             f"{newest}: field {path + declared.name!r} (number {field.field_number}) was written "
+                             f"with wire type {field.wire_type}, which does not fit its type in the newest schema")
+    for declared, value in message.ListFields():
+        inner = declared.message_type
+        if inner is None:
+            continue
+        if inner.GetOptions().map_entry:
+            inner = inner.fields_by_name["value"].message_type
+            items = list(value.values()) if inner is not None else []
+        else:
+            items = list(value) if declared.is_repeated else [value]
+        for item in items:
+            _check_wire_types(item, inner, sid, newest, f"{path}{declared.name}.")

@@ -2,9 +2,10 @@
 client, the options (time field, labels, column prefix), fetching a chunk's writer schemas and the problems that
 quarantine their records, and the columns of the chunk's newest schema.
 
-A registry that does not answer raises ``RegistryUnavailableError`` out of ``prepare``: the batch fails before its
-commit and is retried, no record is quarantined for it. An id the registry says does not exist, or a schema of another
-format, quarantines the records written with it, with the reason.
+A registry that does not answer raises ``RegistryUnavailableError`` out of ``prepare``: the ingest task pauses its
+partition at that chunk (nothing of the chunk is written or quarantined) and the driver plans it again later. An id
+the registry says does not exist, or a schema of another format, quarantines the records written with it, with the
+reason.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ class RegistryParser(Parser):
 
     def prepare_keys(self, heads: list[bytes | None]) -> None:
         if self._keys is not None:
-            self._keys.prepare(heads)  # RegistryUnavailableError: the batch is retried
+            self._keys.prepare(heads)  # RegistryUnavailableError: the partition pauses
 
     def key_columns(self) -> dict[str, pa.DataType]:
         if self._keys is None or self._keys.arrow is None or self.key_column in self._columns:
@@ -131,7 +132,7 @@ class RegistryParser(Parser):
         usable = []
         for sid in sorted(ids):
             try:
-                registered = self.registry.schema(sid)  # RegistryUnavailableError: the batch is retried
+                registered = self.registry.schema(sid)  # RegistryUnavailableError: the partition pauses
             except UnknownSchemaError as exc:
                 problems[sid] = str(exc)
                 continue
