@@ -8,7 +8,7 @@ three cross as JSON, so Spark pickles nothing of Shale's but the bucket configur
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pydantic import TypeAdapter
 
@@ -16,6 +16,7 @@ from shale.block import BlockMeta
 from shale.config import IngestConfig
 from shale.ingest.blocks import Written
 from shale.ingest.plan import PartitionRange
+from shale.schemas.registry import KnownSchemas
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ class RoundSpec:
     """The ingest configuration with the run's parser as the only rule."""
     task_bytes: int
     """``ingest.max_task_bytes`` of the configuration: a task's memory budget sizes its chunks."""
+    known: KnownSchemas = field(default_factory=KnownSchemas)
+    """The named reader schema and the schemas it references, read by the driver: each task remembers them."""
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,10 @@ into the newest (an incompatible change) is quarantined with the reason, as are 
 and records whose id the registry says does not exist. A registry that does not answer raises
 ``RegistryUnavailableError`` out of ``prepare``: the batch fails before its commit and is retried, no record is
 quarantined for it.
+
+With the option ``reader_schema_id`` (a named reader schema: ``shale reprocess --schema-id``), every record is
+resolved into that schema instead of the chunk's newest, whatever version wrote it; a record whose writer schema
+cannot be resolved into it is quarantined with the reason.
 """
 
 from __future__ import annotations
@@ -52,7 +56,11 @@ class AvroParser(RegistryParser):
         usable = [(r.id, r.text) for r in self.fetch(self.ids_of(headers), self._problems)]
         if not usable:
             return
-        reader_id, reader_text = usable[-1]
+        named = self.named_reader()  # a named reader schema replaces the chunk's newest
+        if isinstance(named, str):
+            self._problems.update({sid: named for sid, _ in usable})
+            return
+        reader_id, reader_text = usable[-1] if named is None else (named.id, named.text)
         self._reader_id = reader_id
         try:
             newest = avro.Decoder(reader_text)
@@ -90,7 +98,8 @@ class AvroParser(RegistryParser):
         try:
             datum = decoder.decode(payload(value))
         except Exception as exc:  # fastavro raises many kinds on bytes that are not a datum of the schema
-            kind = "cannot be read as the newest schema id" if sid != self._reader_id else "is not a datum of"
+            kind = f"cannot be read as the {self.reader_word} schema id" if sid != self._reader_id else \
+                "is not a datum of"
             raise ParseError(f"the record written with schema id {sid} {kind} {self._reader_id}: "
                              f"{type(exc).__name__}: {exc}"[:1000]) from None
         if not isinstance(datum, dict):

@@ -8,6 +8,10 @@ not validate is quarantined with the validator's reason, as are records without 
 registry says does not exist. A valid record of an older version is converted into the newest version's columns by
 property name: a property it lacks is null, one the newest lacks is dropped, and one whose type changed so that its
 value no longer fits the column is quarantined by the block writer with the reason.
+
+With the option ``reader_schema_id`` (a named reader schema: ``shale reprocess --schema-id``), the named schema
+gives the columns and every record is validated and converted by it instead of by its own writer schema (which must
+still exist in the registry); a record the named schema refuses is quarantined with the validator's reason.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ class JsonSchemaParser(RegistryParser):
         super().__init__(**options)
         self._decoders: dict[int, jsonschema.Decoder | str] = {}
         self._problems: dict[int, str] = {}
+        self._named: jsonschema.Decoder | None = None
 
     def _decoder(self, sid: int, text: str) -> jsonschema.Decoder | str:
         found = self._decoders.get(sid)
@@ -52,7 +57,7 @@ class JsonSchemaParser(RegistryParser):
         return found
 
     def prepare(self, headers: list[bytes | None]) -> None:
-        self._problems = {}
+        self._problems, self._named = {}, None
         self.clear()
         usable = []
         for registered in self.fetch(self.ids_of(headers), self._problems):
@@ -63,7 +68,14 @@ class JsonSchemaParser(RegistryParser):
                 usable.append((registered.id, decoder))
         if not usable:
             return
-        newest = usable[-1][1]
+        named = self.named_reader()  # a named reader schema replaces the chunk's newest and each record's own
+        reader = named if isinstance(named, str) else usable[-1][1] if named is None else \
+            self._decoder(named.id, named.text)
+        if isinstance(reader, str):
+            self._problems.update({sid: reader for sid, _ in usable})
+            return
+        self._named = reader if named is not None else None
+        newest = reader
         problem = self.set_columns(newest.arrow)
         if problem is not None:
             self._problems.update({sid: problem for sid, _ in usable})
@@ -82,10 +94,13 @@ class JsonSchemaParser(RegistryParser):
         decoder = self._decoders.get(sid)
         if decoder is None or isinstance(decoder, str) or sid not in self.schema_ids:
             raise ParseError(f"schema id {sid} was not prepared for this chunk")
+        which = f"its schema id {sid}"
+        if self._named is not None:
+            decoder, which = self._named, f"the named reader schema id {self.reader_schema_id}"
         try:
             datum = decoder.decode(payload(value))
         except jsonschema.InvalidValueError as exc:
-            raise ParseError(f"the record does not fit its schema id {sid}: {exc}"[:1000]) from None
+            raise ParseError(f"the record does not fit {which}: {exc}"[:1000]) from None
         if not isinstance(datum, dict):
             raise ParseError(f"the record written with schema id {sid} is not a JSON object")
         return self.finish(datum, kafka_time_ms)
