@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pyarrow as pa
 
 from shale.block import BlockMeta, backup_rows
-from shale.config import BucketConfig, ParserRule, ShaleConfig
+from shale.config import BucketConfig, ParserRule, SchemaRegistryConfig, ShaleConfig
 from shale.errors import ConfigError
 from shale.failpoints import failpoint
 from shale.index import OffsetRow
@@ -80,14 +80,17 @@ class Interval:
     block: BlockMeta
 
 
-def run_partition(work_json: str, spec_json: str, bucket_config: BucketConfig) -> str:
+def run_partition(work_json: str, spec_json: str, bucket_config: BucketConfig,
+                  registry: SchemaRegistryConfig | None = None) -> str:
     """A Spark task: parse one partition's backup records of one round's range into partition-group blocks. Its
-    input and output are encoded by ``shale.reprocess.wire``."""
+    input and output are encoded by ``shale.reprocess.wire``; the bucket's and the registry's configurations are
+    pickled (their secrets are masked in JSON)."""
     task, round_ = decode_work(work_json), decode_spec(spec_json)
     work, metas = task.range, task.blocks
-    spec = GroupSpec("partition", round_.generation, bucket_config, round_.ingest)
+    ingest = round_.ingest if registry is None else round_.ingest.model_copy(update={"schema_registry": registry})
+    spec = GroupSpec("partition", round_.generation, bucket_config, ingest)
     if round_.known.schemas:
-        round_.known.remember(RegistryClient(round_.ingest.schema_registry))
+        round_.known.remember(RegistryClient(ingest.schema_registry))
     bucket = task_bucket(bucket_config)
     tables = [t for meta in metas for t in backup_rows(bucket, meta, work.topic, work.partition, work.start, work.end)]
     size = chunk_bytes(round_.task_bytes, PeakMemory().start, "partition")
@@ -213,7 +216,7 @@ class ReprocessJob:
                 committed[work.partition] = (work.end, work.incarnation)
 
     def run(self, progress: Callable[[int, int], None] | None = None) -> ReprocessReport:
-        bucket = self.config.bucket
+        bucket, registry = self.config.bucket, self.config.ingest.schema_registry
         spec = encode_spec(RoundSpec(int(time.time() * 1000), self.generation, self.ingest,
                                      self.config.ingest.max_task_bytes, self.known))
         total = 0
@@ -221,7 +224,7 @@ class ReprocessJob:
             total = total or self.report.backup_blocks
             payloads = [encode_work(PartitionWork(work, tuple(metas))) for work, metas in round_]
             results = (self.spark.sparkContext.parallelize(payloads, len(payloads))
-                       .map(lambda p: run_partition(p, spec, bucket)).collect())
+                       .map(lambda p: run_partition(p, spec, bucket, registry)).collect())
             written = [w for raw in results for w in decode_written(raw)]
             command = batch_commit(written, [work for work, _ in round_], group="partition",
                                    generation=self.generation, writer="reprocess",

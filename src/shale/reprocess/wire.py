@@ -3,7 +3,9 @@ alone, one function per direction.
 
 Into a task: the round's ``RoundSpec`` (the same for every task of the round) and the task's ``PartitionWork`` (a
 partition's offset range and the backup blocks that hold it). Out of it: the chunks it wrote (``Written``). All
-three cross as JSON, so Spark pickles nothing of Shale's but the bucket configuration.
+three cross as JSON, so Spark pickles nothing of Shale's but the bucket's and the Schema Registry's
+configurations: JSON masks secrets (the ``ingest`` in the spec holds the registry's password as asterisks), so
+the task takes the pickled registry configuration instead of the spec's.
 """
 
 from __future__ import annotations

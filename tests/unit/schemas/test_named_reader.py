@@ -10,7 +10,9 @@ import base64
 import io
 import itertools
 import json
+import threading
 import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import fastavro
@@ -253,3 +255,46 @@ def test_the_named_schema_and_its_references_cross_to_the_task_which_reads_no_re
     client = RegistryClient(REGISTRY)
     assert client.cached(v1) == known.schemas[0]
     assert client.referenced(reference) == known.references[0][1]  # remembered: no request was made
+
+
+def test_a_task_reads_writer_schemas_with_the_registry_password_the_json_spec_does_not_carry() -> None:
+    """A real HTTP server standing for a registry that wants basic auth: the spec crosses as JSON, which masks the
+    password, so the task must take the pickled registry configuration."""
+    v2, heard = next(_ids), list[str | None]()
+    expected = "Basic " + base64.b64encode(b"shale:sekret").decode()
+
+    class Registry(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            heard.append(self.headers.get("Authorization"))
+            ok = self.path.endswith(f"/schemas/ids/{v2}") and heard[-1] == expected
+            body = json.dumps({"schema": json.dumps(V2), "schemaType": "AVRO"}).encode() if ok else b"{}"
+            self.send_response(200 if ok else 401)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Registry)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        registry = SchemaRegistryConfig(url=f"http://127.0.0.1:{server.server_address[1]}", username="shale",
+                                        password="sekret", timeout=5.0)
+        bucket_config = BucketConfig(url=f"memory://named-auth-{uuid.uuid4().hex}")
+        bucket = task_bucket(bucket_config)
+        values = [frame(v2, _avro(V2, {"id": i, "note": f"n{i}", "channel": "app"})) for i in range(3)]
+        backup = write_chunk(GroupSpec("backup", 1, bucket_config, IngestConfig()), bucket, _table(values),
+                             Chunk("app", 0, "", 0, 3, READ_MS))
+        ingest = IngestConfig(parsers=[ParserRule(parser="avro", options={})], schema_registry=registry)
+        spec_json = encode_spec(RoundSpec(READ_MS, 2, ingest, 64 << 20))
+        assert "sekret" not in spec_json
+        work = encode_work(PartitionWork(PartitionRange("app", 0, "", 0, 3), tuple(backup.blocks)))
+        written = decode_written(run_partition(work, spec_json, bucket_config, registry))
+    finally:
+        server.shutdown()
+    stored, reasons, _ = _read(bucket, [m for w in written for m in w.blocks], 3)
+    assert reasons == []
+    assert stored is not None
+    assert stored.column("channel").to_pylist() == ["app"] * 3
+    assert heard == [expected]  # asked once, with the password
