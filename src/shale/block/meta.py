@@ -93,6 +93,9 @@ class ParserInfo(_Record):
     name: str
     version: str
     options_digest: str = ""
+    reader_schema_id: int | None = Field(default=None, description="the Schema Registry id of the named reader "
+                                         "schema every record was read as (a typed parser's reader_schema_id: "
+                                         "`shale reprocess --schema-id`); absent: each chunk's newest schema")
 
 
 class BlockMeta(_Record):

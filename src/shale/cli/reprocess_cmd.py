@@ -28,25 +28,37 @@ def _options(pairs: tuple[str, ...]) -> dict[str, object]:
 @click.option("--parser", required=True, help="Parser name (shale.parsers entry point).")
 @click.option("--parser-option", "parser_options", multiple=True, metavar="KEY=VALUE",
               help='A parser option, e.g. --parser-option time_field=\\"ts\\" (TOML values).')
+@click.option("--schema-id", type=click.IntRange(min=1), default=None,
+              help="Read every record as this Schema Registry schema id (avro, protobuf, json_schema parsers).")
+@click.option("--schema-subject", default="", help="With --schema-version: the reader schema by subject.")
+@click.option("--schema-version", default="", help="With --schema-subject: a version number or 'latest'.")
 @click.option("--generation", type=int, required=True, help="The new generation to write.")
 @click.option("--from-generation", type=int, default=1, show_default=True, help="Backup generation to read.")
 @click.pass_context
 @shale_errors
 def reprocess(ctx: click.Context, tenant: str, topic: str, start: str, end: str, parser: str,
-              parser_options: tuple[str, ...], generation: int, from_generation: int) -> None:
-    """Re-parse backup blocks into a new partition-group generation (resumable: rerun to continue)."""
+              parser_options: tuple[str, ...], schema_id: int | None, schema_subject: str, schema_version: str,
+              generation: int, from_generation: int) -> None:
+    """Re-parse backup blocks into a new partition-group generation (resumable: rerun to continue).
+
+    Version rewinding: a parser version is named by --parser and its --parser-option values (recorded per block
+    as the parser's name, version and options digest); a schema version by --schema-id, or --schema-subject with
+    --schema-version, read once from the Schema Registry: every record is then read as that schema, and records
+    that cannot be are quarantined with the reason. Rerun with the same arguments to resume."""
     from rich.progress import Progress
 
     from shale.metastore import open_metastore
     from shale.query.times import parse_time
-    from shale.reprocess import ReprocessJob
+    from shale.reprocess import ReaderSchema, ReprocessJob
     from shale.spark import spark_session
 
     config = get_config(ctx)
     spark = spark_session("shale-reprocess", config.spark, kafka=False, bucket=config.bucket)
     job = ReprocessJob(config, open_metastore(config), spark,
                        tenant=tenant, topic=topic, start=parse_time(start), end=parse_time(end), parser=parser,
-                       options=_options(parser_options), generation=generation, from_generation=from_generation)
+                       options=_options(parser_options), generation=generation, from_generation=from_generation,
+                       reader=(ReaderSchema(schema_id or 0, schema_subject, schema_version)
+                               if schema_id or schema_subject or schema_version else None))
     with Progress() as progress:
         task = progress.add_task(f"reprocessing {topic} into generation {generation}", total=None)
         report = job.run(lambda done, total: progress.update(task, advance=done, total=total))

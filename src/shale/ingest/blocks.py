@@ -336,8 +336,8 @@ def write_chunk(spec: GroupSpec, bucket: Bucket, table: pa.Table, chunk: Chunk,
 
     def spec_for(tenant: str, pv: dict[str, str], parser: Parser | None, what: str) -> BlockSpec:
         pv_key = ",".join(f"{k}={v}" for k, v in sorted(pv.items())) or what
-        info = (ParserInfo(name=parser.name, version=parser.version, options_digest=parser.digest())
-                if parser is not None else None)
+        info = (ParserInfo(name=parser.name, version=parser.version, options_digest=parser.digest(),
+                           reader_schema_id=parser.named_schema_id()) if parser is not None else None)
         return BlockSpec(id=deterministic_block_id(chunk.read_time_ms, f"{key}/{tenant}/{pv_key}"), tenant=tenant,
                          shard=spec.shard, group=spec.group, generation=spec.generation, kafka=kafka,
                          partition_values=pv,

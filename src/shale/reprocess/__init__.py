@@ -3,6 +3,7 @@
 live ingestion goes on; then switch readers to it. See job.py for the sequence, trace.py for traceability."""
 
 from shale.reprocess.job import ReprocessJob, ReprocessReport
+from shale.reprocess.schema import ReaderSchema
 from shale.reprocess.trace import locate, trace_block
 
-__all__ = ["ReprocessJob", "ReprocessReport", "locate", "trace_block"]
+__all__ = ["ReaderSchema", "ReprocessJob", "ReprocessReport", "locate", "trace_block"]

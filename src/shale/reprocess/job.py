@@ -5,7 +5,8 @@ It works in rounds. Per Kafka partition, the backup blocks of the range give the
 round takes, per partition, the next offsets from its committed end in generation N (or from its first interval),
 as far as the intervals continue without a gap, within one topic incarnation, over at most a few blocks (so that
 a killed run loses little) and about a task's memory budget of records. One Spark task per partition reads the
-records of that range from the blocks that hold them, parses them with the chosen parser and writes
+records of that range from the blocks that hold them, parses them with the chosen parser (and, when one is named,
+every record read as the named reader schema: ``shale.reprocess.schema``) and writes
 partition-group blocks of generation N in chunks exactly as ingestion does (``ChunkWriter``: deterministic ids,
 meta.json last, quarantine for rejects), and the round commits with one ``CommitIngestBatch(writer="reprocess")``
 built by the same function ingestion uses. A killed run resumes from the committed offsets of generation N: no
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pyarrow as pa
 
 from shale.block import BlockMeta, backup_rows
-from shale.config import BucketConfig, ParserRule, ShaleConfig
+from shale.config import BucketConfig, ParserRule, SchemaRegistryConfig, ShaleConfig
 from shale.errors import ConfigError
 from shale.failpoints import failpoint
 from shale.index import OffsetRow
@@ -37,6 +38,7 @@ from shale.ingest.plan import BatchPlan, PartitionRange
 from shale.ingest.task import ChunkWriter, chunk_bytes
 from shale.metastore import Command, Result
 from shale.objstore import task_bucket
+from shale.reprocess.schema import ReaderSchema, resolve_reader
 from shale.reprocess.wire import (
     PartitionWork,
     RoundSpec,
@@ -48,6 +50,7 @@ from shale.reprocess.wire import (
     encode_written,
 )
 from shale.resources import PeakMemory
+from shale.schemas.registry import KnownSchemas, RegistryClient
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -63,6 +66,8 @@ class ReprocessReport:
     quarantined: int = 0
     blocks_written: int = 0
     skipped_committed: int = 0
+    reader_schema_id: int = 0
+    """The registry id of the named reader schema (0: none named)."""
 
 
 @dataclass(frozen=True)
@@ -75,12 +80,17 @@ class Interval:
     block: BlockMeta
 
 
-def run_partition(work_json: str, spec_json: str, bucket_config: BucketConfig) -> str:
+def run_partition(work_json: str, spec_json: str, bucket_config: BucketConfig,
+                  registry: SchemaRegistryConfig | None = None) -> str:
     """A Spark task: parse one partition's backup records of one round's range into partition-group blocks. Its
-    input and output are encoded by ``shale.reprocess.wire``."""
+    input and output are encoded by ``shale.reprocess.wire``; the bucket's and the registry's configurations are
+    pickled (their secrets are masked in JSON)."""
     task, round_ = decode_work(work_json), decode_spec(spec_json)
     work, metas = task.range, task.blocks
-    spec = GroupSpec("partition", round_.generation, bucket_config, round_.ingest)
+    ingest = round_.ingest if registry is None else round_.ingest.model_copy(update={"schema_registry": registry})
+    spec = GroupSpec("partition", round_.generation, bucket_config, ingest)
+    if round_.known.schemas:
+        round_.known.remember(RegistryClient(ingest.schema_registry))
     bucket = task_bucket(bucket_config)
     tables = [t for meta in metas for t in backup_rows(bucket, meta, work.topic, work.partition, work.start, work.end)]
     size = chunk_bytes(round_.task_bytes, PeakMemory().start, "partition")
@@ -109,10 +119,14 @@ class ReprocessStore(Protocol):
 class ReprocessJob:
     def __init__(self, config: ShaleConfig, metastore: ReprocessStore, spark: SparkSession, *, tenant: str, topic: str,
                  start: int, end: int, parser: str, options: dict[str, Any], generation: int,
-                 from_generation: int = 1, round_bytes: int | None = None, blocks_per_round: int = 4) -> None:
+                 from_generation: int = 1, round_bytes: int | None = None, blocks_per_round: int = 4,
+                 reader: ReaderSchema | None = None) -> None:
         if generation == config.ingest.generation:
             raise ConfigError(f"--generation {generation} is the generation live ingestion writes (ingest.generation); "
                               "reprocess into a new one, then switch readers to it")
+        self.known = KnownSchemas()
+        if reader is not None:  # resolved once, here; the executors remember it
+            options, self.known = resolve_reader(config.ingest.schema_registry, parser, options, reader)
         load_parser(parser, options)  # fails now, in the driver, on a bad parser or options
         self.config = config
         self.metastore = metastore
@@ -124,7 +138,7 @@ class ReprocessJob:
         self.ingest = config.ingest.model_copy(update={
             "parsers": [ParserRule(topic_pattern=".*", parser=parser, options=options)], "tenants": [],
             "default_tenant": tenant, "tenant_header": ""})
-        self.report = ReprocessReport()
+        self.report = ReprocessReport(reader_schema_id=self.known.schemas[0].id if self.known.schemas else 0)
 
     def _intervals(self) -> tuple[dict[int, list[Interval]], list[str]]:
         """Per partition, the backup blocks' intervals of the range in offset order, and the topic incarnations
@@ -202,15 +216,15 @@ class ReprocessJob:
                 committed[work.partition] = (work.end, work.incarnation)
 
     def run(self, progress: Callable[[int, int], None] | None = None) -> ReprocessReport:
-        bucket = self.config.bucket
+        bucket, registry = self.config.bucket, self.config.ingest.schema_registry
         spec = encode_spec(RoundSpec(int(time.time() * 1000), self.generation, self.ingest,
-                                     self.config.ingest.max_task_bytes))
+                                     self.config.ingest.max_task_bytes, self.known))
         total = 0
         for round_ in self._rounds():
             total = total or self.report.backup_blocks
             payloads = [encode_work(PartitionWork(work, tuple(metas))) for work, metas in round_]
             results = (self.spark.sparkContext.parallelize(payloads, len(payloads))
-                       .map(lambda p: run_partition(p, spec, bucket)).collect())
+                       .map(lambda p: run_partition(p, spec, bucket, registry)).collect())
             written = [w for raw in results for w in decode_written(raw)]
             command = batch_commit(written, [work for work, _ in round_], group="partition",
                                    generation=self.generation, writer="reprocess",

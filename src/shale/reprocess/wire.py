@@ -3,12 +3,14 @@ alone, one function per direction.
 
 Into a task: the round's ``RoundSpec`` (the same for every task of the round) and the task's ``PartitionWork`` (a
 partition's offset range and the backup blocks that hold it). Out of it: the chunks it wrote (``Written``). All
-three cross as JSON, so Spark pickles nothing of Shale's but the bucket configuration.
+three cross as JSON, so Spark pickles nothing of Shale's but the bucket's and the Schema Registry's
+configurations: JSON masks secrets (the ``ingest`` in the spec holds the registry's password as asterisks), so
+the task takes the pickled registry configuration instead of the spec's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pydantic import TypeAdapter
 
@@ -16,6 +18,7 @@ from shale.block import BlockMeta
 from shale.config import IngestConfig
 from shale.ingest.blocks import Written
 from shale.ingest.plan import PartitionRange
+from shale.schemas.registry import KnownSchemas
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,8 @@ class RoundSpec:
     """The ingest configuration with the run's parser as the only rule."""
     task_bytes: int
     """``ingest.max_task_bytes`` of the configuration: a task's memory budget sizes its chunks."""
+    known: KnownSchemas = field(default_factory=KnownSchemas)
+    """The named reader schema and the schemas it references, read by the driver: each task remembers them."""
 
 
 @dataclass(frozen=True)

@@ -271,6 +271,33 @@ def parse(text: str | dict[str, Any] | list[Any]) -> Any:
     return text
 
 
+def full_name(schema: Any) -> str:
+    """A named schema's full name (``namespace.name``); a primitive's type name; '' when it is neither."""
+    try:
+        found = parse(schema)
+    except SchemaError:
+        return ""
+    if isinstance(found, str):
+        return found
+    if not isinstance(found, dict) or not isinstance(found.get("name", found.get("type")), str):
+        return ""
+    name = str(found.get("name") or found["type"])
+    namespace = found.get("namespace")
+    return f"{namespace}.{name}" if "name" in found and namespace and "." not in name else name
+
+
+def aliases(schema: Any) -> set[str]:
+    """The full names a named schema answers to besides its own (its ``aliases``: a renamed record)."""
+    try:
+        found = parse(schema)
+    except SchemaError:
+        return set()
+    if not isinstance(found, dict) or not isinstance(found.get("aliases"), list):
+        return set()
+    namespace = found.get("namespace")
+    return {a if "." in a or not namespace else f"{namespace}.{a}" for a in found["aliases"] if isinstance(a, str)}
+
+
 def arrow_type(schema: Any) -> pa.DataType:
     """The Arrow type of an Avro schema (see the table above)."""
     return _Walker().compile(parse(schema))[0]

@@ -215,6 +215,14 @@ class ProtoFile:
         assert descriptor is not None  # indexes is never empty
         return descriptor
 
+    def declared(self, full_name: str) -> Descriptor | None:
+        """The message of that full name this file declares (nested ones too; not those it imports), or None."""
+        try:
+            found: Descriptor = self.pool.FindMessageTypeByName(full_name)
+        except KeyError:
+            return None
+        return found if found.file.name == self.file.name else None
+
     def fingerprint(self, message: Descriptor) -> str:
         """SHA-256 of the file's deterministic serialization and the message's full name, 16 hex digits."""
         digest = hashlib.sha256(self.proto.SerializeToString(deterministic=True))

@@ -116,6 +116,12 @@ class RegistryClient:
             _VERSIONS[key] = found
         return found
 
+    def version(self, subject: str, version: int | str) -> RegisteredSchema:
+        """The schema registered as ``subject`` ``version`` (a number, or ``latest``), with its id
+        (``GET /subjects/{subject}/versions/{version}``); not cached, since ``latest`` moves."""
+        what = f"subject {subject!r} version {version}"
+        return self._read(f"/subjects/{quote(subject, safe='')}/versions/{quote(str(version), safe='')}", what, 0)
+
     def _read(self, path: str, what: str, schema_id: int) -> RegisteredSchema:
         try:
             with self._client() as client:
@@ -139,6 +145,33 @@ class RegistryClient:
             raise RegistryUnavailableError(f"schema registry {self.url} answered {what} with something that is "
                                            "not a schema; the partition waits and is retried",
                                            registry=self.url) from None
+
+
+@dataclass(frozen=True)
+class KnownSchemas:
+    """Schemas a driver read once, handed typed to its executors, which remember them in their processes' caches
+    (``remember``): their tasks never ask the registry for them."""
+
+    schemas: tuple[RegisteredSchema, ...] = ()
+    references: tuple[tuple[SchemaReference, RegisteredSchema], ...] = ()
+
+    def remember(self, client: RegistryClient) -> None:
+        for schema in self.schemas:
+            client.remember(schema)
+        for reference, referenced in self.references:
+            client.remember_reference(reference, referenced)
+
+
+def with_references(client: RegistryClient, schema: RegisteredSchema) -> KnownSchemas:
+    """``schema`` and the schemas it references, recursively (each read once)."""
+    found: dict[SchemaReference, RegisteredSchema] = {}
+    pending = list(schema.references)
+    while pending:
+        reference = pending.pop()
+        if reference not in found:
+            found[reference] = client.referenced(reference)
+            pending.extend(found[reference].references)
+    return KnownSchemas((schema,), tuple(found.items()))
 
 
 def forget_cache() -> None:

@@ -4,6 +4,8 @@ payload (Avro binary without a container header; JSON text; for Protobuf, first 
 
 from __future__ import annotations
 
+from collections import Counter
+
 MAGIC = 0
 HEADER_BYTES = 5
 
@@ -22,6 +24,15 @@ def schema_id(value: bytes | None) -> int:
         raise FramingError(f"the record does not start with the Schema Registry magic byte 0 (it starts with "
                            f"{value[0]})")
     return int.from_bytes(value[1:HEADER_BYTES], "big")
+
+
+def id_counts(values: list[bytes | None]) -> Counter[int]:
+    """How many of ``values`` carry each schema id (values without a header are left out)."""
+    counts: Counter[int] = Counter()
+    for value in values:
+        if value is not None and len(value) >= HEADER_BYTES and value[0] == MAGIC:
+            counts[int.from_bytes(value[1:HEADER_BYTES], "big")] += 1
+    return counts
 
 
 MAX_INDEX_DEPTH = 64

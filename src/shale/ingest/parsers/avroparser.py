@@ -2,17 +2,24 @@
 top-level field of the record becomes a TYPED column (``shale.schemas.avro`` maps the types).
 
 Per chunk, ``prepare`` reads the schema ids of its records, fetches the schemas it has not cached, and takes the
-newest of them (the highest id) as the chunk's reader schema: records written with an older compatible version
+newest of them (the highest id) of the chunk's record type as the chunk's reader schema (the type most of its
+records carry, by full name, aliases followed; records of other types are quarantined: subject name strategies are
+not built): records written with an older compatible version
 are resolved into it (a field added with a default gets its default), so one chunk's rows land in one block under
 one schema, however the producers interleave versions. A record written with a version that cannot be resolved
 into the newest (an incompatible change) is quarantined with the reason, as are records without the magic byte
 and records whose id the registry says does not exist. A registry that does not answer raises
 ``RegistryUnavailableError`` out of ``prepare``: the ingest task pauses the partition there (``shale.ingest.task``),
 no record is quarantined for it.
+
+With the option ``reader_schema_id`` (a named reader schema: ``shale reprocess --schema-id``), every record is
+resolved into that schema instead of the chunk's newest, whatever version wrote it; a record whose writer schema
+cannot be resolved into it is quarantined with the reason.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -21,7 +28,7 @@ from pydantic import Field
 from shale.ingest.parsers.base import ParseError
 from shale.ingest.parsers.registryparser import RegistryOptions, RegistryParser
 from shale.schemas import avro
-from shale.schemas.wire import FramingError, payload, schema_id
+from shale.schemas.wire import FramingError, id_counts, payload, schema_id
 
 
 class AvroOptions(RegistryOptions):
@@ -43,16 +50,25 @@ class AvroParser(RegistryParser):
         self._decoders: dict[tuple[int, int], avro.Decoder] = {}
         self._reader_id = 0
         self._problems: dict[int, str] = {}
+        self._names: dict[int, str] = {}
 
     def prepare(self, headers: list[bytes | None]) -> None:
         """Fix the chunk's reader schema and columns from the schema ids its records carry (see the module)."""
         self._problems = {}
         self.clear()
         self._reader_id = 0
-        usable = [(r.id, r.text) for r in self.fetch(self.ids_of(headers), self._problems)]
+        counts = id_counts(headers)
+        usable = [(r.id, r.text) for r in self.fetch(set(counts), self._problems)]
         if not usable:
             return
-        reader_id, reader_text = usable[-1]
+        named = self.named_reader()  # a named reader schema replaces the chunk's newest
+        if isinstance(named, str):
+            self._problems.update({sid: named for sid, _ in usable})
+            return
+        reader_id, reader_text = (named.id, named.text) if named is not None else usable[-1]
+        self._names = _types([*usable, (reader_id, reader_text)])
+        if named is None:
+            reader_id, reader_text = _main_type(usable, self._names, counts)
         self._reader_id = reader_id
         try:
             newest = avro.Decoder(reader_text)
@@ -90,9 +106,43 @@ class AvroParser(RegistryParser):
         try:
             datum = decoder.decode(payload(value))
         except Exception as exc:  # fastavro raises many kinds on bytes that are not a datum of the schema
-            kind = "cannot be read as the newest schema id" if sid != self._reader_id else "is not a datum of"
+            kind = f"cannot be read as the {self.reader_word} schema id" if sid != self._reader_id else \
+                "is not a datum of"
+            mine, main = self._names.get(sid, ""), self._names.get(self._reader_id, "")
+            if mine != main:
+                raise ParseError(f"the record is a {mine} (schema id {sid}), this chunk's records are {main}: one "
+                                 "record type per topic (subject name strategies are not built)") from None
             raise ParseError(f"the record written with schema id {sid} {kind} {self._reader_id}: "
                              f"{type(exc).__name__}: {exc}"[:1000]) from None
         if not isinstance(datum, dict):
             raise ParseError(f"schema id {sid} does not describe a record")
         return self.finish(datum, kafka_time_ms)
+
+
+def _types(schemas: list[tuple[int, str]]) -> dict[int, str]:
+    """Each schema's record type: its full name, or the full name of a newer schema that names it among its
+    aliases (a renamed record is the same type)."""
+    names = {sid: avro.full_name(text) for sid, text in schemas}
+    renamed: dict[str, str] = {}
+    for sid, text in sorted(schemas):
+        for alias in avro.aliases(text):
+            renamed.setdefault(alias, names[sid])
+
+    def current(name: str) -> str:
+        seen = {name}
+        while name in renamed and renamed[name] not in seen:
+            name = renamed[name]
+            seen.add(name)
+        return name
+
+    return {sid: current(name) for sid, name in names.items()}
+
+
+def _main_type(usable: list[tuple[int, str]], names: dict[int, str], counts: Counter[int]) -> tuple[int, str]:
+    """The chunk's reader: the newest schema of the record type most of its records carry (ties: the type of the
+    newest schema). A topic of one type (every topic-strategy subject) reads its newest schema."""
+    totals: Counter[str] = Counter()
+    for sid, _ in usable:
+        totals[names[sid]] += counts[sid]
+    main = max(totals, key=lambda n: (totals[n], max(sid for sid, _ in usable if names[sid] == n)))
+    return max((sid, text) for sid, text in usable if names[sid] == main)

@@ -93,6 +93,11 @@ class Parser(ABC):
         rows are stored under (empty for parsers without schemas)."""
         return [], ""
 
+    def named_schema_id(self) -> int | None:
+        """The registry id of the reader schema the parser was told to read every record as (recorded in the block
+        metadata's parser), or None."""
+        return None
+
     @abstractmethod
     def columns(self) -> dict[str, pa.DataType]:
         """The columns this parser adds to every row (labels included)."""

@@ -3,15 +3,22 @@ from a Schema Registry; every property of the object schema becomes a TYPED colu
 maps the types).
 
 Per chunk, ``prepare`` fetches the schemas of the chunk's ids it has not cached and takes the newest (highest id) as
-the chunk's columns. Each record is validated against the schema it was written with (its own id): a value that does
-not validate is quarantined with the validator's reason, as are records without the magic byte and with an id the
-registry says does not exist. A valid record of an older version is converted into the newest version's columns by
-property name: a property it lacks is null, one the newest lacks is dropped, and one whose type changed so that its
-value no longer fits the column is quarantined by the block writer with the reason.
+the chunk's columns, among the schemas of the chunk's record type (the ``title`` most of its records' schemas carry;
+records of other titles are quarantined: subject name strategies are not built). Each record is validated against
+the schema it was written with (its own id): a value that does not validate is quarantined with the validator's
+reason, as are records without the magic byte and with an id the registry says does not exist. A valid record of
+an older version is converted into the newest version's columns by property name: a property it lacks is null, one
+the newest lacks is dropped, and one whose type changed so that its value no longer fits the column is quarantined
+by the block writer with the reason.
+
+With the option ``reader_schema_id`` (a named reader schema: ``shale reprocess --schema-id``), the named schema
+gives the columns and every record is validated and converted by it instead of by its own writer schema (which must
+still exist in the registry); a record the named schema refuses is quarantined with the validator's reason.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -20,7 +27,7 @@ from shale.ingest.parsers.base import ParseError
 from shale.ingest.parsers.registryparser import RegistryOptions, RegistryParser
 from shale.schemas import jsonschema
 from shale.schemas.avro import SchemaError
-from shale.schemas.wire import FramingError, payload, schema_id
+from shale.schemas.wire import FramingError, id_counts, payload, schema_id
 
 
 class JsonSchemaOptions(RegistryOptions):
@@ -38,6 +45,7 @@ class JsonSchemaParser(RegistryParser):
         super().__init__(**options)
         self._decoders: dict[int, jsonschema.Decoder | str] = {}
         self._problems: dict[int, str] = {}
+        self._named: jsonschema.Decoder | None = None
 
     def _decoder(self, sid: int, text: str) -> jsonschema.Decoder | str:
         found = self._decoders.get(sid)
@@ -52,10 +60,11 @@ class JsonSchemaParser(RegistryParser):
         return found
 
     def prepare(self, headers: list[bytes | None]) -> None:
-        self._problems = {}
+        self._problems, self._named = {}, None
         self.clear()
         usable = []
-        for registered in self.fetch(self.ids_of(headers), self._problems):
+        counts = id_counts(headers)
+        for registered in self.fetch(set(counts), self._problems):
             decoder = self._decoder(registered.id, registered.text)
             if isinstance(decoder, str):
                 self._problems[registered.id] = decoder
@@ -63,13 +72,39 @@ class JsonSchemaParser(RegistryParser):
                 usable.append((registered.id, decoder))
         if not usable:
             return
-        newest = usable[-1][1]
+        named = self.named_reader()  # a named reader schema replaces the chunk's newest and each record's own
+        if named is None:
+            usable = self._main_type(usable, counts)
+        reader = named if isinstance(named, str) else usable[-1][1] if named is None else \
+            self._decoder(named.id, named.text)
+        if isinstance(reader, str):
+            self._problems.update({sid: reader for sid, _ in usable})
+            return
+        self._named = reader if named is not None else None
+        newest = reader
         problem = self.set_columns(newest.arrow)
         if problem is not None:
             self._problems.update({sid: problem for sid, _ in usable})
             return
         self.fingerprint = jsonschema.fingerprint(newest.schema)
         self.schema_ids = [sid for sid, _ in usable]
+
+    def _main_type(self, usable: list[tuple[int, jsonschema.Decoder]],
+                   counts: Counter[int]) -> list[tuple[int, jsonschema.Decoder]]:
+        """The schemas of the record type (the schema's ``title``, what the record name strategies name a JSON
+        schema by) most of the chunk's records carry (ties: the type of the newest schema); the records of other
+        types are quarantined rather than filled into this type's columns by property name."""
+        titles = {sid: str(d.schema.get("title") or "") if isinstance(d.schema, dict) else "" for sid, d in usable}
+        totals: Counter[str] = Counter()
+        for sid, _ in usable:
+            totals[titles[sid]] += counts[sid]
+        main = max(totals, key=lambda t: (totals[t], max(sid for sid, _ in usable if titles[sid] == t)))
+        for sid, title in titles.items():
+            if title != main:
+                self._problems[sid] = (f"the record is a {title or 'schema without a title'} (schema id {sid}), "
+                                       f"this chunk's records are {main or 'of a schema without a title'}: one "
+                                       "record type per topic (subject name strategies are not built)")
+        return [(sid, d) for sid, d in usable if titles[sid] == main]
 
     def parse(self, value: bytes | None, kafka_time_ms: int) -> tuple[int, dict[str, Any]]:
         try:
@@ -82,10 +117,13 @@ class JsonSchemaParser(RegistryParser):
         decoder = self._decoders.get(sid)
         if decoder is None or isinstance(decoder, str) or sid not in self.schema_ids:
             raise ParseError(f"schema id {sid} was not prepared for this chunk")
+        which = f"its schema id {sid}"
+        if self._named is not None:
+            decoder, which = self._named, f"the named reader schema id {self.reader_schema_id}"
         try:
             datum = decoder.decode(payload(value))
         except jsonschema.InvalidValueError as exc:
-            raise ParseError(f"the record does not fit its schema id {sid}: {exc}"[:1000]) from None
+            raise ParseError(f"the record does not fit {which}: {exc}"[:1000]) from None
         if not isinstance(datum, dict):
             raise ParseError(f"the record written with schema id {sid} is not a JSON object")
         return self.finish(datum, kafka_time_ms)

@@ -10,6 +10,11 @@ a removed one ignored). A record of that older version whose field's wire type t
 (an incompatible change), in the message or in any message nested in it, is quarantined with the reason, as are
 records of another message type, without the magic byte, with a broken message-index array, or with an id the
 registry says does not exist.
+
+With the option ``reader_schema_id`` (a named reader schema: ``shale reprocess --schema-id``), the chunk's message
+type is read with the descriptor of that name in the named schema instead of the newest; a named schema that does
+not declare the message quarantines the chunk's records of that type with the reason, and the wire-type check
+applies to every record not written with the named schema itself.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ class ProtobufParser(RegistryParser):
         self._decoders: dict[str, protobuf.Decoder] = {}
         self._chunk: dict[Key, tuple[protobuf.Decoder, bool] | str] = {}
         self._problems: dict[int, str] = {}
+        self._reader_id = 0
 
     def _file(self, registered: RegisteredSchema) -> protobuf.ProtoFile | str:
         """The schema's file in its descriptor pool, or why it cannot be read (cached per id)."""
@@ -91,11 +97,14 @@ class ProtobufParser(RegistryParser):
             return
         name = names.most_common(1)[0][0]
         reader_key = max(k for k, m in messages.items() if m.full_name == name)
-        reader_file = files[reader_key[0]]
-        assert isinstance(reader_file, protobuf.ProtoFile)
-        reader = messages[reader_key]
+        found = self._reader(name, files[reader_key[0]], messages[reader_key], reader_key[0])
+        if isinstance(found, str):
+            self._chunk.update({k: found if m.full_name == name else _other_type(k, m, name)
+                                for k, m in messages.items()})
+            return
+        reader_file, reader, self._reader_id = found
         try:
-            decoder = self._decoder(reader_key[0], reader)
+            decoder = self._decoder(self._reader_id, reader)
         except SchemaError as exc:
             self._chunk.update({k: f"schema id {k[0]}: {exc}" for k, m in messages.items() if m.full_name == name})
             return
@@ -104,13 +113,30 @@ class ProtobufParser(RegistryParser):
             if problem is not None:
                 self._chunk[key] = problem
             elif message.full_name != name:
-                self._chunk[key] = (f"the record is a {message.full_name} (schema id {key[0]}), this chunk's records "
-                                    f"are {name}: one message type per topic (subject name strategies are not built)")
+                self._chunk[key] = _other_type(key, message, name)
             else:
-                self._chunk[key] = (decoder, key[0] != reader_key[0])
+                self._chunk[key] = (decoder, key[0] != self._reader_id)
         if problem is None:
             self.fingerprint = reader_file.fingerprint(reader)
             self.schema_ids = sorted({k[0] for k, v in self._chunk.items() if not isinstance(v, str)})
+
+    def _reader(self, name: str, newest_file: protobuf.ProtoFile | str, newest: Descriptor,
+                newest_id: int) -> tuple[protobuf.ProtoFile, Descriptor, int] | str:
+        """The file, descriptor and id the chunk's ``name`` records are read with: the newest schema declaring it,
+        or the named reader schema (option ``reader_schema_id``), which must declare it; or why not."""
+        named = self.named_reader()
+        if named is None:
+            assert isinstance(newest_file, protobuf.ProtoFile)
+            return newest_file, newest, newest_id
+        if isinstance(named, str):
+            return named
+        file = self._file(named)
+        if isinstance(file, str):
+            return f"the named reader schema: {file}"
+        declared = file.declared(name)
+        if declared is None:
+            return f"the named reader schema id {named.id} does not declare the message {name}"
+        return file, declared, named.id
 
     def _decoder(self, sid: int, message: Descriptor) -> protobuf.Decoder:
         key = f"{sid}/{message.full_name}"
@@ -140,20 +166,26 @@ class ProtobufParser(RegistryParser):
             raise ParseError(f"the record written with schema id {sid} is not a {decoder.descriptor.full_name}: "
                              f"{exc}"[:1000]) from None
         if older:
-            _check_wire_types(message, decoder.descriptor, sid, self.schema_ids[-1])
+            _check_wire_types(message, decoder.descriptor, sid, self._reader_id, self.reader_word)
         return self.finish(decoder.values(message), kafka_time_ms)
 
 
-def _check_wire_types(message: Any, descriptor: Descriptor, sid: int, newest: int, path: str = "") -> None:
+def _other_type(key: Key, message: Descriptor, name: str) -> str:
+    return (f"the record is a {message.full_name} (schema id {key[0]}), this chunk's records are {name}: one "
+            "message type per topic (subject name strategies are not built)")
+
+
+def _check_wire_types(message: Any, descriptor: Descriptor, sid: int, reader: int, word: str,
+                      path: str = "") -> None:
     """A field the newest schema declares but could not read from an older version's bytes (its wire type changed):
     quarantine rather than store its default. Checked in the message and, recursively, in every nested message that
     is set (singular, repeated, and map values), so ``path`` names the field from the top (``to.zip``)."""
     for field in unknown_fields.UnknownFieldSet(message):
         declared = descriptor.fields_by_number.get(field.field_number)
         if declared is not None:
-            raise ParseError(f"the record written with schema id {sid} cannot be read as the newest schema id "
-                             f"{newest}: field {path + declared.name!r} (number {field.field_number}) was written "
-                             f"with wire type {field.wire_type}, which does not fit its type in the newest schema")
+            raise ParseError(f"the record written with schema id {sid} cannot be read as the {word} schema id "
+                             f"{reader}: field {path + declared.name!r} (number {field.field_number}) was written "
+                             f"with wire type {field.wire_type}, which does not fit its type in the {word} schema")
     for declared, value in message.ListFields():
         inner = declared.message_type
         if inner is None:
@@ -164,4 +196,4 @@ def _check_wire_types(message: Any, descriptor: Descriptor, sid: int, newest: in
         else:
             items = list(value) if declared.is_repeated else [value]
         for item in items:
-            _check_wire_types(item, inner, sid, newest, f"{path}{declared.name}.")
+            _check_wire_types(item, inner, sid, reader, word, f"{path}{declared.name}.")

@@ -42,6 +42,11 @@ class RegistryOptions(ParserOptions):
                                   "in: avro, protobuf or json_schema; the decoded key becomes one typed column "
                                   "('' = keys stay bytes in the key column only)")
     key_column: str = Field(default="record_key", description="name of the decoded key's column (with key_format)")
+    reader_schema_id: int = Field(default=0, ge=0, description="a named reader schema: every record is read as "
+                                  "this registry id (Avro: resolved from its writer schema; Protobuf: parsed with "
+                                  "its descriptor; JSON Schema: validated and converted by it), a record that cannot "
+                                  "be is quarantined with the reason (0 = each chunk's newest schema; `shale "
+                                  "reprocess --schema-id` sets it)")
 
 
 class RegistryParser(Parser):
@@ -66,6 +71,7 @@ class RegistryParser(Parser):
         self.fingerprint = ""
         self._keys = KeyDecoder(settings.key_format, lambda: self.registry) if settings.key_format else None
         self.key_column: str = settings.key_column
+        self.reader_schema_id: int = settings.reader_schema_id
 
     @property
     def decodes_keys(self) -> bool:
@@ -117,6 +123,29 @@ class RegistryParser(Parser):
         if self._registry is None:
             self._registry = RegistryClient(self.registry_config)
         return self._registry
+
+    def named_schema_id(self) -> int | None:
+        return self.reader_schema_id or None
+
+    def named_reader(self) -> RegisteredSchema | str | None:
+        """The named reader schema (option ``reader_schema_id``), or why it cannot be used (its records are then
+        quarantined with it), or None when none is named. ``RegistryUnavailableError`` when the registry does not
+        answer."""
+        if not self.reader_schema_id:
+            return None
+        try:
+            registered = self.registry.schema(self.reader_schema_id)
+        except UnknownSchemaError as exc:
+            return f"the named reader schema: {exc}"
+        if registered.schema_type != self.schema_type:
+            return (f"the named reader schema id {registered.id} is a {registered.schema_type} schema, not "
+                    f"{self.schema_type}")
+        return registered
+
+    @property
+    def reader_word(self) -> str:
+        """How reasons name the schema records are read as."""
+        return "named reader" if self.reader_schema_id else "newest"
 
     @staticmethod
     def ids_of(headers: list[bytes | None]) -> set[int]:
