@@ -34,6 +34,19 @@ deployment, topic and bucket prefix on the same Kafka and MinIO; for each profil
 through the metastore is reported, and every round's p99 is in the notes (this machine's timings vary from run to
 run).
 
+Cold start (issue 32): before the rounds, one more fresh deployment on defaults is measured from its start. The
+topic holds ``WARMUP_RECORDS`` records before ``shale run`` is launched (a restart finds records waiting); once
+every ingest group has logged "ingest started" (its driver warmed, its lease taken), the producer runs for
+``COLD_DURATION`` s (90 s) with samples from its first tick, and every sample counts: ``p99_ms_from_start``. From
+the partition group's "batch committed" lines: ``first_batch_seconds`` (its first batch with records: read, write
+and commit) and ``steady_batch_seconds`` (the median batch that began in the second half of the producing time);
+``start_seconds`` is from the launch to its "ingest started". The notes give the warm-up's phases and the first
+batches' task time by phase (``task.PHASES``, summed over tasks that run two at a time). When the machine cannot
+keep up with the rate, batches grow through the run and the "steady" batch is a large one: read the ratio with
+the records of each batch (notes). ``p99_ms_low_latency_worst_round`` is the highest p99 of the low-latency
+rounds (``FRESHNESS_ROUNDS``, default 3). ``FRESHNESS_COLD_ONLY=1`` runs only cold starts and prints them (with
+``FRESHNESS_BASELINE_SRC``, another version's ``src`` interleaved: the before/after comparison).
+
 Objects per hour: every object of every block in the bucket is listed (``BlockFetcher``, both groups).
 ``objects_per_hour_l0`` = objects (data files and meta.json) of every level-0 block written while the producer
 ran x 3600 / 180 s. ``objects_per_hour_after_compaction`` = objects of the blocks still live (Healthy: not
@@ -107,7 +120,9 @@ POLL_INTERVAL = 0.25
 TICK = 0.01
 WARMUP_RECORDS = 2_000
 WARMUP = 60.0
-ROUNDS = 3
+ROUNDS = int(os.environ.get("FRESHNESS_ROUNDS", "3"))
+COLD_DURATION = 90.0
+COLD_ONLY = os.environ.get("FRESHNESS_COLD_ONLY", "") == "1"
 MIN_RATE_SHARE = 0.97
 TENANT = "default"
 SECRET_ENV = "SHALE_BUCKET__SECRET_ACCESS_KEY"
@@ -313,9 +328,11 @@ def write_config(work: Path, bootstrap: str, bucket: BucketConfig, topic: str, p
 
 
 @contextmanager
-def deployment(config_file: Path, work: Path, secret: str, services: int) -> Iterator[ManagedProcess]:
-    """``shale --config FILE run``, until every service is started; stopped with SIGTERM afterwards."""
-    env = {**os.environ, SECRET_ENV: secret}
+def deployment(config_file: Path, work: Path, secret: str, services: int,
+               python_path: str | None = None) -> Iterator[ManagedProcess]:
+    """``shale --config FILE run``, until every service is started; stopped with SIGTERM afterwards. With
+    ``python_path``, the deployment imports ``shale`` from there (another version of the code)."""
+    env = {**os.environ, SECRET_ENV: secret, **({"PYTHONPATH": python_path} if python_path else {})}
     for name in ("SHALE_FAILPOINTS", "SHALE_FAILPOINT_DIR", "SPARK_LOCAL_IP", "PYSPARK_PYTHON"):
         env.pop(name, None)
     run = ManagedProcess("shale-run", [sys.executable, "-m", "shale.cli", "--config", str(config_file),
@@ -400,6 +417,62 @@ def batch_breakdown(log: Path, start: float, end: float) -> dict[str, float]:
             "commit_s": sum(commit) / n}
 
 
+def log_entries(log: Path) -> list[dict[str, Any]]:
+    """The JSON lines of a service's log (the Spark JVM's own lines left out), each with ``at``: epoch seconds."""
+    entries = []
+    for line in log.read_text(errors="replace").splitlines():
+        if line.startswith("{"):
+            entry = json.loads(line)
+            entry["at"] = dt.datetime.fromisoformat(entry["ts"]).timestamp()
+            entries.append(entry)
+    return entries
+
+
+@dataclass
+class ColdResult:
+    """A run measured from the start: ``shale run`` and the producer started together."""
+
+    book: Visibility
+    floor: Visibility
+    produced: dict[str, Any]
+    launched: float
+    """epoch seconds: when ``shale run`` was started"""
+    started: float
+    """epoch seconds: when every ingest group had started, and the producer was started"""
+    logs: dict[str, list[dict[str, Any]]]
+    """each ingest group's JSON log lines"""
+    cores: dict[str, float]
+
+    def batches(self, group: str = "partition") -> list[dict[str, Any]]:
+        return [e for e in self.logs[group] if e.get("msg") == "batch committed" and e["records"]]
+
+    def first_batch_seconds(self) -> float:
+        return float(self.batches()[0]["seconds"])
+
+    def steady_batch_seconds(self) -> float:
+        """The median batch (read, write and commit) of the run's second half: warm JVMs, batches at the size the
+        trigger interval gives at this rate."""
+        half = self.started + (self.produced["elapsed"]) / 2
+        late = [float(e["seconds"]) for e in self.batches() if e["at"] - e["seconds"] >= half]
+        return sorted(late)[len(late) // 2] if late else math.nan
+
+    def timeline(self, group: str) -> dict[str, float]:
+        """Seconds from ``shale run``'s start to each step of one group's start and its first batches (the
+        producer started at ``producing``)."""
+        marks: dict[str, float] = {}
+        for e in self.logs[group]:
+            name = {"ingest driver warmed": "warmed", "ingest started": "started"}.get(e["msg"])
+            if e["msg"].startswith("ingest lease"):
+                name = "lease"
+            if name and name not in marks:
+                marks[name] = e["at"] - self.launched
+        marks["producing"] = self.started - self.launched
+        for i, e in enumerate(e for e in self.logs[group] if e.get("msg") == "batch committed"):
+            if i < 3:
+                marks[f"batch{i + 1}_end"] = e["at"] - self.launched
+        return {k: round(v, 1) for k, v in marks.items()}
+
+
 @dataclass
 class ProfileResult:
     books: dict[str, Visibility]
@@ -457,7 +530,7 @@ def measure(name: str, profile: dict[str, dict[str, Any]], bootstrap: str, bucke
             _wait(lambda: len(books["kafka"]) == produced["samples"], 60, "the consumer to see every sample")
             expected = set(books["kafka"].first_ms)
             for path in ("metastore", "bucket_index"):
-                _wait(lambda path=path: not books[path].missing(expected), 180,
+                _wait(lambda path=path: not books[path].missing(expected), 600,
                       f"every sample to become visible through the {path}", run)
         finally:
             stop.set()
@@ -474,15 +547,69 @@ def measure(name: str, profile: dict[str, dict[str, Any]], bootstrap: str, bucke
                          {p.name: p.errors for p in pollers}, cores)
 
 
-def _start_producer(bootstrap: str, topic: str) -> subprocess.Popen[str]:
+def measure_cold(name: str, profile: dict[str, dict[str, Any]], bootstrap: str, bucket: BucketConfig,
+                 work: Path, python_path: str | None = None) -> ColdResult:
+    """A fresh ``shale run`` on a topic that holds ``WARMUP_RECORDS`` records not yet stored (a restart finds
+    records waiting); once every ingest group has started (its driver warmed, its lease taken: "ingest
+    started"), the producer starts, with samples from its first second on, for ``COLD_DURATION`` s. Every
+    sample's latency counts."""
+    work.mkdir(parents=True)
+    topic = f"fresh-{name}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    port = free_port()
+    file = write_config(work, bootstrap, bucket, topic, port, profile)
+    secret = bucket.secret_access_key.get_secret_value()
+    config = load_config(file, env={SECRET_ENV: secret})
+    store = open_bucket(config.bucket)
+    books = {path: Visibility() for path in ("kafka", "metastore")}
+    history = CheckedProducer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    now = int(time.time() * 1000)
+    for i in range(WARMUP_RECORDS):
+        history.produce(topic, b'{"ts": %d, "level": "INFO", "msg": "history"}' % now, partition=i % PARTITIONS)
+    history.flush()
+    progress(f"{name}: starting shale run")
+    launched = time.time()
+    services = 1 + len(config.run.ingest_groups) + config.run.compaction_workers
+    logs = {str(g): work / "logs" / f"ingest-{g}.log" for g in config.run.ingest_groups}
+    with deployment(file, work, secret, services, python_path) as run:
+        _wait(lambda: all(any(e["msg"] == "ingest started" for e in log_entries(log)) for log in logs.values()),
+              600, "every ingest group to start", run)
+        progress(f"{name}: started after {time.time() - launched:.0f} s; producing {RATE:,} records/s for "
+                 f"{COLD_DURATION:.0f} s")
+        started = time.time()
+        producer = _start_producer(bootstrap, topic, warmup=0.0, duration=COLD_DURATION)
+        poller = Poller("metastore", open_source(config, "metastore", store), store, books["metastore"])
+        stop = threading.Event()
+        threads = [threading.Thread(target=_floor_consumer, args=(bootstrap, topic, books["kafka"], stop)),
+                   threading.Thread(target=poller.loop, args=(stop,))]
+        for t in threads:
+            t.start()
+        try:
+            before = cpu_snapshot()
+            produced = _producer_report(producer)
+            cores = cpu_use(before, cpu_snapshot(), _service_sessions(work))
+            _wait(lambda: len(books["kafka"]) == produced["samples"], 60, "the consumer to see every sample")
+            expected = set(books["kafka"].first_ms)
+            _wait(lambda: not books["metastore"].missing(expected), 300,
+                  "every sample to become visible through the metastore", run)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        entries = {g: log_entries(log) for g, log in logs.items()}
+    return ColdResult(books["metastore"], books["kafka"], produced, launched, started, entries, cores)
+
+
+def _start_producer(bootstrap: str, topic: str, warmup: float = WARMUP,
+                    duration: float = DURATION) -> subprocess.Popen[str]:
     """``produce_steadily`` in its own process (``python -m bench.freshness``)."""
-    command = [sys.executable, "-m", "bench.freshness", bootstrap, topic, str(RATE), str(WARMUP), str(DURATION)]
+    command = [sys.executable, "-m", "bench.freshness", bootstrap, topic, str(RATE), str(warmup), str(duration)]
     return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _producer_report(producer: subprocess.Popen[str]) -> dict[str, Any]:
     """The producer's report, checked: every record delivered, the rate kept."""
-    out, err = producer.communicate(timeout=WARMUP + DURATION + 180)
+    out, err = producer.communicate(timeout=WARMUP + DURATION + COLD_DURATION + 180)
     if producer.returncode != 0:
         raise RuntimeError(f"the producer failed:\n{(out + err)[-3000:]}")
     produced: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
@@ -517,7 +644,7 @@ def _wait_compaction_idle(client: MetastoreClient, run: ManagedProcess, quiet: f
 
 # -- the benchmark ------------------------------------------------------------------------------------------------
 
-def _notes(results: dict[str, ProfileResult], rounds: dict[str, list[ProfileResult]]) -> str:
+def _notes(results: dict[str, ProfileResult], rounds: dict[str, list[ProfileResult]], start: dict[str, Any]) -> str:
     spread = "; ".join(f"{name} " + ", ".join(f"{r.books['metastore'].summary()['p99'] / 1000:.1f} s" for r in runs)
                        for name, runs in rounds.items())
     lines = [__doc__ or "", f"In this run: p99 through the metastore in each round: {spread}. The best round of "
@@ -530,13 +657,65 @@ def _notes(results: dict[str, ProfileResult], rounds: dict[str, list[ProfileResu
                      f"{b['commit_s']:.3f} s; a poll took {r.poll_s['metastore'] * 1000:.0f} ms (metastore) and "
                      f"{r.poll_s['bucket_index'] * 1000:.0f} ms (bucket index). Cores used in the window: "
                      f"{cores}.")
+    lines += ["", f"* cold start (defaults, measured from the start): {_cold_note(start)}"]
     return "\n".join(lines)
+
+
+def _cold_note(start: dict[str, Any]) -> str:
+    t = start["timelines"]["partition"]
+    batches = ", ".join(f"{b['records']:,} records in {b['seconds']:.1f} s (task time by phase "
+                        f"{b['task_seconds']})" for b in start["first_batches"])
+    return (f"the partition group warmed in {start['warm_phases']['partition']} s and started "
+            f"{t['started']:.0f} s after `shale run` was launched (the backup group "
+            f"{start['timelines'].get('backup', {}).get('started', float('nan')):.0f} s); its first batches: "
+            f"{batches}; steady (median of the second half) {start['steady_batch_seconds']:.1f} s; p50 "
+            f"{start['p50_ms_from_start'] / 1000:.1f} s, p99 {start['p99_ms_from_start'] / 1000:.1f} s from the "
+            f"producer's start. Cores used while producing: {start['cores']}.")
+
+
+def cold_summary(cold: ColdResult) -> dict[str, Any]:
+    """What a cold run showed: the figures, each group's start timeline and its first batches' phases."""
+    first = cold.batches()[0]
+    return {
+        "first_batch_seconds": round(cold.first_batch_seconds(), 2),
+        "steady_batch_seconds": round(cold.steady_batch_seconds(), 2),
+        "p99_ms_from_start": cold.book.summary()["p99"], "p50_ms_from_start": cold.book.summary()["p50"],
+        "max_ms_from_start": cold.book.summary()["max"],
+        "first_batch_records": first["records"], "first_batch_task_seconds": first.get("task_seconds"),
+        "timelines": {g: cold.timeline(g) for g in cold.logs},
+        "warm_phases": {g: next((e.get("phases") for e in entries if e["msg"] == "ingest driver warmed"), None)
+                        for g, entries in cold.logs.items()},
+        "first_batches": [{k: e.get(k) for k in ("records", "write_seconds", "seconds", "task_seconds")}
+                          for e in cold.batches()[:3]],
+        "cores": cold.cores,
+    }
+
+
+def cold_only() -> None:
+    """``FRESHNESS_COLD_ONLY=1``: only the cold-start runs on defaults (``FRESHNESS_ROUNDS`` of them), printed as
+    JSON lines, no result written. With ``FRESHNESS_BASELINE_SRC`` (a ``src`` directory of another version of the
+    code), each round runs that version too, in the order this, that, that, this, ... (same Kafka and MinIO)."""
+    baseline = os.environ.get("FRESHNESS_BASELINE_SRC")
+    variants: list[str | None] = [None, baseline] if baseline else [None]
+    with tempfile.TemporaryDirectory(prefix="shale-bench-freshness-") as tmp, kafka_broker() as broker, \
+            minio_bucket() as bucket:
+        for i in range(ROUNDS):
+            for path in variants if i % 2 == 0 else variants[::-1]:
+                name = f"cold-{i}-{'baseline' if path else 'this'}"
+                cold = measure_cold(name, {}, broker.bootstrap_servers,
+                                    bucket.model_copy(update={"url": f"{bucket.url}/{name}"}), Path(tmp) / name,
+                                    python_path=path)
+                print(json.dumps({"name": name, **cold_summary(cold)}), flush=True)
 
 
 def run() -> dict[str, Any]:
     rounds: dict[str, list[ProfileResult]] = {"default": [], "low_latency": []}
     with tempfile.TemporaryDirectory(prefix="shale-bench-freshness-") as tmp, kafka_broker() as broker, \
             minio_bucket() as bucket:
+        cold = measure_cold("cold", {}, broker.bootstrap_servers,
+                            bucket.model_copy(update={"url": f"{bucket.url}/cold"}), Path(tmp) / "cold")
+        start = cold_summary(cold)
+        progress(f"cold start: {json.dumps(start)}")
         for i in range(ROUNDS):  # interleaved; each round a fresh deployment, topic and bucket prefix
             progress(f"round {i + 1}/{ROUNDS}")
             for name, profile in (("default", {}), ("low_latency", LOW_LATENCY)):
@@ -568,18 +747,32 @@ def run() -> dict[str, Any]:
         "batch_commit_s_mean": round(default.breakdown["commit_s"], 3),
         "cores_other_default": default.cores["other"] + default.cores["steal"],
         "cores_other_low_latency": low.cores["other"] + low.cores["steal"],
+        "p99_ms_low_latency_worst_round": max(r.books["metastore"].summary()["p99"] for r in rounds["low_latency"]),
+        "p99_ms_default_worst_round": max(r.books["metastore"].summary()["p99"] for r in rounds["default"]),
+        "first_batch_seconds": start["first_batch_seconds"],
+        "steady_batch_seconds": start["steady_batch_seconds"],
+        "p99_ms_from_start": start["p99_ms_from_start"],
+        "p50_ms_from_start": start["p50_ms_from_start"],
+        "start_seconds": start["timelines"]["partition"]["started"],
     }
     baseline = {"p50_ms_kafka_consumer": floor["p50"], "p99_ms_kafka_consumer": floor["p99"],
                 "max_ms_kafka_consumer": floor["max"], "target_p99_ms_metastore": 15_000,
-                "target_p99_ms_low_latency": 5_000}
-    ratios = {"p99_metastore_vs_target": round(meta["p99"] / 15_000, 2),
+                "target_p99_ms_low_latency": 5_000, "target_p99_ms_low_latency_every_round": 3_000,
+                "target_p99_ms_default_round_three": 10_000, "target_p99_ms_from_start": 10_000,
+                "target_first_batch_vs_steady": 2}
+    ratios = {"first_batch_vs_steady": round(start["first_batch_seconds"] / start["steady_batch_seconds"], 2),
+              "p99_from_start_vs_target": round(start["p99_ms_from_start"] / 10_000, 2),
+              "p99_low_latency_worst_round_vs_target": round(figures["p99_ms_low_latency_worst_round"] / 3_000, 2),
+              "p99_metastore_vs_target": round(meta["p99"] / 15_000, 2),
               "p99_low_latency_vs_target": round(fast["p99"] / 5_000, 2),
               "p50_metastore_vs_kafka_consumer": round(meta["p50"] / max(1, floor["p50"])),
               "objects_after_compaction_vs_l0": round(default.after["live_objects"] / default.objects["l0_objects"],
                                                       3)}
-    return write_result("freshness", figures, baseline, ratios, _notes(results, rounds))
+    return write_result("freshness", figures, baseline, ratios, _notes(results, rounds, start))
 
 
-if __name__ == "__main__":
+if __name__ == "__main__" and len(sys.argv) == 1 and COLD_ONLY:
+    cold_only()
+elif __name__ == "__main__":
     servers, name, records_per_s, warmup_s, seconds = sys.argv[1:6]
     print(json.dumps(produce_steadily(servers, name, int(records_per_s), float(warmup_s), float(seconds))))

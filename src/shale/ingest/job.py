@@ -56,7 +56,7 @@ from shale.ingest.pauses import RegistryBackoff, commit_ranges
 from shale.ingest.plan import BatchPlan, Limits, PartitionRange, plan_batch, recreated
 from shale.ingest.records import SPARK_COLUMNS, WRITTEN_SCHEMA
 from shale.ingest.summary import IngestSummary
-from shale.ingest.task import Paused, make_task
+from shale.ingest.task import WARM_SCHEMA, Paused, make_task, make_warm_task
 from shale.metastore import DeadLetterQueue, open_metastore
 from shale.metastore.shards import shard_of
 from shale.objstore import open_bucket
@@ -66,6 +66,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
+WARM_RECORDS = 200  # per partition: the warm-up rehearsal's records (the last ones; read, parsed, not written)
+WARM_PARTITIONS = 64  # the warm-up reads at most this many partitions (each one's executor consumer is then ready)
 AVAILABLE_NOW_ATTEMPTS = 5  # consecutive failed batches before `--available-now` gives up (about a minute)
 TopicPartition = tuple[str, int]
 
@@ -263,7 +265,7 @@ class IngestJob:
             "records": sum(w.records for w in written), "partitions": len(command.ranges),
             "offsets": sum(r.end - r.start for r in ranges), "paused": len(paused),
             "write_seconds": round(wrote - started, 3),
-            "seconds": round(time.perf_counter() - started, 3)})
+            "seconds": round(time.perf_counter() - started, 3), "task_seconds": _phase_sums(written)})
         self.summary.batch(written)
         return outcome
 
@@ -372,24 +374,50 @@ class IngestJob:
                                  f"({held.error})")
 
     def _warm(self) -> None:
-        """Start what a batch needs before waiting for the lease, so that a standby's takeover does not pay the
-        cold start: the Spark application, a Python worker with the task's modules imported, Spark's Kafka source
-        (an empty read: no record, nothing written) and the Kafka admin client. Best effort."""
+        """Start what a batch needs before waiting for the lease, so that the first batch after a start or a
+        standby's takeover does not pay the cold start (docs/DESIGN.md 10.7): the Spark application, the Kafka
+        admin client, and a rehearsal of a batch on the last ``WARM_RECORDS`` records of each partition (of the
+        first ``WARM_PARTITIONS``): Spark's Kafka source reads them through the same columns, Arrow hand-off and
+        Python workers as a batch (creating the executor's pooled consumer of each partition), and each worker
+        imports the task's modules and parses and encodes them into a scratch bucket in its own memory (nothing is
+        written, nothing committed). Partitions with no record yet are not read; with none at all, a tiny job
+        still starts the Python workers with the task's modules imported. Best effort."""
         started = time.perf_counter()
         spark = self._spark_session()
-        spark.range(2).mapInArrow(_warm_worker, "id long").collect()
+        phases = {"spark": time.perf_counter() - started}
+        plan = BatchPlan(read_time_ms=int(time.time() * 1000))
+        task_seconds: dict[str, float] = {}
         try:
             ingest = self.config.ingest
             topics = describe_topics(self.config.kafka, ingest.topics, ingest.topic_pattern, client=self.kafka_admin)
-            first = sorted((t, p) for t, state in topics.items() for p in state.partitions)[:1]
-            if first:
-                end = offset_bounds(self.config.kafka, first, client=self.kafka_admin)[first[0]][1]
-                self._kafka_reader([(*first[0], end, end)]).load().count()
+            want = self.lease.want
+            candidates = sorted((t, p) for t, state in topics.items() for p in state.partitions
+                                if want is None or shard_of(t, p, self.lease.shards) == want)[:WARM_PARTITIONS]
+            bounds = offset_bounds(self.config.kafka, candidates, client=self.kafka_admin) if candidates else {}
+            plan.ranges = [PartitionRange(t, p, topics[t].incarnation, max(low, end - WARM_RECORDS), end)
+                           for (t, p), (low, end) in sorted(bounds.items()) if end > low]
+            phases["kafka_admin"] = time.perf_counter() - started - sum(phases.values())
         except Exception as exc:
             log.warning("warming the Kafka read failed; the first batch will be slower",
                         extra={"group": self.group, "error": f"{type(exc).__name__}: {str(exc)[:500]}"})
-        log.info("ingest driver warmed", extra={"group": self.group, "seconds": round(time.perf_counter() - started,
-                                                                                       3)})
+        try:
+            if plan.ranges:
+                task = make_warm_task(self.spec, plan, self.config.ingest.max_task_bytes)
+                reader = self._kafka_reader([(r.topic, r.partition, r.start, r.end) for r in plan.ranges])
+                rows = reader.load().selectExpr(*SPARK_COLUMNS).mapInArrow(task, WARM_SCHEMA).collect()
+                for row in rows:
+                    for phase, seconds in json.loads(row["seconds"]).items():
+                        task_seconds[phase] = round(task_seconds.get(phase, 0.0) + seconds, 3)
+            else:
+                spark.range(2).mapInArrow(_warm_worker, "id long").collect()
+            phases["rehearsal"] = time.perf_counter() - started - sum(phases.values())
+        except Exception as exc:
+            log.warning("the warm-up batch failed; the first batch will be slower",
+                        extra={"group": self.group, "error": f"{type(exc).__name__}: {str(exc)[:500]}"})
+        log.info("ingest driver warmed", extra={
+            "group": self.group, "seconds": round(time.perf_counter() - started, 3), "partitions": len(plan.ranges),
+            "records": plan.offsets, "phases": {k: round(v, 3) for k, v in phases.items()},
+            "task_seconds": task_seconds})
 
     def _run(self, available_now: bool, stop: threading.Event) -> None:
         self.committer.load()  # after the lease: the offsets the previous holder committed are final now
@@ -460,6 +488,15 @@ class IngestJob:
                 # record's latency; the object count stays bounded by one batch per interval either way.
                 stop.wait(max(0.0, self.config.ingest.trigger_interval - (time.monotonic() - planned_at)))
         log.info("ingest stopped", extra={"group": self.group, "batches": self.batches})
+
+
+def _phase_sums(written: list[Written]) -> dict[str, float]:
+    """The batch's task time by phase (``task.PHASES``), summed over its chunks (tasks run two or more at a time)."""
+    sums: dict[str, float] = {}
+    for w in written:
+        for phase, seconds in w.seconds.items():
+            sums[phase] = sums.get(phase, 0.0) + seconds
+    return {phase: round(seconds, 3) for phase, seconds in sorted(sums.items())}
 
 
 def _warm_worker(batches: Iterable[Any]) -> Iterator[Any]:

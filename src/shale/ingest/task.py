@@ -19,6 +19,8 @@ offset in a later batch.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
@@ -33,7 +35,7 @@ from shale.failpoints import failpoint
 from shale.ingest.blocks import Chunk, GroupSpec, Written, write_chunk
 from shale.ingest.plan import BatchPlan
 from shale.ingest.records import normalize
-from shale.objstore import Bucket, CallCounter, task_bucket
+from shale.objstore import Bucket, CallCounter, scratch_bucket, task_bucket
 from shale.resources import PeakMemory, release_free_memory
 from shale.schemas.registry import RegistryUnavailableError
 
@@ -251,3 +253,36 @@ def make_task(spec: GroupSpec, plan: BatchPlan, bound: int) -> Callable[[Iterabl
                                              schema=TASK_RESULT)
 
     return task
+
+
+WARM_SCHEMA = "records long, seconds string"
+"""What a warm-up task returns: the records it rehearsed with, and its seconds by phase (``PHASES``, JSON)."""
+
+
+def make_warm_task(spec: GroupSpec, plan: BatchPlan, bound: int) -> Callable[[Iterable[pa.RecordBatch]],
+                                                                                Iterator[pa.RecordBatch]]:
+    """The function of the driver's warm-up read (before its lease): an ingest task's once-per-process costs, paid
+    in each Python worker Spark starts (workers are reused by the batches): the imports, the topic's parser, the
+    first normalizing, parsing and Parquet encoding, on the records ``plan`` names (the last few of each
+    partition), written to a scratch bucket in the worker's memory that is dropped afterwards (nothing is written
+    to the real bucket), and the real bucket's client with a connection (one HEAD of a key that does not exist)."""
+
+    def warm(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        bucket = task_bucket(spec.bucket)
+        with contextlib.suppress(ShaleError):  # NotFoundError as expected; a bucket's trouble shows in the batches
+            bucket.head("shale-warm-up-probe")
+        writer = ChunkWriter(spec, scratch_bucket(), plan, chunk_bytes(bound, PeakMemory.resident(), spec.group))
+        records = 0
+        written = []
+        for batch in _timed(batches, writer.spent):
+            records += batch.num_rows
+            written += writer.add(batch)
+        written += writer.finish()
+        phases: defaultdict[str, float] = defaultdict(float)
+        for w in written:
+            for phase, seconds in w.seconds.items():
+                phases[phase] += seconds
+        yield pa.RecordBatch.from_pylist([{"records": records, "seconds": json.dumps(phases)}],
+                                         schema=pa.schema([("records", pa.int64()), ("seconds", pa.string())]))
+
+    return warm

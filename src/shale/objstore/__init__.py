@@ -2,7 +2,7 @@
 
 from shale.objstore.counting import CallCounter
 from shale.objstore.obstore_bucket import ObstoreBucket
-from shale.objstore.open import local_path, open_bucket, open_bucket_url, task_bucket
+from shale.objstore.open import local_path, open_bucket, open_bucket_url, scratch_bucket, task_bucket
 from shale.objstore.protocols import (
     Bucket,
     BucketReader,
@@ -28,5 +28,6 @@ __all__ = [
     "local_path",
     "open_bucket",
     "open_bucket_url",
+    "scratch_bucket",
     "task_bucket",
 ]

@@ -75,6 +75,12 @@ def task_bucket(config: BucketConfig) -> ObstoreBucket:
         return bucket
 
 
+def scratch_bucket() -> ObstoreBucket:
+    """A bucket in this process's memory of its own (not shared with any other, dropped with the object): for
+    rehearsing a write path without writing anywhere."""
+    return ObstoreBucket(MemoryStore(), "memory://scratch")
+
+
 def open_bucket_url(url: str, **fields: Any) -> ObstoreBucket:
     """Shorthand for tests and tools: ``open_bucket(BucketConfig(url=url, **fields))``."""
     return open_bucket(BucketConfig(url=url, **fields))

@@ -19,7 +19,7 @@ from shale.errors import ShaleError
 from shale.ingest.blocks import Chunk, GroupSpec, Written, write_chunk
 from shale.ingest.committer import IngestConflictError, batch_commit
 from shale.ingest.plan import BatchPlan, PartitionRange
-from shale.ingest.task import PHASES, ChunkWriter, make_task
+from shale.ingest.task import PHASES, ChunkWriter, make_task, make_warm_task
 from shale.objstore import open_bucket
 
 READ_MS = BASE_MS + 86_400_000
@@ -186,3 +186,20 @@ def test_a_task_reports_where_its_time_went_per_chunk(bucket_config: BucketConfi
     total = {phase: sum(w.seconds.get(phase, 0.0) for w in written) for phase in PHASES}
     assert total["wait"] >= 0.2  # twenty batches, each 10 ms late, and no wait lost between chunks
     assert all(total[phase] > 0 for phase in ("normalize", "encode", "upload"))
+
+
+@pytest.mark.parametrize("group", ["backup", "partition"])
+def test_the_warm_up_rehearses_a_batch_and_writes_nothing_to_the_bucket(bucket_config: BucketConfig,
+                                                                         group: str) -> None:
+    ingest = IngestConfig(parsers=[ParserRule(topic_pattern="app", parser="json",
+                                              options={"time_field": "ts", "time_format": "epoch_ms"})])
+    spec = GroupSpec(group, 1, bucket_config, ingest)
+    table = backup_table("app", 0, 500, 40)
+    warm = make_warm_task(spec, _plan(500, 540), 512 * 2**20)
+    [out] = list(warm(iter([spark_batch(table.slice(0, 25)), spark_batch(table.slice(25))])))
+    [row] = out.to_pylist()
+    assert row["records"] == 40
+    seconds = json.loads(row["seconds"])
+    assert set(seconds) <= set(PHASES)
+    assert seconds["encode"] > 0  # the records were parsed and encoded
+    assert list(open_bucket(bucket_config).list()) == []  # rehearsed in a scratch bucket only
