@@ -25,7 +25,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from shale.block.schemas import BACKUP_SCHEMA
@@ -56,7 +56,7 @@ from shale.ingest.pauses import RegistryBackoff, commit_ranges
 from shale.ingest.plan import BatchPlan, Limits, PartitionRange, plan_batch, recreated
 from shale.ingest.records import SPARK_COLUMNS, WRITTEN_SCHEMA
 from shale.ingest.summary import IngestSummary
-from shale.ingest.task import WARM_SCHEMA, Paused, make_task, make_warm_task
+from shale.ingest.task import WARM_SCHEMA, Paused, make_task, make_warm_task, phase_sums, start_worker
 from shale.metastore import DeadLetterQueue, open_metastore
 from shale.metastore.shards import shard_of
 from shale.objstore import open_bucket
@@ -265,7 +265,7 @@ class IngestJob:
             "records": sum(w.records for w in written), "partitions": len(command.ranges),
             "offsets": sum(r.end - r.start for r in ranges), "paused": len(paused),
             "write_seconds": round(wrote - started, 3),
-            "seconds": round(time.perf_counter() - started, 3), "task_seconds": _phase_sums(written)})
+            "seconds": round(time.perf_counter() - started, 3), "task_seconds": phase_sums(written)})
         self.summary.batch(written)
         return outcome
 
@@ -409,7 +409,7 @@ class IngestJob:
                     for phase, seconds in json.loads(row["seconds"]).items():
                         task_seconds[phase] = round(task_seconds.get(phase, 0.0) + seconds, 3)
             else:
-                spark.range(2).mapInArrow(_warm_worker, "id long").collect()
+                spark.range(2).mapInArrow(start_worker, "id long").collect()
             phases["rehearsal"] = time.perf_counter() - started - sum(phases.values())
         except Exception as exc:
             log.warning("the warm-up batch failed; the first batch will be slower",
@@ -489,18 +489,3 @@ class IngestJob:
                 stop.wait(max(0.0, self.config.ingest.trigger_interval - (time.monotonic() - planned_at)))
         log.info("ingest stopped", extra={"group": self.group, "batches": self.batches})
 
-
-def _phase_sums(written: list[Written]) -> dict[str, float]:
-    """The batch's task time by phase (``task.PHASES``), summed over its chunks (tasks run two or more at a time)."""
-    sums: dict[str, float] = {}
-    for w in written:
-        for phase, seconds in w.seconds.items():
-            sums[phase] = sums.get(phase, 0.0) + seconds
-    return {phase: round(seconds, 3) for phase, seconds in sorted(sums.items())}
-
-
-def _warm_worker(batches: Iterable[Any]) -> Iterator[Any]:
-    """A Spark Python worker's first job: import what an ingest task imports (the worker is reused by batches)."""
-    import shale.ingest.task  # noqa: F401
-
-    yield from batches

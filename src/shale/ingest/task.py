@@ -278,11 +278,22 @@ def make_warm_task(spec: GroupSpec, plan: BatchPlan, bound: int) -> Callable[[It
             records += batch.num_rows
             written += writer.add(batch)
         written += writer.finish()
-        phases: defaultdict[str, float] = defaultdict(float)
-        for w in written:
-            for phase, seconds in w.seconds.items():
-                phases[phase] += seconds
-        yield pa.RecordBatch.from_pylist([{"records": records, "seconds": json.dumps(phases)}],
+        yield pa.RecordBatch.from_pylist([{"records": records, "seconds": json.dumps(phase_sums(written))}],
                                          schema=pa.schema([("records", pa.int64()), ("seconds", pa.string())]))
 
     return warm
+
+
+def phase_sums(written: list[Written]) -> dict[str, float]:
+    """Task time by phase (``PHASES``), summed over chunks (tasks run two or more at a time)."""
+    sums: dict[str, float] = {}
+    for w in written:
+        for phase, seconds in w.seconds.items():
+            sums[phase] = sums.get(phase, 0.0) + seconds
+    return {phase: round(seconds, 3) for phase, seconds in sorted(sums.items())}
+
+
+def start_worker(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A Spark Python worker's first job when there is nothing to rehearse on: import what an ingest task imports
+    (the worker is reused by batches)."""
+    yield from batches
