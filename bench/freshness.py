@@ -102,11 +102,11 @@ from bench.common import ROOT, CpuSnapshot, cpu_snapshot, progress, write_result
 from bench.services import kafka_broker, minio_bucket
 from shale.block import BlockFetcher, BlockMeta, BlockState
 from shale.bucketindex import BucketIndexReader
-from shale.config import BucketConfig, load_config
+from shale.config import BucketConfig, ShaleConfig, load_config
 from shale.dev import connector_conf
 from shale.errors import ShaleError
 from shale.metastore import MetastoreClient
-from shale.objstore import BucketReader, open_bucket
+from shale.objstore import Bucket, BucketReader, open_bucket
 from shale.process import ManagedProcess, free_port
 from shale.query import Query, run_query
 from shale.query.plan import BlockSource
@@ -485,8 +485,9 @@ class ProfileResult:
     cores: dict[str, float]
 
 
-def measure(name: str, profile: dict[str, dict[str, Any]], bootstrap: str, bucket: BucketConfig,
-            work: Path) -> ProfileResult:
+def _prepare(name: str, profile: dict[str, dict[str, Any]], bootstrap: str, bucket: BucketConfig,
+             work: Path) -> tuple[str, int, Path, str, ShaleConfig, Bucket]:
+    """The run's topic, status-page port, config file, bucket secret, configuration and bucket."""
     work.mkdir(parents=True)
     topic = f"fresh-{name}"
     create_topic(bootstrap, topic, PARTITIONS)
@@ -494,7 +495,12 @@ def measure(name: str, profile: dict[str, dict[str, Any]], bootstrap: str, bucke
     file = write_config(work, bootstrap, bucket, topic, port, profile)
     secret = bucket.secret_access_key.get_secret_value()
     config = load_config(file, env={SECRET_ENV: secret})
-    store = open_bucket(config.bucket)
+    return topic, port, file, secret, config, open_bucket(config.bucket)
+
+
+def measure(name: str, profile: dict[str, dict[str, Any]], bootstrap: str, bucket: BucketConfig,
+            work: Path) -> ProfileResult:
+    topic, port, file, secret, config, store = _prepare(name, profile, bootstrap, bucket, work)
     progress(f"{name}: starting shale run")
     groups = config.run.ingest_groups
     with deployment(file, work, secret, 1 + len(groups) + config.run.compaction_workers) as run:
@@ -553,14 +559,7 @@ def measure_cold(name: str, profile: dict[str, dict[str, Any]], bootstrap: str, 
     records waiting); once every ingest group has started (its driver warmed, its lease taken: "ingest
     started"), the producer starts, with samples from its first second on, for ``COLD_DURATION`` s. Every
     sample's latency counts."""
-    work.mkdir(parents=True)
-    topic = f"fresh-{name}"
-    create_topic(bootstrap, topic, PARTITIONS)
-    port = free_port()
-    file = write_config(work, bootstrap, bucket, topic, port, profile)
-    secret = bucket.secret_access_key.get_secret_value()
-    config = load_config(file, env={SECRET_ENV: secret})
-    store = open_bucket(config.bucket)
+    topic, _, file, secret, config, store = _prepare(name, profile, bootstrap, bucket, work)
     books = {path: Visibility() for path in ("kafka", "metastore")}
     history = CheckedProducer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     now = int(time.time() * 1000)
