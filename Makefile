@@ -46,9 +46,10 @@ typecheck: venv
 bench: env bench-deps
 	$(BIN)/python -m bench
 
-# Only the peer benchmark (bench/peers.py) needs these: a Kafka Connect worker with the Apache Iceberg sink.
+# Only benchmarks need these: Spark's spark-avro jar (bench/typed_ingest.py, from_avro) and a Kafka Connect worker with
+# the Apache Iceberg sink (bench/peers.py).
 bench-deps:
-	$(PY) src/shale/dev/fetch.py iceberg-kafka-connect
+	$(PY) src/shale/dev/fetch.py spark-avro iceberg-kafka-connect
 
 # The virtual environment, the services and the browser are independent: fetch them side by side.
 env:
