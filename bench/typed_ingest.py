@@ -22,7 +22,8 @@ Parquet to the same MinIO, and are timed from their start to their end (the sess
 
 The contenders run interleaved in three rounds and the best run of each is reported (this machine's timings vary
 by tens of percent from run to run). A ratio above 1 means Shale is faster. The cost figures are CPU seconds per
-1,000,000 records of Spark's JVM, its Python workers and the driver (Kafka, MinIO and the registry left out), and
+1,000,000 records of Spark's JVM, its Python workers and the driver (this process and its descendants; Kafka, MinIO,
+the registry and other users' processes left out), and
 the seconds one Python process takes to decode 1,000,000 of these records into a typed Arrow table with Shale's
 decoder (``shale.schemas.avro.Decoder``, measured on 20,000 of them).
 """
@@ -120,14 +121,17 @@ def _spark_from_avro(spark: Any, bootstrap: str, path: str, checkpoint: Path) ->
 
 
 def _cpu(before: CpuSnapshot, after: CpuSnapshot) -> float:
-    """CPU seconds between the snapshots of Spark's JVM, its Python workers and this process (the driver); Kafka,
-    MinIO and the registry are left out. Command lines are cut at 300 characters: the broker's and the registry's
-    names come early in theirs."""
+    """CPU seconds between the snapshots of this process (the driver) and its descendants but Kafka, MinIO and the
+    registry: Spark's JVM and its Python workers. Other people's processes on this shared machine are not counted.
+    Command lines are cut at 300 characters: the services' names come early in theirs."""
     me, total = os.getpid(), 0.0
     for pid, (_, _, command, cpu) in after.processes.items():
-        program = command.split(" ", 1)[0]
-        if pid == me or ("java" in program and "kafka.Kafka" not in command and "apicurio" not in command) or (
-                "python" in program and "daemon" in command):
+        if any(name in command for name in ("kafka.Kafka", "apicurio", "minio")):
+            continue
+        ancestor, hops = pid, 0
+        while ancestor not in (me, 0, 1) and ancestor in after.processes and hops < 64:
+            ancestor, hops = after.processes[ancestor][0], hops + 1
+        if ancestor == me:
             total += cpu - before.processes.get(pid, (0, 0, "", 0.0))[3]
     return total
 
