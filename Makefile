@@ -9,8 +9,9 @@ export SHALE_CACHE_DIR ?= $(CURDIR)/.cache
 
 .PHONY: demo demo-env demo-deps bench-deps test checks unit integration lint typecheck bench env deps venv browser clean
 
-# The demo needs the virtual environment, the Kafka broker's jars and Spark's Kafka connector, nothing more: its
-# bucket is a folder (file://), so no MinIO, no promtool, no `go install` and no Chromium.
+# The demo needs the virtual environment, the Kafka broker's jars, Spark's Kafka connector and Apicurio Registry (its
+# Avro topic), nothing more: its bucket is a folder (file://), so no MinIO, no promtool, no `go install` and no
+# Chromium. The three are fetched side by side, beside the virtual environment.
 demo: demo-env
 	$(BIN)/shale demo
 
@@ -18,7 +19,7 @@ demo-env:
 	@$(MAKE) --no-print-directory -j2 venv demo-deps
 
 demo-deps:
-	$(PY) src/shale/dev/fetch.py kafka spark
+	$(PY) src/shale/dev/fetch.py kafka spark apicurio
 
 # Lint, types and the unit tests need only the virtual environment: they run while the services are fetched (the
 # Go builds of MinIO and promtool take minutes on a cold machine), then the integration tests.
@@ -46,9 +47,10 @@ typecheck: venv
 bench: env bench-deps
 	$(BIN)/python -m bench
 
-# Only the peer benchmark (bench/peers.py) needs these: a Kafka Connect worker with the Apache Iceberg sink.
+# Only benchmarks need these: Spark's spark-avro jar (bench/typed_ingest.py, from_avro) and a Kafka Connect worker with
+# the Apache Iceberg sink (bench/peers.py).
 bench-deps:
-	$(PY) src/shale/dev/fetch.py iceberg-kafka-connect
+	$(PY) src/shale/dev/fetch.py spark-avro iceberg-kafka-connect
 
 # The virtual environment, the services and the browser are independent: fetch them side by side.
 env:

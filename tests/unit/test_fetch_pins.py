@@ -29,8 +29,11 @@ def test_promtool_is_pinned_to_a_release_and_fetched_with_the_others() -> None:
                                                                          "promtool", "apicurio"}
 
 
-def test_the_peer_benchmarks_connect_worker_is_fetched_only_by_make_bench() -> None:
-    assert fetch.NOT_IN_ALL == ("iceberg-kafka-connect",)
+def test_the_benchmarks_jars_are_fetched_only_by_make_bench() -> None:
+    assert fetch.NOT_IN_ALL == ("iceberg-kafka-connect", "spark-avro")
+    [(group, artifact, version)] = fetch.SPARK_AVRO_ARTIFACTS  # one jar: its dependencies are inside pyspark
+    assert (group, artifact) == ("org.apache.spark", "spark-avro_2.13")
+    assert version == pyspark.__version__
     pins = {(g, a): v for g, a, v in fetch.ICEBERG_KC_ARTIFACTS}
     assert pins[("org.apache.kafka", "connect-runtime")] == fetch.KAFKA_VERSION  # the broker's version
     assert {v for (g, _), v in pins.items() if g == "org.apache.iceberg"} == {fetch.ICEBERG_KC_VERSION}

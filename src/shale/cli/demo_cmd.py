@@ -25,9 +25,16 @@ def demo(workdir: Path | None) -> None:
     setup_logging("WARNING")
     with tempfile.TemporaryDirectory(prefix="shale-demo-") as tmp:
         root = workdir or Path(tmp)
-        result = run_demo(root, click.echo)
+        result = run_demo(root, click.echo, _shale)
     if not result.ok:
         raise click.ClickException("verify found missing or duplicated records, or the query through the bucket "
                                    "index returned other records than before compaction (see above)")
     click.echo("demo OK: every record is stored exactly once in each group")
     _ = common
+
+
+def _shale(args: list[str]) -> None:
+    """Run one ``shale`` command line in this process (the demo shows ``shale query`` this way)."""
+    from shale.cli import cli
+
+    cli.main(args, prog_name="shale", standalone_mode=False)

@@ -7,11 +7,16 @@ Six log streams are produced as six topics, persisted by both ingest groups in s
 checked and shown: the completeness ledger, a verify summary against Kafka's offsets, and a sample of the parsed
 records. Then the rest of the pipeline runs on the same data: a query, compaction on Spark, verify again (still
 exactly once), the per-tenant bucket indexes, and the same query through a bucket index, reading fewer objects.
+A seventh topic holds the Zookeeper lines again as Avro records written through a real Schema Registry (Apicurio,
+started beside Kafka), its schema evolved halfway: the partition group stores it as typed columns, shown at the end
+through ``shale query`` and Spark SQL (``shale.demo.typed``).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,12 +30,13 @@ from shale.config import (
     CompactionConfig,
     IngestConfig,
     ParserRule,
+    SchemaRegistryConfig,
     ShaleConfig,
     SparkConfig,
     TenantRule,
 )
-from shale.demo import LOGHUB_FORMATS, loghub_lines
-from shale.dev import KafkaBroker, connector_conf
+from shale.demo import LOGHUB_FORMATS, loghub_lines, typed
+from shale.dev import KafkaBroker, SchemaRegistry, connector_conf
 from shale.ingest.job import IngestJob
 from shale.ingest.kafka import list_partitions
 from shale.ingest.ledger import build_ledger
@@ -52,8 +58,8 @@ class DemoResult:
     ok: bool = True
 
 
-def _config(root: Path, broker: KafkaBroker, bucket_url: str) -> ShaleConfig:
-    topics = [f"logs.{preset}" for preset in LOGHUB_FORMATS.values()]
+def _config(root: Path, broker: KafkaBroker, registry: SchemaRegistry, bucket_url: str) -> ShaleConfig:
+    topics = [*(f"logs.{preset}" for preset in LOGHUB_FORMATS.values()), typed.TOPIC]
     return ShaleConfig(
         bucket=BucketConfig(url=bucket_url),
         kafka={"bootstrap_servers": broker.bootstrap_servers},  # type: ignore[arg-type]
@@ -63,8 +69,9 @@ def _config(root: Path, broker: KafkaBroker, bucket_url: str) -> ShaleConfig:
             topics=topics, default_tenant="infra",
             max_records_per_batch=6000,  # several batches, so that there are blocks to compact
             tenants=[TenantRule(topic_pattern=rf"logs\.{p}", tenant=t) for p, t in TENANT_OF.items()],
-            parsers=[ParserRule(topic_pattern=rf"logs\.{p}", parser="text", options={"preset": p})
-                     for p in LOGHUB_FORMATS.values()]),
+            parsers=[*(ParserRule(topic_pattern=rf"logs\.{p}", parser="text", options={"preset": p})
+                       for p in LOGHUB_FORMATS.values()), typed.PARSER],
+            schema_registry=SchemaRegistryConfig(url=registry.url)),
         compaction=CompactionConfig(blocks_per_job=[8], max_level=1, poll_interval=0.2),
     )
 
@@ -113,18 +120,40 @@ def produce_logs(bootstrap: str) -> int:
     return total
 
 
-def run_demo(root: Path, say: Callable[[str], None]) -> DemoResult:
+def _write_config(config: ShaleConfig, path: Path) -> Path:
+    """What ``shale query`` and Shale's Spark data source need to find the blocks: the bucket (and the metastore)."""
+    path.write_text(f"[bucket]\nurl = {json.dumps(config.bucket.url)}\n"
+                    f"[metastore]\ndata_dir = {json.dumps(config.metastore.data_dir)}\n")
+    return path
+
+
+def run_demo(root: Path, say: Callable[[str], None], shale: Callable[[list[str]], None]) -> DemoResult:
+    """The whole demo; ``say`` prints a line, ``shale`` runs a ``shale`` command line (the CLI is a layer above)."""
     result = DemoResult()
     from shale.spark import spark_session
 
-    broker = KafkaBroker(root / "kafka").start()
-    say(f"Kafka (KRaft) ready at {broker.bootstrap_servers}")
+    registry = SchemaRegistry(root / "registry")
+    with ThreadPoolExecutor(1) as pool:
+        registry_started = pool.submit(registry.start)  # Apicurio starts while Kafka does
+        try:
+            broker = KafkaBroker(root / "kafka").start()
+        except BaseException:
+            registry_started.result()
+            registry.stop()
+            raise
     try:
+        registry_started.result()
+        say(f"Kafka (KRaft) ready at {broker.bootstrap_servers}, Schema Registry (Apicurio) at {registry.url}")
         bucket_url = f"file://{root / 'bucket'}"
         say(f"bucket: {bucket_url} (the local filesystem)")
-        config = _config(root, broker, bucket_url)
+        config = _config(root, broker, registry, bucket_url)
         result.records = produce_logs(broker.bootstrap_servers)
         say(f"produced {result.records} real log lines (Loghub) to {len(LOGHUB_FORMATS)} topics, 2 partitions each")
+        lines = loghub_lines(typed.SAMPLE)
+        result.records += typed.produce_avro(broker.bootstrap_servers, registry.url, lines)
+        say(f"produced the {len(lines)} {typed.SAMPLE} lines again as Avro records to {typed.TOPIC} (AvroSerializer: "
+            "a decimal, a timestamp-millis, an enum, a nested record), the schema evolved halfway (a field added "
+            "with a default)")
         spark = spark_session("shale-demo", config.spark)
         metastore = open_metastore(config)
         assert isinstance(metastore, MetastoreService)  # embedded defaults: the in-process metastore
@@ -172,10 +201,14 @@ def run_demo(root: Path, say: Callable[[str], None]) -> DemoResult:
             f"({after[2]:,} bytes), with {calls['list']} LIST calls and {calls['get'] + calls['get_range']} GETs in "
             "all: the tenant's index, then the data objects")
         result.ok = result.ok and after[0] == rows
+        say("")
+        say(f"the typed table of {typed.TOPIC} (the avro parser):")
+        typed.show_typed(say, spark, _write_config(config, root / "shale.toml"), shale)
         partitions = list_partitions(config.kafka, config.ingest.topics)
         say(f"\n{len(partitions)} topics, {sum(len(p) for p in partitions.values())} Kafka partitions, "
             f"{len(metastore.tenants())} tenants: {', '.join(metastore.tenants())}")
         spark.stop()
     finally:
         broker.stop()
+        registry.stop()
     return result

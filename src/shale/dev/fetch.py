@@ -28,8 +28,11 @@ Two more sets only the ingest benchmark needs, fetched when it first runs (not b
 * Hadoop's S3A connector for Spark's own Hadoop: ``hadoop-aws`` at pyspark's Hadoop version and the AWS SDK
   bundle it declares, two jars (Hadoop itself is inside pyspark).
 
-One more set only the peer benchmark (``bench/peers.py``, ``make bench``) needs, fetched by ``make bench`` with
-``fetch.py iceberg-kafka-connect`` (not by ``all``):
+Two more sets only benchmarks need, fetched by ``make bench-deps`` (``make bench``) with ``fetch.py
+spark-avro iceberg-kafka-connect`` (not by ``all``):
+
+* Spark's own Avro support for the typed-ingest benchmark (``bench/typed_ingest.py``: ``from_avro``):
+  ``org.apache.spark:spark-avro_2.13`` at pyspark's version, one jar (Avro itself is inside pyspark).
 
 * A Kafka Connect worker with the Apache Iceberg sink, assembled as the sink's runtime distribution is (that zip
   is not published on Maven Central): ``org.apache.iceberg:iceberg-kafka-connect`` at its newest release, its
@@ -38,7 +41,7 @@ One more set only the peer benchmark (``bench/peers.py``, ``make bench``) needs,
   version, Hadoop's shaded client jars (the Parquet writer needs Hadoop's ``Configuration``), the SQLite JDBC
   driver for a JDBC catalog and Log4j 2 (the logging Kafka's distribution ships), all with their dependencies and
   one Jackson version (``jackson-bom``), resolved by ``mvn dependency:copy-dependencies`` into one folder that is
-  the worker's classpath.
+  the worker's classpath (the peer benchmark, ``bench/peers.py``).
 
 Every fetch is idempotent: a ``.complete`` marker is written last, so an interrupted fetch is redone.
 """
@@ -116,6 +119,10 @@ ICEBERG_KC_ARTIFACTS = (
 # Left to Maven's nearest-wins, the sink's jackson-databind 2.22 meets connect-runtime's jackson-annotations 2.19
 # (NoClassDefFoundError: com/fasterxml/jackson/annotation/JsonSerializeAs): one Jackson for all, the sink's.
 ICEBERG_KC_BOMS = (("com.fasterxml.jackson", "jackson-bom", "2.22.2"),)
+
+# spark-avro_2.13 4.0.0's runtime dependencies (spark-tags, scala-parallel-collections, tukaani's xz; Avro 1.12.0
+# through Spark's core) are all inside pyspark 4.0.0: the one jar.
+SPARK_AVRO_ARTIFACTS = (("org.apache.spark", "spark-avro_2.13", SPARK_VERSION),)
 
 SPARK_CONNECTOR_ARTIFACTS = (
     ("org.apache.spark", "spark-sql-kafka-0-10_2.13", SPARK_VERSION),
@@ -255,6 +262,16 @@ def spark_connector_jars(cache: Path | None = None) -> list[Path]:
     return sorted(fetch_spark_connector(cache).glob("*.jar"))
 
 
+def fetch_spark_avro(cache: Path | None = None) -> Path:
+    """The folder holding exactly ``spark-avro`` at pyspark's version, fetched if missing."""
+    return _fetch_jar_set((cache or cache_dir()) / "jars" / f"spark-avro-{SPARK_VERSION}", SPARK_AVRO_ARTIFACTS,
+                          SPARK_VERSION, f"Spark {SPARK_VERSION} Avro jar")
+
+
+def spark_avro_jars(cache: Path | None = None) -> list[Path]:
+    return sorted(fetch_spark_avro(cache).glob("*.jar"))
+
+
 def fetch_iceberg(cache: Path | None = None) -> Path:
     """The folder holding exactly the Iceberg Spark runtime, the AWS bundle and the SQLite JDBC driver."""
     return _fetch_jar_set(iceberg_jars_dir(cache), ICEBERG_ARTIFACTS, ICEBERG_VERSION,
@@ -368,8 +385,9 @@ def fetch_promtool(cache: Path | None = None) -> Path:
 FETCHERS = {
     "kafka": fetch_kafka, "spark": fetch_spark_connector, "iceberg": fetch_iceberg, "minio": fetch_minio,
     "promtool": fetch_promtool, "apicurio": fetch_apicurio, "iceberg-kafka-connect": fetch_iceberg_kafka_connect,
+    "spark-avro": fetch_spark_avro,
 }
-NOT_IN_ALL = ("iceberg-kafka-connect",)  # only the peer benchmark needs it (make bench)
+NOT_IN_ALL = ("iceberg-kafka-connect", "spark-avro")  # only benchmarks need them (make bench-deps)
 
 
 def fetch_all(names: list[str]) -> None:
