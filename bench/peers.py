@@ -89,6 +89,7 @@ from bench.common import ROOT, CpuSnapshot, cpu_snapshot, progress
 from bench.connect import (
     DEFAULT_COMMIT_INTERVAL_MS,
     META,
+    SINK_CATALOG,
     ConnectWorker,
     IcebergSink,
     SinkTable,
@@ -166,8 +167,8 @@ def _commit_failures(worker: ConnectWorker) -> list[str]:
 def kc_full_topic(work: Path, bootstrap: str, bucket: BucketConfig, topic: str, ends: dict[int, int],
                   interval: int, kill: bool) -> dict[str, Any]:
     """The sink reads the whole topic; with ``kill``, kill -9 at a third of it and restart. ``table`` is how Spark
-    reads its table later (catalog ``kc_<topic>``)."""
-    catalog = "kc_" + topic.replace("-", "_")
+    reads its table later."""
+    catalog = SINK_CATALOG
     sink = IcebergSink(f"{topic}-{interval // 1000 or 1}s", topic, interval, LOW_LATENCY_FLUSH_MS)
     create_topic(bootstrap, sink.control_topic, 1)
     total = sum(ends.values())
@@ -311,7 +312,6 @@ def shale_full_topic(work: Path, bootstrap: str, bucket: BucketConfig, topic: st
     """``shale run`` on defaults reads the whole topic; with ``kill``, kill -9 of the partition group's ingest at
     a third of it (``shale run`` restarts it), in batches of ``CRASH_BATCH`` records so that there is a third.
     Iceberg publishing is on (``iceberg_profile``); ``table`` is how Spark reads its table later."""
-    catalog = "shale_" + topic.replace("-", "_")
     work.mkdir(parents=True)
     port = free_port()
     profile: dict[str, dict[str, Any]] = {"iceberg": iceberg_profile(work)}
@@ -365,7 +365,7 @@ def shale_full_topic(work: Path, bootstrap: str, bucket: BucketConfig, topic: st
             "load": load, "killed_at": killed_at,
             "after_start_s": ended - _first_time(work / "logs" / "ingest-partition.log", '"msg": "ingest started"'),
             "check": multiset_check(pairs, ends), "dropped": query.stats.duplicates_dropped, "objects": objects,
-            "table": TableRef(spark_catalog_conf(config, name=catalog), f"{catalog}.`{fr.TENANT}`.`{topic}`",
+            "table": TableRef(spark_catalog_conf(config), f"{config.iceberg.catalog_name}.`{fr.TENANT}`.`{topic}`",
                               "`partition`", "`offset`")}
 
 

@@ -7,6 +7,10 @@ the SQLite JDBC driver: ``shale.dev.fetch.iceberg_jars()``), each through a ``Sp
   ``shale.iceberg.spark_catalog_conf``, as the integration tests read it.
 * The sink's table: the JDBC catalog the Connect worker wrote (its schema version left to Iceberg to detect).
 
+Iceberg's ``JdbcCatalog`` keys every table by its catalog's name, so each Spark catalog has the name its writer
+used (``shale``; the sink's ``iceberg``), and each table is read in its own session (``newSession()``: its own
+catalogs and runtime conf, the same SparkContext).
+
 Each table is checked against the topic in Spark SQL, not by collecting it: rows, records missing, duplicate rows
 (rows beyond the first of one (partition, offset)), rows of offsets the topic does not hold, and rows whose ``msg``
 is not the one the topic holds at that (partition, offset). Catalog settings (credentials included) go to the
@@ -77,9 +81,10 @@ def check_sql(ref: TableRef, ends: dict[int, int], expected_msg: str) -> str:
 
 def check_table(spark: SparkSession, ref: TableRef, ends: dict[int, int], expected_msg: str) -> dict[str, int]:
     """Rows, missing, duplicates, unexpected and mismatched rows of the table against the topic."""
+    session = spark.newSession()
     for key, value in ref.conf.items():
-        spark.conf.set(key, value)
-    row = spark.sql(check_sql(ref, ends, expected_msg)).collect()[0]
+        session.conf.set(key, value)
+    row = session.sql(check_sql(ref, ends, expected_msg)).collect()[0]
     rows, pairs, known = int(row["rows"]), int(row["pairs"]), int(row["known_pairs"])
     return {"rows": rows, "missing": sum(ends.values()) - known, "duplicates": rows - pairs,
             "unexpected": pairs - known, "mismatched": int(row["mismatched"] or 0)}
