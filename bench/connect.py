@@ -35,6 +35,8 @@ NAMESPACE = "bench"
 DEFAULT_COMMIT_INTERVAL_MS = 300_000
 """``iceberg.control.commit.interval-ms``: "Commit interval in msec, default is 300,000 (5 min)"."""
 META = "_kafka_metadata_"
+SINK_CATALOG = "iceberg"
+"""The sink's catalog name (``iceberg.catalog``, default "iceberg"): Iceberg's JDBC catalog keys tables by it."""
 logging.getLogger("pyiceberg.catalog.sql").setLevel(logging.ERROR)  # "v0 schema": Iceberg's JDBC catalog layout
 
 _LOG4J = """\
@@ -205,7 +207,7 @@ class SinkTable:
             if not self.catalog_db.exists():
                 return None
             self._catalog = SqlCatalog(
-                "iceberg", uri=f"sqlite:///{self.catalog_db}", warehouse="s3://unused", init_catalog_tables="false",
+                SINK_CATALOG, uri=f"sqlite:///{self.catalog_db}", warehouse="s3://unused", init_catalog_tables="false",
                 **{"s3.endpoint": self.bucket.endpoint or "", "s3.access-key-id": self.bucket.access_key_id or "",
                    "s3.secret-access-key": self.bucket.secret_access_key.get_secret_value(),
                    "s3.region": self.bucket.region, "s3.force-virtual-addressing": "false"})
