@@ -129,8 +129,9 @@ LOW_LATENCY_FLUSH_MS = 1_000
 def fill_topic(bootstrap: str, topic: str, records: int) -> dict[int, int]:
     """``records`` freshness-shaped JSON records round-robin over the partitions; the end offset of each."""
     create_topic(bootstrap, topic, PARTITIONS)
+    # Idempotent: a retried batch keeps its place, so record i is at offset i div PARTITIONS (EXPECTED_MSG).
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "compression.type": "lz4",
-                         "queue.buffering.max.messages": 1_000_000})
+                         "queue.buffering.max.messages": 1_000_000, "enable.idempotence": True})
     filler = "x" * 80
     now = int(time.time() * 1000)
     for i in range(records):
