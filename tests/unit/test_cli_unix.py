@@ -11,6 +11,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from shale.cli import cli, hoist_global_options
+from shale.objstore import open_bucket_url
 
 
 def test_a_closed_pipe_ends_the_command_quietly_by_sigpipe() -> None:
@@ -57,3 +58,35 @@ def test_a_broken_connection_is_not_taken_for_a_closed_pipe(tmp_path: Path) -> N
                               check=False)
     assert done.returncode != -signal.SIGPIPE
     assert done.returncode != 0
+
+
+def test_the_command_name_is_found_past_global_options() -> None:
+    from shale.cli import _command_name
+
+    assert _command_name(["--config", "c.toml", "--set", "x=1", "query", "--tenant", "a"]) == "query"
+    assert _command_name(["--log-format", "json", "query"]) == "query"
+    assert _command_name(["-h"]) is None
+    assert _command_name(["ingest", "query"]) == "ingest"
+
+
+def test_a_query_ends_with_its_exit_status_and_every_line_of_its_output(tmp_path: Path) -> None:
+    """``shale query`` skips native teardown at exit (QUICK_EXIT): its answer, its status and its errors are
+    still all there."""
+    from tests.factories import write_backup_block
+
+    from shale.config import load_config
+    from shale.metastore import AddBlocks, open_metastore
+
+    sets = ["--set", f"bucket.url=file://{tmp_path}/bucket", "--set", f"metastore.data_dir={tmp_path}/ms"]
+    config = load_config(env={}, overrides=[s for s in sets if s != "--set"])
+    block = write_backup_block(open_bucket_url(f"file://{tmp_path}/bucket"), "acme", "app", 0, 0, 3000)
+    assert open_metastore(config).submit(AddBlocks(blocks=[block])).ok
+    query = [sys.executable, "-m", "shale.cli", *sets, "query", "--tenant", "acme", "--group", "backup",
+             "--from", "0", "--to", "2100-01-01", "--format", "json"]
+    done = subprocess.run([*query, '{topic="app"}'], check=False, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.splitlines()) == 3000
+    bad = subprocess.run([*query, '{topic=~"("}'], check=False, capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0
+    assert bad.stdout == ""
+    assert "Error" in bad.stderr or "error" in bad.stderr
