@@ -33,7 +33,7 @@ from typing import Any
 from tests.integration.ingest_helpers import create_topic
 
 from bench.common import ROOT, progress, write_result
-from bench.ingest import PARTITIONS, RECORDS, produce_records, timed_backup_ingest
+from bench.ingest import PARTITIONS, RECORDS, produce_records, timed_ingest
 from bench.services import kafka_broker, minio_bucket
 from shale.config import BucketConfig, IngestConfig, ShaleConfig, SparkConfig
 from shale.dev import SparkStandalone, connector_conf, driver_conf
@@ -52,7 +52,7 @@ def _ingest(spark: Any, config: ShaleConfig, topic: str, bucket: BucketConfig, w
     config = config.model_copy(update={
         "bucket": bucket, "metastore": config.metastore.model_copy(update={"data_dir": str(work / "metastore")}),
         "ingest": config.ingest.model_copy(update={"topics": [topic]})})
-    return timed_backup_ingest(spark, config, expected)
+    return timed_ingest(spark, config, expected)
 
 
 def measure(master: str, bootstrap: str, bucket: BucketConfig, work: Path) -> dict[str, Any]:

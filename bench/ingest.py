@@ -111,7 +111,7 @@ def _shale(spark: Any, bootstrap: str, topic: str, bucket: BucketConfig, work: P
                          metastore={"data_dir": str(work / "metastore")},  # type: ignore[arg-type]
                          ingest=IngestConfig(topics=[topic], max_records_per_batch=BATCH))
     phases, cpu = _phase_seconds(), cpu_snapshot()
-    seconds = timed_backup_ingest(spark, config, RECORDS)
+    seconds = timed_ingest(spark, config, RECORDS)
     if breakdowns is not None:
         after = _phase_seconds()
         breakdowns.append({"wall": seconds, **{k: v - phases.get(k, 0.0) for k, v in after.items()},
@@ -166,13 +166,12 @@ def _breakdown_note(b: dict[str, float]) -> str:
         f"{f('cpu.other')}.")
 
 
-def timed_backup_ingest(spark: Any, config: ShaleConfig, expected: int) -> float:
-    """Seconds the backup group takes to store everything Kafka holds now; checks it committed ``expected``
-    offsets."""
-    job = IngestJob(config, "backup", spark=spark, metastore=open_metastore(config))
+def timed_ingest(spark: Any, config: ShaleConfig, expected: int, group: str = "backup") -> float:
+    """Seconds the group takes to store everything Kafka holds now; checks it committed ``expected`` offsets."""
+    job = IngestJob(config, group, spark=spark, metastore=open_metastore(config))
     with timed() as t:
         job.run(available_now=True)
-    committed = sum(o.committed_end for o in job.metastore.offsets("backup", 1))
+    committed = sum(o.committed_end for o in job.metastore.offsets(group, 1))
     assert committed == expected, committed
     return t[0]
 

@@ -46,15 +46,13 @@ from tests.integration.ingest_helpers import create_topic
 from tests.producing import CheckedProducer
 
 from bench.common import CpuSnapshot, cpu_snapshot, progress, timed, write_result
-from bench.ingest import s3a_conf
+from bench.ingest import s3a_conf, timed_ingest
 from bench.services import kafka_broker, minio_bucket
 from bench.typed_decode import SCHEMA, _datum
 from shale.config import BucketConfig, ShaleConfig, SparkConfig
 from shale.dev import SchemaRegistry, connector_conf
 from shale.dev.fetch import spark_avro_jars
-from shale.ingest.job import IngestJob
 from shale.ingest.kafka import FETCH_BYTES
-from shale.metastore import open_metastore
 from shale.schemas.avro import Decoder
 from shale.schemas.wire import payload
 from shale.spark import spark_session
@@ -90,12 +88,7 @@ def _shale(spark: Any, bootstrap: str, registry_url: str, bucket: BucketConfig, 
         "metastore": {"data_dir": str(work / "metastore")},
         "ingest": {"topics": [TOPIC], "max_records_per_batch": BATCH, "schema_registry": {"url": registry_url},
                    "parsers": [{"parser": "avro", "options": {"time_field": "ts"}}]}})
-    job = IngestJob(config, "partition", spark=spark, metastore=open_metastore(config))
-    with timed() as t:
-        job.run(available_now=True)
-    committed = sum(o.committed_end for o in job.metastore.offsets("partition", 1))
-    assert committed == RECORDS, committed
-    return t[0]
+    return timed_ingest(spark, config, RECORDS, group="partition")
 
 
 def _spark_from_avro(spark: Any, bootstrap: str, path: str, checkpoint: Path) -> float:
