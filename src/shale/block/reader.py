@@ -107,7 +107,7 @@ def read_dataset(
                     f"CRC32 {crc32_hex(data)}, meta.json says {info.size} bytes with CRC32 {info.crc32}. "
                     "Run `shale bucket verify` and restore or re-ingest the block.",
                     key=key, block_id=meta.id)
-            source: Any = pa.BufferReader(data)
+            source: Any = pa.BufferReader(data if filters is None else arrow_owned(data))
         else:
             source = BucketFile(bucket, key, info.size)
         wanted = list(columns) if columns is not None else None
@@ -118,6 +118,17 @@ def read_dataset(
     except (OSError, pa.ArrowInvalid) as exc:
         raise CorruptObjectError(f"{key}: block {meta.tenant}/{meta.id} file {entry.file} cannot be read: {exc}",
                                  key=key, block_id=meta.id) from exc
+
+
+def arrow_owned(data: bytes) -> pa.Buffer:
+    """A copy of ``data`` in Arrow's memory. The datasets layer (``read_table`` with filters) can drop its last
+    reference to the source on one of Arrow's pool threads after the read has returned; a buffer over a Python
+    object then needs the GIL to be released, and at interpreter exit taking the GIL ends the thread inside a C++
+    destructor: "terminate called without an active exception", exit 134 after a complete answer (seen in
+    ``shale query``, found with gdb). Arrow's own memory is released without the GIL."""
+    copy = pa.allocate_buffer(len(data))
+    memoryview(copy).cast("B")[:] = data
+    return copy
 
 
 def footer_bytes(bucket: BucketReader, key: str, size: int) -> tuple[bytes, bool]:

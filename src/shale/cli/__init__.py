@@ -151,11 +151,12 @@ def cli(ctx: click.Context, config_path: str | None, overrides: tuple[str, ...],
 
 
 QUICK_EXIT = frozenset({"query"})
-"""Commands that end with ``os._exit`` once their output and logs are flushed, skipping native teardown: a
-``shale query`` that had printed its whole answer was seen to abort in the interpreter's teardown ("terminate
-called without an active exception", exit 134: a native thread still alive at exit; once in six runs of the
-quickstart test, cause not found). A query writes nothing that teardown would finish: its output files are closed
-before it returns, and it starts no Spark."""
+"""Commands that end with ``os._exit`` once their output and logs are flushed, skipping native teardown. A filtered
+read can release its source on an Arrow pool thread after it returned; over Python memory that release takes the
+GIL, which at interpreter exit ends the thread inside a C++ destructor ("terminate called without an active
+exception", exit 134 after a complete answer). ``block.reader.arrow_owned`` removes the cause for whole-object
+reads; a ranged read of a large object still hands Arrow a Python file. A query writes nothing that teardown would
+finish (its output files are closed before it returns) and starts no Spark (docs/DESIGN.md §13)."""
 
 
 def _command_name(args: list[str]) -> str | None:

@@ -6,6 +6,8 @@ import uuid
 
 import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from tests.factories import BASE_MS, backup_table, write_backup_block
 
 from shale.block import (
@@ -22,6 +24,7 @@ from shale.block import (
     write_block,
     write_block_streamed,
 )
+from shale.block.reader import arrow_owned
 from shale.errors import ConflictError, CorruptObjectError
 from shale.objstore import ObstoreBucket, open_bucket_url
 from shale.objstore.testing import Fault, FaultyBucket
@@ -211,3 +214,13 @@ def test_a_foreign_object_under_a_blocks_key_is_not_overwritten(bucket: ObstoreB
     bucket.delete(meta_key("acme", _spec("other").id))
     with pytest.raises(ConflictError, match="different contents"):
         write_block(bucket, _spec("other"), _dataset())
+
+
+@given(st.binary(max_size=4096))
+def test_a_filtered_read_gets_its_own_copy_of_the_object_in_arrow_memory(data: bytes) -> None:
+    """The datasets layer may release its source on an Arrow thread at interpreter exit; a buffer over the Python
+    bytes would need the GIL there (an abort after a complete answer). The copy is equal and shares nothing."""
+    copy = arrow_owned(data)
+    assert copy.to_pybytes() == data
+    if data:
+        assert copy.address != pa.py_buffer(data).address
