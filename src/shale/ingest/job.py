@@ -341,7 +341,8 @@ class IngestJob:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, on_signal)
             signal.signal(signal.SIGINT, on_signal)
-        self._warm()
+        if not available_now:  # a run to the end has no freshness to protect and no standby: no rehearsal
+            self._warm()
         while self.lease.wait(stop):
             self.spec.shard = self.lease.shard
             self.committer.stream = stream_name(self.group, self.generation, self.lease.shard)
