@@ -120,7 +120,7 @@ def _retrying(what: str, request: Callable[[], T], attempts: int = 5) -> T:
 def describe_topics(kafka: KafkaConfig, topics: Iterable[str] = (), pattern: str = "",
                     client: AdminClient | None = None, timeout: float = TIMEOUT) -> dict[str, TopicState]:
     """The named topics that exist, or every topic matching ``pattern`` (internal topics excluded)."""
-    client = client or admin(kafka)
+    client = client if client is not None else admin(kafka)  # a client with no request in flight is falsy
     try:
         metadata = client.list_topics(timeout=timeout)
     except KafkaException as exc:
@@ -150,7 +150,7 @@ def offset_bounds(kafka: KafkaConfig, partitions: Iterable[tuple[str, int]],
                   client: AdminClient | None = None) -> dict[tuple[str, int], tuple[int, int]]:
     """(earliest, end) per topic-partition, ``end`` as a read_committed consumer sees it: the last stable offset,
     before any open transaction, so a batch never waits on records that may still be aborted."""
-    client = client or admin(kafka)
+    client = client if client is not None else admin(kafka)  # a client with no request in flight is falsy
     tps = [TopicPartition(t, p) for t, p in partitions]
     if not tps:
         return {}
