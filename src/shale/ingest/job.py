@@ -56,7 +56,15 @@ from shale.ingest.pauses import RegistryBackoff, commit_ranges
 from shale.ingest.plan import BatchPlan, Limits, PartitionRange, plan_batch, recreated
 from shale.ingest.records import SPARK_COLUMNS, WRITTEN_SCHEMA
 from shale.ingest.summary import IngestSummary
-from shale.ingest.task import WARM_SCHEMA, Paused, make_task, make_warm_task, phase_sums, start_worker
+from shale.ingest.task import (
+    WARM_SCHEMA,
+    Paused,
+    make_task,
+    make_warm_task,
+    phase_sums,
+    start_worker,
+    tasks,
+)
 from shale.metastore import DeadLetterQueue, open_metastore
 from shale.metastore.shards import shard_of
 from shale.objstore import open_bucket
@@ -222,7 +230,11 @@ class IngestJob:
     def _read(self, plan: BatchPlan) -> tuple[list[Written], list[Paused]]:
         reader = self._kafka_reader([(r.topic, r.partition, r.start, r.end) for r in plan.ranges])
         task = make_task(self.spec, plan, self.config.ingest.max_task_bytes)
-        rows = reader.load().selectExpr(*SPARK_COLUMNS).mapInArrow(task, WRITTEN_SCHEMA).collect()
+        frame = reader.load().selectExpr(*SPARK_COLUMNS)
+        count = tasks(len(plan.ranges), self._spark_session().sparkContext.defaultParallelism)
+        if count < len(plan.ranges):
+            frame = frame.coalesce(count)  # each task reads several partitions in turn
+        rows = frame.mapInArrow(task, WRITTEN_SCHEMA).collect()
         written = [Written.model_validate_json(row["written"]) for row in rows if row["written"] is not None]
         paused = [Paused.model_validate_json(row["paused"]) for row in rows if row["paused"] is not None]
         seen = {(w.topic, w.partition) for w in written} | {(p.topic, p.partition) for p in paused}

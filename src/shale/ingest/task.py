@@ -1,4 +1,5 @@
-"""The Spark task of an ingest batch (``mapInArrow``): one Kafka partition's planned range, written in chunks.
+"""The Spark task of an ingest batch (``mapInArrow``): the planned ranges of one or more Kafka partitions, read one
+after another (the driver gives a batch no more tasks than Spark has cores: ``tasks``), each written in chunks.
 
 Records arrive as Arrow batches (at most ``spark.sql.execution.arrow.maxBytesPerBatch`` each). They are buffered
 until the buffer reaches the chunk size, so a task holds at most about two chunks and one batch however large
@@ -20,6 +21,7 @@ offset in a later batch.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import time
 from collections import defaultdict
@@ -70,7 +72,7 @@ class ChunkWriter:
 
     def __init__(self, spec: GroupSpec, bucket: CountedBucket, plan: BatchPlan, chunk_bytes: int,
                  derived_from: list[str] | None = None, resize: Callable[[int], int] | None = None,
-                 pausable: bool = False) -> None:
+                 pausable: bool = False, spent: defaultdict[str, float] | None = None) -> None:
         self.spec = spec
         self.pausable = pausable
         """Whether a registry that does not answer pauses the partition (ingest) rather than raising (reprocess)."""
@@ -85,7 +87,8 @@ class ChunkWriter:
         self.buffer: list[pa.Table] = []
         self.buffered = 0
         self.pending: pa.Table | None = None
-        self.spent: defaultdict[str, float] = defaultdict(float)
+        self.spent = spent if spent is not None else defaultdict(float)
+        """Seconds by phase since the last chunk written (shared by the writers of one task, which run in turn)."""
 
     def stopped(self) -> bool:
         """Whether the partition paused (``paused``): the rest of the input is read and not written. A method, not
@@ -225,6 +228,62 @@ def _timed(batches: Iterable[pa.RecordBatch], spent: defaultdict[str, float]) ->
         yield batch
 
 
+def partition_runs(batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+    """``batch`` cut where its Kafka partition changes: a task reads its partitions one after another, and one Arrow
+    batch from Spark may hold the end of one and the start of the next."""
+    topics, partitions = batch.column("topic"), batch.column("partition")
+    if batch.num_rows == 0 or (len(pc.unique(partitions)) == 1 and len(pc.unique(topics)) == 1):
+        return [batch] if batch.num_rows else []
+    codes = pc.dictionary_encode(topics).indices.to_numpy(zero_copy_only=False).astype("int64")
+    keys = (codes << 32) | partitions.to_numpy(zero_copy_only=False).astype("int64")
+    cuts = [0, *(int(i) + 1 for i in (keys[1:] != keys[:-1]).nonzero()[0]), batch.num_rows]
+    return [batch.slice(a, b - a) for a, b in itertools.pairwise(cuts)]
+
+
+def write_partitions(batches: Iterable[pa.RecordBatch], spent: defaultdict[str, float],
+                     writer_for: Callable[[], ChunkWriter]) -> tuple[list[Written], list[Paused]]:
+    """Every partition of a task's input through its own writer (``writer_for()``, in turn), each finished when the
+    next partition starts. A partition seen again after another one started is an error: its first writer has
+    already ended its chunks at the planned end."""
+    written: list[Written] = []
+    paused: list[Paused] = []
+    writer: ChunkWriter | None = None
+    current: tuple[str, int] | None = None
+    done: set[tuple[str, int]] = set()
+
+    def finish(writer: ChunkWriter) -> None:
+        nonlocal written
+        written += writer.finish()
+        if writer.paused is not None:
+            paused.append(writer.paused)
+
+    for batch in _timed(batches, spent):
+        for run in partition_runs(batch):
+            key = (run.column("topic")[0].as_py(), int(run.column("partition")[0].as_py()))
+            if key != current:
+                if writer is not None and current is not None:
+                    finish(writer)
+                    done.add(current)
+                if key in done:
+                    raise ShaleError(f"an ingest task received {key[0]}[{key[1]}] again after other partitions; "
+                                     "Shale needs each partition's records in one run")
+                writer, current = writer_for(), key
+            assert writer is not None
+            written += writer.add(run)
+    if writer is not None:
+        finish(writer)
+    return written, paused
+
+
+def tasks(ranges: int, cores: int) -> int:
+    """How many Spark tasks read a batch of ``ranges`` partitions: one per partition up to Spark's cores, fewer
+    than partitions beyond (``coalesce``: each task reads several in turn). A task's fixed cost (its launch, the
+    Python hand-off, its first Arrow batch) is paid once per task instead of per partition; with 8 partitions of a
+    low-latency batch on 2 cores, a Spark job took 1.93 s (median of 8; 1.27-2.34) as 8 tasks and 1.22 s
+    (0.55-1.49) as 2, on the loaded machine (docs/DESIGN.md 10.7)."""
+    return max(1, min(ranges, cores))
+
+
 def make_task(spec: GroupSpec, plan: BatchPlan, bound: int) -> Callable[[Iterable[pa.RecordBatch]],
                                                                            Iterator[pa.RecordBatch]]:
     """The function Spark runs per task. It returns one row per chunk written (``written``: a ``Written`` record as
@@ -241,16 +300,17 @@ def make_task(spec: GroupSpec, plan: BatchPlan, bound: int) -> Callable[[Iterabl
                 release_free_memory()
                 return chunk_bytes(bound, PeakMemory.resident() - held, spec.group)
 
-            writer = ChunkWriter(spec, task_bucket(spec.bucket), plan, chunk_bytes(bound, memory.start, spec.group),
-                                 resize=resize, pausable=True)
-            written = [w for batch in _timed(batches, writer.spent) for w in writer.add(batch)]
-            written += writer.finish()
+            bucket, spent = task_bucket(spec.bucket), defaultdict[str, float](float)
+
+            def writer_for() -> ChunkWriter:
+                return ChunkWriter(spec, bucket, plan, resize(0), resize=resize, pausable=True, spent=spent)
+
+            written, paused = write_partitions(batches, spent, writer_for)
         for w in written:
             row = w.model_copy(update={"peak_rss": memory.peak}).model_dump_json()
             yield pa.RecordBatch.from_pylist([{"written": row, "paused": None}], schema=TASK_RESULT)
-        if writer.paused is not None:
-            yield pa.RecordBatch.from_pylist([{"written": None, "paused": writer.paused.model_dump_json()}],
-                                             schema=TASK_RESULT)
+        for p in paused:
+            yield pa.RecordBatch.from_pylist([{"written": None, "paused": p.model_dump_json()}], schema=TASK_RESULT)
 
     return task
 

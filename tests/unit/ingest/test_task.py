@@ -11,6 +11,8 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tests.factories import BASE_MS, backup_table
 
 from shale.block import read_dataset
@@ -19,7 +21,7 @@ from shale.errors import ShaleError
 from shale.ingest.blocks import Chunk, GroupSpec, Written, write_chunk
 from shale.ingest.committer import IngestConflictError, batch_commit
 from shale.ingest.plan import BatchPlan, PartitionRange
-from shale.ingest.task import PHASES, ChunkWriter, make_task, make_warm_task
+from shale.ingest.task import PHASES, ChunkWriter, make_task, make_warm_task, partition_runs, tasks
 from shale.objstore import open_bucket
 
 READ_MS = BASE_MS + 86_400_000
@@ -203,3 +205,73 @@ def test_the_warm_up_rehearses_a_batch_and_writes_nothing_to_the_bucket(bucket_c
     assert set(seconds) <= set(PHASES)
     assert seconds["encode"] > 0  # the records were parsed and encoded
     assert list(open_bucket(bucket_config).list()) == []  # rehearsed in a scratch bucket only
+
+
+@st.composite
+def partitions_in_turn(draw: st.DrawFn) -> tuple[list[tuple[int, int, int]], list[int]]:
+    """(partition, first offset, records) of the partitions one task reads in turn, and where Spark cuts the stream
+    of their records into Arrow batches (a batch may hold the end of one partition and the start of the next)."""
+    chosen = draw(st.lists(st.integers(0, 7), min_size=1, max_size=4, unique=True))
+    parts = [(p, draw(st.integers(0, 50)), draw(st.integers(0, 120))) for p in chosen]
+    total = sum(n for _, _, n in parts)
+    cuts = sorted(draw(st.sets(st.integers(1, max(1, total - 1)), max_size=6))) if total > 1 else []
+    return parts, cuts
+
+
+@given(partitions_in_turn())
+@settings(max_examples=40, deadline=None)
+def test_a_task_of_several_partitions_tiles_each_one_s_range_whatever_the_batches(
+        drawn: tuple[list[tuple[int, int, int]], list[int]]) -> None:
+    parts, cuts = drawn
+    bucket_config = BucketConfig(url=f"memory://task-{uuid.uuid4().hex}")
+    spec = GroupSpec("backup", 1, bucket_config, IngestConfig(max_task_bytes=512 * 2**20))
+    # Each planned range ends 3 offsets after its last record (commit markers), as a read_committed read does.
+    plan = BatchPlan(READ_MS, [PartitionRange("app", p, INC, first, first + n + 3) for p, first, n in parts])
+    stream = pa.concat_tables([backup_table("app", p, first, n) for p, first, n in parts])
+    bounds = [0, *cuts, stream.num_rows] if stream.num_rows else []
+    batches = [spark_batch(stream.slice(a, b - a)) for a, b in itertools.pairwise(bounds)]
+    rows = list(make_task(spec, plan, bound=512 * 2**20)(iter(batches)))
+    written = [Written.model_validate_json(r.column("written")[0].as_py()) for r in rows]
+    bucket = open_bucket(bucket_config)
+    for p, first, n in parts:
+        mine = [w for w in written if w.partition == p]
+        if n == 0:
+            assert mine == []  # no record: the driver records the range with an empty block
+            continue
+        assert mine[0].start == first
+        assert mine[-1].end == first + n + 3
+        assert all(a.end == b.start for a, b in itertools.pairwise(mine))
+        stored = [o for w in mine for m in w.blocks
+                  for o in read_dataset(bucket, m, "records/app").column("offset").to_pylist()]
+        assert stored == list(range(first, first + n))
+
+
+def test_a_partition_seen_again_after_another_fails_the_task(bucket_config: BucketConfig) -> None:
+    spec = GroupSpec("backup", 1, bucket_config, IngestConfig())
+    plan = BatchPlan(READ_MS, [PartitionRange("app", 0, INC, 0, 20), PartitionRange("app", 1, INC, 0, 10)])
+    batches = [spark_batch(backup_table("app", 0, 0, 10)), spark_batch(backup_table("app", 1, 0, 10)),
+               spark_batch(backup_table("app", 0, 10, 10))]
+    with pytest.raises(ShaleError, match=r"app\[0\] again"):
+        list(make_task(spec, plan, bound=512 * 2**20)(iter(batches)))
+
+
+@given(st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 2), st.integers(1, 5)), min_size=1, max_size=6))
+def test_partition_runs_cut_a_batch_exactly_where_its_partition_changes(
+        runs: list[tuple[str, int, int]]) -> None:
+    tables = [backup_table(t, p, 0, n) for t, p, n in runs]
+    batch = spark_batch(pa.concat_tables(tables))
+    cut = partition_runs(batch)
+    assert pa.Table.from_batches(cut, batch.schema).equals(pa.Table.from_batches([batch]))
+    keys = [(r.column("topic")[0].as_py(), r.column("partition")[0].as_py()) for r in cut]
+    assert all(len(set(zip(r.column("topic").to_pylist(), r.column("partition").to_pylist(), strict=True))) == 1
+               for r in cut)
+    assert all(a != b for a, b in itertools.pairwise(keys))
+
+
+def test_an_empty_batch_has_no_runs() -> None:
+    assert partition_runs(spark_batch(backup_table("a", 0, 0, 1)).slice(0, 0)) == []
+
+
+def test_a_batch_gets_no_more_tasks_than_spark_has_cores() -> None:
+    assert [tasks(ranges, 2) for ranges in (0, 1, 2, 8)] == [1, 1, 2, 2]
+    assert tasks(8, 16) == 8
