@@ -330,8 +330,8 @@ def _record_groups(spec: GroupSpec, table: pa.Table,
     stores each record type as its own dataset (``Parser.record_types``); rows whose type cannot be told form a
     group of their own, without a type (their parse says why they are quarantined)."""
     parser = spec.parser_for(topic)
-    if isinstance(parser, str) or not table.num_rows:
-        return [(None, None)], []
+    if isinstance(parser, str) or not parser.per_record_type or not table.num_rows:
+        return [(None, None)], []  # the topic strategy: nothing read ahead of parsing
     types = parser.record_types(pc.binary_slice(table.column("value"), 0, parser.header_bytes).to_pylist())
     if types is None:
         return [(None, None)], []

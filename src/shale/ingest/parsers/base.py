@@ -88,6 +88,11 @@ class Parser(ABC):
         """The key's columns; raise ``ParseError`` to quarantine the record."""
         return {}
 
+    @property
+    def per_record_type(self) -> bool:
+        """Whether ``record_types`` names each record's type (a chunk is then parsed once per type)."""
+        return False
+
     def record_types(self, headers: list[bytes | None]) -> list[str | None] | None:
         """Each record's type (a full name), when the parser stores each record type of a topic as its own dataset
         (a typed parser's ``subject_name_strategy`` record or topic_record), read from the same first bytes

@@ -134,6 +134,10 @@ class RegistryParser(Parser):
     def columns(self) -> dict[str, pa.DataType]:
         return self._columns
 
+    @property
+    def per_record_type(self) -> bool:
+        return self.by_record
+
     def record_types(self, headers: list[bytes | None]) -> list[str | None] | None:
         if not self.by_record:
             return None
