@@ -398,8 +398,9 @@ def write_chunk(spec: GroupSpec, bucket: Bucket, table: pa.Table, chunk: Chunk,
         subset = _take(table, valid) if len(valid) < table.num_rows else table
         by_block: dict[tuple[str, str, int | None], list[DatasetInput]] = {}
         groups, unnamed = _record_groups(spec, subset, topic)
-        for row, reason in unnamed:
+        if unnamed:  # only a parser names types: the quarantine rows name it even if no group parses
             parser_name = str(getattr(spec.parser_for(topic), "name", "-"))
+        for row, reason in unnamed:
             quarantine[tenants[valid[row]]][0].append(valid[row])
             quarantine[tenants[valid[row]]][1].append(reason)
         parser: Parser | None = None
