@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from shale.block.ids import check_block_id, ulid_time_ms
-from shale.block.names import check_label_name, check_tenant, check_topic
+from shale.block.names import check_label_name, check_record_name, check_tenant, check_topic
 from shale.errors import CorruptObjectError
 
 META_VERSION = 1
@@ -46,9 +46,13 @@ class KafkaRange(_Record):
 
 
 class Dataset(_Record):
-    name: str = Field(description="unique in the block: '<kind>/<topic>'")
+    name: str = Field(description="unique in the block: '<kind>/<topic>', or '<kind>/<topic>/<record>' for a record "
+                      "type of a topic of several (subject name strategies)")
     kind: DatasetKind
     topic: str
+    record: str | None = Field(default=None, description="the record type of the rows (Avro full name, Protobuf "
+                               "message, JSON Schema title) when the parser groups a topic's records by type "
+                               "(subject_name_strategy record or topic_record); absent: one type per topic")
     file: str = Field(description="the data object holding the rows, listed in files")
     rows: int = Field(ge=0)
     bytes: int = Field(ge=0, description="uncompressed in-memory size of the rows (Arrow)")
@@ -66,6 +70,11 @@ class Dataset(_Record):
                                          "of the rows (typed parsers)")
     schema_fingerprint: str | None = Field(default=None, description="fingerprint of the schema the rows are "
                                            "stored under (typed parsers)")
+
+    @field_validator("record")
+    @classmethod
+    def _record_name(cls, value: str | None) -> str | None:
+        return value if value is None else check_record_name(value)
 
     @field_validator("labels")
     @classmethod

@@ -10,6 +10,10 @@ from shale.errors import InvalidNameError
 TENANT_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 LABEL_NAME_RE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]{0,63}")
 KAFKA_TOPIC_RE = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+RECORD_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*){0,63}")
+MAX_RECORD_NAME = 200
+RECORD_LABEL = "record"
+"""The label naming a dataset's record type (``Dataset.record``), in each of its label sets."""
 
 
 def check_tenant(name: str) -> str:
@@ -35,6 +39,15 @@ def check_label_name(name: str) -> str:
 def check_topic(name: str) -> str:
     if not isinstance(name, str) or not KAFKA_TOPIC_RE.fullmatch(name) or name in (".", ".."):
         raise InvalidNameError(f"{name!r} is not a Kafka topic name (1-249 characters of a-z A-Z 0-9 . _ -)")
+    return name
+
+
+def check_record_name(name: str) -> str:
+    """A record type's name (an Avro full name, a Protobuf message's full name, a JSON Schema title): dotted
+    identifiers, at most 200 characters. It names a dataset, a label value and (dots as ``_``) an Iceberg table."""
+    if not isinstance(name, str) or len(name) > MAX_RECORD_NAME or not RECORD_NAME_RE.fullmatch(name):
+        raise InvalidNameError(f"record type {name!r} is not allowed: use dotted identifiers such as 'shop.Order' "
+                               f"([A-Za-z_][A-Za-z0-9_]* separated by '.'), at most {MAX_RECORD_NAME} characters")
     return name
 
 

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from shale.block.layout import block_file_key, meta_key
 from shale.block.meta import BlockMeta, Compaction, Dataset, DatasetKind, FileInfo, KafkaRange, ParserInfo, parse_meta
-from shale.block.names import cap_label_sets
+from shale.block.names import RECORD_LABEL, cap_label_sets
 from shale.block.schemas import BASE_COLUMNS, TIMESTAMP_MS, encode_column_types
 from shale.errors import ConflictError, NotFoundError
 from shale.failpoints import failpoint
@@ -52,6 +52,8 @@ class DatasetInput:
     schema_ids: list[int] = field(default_factory=list)
     """Schema Registry ids of the writer schemas of the rows (typed parsers), recorded in the metadata."""
     schema_fingerprint: str = ""
+    record: str | None = None
+    """The rows' record type when the topic's parser groups records by type (``Dataset.record``)."""
 
 
 @dataclass
@@ -129,15 +131,23 @@ def crc32_hex(data: bytes) -> str:
 
 def _entry(index: int, kind: DatasetKind, topic: str, labels: list[dict[str, str]], schema: pa.Schema, rows: int,
            size: int, groups: list[tuple[int, int, int]], schema_ids: list[int] | None = None,
-           fingerprint: str = "") -> Dataset:
+           fingerprint: str = "", record: str | None = None) -> Dataset:
     extra = [f for f in schema if f.name not in BASE_COLUMNS]
     typed = any(f.type != pa.string() for f in extra)
-    return Dataset(name=f"{kind}/{topic}", kind=kind, topic=topic, file=f"{kind}-{index}.parquet", rows=rows,
+    if record is not None:  # every label set of a record type's dataset names it: the index prunes by it
+        labels = [{**ls, RECORD_LABEL: record} for ls in labels] or [{RECORD_LABEL: record}]
+    return Dataset(name=dataset_name(kind, topic, record), kind=kind, topic=topic, record=record,
+                   file=f"{kind}-{index}.parquet", rows=rows,
                    bytes=size, min_time=min((g[1] for g in groups), default=0),
                    max_time=max((g[2] for g in groups), default=0), labels=cap_label_sets(labels, MAX_LABEL_SETS),
                    row_groups=groups, columns=[f.name for f in extra],
                    column_types=encode_column_types(extra) if typed else None,
                    schema_ids=schema_ids or None, schema_fingerprint=fingerprint or None)
+
+
+def dataset_name(kind: DatasetKind, topic: str, record: str | None = None) -> str:
+    """A dataset's name, unique in its block: one per (kind, topic), and per record type when there are several."""
+    return f"{kind}/{topic}" if record is None else f"{kind}/{topic}/{record}"
 
 
 def _group_bounds(table: pa.Table, time_column: str, clamp: tuple[int, int] | None) -> tuple[int, int, int]:
@@ -150,7 +160,7 @@ def plan_block(spec: BlockSpec, datasets: list[DatasetInput],
     entries = [_entry(index, ds.kind, ds.topic, ds.labels, ds.table.schema, ds.table.num_rows, ds.table.nbytes,
                       [_group_bounds(ds.table.slice(offset, row_group_rows), ds.time_column, ds.clamp)
                        for offset in range(0, ds.table.num_rows, row_group_rows)], ds.schema_ids,
-                      ds.schema_fingerprint)
+                      ds.schema_fingerprint, ds.record)
                for index, ds in enumerate(datasets)]
     return _block_meta(spec, entries)
 
@@ -255,6 +265,7 @@ class DatasetStream:
     clamp: tuple[int, int] | None = None
     schema_ids: list[int] = field(default_factory=list)
     schema_fingerprint: str = ""
+    record: str | None = None
 
 
 def write_block_streamed(bucket: Bucket, spec: BlockSpec, datasets: list[DatasetStream],
@@ -281,7 +292,7 @@ def write_block_streamed(bucket: Bucket, spec: BlockSpec, datasets: list[Dataset
             size += table.nbytes
         writers.append((writer, sink))
         entries.append(_entry(index, ds.kind, ds.topic, ds.labels, schema, rows, size, groups, ds.schema_ids,
-                              ds.schema_fingerprint))
+                              ds.schema_fingerprint, ds.record))
     planned = _block_meta(spec, entries)
     footer = planned.to_json()
     objects = []

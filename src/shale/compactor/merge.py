@@ -228,7 +228,10 @@ def merge_blocks(bucket: Bucket, sources: list[BlockMeta], *, job: str, token: i
                                          schema_ids=sorted({i for _, d in parts[name] for i in d.schema_ids or []}),
                                          schema_fingerprint=next((d.schema_fingerprint for _, d in
                                                                   reversed(parts[name]) if d.schema_fingerprint),
-                                                                 "")))
+                                                                 ""),
+                                         # a record type's parts share its dataset name: merged per type, never
+                                         # across types (their columns are unrelated)
+                                         record=first.record))
         head = sources[0]
         parsers = {(m.parser.name, m.parser.version, m.parser.options_digest) if m.parser else None for m in sources}
         spec = BlockSpec(

@@ -127,8 +127,13 @@ def spark_catalog_conf(config: ShaleConfig, name: str | None = None) -> dict[str
 _IDENT = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
 
-def identifier(tenant: str, topic: str) -> tuple[str, str]:
-    """The table of a tenant's topic: namespace = tenant, table = topic (quote it in SQL: `a.b`)."""
+def identifier(tenant: str, topic: str, record: str | None = None) -> tuple[str, str]:
+    """The table of a tenant's topic: namespace = tenant, table = topic (quote it in SQL: `a.b`); for one record
+    type of a topic of several (``Dataset.record``), table = ``<topic>__<record with '.' as '_'>``."""
     if not _IDENT.match(topic):
         raise ConfigError(f"topic {topic!r} cannot name an Iceberg table")
-    return (tenant, topic)
+    return (tenant, topic if record is None else f"{topic}__{record.replace('.', '_')}")
+
+
+TABLE_TOPIC, TABLE_RECORD = "shale.topic", "shale.record"
+"""Table properties naming what a record type's table holds (its name alone is ambiguous: a topic may hold '__')."""

@@ -1,10 +1,12 @@
 """Which files an Iceberg table holds, as a pure function of the index: no I/O, covered by table tests.
 
-A table is one tenant's one topic in the partition group. Its files are the ``records`` datasets of that topic's
-partition-group blocks, each shown exactly where ``shale query`` shows it: where its generation is the active one
-(``shale.query.plan.active_intervals``). A dataset whose generation is active over its whole time range is
-registered as it is (its own Parquet object, no copy). One whose range a generation switch cuts is registered as a
-*copy* of the rows in its active intervals, because pyiceberg cannot write delete files (docs/DESIGN.md 16.3).
+A table is one tenant's one topic in the partition group, or one record type of it when the topic's parser stores
+each type as its own dataset (``Dataset.record``, subject name strategies). Its files are the ``records`` datasets
+of that topic's (and type's) partition-group blocks, each shown exactly where ``shale query`` shows it: where its
+generation is the active one (``shale.query.plan.active_intervals``). A dataset whose generation is active over its
+whole time range is registered as it is (its own Parquet object, no copy). One whose range a generation switch cuts
+is registered as a *copy* of the rows in its active intervals, because pyiceberg cannot write delete files
+(docs/DESIGN.md 16.3).
 
 The state at an earlier log entry is reconstructed backwards from the current state and the change feed:
 blocks added after the entry are taken out, blocks removed after it are put back, and generation switches
@@ -29,6 +31,8 @@ Rule = tuple[str, int, int, int]
 class TableKey:
     tenant: str
     topic: str
+    record: str = ""
+    """The record type ('' = none: the topic's one table)."""
 
 
 @dataclass(frozen=True)
@@ -56,16 +60,18 @@ def tables_of(block: BlockMeta) -> list[TableKey]:
     """The tables a block's records belong to (partition group only)."""
     if block.group != "partition":
         return []
-    return sorted({TableKey(block.tenant, d.topic) for d in block.datasets if d.kind == "records" and d.rows})
+    return sorted({TableKey(block.tenant, d.topic, d.record or "") for d in block.datasets
+                   if d.kind == "records" and d.rows})
 
 
-def table_files(block: BlockMeta, topic: str, rules: Sequence[Rule], default_generation: int) -> list[FileSpec]:
-    """The files ``block`` contributes to its tenant's table of ``topic``."""
+def table_files(block: BlockMeta, topic: str, rules: Sequence[Rule], default_generation: int,
+                record: str = "") -> list[FileSpec]:
+    """The files ``block`` contributes to its tenant's table of ``topic`` (and record type)."""
     out: list[FileSpec] = []
     if block.group != "partition":
         return out
     for d in block.datasets:
-        if d.kind != "records" or d.topic != topic or not d.rows:
+        if d.kind != "records" or d.topic != topic or (d.record or "") != record or not d.rows:
             continue
         spans = active_intervals(list(rules), topic, block.generation, default_generation, d.min_time, d.max_time)
         if not spans:
@@ -104,7 +110,7 @@ def desired(blocks: Iterable[BlockMeta], key: TableKey, rules: Sequence[Rule],
     for block in blocks:
         if block.tenant != key.tenant:
             continue
-        files = table_files(block, key.topic, rules, default_generation)
+        files = table_files(block, key.topic, rules, default_generation, key.record)
         if files:
             out[block.id] = files
     return out

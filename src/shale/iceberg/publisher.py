@@ -41,6 +41,8 @@ from shale.iceberg.catalog import (
     SUMMARY_INDEX,
     SUMMARY_RELEASED,
     TABLE_PROPERTIES,
+    TABLE_RECORD,
+    TABLE_TOPIC,
     identifier,
     object_uri,
     open_catalog,
@@ -196,7 +198,7 @@ class IcebergPublisher:
         from pyiceberg.exceptions import NoSuchTableError
 
         try:
-            table = self.catalog.load_table(identifier(key.tenant, key.topic))
+            table = self.catalog.load_table(identifier(key.tenant, key.topic, key.record or None))
         except NoSuchTableError:
             return None
         snapshot = table.current_snapshot()
@@ -211,17 +213,18 @@ class IcebergPublisher:
 
     def _create(self, key: TableKey) -> _Table:
         """A table of the base columns; each commit adds the parser's columns its files hold (``_evolve``)."""
-        namespace, name = identifier(key.tenant, key.topic)
+        namespace, name = identifier(key.tenant, key.topic, key.record or None)
         self.catalog.create_namespace_if_not_exists(namespace)
+        named = {TABLE_TOPIC: key.topic, TABLE_RECORD: key.record} if key.record else {}
         table = self.catalog.create_table((namespace, name), schema=table_schema([]),
-                                          properties=TABLE_PROPERTIES)
+                                          properties={**TABLE_PROPERTIES, **named})
         from pyiceberg.table import TableProperties
 
         with table.transaction() as tx:  # a name mapping: Shale's Parquet objects carry no Iceberg field ids
             tx.set_properties({TableProperties.DEFAULT_NAME_MAPPING: table.schema().name_mapping.model_dump_json()})
         state = _Table(table, 0)
         self._tables[key] = state
-        log.info("iceberg table created", extra={"tenant": key.tenant, "topic": key.topic})
+        log.info("iceberg table created", extra={"tenant": key.tenant, "topic": key.topic, "record": key.record})
         return state
 
     def _start(self, read: _Read) -> int:
@@ -264,7 +267,7 @@ class IcebergPublisher:
                 else:
                     remove = sorted(u for b in removed for u in state.blocks.get(b, ()))
                     add = [s for m in added if m.id not in state.blocks
-                           for s in table_files(m, key.topic, rules, self.config.ingest.generation)]
+                           for s in table_files(m, key.topic, rules, self.config.ingest.generation, key.record)]
                 if remove or add:
                     committed += self._commit(key, state, index, remove, add)
         return committed
@@ -278,9 +281,10 @@ class IcebergPublisher:
             return out.setdefault(key, ([], [], False))
 
         for c in changes:
-            if c.change == "generations":
-                removed, added, _ = entry(TableKey(c.tenant, c.subject))
-                out[TableKey(c.tenant, c.subject)] = (removed, added, True)
+            if c.change == "generations":  # every table of the topic: one per record type it holds
+                for key in self._topic_tables(read, c.tenant, c.subject):
+                    removed, added, _ = entry(key)
+                    out[key] = (removed, added, True)
                 continue
             meta = read.metas.get(c.subject)
             keys = tables_of(meta) if meta is not None else self._tables_holding(c.tenant, c.subject)
@@ -291,10 +295,30 @@ class IcebergPublisher:
                     entry(key)[0].append(c.subject)
         return out
 
+    def _topic_tables(self, read: _Read, tenant: str, topic: str) -> list[TableKey]:
+        """The tables of a tenant's topic: its one table, or one per record type its live blocks or loaded tables
+        hold."""
+        keys = {k for m in read.live.get(tenant, {}).values() for k in tables_of(m) if k.topic == topic}
+        keys |= {k for k in self._tables if k.tenant == tenant and k.topic == topic}
+        return sorted(keys) or [TableKey(tenant, topic)]
+
+    def _catalog_tables(self, tenant: str) -> list[TableKey]:
+        """Every table of the tenant in the catalog, each loaded, by what it holds (a record type's table says so
+        in its properties)."""
+        keys = []
+        for namespace, name in self.catalog.list_tables(tenant):
+            key = next((k for k in self._tables if identifier(k.tenant, k.topic, k.record or None) ==
+                        (namespace, name)), None)
+            if key is None:
+                properties = self.catalog.load_table((namespace, name)).properties
+                key = TableKey(namespace, properties.get(TABLE_TOPIC, name), properties.get(TABLE_RECORD, ""))
+                self._load(key)
+            keys.append(key)
+        return keys
+
     def _tables_holding(self, tenant: str, block_id: str) -> list[TableKey]:
         """Tables holding a block whose metadata is gone (the publisher lagged past the delete delay)."""
-        for namespace, name in self.catalog.list_tables(tenant):
-            self._load(TableKey(namespace, name))
+        self._catalog_tables(tenant)
         return [k for k, t in self._tables.items() if k.tenant == tenant and block_id in t.blocks]
 
     def _rediff(self, read: _Read, key: TableKey, state: _Table, rules: list[Rule],
@@ -415,7 +439,7 @@ class IcebergPublisher:
             read = self._read(whole_tenants=True)
             keys = {k for blocks in read.live.values() for m in blocks.values() for k in tables_of(m)}
             for tenant in read.live:
-                keys |= {TableKey(n, t) for n, t in self.catalog.list_tables(tenant)}
+                keys |= set(self._catalog_tables(tenant))
             for key in sorted(keys):
                 state = self._load(key) or self._create(key)
                 remove, add = self._rediff(read, key, state, read.rules.get(key.tenant, []), [])

@@ -292,14 +292,19 @@ class IndexReader:
     def schema_versions(self, tenant: str, topic: str | None = None) -> list[SchemaVersionRow]:
         """The writer schemas the tenant's live blocks were written with (typed parsers), per topic, group and
         generation (the ``block_schemas`` index, filled as blocks are added)."""
+        # The record type of a topic of several (``Dataset.record``) is read from the metadata of the block's dataset
+        # that holds the schema id: one schema is of one type, so it never splits a group.
         rows = self.conn.execute(
             "SELECT t.value, bs.schema_id, bs.fingerprint, g.value, b.generation, count(*), min(b.min_time), "
-            "max(b.max_time) FROM block_schemas bs JOIN blocks b ON b.id = bs.block_id "
+            "max(b.max_time), max((SELECT json_extract(d.value, '$.record') "
+            "FROM json_each(CAST(b.meta AS TEXT), '$.datasets') d, json_each(d.value, '$.schema_ids') s "
+            "WHERE s.value = bs.schema_id AND json_extract(d.value, '$.topic') = t.value LIMIT 1)) "
+            "FROM block_schemas bs JOIN blocks b ON b.id = bs.block_id "
             "JOIN strings t ON t.id = bs.topic JOIN strings g ON g.id = b.grp "
             "WHERE bs.tenant = (SELECT id FROM strings WHERE value = ?) AND (? IS NULL OR t.value = ?) "
             "GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5", (tenant, topic, topic))
         return [SchemaVersionRow(topic=r[0], schema_id=r[1], fingerprint=r[2], group=r[3], generation=r[4],
-                                 blocks=r[5], min_time=r[6], max_time=r[7]) for r in rows]
+                                 blocks=r[5], min_time=r[6], max_time=r[7], record=r[8] or "") for r in rows]
 
     def tenant_tombstones(self, tenant: str) -> list[TombstoneRow]:
         rows = self.conn.execute(

@@ -81,6 +81,8 @@ class SchemaVersionRow(_Row):
     blocks: int
     min_time: int
     max_time: int
+    record: str = ""
+    """The record type the schema describes, for a topic stored per record type (subject name strategies)."""
 
 
 class PartitionRow(_Row):

@@ -34,8 +34,10 @@ import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field
 
 from shale.block import BlockMeta, BlockSpec, DatasetInput, KafkaRange, ParserInfo, deterministic_block_id, write_block
+from shale.block.names import check_record_name
 from shale.block.schemas import KAFKA_FIELDS, PARTITION_BASE_FIELDS, QUARANTINE_SCHEMA, TIMESTAMP, TIMESTAMP_MS
 from shale.config import BucketConfig, IngestConfig
+from shale.errors import InvalidNameError
 from shale.ingest.parsers import ParseError, Parser, load_parser
 from shale.ingest.records import header_value
 from shale.ingest.tenants import TenantMapper
@@ -321,6 +323,35 @@ def _parse(spec: GroupSpec, table: pa.Table, topic: str,
         good, rejected, parser
 
 
+def _record_groups(spec: GroupSpec, table: pa.Table,
+                   topic: str) -> tuple[list[tuple[str | None, list[int] | None]], list[tuple[int, str]]]:
+    """The chunk's record types, each with its rows (None: every row), in name order, and the (row, reason) of
+    records whose type cannot name a dataset. One group of every row, with no type, unless the topic's parser
+    stores each record type as its own dataset (``Parser.record_types``); rows whose type cannot be told form a
+    group of their own, without a type (their parse says why they are quarantined)."""
+    parser = spec.parser_for(topic)
+    if isinstance(parser, str) or not parser.per_record_type or not table.num_rows:
+        return [(None, None)], []  # the topic strategy: nothing read ahead of parsing
+    types = parser.record_types(pc.binary_slice(table.column("value"), 0, parser.header_bytes).to_pylist())
+    if types is None:
+        return [(None, None)], []
+    unnamed: list[tuple[int, str]] = []
+    refused: dict[str, str] = {}
+    for named in {t for t in types if t is not None}:
+        try:
+            check_record_name(named)
+        except InvalidNameError as exc:
+            refused[named] = f"{exc} (the record's type names its dataset and table)"
+    groups: dict[str | None, list[int]] = defaultdict(list)
+    for row, name in enumerate(types):
+        if name is not None and name in refused:
+            unnamed.append((row, refused[name]))
+        else:
+            groups[name].append(row)
+    ordered = sorted(groups.items(), key=lambda item: (item[0] is not None, item[0] or ""))
+    return [(name, rows) for name, rows in ordered], unnamed
+
+
 def write_chunk(spec: GroupSpec, bucket: Bucket, table: pa.Table, chunk: Chunk,
                 derived_from: list[str] | None = None) -> Written:
     """Write the blocks of one chunk: ``table`` holds its records (normalized, in offset order, all inside the
@@ -365,26 +396,45 @@ def write_chunk(spec: GroupSpec, bucket: Bucket, table: pa.Table, chunk: Chunk,
                                          clamp=clamp)]))
     else:
         subset = _take(table, valid) if len(valid) < table.num_rows else table
-        parsed, good, rejected, parser = _parse(spec, subset, topic, clamp[1])
-        parser_name = parser.name if parser is not None else "-"
-        schema_ids, fingerprint = parser.schema_info() if parser is not None else ([], "")
-        for row, reason in rejected:
+        by_block: dict[tuple[str, str, int | None], list[DatasetInput]] = {}
+        groups, unnamed = _record_groups(spec, subset, topic)
+        if unnamed:  # only a parser names types: the quarantine rows name it even if no group parses
+            parser_name = str(getattr(spec.parser_for(topic), "name", "-"))
+        for row, reason in unnamed:
             quarantine[tenants[valid[row]]][0].append(valid[row])
             quarantine[tenants[valid[row]]][1].append(reason)
-        if parsed.num_rows:
+        parser: Parser | None = None
+        for record, members in groups:
+            part = subset if members is None else _take(subset, members)
+            origin = valid if members is None else [valid[m] for m in members]  # the group's rows in ``table``
+            parsed, good, rejected, parser = _parse(spec, part, topic, clamp[1])
+            parser_name = parser.name if parser is not None else "-"
+            schema_ids, fingerprint = parser.schema_info() if parser is not None else ([], "")
+            for row, reason in rejected:
+                quarantine[tenants[origin[row]]][0].append(origin[row])
+                quarantine[tenants[origin[row]]][1].append(reason)
+            if not parsed.num_rows:
+                continue
             hours = parsed.column("hour").to_pylist()
             days = parsed.column("dt").to_pylist()
-            keys = [(tenants[valid[g]], d, h) for g, d, h in zip(good, days, hours, strict=True)]
+            keys = [(tenants[origin[g]], d, h) for g, d, h in zip(good, days, hours, strict=True)]
             label_cols = {n: parsed.column(n).to_pylist() for n in (parser.labels() if parser else [])}
-            groups = _by(keys)
-            for (tenant, day, hour), rows in groups.items():
+            by_key = _by(keys)
+            for (tenant, day, hour), rows in by_key.items():
                 pv = {"dt": day} if hour is None else {"dt": day, "hour": f"{hour:02d}"}
                 sets = sorted({tuple((n, label_cols[n][r] or "") for n in label_cols) for r in rows})
                 labels = [{"topic": topic, **pv, **dict(s)} for s in sets]
-                picked = parsed if len(groups) == 1 else _take(parsed, rows)  # one day and tenant: no copy
-                blocks.append((spec_for(tenant, pv, parser, "records"),
-                               [DatasetInput("records", topic, picked, "event_time", labels=labels,
-                                             schema_ids=schema_ids, schema_fingerprint=fingerprint)]))
+                picked = parsed if len(by_key) == 1 else _take(parsed, rows)  # one day and tenant: no copy
+                by_block.setdefault((tenant, day, hour), []).append(
+                    DatasetInput("records", topic, picked, "event_time", labels=labels, schema_ids=schema_ids,
+                                 schema_fingerprint=fingerprint, record=record))
+        for (tenant, day, hour), datasets in by_block.items():
+            pv = {"dt": day} if hour is None else {"dt": day, "hour": f"{hour:02d}"}
+            blocks.append((spec_for(tenant, pv, parser, "records"), datasets))
+        if len(groups) > 1 or unnamed:  # several groups' rejects: the quarantine rows in offset order
+            for tenant, (rows, reasons) in list(quarantine.items()):
+                pairs = sorted(zip(rows, reasons, strict=True))
+                quarantine[tenant] = ([r for r, _ in pairs], [why for _, why in pairs])
     for tenant, (rows, reasons) in quarantine.items():
         picked = _quarantine(_take(table, rows), reasons, parser_name)
         blocks.append((spec_for(tenant, {}, None, "quarantine"),

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shale.block import BlockMeta, Dataset
+from shale.block.names import RECORD_LABEL
 from shale.block.records import RecordScope, shared_scopes
 from shale.block.schemas import BACKUP_SCHEMA, QUARANTINE_SCHEMA, TIMESTAMP, decode_column_types, partition_schema
 from shale.index import Matcher
@@ -98,15 +99,22 @@ def output_schema(group: str, kind: Kind, parts: list[Part]) -> pa.Schema:
 
 def plan_query(blocks: list[BlockMeta], group: str, kind: Kind, columns: Sequence[str] | None = None, *,
                rules: list[tuple[str, int, int, int]] | None = None, default_generation: int = 1,
-               start: int = 0, end: int = 2**62) -> QueryPlan:
+               start: int = 0, end: int = 2**62, matchers: Sequence[Matcher] = ()) -> QueryPlan:
     """Parts to read. In the partition group only the active generation of each topic is read (section 14); the
     metastore records a switch when ingestion starts a topic or a newer generation, so ``default_generation``
     decides only times no switch covers (data committed before switches were recorded). The backup group stores
-    one verbatim record in every generation: copies across generations are dropped (``shale.block.records``)."""
+    one verbatim record in every generation: copies across generations are dropped (``shale.block.records``).
+
+    A block may hold several record types of a topic (``Dataset.record``): the ``record`` matchers pick the
+    datasets of the types they match (the index matched the block by any of them), and records of several types
+    in one query are refused, naming the types: their columns are unrelated (DESIGN 10.8)."""
+    by_record = [m for m in matchers if m.name == RECORD_LABEL]
     parts = []
     for b in sorted(blocks, key=lambda m: (m.min_time, m.id)):
         for d in b.datasets:
             if d.kind != kind or b.group != group:
+                continue
+            if by_record and not all(m.matches({RECORD_LABEL: d.record or ""}) for m in by_record):
                 continue
             if group == "partition":
                 spans = active_intervals(rules or [], d.topic, b.generation, default_generation, start, end)
@@ -115,6 +123,8 @@ def plan_query(blocks: list[BlockMeta], group: str, kind: Kind, columns: Sequenc
                 parts.append(Part(b, d, tuple(spans) if spans != [(start, end)] else None))
             else:
                 parts.append(Part(b, d))
+    if kind == "records":
+        _one_record_type(parts)
     blocks = [b for b in blocks if any(p.block is b for p in parts)]
     dedup = shared_scopes(blocks)
     schema = output_schema(group, kind, parts)
@@ -126,6 +136,20 @@ def plan_query(blocks: list[BlockMeta], group: str, kind: Kind, columns: Sequenc
         schema = pa.schema([schema.field(c) for c in columns])
     time_column = "event_time" if group == "partition" and kind == "records" else "timestamp"
     return QueryPlan(parts, schema, time_column, dedup, base)
+
+
+def _one_record_type(parts: list[Part]) -> None:
+    """Refuse a query whose records are of several record types (a topic written under a record name strategy):
+    one type's columns mean nothing to another's, so they are never mixed into one table."""
+    types = {p.dataset.record for p in parts}
+    if len(types) > 1 and types != {None}:
+        named = sorted(t for t in types if t is not None)
+        topics = sorted({p.dataset.topic for p in parts if p.dataset.record is not None})
+        plain = " and records of no record type (blocks written under subject_name_strategy 'topic')" \
+            if None in types else ""
+        raise ValueError(f"topic(s) {', '.join(topics)} hold records of several record types: {', '.join(named)}"
+                         f"{plain}; their columns are unrelated, so a query reads one: add a record matcher, e.g. "
+                         f'{{record="{named[0]}"}} (Iceberg: one table per type)')
 
 
 def _label_expression(matcher: Matcher, field: Any) -> Any:
@@ -163,6 +187,8 @@ def row_filter(plan: QueryPlan, part: Part, start: int, end: int, matchers: Sequ
         expression = expression & either
     available = set(part.dataset.columns) | {"topic", "dt"}
     for matcher in matchers:
+        if matcher.name == RECORD_LABEL and part.dataset.record is not None:
+            continue  # the dataset's record type, matched by plan_query (not a column named 'record')
         if matcher.name in available:
             expression = expression & _label_expression(matcher, pc.field(matcher.name))
     return expression

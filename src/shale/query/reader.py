@@ -62,7 +62,8 @@ class Query:
         blocks = source.query_blocks([self.tenant], self.start, self.end, self.selector, group=self.group)
         rules = source.generation_rules(self.tenant) if self.group == "partition" else []
         plan = plan_query(blocks, self.group, self.kind, self.columns, rules=rules,
-                          default_generation=self.default_generation, start=self.start, end=self.end)
+                          default_generation=self.default_generation, start=self.start, end=self.end,
+                          matchers=self.matchers)
         self.stats.blocks = len({p.block.id for p in plan.parts})
         return plan
 

@@ -108,7 +108,7 @@ def rebuild(bucket: Bucket, request: BuildRequest, spec: GroupSpec, kafka: Kafka
         time_column = "event_time" if "event_time" in table.column_names else "timestamp"
         datasets.append(DatasetInput(entry.kind, entry.topic, table, time_column,
                                      labels=[dict(ls) for ls in sorted(labels[entry.name])],
-                                     clamp=(entry.min_time, entry.max_time)))
+                                     clamp=(entry.min_time, entry.max_time), record=entry.record))
     if tables:
         return BuildResult(problem=f"the records found hold datasets the damaged block did not: {sorted(tables)}")
     spec_out = BlockSpec(

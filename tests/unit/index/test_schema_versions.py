@@ -61,6 +61,17 @@ def test_schema_versions_per_topic_group_and_generation(tmp_path: Path) -> None:
     assert (beta.schema_id, beta.min_time) == (9, blocks[4].min_time)
 
 
+def test_schema_versions_name_the_record_type_of_a_topic_stored_per_type(tmp_path: Path) -> None:
+    raw = meta(start=0, end=10).model_dump()
+    datasets = [{**raw["datasets"][0], "name": f"records/app/{record}", "topic": "app", "record": record,
+                 "schema_ids": [sid], "schema_fingerprint": f"f{sid}"} for record, sid in (("shop.Order", 3),
+                                                                                          ("shop.Refund", 4))]
+    state = StateMachine(tmp_path / "s.db")
+    state.apply_next(1, BASE_MS, AddBlocks(blocks=[BlockMeta.model_validate({**raw, "datasets": datasets})]))
+    assert [(r.record, r.schema_id, r.fingerprint) for r in state.reader.schema_versions("acme")] == [
+        ("shop.Order", 3, "f3"), ("shop.Refund", 4, "f4")]
+
+
 ADD = st.tuples(st.just("add"), st.integers(0, 30), st.lists(st.integers(1, 5), max_size=3, unique=True),
                 st.sampled_from(["app", "pay"]))
 REMOVE = st.tuples(st.sampled_from(["compact", "quarantine"]), st.integers(0, 30), st.just([]), st.just(""))
@@ -113,7 +124,8 @@ def test_shale_schemas_lists_them(tmp_path: Path) -> None:
     assert [(r["topic"], r["schema_id"], r["blocks"]) for r in map(json.loads, listed.output.splitlines())] == [
         ("app", 12, 1)]
     table = runner.invoke(cli, [*sets, "schemas", "--tenant", "acme"])
-    assert table.output.splitlines()[1].split()[:3] == ["app", "12", "f00d"]
+    assert table.output.splitlines()[0].split()[:3] == ["TOPIC", "RECORD", "SCHEMA"]
+    assert table.output.splitlines()[1].split()[:4] == ["app", "-", "12", "f00d"]
     none = runner.invoke(cli, [*sets, "schemas", "--tenant", "nobody"])
     assert none.exit_code == 0
     assert "no blocks of tenant 'nobody'" in none.output

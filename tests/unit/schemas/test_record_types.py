@@ -19,6 +19,7 @@ from tests.factories import BASE_MS, backup_table
 from shale.block import read_dataset
 from shale.config import BucketConfig, IngestConfig, ParserRule, SchemaRegistryConfig
 from shale.ingest.blocks import Chunk, GroupSpec, write_chunk
+from shale.ingest.parsers.registryparser import ONE_TYPE
 from shale.objstore import open_bucket
 from shale.schemas import avro
 from shale.schemas.registry import RegisteredSchema, RegistryClient
@@ -68,7 +69,7 @@ def test_avro_the_most_common_record_type_is_stored_and_the_others_quarantined()
     assert stored.column("id").to_pylist() == [0, 1, 2]
     assert "why" not in stored.column_names
     assert reasons == [f"the record is a shop.Refund (schema id {refund}), this chunk's records are shop.Order: one "
-                       "record type per topic (subject name strategies are not built)"]
+                       f"record type per topic {ONE_TYPE}"]
 
 
 def test_avro_a_renamed_record_is_the_same_type_read_as_its_newest_name() -> None:
@@ -92,7 +93,7 @@ def test_json_schema_the_most_common_title_is_stored_and_the_others_quarantined(
     assert stored is not None
     assert stored.column("id").to_pylist() == [0, 1, 2]
     assert reasons == [f"the record is a Refund (schema id {refund}), this chunk's records are Order: one record "
-                       "type per topic (subject name strategies are not built)"]
+                       f"type per topic {ONE_TYPE}"]
 
 
 def test_full_names_aliases_and_id_counts() -> None:

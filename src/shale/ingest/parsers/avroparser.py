@@ -3,8 +3,9 @@ top-level field of the record becomes a TYPED column (``shale.schemas.avro`` map
 
 Per chunk, ``prepare`` reads the schema ids of its records, fetches the schemas it has not cached, and takes the
 newest of them (the highest id) of the chunk's record type as the chunk's reader schema (the type most of its
-records carry, by full name, aliases followed; records of other types are quarantined: subject name strategies are
-not built): records written with an older compatible version
+records carry, by full name, aliases followed; records of other types are quarantined, unless the option
+``subject_name_strategy`` is record or topic_record: then ``record_types`` names each record's type and the chunk is
+prepared and parsed once per type): records written with an older compatible version
 are resolved into it (a field added with a default gets its default), so one chunk's rows land in one block under
 one schema, however the producers interleave versions. A record written with a version that cannot be resolved
 into the newest (an incompatible change) is quarantined with the reason, as are records without the magic byte
@@ -26,7 +27,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from shale.ingest.parsers.base import ParseError
-from shale.ingest.parsers.registryparser import RegistryOptions, RegistryParser
+from shale.ingest.parsers.registryparser import ONE_TYPE, RegistryOptions, RegistryParser
 from shale.schemas import avro
 from shale.schemas.wire import FramingError, id_counts, payload, schema_id
 
@@ -92,6 +93,11 @@ class AvroParser(RegistryParser):
                     self._problems[sid] = f"schema id {sid}: {exc}"
         self.schema_ids = sorted(sid for sid, _ in usable if sid not in self._problems)
 
+    def types_of(self, headers: list[bytes | None]) -> list[str | None]:
+        """Each record's Avro full name (aliases followed, as ``prepare`` names the chunk's type)."""
+        names = _types([(r.id, r.text) for r in self.fetch(set(id_counts(headers)), {})])
+        return [names.get(sid) or None if sid is not None else None for sid in map(_id_or_none, headers)]
+
     def parse(self, value: bytes | None, kafka_time_ms: int) -> tuple[int, dict[str, Any]]:
         try:
             sid = schema_id(value)
@@ -111,12 +117,19 @@ class AvroParser(RegistryParser):
             mine, main = self._names.get(sid, ""), self._names.get(self._reader_id, "")
             if mine != main:
                 raise ParseError(f"the record is a {mine} (schema id {sid}), this chunk's records are {main}: one "
-                                 "record type per topic (subject name strategies are not built)") from None
+                                 f"record type per topic {ONE_TYPE}") from None
             raise ParseError(f"the record written with schema id {sid} {kind} {self._reader_id}: "
                              f"{type(exc).__name__}: {exc}"[:1000]) from None
         if not isinstance(datum, dict):
             raise ParseError(f"schema id {sid} does not describe a record")
         return self.finish(datum, kafka_time_ms)
+
+
+def _id_or_none(value: bytes | None) -> int | None:
+    try:
+        return schema_id(value)
+    except FramingError:
+        return None
 
 
 def _types(schemas: list[tuple[int, str]]) -> dict[int, str]:

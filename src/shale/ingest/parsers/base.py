@@ -88,6 +88,19 @@ class Parser(ABC):
         """The key's columns; raise ``ParseError`` to quarantine the record."""
         return {}
 
+    @property
+    def per_record_type(self) -> bool:
+        """Whether ``record_types`` names each record's type (a chunk is then parsed once per type)."""
+        return False
+
+    def record_types(self, headers: list[bytes | None]) -> list[str | None] | None:
+        """Each record's type (a full name), when the parser stores each record type of a topic as its own dataset
+        (a typed parser's ``subject_name_strategy`` record or topic_record), read from the same first bytes
+        ``prepare`` sees; None for a record whose type cannot be told (its own group, quarantined with the reason
+        when parsed). None (the default): the chunk is parsed as one group. The chunk is then prepared and parsed
+        once per type. May raise as ``prepare``."""
+        return None
+
     def schema_info(self) -> tuple[list[int], str]:
         """The registry ids of the writer schemas of the last prepared chunk and the fingerprint of the schema its
         rows are stored under (empty for parsers without schemas)."""

@@ -4,12 +4,13 @@ maps the types).
 
 Per chunk, ``prepare`` fetches the schemas of the chunk's ids it has not cached and takes the newest (highest id) as
 the chunk's columns, among the schemas of the chunk's record type (the ``title`` most of its records' schemas carry;
-records of other titles are quarantined: subject name strategies are not built). Each record is validated against
-the schema it was written with (its own id): a value that does not validate is quarantined with the validator's
-reason, as are records without the magic byte and with an id the registry says does not exist. A valid record of
-an older version is converted into the newest version's columns by property name: a property it lacks is null, one
-the newest lacks is dropped, and one whose type changed so that its value no longer fits the column is quarantined
-by the block writer with the reason.
+records of other titles are quarantined, unless the option ``subject_name_strategy`` is record or topic_record: then
+``record_types`` names each record's title and the chunk is prepared and parsed once per title). Each record is
+validated against the schema it was written with (its own id): a value that does not validate is quarantined with
+the validator's reason, as are records without the magic byte and with an id the registry says does not exist. A
+valid record of an older version is converted into the newest version's columns by property name: a property it
+lacks is null, one the newest lacks is dropped, and one whose type changed so that its value no longer fits the
+column is quarantined by the block writer with the reason.
 
 With the option ``reader_schema_id`` (a named reader schema: ``shale reprocess --schema-id``), the named schema
 gives the columns and every record is validated and converted by it instead of by its own writer schema (which must
@@ -24,7 +25,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from shale.ingest.parsers.base import ParseError
-from shale.ingest.parsers.registryparser import RegistryOptions, RegistryParser
+from shale.ingest.parsers.registryparser import ONE_TYPE, RegistryOptions, RegistryParser
 from shale.schemas import jsonschema
 from shale.schemas.avro import SchemaError
 from shale.schemas.wire import FramingError, id_counts, payload, schema_id
@@ -89,12 +90,26 @@ class JsonSchemaParser(RegistryParser):
         self.fingerprint = jsonschema.fingerprint(newest.schema)
         self.schema_ids = [sid for sid, _ in usable]
 
+    def types_of(self, headers: list[bytes | None]) -> list[str | None]:
+        """Each record's schema ``title`` (None: a schema without one, or one that cannot be read)."""
+        titles: dict[int, str | None] = {}
+        for registered in self.fetch(set(id_counts(headers)), {}):
+            decoder = self._decoder(registered.id, registered.text)
+            titles[registered.id] = None if isinstance(decoder, str) else _title(decoder) or None
+        out: list[str | None] = []
+        for value in headers:
+            try:
+                out.append(titles.get(schema_id(value)))
+            except FramingError:
+                out.append(None)
+        return out
+
     def _main_type(self, usable: list[tuple[int, jsonschema.Decoder]],
                    counts: Counter[int]) -> list[tuple[int, jsonschema.Decoder]]:
         """The schemas of the record type (the schema's ``title``, what the record name strategies name a JSON
         schema by) most of the chunk's records carry (ties: the type of the newest schema); the records of other
         types are quarantined rather than filled into this type's columns by property name."""
-        titles = {sid: str(d.schema.get("title") or "") if isinstance(d.schema, dict) else "" for sid, d in usable}
+        titles = {sid: _title(d) for sid, d in usable}
         totals: Counter[str] = Counter()
         for sid, _ in usable:
             totals[titles[sid]] += counts[sid]
@@ -103,7 +118,7 @@ class JsonSchemaParser(RegistryParser):
             if title != main:
                 self._problems[sid] = (f"the record is a {title or 'schema without a title'} (schema id {sid}), "
                                        f"this chunk's records are {main or 'of a schema without a title'}: one "
-                                       "record type per topic (subject name strategies are not built)")
+                                       f"record type per topic {ONE_TYPE}")
         return [(sid, d) for sid, d in usable if titles[sid] == main]
 
     def parse(self, value: bytes | None, kafka_time_ms: int) -> tuple[int, dict[str, Any]]:
@@ -127,3 +142,8 @@ class JsonSchemaParser(RegistryParser):
         if not isinstance(datum, dict):
             raise ParseError(f"the record written with schema id {sid} is not a JSON object")
         return self.finish(datum, kafka_time_ms)
+
+
+def _title(decoder: jsonschema.Decoder) -> str:
+    """The schema's ``title``: the name the record name strategies give a JSON schema ('' when it has none)."""
+    return str(decoder.schema.get("title") or "") if isinstance(decoder.schema, dict) else ""

@@ -4,12 +4,13 @@ their schemas read from a Schema Registry; every field of the message becomes a 
 
 Per chunk, ``prepare`` reads each record's schema id and message-index array, fetches the schemas it has not cached
 (and the files they import, the registry's references), and picks the chunk's message type: the full name most of
-its records carry, read with the newest (highest id) schema that declares it. Protobuf resolves versions by field
-number, so a record written with an older version is read with the newest one's descriptor (an added field is unset,
-a removed one ignored). A record of that older version whose field's wire type the newest schema reads differently
-(an incompatible change), in the message or in any message nested in it, is quarantined with the reason, as are
-records of another message type, without the magic byte, with a broken message-index array, or with an id the
-registry says does not exist.
+its records carry (with the option ``subject_name_strategy`` record or topic_record, ``record_types`` names each
+record's message and the chunk is prepared and parsed once per message type), read with the newest (highest id)
+schema that declares it. Protobuf resolves versions by field number, so a record written with an older version is
+read with the newest one's descriptor (an added field is unset, a removed one ignored). A record of that older
+version whose field's wire type the newest schema reads differently (an incompatible change), in the message or in
+any message nested in it, is quarantined with the reason, as are records of another message type, without the magic
+byte, with a broken message-index array, or with an id the registry says does not exist.
 
 With the option ``reader_schema_id`` (a named reader schema: ``shale reprocess --schema-id``), the chunk's message
 type is read with the descriptor of that name in the named schema instead of the newest; a named schema that does
@@ -28,7 +29,7 @@ from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import DecodeError
 
 from shale.ingest.parsers.base import ParseError
-from shale.ingest.parsers.registryparser import RegistryOptions, RegistryParser
+from shale.ingest.parsers.registryparser import ONE_TYPE, RegistryOptions, RegistryParser
 from shale.schemas import protobuf
 from shale.schemas.avro import SchemaError
 from shale.schemas.registry import RegisteredSchema, UnknownSchemaError
@@ -120,6 +121,24 @@ class ProtobufParser(RegistryParser):
             self.fingerprint = reader_file.fingerprint(reader)
             self.schema_ids = sorted({k[0] for k, v in self._chunk.items() if not isinstance(v, str)})
 
+    def types_of(self, headers: list[bytes | None]) -> list[str | None]:
+        """Each record's message full name (its schema id and message-index array, as ``prepare`` reads them)."""
+        keys: list[Key | None] = []
+        for value in headers:
+            try:
+                keys.append((schema_id(value), tuple(message_indexes(value or b"")[0])))
+            except FramingError:
+                keys.append(None)
+        files = {r.id: self._file(r) for r in self.fetch({k[0] for k in keys if k is not None}, {})}
+        names: dict[Key, str | None] = {}
+        for key in {k for k in keys if k is not None}:
+            file = files.get(key[0])
+            names[key] = None
+            if isinstance(file, protobuf.ProtoFile):
+                with contextlib.suppress(SchemaError):  # parse quarantines it with the reason
+                    names[key] = file.message(list(key[1])).full_name
+        return [names[k] if k is not None else None for k in keys]
+
     def _reader(self, name: str, newest_file: protobuf.ProtoFile | str, newest: Descriptor,
                 newest_id: int) -> tuple[protobuf.ProtoFile, Descriptor, int] | str:
         """The file, descriptor and id the chunk's ``name`` records are read with: the newest schema declaring it,
@@ -172,7 +191,7 @@ class ProtobufParser(RegistryParser):
 
 def _other_type(key: Key, message: Descriptor, name: str) -> str:
     return (f"the record is a {message.full_name} (schema id {key[0]}), this chunk's records are {name}: one "
-            "message type per topic (subject name strategies are not built)")
+            f"message type per topic {ONE_TYPE}")
 
 
 def _check_wire_types(message: Any, descriptor: Descriptor, sid: int, reader: int, word: str,

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from shale.block.names import check_label_name
+from shale.block.names import RECORD_LABEL, check_label_name
 from shale.block.schemas import RESERVED_COLUMNS
 from shale.config import IngestConfig, SchemaRegistryConfig
 from shale.config.parsers import ParserOptions
@@ -26,6 +26,10 @@ from shale.ingest.parsers.base import ParseError, Parser, to_us
 from shale.ingest.parsers.keys import KeyDecoder, KeyFormat
 from shale.schemas.registry import RegisteredSchema, RegistryClient, UnknownSchemaError
 from shale.schemas.wire import FramingError, schema_id
+
+ONE_TYPE = ("under subject_name_strategy 'topic' (set the parser's subject_name_strategy to 'record' or "
+            "'topic_record' to store each record type as its own dataset)")
+"""The end of the reason of a record of another type than its chunk's, with the topic strategy."""
 
 
 class RegistryOptions(ParserOptions):
@@ -47,6 +51,20 @@ class RegistryOptions(ParserOptions):
                                   "its descriptor; JSON Schema: validated and converted by it), a record that cannot "
                                   "be is quarantined with the reason (0 = each chunk's newest schema; `shale "
                                   "reprocess --schema-id` sets it)")
+    subject_name_strategy: Literal["topic", "record", "topic_record"] = Field(
+        default="topic", description="how the producers' serializers name subjects: topic (one record type per "
+        "topic; a chunk is typed by the type most of its records carry, the others are quarantined), record or "
+        "topic_record (RecordNameStrategy, TopicRecordNameStrategy: several types in a topic; each type is stored "
+        "as its own dataset `records/<topic>/<type>` with a `record` label, queried with {record=\"<type>\"}, and "
+        "published as its own Iceberg table `<topic>__<type with . as _>`)")
+
+    @model_validator(mode="after")
+    def _one_reader(self) -> RegistryOptions:
+        if self.reader_schema_id and self.subject_name_strategy != "topic":
+            raise ValueError(f"reader_schema_id names one schema, of one record type; with subject_name_strategy "
+                             f"{self.subject_name_strategy!r} a topic carries several: reprocess with the "
+                             "chunk's newest schema of each type (no --schema-id)")
+        return self
 
 
 class RegistryParser(Parser):
@@ -72,6 +90,7 @@ class RegistryParser(Parser):
         self._keys = KeyDecoder(settings.key_format, lambda: self.registry) if settings.key_format else None
         self.key_column: str = settings.key_column
         self.reader_schema_id: int = settings.reader_schema_id
+        self.by_record: bool = settings.subject_name_strategy != "topic"
 
     @property
     def decodes_keys(self) -> bool:
@@ -105,12 +124,28 @@ class RegistryParser(Parser):
                                   "column")
         for column in self.label_names:
             check_label_name(column)
+            if self.by_record and column == RECORD_LABEL:
+                raise ConfigError(f"parser {self.name}: label {column!r} clashes with the label naming each record "
+                                  "type (subject_name_strategy): set column_prefix")
             if column in RESERVED_COLUMNS:
                 raise ConfigError(f"parser {self.name}: label {column!r} clashes with a built-in column "
                                   "(set column_prefix)")
 
     def columns(self) -> dict[str, pa.DataType]:
         return self._columns
+
+    @property
+    def per_record_type(self) -> bool:
+        return self.by_record
+
+    def record_types(self, headers: list[bytes | None]) -> list[str | None] | None:
+        if not self.by_record:
+            return None
+        return self.types_of(headers)
+
+    def types_of(self, headers: list[bytes | None]) -> list[str | None]:
+        """Each record's type by its writer schema (see ``record_types``); subclasses name it."""
+        raise NotImplementedError
 
     def schema_info(self) -> tuple[list[int], str]:
         return list(self.schema_ids), self.fingerprint

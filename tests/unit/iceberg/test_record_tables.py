@@ -1,0 +1,119 @@
+"""A topic of several record types (subject_name_strategy record): one Iceberg table per (tenant, topic, record),
+named ``<topic>__<record with '.' as '_'>``, each holding only its type's rows and columns, through ingest,
+compaction, a generation switch and a publisher restarted on the same catalog."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import pyarrow as pa
+import pytest
+from tests.factories import backup_table
+from tests.iceberg_helpers import T0, commit
+
+from shale.block import BlockMeta
+from shale.compactor.merge import merge_blocks
+from shale.config import IngestConfig, ParserRule, SchemaRegistryConfig, ShaleConfig
+from shale.iceberg import IcebergPublisher
+from shale.iceberg.catalog import identifier
+from shale.iceberg.plan import TableKey
+from shale.ingest.blocks import Chunk, GroupSpec, write_chunk
+from shale.metastore import MetastoreService, ReplaceBlocks, SetActiveGeneration, SingleNodeLog, StateMachine
+from shale.objstore import Bucket, open_bucket
+from shale.schemas.registry import RegisteredSchema, RegistryClient
+from shale.schemas.wire import frame
+
+REGISTRY = SchemaRegistryConfig(url="http://127.0.0.1:1/apis/ccompat/v7", timeout=2.0)
+_ids = itertools.count(99_000)
+ORDER: dict[str, Any] = {"type": "record", "name": "Order", "namespace": "shop",
+                         "fields": [{"name": "id", "type": "long"}, {"name": "amount", "type": "double"}]}
+REFUND: dict[str, Any] = {"type": "record", "name": "Refund", "namespace": "shop",
+                          "fields": [{"name": "id", "type": "long"}, {"name": "why", "type": "string"}]}
+IDS: dict[str, int] = {}
+for _name, _schema in (("shop.Order", ORDER), ("shop.Refund", REFUND)):
+    IDS[_name] = next(_ids)
+    RegistryClient(REGISTRY).remember(RegisteredSchema(IDS[_name], "AVRO", json.dumps(_schema)))
+KINDS = ["shop.Order", "shop.Refund", "shop.Order", "shop.Order", "shop.Refund", "shop.Order"]
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[ShaleConfig, MetastoreService, IcebergPublisher, Bucket]:
+    config = ShaleConfig.model_validate({
+        "bucket": {"url": f"file://{tmp_path}/bucket"}, "metastore": {"data_dir": str(tmp_path / "ms")},
+        "iceberg": {"enabled": True, "catalog_uri": f"sqlite:///{tmp_path}/catalog.db"},
+        "block": {"delete_delay": 0, "sync_delay": 0}, "bucket_index": {"max_stale_period": 0}})
+    state = StateMachine(tmp_path / "ms" / "state.db")
+    service = MetastoreService(state, SingleNodeLog(state))
+    bucket = open_bucket(config.bucket)
+    return config, service, IcebergPublisher(config, state.reader, service.submit, bucket), bucket
+
+
+def _value(kind: str, n: int) -> bytes:
+    schema, datum = (ORDER, {"id": n, "amount": n / 2}) if kind == "shop.Order" else (REFUND, {"id": n, "why": f"w{n}"})
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), datum)
+    return frame(IDS[kind], out.getvalue())
+
+
+def _ingest(config: ShaleConfig, bucket: Bucket, start: int, end: int, generation: int = 1,
+            shift: int = 0) -> list[BlockMeta]:
+    spec = GroupSpec("partition", generation, config.bucket,
+                     IngestConfig(parsers=[ParserRule(parser="avro", options={"subject_name_strategy": "record"})],
+                                  schema_registry=REGISTRY))
+    table = backup_table("shop", 0, start, end - start, base_ms=T0 + start * 1000)
+    table = table.set_column(table.schema.get_field_index("value"), "value",
+                             pa.array([_value(KINDS[n], n + shift) for n in range(start, end)]))
+    written = write_chunk(spec, bucket, table, Chunk("shop", 0, "", start, end, T0 + 86_400_000))
+    assert written.quarantined == 0
+    return [m for m in written.blocks if m.datasets]
+
+
+def _ids_in(publisher: IcebergPublisher, record: str) -> list[int]:
+    table = publisher.catalog.load_table(identifier("default", "shop", record))
+    return sorted(table.scan().to_arrow().column("id").to_pylist())
+
+
+def _want(shift: int = 0) -> dict[str, list[int]]:
+    return {k: [n + shift for n, kind in enumerate(KINDS) if kind == k] for k in IDS}
+
+
+def test_each_record_type_is_its_own_table_through_compaction_a_switch_and_a_restart(setup, tmp_path) -> None:
+    config, service, publisher, bucket = setup
+    first, second = _ingest(config, bucket, 0, 3), _ingest(config, bucket, 3, 6)
+    commit(service, first)
+    commit(service, second)
+    publisher.run_once()
+    assert identifier("default", "shop", "shop.Order") == ("default", "shop__shop_Order")
+    assert sorted(publisher.catalog.list_tables("default")) == [("default", "shop__shop_Order"),
+                                                                ("default", "shop__shop_Refund")]
+    assert {k: _ids_in(publisher, k) for k in IDS} == _want()
+    order = publisher.catalog.load_table(identifier("default", "shop", "shop.Order")).schema()
+    assert "amount" in {f.name for f in order.fields}
+    assert "why" not in {f.name for f in order.fields}
+
+    merged = merge_blocks(bucket, [*first, *second], job="j", token=1, level=0).output
+    assert sorted(d.record or "" for d in merged.datasets) == sorted(IDS)
+    service.submit(ReplaceBlocks(tenant="default", sources=[m.id for m in [*first, *second]], blocks=[merged])
+                   ).raise_for_rejection()
+    publisher.run_once()
+    assert {k: _ids_in(publisher, k) for k in IDS} == _want()
+
+    commit(service, _ingest(config, bucket, 0, 6, generation=2, shift=100), generation=2)
+    service.submit(SetActiveGeneration(tenant="default", topic="shop", generation=2, start=0, end=2**62)
+                   ).raise_for_rejection()
+    publisher.run_once()
+    assert {k: _ids_in(publisher, k) for k in IDS} == _want(100)  # the switch reached every type's table
+
+    state = StateMachine(tmp_path / "ms" / "state.db")
+    restarted = IcebergPublisher(config, state.reader, service.submit, bucket)
+    # what a publisher that lost the blocks' metadata reads the catalog's tables as: by their properties
+    assert sorted(restarted._catalog_tables("default")) == [TableKey("default", "shop", k) for k in sorted(IDS)]
+    report = restarted.sync(full=True)
+    assert report["repaired"] == 0
+    assert report["tables"] == 2  # found by what their properties say they hold, never as a topic of that name
+    assert {k: _ids_in(restarted, k) for k in IDS} == _want(100)
