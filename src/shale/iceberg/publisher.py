@@ -36,7 +36,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from shale.block import BlockMeta, block_file_key
 from shale.block.schemas import decode_column_types
 from shale.config import ShaleConfig
-from shale.errors import NotFoundError
+from shale.errors import NotFoundError, ShaleError
 from shale.iceberg.catalog import (
     SUMMARY_INDEX,
     SUMMARY_RELEASED,
@@ -78,7 +78,14 @@ PUBLISH_SECONDS = Histogram("shale_iceberg_publish_seconds", "From the publisher
 REFUSED = Counter("shale_iceberg_refused_files_total", "Data files left out of an Iceberg table because a column's "
                   "type conflicts with the table's (the log names the column and both types; shale query still "
                   "serves the rows).")
+CONFLICTS = Gauge("shale_iceberg_table_name_conflicts", "Tables the publisher does not write because their name is "
+                  "taken by a table of another topic or record type (the log and the status name both).")
 LAST_SUCCESS = Gauge("shale_iceberg_last_success_timestamp_seconds", "When a publisher round last succeeded.")
+
+
+class TableNameConflictError(ShaleError):
+    """The table a topic (or record type) would be published to belongs to another one (``<topic>__<record>``
+    names can meet a topic of that very name, and records ``a.b`` and ``a_b`` meet each other)."""
 
 
 @dataclass
@@ -117,6 +124,8 @@ class IcebergPublisher:
         self._first_seen: dict[int, float] = {}
         self.last_error = ""
         self.refused = 0
+        self.conflicts: dict[TableKey, str] = {}
+        """Tables whose name another topic's or record type's table holds: not written (``_load``)."""
         self.published_through = 0
         self.applied = 0
         self._lock = threading.Lock()  # the loop and an HTTP-triggered sync take turns
@@ -197,10 +206,25 @@ class IcebergPublisher:
             return self._tables[key]
         from pyiceberg.exceptions import NoSuchTableError
 
+        if key in self.conflicts:
+            raise TableNameConflictError(self.conflicts[key])
+        name = identifier(key.tenant, key.topic, key.record or None)
         try:
-            table = self.catalog.load_table(identifier(key.tenant, key.topic, key.record or None))
+            table = self.catalog.load_table(name)
         except NoSuchTableError:
             return None
+        holds = (table.properties.get(TABLE_TOPIC, name[1]), table.properties.get(TABLE_RECORD, ""))
+        if holds != (key.topic, key.record):
+            message = (f"Iceberg table {'.'.join(name)} holds topic {holds[0]!r}"
+                       f"{f' record type {holds[1]!r}' if holds[1] else ''}, so topic {key.topic!r}"
+                       f"{f' record type {key.record!r}' if key.record else ''} of tenant {key.tenant!r}, whose "
+                       "table would have the same name, is not published (never mixed into it); its rows stay "
+                       "readable through shale query. Rename the topic, or publish it under another catalog.")
+            self.conflicts[key] = message
+            CONFLICTS.set(len(self.conflicts))
+            log.error("iceberg table name taken", extra={"tenant": key.tenant, "topic": key.topic,
+                                                        "record": key.record, "error": message})
+            raise TableNameConflictError(message)
         snapshot = table.current_snapshot()
         last = int(_summary(snapshot, SUMMARY_INDEX) or 0) if snapshot is not None else 0
         state = _Table(table, last)
@@ -233,8 +257,11 @@ class IcebergPublisher:
         keys = sorted({k for blocks in read.live.values() for m in blocks.values() for k in tables_of(m)})
         committed = 0
         for key in keys:
-            if self._load(key) is not None:
-                continue
+            try:
+                if self._load(key) is not None:
+                    continue
+            except TableNameConflictError:
+                continue  # logged once; its blocks are left out
             before = [c for c in read.changes if c.tenant == key.tenant]
             blocks = blocks_at(read.live[key.tenant], read.metas, before)
             files = desired(blocks.values(), key, rules_at(read.rules.get(key.tenant, []), key.topic, before),
@@ -256,9 +283,10 @@ class IcebergPublisher:
             after = [c for _, g in entries[n + 1:] for c in g]
             for key, (removed, added, switched) in sorted(self._touched(read, changes).items()):
                 later = [c for c in after if c.tenant == key.tenant]
-                state = self._load(key)
-                if state is None:
-                    state = self._create(key)
+                try:
+                    state = self._load(key) or self._create(key)
+                except TableNameConflictError:
+                    continue  # logged once; its blocks are left out
                 if index <= state.last_index:
                     continue  # published before a crash or by a previous leader
                 rules = rules_at(read.rules.get(key.tenant, []), key.topic, later)
@@ -441,7 +469,10 @@ class IcebergPublisher:
             for tenant in read.live:
                 keys |= set(self._catalog_tables(tenant))
             for key in sorted(keys):
-                state = self._load(key) or self._create(key)
+                try:
+                    state = self._load(key) or self._create(key)
+                except TableNameConflictError:
+                    continue
                 remove, add = self._rediff(read, key, state, read.rules.get(key.tenant, []), [])
                 if remove or add:
                     repaired += self._commit(key, state, max(read.applied, state.last_index), remove, add)
@@ -451,7 +482,7 @@ class IcebergPublisher:
     def status(self) -> dict[str, Any]:
         return {"enabled": self.config.iceberg.enabled, "published_through": self.published_through,
                 "applied_index": self.applied, "tables": len(self._tables), "last_error": self.last_error,
-                "refused_files": self.refused,
+                "refused_files": self.refused, "table_name_conflicts": sorted(self.conflicts.values()),
                 "lag_seconds": self.clock() - min(self._first_seen.values()) if self._first_seen else 0.0}
 
     def loop(self, stop: threading.Event, is_leader: Callable[[], bool] = lambda: True) -> None:

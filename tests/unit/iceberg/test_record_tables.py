@@ -14,7 +14,7 @@ import fastavro
 import pyarrow as pa
 import pytest
 from tests.factories import backup_table
-from tests.iceberg_helpers import T0, commit
+from tests.iceberg_helpers import T0, commit, write_records_block
 
 from shale.block import BlockMeta
 from shale.compactor.merge import merge_blocks
@@ -117,3 +117,30 @@ def test_each_record_type_is_its_own_table_through_compaction_a_switch_and_a_res
     assert report["repaired"] == 0
     assert report["tables"] == 2  # found by what their properties say they hold, never as a topic of that name
     assert {k: _ids_in(restarted, k) for k in IDS} == _want(100)
+
+
+@pytest.mark.parametrize("plain_first", [False, True])
+def test_a_topic_named_like_a_record_type_s_table_is_never_mixed_into_it(setup, plain_first: bool) -> None:
+    """Topic ``shop`` with record ``shop.Order`` and a topic literally named ``shop__shop_Order`` want the same
+    table: whichever comes second is not published (logged, counted, in the status), and the first table keeps
+    exactly its own rows, whichever order they come in."""
+    _, service, publisher, bucket = setup
+    typed = _ingest(setup[0], bucket, 0, 6)
+    plain = [write_records_block(bucket, "default", "shop__shop_Order", 0, 0, 4, T0)]
+    for blocks in ([plain, typed] if plain_first else [typed, plain]):
+        commit(service, blocks)
+        publisher.run_once()
+    table = publisher.catalog.load_table(("default", "shop__shop_Order"))
+    offsets = sorted(table.scan().to_arrow().column("offset").to_pylist())
+    if plain_first:
+        assert offsets == [0, 1, 2, 3]  # the plain topic's four records, no order among them
+        assert TableKey("default", "shop", "shop.Order") in publisher.conflicts
+    else:
+        assert _ids_in(publisher, "shop.Order") == _want()["shop.Order"]
+        assert TableKey("default", "shop__shop_Order") in publisher.conflicts
+    assert _ids_in(publisher, "shop.Refund") == _want()["shop.Refund"]  # the other type's table is unaffected
+    [conflict] = publisher.status()["table_name_conflicts"]
+    assert "shop__shop_Order" in conflict
+    assert "not published" in conflict
+    publisher.run_once()  # again: still refused, still once
+    assert len(publisher.status()["table_name_conflicts"]) == 1
