@@ -6,6 +6,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
 export SHALE_CACHE_DIR ?= $(CURDIR)/.cache
+# The integration tests wait on real services far more than they compute: two workers, each test file whole on one
+# (its module fixtures and its services with it).
+INTEGRATION_WORKERS ?= -n 2 --dist loadfile
 
 .PHONY: demo demo-env demo-deps bench-deps test checks unit integration lint typecheck bench env deps venv browser clean
 
@@ -25,7 +28,7 @@ demo-deps:
 # Go builds of MinIO and promtool take minutes on a cold machine), then the integration tests.
 test:
 	@$(MAKE) --no-print-directory -j3 checks deps browser
-	$(BIN)/pytest tests/integration
+	$(BIN)/pytest $(INTEGRATION_WORKERS) tests/integration
 
 checks: venv
 	$(BIN)/ruff check src tests bench
@@ -36,7 +39,7 @@ unit: venv
 	$(BIN)/pytest tests/unit
 
 integration: env
-	$(BIN)/pytest tests/integration
+	$(BIN)/pytest $(INTEGRATION_WORKERS) tests/integration
 
 lint: venv
 	$(BIN)/ruff check src tests bench
