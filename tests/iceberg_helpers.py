@@ -7,18 +7,50 @@ import datetime as dt
 import decimal
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import NamedTuple
 
 import pyarrow as pa
 
 from shale.block import BlockMeta, BlockSpec, DatasetInput, KafkaRange, deterministic_block_id, write_block
 from shale.block.schemas import TIMESTAMP, partition_schema
-from shale.metastore import CommitIngestBatch, MetastoreService, OffsetRange, ReplaceBlocks, Result
-from shale.objstore import Bucket
+from shale.config import ShaleConfig
+from shale.iceberg import IcebergPublisher
+from shale.metastore import (
+    CommitIngestBatch,
+    MetastoreService,
+    OffsetRange,
+    ReplaceBlocks,
+    Result,
+    SingleNodeLog,
+    StateMachine,
+)
+from shale.objstore import Bucket, open_bucket
 from shale.query import Query, run_query
 
 HOUR = 3_600_000
 T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR  # 2026-11-18 09:00 UTC
 KEY = ("topic", "partition", "offset", "event_time", "level", "msg")
+
+
+class Setup(NamedTuple):
+    config: ShaleConfig
+    service: MetastoreService
+    publisher: IcebergPublisher
+    bucket: Bucket
+
+
+def publisher_setup(tmp_path: Path) -> Setup:
+    """A publisher on an embedded metastore, a folder bucket and a SQLite catalog, in ``tmp_path``; blocks deleted
+    and synced at once."""
+    config = ShaleConfig.model_validate({
+        "bucket": {"url": f"file://{tmp_path}/bucket"}, "metastore": {"data_dir": str(tmp_path / "ms")},
+        "iceberg": {"enabled": True, "catalog_uri": f"sqlite:///{tmp_path}/catalog.db"},
+        "block": {"delete_delay": 0, "sync_delay": 0}, "bucket_index": {"max_stale_period": 0}})
+    state = StateMachine(tmp_path / "ms" / "state.db")
+    service = MetastoreService(state, SingleNodeLog(state))
+    bucket = open_bucket(config.bucket)
+    return Setup(config, service, IcebergPublisher(config, state.reader, service.submit, bucket), bucket)
 
 
 def records(topic: str, partition: int, start: int, count: int, base_ms: int, step_ms: int,

@@ -132,3 +132,20 @@ def finish(process: ManagedProcess, timeout: float = 300) -> None:
     assert process.popen is not None
     code = process.popen.wait(timeout=timeout)
     assert code == 0, f"{process.name} failed ({code}):\n{process.log_path.read_text()[-4000:]}"
+
+
+def publish_to_iceberg(file: Path, spark: Any, catalog_name: str) -> None:
+    """Turn Iceberg on in a test's config (a SQLite catalog beside it, under a catalog name of the test's own: Spark
+    keeps a catalog once it is loaded), publish with `shale iceberg sync`, and point ``spark`` at the catalog."""
+    from click.testing import CliRunner
+
+    from shale.cli import cli
+    from shale.iceberg import spark_catalog_conf
+
+    with file.open("a") as toml:
+        toml.write(f'[iceberg]\nenabled = true\ncatalog_name = "{catalog_name}"\n'
+                   f'catalog_uri = "sqlite:///{file.parent}/catalog-{catalog_name}.db"\n')
+    out = CliRunner().invoke(cli, ["--config", str(file), "iceberg", "sync"])
+    assert out.exit_code == 0, out.output
+    for key, value in spark_catalog_conf(config_of(file)).items():
+        spark.conf.set(key, value)

@@ -30,7 +30,7 @@ def stored(metastore: StoredBlocks, bucket: BucketReader, group: str, topic: str
            incarnation: str | None = None) -> Counter[tuple[int, int]]:
     """(partition, offset) of every record the group's live blocks hold for ``topic`` (quarantined included),
     counted: the exact multiset read from the bucket."""
-    offsets, _ = stored_offsets(bucket, group_blocks(metastore, group, 1, topic, incarnation), topic)
+    offsets = stored_offsets(bucket, group_blocks(metastore, group, 1, topic, incarnation), topic).offsets
     return Counter((p, o) for p, values in offsets.items() for o in values)
 
 

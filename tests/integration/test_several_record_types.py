@@ -18,13 +18,19 @@ from click.testing import CliRunner
 from confluent_kafka.schema_registry import SchemaRegistryClient, record_subject_name_strategy
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
-from tests.integration.ingest_helpers import config_of, create_topic, finish, ingest_process, write_config
+from tests.integration.ingest_helpers import (
+    config_of,
+    create_topic,
+    finish,
+    ingest_process,
+    publish_to_iceberg,
+    write_config,
+)
 from tests.producing import CheckedProducer
 
 from shale.cli import cli
 from shale.config import BucketConfig
 from shale.dev import KafkaBroker, SchemaRegistry
-from shale.iceberg import spark_catalog_conf
 from shale.objstore import open_bucket
 from shale.query import Query, run_query
 from shale.query.datasource import register
@@ -125,13 +131,7 @@ def test_two_record_types_in_one_topic_come_back_each_typed(kafka: KafkaBroker, 
     assert sorted(r.id for r in frame.select("id").collect()) == orders.column("id").to_pylist()
 
     # One Iceberg table per record type: <topic>__<record with '.' as '_'>.
-    with file.open("a") as toml:
-        toml.write(f'[iceberg]\nenabled = true\ncatalog_name = "record_types"\n'
-                   f'catalog_uri = "sqlite:///{tmp_path}/catalog.db"\n')
-    out = CliRunner().invoke(cli, ["--config", str(file), "iceberg", "sync"])
-    assert out.exit_code == 0, out.output
-    for key, value in spark_catalog_conf(config_of(file)).items():
-        spark.conf.set(key, value)
+    publish_to_iceberg(file, spark, "record_types")
     order_table = spark.sql("SELECT id, amount, customer.name AS name FROM record_types.default.shop__shop_Order "
                             "ORDER BY id").collect()
     assert [(r.id, r.amount, r.name) for r in order_table] == [

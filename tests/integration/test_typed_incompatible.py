@@ -18,7 +18,14 @@ from click.testing import CliRunner
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
-from tests.integration.ingest_helpers import config_of, create_topic, finish, ingest_process, write_config
+from tests.integration.ingest_helpers import (
+    config_of,
+    create_topic,
+    finish,
+    ingest_process,
+    publish_to_iceberg,
+    write_config,
+)
 from tests.producing import CheckedProducer
 
 from shale.block import read_dataset
@@ -26,7 +33,6 @@ from shale.cli import cli
 from shale.config import BucketConfig
 from shale.dev import KafkaBroker, SchemaRegistry
 from shale.errors import IncompatibleColumnError
-from shale.iceberg import spark_catalog_conf
 from shale.objstore import open_bucket
 from shale.query import Query, run_query
 from shale.query.sources import open_source
@@ -117,13 +123,7 @@ def test_an_incompatible_change_is_stored_on_both_sides_and_never_read_into_a_wr
     assert sorted(second.column("qty").to_pylist()) == [4, 5, 6, 7]
 
     # The Iceberg table keeps the type it was made with and leaves the conflicting block out; Spark reads it.
-    with file.open("a") as toml:
-        toml.write(f'[iceberg]\nenabled = true\ncatalog_name = "typed_incompatible"\n'
-                   f'catalog_uri = "sqlite:///{tmp_path}/catalog.db"\n')
-    out = CliRunner().invoke(cli, ["--config", str(file), "iceberg", "sync"])
-    assert out.exit_code == 0, out.output
-    for key, value in spark_catalog_conf(config_of(file)).items():
-        spark.conf.set(key, value)
+    publish_to_iceberg(file, spark, "typed_incompatible")
     table = f"typed_incompatible.default.{TOPIC}"
     assert dict(spark.table(table).dtypes)["qty"] == "string"
     assert sorted(r.qty for r in spark.sql(f"SELECT qty FROM {table}").collect()) == sorted(WORDS)

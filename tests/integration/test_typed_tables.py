@@ -22,7 +22,14 @@ from click.testing import CliRunner
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
-from tests.integration.ingest_helpers import config_of, create_topic, finish, ingest_process, write_config
+from tests.integration.ingest_helpers import (
+    config_of,
+    create_topic,
+    finish,
+    ingest_process,
+    publish_to_iceberg,
+    write_config,
+)
 from tests.producing import CheckedProducer
 from tests.waiting import eventually
 
@@ -30,7 +37,6 @@ from shale.block import read_dataset
 from shale.cli import cli
 from shale.config import BucketConfig
 from shale.dev import KafkaBroker, SchemaRegistry
-from shale.iceberg import spark_catalog_conf
 from shale.objstore import open_bucket
 from shale.process import free_port
 from shale.query import Query, run_query
@@ -155,13 +161,7 @@ def test_avro_records_come_back_typed_through_an_evolution(kafka: KafkaBroker, s
 
     # The Iceberg table carries the types (DESIGN 16.7): published by `shale iceberg sync`, read by Spark SQL
     # through Iceberg's own runtime (a catalog name of this test's own: Spark keeps a catalog once it is loaded).
-    with file.open("a") as toml:
-        toml.write(f'[iceberg]\nenabled = true\ncatalog_name = "typed_avro"\n'
-                   f'catalog_uri = "sqlite:///{tmp_path}/catalog.db"\n')
-    out = CliRunner().invoke(cli, ["--config", str(file), "iceberg", "sync"])
-    assert out.exit_code == 0, out.output
-    for key, value in spark_catalog_conf(config_of(file)).items():
-        spark.conf.set(key, value)
+    publish_to_iceberg(file, spark, "typed_avro")
     types = dict(spark.table(f"typed_avro.default.{TOPIC}").dtypes)
     assert types["amount"] == "decimal(12,2)"
     assert types["ts"] == "timestamp"

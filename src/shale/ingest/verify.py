@@ -16,9 +16,10 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from shale.block import BlockMeta, Dataset, read_dataset
+from shale.block.records import IncarnationCodes, row_incarnations
 from shale.config import KafkaConfig
 from shale.errors import ConfigError
 from shale.index import OffsetRow
@@ -146,25 +147,50 @@ def _compacted(kafka: KafkaConfig, topic: str) -> bool:
     return False
 
 
-def stored_offsets(bucket: BucketReader, metas: list[BlockMeta], topic: str,
-                   concurrency: int = 16) -> tuple[dict[int, list[int]], dict[int, int]]:
-    """Offsets per partition stored in the blocks' datasets of ``topic``, and quarantined counts."""
+class Stored(NamedTuple):
+    offsets: dict[int, list[int]]
+    """Per partition, the offsets of the rows stored (of the incarnation asked for)."""
+    quarantined: dict[int, int]
+    ambiguous: dict[int, set[int]]
+    """Per partition, offsets of rows whose incarnation their block cannot tell: a compacted block holding two
+    incarnations of a recreated topic whose ranges overlap (offset 5 of each). They count as present, never as
+    copies of each other."""
+
+
+def stored_offsets(bucket: BucketReader, metas: list[BlockMeta], topic: str, incarnation: str | None = None,
+                   concurrency: int = 16) -> Stored:
+    """Offsets per partition stored in the blocks' datasets of ``topic``, and quarantined counts; with
+    ``incarnation``, only the rows of that incarnation in blocks that hold several (``block.records``)."""
     jobs = [(m, d) for m in metas for d in m.datasets if d.topic == topic]
 
-    def load(job: tuple[BlockMeta, Dataset]) -> tuple[str, list[int], list[int]]:
+    def load(job: tuple[BlockMeta, Dataset]) -> tuple[str, list[int], list[int], list[bool]]:
         meta, dataset = job
         table = read_dataset(bucket, meta, dataset, columns=["partition", "offset"], whole_object=None)
-        return dataset.kind, table.column("partition").to_pylist(), table.column("offset").to_pylist()
+        partitions, offsets = table.column("partition"), table.column("offset")
+        mixed = incarnation is not None and len({r.incarnation for r in meta.kafka if r.topic == topic}) > 1
+        if not mixed:
+            return dataset.kind, partitions.to_pylist(), offsets.to_pylist(), [True] * table.num_rows
+        codes = IncarnationCodes()
+        wanted = codes.code(incarnation or "")
+        rows = row_incarnations(meta, topic, partitions, offsets, codes)
+        keep = (rows == wanted) | (rows < 0)
+        return (dataset.kind, [p for p, k in zip(partitions.to_pylist(), keep, strict=True) if k],
+                [o for o, k in zip(offsets.to_pylist(), keep, strict=True) if k],
+                [bool(c >= 0) for c, k in zip(rows, keep, strict=True) if k])
 
-    offsets: dict[int, list[int]] = defaultdict(list)
+    found = Stored(defaultdict(list), {}, defaultdict(set))
     quarantined: Counter[int] = Counter()
     with ThreadPoolExecutor(concurrency) as pool:
-        for kind, partitions, values in pool.map(load, jobs):
-            for partition, offset in zip(partitions, values, strict=True):
-                offsets[partition].append(offset)
+        for kind, partitions, values, known in pool.map(load, jobs):
+            for partition, offset, told in zip(partitions, values, known, strict=True):
+                if told:
+                    found.offsets[partition].append(offset)
+                else:
+                    found.ambiguous[partition].add(offset)
                 if kind == "quarantine":
                     quarantined[partition] += 1
-    return offsets, dict(quarantined)
+    found.quarantined.update(quarantined)
+    return found
 
 
 def verify_topic(metastore: StoredBlocks, bucket: BucketReader, kafka: KafkaConfig, group: str, generation: int,
@@ -176,8 +202,8 @@ def verify_topic(metastore: StoredBlocks, bucket: BucketReader, kafka: KafkaConf
     marks = offset_bounds(kafka, [(topic, p) for p in parts])
     committed = {o.partition: o for o in metastore.offsets(group, generation)
                  if o.topic == topic and o.incarnation in ("", state.incarnation)}
-    stored, quarantined = stored_offsets(bucket, group_blocks(metastore, group, generation, topic, state.incarnation),
-                                         topic)
+    stored, quarantined, ambiguous = stored_offsets(
+        bucket, group_blocks(metastore, group, generation, topic, state.incarnation), topic, state.incarnation)
     reports = []
     for partition in parts:
         earliest, end = marks[(topic, partition)]
@@ -188,7 +214,7 @@ def verify_topic(metastore: StoredBlocks, bucket: BucketReader, kafka: KafkaConf
         upto = min(end, done) if done is not None else earliest
         in_kafka = existing_offsets(kafka, topic, partition, earliest, upto)
         visible = set(in_kafka)
-        missing = [o for o in in_kafka if o not in counts]
+        missing = [o for o in in_kafka if o not in counts and o not in ambiguous.get(partition, ())]
         unexpected = [o for o in counts if earliest <= o < upto and o not in visible]
         reports.append(PartitionReport(
             partition=partition, kafka_earliest=earliest, kafka_end=end, committed_end=done,

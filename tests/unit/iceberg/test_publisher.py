@@ -7,12 +7,12 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.iceberg_helpers import HOUR, T0, commit, compact, query_rows, rows, write_records_block
+from tests.iceberg_helpers import HOUR, T0, commit, compact, publisher_setup, query_rows, rows, write_records_block
 
 from shale.config import ShaleConfig
 from shale.iceberg import IcebergPublisher
 from shale.iceberg.catalog import SUMMARY_INDEX, identifier
-from shale.metastore import MetastoreService, SetActiveGeneration, SingleNodeLog, StateMachine, TruncateIndex
+from shale.metastore import MetastoreService, SetActiveGeneration, TruncateIndex
 from shale.metastore.commands import PartitionKey, Result
 from shale.objstore import open_bucket
 
@@ -21,14 +21,7 @@ TENANT, TOPIC = "acme", "app"
 
 @pytest.fixture
 def setup(tmp_path: Path) -> tuple[ShaleConfig, MetastoreService, IcebergPublisher]:
-    config = ShaleConfig.model_validate({
-        "bucket": {"url": f"file://{tmp_path}/bucket"}, "metastore": {"data_dir": str(tmp_path / "ms")},
-        "iceberg": {"enabled": True, "catalog_uri": f"sqlite:///{tmp_path}/catalog.db"},
-        "block": {"delete_delay": 0, "sync_delay": 0}, "bucket_index": {"max_stale_period": 0}})
-    state = StateMachine(tmp_path / "ms" / "state.db")
-    service = MetastoreService(state, SingleNodeLog(state))
-    publisher = IcebergPublisher(config, state.reader, service.submit, open_bucket(config.bucket))
-    return config, service, publisher
+    return publisher_setup(tmp_path)[:3]
 
 
 def table_rows(publisher: IcebergPublisher) -> object:

@@ -14,7 +14,7 @@ import fastavro
 import pyarrow as pa
 import pytest
 from tests.factories import backup_table
-from tests.iceberg_helpers import T0, commit, write_records_block
+from tests.iceberg_helpers import T0, commit, publisher_setup, write_records_block
 
 from shale.block import BlockMeta
 from shale.compactor.merge import merge_blocks
@@ -23,8 +23,8 @@ from shale.iceberg import IcebergPublisher
 from shale.iceberg.catalog import identifier
 from shale.iceberg.plan import TableKey
 from shale.ingest.blocks import Chunk, GroupSpec, write_chunk
-from shale.metastore import MetastoreService, ReplaceBlocks, SetActiveGeneration, SingleNodeLog, StateMachine
-from shale.objstore import Bucket, open_bucket
+from shale.metastore import MetastoreService, ReplaceBlocks, SetActiveGeneration, StateMachine
+from shale.objstore import Bucket
 from shale.schemas.registry import RegisteredSchema, RegistryClient
 from shale.schemas.wire import frame
 
@@ -43,14 +43,7 @@ KINDS = ["shop.Order", "shop.Refund", "shop.Order", "shop.Order", "shop.Refund",
 
 @pytest.fixture
 def setup(tmp_path: Path) -> tuple[ShaleConfig, MetastoreService, IcebergPublisher, Bucket]:
-    config = ShaleConfig.model_validate({
-        "bucket": {"url": f"file://{tmp_path}/bucket"}, "metastore": {"data_dir": str(tmp_path / "ms")},
-        "iceberg": {"enabled": True, "catalog_uri": f"sqlite:///{tmp_path}/catalog.db"},
-        "block": {"delete_delay": 0, "sync_delay": 0}, "bucket_index": {"max_stale_period": 0}})
-    state = StateMachine(tmp_path / "ms" / "state.db")
-    service = MetastoreService(state, SingleNodeLog(state))
-    bucket = open_bucket(config.bucket)
-    return config, service, IcebergPublisher(config, state.reader, service.submit, bucket), bucket
+    return publisher_setup(tmp_path)
 
 
 def _value(kind: str, n: int) -> bytes:

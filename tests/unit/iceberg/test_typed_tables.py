@@ -11,27 +11,19 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from tests.iceberg_helpers import HOUR, T0, commit, typed_block, v1_columns, v2_columns
+from tests.iceberg_helpers import HOUR, T0, commit, publisher_setup, typed_block, v1_columns, v2_columns
 
-from shale.config import ShaleConfig
 from shale.iceberg import IcebergPublisher
 from shale.iceberg.catalog import identifier
 from shale.iceberg.publisher import REFUSED
-from shale.metastore import MetastoreService, SingleNodeLog, StateMachine
-from shale.objstore import Bucket, open_bucket
+from shale.metastore import MetastoreService
+from shale.objstore import Bucket
 from shale.query import Query, run_query
 
 TENANT, TOPIC = "acme", "orders"
 @pytest.fixture
 def setup(tmp_path: Path) -> tuple[MetastoreService, IcebergPublisher, Bucket]:
-    config = ShaleConfig.model_validate({
-        "bucket": {"url": f"file://{tmp_path}/bucket"}, "metastore": {"data_dir": str(tmp_path / "ms")},
-        "iceberg": {"enabled": True, "catalog_uri": f"sqlite:///{tmp_path}/catalog.db"},
-        "block": {"delete_delay": 0, "sync_delay": 0}, "bucket_index": {"max_stale_period": 0}})
-    state = StateMachine(tmp_path / "ms" / "state.db")
-    service = MetastoreService(state, SingleNodeLog(state))
-    bucket = open_bucket(config.bucket)
-    return service, IcebergPublisher(config, state.reader, service.submit, bucket), bucket
+    return publisher_setup(tmp_path)[1:]
 
 
 def by_offset(table: pa.Table) -> dict[int, dict[str, object]]:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from tests.factories import BASE_MS, write_backup_block
 
-from shale.ingest.verify import PartitionReport, VerifyReport
+from shale.compactor.merge import merge_blocks
+from shale.ingest.verify import PartitionReport, VerifyReport, stored_offsets
+from shale.objstore import open_bucket_url
 
 
 def _report(**counts: int) -> VerifyReport:
@@ -39,3 +42,20 @@ def test_the_exit_statuses_are_distinct_and_documented() -> None:
     for status, code in VERIFY_EXIT.items():
         assert f"{code} {status}:" in help_text
     assert "2 an unknown topic" in help_text
+
+
+def test_a_compacted_block_of_two_incarnations_counts_each_record_once_for_its_own() -> None:
+    """Found by the recreated-topic test under load: compaction merged the old incarnation's offsets [0, 200) with
+    the new one's [0, 110), and verify took offsets 0-109 for copies (PROBLEMS). Rows the block cannot attribute
+    count as present, never as copies; rows only the old incarnation holds are not the new one's."""
+    bucket = open_bucket_url("memory://verify-incarnations")
+    old = write_backup_block(bucket, "acme", "app", 0, 0, 200, incarnation="OLD")
+    new = write_backup_block(bucket, "acme", "app", 0, 0, 110, incarnation="NEW", base_ms=BASE_MS + 3_600_000)
+    merged = merge_blocks(bucket, [old, new], job="j", token=1, level=0).output
+    assert {r.incarnation for r in merged.kafka} == {"OLD", "NEW"}
+    found = stored_offsets(bucket, [merged], "app", "NEW")
+    assert found.offsets.get(0, []) == []
+    assert found.ambiguous[0] == set(range(110))
+    older = stored_offsets(bucket, [merged], "app", "OLD")
+    assert sorted(older.offsets[0]) == list(range(110, 200))
+    assert sorted(stored_offsets(bucket, [merged], "app").offsets[0]) == sorted([*range(200), *range(110)])
