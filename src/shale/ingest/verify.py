@@ -18,6 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import NamedTuple, Protocol
 
+import pyarrow as pa
+
 from shale.block import BlockMeta, Dataset, read_dataset
 from shale.block.records import IncarnationCodes, row_incarnations
 from shale.config import KafkaConfig
@@ -163,32 +165,31 @@ def stored_offsets(bucket: BucketReader, metas: list[BlockMeta], topic: str, inc
     ``incarnation``, only the rows of that incarnation in blocks that hold several (``block.records``)."""
     jobs = [(m, d) for m in metas for d in m.datasets if d.topic == topic]
 
-    def load(job: tuple[BlockMeta, Dataset]) -> tuple[str, list[int], list[int], list[bool]]:
+    def load(job: tuple[BlockMeta, Dataset]) -> tuple[str, pa.Table, pa.Table | None]:
+        """The dataset's (partition, offset) rows of ``incarnation``, and those its block cannot attribute."""
         meta, dataset = job
         table = read_dataset(bucket, meta, dataset, columns=["partition", "offset"], whole_object=None)
-        partitions, offsets = table.column("partition"), table.column("offset")
-        mixed = incarnation is not None and len({r.incarnation for r in meta.kafka if r.topic == topic}) > 1
-        if not mixed:
-            return dataset.kind, partitions.to_pylist(), offsets.to_pylist(), [True] * table.num_rows
+        if incarnation is None or len({r.incarnation for r in meta.kafka if r.topic == topic}) < 2:
+            return dataset.kind, table, None
         codes = IncarnationCodes()
-        wanted = codes.code(incarnation or "")
-        rows = row_incarnations(meta, topic, partitions, offsets, codes)
-        keep = (rows == wanted) | (rows < 0)
-        return (dataset.kind, [p for p, k in zip(partitions.to_pylist(), keep, strict=True) if k],
-                [o for o, k in zip(offsets.to_pylist(), keep, strict=True) if k],
-                [bool(c >= 0) for c, k in zip(rows, keep, strict=True) if k])
+        rows = row_incarnations(meta, topic, table.column("partition"), table.column("offset"), codes)
+        return dataset.kind, table.filter(rows == codes.code(incarnation)), table.filter(rows < 0)
 
     found = Stored(defaultdict(list), {}, defaultdict(set))
     quarantined: Counter[int] = Counter()
     with ThreadPoolExecutor(concurrency) as pool:
-        for kind, partitions, values, known in pool.map(load, jobs):
-            for partition, offset, told in zip(partitions, values, known, strict=True):
-                if told:
-                    found.offsets[partition].append(offset)
-                else:
+        for kind, mine, unsure in pool.map(load, jobs):
+            for partition, offset in zip(mine.column("partition").to_pylist(), mine.column("offset").to_pylist(),
+                                         strict=True):
+                found.offsets[partition].append(offset)
+            if unsure is not None:
+                for partition, offset in zip(unsure.column("partition").to_pylist(),
+                                             unsure.column("offset").to_pylist(), strict=True):
                     found.ambiguous[partition].add(offset)
-                if kind == "quarantine":
-                    quarantined[partition] += 1
+            if kind == "quarantine":
+                quarantined.update(mine.column("partition").to_pylist())
+                if unsure is not None:
+                    quarantined.update(unsure.column("partition").to_pylist())
     found.quarantined.update(quarantined)
     return found
 
