@@ -9,10 +9,11 @@ from the same models (tests/unit/config/test_reference.py keeps the document tru
 
 from __future__ import annotations
 
+import functools
 import re
 import zoneinfo
 from collections.abc import Sequence
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
@@ -75,18 +76,25 @@ class ParserOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+@functools.cache
+def parser_entry_points() -> dict[str, EntryPoint]:
+    """The installed parsers' entry points by name, read once per process: reading them scans every installed
+    distribution's metadata (milliseconds), and every Spark task checks its configuration and loads its parser."""
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
 def installed_parsers() -> list[str]:
-    return sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
+    return sorted(parser_entry_points())
 
 
 def options_model(name: str) -> type[ParserOptions]:
     """The options model of the parser registered as ``name``; ValueError naming the installed ones."""
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name == name:
-            model = getattr(ep.load(), "options_model", ParserOptions)
-            if not (isinstance(model, type) and issubclass(model, ParserOptions)):
-                raise ValueError(f"parser {name!r} declares no ParserOptions model")
-            return model
+    ep = parser_entry_points().get(name)
+    if ep is not None:
+        model = getattr(ep.load(), "options_model", ParserOptions)
+        if not (isinstance(model, type) and issubclass(model, ParserOptions)):
+            raise ValueError(f"parser {name!r} declares no ParserOptions model")
+        return model
     raise ValueError(f"unknown parser {name!r}; installed parsers: {', '.join(installed_parsers()) or 'none'}")
 
 

@@ -137,6 +137,16 @@ def _date(ms: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
 
 
+def _hour_partitions(micros: pa.Array, by_hour: bool) -> tuple[pa.Array, pa.Array]:
+    """The ``dt`` (UTC day, YYYY-MM-DD) and ``hour`` (UTC hour, or null unless ``by_hour``) columns of event
+    times in microseconds since the epoch (none negative): one strftime per distinct hour, not per record."""
+    hours = pc.divide(micros, HOUR_MS * 1000).dictionary_encode()
+    starts = [_date(h * HOUR_MS) for h in hours.dictionary.to_pylist()]
+    day = pa.array([d.strftime("%Y-%m-%d") for d in starts], pa.string()).take(hours.indices)
+    hour = pa.array([d.hour if by_hour else None for d in starts], pa.int8()).take(hours.indices)
+    return day, hour
+
+
 def _take(table: pa.Table, rows: list[int]) -> pa.Table:
     return table.take(pa.array(rows, pa.int64()))  # typed: an empty list of indexes must not be null-typed
 
@@ -270,7 +280,7 @@ def _parse(spec: GroupSpec, table: pa.Table, topic: str,
     rejected: list[tuple[int, str]] = []
     labels = parser.labels()
     per_ms = 1000 if parser.time_unit == "us" else 1
-    decodes_keys, parse, latest, scale = parser.decodes_keys, parser.parse, latest_ms * per_ms, 1000 // per_ms
+    decodes_keys, parse, latest = parser.decodes_keys, parser.parse, latest_ms * per_ms
     for i, (value, stamp, key) in enumerate(zip(_values(table), stamps, keys, strict=True)):
         try:
             event_time, fields = parse(value, stamp)
@@ -290,7 +300,7 @@ def _parse(spec: GroupSpec, table: pa.Table, topic: str,
             rejected.append((i, f"event time {shown} ms is outside [1970-01-01, read time + 1 day]"))
             continue
         good.append(i)
-        times.append(event_time * scale)  # microseconds, as the event_time column holds them
+        times.append(event_time)
         for name, values_of in columns.items():
             values_of.append(fields.get(name))
     bad = _field_problems(columns, labels, parser.typed) if columns else {}
@@ -303,20 +313,13 @@ def _parse(spec: GroupSpec, table: pa.Table, topic: str,
         rejected, good, times, columns = _drop(_unstorable(columns, types), rejected, good, times, columns)
         arrays = {name: pa.array(vals, types[name]) for name, vals in columns.items()}
     base = table if len(good) == table.num_rows else _take(table, good)  # usually every record parses: no copy
-    hours: dict[int, tuple[str, int | None]] = {}  # UTC hour since the epoch -> (dt, hour): one strftime per hour
-    partitions = []
-    for t in times:
-        hour = t // (HOUR_MS * 1000)
-        partition = hours.get(hour)
-        if partition is None:
-            day = _date(hour * HOUR_MS)
-            partition = hours[hour] = (day.strftime("%Y-%m-%d"), day.hour if spec.ingest.partition_by_hour else None)
-        partitions.append(partition)
+    micros = pc.multiply(pa.array(times, pa.int64()), 1000 // per_ms)  # the parser's unit to microseconds
+    day, hour = _hour_partitions(micros, spec.ingest.partition_by_hour)
     out = pa.table({
         **{f.name: base.column(f.name) for f in KAFKA_FIELDS},
-        "event_time": pa.array(times, pa.int64()).cast(TIMESTAMP),
-        "dt": pa.array([p[0] for p in partitions], pa.string()),
-        "hour": pa.array([p[1] for p in partitions], pa.int8()),
+        "event_time": micros.cast(TIMESTAMP),
+        "dt": day,
+        "hour": hour,
         **arrays,
     })
     return out.cast(pa.schema([*PARTITION_BASE_FIELDS, *(pa.field(n, t) for n, t in types.items())])), \

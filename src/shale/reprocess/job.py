@@ -24,33 +24,19 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-import pyarrow as pa
-
-from shale.block import BlockMeta, backup_rows
-from shale.config import BucketConfig, ParserRule, SchemaRegistryConfig, ShaleConfig
+from shale.block import BlockMeta
+from shale.config import ParserRule, ShaleConfig
 from shale.errors import ConfigError
 from shale.failpoints import failpoint
 from shale.index import OffsetRow
-from shale.ingest.blocks import GroupSpec, Written
 from shale.ingest.committer import IngestConflictError, batch_commit
 from shale.ingest.parsers import load_parser
-from shale.ingest.plan import BatchPlan, PartitionRange
-from shale.ingest.task import ChunkWriter, chunk_bytes
+from shale.ingest.plan import PartitionRange
 from shale.metastore import Command, Result
-from shale.objstore import task_bucket
 from shale.reprocess.schema import ReaderSchema, resolve_reader
-from shale.reprocess.wire import (
-    PartitionWork,
-    RoundSpec,
-    decode_spec,
-    decode_work,
-    decode_written,
-    encode_spec,
-    encode_work,
-    encode_written,
-)
-from shale.resources import PeakMemory
-from shale.schemas.registry import KnownSchemas, RegistryClient
+from shale.reprocess.task import run_partition
+from shale.reprocess.wire import PartitionWork, RoundSpec, decode_written, encode_spec, encode_work
+from shale.schemas.registry import KnownSchemas
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -78,31 +64,6 @@ class Interval:
     end: int
     incarnation: str
     block: BlockMeta
-
-
-def run_partition(work_json: str, spec_json: str, bucket_config: BucketConfig,
-                  registry: SchemaRegistryConfig | None = None) -> str:
-    """A Spark task: parse one partition's backup records of one round's range into partition-group blocks. Its
-    input and output are encoded by ``shale.reprocess.wire``; the bucket's and the registry's configurations are
-    pickled (their secrets are masked in JSON)."""
-    task, round_ = decode_work(work_json), decode_spec(spec_json)
-    work, metas = task.range, task.blocks
-    ingest = round_.ingest if registry is None else round_.ingest.model_copy(update={"schema_registry": registry})
-    spec = GroupSpec("partition", round_.generation, bucket_config, ingest)
-    if round_.known.schemas:
-        round_.known.remember(RegistryClient(ingest.schema_registry))
-    bucket = task_bucket(bucket_config)
-    tables = [t for meta in metas for t in backup_rows(bucket, meta, work.topic, work.partition, work.start, work.end)]
-    size = chunk_bytes(round_.task_bytes, PeakMemory().start, "partition")
-    writer = ChunkWriter(spec, bucket, BatchPlan(round_.read_time_ms, [work]), size,
-                         derived_from=[m.id for m in metas])
-    written: list[Written] = []
-    if tables:
-        table = pa.concat_tables(tables, promote_options="permissive").sort_by([("offset", "ascending")])
-        for piece in table.to_batches(max_chunksize=10_000):
-            written += writer.add_table(pa.Table.from_batches([piece]))
-    written += writer.finish()
-    return encode_written(written)
 
 
 class ReprocessStore(Protocol):

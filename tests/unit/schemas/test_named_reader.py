@@ -27,8 +27,8 @@ from shale.errors import ConfigError
 from shale.ingest.blocks import Chunk, GroupSpec, write_chunk
 from shale.ingest.plan import PartitionRange
 from shale.objstore import task_bucket
-from shale.reprocess.job import run_partition
 from shale.reprocess.schema import ReaderSchema, resolve_reader
+from shale.reprocess.task import run_partition
 from shale.reprocess.wire import PartitionWork, RoundSpec, decode_spec, decode_written, encode_spec, encode_work
 from shale.schemas import avro, jsonschema, protobuf
 from shale.schemas.registry import (

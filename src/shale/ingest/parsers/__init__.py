@@ -3,18 +3,16 @@
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
 from typing import Any
 
+from shale.config.parsers import parser_entry_points
 from shale.errors import ConfigError
 from shale.ingest.parsers.base import ParseError, Parser, infer_year, to_ms, to_us
-
-ENTRY_POINT_GROUP = "shale.parsers"
 
 
 def available_parsers() -> dict[str, type[Parser]]:
     found: dict[str, type[Parser]] = {}
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
+    for ep in parser_entry_points().values():
         cls = ep.load()
         if isinstance(cls, type) and issubclass(cls, Parser):
             found[ep.name] = cls
@@ -25,8 +23,8 @@ def load_parser(name: str, options: dict[str, Any] | None = None) -> Parser:
     """An instance of the parser registered as ``name``, with its options checked."""
     # Only the named entry point is loaded: a task that parses JSON does not import the registry parsers'
     # libraries (protobuf, jsonschema_rs), which cost tens of milliseconds per task.
-    named = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
-    cls = named[0].load() if named else None
+    named = parser_entry_points().get(name)
+    cls = named.load() if named is not None else None
     if not (isinstance(cls, type) and issubclass(cls, Parser)):
         installed = sorted(available_parsers())
         raise ConfigError(f"no parser named {name!r}; installed: {', '.join(installed) or 'none'}")
