@@ -61,13 +61,9 @@ def read_topic(bootstrap: str, topic: str, partitions: int) -> dict[int, list[Re
     consumer.assign([TopicPartition(topic, p, -2) for p in range(partitions)])
     out: dict[int, list[Record]] = {p: [] for p in range(partitions)}
     ended: set[int] = set()
-    deadline = time.monotonic() + 120
-    try:
-        while len(ended) < partitions:
-            assert time.monotonic() < deadline, f"reading {topic} did not reach its end"
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
+
+    def at_the_end() -> bool:
+        while (message := consumer.poll(0.5)) is not None:
             error = message.error()
             if error is not None:
                 assert error.code() == KafkaError._PARTITION_EOF, error
@@ -77,6 +73,10 @@ def read_topic(bootstrap: str, topic: str, partitions: int) -> dict[int, list[Re
             assert kind == 1  # CreateTime
             headers = tuple((k, v) for k, v in message.headers() or [])
             out[message.partition() or 0].append((message.key(), message.value(), headers, stamp))
+        return len(ended) == partitions
+
+    try:
+        eventually(at_the_end, 120, f"reading {topic} to its end")
     finally:
         consumer.close()
     return out
@@ -273,18 +273,18 @@ def test_a_consumer_group_resumes_from_translated_offsets(kafka: Any, spark: Any
     consumer.subscribe([target])
     got: dict[int, list[Record]] = {p: [] for p in range(PARTITIONS)}
     ended: set[int] = set()
-    deadline = time.monotonic() + 120
-    try:
-        while len(ended) < PARTITIONS:
-            assert time.monotonic() < deadline, "the group did not reach the end"
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
+
+    def at_the_end() -> bool:
+        while (message := consumer.poll(0.5)) is not None:
             if message.error() is not None:
                 ended.add(message.partition() or 0)
                 continue
             got[message.partition() or 0].append((message.key(), message.value(),
                                                   tuple(message.headers() or []), message.timestamp()[1]))
+        return len(ended) == PARTITIONS
+
+    try:
+        eventually(at_the_end, 120, "the group to reach the end")
     finally:
         consumer.close()
     assert got == {p: backed_up.records[p][source[p]:] for p in range(PARTITIONS)}

@@ -52,6 +52,7 @@ def test_an_assertion_in_the_condition_fails_at_once() -> None:
 # -- one way to wait ------------------------------------------------------------------------------------------
 
 TESTS = Path(__file__).resolve().parents[1]
+CLOCKS = {"monotonic", "time", "perf_counter"}
 
 
 def _is_call(node: ast.AST, names: set[str]) -> bool:
@@ -88,12 +89,18 @@ def _fixed(call: ast.AST) -> bool:
                for arg in call.args for n in ast.walk(arg))
 
 
+def _compares_the_clock(loop: ast.AST) -> bool:
+    """Whether a loop compares the clock with something (``assert time.monotonic() < deadline`` around a blocking
+    poll is a deadline loop without a sleep)."""
+    return any(isinstance(n, ast.Compare) and _calls(n, CLOCKS) for n in ast.walk(loop))
+
+
 def waiting_offences(source: str) -> list[str]:
     """Hand-written deadline loops (a loop that reads the clock and sleeps: ``eventually`` does that) and fixed
     sleeps in a test's own body (a test waits for the condition it needs, never a fixed time)."""
     tree = ast.parse(source)
     offences = [f"line {n.lineno}: a deadline loop" for n in ast.walk(tree) if isinstance(n, (ast.While, ast.For))
-                and _calls(n, {"sleep"}) and _calls(n, {"monotonic", "time", "perf_counter"})]
+                and (_compares_the_clock(n) or (_calls(n, {"sleep"}) and _calls(n, CLOCKS)))]
     for function in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")):
         offences += [f"line {n.lineno}: a fixed sleep in {function.name}" for n in _own_statements(function)
                      if _is_call(n, {"sleep"}) and _fixed(n)]
@@ -113,6 +120,8 @@ def test_the_wait_check_sees_deadline_loops_and_fixed_sleeps() -> None:
     sleep = "def test_x():\n    produce()\n    time.sleep(3)\n    assert consumed()\n"
     nested = "def test_y():\n    def slow():\n        time.sleep(0.01)\n    run(slow)\n"
     random_moment = "def test_z():\n    start()\n    time.sleep(rng.uniform(0.2, 3.0))\n    kill()\n"
-    assert waiting_offences(loop) == ["line 3: a deadline loop"]
+    polling = ("def helper():\n    deadline = time.monotonic() + 5\n    while not done:\n"
+               "        assert time.monotonic() < deadline\n        message = consumer.poll(0.5)\n")
+    assert waiting_offences(loop) == waiting_offences(polling) == ["line 3: a deadline loop"]
     assert waiting_offences(sleep) == ["line 3: a fixed sleep in test_x"]
     assert waiting_offences(nested) == waiting_offences(random_moment) == []

@@ -12,6 +12,7 @@ dropped as a copy. Dropping a row needs proof; keeping a copy does not lose data
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 
 import numpy as np
@@ -25,14 +26,8 @@ RecordScope = tuple[str, int, str]
 
 def may_share_records(a: BlockMeta, b: BlockMeta) -> set[RecordScope]:
     """The (topic, partition, incarnation) on which two blocks' offset ranges intersect so that one record could
-    be in both. Blocks of different groups never share a row (a backup row and a parsed row differ); the backup
-    group stores the same verbatim record in every generation, so its generations share. Partition-group blocks
-    of different generations are never read for the same data time (a generation is active or not there), and
-    level-0 ones of one generation and different partition values share ranges but never records."""
-    if a.group != b.group or (a.group == "partition" and a.generation != b.generation):
-        return set()
-    if (a.group == "partition" and a.level == 0 and b.level == 0
-            and a.partition_values and b.partition_values and a.partition_values != b.partition_values):
+    be in both (``_may_share``: never between some kinds of blocks, whatever their ranges)."""
+    if not _may_share(a, b):
         return set()
     shared = set()
     for ra in a.kafka:
@@ -43,12 +38,36 @@ def may_share_records(a: BlockMeta, b: BlockMeta) -> set[RecordScope]:
     return shared
 
 
+def _may_share(a: BlockMeta, b: BlockMeta) -> bool:
+    """Whether two blocks could hold one row at all. Blocks of different groups never share a row (a backup row
+    and a parsed row differ); the backup group stores the same verbatim record in every generation, so its
+    generations share. Partition-group blocks of different generations are never read for the same data time (a
+    generation is active or not there), and level-0 ones of one generation and different partition values share
+    ranges but never records."""
+    if a.group != b.group or (a.group == "partition" and a.generation != b.generation):
+        return False
+    return not (a.group == "partition" and a.level == 0 and b.level == 0
+                and a.partition_values and b.partition_values and a.partition_values != b.partition_values)
+
+
 def shared_scopes(blocks: Sequence[BlockMeta]) -> set[RecordScope]:
-    """Every scope on which two of ``blocks`` may hold one record: only there are rows deduplicated."""
+    """Every scope on which two of ``blocks`` may hold one record (the union of ``may_share_records`` over every
+    pair): only there are rows deduplicated. One sweep per scope over its ranges in start order, not every pair
+    of ranges of every pair of blocks (two compacted blocks of 5,000 ranges each cost 17 ms per query that way)."""
+    spans: dict[RecordScope, list[tuple[int, int, int]]] = defaultdict(list)
+    for i, block in enumerate(blocks):
+        for r in block.kafka:
+            spans[(r.topic, r.partition, r.incarnation)].append((r.start, r.end, i))
     out: set[RecordScope] = set()
-    for i, a in enumerate(blocks):
-        for b in blocks[i + 1:]:
-            out |= may_share_records(a, b)
+    for scope, ranges in spans.items():
+        ranges.sort()
+        open_: list[tuple[int, int]] = []  # (end, block) of the ranges begun so far that may still intersect
+        for start, end, i in ranges:
+            open_ = [(e, j) for e, j in open_ if e > start]  # each intersects this range (it began no later)
+            if any(j != i and _may_share(blocks[i], blocks[j]) for _, j in open_):
+                out.add(scope)
+                break
+            open_.append((end, i))
     return out
 
 

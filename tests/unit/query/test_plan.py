@@ -4,10 +4,12 @@ same record, and which parts a query reads."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from tests.factories import BASE_MS
 
 from shale.block import BlockMeta, Compaction, Dataset, KafkaRange, deterministic_block_id
-from shale.block.records import may_share_records
+from shale.block.records import may_share_records, shared_scopes
 from shale.block.schemas import BACKUP_SCHEMA, QUARANTINE_SCHEMA
 from shale.query.plan import active_intervals, plan_query
 
@@ -110,6 +112,24 @@ SHARED = [
 def test_may_share_records(a: BlockMeta, b: BlockMeta, expected: set[tuple[str, int, str]]) -> None:
     assert may_share_records(a, b) == expected
     assert may_share_records(b, a) == expected  # symmetric
+
+
+_RANGE = st.tuples(st.sampled_from(["app", "web"]), st.integers(0, 1), st.integers(0, 30), st.integers(0, 10)).map(
+    lambda r: (r[0], r[1], r[2], r[2] + r[3]))  # empty ranges too
+_BLOCK = st.builds(lambda key, group, generation, level, ranges, dt, incarnation: block(
+    key, group=group, generation=generation, level=level, ranges=tuple(ranges), dt=dt, incarnation=incarnation),
+    st.uuids().map(str), st.sampled_from(["partition", "backup"]), st.integers(1, 2), st.integers(0, 1),
+    st.lists(_RANGE, min_size=1, max_size=6), st.sampled_from(["2026-11-18", "2026-11-19"]),
+    st.sampled_from(["", "i2"]))
+
+
+@given(st.lists(_BLOCK, max_size=6))
+def test_shared_scopes_is_the_union_of_every_pair_s_shared_records(blocks: list[BlockMeta]) -> None:
+    pairs: set[tuple[str, int, str]] = set()
+    for i, a in enumerate(blocks):
+        for b in blocks[i + 1:]:
+            pairs |= may_share_records(a, b)
+    assert shared_scopes(blocks) == pairs
 
 
 # -- plan_query ----------------------------------------------------------------------------------------------------
