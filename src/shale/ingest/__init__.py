@@ -7,7 +7,8 @@ sequence is in this package's README and docs/DESIGN.md section 10.
 """
 
 import typing as _typing
-from importlib import import_module as _import_module
+
+from shale.exports import lazy_exports as _lazy_exports
 
 if _typing.TYPE_CHECKING:
     from shale.ingest.blocks import GROUPS, Chunk, GroupSpec, Written, write_chunk
@@ -17,7 +18,7 @@ if _typing.TYPE_CHECKING:
     from shale.ingest.plan import BatchPlan, Loss, PartitionRange, plan_batch
     from shale.ingest.verify import VerifyReport, verify_topic
 
-_HOMES = {  # each public name's module, imported on first use (PEP 562)
+__getattr__ = _lazy_exports(__name__, {  # each public name's module, imported on first use
     "GROUPS": "blocks",
     "Chunk": "blocks",
     "GroupSpec": "blocks",
@@ -35,15 +36,7 @@ _HOMES = {  # each public name's module, imported on first use (PEP 562)
     "plan_batch": "plan",
     "VerifyReport": "verify",
     "verify_topic": "verify",
-}
-
-
-def __getattr__(name: str) -> object:
-    """A public name, imported on first use: a Spark Python worker that runs a task of ``shale.ingest.task``
-    imports what the task needs, not the driver's job, committer and metastore client (half its import time)."""
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(_import_module(f"{__name__}.{_HOMES[name]}"), name)
+})
 
 
 __all__ = [

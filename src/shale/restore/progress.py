@@ -69,13 +69,22 @@ def ensure_progress_topic(admin: AdminClient) -> None:
                 raise
 
 
+def transactional_producer(settings: Mapping[str, Any]) -> Producer:
+    """A producer with ``transactional.id`` in ``settings``, initialized: ``init_transactions`` aborts the open
+    transaction of an older producer of the id and fences it. The cluster's metadata is read first: asked before
+    the producer is connected, librdkafka retries its coordinator request 500 ms later (measured: 0.5 s in most
+    of a restore's inits, 60 ms with the metadata first, which takes about 55 ms)."""
+    producer = Producer(dict(settings))
+    producer.list_topics(timeout=30)
+    producer.init_transactions(60)
+    return producer
+
+
 def fence(client: Mapping[str, Any], job: str, partitions: Iterable[int]) -> None:
     """``init_transactions`` for each partition's transactional id: aborts a killed run's open transactions and
     fences its zombies, so that the progress read next is final."""
     def one(partition: int) -> None:
-        producer = Producer({**client, "transactional.id": transactional_id(job, partition)})
-        producer.init_transactions(60)
-        producer.flush(10)
+        transactional_producer({**client, "transactional.id": transactional_id(job, partition)}).flush(10)
 
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="restore-fence") as pool:
         list(pool.map(one, partitions))  # each is a round trip to the coordinator: side by side
@@ -84,8 +93,10 @@ def fence(client: Mapping[str, Any], job: str, partitions: Iterable[int]) -> Non
 def read_progress(client: Mapping[str, Any], job: str, timeout: float = READ_TIMEOUT_S
                   ) -> dict[int, tuple[int, int]]:
     """Per source partition of ``job``: (next source offset, records restored so far), as committed."""
+    # The topic's last offset is a transaction's commit marker, never a message: the read ends at the partition's
+    # end, which a fetch reports only after fetch.wait.max.ms (500 ms by default, paid by the driver and each task).
     settings = {**client, "group.id": f"shale-restore-reader-{job}", "enable.auto.commit": False,
-                "enable.partition.eof": True, "auto.offset.reset": "earliest"}
+                "enable.partition.eof": True, "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10}
     # The log end of an uncommitted read (a read_committed one answers the last stable offset, which another
     # task's open transaction may hold below our last commit): every record our fenced ids wrote is below it.
     ends = Consumer({**settings, "isolation.level": "read_uncommitted"})
@@ -152,7 +163,7 @@ class ProgressWatcher:
             consumer.assign([TopicPartition(PROGRESS_TOPIC, 0, OFFSET_BEGINNING)])
             next_report = time.monotonic() + self.interval
             while not self._stop.is_set():
-                message = consumer.poll(0.5)
+                message = consumer.poll(0.1)  # the job's end waits for this poll
                 if message is not None and message.error() is None:
                     parsed = parse_progress(message.key(), message.value(), self.job)
                     if parsed is not None:

@@ -40,6 +40,7 @@ from shale.restore.progress import (
     progress_value,
     read_progress,
     transactional_id,
+    transactional_producer,
 )
 from shale.restore.throttle import RestoreLimits, Throttle
 
@@ -178,10 +179,11 @@ def run_partition(work_json: str, client: dict[str, Any], bucket_config: BucketC
     ``PartitionOutcome`` as JSON."""
     work = decode_work(work_json)
     batch = min(BATCH_BYTES, work.max_message_bytes or BATCH_BYTES)
-    producer = Producer({"enable.idempotence": True, "acks": "all", "linger.ms": 20, "transaction.timeout.ms": 60_000,
-                         "message.max.bytes": MAX_RECORD_BYTES, "batch.size": batch, **client,
-                         "transactional.id": transactional_id(work.job, work.partition)})
-    producer.init_transactions(60)  # fences every older producer of this partition, aborts its open transaction
+    # Fences every older producer of this partition and aborts its open transaction.
+    producer = transactional_producer({
+        "enable.idempotence": True, "acks": "all", "linger.ms": 20, "transaction.timeout.ms": 60_000,
+        "message.max.bytes": MAX_RECORD_BYTES, "batch.size": batch, **client,
+        "transactional.id": transactional_id(work.job, work.partition)})
     next_offset, restored = read_progress(client, work.job).get(work.partition, (work.start, 0))
     outcome = PartitionOutcome(work.partition, next_offset, restored, 0)
     try:
