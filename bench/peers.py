@@ -63,8 +63,9 @@ Records are the freshness benchmark's: JSON of about 130 bytes (``ts``, ``level`
 
 The notes of each run state every goal of issue 32 as met or missed with its figures: throughput at least 2x the
 sink's, p99 freshness at most half the sink's at its lowest working interval (Shale on defaults and on the
-low-latency profile), no duplicates where the sink has some. The machine is shared (2 cores with other users' test
-runs): figures vary from run to run; the load seen during each phase is in the notes.
+low-latency profile), no duplicates where the sink has some. Figures vary from run to run on this 2-core
+machine (two runs of the same code on the same quiet day differed by a third); the load seen during each phase is
+in the notes.
 """
 
 from __future__ import annotations

@@ -139,9 +139,9 @@ def _run_notes(out: dict[str, Any], tried: list[str]) -> list[str]:
              f"* Crash: the sink killed at {kcc['killed_at']:,} committed records, Shale at {shc['killed_at']:,}. "
              f"Through Spark SQL: the sink {spark['kc_crash']}; Shale {spark['shale_crash']}. Other readers: the sink "
              f"(pyiceberg) {kcc['check']}; Shale (query API) {shc['check']}, {shc['dropped']} dropped by the query.",
-             f"* The machine was shared: its 1-minute load average (2 cores) was "
-             f"{min(out['loadavg']):.1f}-{max(out['loadavg']):.1f} at the phases' ends (other users' test suites "
-             f"ran beside this). Cores busy on the whole machine: full-topic runs, the sink "
+             f"* Load: the 1-minute load average (2 cores; the benchmark's own processes count) was "
+             f"{min(out['loadavg']):.1f}-{max(out['loadavg']):.1f} at the phases' ends; what else ran shows as "
+             f"'other' and 'steal' below. Cores busy on the whole machine: full-topic runs, the sink "
              f"{kc['load']['busy_cores']}, Shale {sh['load']['busy_cores']}; crash runs, the sink "
              f"{kcc['load']['busy_cores']}, Shale {shc['load']['busy_cores']}; the sink's freshness window "
              f"{out['kc_fresh_low']['busy_cores']} ({out['kc_fresh_low']['steal_cores']} stolen); Shale's freshness "
