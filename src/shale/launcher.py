@@ -1,7 +1,11 @@
 """``shale run``: a whole single-machine deployment from one configuration, supervised.
 
-Processes, in start order: the metastore (``shale metastore serve``, which also serves the status page), one
-``shale ingest`` per configured group, and the compaction workers. The others reach the metastore over HTTP.
+Processes: the metastore (``shale metastore serve``, which also serves the status page), one ``shale ingest`` per
+configured group, and the compaction workers. The others reach the metastore over HTTP. They start in that order,
+except that the background services (the backup group and the compaction workers, ``BACKGROUND_NICE``) start
+once the partition group holds its ingest lease, or after ``FOREGROUND_WAIT``: Spark applications that start at
+once share the cores, and three of them on two cores each took 2-3 times as long to start as one alone
+(docs/BENCHMARKS.md, peers), so the group that queries read started last of all.
 ``run.services`` selects which of them this machine runs (docs/DEPLOY.md): a machine without the metastore uses
 the configuration's remote metastore nodes.
 Each runs in its own process group; one that dies is restarted after ``run.restart_delay``. SIGTERM or SIGINT
@@ -20,9 +24,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +50,12 @@ BACKGROUND_NICE = 10
 machine is busy, the partition group (what queries read) gets the cores first, so its batches and the latency
 from produce to query stay short; the background services get every core the partition group leaves idle, and
 their work is the same, only later (the backup group's records wait in Kafka, within its retention)."""
+
+
+FOREGROUND_WAIT = 120.0
+"""How long ``shale run`` waits for the partition group's lease (its Spark application started, its warm-up done)
+before starting the background services anyway (a group that cannot start must not hold the others back)."""
+LEASE_HELD = re.compile(r"^shale_ingest_lease_held\{[^}]*\} 1\.0$", re.MULTILINE)
 
 
 @dataclass
@@ -162,12 +174,45 @@ class Deployment:
         if self.local_metastore:
             self.issue_tokens()
         health = self.status_page.removesuffix("/ui") + "/healthz"
-        for service in self.services:
+        for service in [s for s in self.services if not s.background]:
             self._start(service)
             if service.name == "metastore":  # the others need it: wait until it serves
                 assert service.process is not None
                 with httpx.Client(timeout=1, verify=tls_verify(self.config.metastore.tls_ca_file)) as http:
                     service.process.wait_ready(lambda: http.get(health).status_code == 200, 60, "serving HTTP")
+
+    def start_background(self) -> None:
+        """The background services, once a foreground ingest process holds its lease (not if stopped meanwhile)."""
+        background = [s for s in self.services if s.background]
+        if not background:
+            return
+        started = time.monotonic()
+        why = self.wait_for_foreground_lease(FOREGROUND_WAIT)
+        log.info("starting the background services", extra={
+            "services": [s.name for s in background], "after": why,
+            "waited_seconds": round(time.monotonic() - started, 1)})
+        for service in background if why != "stopped" else []:
+            self._start(service)
+
+    def wait_for_foreground_lease(self, timeout: float, poll: float = 0.25) -> str:
+        """Wait until a foreground ingest process holds its lease (``shale_ingest_lease_held`` 1 on its metrics
+        endpoint): "lease"; or until none is left ("none": none configured, or all exited), the deployment was
+        stopped ("stopped"), or ``timeout`` passed ("timeout")."""
+        ingest = [s for s in self.services if s.name.startswith("ingest-") and not s.background]
+        deadline = time.monotonic() + timeout
+        with httpx.Client(timeout=1) as http:
+            while any(s.process is not None and s.process.alive() for s in ingest):
+                for service in ingest:
+                    try:
+                        if LEASE_HELD.search(http.get(service.metrics).text):
+                            return "lease"
+                    except httpx.HTTPError:
+                        pass  # not serving metrics yet
+                if time.monotonic() > deadline:
+                    return "timeout"
+                if self.stop.wait(poll):
+                    return "stopped"
+        return "none"
 
     def supervise(self, poll: float = 1.0) -> None:
         """Restart processes that die, until stopped; keep the metastore's tokens file in step."""
@@ -213,6 +258,7 @@ def run_deployment(config: ShaleConfig, base_args: list[str], log_dir: Path,
         print(f"status page: {deployment.status_page}", flush=True)
         for service in deployment.services:
             print(f"{service.name}: metrics {service.metrics}, log {log_dir / (service.name + '.log')}", flush=True)
+        deployment.start_background()
         deployment.supervise()
     finally:
         deployment.shutdown()

@@ -135,6 +135,12 @@ def test_a_whole_deployment_is_observable_and_stops_cleanly(kafka, minio_bucket,
         nice = {name: os.getpriority(os.PRIO_PROCESS, s["pid"]) for name, s in services.items()}
         assert nice["ingest-backup"] == nice["compact-0"] == nice["ingest-partition"] + BACKGROUND_NICE
         assert nice["metastore"] == nice["ingest-partition"]
+        # ... and start once the partition group holds its lease (three Spark applications starting together on
+        # two cores each took 2-3 times as long as one alone).
+        [started] = [json.loads(line) for line in (tmp_path / "run.log").read_text().splitlines()
+                     if '"starting the background services"' in line]
+        assert started["after"] == "lease"
+        assert started["services"] == ["ingest-backup", "compact-0"]
         admin_token = (tmp_path / "metastore" / "admin.token").read_text().strip()
         client = MetastoreClient([f"http://127.0.0.1:{port}"], deadline=30, token=admin_token)
         assert httpx.get(f"http://127.0.0.1:{port}/v1/status", timeout=10).status_code == 401

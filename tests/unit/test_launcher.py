@@ -6,6 +6,8 @@ remote nodes and token (an embedded metastore there is refused)."""
 from __future__ import annotations
 
 import os
+import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -14,8 +16,9 @@ from click.testing import CliRunner
 from shale.cli import cli
 from shale.config import load_config
 from shale.errors import ConfigError
-from shale.launcher import Deployment
+from shale.launcher import LEASE_HELD, Deployment
 from shale.metastore import auth
+from shale.process import ManagedProcess, free_port
 
 
 def test_children_get_tokens_of_their_own_role_and_the_metastore_accepts_them(tmp_path: Path) -> None:
@@ -122,3 +125,43 @@ def test_a_worker_machine_uses_the_remote_metastore_nodes(tmp_path: Path) -> Non
     assert deployment.status_page == "http://10.0.0.1:7070/ui"
     with pytest.raises(ConfigError, match=r"metastore\.mode must be 'remote'"):
         _deployment(tmp_path, 'run.services=["ingest"]')
+
+
+def test_the_lease_pattern_reads_prometheus_clients_own_exposition() -> None:
+    from prometheus_client import CollectorRegistry, Gauge, generate_latest
+
+    registry = CollectorRegistry()
+    held = Gauge("shale_ingest_lease_held", "help", ["group", "shard", "holder"], registry=registry)
+    held.labels("partition", "0", "host-1").set(0)
+    assert not LEASE_HELD.search(generate_latest(registry).decode())  # a standby, and the HELP/TYPE lines
+    held.labels("partition", "0", "host-1").set(1)
+    assert LEASE_HELD.search(generate_latest(registry).decode())
+
+
+def test_background_services_wait_for_the_partition_groups_lease(tmp_path: Path) -> None:
+    """The partition group's process is a real HTTP server serving its metrics file; the wait ends when the file
+    says the lease is held, when the process is gone, or when the deployment stops."""
+    deployment = _deployment(tmp_path)
+    [partition] = [s for s in deployment.services if s.name == "ingest-partition"]
+    assert [s.name for s in deployment.services if s.background] == ["ingest-backup", "compact-0"]
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "metrics").write_text('shale_ingest_lease_held{group="partition",holder="h",shard="0"} 0.0\n')
+    port = free_port()
+    partition.metrics = f"http://127.0.0.1:{port}/metrics"
+    partition.process = ManagedProcess("fake-partition", [sys.executable, "-m", "http.server", str(port), "--bind",
+                                                          "127.0.0.1", "--directory", str(served)],
+                                       tmp_path / "fake.log")
+    partition.process.start()
+    try:
+        stopper = threading.Timer(1.0, deployment.stop.set)  # a standby's metrics: it waits until stopped
+        stopper.start()
+        assert deployment.wait_for_foreground_lease(60) == "stopped"
+        deployment.stop.clear()
+        (served / "metrics").write_text('shale_ingest_lease_held{group="partition",holder="h",shard="0"} 1.0\n')
+        assert deployment.wait_for_foreground_lease(60) == "lease"
+        assert deployment.wait_for_foreground_lease(0) == "lease"
+    finally:
+        partition.process.stop()
+    assert deployment.wait_for_foreground_lease(60) == "none"  # exited: the others start without it
+    assert _deployment(tmp_path, 'run.ingest_groups=["backup"]').wait_for_foreground_lease(60) == "none"
