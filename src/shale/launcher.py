@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import signal
 import sys
 import threading
@@ -34,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from shale.config import ShaleConfig
 from shale.errors import ConfigError, ShaleError
@@ -55,7 +55,6 @@ their work is the same, only later (the backup group's records wait in Kafka, wi
 FOREGROUND_WAIT = 120.0
 """How long ``shale run`` waits for the partition group's lease (its Spark application started, its warm-up done)
 before starting the background services anyway (a group that cannot start must not hold the others back)."""
-LEASE_HELD = re.compile(r"^shale_ingest_lease_held\{[^}]*\} 1\.0$", re.MULTILINE)
 
 
 @dataclass
@@ -191,7 +190,9 @@ class Deployment:
         log.info("starting the background services", extra={
             "services": [s.name for s in background], "after": why,
             "waited_seconds": round(time.monotonic() - started, 1)})
-        for service in background if why != "stopped" else []:
+        if why == "stopped":
+            return
+        for service in background:
             self._start(service)
 
     def wait_for_foreground_lease(self, timeout: float, poll: float = 0.25) -> str:
@@ -204,7 +205,7 @@ class Deployment:
             while any(s.process is not None and s.process.alive() for s in ingest):
                 for service in ingest:
                     try:
-                        if LEASE_HELD.search(http.get(service.metrics).text):
+                        if lease_held(http.get(service.metrics).text):
                             return "lease"
                     except httpx.HTTPError:
                         pass  # not serving metrics yet
@@ -241,6 +242,12 @@ class Deployment:
             if service.process is not None:
                 service.process.stop(timeout=grace)
                 log.info("stopped", extra={"service": service.name})
+
+
+def lease_held(metrics: str) -> bool:
+    """Whether an ingest process's metrics (Prometheus text) say it holds its shard's lease."""
+    return any(sample.name == "shale_ingest_lease_held" and sample.value == 1
+               for family in text_string_to_metric_families(metrics) for sample in family.samples)
 
 
 def run_deployment(config: ShaleConfig, base_args: list[str], log_dir: Path,

@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 from shale.cli import cli
 from shale.config import load_config
 from shale.errors import ConfigError
-from shale.launcher import LEASE_HELD, Deployment
+from shale.launcher import Deployment, lease_held
 from shale.metastore import auth
 from shale.process import ManagedProcess, free_port
 
@@ -133,9 +135,21 @@ def test_the_lease_pattern_reads_prometheus_clients_own_exposition() -> None:
     registry = CollectorRegistry()
     held = Gauge("shale_ingest_lease_held", "help", ["group", "shard", "holder"], registry=registry)
     held.labels("partition", "0", "host-1").set(0)
-    assert not LEASE_HELD.search(generate_latest(registry).decode())  # a standby, and the HELP/TYPE lines
+    assert not lease_held(generate_latest(registry).decode())  # a standby, and the HELP/TYPE lines
     held.labels("partition", "0", "host-1").set(1)
-    assert LEASE_HELD.search(generate_latest(registry).decode())
+    assert lease_held(generate_latest(registry).decode())
+
+
+@given(st.text(max_size=20), st.sampled_from([0.0, 1.0]), st.floats(0, 10**6))
+def test_the_lease_is_read_whatever_the_labels_and_other_metrics_say(holder: str, value: float,
+                                                                     other: float) -> None:
+    from prometheus_client import CollectorRegistry, Gauge, generate_latest
+
+    registry = CollectorRegistry()
+    Gauge("shale_ingest_lease_age_seconds", "help", ["group"], registry=registry).labels("partition").set(other)
+    held = Gauge("shale_ingest_lease_held", "help", ["group", "shard", "holder"], registry=registry)
+    held.labels("partition", "0", holder).set(value)  # a holder of quotes, braces, newlines, "} 1.0" ...
+    assert lease_held(generate_latest(registry).decode()) == (value == 1.0)
 
 
 def test_background_services_wait_for_the_partition_groups_lease(tmp_path: Path) -> None:
@@ -165,3 +179,8 @@ def test_background_services_wait_for_the_partition_groups_lease(tmp_path: Path)
         partition.process.stop()
     assert deployment.wait_for_foreground_lease(60) == "none"  # exited: the others start without it
     assert _deployment(tmp_path, 'run.ingest_groups=["backup"]').wait_for_foreground_lease(60) == "none"
+
+
+def test_a_holder_with_a_brace_still_holds_the_lease() -> None:
+    """Found by the property above: a line pattern stopping at the first "}" missed this lease."""
+    assert lease_held('shale_ingest_lease_held{group="partition",holder="a}b",shard="0"} 1.0\n')
