@@ -26,6 +26,14 @@ from shale.index import Matcher
 Kind = Literal["records", "quarantine"]
 
 
+class UnknownColumnsError(ValueError):
+    """Columns asked for that no selected record has (in the query's window)."""
+
+    def __init__(self, unknown: list[str], names: list[str]) -> None:
+        super().__init__(f"unknown columns {unknown}; this query's columns are {names}")
+        self.unknown = unknown
+
+
 class BlockSource(Protocol):
     """Where a query finds its blocks: the metastore, a read-only view of its state, or a bucket index. Every
     source answers both questions, so every source returns the same rows."""
@@ -132,7 +140,7 @@ def plan_query(blocks: list[BlockMeta], group: str, kind: Kind, columns: Sequenc
     if columns:
         unknown = [c for c in columns if c not in schema.names]
         if unknown:
-            raise ValueError(f"unknown columns {unknown}; this query's columns are {schema.names}")
+            raise UnknownColumnsError(unknown, schema.names)
         schema = pa.schema([schema.field(c) for c in columns])
     time_column = "event_time" if group == "partition" and kind == "records" else "timestamp"
     return QueryPlan(parts, schema, time_column, dedup, base)
