@@ -6,10 +6,14 @@ import json
 import signal
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from shale.cli.common import get_config, shale_errors
+
+if TYPE_CHECKING:
+    from shale.config import CompactionConfig
 
 
 @click.command()
@@ -53,3 +57,19 @@ def compact(ctx: click.Context, until_idle: bool, show_jobs: bool, set_failure_l
         signal.signal(sig, lambda *_: stop.set())
     worker.run(stop, until_idle=until_idle)
     click.echo(f"compaction worker {worker.worker_id} finished {len(worker.completed)} jobs", err=True)
+    if until_idle:
+        click.echo(idle_reason(metastore.compaction_queue(), config.compaction), err=True)
+
+
+def idle_reason(queue: dict[str, int], config: CompactionConfig) -> str:
+    """Why no further job is handed out, from the blocks waiting per ``<tenant>/L<level>``: pure."""
+    if not queue:
+        return "no block waits for compaction"
+    waiting = ", ".join(f"{name}: {count}" for name, count in sorted(queue.items()))
+    levels = sorted({int(name.rsplit("/L", 1)[1]) for name in queue})
+    counts = " / ".join(f"level {level} at {config.blocks_per_job[min(level, len(config.blocks_per_job) - 1)]}"
+                        for level in levels)
+    return (f"{sum(queue.values())} blocks wait for a job ({waiting}); a queue closes a job at its block count "
+            f"({counts} blocks of one tenant, shard, group and generation), at {config.job_byte_limit} "
+            f"uncompressed bytes, or once its oldest block has waited compaction.max_age ({config.max_age:g} s, "
+            "with at least two blocks)")
