@@ -37,7 +37,8 @@ def args(tmp_path: Path) -> list[str]:
     table = backup_table("app", 0, 0, COUNT)
     values = [json.dumps({"ts": _stamp(i), "level": "INFO"}).encode() for i in range(COUNT)]
     table = table.set_column(table.schema.get_field_index("value"), "value", pa.array(values, pa.binary()))
-    ingest = IngestConfig(default_tenant="acme", parsers=[ParserRule(parser="json", options={"time_field": "ts", "label_fields": ["level"]})])
+    rule = ParserRule(parser="json", options={"time_field": "ts", "label_fields": ["level"]})
+    ingest = IngestConfig(default_tenant="acme", parsers=[rule])
     written = write_chunk(GroupSpec("partition", 1, config.bucket, ingest), open_bucket(config.bucket), table,
                           Chunk("app", 0, "", 0, COUNT, BASE_MS + 3650 * 86_400_000))
     command = batch_commit([written], [PartitionRange("app", 0, "", 0, COUNT)], group="partition", generation=1,
@@ -142,3 +143,21 @@ def test_the_default_table_shows_the_parsed_columns_not_the_raw_value(args: list
     assert "value, headers, timestamp_type not shown (--columns or --format json shows them)" in result.stderr
     asked = CliRunner().invoke(cli, [*args, "--limit", "1", "--columns", "offset,value"])
     assert "value" in asked.stdout.splitlines()[1]
+
+
+def test_shale_read_is_the_query_in_one_call(args: list[str]) -> None:
+    import datetime as dt
+
+    import shale
+
+    config = load_config(env={}, overrides=[args[1], args[3]])
+    table = shale.read(config, tenant="acme", selector='{topic="app"}', start=dt.datetime(2026, 11, 1),
+                       end="2026-12-01")
+    assert sorted(table.column("offset").to_pylist()) == list(range(COUNT))
+    assert table.schema.field("event_time").type.tz == "UTC"
+    lines = CliRunner().invoke(cli, [*args, "--format", "json", '{topic="app"}']).stdout.splitlines()
+    assert table.num_rows == len(lines)
+    part = shale.read(config, tenant="acme", start="2026-11-22", end=dt.datetime(2026, 12, 1, tzinfo=dt.UTC),
+                      columns=["offset"])
+    assert part.column_names == ["offset"]
+    assert 0 < part.num_rows < COUNT
