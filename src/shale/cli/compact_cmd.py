@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import signal
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,6 +39,7 @@ def compact(ctx: click.Context, until_idle: bool, show_jobs: bool, set_failure_l
         click.echo(f"compaction failure limit set to {result.data['limit']}")
         return
     from shale.compactor.worker import CompactionWorker
+    from shale.signals import Stopper
     from shale.spark import spark_session
 
     if config.compaction.metrics_port:
@@ -52,11 +51,11 @@ def compact(ctx: click.Context, until_idle: bool, show_jobs: bool, set_failure_l
                               poll_interval=config.compaction.poll_interval, save_reports=save_reports,
                               deltas=config.bucket_index.deltas)
     click.echo(f"compaction worker {worker.worker_id} with {worker.slots} slots", err=True)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    worker.run(stop, until_idle=until_idle)
+    stopper = Stopper("compaction worker").install()
+    worker.run(stopper.event, until_idle=until_idle)
     click.echo(f"compaction worker {worker.worker_id} finished {len(worker.completed)} jobs", err=True)
+    if stopper.signum:
+        ctx.exit(stopper.exit_code)
     if until_idle:
         click.echo(idle_reason(metastore.compaction_queue(), config.compaction), err=True)
 
