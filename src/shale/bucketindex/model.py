@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import gc
 import gzip
+import hashlib
 import json
 import threading
 import zlib
@@ -227,3 +228,25 @@ def _live_blocks(index: BucketIndex) -> list[BlockMeta]:
                    for other in rivals):
             live.append(block)
     return sorted(live, key=lambda b: b.id)
+
+
+Rule = tuple[str, int, int, int]
+"""A generation switch: (topic, start ms, end ms, generation)."""
+
+
+def state_digest(live_ids: Iterable[str], generations: Iterable[Rule] | None) -> str:
+    """A digest of what a tenant's queries can return: the ids of its blocks that are not marked for deletion
+    (in the metastore: its blocks, tombstoned ones excluded) and its generation switches (each topic's in their
+    order; no switches and unknown switches digest alike). The metastore stamps it on every delta link
+    (``deltas.DeltaLink.digest``), and a stale-tolerant reader's view counts as fresh as of a change only if the
+    view digests the same: a change the deltas did not carry cannot hide behind a chain without holes."""
+    # Stable by topic: each topic's switches keep their order (a tuple again: a JSON delta gives lists).
+    rules = sorted(((str(t), int(s), int(e), int(g)) for t, s, e, g in generations or ()), key=lambda r: r[0])
+    text = "\n".join(sorted(live_ids)) + "\n\n" + json.dumps(rules, separators=(",", ":"))
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def view_digest(index: BucketIndex) -> str:
+    """``state_digest`` of an index (or a view with deltas applied)."""
+    marked = index.marked_ids()
+    return state_digest((b.id for b in index.blocks if b.id not in marked), index.generations)

@@ -22,6 +22,7 @@ from shale.bucketindex import (
     StaleIndexError,
     publish,
     read_index,
+    state_digest,
 )
 from shale.bucketindex.deltas import chain_end
 from shale.metastore.commands import AddBlocks, DeleteTombstones, ReplaceBlocks, Result, encode
@@ -85,8 +86,10 @@ def test_links_apply_in_version_order_whatever_order_their_keys_have(bucket: Obs
     tenant, clock = "acme", Clock()
     a, b, c = block(tenant, 1), block(tenant, 2), block(tenant, 3)
     publish(bucket, BucketIndex.build(tenant, T0, [a], tenant_version=5), read_index(bucket, tenant))
-    DeltaWriter(bucket, Clock(T0 + 10)).write(tenant, added=[c], link=DeltaLink(previous=7, version=9, time=T0 + 12))
-    DeltaWriter(bucket, Clock(T0 + 20)).write(tenant, added=[b], link=DeltaLink(previous=5, version=7, time=T0 + 11))
+    DeltaWriter(bucket, Clock(T0 + 10)).write(tenant, added=[c], link=DeltaLink(
+        previous=7, version=9, time=T0 + 12, digest=state_digest([a.id, b.id, c.id], None)))
+    DeltaWriter(bucket, Clock(T0 + 20)).write(tenant, added=[b], link=DeltaLink(
+        previous=5, version=7, time=T0 + 11, digest=state_digest([a.id, b.id], None)))
     clock.advance(STALE + 5)
     reader = BucketIndexReader(bucket, config(max_stale_period=STALE), clock)
     assert sorted(x.id for x in reader.blocks(tenant)) == sorted([a.id, b.id, c.id])
