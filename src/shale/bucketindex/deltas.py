@@ -6,7 +6,8 @@ change is durable, with put-if-absent::
     <tenant>/bucket-index-deltas/<ms:013d>-<seq:06d>-<writer>.json
     {"version": 1, "tenant": "acme", "time": 1795000000.5,
      "added": [<BlockMeta>], "marks": [{"id", "deletion_time", "reason"}], "removed": ["<block id>"],
-     "link": {"previous": 41, "version": 57, "time": 1795000000.4}}
+     "link": {"previous": 41, "version": 57, "time": 1795000000.4, "digest": "<32 hex digits>",
+              "generations": [["app", 0, 4611686018427387904, 1]]}}
 
 Keys sort by the producer's (per-writer monotonic) clock, then by a sequence within one millisecond, then by
 writer. "After the change is durable" matters: a block is announced only once its meta.json exists and, with a
@@ -14,13 +15,16 @@ metastore, once its commit is applied, so that anything a delta announces can be
 lists the deltas *before* reading its source.
 
 A delta names where its change sits in the metastore's history of the tenant (``link``): the tenant's version
-before and after it (the log index of its last change; the metastore's command result says both) and the log's
-time of the change. The index says the version its source reflected (``BucketIndex.tenant_version``). A reader
-follows the links from the index's version (``chain_end``); the view is fresh as of the newest change it reaches
-without a hole. A producer that died between its commit and its delta leaves a hole that no later delta can cover:
-the view stays stale (``StaleIndexError``) until the index writer folds the change in, instead of looking fresh
-while it lacks a committed block. A delta without a link (a replayed commit, a delta of an older Shale) is
-applied but proves nothing about freshness.
+before and after it (the log index of its last change; the metastore's command result says both), the log's
+time of the change, and what the tenant looked like once the change's entry was applied (``digest``, see
+``model.state_digest``; and the generation switches, when the entry changed them). The index says the version its
+source reflected (``BucketIndex.tenant_version``). A reader applies the deltas whose links continue the index's
+version, in version order (``follow_chain``); the view is fresh as of the newest change it reaches without a hole
+*and* whose digest it matches. A producer that died between its commit and its delta leaves a hole that no later
+delta can cover, and a delta that carries less than its change (a switch, a forgotten block) leaves a view that
+matches no digest: either way the view stays stale (``StaleIndexError``) until the index writer folds the change
+in, instead of looking fresh while it lacks a change. A delta without a link (a replayed commit, a delta of an
+older Shale) is not applied and proves nothing.
 
 Index writers fold deltas: they set the index's ``watermark`` to the newest delta key whose change the index
 holds, and then delete the deltas up to it. ``fold_watermark`` is the rule both writers share: the watermark
@@ -89,23 +93,6 @@ class DeltaLink(BaseModel):
         digest, generations = (raw[3], raw[4]) if len(raw) == 5 else (None, None)
         return cls(previous=raw[0], version=raw[1], time=raw[2] / 1000, digest=digest,
                    generations=None if generations is None else [tuple(r) for r in generations])
-
-
-def chain_end(start: int | None, links: Iterable[DeltaLink]) -> tuple[float | None, int | None]:
-    """Follow ``links`` from the version ``start`` an index reflects: the log time of the newest change reached
-    without a hole (None: no link reached past ``start``), and the version just before the first hole (None: no
-    hole). Links apply in version order whatever order their deltas' keys have; a link whose ``previous`` is
-    beyond the version reached so far means a change in between announced no delta. ``start`` None (an index
-    built from a bucket scan) reaches nothing: a scan cannot say which changes it holds."""
-    if start is None:
-        return None, None
-    at, when = start, None
-    for link in sorted(links, key=lambda k: (k.previous, k.version)):
-        if link.previous > at:
-            return when, at
-        if link.version >= at:
-            at, when = link.version, link.time if when is None else max(when, link.time)
-    return when, None
 
 
 @dataclass(frozen=True)

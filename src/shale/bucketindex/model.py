@@ -19,7 +19,7 @@ The object is gzip-compressed JSON::
 * ``uploaded`` is when each block was first seen by an index writer (or its newest object's upload time).
 * ``tenant_version`` is the metastore's version of the tenant (the log index of its last change) that the
   writer's source reflected; absent in an index built from a bucket scan. Stale-tolerant readers follow the
-  deltas' links from it (``deltas.chain_end``).
+  deltas' links from it (``deltas.follow_chain``).
 
 A malformed index, an index of another tenant and an index of an unknown version are ``CorruptObjectError``s
 naming the tenant and the key. Unknown fields are refused too: a newer Shale bumps ``version`` when it adds a

@@ -20,10 +20,12 @@ listing holds every delta after that index's watermark. Reading the index first 
 index and delete deltas in between, and the reader would apply a listing with a hole in it.
 
 In stale-tolerant mode the view is fresh as of the later of the index's ``updated_at`` and the log time of the
-newest change its deltas reach, following their links from the index's tenant version without a hole
-(``deltas.chain_end``): a producer that stopped between its commit and its delta leaves a hole no later delta
-covers. If that is still older than ``max_stale_period`` (no delta newer than the index, a hole, or a delta that
-cannot be read before the newer ones), the reader refuses with ``StaleIndexError``. Deltas are applied only
+newest change its deltas reach, following their links from the index's tenant version without a hole, whose
+digest of the tenant the view matches (``deltas.follow_chain``): a producer that stopped between its commit and
+its delta leaves a hole no later delta covers, and a delta that carries less than its change leaves a view that
+matches no digest. If that is still older than ``max_stale_period`` (no delta newer than the index, a hole, a
+change the deltas did not carry, or a delta that cannot be read before the newer ones), the reader refuses with
+``StaleIndexError``. Deltas are applied only
 while the index itself is stale: a fresh index is answered as it is, exactly as the metastore (or the scan) wrote it.
 
 Live blocks are the index's blocks that are not marked for deletion and not HealthyOverlapped

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import hypothesis.strategies as st
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 from tests.unit.bucketindex.helpers import Clock, config
 from tests.unit.metastore.helpers import meta, output_of
@@ -29,6 +29,7 @@ from shale.bucketindex import (
     DeltaWriter,
     StaleIndexError,
     live_blocks,
+    state_digest,
 )
 from shale.config import RetentionConfig
 from shale.metastore import MetastoreService, SingleNodeLog, StateMachine
@@ -228,6 +229,8 @@ class StaleViewModel(RuleBasedStateMachine):
         self.clock.advance(seconds)
         reader = BucketIndexReader(self.world.bucket, config(max_stale_period=STALE), self.clock)
         answer = _answer(reader)
+        index_age = self.clock.now - reader.index(TENANT).updated_at if answer is not None else None
+        event("read: " + ("refused" if index_age is None else "deltas" if index_age > STALE else "index"))
         if answer is None:
             return
         oldest = self.clock.now - STALE
@@ -257,3 +260,34 @@ def test_a_link_whose_digest_the_view_does_not_match_vouches_for_nothing(tmp_pat
     clock.advance(STALE)
     with pytest.raises(StaleIndexError, match="do not carry every change"):
         BucketIndexReader(world.bucket, config(max_stale_period=STALE), clock).blocks(TENANT)
+
+
+def test_an_index_holding_more_than_its_version_is_verified_where_the_chain_catches_up(tmp_path: Path) -> None:
+    """The index writer reads the tenant's version before its blocks, so an index may hold a change its version
+    does not claim: the view mismatches that change's predecessor, and matches once the chain reaches it."""
+    clock = Clock()
+    a, b, c = (meta(start=n * 10, end=n * 10 + 10, key=f"held/{n}") for n in range(3))
+    bucket = open_bucket_url(f"memory://held-{uuid.uuid4().hex}")
+    index = BucketIndex.build(TENANT, clock.now, [a, b], tenant_version=1)  # holds version 2's block b
+    bucket.put_if_absent(f"{TENANT}/bucket-index.json.gz", index.to_bytes())
+    deltas = DeltaWriter(bucket, clock)
+    clock.advance(STALE)
+    deltas.write(TENANT, added=[b], link=DeltaLink(previous=1, version=2, time=clock.now - 1,
+                                                   digest=state_digest([a.id, b.id], None)))
+    deltas.write(TENANT, added=[c], link=DeltaLink(previous=2, version=3, time=clock.now,
+                                                   digest=state_digest([a.id, b.id, c.id], None)))
+    clock.advance(1)
+    reader = BucketIndexReader(bucket, config(max_stale_period=STALE), clock)
+    assert {x.id for x in reader.blocks(TENANT)} == {a.id, b.id, c.id}
+
+
+def test_an_entry_that_changes_a_tenant_without_touching_it_still_gives_it_a_new_version(tmp_path: Path) -> None:
+    """A handler that forgets ``touch`` must not let an older link vouch over its change: the entry still gives
+    the tenant a new version, so the next link starts after a version no delta announced (a hole)."""
+    state = StateMachine(tmp_path / "state.db")
+    w = state.writer
+    w.conn.execute("BEGIN IMMEDIATE")
+    w.add_blocks([meta(key="untouched")], 1)
+    w.set_applied(1, 1)
+    w.conn.execute("COMMIT")
+    assert state.reader.tenant_versions() == {TENANT: 1}
