@@ -10,6 +10,7 @@ import sqlite3
 import msgpack
 
 from shale.block import BlockMeta
+from shale.bucketindex import state_digest
 from shale.compaction.state import CompactionState
 from shale.index.changes import PendingChanges
 from shale.index.changes import trim as trim_changes
@@ -31,6 +32,8 @@ class IndexWriter:
         self._packed: dict[tuple[tuple[tuple[str, str], ...], ...], list[list[int]]] = {}
         self.changes = PendingChanges()
         """Blocks added and removed by the command being applied: the change feed (``shale.index.changes``)."""
+        self._links: dict[str, list[list[object]]] = {}
+        """The links ``touch`` gave out during the command being applied, per tenant, finished by ``set_applied``."""
 
     # -- strings ------------------------------------------------------------------------------
 
@@ -52,6 +55,7 @@ class IndexWriter:
         self._packed.clear()
         self._partitions.clear()
         self.changes.clear()
+        self._links.clear()
 
     # -- state ----------------------------------------------------------------------------------
 
@@ -60,7 +64,9 @@ class IndexWriter:
         return int(rows["applied_index"]), int(rows["applied_term"])
 
     def set_applied(self, index: int, term: int) -> None:
-        """Record the applied entry, and the blocks its command added and removed (the change feed)."""
+        """Record the applied entry, and the blocks its command added and removed (the change feed); finish the
+        links its command gave out (``touch``)."""
+        self._finish_links(index)
         self.changes.flush(self.conn, index)
         self.conn.executemany("UPDATE state SET value = ? WHERE key = ?",
                               [(index, "applied_index"), (term, "applied_term")])
@@ -221,16 +227,49 @@ class IndexWriter:
             "WHERE s.value = ? AND p.shard = ? AND p.window_start = ? AND b.max_time <= ? ORDER BY b.id",
             (tenant, shard, window_start, data_until))]
 
-    def touch(self, tenants: set[str], version: int, time_ms: int) -> dict[str, list[int]]:
-        """Record that these tenants' blocks or tombstones changed at ``version`` (the log index, at the log's
-        ``time_ms``); return each tenant's link ``[previous version, version, time_ms]`` (previous 0: its first
-        change): a bucket index delta carries it, so that a reader can tell a missing delta from none
-        (``shale.bucketindex.deltas``)."""
+    def touch(self, tenants: set[str], version: int, time_ms: int) -> dict[str, list[object]]:
+        """Record that these tenants' blocks, tombstones or generation switches changed at ``version`` (the log
+        index, at the log's ``time_ms``); return each tenant's link ``[previous version, version, time_ms]``
+        (previous 0: its first change): a bucket index delta carries it, so that a reader can tell a missing
+        delta from none (``shale.bucketindex.deltas``). ``set_applied`` appends the tenant's state digest and, if
+        the entry changed them, its generation switches to each link it returned (the lists are filled in place),
+        so the digest holds every change of the entry, including those made after this call."""
         previous = {t: self.tenant_version(t) for t in sorted(tenants)}
         self.conn.executemany(
             "INSERT INTO tenant_versions (tenant, version) VALUES (?, ?) "
             "ON CONFLICT (tenant) DO UPDATE SET version = excluded.version", [(t, version) for t in sorted(tenants)])
-        return {t: [before, version, time_ms] for t, before in previous.items()}
+        links: dict[str, list[object]] = {t: [before, version, time_ms] for t, before in previous.items()}
+        for tenant, link in links.items():
+            self._links.setdefault(tenant, []).append(link)
+        return links
+
+    def _finish_links(self, index: int) -> None:
+        """Stamp the entry's links with each tenant's state as the entry leaves it (``state_digest``: its blocks
+        and generation switches) and the switches themselves if the entry changed them. A tenant whose blocks or
+        switches the entry changed without a ``touch`` gets a new version all the same: no link vouches for that
+        version, so every stale-tolerant reader's chain has a hole there instead of a silent gap."""
+        untouched = self.changes.tenants() - self._links.keys()
+        if untouched:
+            self.touch(untouched, index, 0)
+        switched = self.changes.tenants("generations")
+        for tenant, links in self._links.items():
+            rules = self.topic_rules_of(tenant)
+            digest = state_digest(self.tenant_block_ids(tenant), rules)
+            for link in links:
+                link.extend([digest, [list(r) for r in rules] if tenant in switched else None])
+        self._links.clear()
+
+    def tenant_block_ids(self, tenant: str) -> list[str]:
+        """The tenant's block ids (tombstoned ones are not blocks any more), by its partitions."""
+        return [r[0] for r in self.conn.execute(
+            "SELECT b.id FROM partitions p JOIN strings s ON p.tenant = s.id JOIN blocks b ON b.partition_id = p.id "
+            "WHERE s.value = ?", (tenant,))]
+
+    def topic_rules_of(self, tenant: str) -> list[tuple[str, int, int, int]]:
+        """The tenant's generation switches, each topic's oldest first: (topic, start ms, end ms, generation)."""
+        return [(r[0], r[1], r[2], r[3]) for r in self.conn.execute(
+            'SELECT topic, start, "end", generation FROM generations WHERE tenant = ? ORDER BY topic, seq',
+            (tenant,))]
 
     def tenant_version(self, tenant: str) -> int:
         row = self.conn.execute("SELECT version FROM tenant_versions WHERE tenant = ?", (tenant,)).fetchone()

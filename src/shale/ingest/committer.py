@@ -96,7 +96,7 @@ class Committer:
         self.committed: dict[tuple[str, int], tuple[int, str]] = {}
         """(committed end, incarnation) per topic-partition: the metastore's, plus this process's later commits."""
         self.dlq_pending = False
-        self.links: dict[str, list[int]] = {}
+        self.links: dict[str, list[object]] = {}
         """The last commit's link per tenant (``shale.bucketindex.DeltaLink``); empty if it was not applied now."""
 
     def load(self, deadline: float = 300.0) -> dict[tuple[str, int], tuple[int, str]]:

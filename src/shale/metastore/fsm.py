@@ -325,8 +325,7 @@ def _truncate_index(w: IndexWriter, cmd: TruncateIndex, entry: Entry) -> Result:
     if missing:
         raise CommandRejectedError(f"TruncateIndex names partitions of {missing} without their cutoff",
                                    reason="malformed")
-    touched: set[str] = set()
-    removed = 0
+    tombstoned: dict[str, list[str]] = {}
     for key in cmd.partitions:
         cutoff = cmd.cutoffs[key.tenant]
         if key.window_start + PARTITION_WINDOW_MS > cutoff:
@@ -335,9 +334,11 @@ def _truncate_index(w: IndexWriter, cmd: TruncateIndex, entry: Entry) -> Result:
             meta = w.remove_block(block_id)
             assert meta is not None
             w.add_tombstone(meta, entry.time_ms, cmd.reason)
-            touched.add(meta.tenant)
-            removed += 1
-    return Result(ok=True, data={"removed": removed, "links": w.touch(touched, entry.index, entry.time_ms)})
+            tombstoned.setdefault(meta.tenant, []).append(block_id)
+    # Every block removed, per tenant: the bucket index delta marks exactly these (the ones its prepare marked
+    # and any block added since that the same cutoffs expire).
+    return Result(ok=True, data={"removed": sum(len(ids) for ids in tombstoned.values()), "tombstoned": tombstoned,
+                                 "links": w.touch(set(tombstoned), entry.index, entry.time_ms)})
 
 
 @handles(DeleteTombstones)
