@@ -256,10 +256,14 @@ class IndexWriter:
         self.changes.record("generations", tenant, topic)
         return True
 
-    def rule_tenants(self, topic: str) -> list[str]:
-        """The tenants with a generation switch of ``topic``."""
-        return [r[0] for r in self.conn.execute(
-            "SELECT DISTINCT tenant FROM generations WHERE topic = ? ORDER BY tenant", (topic,))]
+    def topic_rules_by_tenant(self, topic: str) -> dict[str, list[tuple[int, int, int]]]:
+        """Every tenant's switches of ``topic``, oldest first: (start ms, end ms, generation); one query."""
+        found: dict[str, list[tuple[int, int, int]]] = {}
+        for tenant, start, end, generation in self.conn.execute(
+                'SELECT tenant, start, "end", generation FROM generations WHERE topic = ? ORDER BY tenant, seq',
+                (topic,)):
+            found.setdefault(str(tenant), []).append((int(start), int(end), int(generation)))
+        return found
 
     def generation_pins(self, tenant: str, topic: str) -> list[tuple[int, int, int]]:
         """The operator's switches of the topic, oldest first: (start ms, end ms, newest generation it binds)."""

@@ -91,9 +91,10 @@ def switch_when_caught_up(w: IndexWriter, cmd: CommitIngestBatch) -> Switches:
     for topic in sorted({r.topic for r in cmd.ranges}):
         tenants = {m.tenant for m in cmd.blocks for d in m.datasets if d.rows and d.topic == topic}
         offsets = w.topic_offsets(cmd.group, topic)
+        every = w.topic_rules_by_tenant(topic)
         held: dict[tuple[int, str], list[tuple[int, int]]] | None = None
-        for tenant in sorted(tenants | set(w.rule_tenants(topic))):
-            rules = w.topic_rules(tenant, topic)
+        for tenant in sorted(tenants | set(every)):
+            rules = every.get(tenant, [])
             free = _free(w, tenant, topic, generation, rules)
             if not free or not _caught_up(w, cmd.group, topic, generation, _behind(rules, generation, offsets),
                                           offsets):

@@ -244,6 +244,20 @@ def test_case9_a_replica_applying_the_same_log_reaches_the_same_state(up: Upgrad
                                                                               OPEN_END, 2)]
 
 
+def test_case9_a_state_without_switches_keeps_its_data_until_the_new_generation_has_caught_up(up: Upgrade) -> None:
+    """A state whose commits predate recorded switches (readers configured with generation 1 decide): no switch
+    names a serving generation, so generation 2 must catch up with every other generation live ingestion writes
+    before it is switched in (its first commit used to make it active at every time, hiding the older data)."""
+    _ten_records(up)
+    up.sm.conn.execute("DELETE FROM generations")  # as a state from before switches were recorded
+    up.ingest(2, 0, 5)
+    assert up.rules() == []
+    assert len(up.visible()) == 10
+    up.ingest(2, 1, 5)
+    assert up.rules() == [(TOPIC, 0, OPEN_END, 2)]
+    assert len(up.visible()) == 10
+
+
 # -- the property: every interleaving of batches of three generations, Kafka's retention and operator switches ----
 
 SPANS = [(0, OPEN_END), (BASE_MS, BASE_MS + 10 * MINUTE), (BASE_MS + 10 * MINUTE, OPEN_END)]
