@@ -97,6 +97,9 @@ class Committer:
         """(committed end, incarnation) per topic-partition: the metastore's, plus this process's later commits."""
         self.dlq_pending = False
         self.links: dict[str, list[int]] = {}
+        self.switches: dict[str, list[list[int | str]]] = {}
+        """The generation switches the last commit made, per tenant (``[topic, start, end, generation]`` each): what
+        a bucket index delta must carry besides the blocks."""
         """The last commit's link per tenant (``shale.bucketindex.DeltaLink``); empty if it was not applied now."""
 
     def load(self, deadline: float = 300.0) -> dict[tuple[str, int], tuple[int, str]]:
@@ -148,7 +151,7 @@ class Committer:
         return outcome
 
     def _commit(self, command: CommitIngestBatch) -> str:
-        self.links = {}
+        self.links, self.switches = {}, {}
         if self.dlq_pending:
             self.dlq_pending = not self._drain()
         if not self.dlq_pending:
@@ -167,6 +170,10 @@ class Committer:
                         f"ingest {self.group} generation {self.generation}: the metastore rejected batch "
                         f"{command.batch}: {result.message}")
                 self.links = result.data.get("links") or {}
+                self.switches = result.data.get("switches") or {}
+                if self.switches:  # DESIGN 10.5: this commit found the generation caught up
+                    log.info("this generation serves readers now: it has caught up", extra={
+                        "group": self.group, "generation": self.generation, "switches": self.switches})
                 return "replayed" if result.data.get("replay") else "committed"
         assert self.dlq is not None
         self.dlq.enqueue(self.stream, command)
