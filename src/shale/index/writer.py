@@ -295,6 +295,50 @@ class IndexWriter:
         self.changes.record("generations", tenant, topic)
         return True
 
+    def topic_rules_by_tenant(self, topic: str) -> dict[str, list[tuple[int, int, int]]]:
+        """Every tenant's switches of ``topic``, oldest first: (start ms, end ms, generation); one query."""
+        found: dict[str, list[tuple[int, int, int]]] = {}
+        for tenant, start, end, generation in self.conn.execute(
+                'SELECT tenant, start, "end", generation FROM generations WHERE topic = ? ORDER BY tenant, seq',
+                (topic,)):
+            found.setdefault(str(tenant), []).append((int(start), int(end), int(generation)))
+        return found
+
+    def generation_pins(self, tenant: str, topic: str) -> list[tuple[int, int, int]]:
+        """The operator's switches of the topic, oldest first: (start ms, end ms, newest generation it binds)."""
+        return [(r[0], r[1], r[2]) for r in self.conn.execute(
+            'SELECT start, "end", binds FROM generation_pins WHERE tenant = ? AND topic = ? ORDER BY seq',
+            (tenant, topic))]
+
+    def add_generation_pin(self, tenant: str, topic: str, start: int, end: int, generation: int, binds: int) -> bool:
+        """Record an operator's switch; False (nothing done) if the latest one of this topic is the same."""
+        last = self.conn.execute(
+            'SELECT start, "end", generation, binds FROM generation_pins WHERE tenant = ? AND topic = ? '
+            "ORDER BY seq DESC LIMIT 1", (tenant, topic)).fetchone()
+        if last is not None and tuple(last) == (start, end, generation, binds):
+            return False
+        self.conn.execute(
+            'INSERT INTO generation_pins (tenant, topic, seq, start, "end", generation, binds) SELECT ?, ?, '
+            "coalesce(max(seq), 0) + 1, ?, ?, ?, ? FROM generation_pins WHERE tenant = ? AND topic = ?",
+            (tenant, topic, start, end, generation, binds, tenant, topic))
+        return True
+
+    def group_block_metas(self, group: str, *, generation: int | None = None,
+                          tenant: str | None = None) -> list[BlockMeta]:
+        """The live blocks of one group, of one generation and of one tenant when given (no string is created)."""
+        sql = "SELECT b.meta FROM blocks b JOIN strings g ON b.grp = g.id"
+        where: list[str] = ["g.value = ?"]
+        args: list[str | int] = [group]
+        if tenant is not None:
+            sql += " JOIN strings t ON b.tenant = t.id"
+            where.append("t.value = ?")
+            args.append(tenant)
+        if generation is not None:
+            where.append("b.generation = ?")
+            args.append(generation)
+        return [decode_meta(r[0]) for r in self.conn.execute(f"{sql} WHERE {' AND '.join(where)} ORDER BY b.id",
+                                                              args)]
+
     def tenant_block_metas(self, tenant: str) -> list[BlockMeta]:
         sid = self.intern(tenant)
         return [decode_meta(r[0]) for r in self.conn.execute("SELECT meta FROM blocks WHERE tenant = ? ORDER BY id",
@@ -334,6 +378,15 @@ class IndexWriter:
             "SELECT committed_end, incarnation, writer FROM offsets WHERE grp = ? AND generation = ? AND topic = ? "
             "AND partition = ?", (group, generation, topic, partition)).fetchone()
         return (int(row[0]), str(row[1]), str(row[2])) if row else None
+
+    def topic_offsets(self, group: str, topic: str) -> dict[int, dict[int, tuple[int, str, str]]]:
+        """Per generation of the group, per partition of ``topic``: (committed end, incarnation, writer)."""
+        found: dict[int, dict[int, tuple[int, str, str]]] = {}
+        for generation, partition, end, incarnation, writer in self.conn.execute(
+                "SELECT generation, partition, committed_end, incarnation, writer FROM offsets WHERE grp = ? AND "
+                "topic = ? ORDER BY generation, partition", (group, topic)):
+            found.setdefault(int(generation), {})[int(partition)] = (int(end), str(incarnation), str(writer))
+        return found
 
     def committed_end(self, group: str, generation: int, topic: str, partition: int) -> int | None:
         current = self.committed(group, generation, topic, partition)

@@ -109,9 +109,10 @@ def plan_query(blocks: list[BlockMeta], group: str, kind: Kind, columns: Sequenc
                rules: list[tuple[str, int, int, int]] | None = None, default_generation: int = 1,
                start: int = 0, end: int = 2**62, matchers: Sequence[Matcher] = ()) -> QueryPlan:
     """Parts to read. In the partition group only the active generation of each topic is read (section 14); the
-    metastore records a switch when ingestion starts a topic or a newer generation, so ``default_generation``
-    decides only times no switch covers (data committed before switches were recorded). The backup group stores
-    one verbatim record in every generation: copies across generations are dropped (``shale.block.records``).
+    metastore records a switch when ingestion starts a topic or a newer generation has caught up (DESIGN 10.5), so
+    ``default_generation`` decides only times no switch covers (data committed before switches were recorded). The
+    backup group stores one verbatim record in every generation: copies across generations are dropped
+    (``shale.block.records``).
 
     A block may hold several record types of a topic (``Dataset.record``): the ``record`` matchers pick the
     datasets of the types they match (the index matched the block by any of them), and records of several types
