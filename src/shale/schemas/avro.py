@@ -29,10 +29,12 @@ Recursive schemas have no Arrow type: ``SchemaError``.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import decimal
 import io
 import json
+import struct
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -56,8 +58,17 @@ _LOGICAL_BASE = {"date": "int", "time-millis": "int", "time-micros": "long", "ti
                  "timestamp-micros": "long", "local-timestamp-millis": "long", "local-timestamp-micros": "long"}
 
 
+MAX_DECIMAL_DIGITS = 76
+"""The most digits an Arrow decimal (decimal256) holds."""
+
+
 class SchemaError(ValueError):
-    """An Avro schema that is invalid or has no Arrow type (a recursive record)."""
+    """An Avro schema that is invalid or has no Arrow type (a recursive record, a decimal of over 76 digits)."""
+
+
+class ConversionError(ValueError):
+    """A value an older writer schema wrote that its column (the reader schema's type) cannot hold with the same
+    meaning; the record is quarantined with this reason, never stored as another value."""
 
 
 def _identity(value: Any) -> Any:
@@ -67,9 +78,12 @@ def _identity(value: Any) -> Any:
 class _Walker:
     """Walks one schema, resolving references to named types it defined earlier."""
 
-    def __init__(self) -> None:
+    def __init__(self, resolving: bool = False) -> None:
         self.named: dict[str, dict[str, Any]] = {}
         self.open: set[str] = set()
+        self.resolving = resolving
+        """Whether values come from another (older) writer schema: each converter then also takes what a
+        compatible writer may have written there and converts it losslessly or raises ``ConversionError``."""
 
     def _full(self, schema: dict[str, Any], namespace: str) -> str:
         name = str(schema["name"])
@@ -119,17 +133,25 @@ class _Walker:
             raise SchemaError(f"not an Avro schema: {schema!r}")
         kind = schema["type"]
         logical = schema.get("logicalType")
-        if logical == "decimal" and kind in ("bytes", "fixed"):
+        if logical == "decimal" and kind in ("bytes", "fixed") and valid_decimal(schema):
             if kind == "fixed":
                 self._define(schema, namespace)
             precision, scale = int(schema["precision"]), int(schema.get("scale", 0))
-            return (pa.decimal128(precision, scale) if precision <= 38 else pa.decimal256(precision, scale)), None
+            if precision > MAX_DECIMAL_DIGITS:
+                raise SchemaError(f"decimal({precision}, {scale}) has more digits than the {MAX_DECIMAL_DIGITS} an "
+                                  "Arrow decimal holds: register a version whose decimals have at most "
+                                  f"{MAX_DECIMAL_DIGITS} digits and read these records again with `shale reprocess "
+                                  "--schema-id` (values that do not fit it are quarantined with the reason)")
+            arrow = pa.decimal128(precision, scale) if precision <= 38 else pa.decimal256(precision, scale)
+            return arrow, (_decimal(scale) if self.resolving else None)
         if logical in _TIME_TYPES and kind == _LOGICAL_BASE[logical]:
-            return _TIME_TYPES[logical], None
+            return _TIME_TYPES[logical], (_TIME_CONVERTERS[logical] if self.resolving else None)
         if logical == "uuid" and kind in ("string", "fixed"):
             if kind == "fixed":
                 self._define(schema, namespace)
             return pa.string(), _uuid_text
+        if self.resolving and kind in _EXACT:
+            return PRIMITIVES[kind], _EXACT[kind]
         if isinstance(kind, str) and kind in PRIMITIVES:
             return PRIMITIVES[kind], None
         if kind in ("record", "error"):
@@ -189,14 +211,24 @@ class _Walker:
             inner = convert or _identity
             return arrow, lambda v: None if v is None else inner(v[1] if isinstance(v, tuple) else v)  # (name, value)
         compiled, fields = [], []
-        for b in others:
-            name = self.branch_name(b, namespace)
+        short = [self.branch_name(b, namespace) for b in others]
+        if self.resolving and len(set(short)) < len(short):
+            raise SchemaError(f"the union holds named types of one short name {short}: fastavro resolves an older "
+                              "writer's branch by short name and could pick the wrong one, so this writer version "
+                              "cannot be read into the newest one; read its records as their own schema with `shale "
+                              "reprocess --schema-id`")
+        for b, brief in zip(others, short, strict=True):
+            # Two named types of one short name (in different namespaces) are told apart by their full names.
+            name = self.full_name(b, namespace) or brief if short.count(brief) > 1 else brief
             arrow, convert = self.compile(b, namespace)
             fields.append(pa.field(name, arrow))
             compiled.append((name, self.full_name(b, namespace), _matcher(self.resolve(b, namespace)[0]),
                              convert or _identity))
-        struct = pa.struct(fields)
         names = [c[0] for c in compiled]
+        if len(set(names)) < len(names):
+            raise SchemaError(f"the union's branches {names} cannot be told apart by name: a union needs one "
+                              "column field per branch")
+        struct = pa.struct(fields)
 
         def union(value: Any) -> dict[str, Any] | None:
             if value is None:  # the null branch: the struct itself is null
@@ -215,6 +247,191 @@ class _Walker:
         return struct, union
 
 
+def valid_decimal(schema: dict[str, Any]) -> bool:
+    """Whether a decimal logical type is valid (the Avro specification: a positive precision, a scale from 0 to
+    the precision, digits a fixed's size holds). An invalid one is ignored, as the specification says: the value is
+    its underlying bytes or fixed."""
+    precision, scale = schema.get("precision"), schema.get("scale", 0)
+    if not isinstance(precision, int) or isinstance(precision, bool) or precision < 1:
+        return False
+    if not isinstance(scale, int) or isinstance(scale, bool) or not 0 <= scale <= precision:
+        return False
+    size = schema.get("size")
+    if schema.get("type") == "fixed":
+        return isinstance(size, int) and size > 0 and 10 ** precision <= 2 ** (8 * size - 1)
+    return True
+
+
+def _plain(schema: Any) -> Any:
+    """``schema`` without its invalid decimal logical types (what fastavro is given, so that it reads such a value
+    as the bytes it is rather than failing on it)."""
+    if isinstance(schema, list):
+        return [_plain(b) for b in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: (_plain(v) if k in ("type", "items", "values") else v) for k, v in schema.items()}
+    if isinstance(schema.get("fields"), list):
+        out["fields"] = [{**f, "type": _plain(f["type"])} if isinstance(f, dict) and "type" in f else f
+                         for f in schema["fields"]]
+    if out.get("logicalType") == "decimal" and not valid_decimal(out):
+        del out["logicalType"]
+    return out
+
+
+# What an older writer schema may put where the reader has a logical type: its own logical type's value, which must
+# mean the same kind of thing, or a number written without a logical type, which takes the reader's (Avro's
+# resolution: the reader's logical type says what the number is). Integers are converted to what Arrow's column
+# type takes as an integer (microseconds for a timestamp, days for a date, the unit for a time).
+
+def _instant(scale: int, aware: bool) -> Converter:
+    word = "an instant (timestamp)" if aware else "a local date and time (local-timestamp)"
+
+    def convert(value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value * scale
+        if isinstance(value, dt.datetime) and (value.tzinfo is not None) == aware:
+            return value
+        raise ConversionError(f"{value!r} was written as another kind of value than {word}: its meaning would change")
+    return convert
+
+
+def _day(value: Any) -> Any:
+    if (isinstance(value, int) and not isinstance(value, bool)) \
+            or (isinstance(value, dt.date) and not isinstance(value, dt.datetime)):
+        return value
+    raise ConversionError(f"{value!r} was written as another kind of value than a date: its meaning would change")
+
+
+def _clock(millis: bool) -> Converter:
+    day = 86_400_000 if millis else 86_400_000_000
+
+    def convert(value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < day:
+            return value
+        if isinstance(value, dt.time) and not (millis and value.microsecond % 1000):
+            return value
+        raise ConversionError(f"{value!r} was written as another kind of value than a time of day"
+                              f"{' in milliseconds' if millis else ''}: its meaning would change")
+    return convert
+
+
+_TIME_CONVERTERS: dict[str, Converter] = {
+    "timestamp-millis": _instant(1000, aware=True), "timestamp-micros": _instant(1, aware=True),
+    "local-timestamp-millis": _instant(1000, aware=False), "local-timestamp-micros": _instant(1, aware=False),
+    "date": _day, "time-millis": _clock(millis=True), "time-micros": _clock(millis=False),
+}
+
+
+def _decimal(scale: int) -> Converter:
+    def convert(value: Any) -> Any:
+        if isinstance(value, decimal.Decimal):
+            return value  # Arrow refuses one its precision and scale do not hold exactly: quarantined
+        if isinstance(value, bytes):  # written without the logical type: the reader's scale says what it is
+            return decimal.Decimal(int.from_bytes(value, "big", signed=True)).scaleb(
+                -scale, context=decimal.Context(prec=len(value) * 3 + 2))
+        raise ConversionError(f"{value!r} was written as another kind of value than a decimal")
+    return convert
+
+
+def _float32(value: Any) -> Any:
+    if isinstance(value, float) or value is None:
+        return value
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConversionError(f"{value!r} was written as another kind of value than a number")
+    exact = struct.unpack("f", struct.pack("f", float(value)))[0]
+    if exact != value:
+        raise ConversionError(f"{value} was written as an integer that a float (32 bits) does not hold exactly "
+                              f"(it would be {exact!r})")
+    return exact
+
+
+def _float64(value: Any) -> Any:
+    if isinstance(value, float) or value is None:
+        return value
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConversionError(f"{value!r} was written as another kind of value than a number")
+    if float(value) != value:
+        raise ConversionError(f"{value} was written as an integer that a double does not hold exactly "
+                              f"(it would be {float(value)!r})")
+    return float(value)
+
+
+def _text(value: Any) -> Any:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, uuid.UUID):  # a uuid read as a plain string: its text, as written
+        return str(value)
+    raise ConversionError(f"{value!r} was written as another kind of value than a string")
+
+
+_EXACT: dict[str, Converter] = {"float": _float32, "double": _float64, "string": _text}
+
+
+def _base(schema: Any) -> tuple[Any, str | None]:
+    """A schema's Avro type (a name, a list for a union) and its logical type."""
+    if isinstance(schema, dict):
+        kind = schema.get("type")
+        return (_base(kind)[0] if isinstance(kind, dict) else kind), schema.get("logicalType")
+    return schema, None
+
+
+class _Promotions:
+    """fastavro promotes an int or long read as a float or double without checking that the number survives
+    (2**60 + 1 would become 2**60). This rewrites the reader schema given to fastavro so that such a position keeps
+    the writer's integer and the column's converter checks it (``_float64``); where the integer would go into a
+    union, the writer version cannot be read without that risk and is refused (``SchemaError``)."""
+
+    def __init__(self, writer: Any) -> None:
+        self.writer_named = _Walker()
+        with contextlib.suppress(SchemaError, KeyError, TypeError, ValueError):
+            self.writer_named.compile(writer)  # defines the writer's named types, to follow its references
+
+    def rewrite(self, writer: Any, reader: Any, namespace: str = "") -> Any:
+        if isinstance(writer, str) and writer not in PRIMITIVES:
+            try:
+                writer, namespace = self.writer_named.resolve(writer, namespace)
+            except SchemaError:
+                return reader
+        kind, logical = _base(writer)
+        if isinstance(kind, list):
+            if any(_base(b)[0] in ("int", "long") for b in kind) and self._promotes(reader):
+                raise SchemaError("an integer branch of the writer's union would be read as a float or double by "
+                                  "fastavro, unchecked: this writer version cannot be read into the newest one "
+                                  "exactly")
+            return reader
+        rkind, rlogical = _base(reader)
+        if kind in ("int", "long") and logical is None:
+            if rkind in ("float", "double") and rlogical is None:
+                return kind if isinstance(reader, str) else {**reader, "type": kind}
+            if isinstance(rkind, list) and self._promotes(reader):
+                raise SchemaError(f"the writer's {kind} would be read as a float or double branch of the union by "
+                                  "fastavro, unchecked: this writer version cannot be read into the newest one exactly")
+            return reader
+        if not isinstance(writer, dict) or not isinstance(reader, dict) or rkind != kind:
+            return reader
+        if kind == "array":
+            return {**reader, "items": self.rewrite(writer["items"], reader["items"], namespace)}
+        if kind == "map":
+            return {**reader, "values": self.rewrite(writer["values"], reader["values"], namespace)}
+        if kind in ("record", "error"):
+            own = str(writer.get("namespace", namespace)) if "." not in str(writer.get("name")) \
+                else str(writer["name"]).rpartition(".")[0]
+            written = {str(f["name"]): f for f in writer.get("fields", [])}
+            fields = []
+            for field in reader.get("fields", []):
+                found = next((written[n] for n in [field["name"], *field.get("aliases", [])] if n in written), None)
+                fields.append(field if found is None else {**field, "type": self.rewrite(found["type"], field["type"],
+                                                                                          own)})
+            return {**reader, "fields": fields}
+        return reader
+
+    @staticmethod
+    def _promotes(union: Any) -> bool:
+        """Whether a union would take an integer into a float or double branch (it has one and no integer one)."""
+        kinds = [_base(b)[0] for b in union] if isinstance(union, list) else [_base(union)[0]]
+        return any(k in ("float", "double") for k in kinds) and not any(k in ("int", "long") for k in kinds)
+
+
 def _each(convert: Converter) -> Converter:
     return lambda values: [None if x is None else convert(x) for x in values]
 
@@ -228,7 +445,9 @@ def _uuid_text(value: Any) -> str:
         return str(value)
     if isinstance(value, bytes):
         return str(uuid.UUID(bytes=value))
-    return str(value)
+    if isinstance(value, str):
+        return value
+    raise ConversionError(f"{value!r} was written as another kind of value than a uuid")
 
 
 def _matcher(schema: Any) -> Callable[[Any], bool]:
@@ -298,15 +517,26 @@ def aliases(schema: Any) -> set[str]:
     return {a if "." in a or not namespace else f"{namespace}.{a}" for a in found["aliases"] if isinstance(a, str)}
 
 
+def _compile(schema: Any, resolving: bool = False) -> tuple[pa.DataType, Converter | None]:
+    """``_Walker.compile``, every failure a ``SchemaError``: a schema the registry accepted must quarantine its
+    records with the reason, never fail the task (which would stall the group)."""
+    try:
+        return _Walker(resolving).compile(_plain(schema))
+    except SchemaError:
+        raise
+    except (KeyError, ValueError, TypeError, IndexError, AttributeError, pa.ArrowException) as exc:
+        raise SchemaError(f"the schema has no Arrow type: {type(exc).__name__}: {exc}"[:600]) from None
+
+
 def arrow_type(schema: Any) -> pa.DataType:
     """The Arrow type of an Avro schema (see the table above)."""
-    return _Walker().compile(parse(schema))[0]
+    return _compile(parse(schema))[0]
 
 
 def fingerprint(schema: Any) -> str:
     """SHA-256 of the schema's Parsing Canonical Form (the Avro specification's fingerprint), 16 hex digits."""
     try:
-        canonical = to_parsing_canonical_form(fastavro.parse_schema(parse(schema), _write_hint=False))
+        canonical = to_parsing_canonical_form(fastavro.parse_schema(_plain(parse(schema)), _write_hint=False))
     except Exception as exc:  # fastavro raises several kinds on a bad schema
         raise SchemaError(f"invalid Avro schema: {exc}") from None
     return str(_fingerprint(canonical, "SHA-256"))[:16]
@@ -320,11 +550,17 @@ class Decoder:
         self.writer_json = parse(writer)
         self.reader_json = parse(reader) if reader is not None else self.writer_json
         try:
-            self._writer = fastavro.parse_schema(self.writer_json)
-            self._reader = None if reader is None else fastavro.parse_schema(self.reader_json)
+            self._writer = fastavro.parse_schema(_plain(self.writer_json))
+            unpromoted = None if reader is None else _Promotions(_plain(self.writer_json)).rewrite(
+                _plain(self.writer_json), _plain(self.reader_json))
+            self._reader = None if unpromoted is None else fastavro.parse_schema(unpromoted)
+        except SchemaError:
+            raise
         except Exception as exc:  # fastavro raises several kinds on a bad schema
             raise SchemaError(f"invalid Avro schema: {exc}") from None
-        self.arrow, convert = _Walker().compile(self.reader_json)
+        # fastavro reads each value as its WRITER schema means it (the writer's logical types); an older writer's
+        # value is then converted to the reader's column only where that keeps its meaning (``ConversionError``).
+        self.arrow, convert = _compile(self.reader_json, resolving=reader is not None)
         self._convert = convert or _identity
 
     def decode(self, body: bytes | memoryview) -> Any:
