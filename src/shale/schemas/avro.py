@@ -12,9 +12,11 @@ array, map                                 list, map<string, _>
 enum                                       string (the symbol)
 union [null, T] (either order)             T, nullable
 any other union                            struct with one field per non-null branch, named by the branch
-                                           (a named type's name, otherwise its Avro type name); the branch
-                                           the value was written with is set, the others are null
-decimal(p, s) on bytes or fixed            decimal128(p, s) (decimal256 beyond 38 digits)
+                                           (a named type's name, its full name when two branches share a
+                                           short name, otherwise its Avro type name); the branch the value
+                                           was written with is set, the others are null
+decimal(p, s) on bytes or fixed            decimal128(p, s) (decimal256 beyond 38 digits; over 76 digits:
+                                           ``SchemaError``; an invalid decimal is its bytes or fixed)
 date                                       date32
 time-millis, time-micros                   time32(ms), time64(us)
 timestamp-millis, timestamp-micros         timestamp(us, UTC)
@@ -24,7 +26,9 @@ uuid                                       string
 
 A union of both ``int`` and ``long`` (or ``float`` and ``double``) cannot tell its two numeric branches apart after
 fastavro decodes them: such a value goes to the first of the two branches (its value is kept exactly).
-Recursive schemas have no Arrow type: ``SchemaError``.
+Recursive schemas have no Arrow type: ``SchemaError``. A value an older writer schema wrote is converted into the
+reader's column only where its meaning is kept (docs/DESIGN.md, "A value is what its writer meant"), else
+``ConversionError``.
 """
 
 from __future__ import annotations
