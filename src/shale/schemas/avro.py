@@ -130,7 +130,7 @@ class _Walker:
         as they are)."""
         schema, namespace = self.resolve(schema, namespace)
         if isinstance(schema, str):
-            return PRIMITIVES[schema], None
+            return PRIMITIVES[schema], (_EXACT.get(schema) if self.resolving else None)
         if isinstance(schema, list):
             return self._union(schema, namespace)
         if not isinstance(schema, dict) or "type" not in schema:
