@@ -38,7 +38,6 @@ import datetime as dt
 import decimal
 import io
 import json
-import struct
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -48,7 +47,16 @@ import pyarrow as pa
 from fastavro.schema import fingerprint as _fingerprint
 from fastavro.schema import to_parsing_canonical_form
 
-Converter = Callable[[Any], Any]
+from shale.schemas.avroresolution import (
+    EXACT,
+    TIME_CONVERTERS,
+    ConversionError,
+    Converter,
+    decimal_converter,
+    valid_decimal,
+    without_invalid_decimals,
+)
+
 PRIMITIVES: dict[str, pa.DataType] = {
     "null": pa.null(), "boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(), "float": pa.float32(),
     "double": pa.float64(), "bytes": pa.binary(), "string": pa.string(),
@@ -68,11 +76,6 @@ MAX_DECIMAL_DIGITS = 76
 
 class SchemaError(ValueError):
     """An Avro schema that is invalid or has no Arrow type (a recursive record, a decimal of over 76 digits)."""
-
-
-class ConversionError(ValueError):
-    """A value an older writer schema wrote that its column (the reader schema's type) cannot hold with the same
-    meaning; the record is quarantined with this reason, never stored as another value."""
 
 
 def _identity(value: Any) -> Any:
@@ -130,7 +133,7 @@ class _Walker:
         as they are)."""
         schema, namespace = self.resolve(schema, namespace)
         if isinstance(schema, str):
-            return PRIMITIVES[schema], (_EXACT.get(schema) if self.resolving else None)
+            return PRIMITIVES[schema], (EXACT.get(schema) if self.resolving else None)
         if isinstance(schema, list):
             return self._union(schema, namespace)
         if not isinstance(schema, dict) or "type" not in schema:
@@ -147,15 +150,15 @@ class _Walker:
                                   f"{MAX_DECIMAL_DIGITS} digits and read these records again with `shale reprocess "
                                   "--schema-id` (values that do not fit it are quarantined with the reason)")
             arrow = pa.decimal128(precision, scale) if precision <= 38 else pa.decimal256(precision, scale)
-            return arrow, (_decimal(scale) if self.resolving else None)
+            return arrow, (decimal_converter(scale) if self.resolving else None)
         if logical in _TIME_TYPES and kind == _LOGICAL_BASE[logical]:
-            return _TIME_TYPES[logical], (_TIME_CONVERTERS[logical] if self.resolving else None)
+            return _TIME_TYPES[logical], (TIME_CONVERTERS[logical] if self.resolving else None)
         if logical == "uuid" and kind in ("string", "fixed"):
             if kind == "fixed":
                 self._define(schema, namespace)
             return pa.string(), _uuid_text
-        if self.resolving and kind in _EXACT:
-            return PRIMITIVES[kind], _EXACT[kind]
+        if self.resolving and kind in EXACT:
+            return PRIMITIVES[kind], EXACT[kind]
         if isinstance(kind, str) and kind in PRIMITIVES:
             return PRIMITIVES[kind], None
         if kind in ("record", "error"):
@@ -251,126 +254,6 @@ class _Walker:
         return struct, union
 
 
-def valid_decimal(schema: dict[str, Any]) -> bool:
-    """Whether a decimal logical type is valid (the Avro specification: a positive precision, a scale from 0 to
-    the precision, digits a fixed's size holds). An invalid one is ignored, as the specification says: the value is
-    its underlying bytes or fixed."""
-    precision, scale = schema.get("precision"), schema.get("scale", 0)
-    if not isinstance(precision, int) or isinstance(precision, bool) or precision < 1:
-        return False
-    if not isinstance(scale, int) or isinstance(scale, bool) or not 0 <= scale <= precision:
-        return False
-    size = schema.get("size")
-    if schema.get("type") == "fixed":
-        return isinstance(size, int) and size > 0 and 10 ** precision <= 2 ** (8 * size - 1)
-    return True
-
-
-def _plain(schema: Any) -> Any:
-    """``schema`` without its invalid decimal logical types (what fastavro is given, so that it reads such a value
-    as the bytes it is rather than failing on it)."""
-    if isinstance(schema, list):
-        return [_plain(b) for b in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: (_plain(v) if k in ("type", "items", "values") else v) for k, v in schema.items()}
-    if isinstance(schema.get("fields"), list):
-        out["fields"] = [{**f, "type": _plain(f["type"])} if isinstance(f, dict) and "type" in f else f
-                         for f in schema["fields"]]
-    if out.get("logicalType") == "decimal" and not valid_decimal(out):
-        del out["logicalType"]
-    return out
-
-
-# What an older writer schema may put where the reader has a logical type: its own logical type's value, which must
-# mean the same kind of thing, or a number written without a logical type, which takes the reader's (Avro's
-# resolution: the reader's logical type says what the number is). Integers are converted to what Arrow's column
-# type takes as an integer (microseconds for a timestamp, days for a date, the unit for a time).
-
-def _instant(scale: int, aware: bool) -> Converter:
-    word = "an instant (timestamp)" if aware else "a local date and time (local-timestamp)"
-
-    def convert(value: Any) -> Any:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value * scale
-        if isinstance(value, dt.datetime) and (value.tzinfo is not None) == aware:
-            return value
-        raise ConversionError(f"{value!r} was written as another kind of value than {word}: its meaning would change")
-    return convert
-
-
-def _day(value: Any) -> Any:
-    if (isinstance(value, int) and not isinstance(value, bool)) \
-            or (isinstance(value, dt.date) and not isinstance(value, dt.datetime)):
-        return value
-    raise ConversionError(f"{value!r} was written as another kind of value than a date: its meaning would change")
-
-
-def _clock(millis: bool) -> Converter:
-    day = 86_400_000 if millis else 86_400_000_000
-
-    def convert(value: Any) -> Any:
-        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < day:
-            return value
-        if isinstance(value, dt.time) and not (millis and value.microsecond % 1000):
-            return value
-        raise ConversionError(f"{value!r} was written as another kind of value than a time of day"
-                              f"{' in milliseconds' if millis else ''}: its meaning would change")
-    return convert
-
-
-_TIME_CONVERTERS: dict[str, Converter] = {
-    "timestamp-millis": _instant(1000, aware=True), "timestamp-micros": _instant(1, aware=True),
-    "local-timestamp-millis": _instant(1000, aware=False), "local-timestamp-micros": _instant(1, aware=False),
-    "date": _day, "time-millis": _clock(millis=True), "time-micros": _clock(millis=False),
-}
-
-
-def _decimal(scale: int) -> Converter:
-    def convert(value: Any) -> Any:
-        if isinstance(value, decimal.Decimal):
-            return value  # Arrow refuses one its precision and scale do not hold exactly: quarantined
-        if isinstance(value, bytes):  # written without the logical type: the reader's scale says what it is
-            return decimal.Decimal(int.from_bytes(value, "big", signed=True)).scaleb(
-                -scale, context=decimal.Context(prec=len(value) * 3 + 2))
-        raise ConversionError(f"{value!r} was written as another kind of value than a decimal")
-    return convert
-
-
-def _float32(value: Any) -> Any:
-    if isinstance(value, float) or value is None:
-        return value
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ConversionError(f"{value!r} was written as another kind of value than a number")
-    exact = struct.unpack("f", struct.pack("f", float(value)))[0]
-    if exact != value:
-        raise ConversionError(f"{value} was written as an integer that a float (32 bits) does not hold exactly "
-                              f"(it would be {exact!r})")
-    return exact
-
-
-def _float64(value: Any) -> Any:
-    if isinstance(value, float) or value is None:
-        return value
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ConversionError(f"{value!r} was written as another kind of value than a number")
-    if float(value) != value:
-        raise ConversionError(f"{value} was written as an integer that a double does not hold exactly "
-                              f"(it would be {float(value)!r})")
-    return float(value)
-
-
-def _text(value: Any) -> Any:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, uuid.UUID):  # a uuid read as a plain string: its text, as written
-        return str(value)
-    raise ConversionError(f"{value!r} was written as another kind of value than a string")
-
-
-_EXACT: dict[str, Converter] = {"float": _float32, "double": _float64, "string": _text}
-
-
 def _base(schema: Any) -> tuple[Any, str | None]:
     """A schema's Avro type (a name, a list for a union) and its logical type."""
     if isinstance(schema, dict):
@@ -413,6 +296,10 @@ class _Promotions:
             return reader
         if not isinstance(writer, dict) or not isinstance(reader, dict) or rkind != kind:
             return reader
+        if kind == "enum" and "default" in reader:
+            # Avro reads a symbol the reader lacks as the reader enum's default: another value than the one written.
+            # Without it fastavro refuses the record, which is quarantined with the symbol named.
+            return {k: v for k, v in reader.items() if k != "default"}
         if kind == "array":
             return {**reader, "items": self.rewrite(writer["items"], reader["items"], namespace)}
         if kind == "map":
@@ -525,7 +412,7 @@ def _compile(schema: Any, resolving: bool = False) -> tuple[pa.DataType, Convert
     """``_Walker.compile``, every failure a ``SchemaError``: a schema the registry accepted must quarantine its
     records with the reason, never fail the task (which would stall the group)."""
     try:
-        return _Walker(resolving).compile(_plain(schema))
+        return _Walker(resolving).compile(without_invalid_decimals(schema))
     except SchemaError:
         raise
     except (KeyError, ValueError, TypeError, IndexError, AttributeError, pa.ArrowException) as exc:
@@ -540,7 +427,8 @@ def arrow_type(schema: Any) -> pa.DataType:
 def fingerprint(schema: Any) -> str:
     """SHA-256 of the schema's Parsing Canonical Form (the Avro specification's fingerprint), 16 hex digits."""
     try:
-        canonical = to_parsing_canonical_form(fastavro.parse_schema(_plain(parse(schema)), _write_hint=False))
+        parsed = fastavro.parse_schema(without_invalid_decimals(parse(schema)), _write_hint=False)
+        canonical = to_parsing_canonical_form(parsed)
     except Exception as exc:  # fastavro raises several kinds on a bad schema
         raise SchemaError(f"invalid Avro schema: {exc}") from None
     return str(_fingerprint(canonical, "SHA-256"))[:16]
@@ -554,9 +442,9 @@ class Decoder:
         self.writer_json = parse(writer)
         self.reader_json = parse(reader) if reader is not None else self.writer_json
         try:
-            self._writer = fastavro.parse_schema(_plain(self.writer_json))
-            unpromoted = None if reader is None else _Promotions(_plain(self.writer_json)).rewrite(
-                _plain(self.writer_json), _plain(self.reader_json))
+            self._writer = fastavro.parse_schema(without_invalid_decimals(self.writer_json))
+            unpromoted = None if reader is None else _Promotions(without_invalid_decimals(self.writer_json)).rewrite(
+                without_invalid_decimals(self.writer_json), without_invalid_decimals(self.reader_json))
             self._reader = None if unpromoted is None else fastavro.parse_schema(unpromoted)
         except SchemaError:
             raise
