@@ -262,6 +262,13 @@ def _base(schema: Any) -> tuple[Any, str | None]:
     return schema, None
 
 
+_NAMED = ("record", "error", "enum", "fixed")
+
+
+def _short(schema: Any) -> str:
+    return str(schema.get("name", "")).rpartition(".")[2] if isinstance(schema, dict) else str(schema)
+
+
 class _Promotions:
     """fastavro promotes an int or long read as a float or double without checking that the number survives
     (2**60 + 1 would become 2**60). This rewrites the reader schema given to fastavro so that such a position keeps
@@ -315,6 +322,37 @@ class _Promotions:
                                                                                           own)})
             return {**reader, "fields": fields}
         return reader
+
+    def unlogical(self, writer: Any, reader: Any) -> Any:
+        """The writer schema given to fastavro: without a logical type where the reader reads the same Avro type
+        without one (a logical type removed), so that the value is the number, bytes or string written (Avro's
+        resolution) rather than the writer's typed value, which the plain column could not hold."""
+        if isinstance(writer, list):
+            return [self.unlogical(b, reader) for b in writer]
+        if not isinstance(writer, dict):
+            return writer  # a primitive, or a named type defined (and rewritten) where it first appears
+        if isinstance(reader, list):  # fastavro reads into the first branch that matches: the same kind here
+            kind = _base(writer)[0]
+            reader = next((b for b in reader if _base(b)[0] == kind
+                           and (kind not in _NAMED or _short(b) == _short(writer))), None)
+        if not isinstance(reader, dict | str):
+            return writer
+        kind, logical = _base(writer)
+        rkind, rlogical = _base(reader)
+        if logical is not None and isinstance(kind, str) and rlogical is None \
+                and (rkind == kind or (kind, rkind) == ("int", "long")) and not isinstance(writer.get("type"), dict):
+            return {k: v for k, v in writer.items() if k not in ("logicalType", "precision", "scale")}
+        if not isinstance(reader, dict) or rkind != kind:
+            return writer
+        if kind == "array":
+            return {**writer, "items": self.unlogical(writer["items"], reader["items"])}
+        if kind == "map":
+            return {**writer, "values": self.unlogical(writer["values"], reader["values"])}
+        if kind in ("record", "error"):
+            readers = {str(n): f for f in reader.get("fields", []) for n in [f["name"], *f.get("aliases", [])]}
+            return {**writer, "fields": [{**f, "type": self.unlogical(f["type"], readers[f["name"]]["type"])}
+                                         if f.get("name") in readers else f for f in writer.get("fields", [])]}
+        return writer
 
     @staticmethod
     def _promotes(union: Any) -> bool:
@@ -442,10 +480,13 @@ class Decoder:
         self.writer_json = parse(writer)
         self.reader_json = parse(reader) if reader is not None else self.writer_json
         try:
-            self._writer = fastavro.parse_schema(without_invalid_decimals(self.writer_json))
-            unpromoted = None if reader is None else _Promotions(without_invalid_decimals(self.writer_json)).rewrite(
-                without_invalid_decimals(self.writer_json), without_invalid_decimals(self.reader_json))
-            self._reader = None if unpromoted is None else fastavro.parse_schema(unpromoted)
+            writer_json, reader_json = without_invalid_decimals(self.writer_json), without_invalid_decimals(
+                self.reader_json)
+            if reader is not None:  # what fastavro is given to resolve with (see ``_Promotions``)
+                writer_json = _Promotions(writer_json).unlogical(writer_json, reader_json)
+                reader_json = _Promotions(writer_json).rewrite(writer_json, reader_json)
+            self._writer = fastavro.parse_schema(writer_json)
+            self._reader = None if reader is None else fastavro.parse_schema(reader_json)
         except SchemaError:
             raise
         except Exception as exc:  # fastavro raises several kinds on a bad schema
