@@ -229,7 +229,10 @@ class _Walker:
             name = self.full_name(b, namespace) or brief if short.count(brief) > 1 else brief
             arrow, convert = self.compile(b, namespace)
             fields.append(pa.field(name, arrow))
-            compiled.append((name, self.full_name(b, namespace), _matcher(self.resolve(b, namespace)[0]),
+            matcher = _matcher(self.resolve(b, namespace)[0])
+            if self.resolving and brief in ("float", "double") and not {"int", "long"} & set(short):
+                matcher = _number  # an older writer's integer (fastavro keeps it: ``_integer_first``), checked exact
+            compiled.append((name, self.full_name(b, namespace), matcher,
                              convert or _identity))
         names = [c[0] for c in compiled]
         if len(set(names)) < len(names):
@@ -263,6 +266,22 @@ def _base(schema: Any) -> tuple[Any, str | None]:
 
 
 _NAMED = ("record", "error", "enum", "fixed")
+_INTEGER_MATCHES = {"int": ("int", "long", "float", "double"), "long": ("long", "float", "double")}
+
+
+def _integer_first(kind: str, union: list[Any]) -> list[Any]:
+    """A reader union given to fastavro in which a writer's ``kind`` (int or long) matches an integer branch
+    before any float or double one (fastavro takes the first branch that matches, and would promote unchecked):
+    the union's own integer branch moved ahead of it, or the writer's type added there. The union's Arrow column
+    is the reader's own; its float and double branches take an integer only when it is held exactly."""
+    matches = [i for i, b in enumerate(union) if _base(b)[0] in _INTEGER_MATCHES[kind] and _base(b)[1] is None]
+    if not matches or _base(union[matches[0]])[0] in ("int", "long"):
+        return union
+    first = matches[0]
+    own = next((i for i in matches if _base(union[i])[0] in ("int", "long")), None)
+    if own is None:
+        return [*union[:first], kind, *union[first:]]
+    return [*union[:first], union[own], *(b for i, b in enumerate(union[first:], first) if i != own)]
 
 
 def _short(schema: Any) -> str:
@@ -288,7 +307,12 @@ class _Promotions:
                 return reader
         kind, logical = _base(writer)
         if isinstance(kind, list):
-            if any(_base(b)[0] in ("int", "long") for b in kind) and self._promotes(reader):
+            integers = [b for b in kind if _base(b) in (("int", None), ("long", None))]
+            if integers and isinstance(reader, list):
+                for branch in integers:
+                    reader = _integer_first(_base(branch)[0], reader)
+                return reader
+            if integers and self._promotes(reader):
                 raise SchemaError("an integer branch of the writer's union would be read as a float or double by "
                                   "fastavro, unchecked: this writer version cannot be read into the newest one "
                                   "exactly")
@@ -297,10 +321,7 @@ class _Promotions:
         if kind in ("int", "long") and logical is None:
             if rkind in ("float", "double") and rlogical is None:
                 return kind if isinstance(reader, str) else {**reader, "type": kind}
-            if isinstance(rkind, list) and self._promotes(reader):
-                raise SchemaError(f"the writer's {kind} would be read as a float or double branch of the union by "
-                                  "fastavro, unchecked: this writer version cannot be read into the newest one exactly")
-            return reader
+            return _integer_first(kind, reader) if isinstance(reader, list) else reader
         if not isinstance(writer, dict) or not isinstance(reader, dict) or rkind != kind:
             return reader
         if kind == "enum" and "default" in reader:
@@ -377,6 +398,10 @@ def _uuid_text(value: Any) -> str:
     if isinstance(value, str):
         return value
     raise ConversionError(f"{value!r} was written as another kind of value than a uuid")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _matcher(schema: Any) -> Callable[[Any], bool]:

@@ -225,9 +225,15 @@ CHANGES = [
     Change("union_widened", ["null", "string"], ["null", "string", "long"], st.none() | st.text(max_size=4),
            lambda v: None if v is None else {"string": v, "long": None}),
     Change("optional_int_double", ["null", "int"], ["null", "double"], st.none() | INTS,
-           lambda v: (EITHER, None if v is None else float(v))),  # the version is refused: see DESIGN 10.8
+           lambda v: None if v is None else float(v)),
     Change("optional_long_double", ["null", "long"], ["null", "double"], st.none() | LONGS,
-           lambda v: (EITHER, None) if v is None else (EITHER, float(v)) if float(v) == v else QUARANTINED),
+           lambda v: None if v is None else float(v) if float(v) == v else QUARANTINED),
+    Change("union_long_double", ["null", "long", "string"], ["null", "double", "string"],
+           st.none() | LONGS | st.text(max_size=4),
+           lambda v: None if v is None else {"double": None, "string": v} if isinstance(v, str)
+           else {"double": float(v), "string": None} if float(v) == v else QUARANTINED),
+    Change("union_reordered", "long", ["null", "double", "long"], LONGS,
+           lambda v: {"double": None, "long": v}),
     Change("enum_grown", {"type": "enum", "name": "Level", "symbols": ["A", "B"]},
            {"type": "enum", "name": "Level", "symbols": ["A", "B", "C"]}, st.sampled_from(["A", "B"]), lambda v: v),
     Change("enum_symbol_removed", {"type": "enum", "name": "Grade", "symbols": ["A", "B", "C"]},
@@ -309,6 +315,7 @@ def evolutions(draw: st.DrawFn) -> tuple[list[Change], list[Any], dict[str, Any]
 # primitive written as a plain name ("float") had no converter.
 @example(([BY_NAME["int_float"]], [16_777_218], {"f0_int_float": 1.5}))
 @example(([BY_NAME["enum_symbol_removed"]], ["C"], {"f0_enum_symbol_removed": "B"}))
+@example(([BY_NAME["optional_long_double"]], [2**53 + 1], {"f0_optional_long_double": 1.0}))
 @example(([BY_NAME["decimal_bytes"]], [decimal.Decimal("-1.28")], {"f0_decimal_bytes": b"\x80"}))
 def test_every_stored_value_is_what_its_writer_meant_or_quarantined(
         drawn: tuple[list[Change], list[Any], dict[str, Any]]) -> None:
