@@ -52,10 +52,15 @@ from shale.schemas.avroresolution import (
     TIME_CONVERTERS,
     ConversionError,
     Converter,
+    FastavroSchemas,
+    SchemaError,
     decimal_converter,
     valid_decimal,
     without_invalid_decimals,
 )
+
+__all__ = ["MAX_DECIMAL_DIGITS", "PRIMITIVES", "ConversionError", "Decoder", "SchemaError", "aliases", "arrow_type",
+           "fingerprint", "full_name", "parse"]
 
 PRIMITIVES: dict[str, pa.DataType] = {
     "null": pa.null(), "boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(), "float": pa.float32(),
@@ -72,10 +77,6 @@ _LOGICAL_BASE = {"date": "int", "time-millis": "int", "time-micros": "long", "ti
 
 MAX_DECIMAL_DIGITS = 76
 """The most digits an Arrow decimal (decimal256) holds."""
-
-
-class SchemaError(ValueError):
-    """An Avro schema that is invalid or has no Arrow type (a recursive record, a decimal of over 76 digits)."""
 
 
 def _identity(value: Any) -> Any:
@@ -257,131 +258,6 @@ class _Walker:
         return struct, union
 
 
-def _base(schema: Any) -> tuple[Any, str | None]:
-    """A schema's Avro type (a name, a list for a union) and its logical type."""
-    if isinstance(schema, dict):
-        kind = schema.get("type")
-        return (_base(kind)[0] if isinstance(kind, dict) else kind), schema.get("logicalType")
-    return schema, None
-
-
-_NAMED = ("record", "error", "enum", "fixed")
-_INTEGER_MATCHES = {"int": ("int", "long", "float", "double"), "long": ("long", "float", "double")}
-
-
-def _integer_first(kind: str, union: list[Any]) -> list[Any]:
-    """A reader union given to fastavro in which a writer's ``kind`` (int or long) matches an integer branch
-    before any float or double one (fastavro takes the first branch that matches, and would promote unchecked):
-    the union's own integer branch moved ahead of it, or the writer's type added there. The union's Arrow column
-    is the reader's own; its float and double branches take an integer only when it is held exactly."""
-    matches = [i for i, b in enumerate(union) if _base(b)[0] in _INTEGER_MATCHES[kind] and _base(b)[1] is None]
-    if not matches or _base(union[matches[0]])[0] in ("int", "long"):
-        return union
-    first = matches[0]
-    own = next((i for i in matches if _base(union[i])[0] in ("int", "long")), None)
-    if own is None:
-        return [*union[:first], kind, *union[first:]]
-    return [*union[:first], union[own], *(b for i, b in enumerate(union[first:], first) if i != own)]
-
-
-def _short(schema: Any) -> str:
-    return str(schema.get("name", "")).rpartition(".")[2] if isinstance(schema, dict) else str(schema)
-
-
-class _Promotions:
-    """fastavro promotes an int or long read as a float or double without checking that the number survives
-    (2**60 + 1 would become 2**60). This rewrites the reader schema given to fastavro so that such a position keeps
-    the writer's integer and the column's converter checks it (``_float64``); where the integer would go into a
-    union, the writer version cannot be read without that risk and is refused (``SchemaError``)."""
-
-    def __init__(self, writer: Any) -> None:
-        self.writer_named = _Walker()
-        with contextlib.suppress(SchemaError, KeyError, TypeError, ValueError):
-            self.writer_named.compile(writer)  # defines the writer's named types, to follow its references
-
-    def rewrite(self, writer: Any, reader: Any, namespace: str = "") -> Any:
-        if isinstance(writer, str) and writer not in PRIMITIVES:
-            try:
-                writer, namespace = self.writer_named.resolve(writer, namespace)
-            except SchemaError:
-                return reader
-        kind, logical = _base(writer)
-        if isinstance(kind, list):
-            integers = [b for b in kind if _base(b) in (("int", None), ("long", None))]
-            if integers and isinstance(reader, list):
-                for branch in integers:
-                    reader = _integer_first(_base(branch)[0], reader)
-                return reader
-            if integers and self._promotes(reader):
-                raise SchemaError("an integer branch of the writer's union would be read as a float or double by "
-                                  "fastavro, unchecked: this writer version cannot be read into the newest one "
-                                  "exactly")
-            return reader
-        rkind, rlogical = _base(reader)
-        if kind in ("int", "long") and logical is None:
-            if rkind in ("float", "double") and rlogical is None:
-                return kind if isinstance(reader, str) else {**reader, "type": kind}
-            return _integer_first(kind, reader) if isinstance(reader, list) else reader
-        if not isinstance(writer, dict) or not isinstance(reader, dict) or rkind != kind:
-            return reader
-        if kind == "enum" and "default" in reader:
-            # Avro reads a symbol the reader lacks as the reader enum's default: another value than the one written.
-            # Without it fastavro refuses the record, which is quarantined with the symbol named.
-            return {k: v for k, v in reader.items() if k != "default"}
-        if kind == "array":
-            return {**reader, "items": self.rewrite(writer["items"], reader["items"], namespace)}
-        if kind == "map":
-            return {**reader, "values": self.rewrite(writer["values"], reader["values"], namespace)}
-        if kind in ("record", "error"):
-            own = str(writer.get("namespace", namespace)) if "." not in str(writer.get("name")) \
-                else str(writer["name"]).rpartition(".")[0]
-            written = {str(f["name"]): f for f in writer.get("fields", [])}
-            fields = []
-            for field in reader.get("fields", []):
-                found = next((written[n] for n in [field["name"], *field.get("aliases", [])] if n in written), None)
-                fields.append(field if found is None else {**field, "type": self.rewrite(found["type"], field["type"],
-                                                                                          own)})
-            return {**reader, "fields": fields}
-        return reader
-
-    def unlogical(self, writer: Any, reader: Any) -> Any:
-        """The writer schema given to fastavro: without a logical type where the reader reads the same Avro type
-        without one (a logical type removed), so that the value is the number, bytes or string written (Avro's
-        resolution) rather than the writer's typed value, which the plain column could not hold."""
-        if isinstance(writer, list):
-            return [self.unlogical(b, reader) for b in writer]
-        if not isinstance(writer, dict):
-            return writer  # a primitive, or a named type defined (and rewritten) where it first appears
-        if isinstance(reader, list):  # fastavro reads into the first branch that matches: the same kind here
-            kind = _base(writer)[0]
-            reader = next((b for b in reader if _base(b)[0] == kind
-                           and (kind not in _NAMED or _short(b) == _short(writer))), None)
-        if not isinstance(reader, dict | str):
-            return writer
-        kind, logical = _base(writer)
-        rkind, rlogical = _base(reader)
-        if logical is not None and isinstance(kind, str) and rlogical is None \
-                and (rkind == kind or (kind, rkind) == ("int", "long")) and not isinstance(writer.get("type"), dict):
-            return {k: v for k, v in writer.items() if k not in ("logicalType", "precision", "scale")}
-        if not isinstance(reader, dict) or rkind != kind:
-            return writer
-        if kind == "array":
-            return {**writer, "items": self.unlogical(writer["items"], reader["items"])}
-        if kind == "map":
-            return {**writer, "values": self.unlogical(writer["values"], reader["values"])}
-        if kind in ("record", "error"):
-            readers = {str(n): f for f in reader.get("fields", []) for n in [f["name"], *f.get("aliases", [])]}
-            return {**writer, "fields": [{**f, "type": self.unlogical(f["type"], readers[f["name"]]["type"])}
-                                         if f.get("name") in readers else f for f in writer.get("fields", [])]}
-        return writer
-
-    @staticmethod
-    def _promotes(union: Any) -> bool:
-        """Whether a union would take an integer into a float or double branch (it has one and no integer one)."""
-        kinds = [_base(b)[0] for b in union] if isinstance(union, list) else [_base(union)[0]]
-        return any(k in ("float", "double") for k in kinds) and not any(k in ("int", "long") for k in kinds)
-
-
 def _each(convert: Converter) -> Converter:
     return lambda values: [None if x is None else convert(x) for x in values]
 
@@ -507,9 +383,13 @@ class Decoder:
         try:
             writer_json, reader_json = without_invalid_decimals(self.writer_json), without_invalid_decimals(
                 self.reader_json)
-            if reader is not None:  # what fastavro is given to resolve with (see ``_Promotions``)
-                writer_json = _Promotions(writer_json).unlogical(writer_json, reader_json)
-                reader_json = _Promotions(writer_json).rewrite(writer_json, reader_json)
+            if reader is not None:  # what fastavro is given to resolve with (see ``FastavroSchemas``)
+                names = _Walker()
+                with contextlib.suppress(SchemaError, KeyError, TypeError, ValueError):
+                    names.compile(writer_json)  # defines the writer's named types, to follow its references
+                fit = FastavroSchemas(names.resolve)
+                writer_json = fit.unlogical(writer_json, reader_json)
+                reader_json = fit.rewrite(writer_json, reader_json)
             self._writer = fastavro.parse_schema(writer_json)
             self._reader = None if reader is None else fastavro.parse_schema(reader_json)
         except SchemaError:
