@@ -80,7 +80,7 @@ def test_cli_api_spark_and_duckdb_agree_and_compaction_changes_nothing(spark, tm
     out = CliRunner().invoke(cli, ["--config", str(file), "query", "--tenant", "default", "--from", str(start),
                                    "--to", str(end), selector, "--format", "json"])
     assert out.exit_code == 0, out.output
-    rows = [json.loads(line) for line in out.output.splitlines()]
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
     assert Counter((r["topic"], r["partition"], r["offset"], r["level"], r["msg"]) for r in rows) == expected
 
     # DuckDB reads the very objects the index lists for this query.
