@@ -1,6 +1,8 @@
 """A restore task (one per source partition, on a Spark executor): resume after the committed progress, read the
-partition's backup rows in source offset order and send them to the target topic in Kafka transactions, each
-carrying the progress record that covers it.
+partition's backup rows of the restored incarnation in source offset order and send them to the target topic in
+Kafka transactions, each carrying the progress record that covers it and an anchor: where in the target its records
+landed (``shale.restore.offsets`` translates consumer group positions by it). Reaching the ``--until`` stop point
+ends the partition cleanly.
 
 A transaction ends every ``commit_every`` records and at the end of each block's rows, so none stays open across a
 read from the bucket. A gap, a corrupt block or a record the target refuses ends the partition with an error that
