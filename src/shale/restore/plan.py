@@ -8,8 +8,9 @@ the offsets the user names per partition. ``--until`` (a time) cuts each partiti
 stamped at or after the time; which record that is shows only when the blocks are read, so the plan drops the blocks
 that start at or after it (a block's ``min_time`` is a lower bound of its records' timestamps) and the task stops at
 the record. Offsets no block holds are a gap: the partition is restored up to the gap's first offset and stops
-there (unless its ``--until`` stop point comes first: then the gap is irrelevant) with an error naming the gap (and the operator's reason when the loss was acknowledged); nothing past a gap
-is sent, so nothing is skipped silently.
+there with an error naming the gap (and the operator's reason when the loss was acknowledged), unless its
+``--until`` stop point comes first (then the gap is irrelevant); nothing past a gap is sent, so nothing is skipped
+silently.
 """
 
 from __future__ import annotations
