@@ -82,11 +82,17 @@ class StubKafka:
         return {p: [run for first in sorted(runs) for run in runs[first]] for p, runs in found.items()}
 
 
-class StubProducer:
-    """A transactional producer of ``StubKafka``: records become visible to ``read_committed`` at the commit."""
+class Killed(BaseException):
+    """The task's process died (SIGKILL): nothing after it runs; the next producer of the id aborts what was open."""
 
-    def __init__(self, kafka: StubKafka) -> None:
+
+class StubProducer:
+    """A transactional producer of ``StubKafka``: records become visible to ``read_committed`` at the commit.
+    ``kill_after``: the process dies when it sends that many records (``Killed``)."""
+
+    def __init__(self, kafka: StubKafka, kill_after: int | None = None) -> None:
         self.kafka = kafka
+        self.kill_after = kill_after
         self.open: list[tuple[str, int, Entry]] = []
         self.pending: list[tuple[Callback, StubMessage]] = []
 
@@ -97,6 +103,10 @@ class StubProducer:
                 callback: Callback | None = None, on_delivery: Callback | None = None, timestamp: int = 0,
                 headers: object = None) -> None:
         if topic != PROGRESS_TOPIC:
+            if self.kill_after is not None:
+                if self.kill_after == 0:
+                    raise Killed
+                self.kill_after -= 1
             self.kafka.sent += 1
             if self.kafka.interleave and self.kafka.sent % self.kafka.interleave == 0:
                 self.kafka.append(topic, partition, b"other", b"another producer's record", "committed")
@@ -128,4 +138,10 @@ class StubProducer:
         self._end("committed")
 
     def abort_transaction(self, timeout: float = 0) -> None:
+        self._end("aborted")
+
+    def fence(self) -> None:
+        """What the next ``init_transactions`` of the id does to a dead producer: abort its open transaction
+        (whose records were never delivered)."""
+        self.pending = []
         self._end("aborted")

@@ -14,7 +14,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from tests.factories import BASE_MS
-from tests.unit.restore.kafka_stub import StubKafka, StubProducer
+from tests.unit.restore.kafka_stub import Killed, StubKafka, StubProducer
 
 from shale.block import BlockMeta, BlockSpec, DatasetInput, KafkaRange, deterministic_block_id, write_block
 from shale.block.schemas import BACKUP_SCHEMA
@@ -61,8 +61,10 @@ def write_records(config: BucketConfig, records: list[Record], ranges: list[Kafk
 
 def restore(config: BucketConfig, blocks: list[BlockMeta], incarnation: str, *, until_ms: int | None = None,
             recorded: set[int] | frozenset[int] = frozenset(), target: StubKafka | None = None,
-            commit_every: int = 3) -> tuple[RestorePlan, dict[int, PartitionOutcome], StubKafka]:
-    """Plan and run a restore of ``incarnation`` into ``target`` (a new empty one by default)."""
+            commit_every: int = 3, kill_after: int | None = None
+            ) -> tuple[RestorePlan, dict[int, PartitionOutcome], StubKafka]:
+    """Plan and run a restore of ``incarnation`` into ``target`` (a new empty one by default). With
+    ``kill_after``, each partition's task dies after sending that many records and the restore runs again."""
     target = target or StubKafka()
     plan = build_plan(blocks, tenant="acme", topic=TOPIC, incarnation=incarnation, target_partitions=None,
                       range_=RestoreRange(until_ms=until_ms), recorded=recorded)
@@ -71,6 +73,13 @@ def restore(config: BucketConfig, blocks: list[BlockMeta], incarnation: str, *, 
     for p in plan.partitions:
         if p.end > p.start or p.gaps:
             work = partition_work("job", plan, p, request)
+            if kill_after is not None:
+                producer = StubProducer(target, kill_after)
+                try:
+                    restore_partition(work, producer, target.progress("job").get(p.partition, (p.start, 0)),
+                                      config)
+                except Killed:
+                    producer.fence()
             progress = target.progress("job").get(p.partition, (p.start, 0))
             outcomes[p.partition] = restore_partition(work, StubProducer(target), progress, config)
     return plan, outcomes, target
@@ -211,10 +220,13 @@ class RestoreModel(RuleBasedStateMachine):
     def start(self) -> None:
         self.incarnation = 0
 
-    @rule(partition=st.integers(0, 2), count=st.integers(1, 4), markers=st.integers(0, 2))
-    def ingest(self, partition: int, count: int, markers: int) -> None:
+    @rule(partition=st.integers(0, 2), count=st.integers(1, 4), markers=st.integers(0, 2),
+          lost=st.sampled_from([0, 0, 0, 2]))
+    def ingest(self, partition: int, count: int, markers: int, lost: int) -> None:
+        """A batch of ``count`` records ``markers`` offsets apart; ``lost`` offsets before it were deleted by Kafka
+        before they were read (an acknowledged loss: a gap in the backup)."""
         inc = INCARNATIONS[self.incarnation]
-        start = self.next[(inc, partition)]
+        start = self.next[(inc, partition)] + (lost if self.next[(inc, partition)] else 0)
         rows = []
         for i in range(count):
             self.clock += 1000
@@ -243,7 +255,7 @@ class RestoreModel(RuleBasedStateMachine):
         self.truth[merged.id] = [row for m in picked for row in self.truth.pop(m.id)]
         self.blocks = [m for m in self.blocks if m not in picked] + [merged]
 
-    @precondition(lambda self: len(self.blocks) >= 1)
+    @precondition(lambda self: len(self.blocks) >= 3)
     @rule()
     def expire(self) -> None:
         oldest = min(self.blocks, key=lambda m: (m.min_time, m.id))
@@ -254,7 +266,12 @@ class RestoreModel(RuleBasedStateMachine):
     @rule(data=st.data())
     def legacy_merge(self, data: st.DataObject) -> None:
         """A block merged by a compactor that did not name rows' incarnations: the merged ranges only."""
-        picked = data.draw(st.lists(st.sampled_from(self.blocks), min_size=2, max_size=2, unique_by=lambda m: m.id))
+        pairs = [(a, b) for i, a in enumerate(self.blocks) for b in self.blocks[i + 1:]
+                 if {(k.partition, k.incarnation) for k in a.kafka} != {(k.partition, k.incarnation) for k in b.kafka}
+                 and {k.partition for k in a.kafka} & {k.partition for k in b.kafka}]
+        if not pairs:
+            return
+        picked = list(data.draw(st.sampled_from(pairs)))  # two incarnations (or ranges) of one partition
         rows = [r for m in picked for r, _ in self.truth[m.id]]
         ranges = merge_ranges([k for m in picked for k in m.kafka])
         if len({(r.incarnation, r.partition, r.offset) for r in rows}) < len(rows) or any(
@@ -302,9 +319,10 @@ class RestoreModel(RuleBasedStateMachine):
         return [r for r in mine if r.offset < stop], why
 
     @rule(which=st.integers(0, 2), until=st.one_of(st.none(), st.integers(0, 60_000)), before=st.integers(0, 3),
-          interleave=st.sampled_from([0, 2, 5]), source=st.integers(0, 30))
+          interleave=st.sampled_from([0, 2, 5]), source=st.integers(0, 30),
+          kill_after=st.one_of(st.none(), st.integers(0, 6)))
     def restore_and_translate(self, which: int, until: int | None, before: int, interleave: int,
-                              source: int) -> None:
+                              source: int, kill_after: int | None) -> None:
         inc = INCARNATIONS[min(which, self.incarnation)]
         if not any(r.incarnation == inc for m in self.blocks for r in m.kafka):
             return
@@ -314,7 +332,7 @@ class RestoreModel(RuleBasedStateMachine):
             for _ in range(before):
                 target.append(TARGET, p, b"other", b"before", "committed")
         plan, outcomes, target = restore(self.config, self.blocks, inc, until_ms=until_ms,
-                                         recorded=self.recorded[inc], target=target)
+                                         recorded=self.recorded[inc], target=target, kill_after=kill_after)
         assert plan.mapping.source_partitions == max(self.recorded[inc]) + 1
         for p in range(3):
             want, why = self.expected(inc, p, until_ms)
@@ -342,4 +360,4 @@ class RestoreModel(RuleBasedStateMachine):
 
 
 TestRestoreModel = RestoreModel.TestCase
-TestRestoreModel.settings = settings(stateful_step_count=14, deadline=None)  # examples: the profile's
+TestRestoreModel.settings = settings(stateful_step_count=30, deadline=None)  # examples: the profile's
