@@ -116,10 +116,13 @@ def dead_lettered(bucket: BucketReader, tenant: str, job: str) -> dict[int, list
 
 def translate(plan: RestorePlan, bucket: BucketConfig, client: Mapping[str, Any], target_topic: str,
               source: Mapping[int, int], skipped: Mapping[int, Sequence[int]] | None = None,
-              anchors: Mapping[int, Sequence[Run]] | None = None) -> dict[int, int]:
+              anchors: Mapping[int, Sequence[Run]] | None = None,
+              restored: Mapping[int, int] | None = None) -> dict[int, int]:
     """Per partition, the target offset at which a consumer resumes with the first record it had not seen.
     ``skipped``: the offsets the restore dead-lettered (``dead_lettered``), which the target does not hold;
-    ``anchors``: the job's runs per partition (``read_anchors``)."""
+    ``anchors``: the job's runs per partition (``read_anchors``); ``restored``: the job's next source offset per
+    partition (``read_progress``): the blocks are read only below it, where the restore read them (a partition
+    that stopped at a block it could not read is counted up to there)."""
     if plan.mapping.by_key:
         raise ConfigError("the restore mapped records by key into another partition count: a group's position has "
                           "no single offset per target partition; translate only same-partition restores")
@@ -128,12 +131,13 @@ def translate(plan: RestorePlan, bucket: BucketConfig, client: Mapping[str, Any]
     out: dict[int, int] = {}
     for p, offset in sorted(source.items()):
         dead = skipped.get(p, ())
+        done = (restored or {}).get(p, offset)
         if anchors.get(p):
-            def sent(lo: int, hi: int, p: int = p, dead: Sequence[int] = dead) -> int:
-                return records_between(plan, bucket, p, lo, hi) - sum(1 for o in dead if lo <= o < hi)
+            def sent(lo: int, hi: int, p: int = p, dead: Sequence[int] = dead, done: int = done) -> int:
+                return records_between(plan, bucket, p, lo, min(hi, done)) - sum(1 for o in dead if lo <= o < hi)
             out[p] = anchored_offset(anchors[p], offset, sent)
         else:
-            out[p] = target_offset(client, target_topic, p, records_before(plan, bucket, p, offset)
+            out[p] = target_offset(client, target_topic, p, records_before(plan, bucket, p, min(offset, done))
                                    - sum(1 for o in dead if o < offset))
     return out
 

@@ -23,7 +23,7 @@ from shale.config import BucketConfig
 from shale.objstore import task_bucket
 from shale.restore import RestoreRange, build_plan
 from shale.restore.job import RestoreRequest, partition_work
-from shale.restore.offsets import anchored_offset, records_between
+from shale.restore.offsets import anchored_offset, records_between, translate
 from shale.restore.plan import RestorePlan
 from shale.restore.task import PartitionOutcome, restore_partition
 
@@ -200,6 +200,25 @@ def test_case8_offsets_translate_by_what_the_restore_wrote(config: BucketConfig)
             assert got == where[first.value]
 
 
+def test_translation_reads_no_block_past_where_the_restore_stopped(config: BucketConfig) -> None:
+    """Found by the state machine: incarnation B's partition stopped at a row a legacy merged block could not
+    attribute; translating a group position beyond it read that block again and raised. The translation counts
+    the backup's records only below the job's progress, where the restore itself read them."""
+    b, c = INCARNATIONS[1:]
+    first = records(b, 1, range(1), 0)
+    legacy = write_records(config, records(b, 1, range(1, 2), 1000) + records(c, 1, range(1), 2000),
+                           [KafkaRange(topic=TOPIC, partition=1, start=1, end=2, incarnation=b),
+                            KafkaRange(topic=TOPIC, partition=1, start=0, end=2, incarnation=c)], "legacy")
+    blocks = [write_records(config, first, [KafkaRange(topic=TOPIC, partition=1, start=0, end=1, incarnation=b)],
+                            "first"), legacy]
+    plan, outcomes, target = restore(config, blocks, b)
+    assert restored(target, 1) == [first[0].value]
+    assert "do not say whose" in outcomes[1].error
+    done = {p: n for p, (n, _) in target.progress("job").items()}
+    got = translate(plan, config, {}, TARGET, {1: 2}, anchors=target.anchors("job"), restored=done)
+    assert got == {1: target.committed(TARGET, 1)[0].offset + 1}
+
+
 class RestoreModel(RuleBasedStateMachine):
     """A topic of three partitions, deleted and recreated; ingest writes blocks, compaction merges them, retention
     deletes the oldest; a restore of any incarnation, any --until, into a target that holds records already."""
@@ -345,8 +364,9 @@ class RestoreModel(RuleBasedStateMachine):
                 assert why in error or (why == "gap" and "a gap in the backup" in error), (why, error)
             anchors = target.anchors("job").get(p)
             if want and anchors:
-                got = anchored_offset(anchors, source,
-                                      lambda lo, hi, p=p: records_between(plan, self.config, p, lo, hi))
+                done = target.progress("job")[p][0]
+                got = translate(plan, self.config, {}, TARGET, {p: source}, anchors={p: anchors},
+                                restored={p: done})[p]
                 where = {e.value: e.offset for e in target.committed(TARGET, p)}
                 first = next((r for r in want if r.offset >= source), None)
                 if first is not None:
