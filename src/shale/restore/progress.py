@@ -232,7 +232,18 @@ class ProgressWatcher:
             log.warning("restore progress unavailable", extra={"job": self.job, "error": str(exc)})
         finally:
             consumer.close()
+            self._catch_up()
             self.report(dict(self.found))
+
+    def _catch_up(self) -> None:
+        """At the job's end, read the progress to the log end: the tasks' last transactions committed before it
+        ended, but the poll loop may not have reached them yet (each transaction also carries its anchor)."""
+        if not self._stop.is_set():
+            return
+        try:
+            self.found.update(read_progress(self.client, self.job, timeout=30))
+        except (KafkaException, RetryableError) as exc:
+            log.warning("restore progress unavailable", extra={"job": self.job, "error": str(exc)})
 
 
 @dataclass(frozen=True)
