@@ -213,8 +213,8 @@ class MetastoreMachine(RuleBasedStateMachine):
             assert result.reason == refusal, result
             return
         assert result.data["replay"] is False
-        if token is not None:  # a commit renews its lease
-            lease = self.m["leases"][(group, generation, shard)]
+        lease = self.m["leases"].get((group, generation, shard))
+        if token is not None and lease is not None and lease[0]:  # a commit renews its lease (unless released)
             lease[2] = self.now_ms() + lease[3]
         for key, inc, start, end, recs in plan:
             current = self.m["committed"].get(key)
@@ -249,8 +249,10 @@ class MetastoreMachine(RuleBasedStateMachine):
 
     # -- ingest leases --------------------------------------------------------------------------
 
-    def lease_refusal(self, key: tuple[str, int, int], token: int | None) -> str | None:
-        """Why the state machine refuses a commit (or a renewal) with ``token`` on shard ``key`` now, or None."""
+    def lease_refusal(self, key: tuple[str, int, int], token: int | None, renewal: bool = False) -> str | None:
+        """Why the state machine refuses a commit (or a renewal) with ``token`` on shard ``key`` now, or None. The
+        token decides, not the time: an expired lease nobody took is still its holder's; a released one takes its
+        holder's commits but no renewal."""
         lease = self.m["leases"].get(key)
         if lease is None:
             return None if token is None else "no-lease"
@@ -261,7 +263,7 @@ class MetastoreMachine(RuleBasedStateMachine):
             return "resharded"  # granted before the map changed, whoever holds the shard now
         if token != lease[1]:
             return "stale-lease"
-        return "lease-expired" if lease[2] <= self.now_ms() else None
+        return "lease-expired" if renewal and not lease[0] else None
 
     def live(self, key: tuple[str, int, int]) -> bool:
         lease = self.m["leases"].get(key)
@@ -290,7 +292,9 @@ class MetastoreMachine(RuleBasedStateMachine):
             assert lease is not None
             assert result.data["token"] == lease[1]
             return
-        token = lease[1] if live and lease is not None else self.state.applied()[0]
+        version = self.m["shards"].get(key[:2], (1, 0))[1]
+        same = lease is not None and lease[0] == driver and lease[1] >= version  # expired or not, nobody took it
+        token = lease[1] if same and lease is not None else self.state.applied()[0]
         assert result.data["token"] == token
         assert all(token >= t for k, t in self.m["tokens"].items() if k[:2] == key)  # a lane's tokens only grow
         self.m["leases"][key] = [driver, token, now + duration, duration]
@@ -311,11 +315,13 @@ class MetastoreMachine(RuleBasedStateMachine):
         """A heartbeat (accepted only for the lane's live lease) or a release (a no-op for any other token)."""
         (group, generation, shard, driver), token = data.draw(st.sampled_from(sorted(self.m["tokens"].items())))
         key = (group, generation, shard)
-        refusal = self.lease_refusal(key, token)
+        refusal = self.lease_refusal(key, token, renewal=True)
         if release:
             result = self.submit(ReleaseIngestLease(group=group, generation=generation, shard=shard, holder=driver,
                                                     token=token))
-            live = self.live(key) and self.m["leases"][key][1] == token
+            version = self.m["shards"].get(key[:2], (1, 0))[1]
+            lease = self.m["leases"][key]
+            live = bool(lease[0]) and lease[1] == token and token >= version  # this holder's, expired or not
             assert result.data["released"] == live, (result, refusal)
             if live:
                 self.m["leases"][key][:3] = ["", token, self.now_ms()]
