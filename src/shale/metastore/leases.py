@@ -14,7 +14,16 @@ lease takes its holder's commits (nobody else wrote since) but no renewal: it st
 never leased takes commits without a token (writers that do not lease: reprocess jobs, tests, callers older than
 leases); once leased, never again (a release ends the lease but keeps its row).
 
-The state lives in the index's ``ingest_leases`` table, written only here, inside the apply transaction.
+The log's time runs only while the log does. A silence in the log longer than a third of a lease (the heartbeat
+period: a live holder renews at least that often, and a standby asks ten times per lease) means nobody could reach
+the metastore: it was stopped, or had no quorum. ``bridge_silence``, run before every entry, adds such a silence to
+every lease that was live when it began, so an outage neither expires a lease nor hands the shard to the first
+standby to get through once it ends; the holder's dead-lettered commits and heartbeats come in as before the
+outage. This only delays takeovers (by at most one lease, for a holder that died during the silence); fencing
+never depends on it, since the token decides.
+
+The state lives in the index's ``ingest_leases`` table, written only here, inside the apply transaction (and the
+log's last entry time in the ``state`` table, ``LOG_TIME``).
 """
 
 from __future__ import annotations
@@ -100,6 +109,23 @@ def lease_rows(conn: sqlite3.Connection, now_ms: int) -> list[dict[str, Any]]:
                                         takeovers=0)
         rows.append(lease.row(now_ms, version, shards))
     return rows
+
+
+LOG_TIME = "log_time_ms"
+"""The ``state`` key holding the time of the last entry applied (the leader's clock, never decreasing)."""
+
+
+def bridge_silence(w: IndexWriter, time_ms: int) -> None:
+    """Before an entry at ``time_ms``: add the silence since the previous entry to every lease that was live when it
+    began, if it was longer than a third of that lease (module docstring). Deterministic: log times only."""
+    row = w.conn.execute("SELECT value FROM state WHERE key = ?", (LOG_TIME,)).fetchone()
+    last = int(row[0]) if row else 0
+    if time_ms <= last:
+        return
+    w.conn.execute("INSERT OR REPLACE INTO state (key, value) VALUES (?, ?)", (LOG_TIME, time_ms))
+    if last:
+        w.conn.execute("UPDATE ingest_leases SET expires_at = expires_at + ? WHERE holder != '' AND expires_at > ? "
+                       "AND 3 * ? > duration_ms", (time_ms - last, last, time_ms - last))
 
 
 def _answer(lease: Lease, granted: bool, now_ms: int, version: int, shards: int) -> Result:

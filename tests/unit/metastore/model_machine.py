@@ -8,6 +8,7 @@ import shutil
 import sqlite3
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,11 +87,14 @@ class RecordingLog(SingleNodeLog):
     def __init__(self, state: StateMachine, clock: Clock) -> None:
         super().__init__(state, clock)
         self.entries: list[tuple[Entry, bytes]] = []
+        self.on_entry: Callable[[int], None] = lambda _: None
+        """Told each entry's time before it applies (the model's side of ``leases.bridge_silence``)."""
 
     def propose_command(self, command: Command, timeout: float = 30.0) -> Result:
         index = self.state.applied()[0] + 1
         entry, data = Entry(index, 1, int(self.clock() * 1000)), encode(command, ("json", "msgpack")[index % 2])
         self.entries.append((entry, data))
+        self.on_entry(entry.time_ms)
         return self.state.apply(entry, data)
 
 
@@ -118,7 +122,9 @@ class MetastoreMachine(RuleBasedStateMachine):
             "leases": {},  # (group, generation, shard) -> [holder ("" once released), token, expires_at, duration_ms]
             "tokens": {},  # (group, generation, shard, driver) -> the token that driver was last granted
             "shards": {},  # (group, generation) -> (shard count, map version)
+            "log_time": 0,  # the last entry's time
         }
+        self.log.on_entry = self.bridge
         self.snapshot: tuple[Path, dict[str, Any], int, str] | None = None
         self.seq = 0
 
@@ -264,6 +270,17 @@ class MetastoreMachine(RuleBasedStateMachine):
         if token != lease[1]:
             return "stale-lease"
         return "lease-expired" if renewal and not lease[0] else None
+
+    def bridge(self, time_ms: int) -> None:
+        """A silence in the log longer than a third of a lease (nobody reached the metastore) is added to every lease
+        that was live when it began."""
+        last = self.m["log_time"]
+        if time_ms <= last:
+            return
+        self.m["log_time"] = time_ms
+        for lease in self.m["leases"].values():
+            if last and lease[0] and lease[2] > last and 3 * (time_ms - last) > lease[3]:
+                lease[2] += time_ms - last
 
     def live(self, key: tuple[str, int, int]) -> bool:
         lease = self.m["leases"].get(key)

@@ -15,6 +15,7 @@ from shale.metastore.commands import (
     AcquireIngestLease,
     Command,
     CommitIngestBatch,
+    Noop,
     OffsetRange,
     ReleaseIngestLease,
     RenewIngestLease,
@@ -39,6 +40,14 @@ class Log:
     def apply(self, command: Command) -> Result:
         self.index += 1
         return self.sm.apply(Entry(self.index, 1, self.now), encode(command))
+
+    def run(self, ms: int) -> None:
+        """Let ``ms`` of log time pass with the log running (other traffic: an entry every tenth of a lease), as
+        opposed to ``now +=``, a silence (the metastore unreachable)."""
+        end = self.now + ms
+        while self.now < end:
+            self.now = min(end, self.now + DURATION // 10)
+            self.apply(Noop())
 
     def acquire(self, holder: str, duration: int = DURATION) -> Result:
         return self.apply(AcquireIngestLease(group="backup", holder=holder, duration_ms=duration))
@@ -69,12 +78,12 @@ def test_the_first_driver_gets_the_lease_and_its_token_is_the_log_index(tmp_path
 def test_a_standby_waits_while_the_lease_is_held_and_takes_over_when_it_expires(tmp_path: Path) -> None:
     log = _log(tmp_path)
     token_a = log.acquire("a").data["token"]
-    log.now += DURATION - 1
+    log.run(DURATION - 1)
     waiting = log.acquire("b").data
     assert not waiting["granted"]
     assert waiting["holder"] == "a"
     assert waiting["token"] == token_a
-    log.now += 1
+    log.run(1)
     taken = log.acquire("b").data
     assert taken["granted"]
     assert taken["holder"] == "b"
@@ -96,7 +105,7 @@ def test_a_commit_with_a_stale_token_is_refused_after_a_takeover(tmp_path: Path)
     log = _log(tmp_path)
     old = log.acquire("a").data["token"]
     assert log.commit(old).ok
-    log.now += DURATION
+    log.run(DURATION)
     new = log.acquire("b").data["token"]
     zombie = log.commit(old)
     assert not zombie.ok
@@ -125,10 +134,30 @@ def test_case12_a_lease_that_expired_with_nobody_taking_over_still_commits_and_r
     assert log.end == 20
 
 
+def test_case12_a_standby_asking_first_after_an_outage_does_not_take_the_shard(tmp_path: Path) -> None:
+    """The outage is a silence in the log: it does not count against the holder's lease, so the standby that gets
+    through first when the metastore returns waits, and the holder's queued commits and heartbeats come in. A
+    standby still takes over a holder that stays silent for a lease while the log runs."""
+    log = _log(tmp_path)
+    token = log.acquire("a").data["token"]
+    log.run(4 * SECOND)
+    log.now += 60 * SECOND  # the outage
+    waiting = log.acquire("b").data
+    assert not waiting["granted"]
+    assert waiting["expires_at"] == log.now + DURATION - 4 * SECOND
+    assert log.commit(token).ok
+    log.run(DURATION - 1)
+    assert not log.acquire("b").data["granted"]
+    log.run(1)
+    taken = log.acquire("b").data
+    assert taken["granted"]
+    assert log.commit(token).reason == "stale-lease"
+
+
 def test_case12_a_paused_driver_is_fenced_once_another_driver_took_its_shard(tmp_path: Path) -> None:
     log = _log(tmp_path)
     token = log.acquire("a").data["token"]
-    log.now += DURATION
+    log.run(DURATION)  # the holder paused while the log ran
     taken = log.acquire("b").data
     assert taken["granted"]
     assert log.commit(token).reason == "stale-lease"
@@ -196,7 +225,7 @@ def test_an_exact_replay_of_a_committed_batch_answers_as_applied_whatever_its_to
     command = CommitIngestBatch(group="backup", lease=token, blocks=[block], ranges=[
         OffsetRange(topic="app", partition=0, start=0, end=10)])
     assert log.apply(command).data["replay"] is False
-    log.now += DURATION
+    log.run(DURATION)
     log.acquire("b")
     assert log.apply(command).data["replay"] is True
 
@@ -209,7 +238,7 @@ def test_leases_are_per_group_generation_and_shard(tmp_path: Path) -> None:
     assert all(r.data["granted"] for r in other)
 
 
-OPS = st.lists(st.tuples(st.sampled_from(["acquire", "renew", "release", "commit", "tick"]),
+OPS = st.lists(st.tuples(st.sampled_from(["acquire", "renew", "release", "commit", "tick", "noop"]),
                          st.sampled_from(["a", "b", "c"]), st.integers(0, 2 * DURATION)), max_size=40)
 
 
@@ -219,22 +248,33 @@ OPS = st.lists(st.tuples(st.sampled_from(["acquire", "renew", "release", "commit
 @example(ops=[("acquire", "a", 0), ("tick", "a", DURATION), ("acquire", "b", 0), ("commit", "a", 0)])
 def test_case12_a_commit_is_accepted_iff_nobody_took_the_lease_since_its_token(
         ops: list[tuple[str, str, int]]) -> None:
-    """Over lease timelines of one shard (acquires, renewals, releases, commits and log time passing, outages
-    included): a commit is accepted exactly when no grant came after its token's (the token is still the shard's,
-    whatever the log's time); a renewal likewise unless the lease was released; expiry only decides when another
-    driver may be granted; commits and renewals renew; every new grant's token is larger than all before it."""
+    """Over lease timelines of one shard (acquires, renewals, releases, commits, other traffic, and log time
+    passing with or without entries, outages included): a commit is accepted exactly when no grant came after its
+    token's (the token is still the shard's, whatever the log's time); a renewal likewise unless the lease was
+    released; expiry only decides when another driver may be granted, and a silence in the log longer than a
+    heartbeat period does not count towards it; commits and renewals renew; every new grant's token is larger
+    than all before it."""
     with tempfile.TemporaryDirectory() as scratch:
         log = Log(Path(scratch) / "state.db")
         grants: list[int] = []  # every token granted, in order: a token fences nothing while it is the last
         holder, expires, duration = "", 0, DURATION
         tokens: dict[str, int] = {}  # what each driver believes its token is
+        last = 0  # the log time of the last entry
         for op, who, dt in ops:
-            if op == "tick":
+            if op == "tick":  # time passes without an entry: a silence (an outage when long)
                 log.now += dt
                 continue
             current = grants[-1] if grants else None
             mine = tokens.get(who)
-            if op == "acquire":
+            if op in ("renew", "release") and mine is None:
+                continue
+            gap = log.now - last
+            if last and holder and expires > last and 3 * gap > duration:
+                expires += gap  # a silence longer than a heartbeat period does not count against the lease
+            last = max(last, log.now)
+            if op == "noop":  # other traffic: the log runs
+                assert log.apply(Noop()).ok
+            elif op == "acquire":
                 result = log.acquire(who)
                 grant = expires <= log.now or holder == who
                 assert result.data["granted"] == grant, (result, holder, expires, log.now)
