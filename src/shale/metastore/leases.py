@@ -139,8 +139,7 @@ def apply_acquire(w: IndexWriter, cmd: AcquireIngestLease, index: int, time_ms: 
         return Result(ok=True, data={"granted": False, "group": cmd.group, "generation": cmd.generation,
                                      "shard": cmd.shard, "shards": current.shards, "holder": "", "expires_at": 0,
                                      "reason": "no-such-shard"})
-    live = lease is not None and lease.live(time_ms, current.version)
-    if lease is not None and live and lease.holder != cmd.holder:
+    if lease is not None and lease.live(time_ms, current.version) and lease.holder != cmd.holder:
         # a standby: it asks again, and takes over once this expires
         return _answer(lease, False, time_ms, current.version, current.shards)
     if lease is not None and lease.holder == cmd.holder and lease.token >= current.version:
@@ -158,7 +157,7 @@ def apply_acquire(w: IndexWriter, cmd: AcquireIngestLease, index: int, time_ms: 
     return _answer(lease, True, time_ms, current.version, current.shards)
 
 
-def _held(w: IndexWriter, group: str, generation: int, shard: int, token: int | None, time_ms: int) -> Lease | None:
+def _held(w: IndexWriter, group: str, generation: int, shard: int, token: int | None) -> Lease | None:
     """The shard's lease if ``token`` is its current token, expired or not (None: the shard was never leased and no
     token was sent); else refused. Nobody took the shard since ``token`` was granted: its writer is still the only
     one."""
@@ -188,7 +187,7 @@ def _held(w: IndexWriter, group: str, generation: int, shard: int, token: int | 
 
 
 def apply_renew(w: IndexWriter, cmd: RenewIngestLease, time_ms: int) -> Result:
-    lease = _held(w, cmd.group, cmd.generation, cmd.shard, cmd.token, time_ms)
+    lease = _held(w, cmd.group, cmd.generation, cmd.shard, cmd.token)
     assert lease is not None
     if not lease.holder:
         raise CommandRejectedError(
@@ -204,8 +203,8 @@ def apply_renew(w: IndexWriter, cmd: RenewIngestLease, time_ms: int) -> Result:
 def apply_release(w: IndexWriter, cmd: ReleaseIngestLease, time_ms: int) -> Result:
     lease = _lease(w.conn, cmd.group, cmd.generation, cmd.shard)
     current = shard_map(w.conn, cmd.group, cmd.generation)
-    if lease is None or lease.token != cmd.token or not lease.holder or lease.token < (current.version if current
-                                                                                        else 0):
+    version = current.version if current else 0
+    if lease is None or lease.token != cmd.token or not lease.holder or lease.token < version:
         return Result(ok=True, data={"released": False})  # not (or no longer) this holder's: nothing to give up
     lease.expires_at, lease.holder = time_ms, ""  # given up, not lost: the next holder is no takeover
     _save(w.conn, lease)
@@ -215,7 +214,7 @@ def apply_release(w: IndexWriter, cmd: ReleaseIngestLease, time_ms: int) -> Resu
 def check_commit_lease(w: IndexWriter, cmd: CommitIngestBatch, time_ms: int) -> None:
     """Refuse a commit whose writer's lease was taken over (or resharded); a commit that holds it renews it (an
     expired one too: nobody took it), unless it was released (it stays released)."""
-    lease = _held(w, cmd.group, cmd.generation, cmd.shard, cmd.lease, time_ms)
+    lease = _held(w, cmd.group, cmd.generation, cmd.shard, cmd.lease)
     if lease is not None and lease.holder:
         lease.expires_at = max(lease.expires_at, time_ms + lease.duration_ms)
         _save(w.conn, lease)
