@@ -83,9 +83,9 @@ def acknowledge_loss(ctx: click.Context, group: str, topic: str, partition: int,
         raise click.ClickException(
             f"offsets [{row.committed_end},{to}) of {topic}[{partition}] are held by dead letter commits whose blocks "
             f"are their only copy (Kafka deleted them): {', '.join(holders)}. Acknowledging the loss would make "
-            "those blocks garbage. A queued one applies once the metastore replays it (wait and look again); a "
-            "rejected one says why in its last line: keep it and its blocks, and ask for a recovery before "
-            "acknowledging")
+            "those blocks garbage. A queued one applies once the metastore replays it: wait, then look again. A "
+            "rejected one says why on its last line and is kept with its blocks (docs/DESIGN.md 9.4); to give "
+            "its records up anyway, delete it and run this command again")
     result = metastore.submit(AcknowledgeOffsetLoss(
         group=group, generation=gen, topic=topic, partition=partition, incarnation=state.incarnation,
         start=row.committed_end, end=to, reason=reason or "acknowledged with shale offsets acknowledge-loss"))
