@@ -4,6 +4,7 @@ letter queue and are recovered when it returns). Every time, verify finds 0 miss
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 
@@ -128,4 +129,70 @@ def test_metastore_outage_goes_to_the_dead_letter_queue_and_recovers(kafka, mini
         metrics = httpx.get(cluster.addresses[0] + "/metrics").text
         assert "shale_metastore_dlq_events_total" in metrics
     finally:
+        cluster.stop()
+
+
+def test_case12_a_metastore_outage_longer_than_the_lease_delays_commits_and_discards_nothing(
+        kafka, minio_bucket, tmp_path: Path) -> None:
+    """The metastore is down for 60 s (four 15 s leases) while records keep arriving: the driver dead-letters its
+    commits and keeps its lease, since nobody took its shard, and a standby waiting beside it does not take the shard
+    when the metastore returns (the outage does not count against the lease). Every queued commit is accepted (none
+    set aside), and the bucket holds each record once; the same driver process ran throughout (one start, one lease,
+    no lease lost)."""
+    cluster = MetastoreCluster(tmp_path / "ms", 1, bucket=minio_bucket,
+                               extra=["metastore.dlq_interval=1s", "metastore.maintenance_interval=1s"]).start()
+    drivers = []
+    try:
+        topic = f"long-outage-{uuid.uuid4().hex[:6]}"
+        create_topic(kafka.bootstrap_servers, topic, 2)
+        produce_json(kafka.bootstrap_servers, topic, 2_000)
+        token_file = tmp_path / "ingest.token"
+        write_private(token_file, cluster.issue_token("ingest-backup", "ingest", groups=["backup"]))
+        file = write_config(tmp_path, kafka.bootstrap_servers, minio_bucket, [topic], metastore={
+            "mode": "remote", "addresses": cluster.addresses, "client_deadline": 3, "request_timeout": 2,
+            "token_file": str(token_file)})
+        config = load_config(file, env={})
+        assert config.ingest.lease_duration == 15.0
+        process = ingest_process(file, "backup", tmp_path / "ingest.log")
+        drivers.append(process)
+        assert process.popen is not None
+        pid = process.popen.pid
+        client = cluster.client(deadline=5)
+        _wait_committed(client, 2_000, process)
+        standby = ingest_process(file, "backup", tmp_path / "standby.log")
+        drivers.append(standby)
+        eventually(lambda: "standby: another process holds the ingest lease" in standby.log_path.read_text(), 240,
+                   "the second driver to wait as a standby")
+
+        cluster.kill9(0)
+        bucket = open_bucket(minio_bucket)
+        down = time.monotonic()
+        produced = 2_000
+        while time.monotonic() - down < 60:  # load through the whole outage
+            produce_json(kafka.bootstrap_servers, topic, 500, start=produced)
+            produced += 500
+            assert process.alive(), process.log_path.read_text()[-3000:]
+            time.sleep(5)
+        assert list(bucket.list("_shale/dlq/")), "no commit reached the dead letter queue during the outage"
+
+        cluster.start_node(0)  # same data directory and port; the leader replays the queue
+        _wait_committed(client, produced, process)
+        eventually(lambda: not list(bucket.list("_shale/dlq/")), 60, "the dead letter queue to drain")
+        assert not list(bucket.list("_shale/dlq-rejected/"))
+        assert process.alive()
+        assert process.popen.pid == pid
+        text = process.log_path.read_text()
+        assert "ingest lease lost" not in text, text[-3000:]
+        assert text.count("ingest started") == 1, text[-3000:]
+        assert text.count("ingest lease acquired") == 1, text[-3000:]
+        assert standby.alive()
+        assert "ingest started" not in standby.log_path.read_text(), standby.log_path.read_text()[-3000:]
+        standby.stop()
+        process.stop()
+        report = verify_topic(client, bucket, config.kafka, "backup", 1, topic)
+        assert (report.missing, report.duplicated, report.stored) == (0, 0, produced), report.as_dict()
+    finally:
+        for driver in drivers:
+            if driver.alive():
+                driver.stop()
         cluster.stop()

@@ -30,7 +30,7 @@ from shale.ingest.job import IngestJob
 from shale.ingest.kafka import delete_records_before, describe_topics, existing_offsets, offset_bounds
 from shale.ingest.plan import Loss
 from shale.ingest.verify import group_blocks, verify_topic
-from shale.metastore import open_metastore
+from shale.metastore import CommitIngestBatch, OffsetRange, open_metastore
 from shale.objstore import open_bucket
 from shale.query import Query, run_query
 
@@ -248,10 +248,23 @@ def test_offsets_deleted_before_they_were_read(kafka, minio_bucket, spark, tmp_p
     committed = {o.partition: o.committed_end for o in metastore.offsets("backup", 1) if o.topic == topic}
     assert committed == {0: 500, 1: 1000}  # the other partition went on
 
-    ack = subprocess.run([sys.executable, "-m", "shale.cli", "--config", str(file), "offsets", "acknowledge-loss",
-                          "--group", "backup", "--topic", topic, "--partition", "0", "--to", "800",
-                          "--reason", "retention ran while ingestion was down"],
-                         capture_output=True, text=True, cwd=ROOT, check=False)
+    command = [sys.executable, "-m", "shale.cli", "--config", str(file), "offsets", "acknowledge-loss", "--group",
+               "backup", "--topic", topic, "--partition", "0", "--to", "800", "--reason",
+               "retention ran while ingestion was down"]
+    # A dead-lettered commit set aside on replay holds [600, 700): its blocks are the only copy of those records,
+    # so the loss is not acknowledged over it (case 12); once it is gone, the loss is.
+    copy = f"_shale/dlq-rejected/ingest-backup-g1/{uuid.uuid4().hex}.json"
+    bucket = open_bucket(config.bucket)
+    bucket.put(copy, CommitIngestBatch(group="backup", lease=1, blocks=[], ranges=[OffsetRange(
+        topic=topic, partition=0, start=600, end=700, incarnation=incarnation)]).model_dump_json().encode()
+        + b'\n{"ok": false, "reason": "stale-lease"}')
+    refused = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
+    assert refused.returncode != 0
+    assert copy in refused.stderr, refused.stderr
+    assert "only copy" in refused.stderr
+    assert {o.partition: o.committed_end for o in metastore.offsets("backup", 1) if o.topic == topic}[0] == 500
+    bucket.delete(copy)
+    ack = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
     assert ack.returncode == 0, ack.stderr
     assert "offsets [500,800) acknowledged as lost" in ack.stdout
     _ingest(config, spark, metastore, ["backup"])

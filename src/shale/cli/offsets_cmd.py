@@ -61,7 +61,8 @@ def acknowledge_loss(ctx: click.Context, group: str, topic: str, partition: int,
     """Accept that Kafka deleted offsets [committed end, TO) of one partition before they were read: ingestion of
     the partition continues at TO, and the loss is recorded."""
     from shale.ingest.kafka import describe_topics, offset_bounds
-    from shale.metastore import AcknowledgeOffsetLoss, open_metastore
+    from shale.metastore import AcknowledgeOffsetLoss, DeadLetterQueue, open_metastore
+    from shale.objstore import open_bucket
 
     config = get_config(ctx)
     gen = config.ingest.generation if generation is None else generation
@@ -77,6 +78,14 @@ def acknowledge_loss(ctx: click.Context, group: str, topic: str, partition: int,
     if row is None or row.incarnation not in ("", state.incarnation):
         raise click.ClickException(f"{group} generation {gen} has no committed offsets for {topic}[{partition}] in "
                                    "its current incarnation: nothing was lost, ingestion starts at Kafka's earliest")
+    holders = DeadLetterQueue(open_bucket(config.bucket)).holding(group, gen, topic, partition, row.committed_end, to)
+    if holders:
+        raise click.ClickException(
+            f"offsets [{row.committed_end},{to}) of {topic}[{partition}] are held by dead letter commits whose blocks "
+            f"are their only copy (Kafka deleted them): {', '.join(holders)}. Acknowledging the loss would make "
+            "those blocks garbage. A queued one applies once the metastore replays it: wait, then look again. A "
+            "rejected one says why on its last line and is kept with its blocks (docs/DESIGN.md 9.4); to give "
+            "its records up anyway, delete it and run this command again")
     result = metastore.submit(AcknowledgeOffsetLoss(
         group=group, generation=gen, topic=topic, partition=partition, incarnation=state.incarnation,
         start=row.committed_end, end=to, reason=reason or "acknowledged with shale offsets acknowledge-loss"))

@@ -4,8 +4,10 @@ as standbys and take over when the lease expires.
 ``wait`` asks the metastore for the lease until it is granted (a standby asks every ``duration / 10``, so a takeover
 comes at most that long after the expiry). Once held, a heartbeat thread renews it every ``duration / 3``, and every
 commit renews it too (the state machine does, for a commit with the current token). When a renewal or a commit is
-refused because the lease moved on (stale token, expiry), the lease is lost: the driver stops writing and says so
-(``LeaseLostError``); its blocks not committed are orphans that the bucket cleaner removes.
+refused because the lease moved on (another driver took the shard: a stale token; the shard map changed), the lease
+is lost: the driver stops writing and says so (``LeaseLostError``); its blocks not committed are orphans that the
+bucket cleaner removes. Expiry alone loses nothing: a metastore outage longer than the lease leaves the token the
+shard's, so the heartbeat retries until the metastore is back, and the commits dead-lettered meanwhile apply.
 """
 
 from __future__ import annotations
@@ -168,7 +170,7 @@ class IngestLease:
                     self.renew()
                 except LeaseLostError:
                     return
-                except Exception as exc:  # the metastore unreachable: try again; the lease may expire meanwhile
+                except Exception as exc:  # the metastore unreachable: try again (the outage does not end the lease)
                     log.warning("ingest lease renewal failed; retrying", extra={
                         "group": self.group, "error": f"{type(exc).__name__}: {str(exc)[:500]}"})
         thread = threading.Thread(target=beat, name=f"lease-{self.group}-{self.shard}", daemon=True)

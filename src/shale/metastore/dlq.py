@@ -7,7 +7,12 @@ commits contiguous. The leader replays every stream every 15 seconds; commands a
 replayed twice (by the leader and by its writer) is harmless.
 
 A command the state machine rejects on replay is moved to ``_shale/dlq-rejected/`` with the rejection, logged
-and counted: it will never apply, and an operator must look at it.
+and counted: it will never apply, and an operator must look at it. Rejected commits are cleaned by the leader
+(``clean_rejected``): one is removed once it is older than ``REJECTED_KEEP_SECONDS`` and every offset it holds is
+committed by its group and generation (stored by other blocks, its own blocks are orphans); one that holds offsets
+not committed, or acknowledged as lost, is kept, since its blocks may be their only copy. Anything else there (not
+a commit) is removed after the same keep period. ``holding`` names the queued and rejected commits that hold
+offsets of a partition's range: ``shale offsets acknowledge-loss`` refuses to discard them.
 
 Only the kinds a writer may legitimately leave there are replayed (``REPLAYABLE``): an ingest (or reprocess)
 committer's ``CommitIngestBatch``. Whoever can write to the bucket can write here, so any other kind (a block
@@ -26,7 +31,7 @@ from prometheus_client import Counter, Gauge
 from shale.block.layout import DLQ_PREFIX
 from shale.block.names import check_tenant
 from shale.errors import CommandRejectedError, MetastoreUnavailableError, NotFoundError, RetryableError
-from shale.metastore.commands import Command, Result, decode, encode
+from shale.metastore.commands import Command, CommitIngestBatch, Result, decode, encode
 from shale.objstore import Bucket
 from shale.objstore.naming import OrderedNames
 
@@ -36,8 +41,30 @@ DLQ_DEPTH = Gauge("shale_metastore_dlq_depth", "Commands waiting in the dead let
 REPLAYABLE = frozenset({"CommitIngestBatch"})
 """The command kinds the leader replays: those a writer puts in the queue (``ingest.committer``). Compaction
 workers never write here (an unanswered poll is sent again by the worker itself)."""
-DLQ_EVENTS = Counter("shale_metastore_dlq_events_total", "Dead letter queue events: enqueued, replayed, rejected.",
-                     ["event"])
+DLQ_EVENTS = Counter("shale_metastore_dlq_events_total",
+                     "Dead letter queue events: enqueued, replayed, rejected, cleaned.", ["event"])
+
+
+REJECTED_KEEP_SECONDS = 7 * 86_400
+"""How long a rejected command stays in ``_shale/dlq-rejected/`` at least, for an operator to look at."""
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What the cleaning rule needs of one partition's committed offsets (``OffsetRow`` and ``LossRow`` fit)."""
+
+    end: int
+    incarnation: str
+    lost: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class Queued:
+    """A commit in the queue or set aside: its key and command (None: not a decodable commit)."""
+
+    key: str
+    command: CommitIngestBatch | None
+    modified: float
 
 
 @dataclass
@@ -103,6 +130,43 @@ class DeadLetterQueue:
             self._set_aside(key, data, result, report)
         return report
 
+    def queued(self, prefix: str) -> list[Queued]:
+        """Every command under ``prefix`` (``DLQ_PREFIX`` or ``REJECTED_PREFIX``), decoded when it is a commit."""
+        found = []
+        for item in self.bucket.list(prefix):
+            try:
+                data = self.bucket.get(item.key)
+            except NotFoundError:
+                continue
+            found.append(Queued(item.key, _commit_of(data, item.key.startswith(REJECTED_PREFIX)),
+                                item.last_modified))
+        return found
+
+    def holding(self, group: str, generation: int, topic: str, partition: int, start: int, end: int) -> list[str]:
+        """The queued and rejected commits of ``group`` and ``generation`` that hold offsets of ``topic[partition]``
+        in ``[start, end)``: their blocks are a copy of those offsets (for offsets Kafka deleted, the only one)."""
+        return [q.key for prefix in (DLQ_PREFIX, REJECTED_PREFIX) for q in self.queued(prefix)
+                if q.command is not None and (q.command.group, q.command.generation) == (group, generation)
+                and any((r.topic, r.partition) == (topic, partition) and r.start < end and start < r.end
+                        and r.end > r.start for r in q.command.ranges)]
+
+    def clean_rejected(self, committed: Callable[[str, int, str, int], Committed | None], now: float) -> list[str]:
+        """Remove the rejected commands the cleaning rule allows (module docstring); return their keys.
+        ``committed(group, generation, topic, partition)`` is the metastore's view of a partition."""
+        removed = []
+        for q in self.queued(REJECTED_PREFIX):
+            if q.modified + REJECTED_KEEP_SECONDS > now:
+                continue
+            if q.command is not None and not _all_stored(q.command, committed):
+                continue
+            self.bucket.delete(q.key)
+            removed.append(q.key)
+            DLQ_EVENTS.labels("cleaned").inc()
+        if removed:
+            log.info("rejected dead letter commands removed: their offsets are committed by other blocks",
+                     extra={"count": len(removed)})
+        return removed
+
     def _set_aside(self, key: str, data: bytes, result: Result, report: ReplayReport) -> None:
         self.bucket.put(REJECTED_PREFIX + key[len(DLQ_PREFIX):], data + b"\n" + result.model_dump_json().encode())
         self.bucket.delete(key)
@@ -110,6 +174,31 @@ class DeadLetterQueue:
         DLQ_EVENTS.labels("rejected").inc()
         log.error("dead letter queue command rejected on replay; moved aside for an operator",
                   extra={"key": key, "reason": result.reason, "detail": result.message})
+
+
+def _commit_of(data: bytes, rejected: bool) -> CommitIngestBatch | None:
+    """The commit in a queued object (a rejected one ends with its result on a line of its own), or None."""
+    if rejected:
+        data = data.rpartition(b"\n")[0]
+    try:
+        command = decode(data)
+    except CommandRejectedError:
+        return None
+    return command if isinstance(command, CommitIngestBatch) else None
+
+
+def _all_stored(command: CommitIngestBatch,
+                committed: Callable[[str, int, str, int], Committed | None]) -> bool:
+    """Every offset of ``command`` is committed in its incarnation by its group and generation, none as a loss."""
+    for r in command.ranges:
+        if r.end <= r.start:
+            continue
+        now = committed(command.group, command.generation, r.topic, r.partition)
+        if now is None or (r.incarnation and now.incarnation and r.incarnation != now.incarnation):
+            return False  # not committed, or of an incarnation that ended: kept for an operator
+        if now.end < r.end or any(a < r.end and r.start < b for a, b in now.lost):
+            return False
+    return True
 
 
 def _unreplayable(data: bytes) -> Result | None:

@@ -49,7 +49,7 @@ from shale.metastore.commands import (
 )
 from shale.metastore.compaction import apply_failure_limit, apply_plan
 from shale.metastore.generations import first_gap, offsets_held, pin_switch, switch_when_caught_up
-from shale.metastore.leases import apply_acquire, apply_release, apply_renew, check_commit_lease
+from shale.metastore.leases import apply_acquire, apply_release, apply_renew, bridge_silence, check_commit_lease
 from shale.metastore.restores import apply_record
 from shale.metastore.shards import apply_set, check_commit_shard
 
@@ -438,6 +438,7 @@ class StateMachine:
                 self.conn.execute("ROLLBACK")
                 return Result(ok=True, reason="already-applied", data={"index": entry.index})
             command = command_for()
+            bridge_silence(self.writer, entry.time_ms)
             result = HANDLERS[command.kind](self.writer, command, entry)
             self.writer.set_applied(entry.index, entry.term)
             self.conn.execute("COMMIT")
@@ -446,6 +447,7 @@ class StateMachine:
             self.conn.execute("ROLLBACK")
             self.writer.forget_cache()
             self.conn.execute("BEGIN IMMEDIATE")
+            bridge_silence(self.writer, entry.time_ms)  # the entry happened, whatever its command's outcome
             self.writer.set_applied(entry.index, entry.term)
             self.conn.execute("COMMIT")
             return Result(ok=False, reason=exc.reason, message=str(exc))

@@ -3,13 +3,27 @@ generation, and every commit it sends carries the lease's fencing token.
 
 A lease is timed by the replicated log: it expires ``duration_ms`` after the entry that acquired or last renewed it,
 by the entries' leader timestamps, never by a replica's clock. Its fencing token is the log index of the entry that
-granted it, so a later lease always has a larger token. A commit is accepted only with the current token of an
-unexpired lease, and renews it; so a driver that paused (a long GC, SIGSTOP, a partitioned machine) past its lease
-cannot commit once it resumes, even if no other driver took over. A shard that was never leased takes commits
-without a token (writers that do not lease: reprocess jobs, tests, callers older than leases); once leased, never
-again (a release ends the lease but keeps its row).
+granted it, so a later lease always has a larger token.
 
-The state lives in the index's ``ingest_leases`` table, written only here, inside the apply transaction.
+The token, not the clock, says who may write: a commit is accepted with the shard's current token and refused with
+any other. Expiry only decides when another driver may take the shard over (a new grant, a new token). So a lease
+that expired with nobody taking it over is still its holder's: its commits (a batch dead-lettered during a metastore
+outage longer than the lease, replayed afterwards) and its renewals are accepted and renew it, by the log's time.
+A driver that paused past its lease is fenced exactly when another driver took the shard meanwhile. A released
+lease takes its holder's commits (nobody else wrote since) but no renewal: it stays released. A shard that was
+never leased takes commits without a token (writers that do not lease: reprocess jobs, tests, callers older than
+leases); once leased, never again (a release ends the lease but keeps its row).
+
+The log's time runs only while the log does. A silence in the log longer than a third of a lease (the heartbeat
+period: a live holder renews at least that often, and a standby asks ten times per lease) means nobody could reach
+the metastore: it was stopped, or had no quorum. ``bridge_silence``, run before every entry, adds such a silence to
+every lease that was live when it began, so an outage neither expires a lease nor hands the shard to the first
+standby to get through once it ends; the holder's dead-lettered commits and heartbeats come in as before the
+outage. This only delays takeovers (by at most one lease, for a holder that died during the silence); fencing
+never depends on it, since the token decides.
+
+The state lives in the index's ``ingest_leases`` table, written only here, inside the apply transaction (and the
+log's last entry time in the ``state`` table, ``LOG_TIME``).
 """
 
 from __future__ import annotations
@@ -97,6 +111,23 @@ def lease_rows(conn: sqlite3.Connection, now_ms: int) -> list[dict[str, Any]]:
     return rows
 
 
+LOG_TIME = "log_time_ms"
+"""The ``state`` key holding the time of the last entry applied (the leader's clock, never decreasing)."""
+
+
+def bridge_silence(w: IndexWriter, time_ms: int) -> None:
+    """Before an entry at ``time_ms``: add the silence since the previous entry to every lease that was live when it
+    began, if it was longer than a third of that lease (module docstring). Deterministic: log times only."""
+    row = w.conn.execute("SELECT value FROM state WHERE key = ?", (LOG_TIME,)).fetchone()
+    last = int(row[0]) if row else 0
+    if time_ms <= last:
+        return
+    w.conn.execute("INSERT OR REPLACE INTO state (key, value) VALUES (?, ?)", (LOG_TIME, time_ms))
+    if last:
+        w.conn.execute("UPDATE ingest_leases SET expires_at = expires_at + ? WHERE holder != '' AND expires_at > ? "
+                       "AND 3 * ? > duration_ms", (time_ms - last, last, time_ms - last))
+
+
 def _answer(lease: Lease, granted: bool, now_ms: int, version: int, shards: int) -> Result:
     return Result(ok=True, data={"granted": granted, **lease.row(now_ms, version, shards)})
 
@@ -108,11 +139,12 @@ def apply_acquire(w: IndexWriter, cmd: AcquireIngestLease, index: int, time_ms: 
         return Result(ok=True, data={"granted": False, "group": cmd.group, "generation": cmd.generation,
                                      "shard": cmd.shard, "shards": current.shards, "holder": "", "expires_at": 0,
                                      "reason": "no-such-shard"})
-    if lease is not None and lease.live(time_ms, current.version):
-        if lease.holder != cmd.holder:
-            # a standby: it asks again, and takes over once this expires
-            return _answer(lease, False, time_ms, current.version, current.shards)
-        lease.expires_at = time_ms + cmd.duration_ms  # the holder's retry: the same lease, extended
+    if lease is not None and lease.live(time_ms, current.version) and lease.holder != cmd.holder:
+        # a standby: it asks again, and takes over once this expires
+        return _answer(lease, False, time_ms, current.version, current.shards)
+    if lease is not None and lease.holder == cmd.holder and lease.token >= current.version:
+        # The holder's retry, live or expired with nobody taking over: the same lease (token), extended.
+        lease.expires_at = time_ms + cmd.duration_ms
         lease.duration_ms = cmd.duration_ms
     else:
         takeovers = lease.takeovers if lease is not None else 0
@@ -125,9 +157,10 @@ def apply_acquire(w: IndexWriter, cmd: AcquireIngestLease, index: int, time_ms: 
     return _answer(lease, True, time_ms, current.version, current.shards)
 
 
-def _held(w: IndexWriter, group: str, generation: int, shard: int, token: int | None, time_ms: int) -> Lease | None:
-    """The shard's lease if ``token`` is its current, unexpired token (None: the shard was never leased and no
-    token was sent); else refused."""
+def _held(w: IndexWriter, group: str, generation: int, shard: int, token: int | None) -> Lease | None:
+    """The shard's lease if ``token`` is its current token, expired or not (None: the shard was never leased and no
+    token was sent); else refused. Nobody took the shard since ``token`` was granted: its writer is still the only
+    one."""
     lease = _lease(w.conn, group, generation, shard)
     where = f"ingest {group} generation {generation} shard {shard}"
     if lease is None:
@@ -150,16 +183,16 @@ def _held(w: IndexWriter, group: str, generation: int, shard: int, token: int | 
             f"{where}: lease token {token} was granted before the group's shard count changed to {current.shards} "
             f"(map version {current.version}): the driver must acquire a shard again under the new map",
             reason="resharded")
-    if lease.expires_at <= time_ms:
-        raise CommandRejectedError(
-            f"{where}: lease token {token} expired at {lease.expires_at} (log time {time_ms}): a driver that did not "
-            "renew its lease in time must stop writing and acquire it again", reason="lease-expired")
     return lease
 
 
 def apply_renew(w: IndexWriter, cmd: RenewIngestLease, time_ms: int) -> Result:
-    lease = _held(w, cmd.group, cmd.generation, cmd.shard, cmd.token, time_ms)
+    lease = _held(w, cmd.group, cmd.generation, cmd.shard, cmd.token)
     assert lease is not None
+    if not lease.holder:
+        raise CommandRejectedError(
+            f"ingest {cmd.group} generation {cmd.generation} shard {cmd.shard}: lease token {cmd.token} was released "
+            f"at {lease.expires_at}: a driver that gave its lease up must acquire it again", reason="lease-expired")
     lease.expires_at = max(lease.expires_at, time_ms + cmd.duration_ms)
     lease.duration_ms = cmd.duration_ms
     _save(w.conn, lease)
@@ -170,7 +203,8 @@ def apply_renew(w: IndexWriter, cmd: RenewIngestLease, time_ms: int) -> Result:
 def apply_release(w: IndexWriter, cmd: ReleaseIngestLease, time_ms: int) -> Result:
     lease = _lease(w.conn, cmd.group, cmd.generation, cmd.shard)
     current = shard_map(w.conn, cmd.group, cmd.generation)
-    if lease is None or lease.token != cmd.token or not lease.live(time_ms, current.version if current else 0):
+    version = current.version if current else 0
+    if lease is None or lease.token != cmd.token or not lease.holder or lease.token < version:
         return Result(ok=True, data={"released": False})  # not (or no longer) this holder's: nothing to give up
     lease.expires_at, lease.holder = time_ms, ""  # given up, not lost: the next holder is no takeover
     _save(w.conn, lease)
@@ -178,8 +212,9 @@ def apply_release(w: IndexWriter, cmd: ReleaseIngestLease, time_ms: int) -> Resu
 
 
 def check_commit_lease(w: IndexWriter, cmd: CommitIngestBatch, time_ms: int) -> None:
-    """Refuse a commit whose writer does not hold the shard's lease now; a commit that does renews it."""
-    lease = _held(w, cmd.group, cmd.generation, cmd.shard, cmd.lease, time_ms)
-    if lease is not None:
+    """Refuse a commit whose writer's lease was taken over (or resharded); a commit that holds it renews it (an
+    expired one too: nobody took it), unless it was released (it stays released)."""
+    lease = _held(w, cmd.group, cmd.generation, cmd.shard, cmd.lease)
+    if lease is not None and lease.holder:
         lease.expires_at = max(lease.expires_at, time_ms + lease.duration_ms)
         _save(w.conn, lease)

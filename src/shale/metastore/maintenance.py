@@ -1,6 +1,7 @@
 """The leader's periodic work: retention (``TruncateIndex``), deletion marks and object removal for tombstones
-(``DeleteTombstones``), dead letter queue replay, and the bucket scan (partial blocks, uncommitted blocks, and
-overlapping indexed blocks that compaction will not merge, reported with the repair command).
+(``DeleteTombstones``), dead letter queue replay and the cleaning of its rejected commands, and the bucket scan
+(partial blocks, uncommitted blocks, and overlapping indexed blocks that compaction will not merge, reported with
+the repair command).
 
 Retention and tombstone collection follow seed 004's two-phase pattern: read the leader's own state, then
 propose a command; ``TruncateIndex`` carries the term it was prepared in, and is rejected if leadership changed.
@@ -37,7 +38,7 @@ from shale.compaction.state import CompactionState
 from shale.config import RetentionConfig
 from shale.index import PartitionRow, TombstoneRow
 from shale.metastore.commands import DeleteTombstones, PartitionKey, TruncateIndex
-from shale.metastore.dlq import DeadLetterQueue
+from shale.metastore.dlq import Committed, DeadLetterQueue
 from shale.metastore.garbage import Claims, unclaimed
 from shale.metastore.service import MetastoreService
 from shale.objstore import Bucket
@@ -231,12 +232,25 @@ class Maintenance:
         report = self.dlq.replay(self.service.submit_bytes)
         return len(report.replayed)
 
+    def clean_rejected(self) -> list[str]:
+        """Remove the rejected dead letter commands whose offsets are all committed by other blocks, once kept for
+        ``REJECTED_KEEP_SECONDS`` (``DeadLetterQueue.clean_rejected``); one that may hold the only copy stays."""
+        _, losses = self.service.offset_history()
+        lost: dict[tuple[str, int, str, int], list[tuple[int, int]]] = {}
+        for x in losses:
+            lost.setdefault((x.group, x.generation, x.topic, x.partition), []).append((x.start, x.end))
+        views = {(o.group, o.generation, o.topic, o.partition): Committed(
+            o.committed_end, o.incarnation, tuple(lost.get((o.group, o.generation, o.topic, o.partition), ())))
+            for o in self.service.offsets()}
+        return self.dlq.clean_rejected(lambda *key: views.get(key), self.clock())
+
     def run_once(self) -> None:
         if not self.is_leader():
             return
         self.replay_dlq()
         self.apply_retention()
         self.collect_tombstones()
+        self.clean_rejected()
 
     def loop(self, stop: threading.Event, interval: float, dlq_interval: float, scan_interval: float) -> None:
         """Run until ``stop``: the DLQ every ``dlq_interval``, retention and tombstones every ``interval``, the
@@ -249,6 +263,7 @@ class Maintenance:
                     if time.monotonic() >= next_full:
                         self.apply_retention()
                         self.collect_tombstones()
+                        self.clean_rejected()
                         next_full = time.monotonic() + interval
                     if time.monotonic() >= next_scan:
                         next_scan = time.monotonic() + scan_interval

@@ -14,6 +14,7 @@ from shale.ingest.lease import TAKEOVERS, IngestLease
 from shale.metastore import (
     CommitIngestBatch,
     MetastoreService,
+    Noop,
     OffsetRange,
     SetIngestShards,
     SingleNodeLog,
@@ -46,7 +47,9 @@ def test_a_standby_takes_over_an_expired_lease_and_the_old_holder_is_fenced(tmp_
     waiting.start()
     waiting.join(timeout=0.5)
     assert waiting.is_alive()  # the lease is held: the standby waits
-    clock.now += 10  # the active driver dies: no renewal, no commit for a whole lease
+    for _ in range(10):  # the active driver dies: no renewal, no commit for a whole lease, while the log runs
+        clock.now += 1
+        service.submit(Noop())
     waiting.join(timeout=30)
     assert not waiting.is_alive()
     assert standby.token is not None

@@ -8,6 +8,7 @@ import shutil
 import sqlite3
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,11 +87,14 @@ class RecordingLog(SingleNodeLog):
     def __init__(self, state: StateMachine, clock: Clock) -> None:
         super().__init__(state, clock)
         self.entries: list[tuple[Entry, bytes]] = []
+        self.on_entry: Callable[[int], None] = lambda _: None
+        """Told each entry's time before it applies (the model's side of ``leases.bridge_silence``)."""
 
     def propose_command(self, command: Command, timeout: float = 30.0) -> Result:
         index = self.state.applied()[0] + 1
         entry, data = Entry(index, 1, int(self.clock() * 1000)), encode(command, ("json", "msgpack")[index % 2])
         self.entries.append((entry, data))
+        self.on_entry(entry.time_ms)
         return self.state.apply(entry, data)
 
 
@@ -118,7 +122,9 @@ class MetastoreMachine(RuleBasedStateMachine):
             "leases": {},  # (group, generation, shard) -> [holder ("" once released), token, expires_at, duration_ms]
             "tokens": {},  # (group, generation, shard, driver) -> the token that driver was last granted
             "shards": {},  # (group, generation) -> (shard count, map version)
+            "log_time": 0,  # the last entry's time
         }
+        self.log.on_entry = self.bridge
         self.snapshot: tuple[Path, dict[str, Any], int, str] | None = None
         self.seq = 0
 
@@ -213,8 +219,8 @@ class MetastoreMachine(RuleBasedStateMachine):
             assert result.reason == refusal, result
             return
         assert result.data["replay"] is False
-        if token is not None:  # a commit renews its lease
-            lease = self.m["leases"][(group, generation, shard)]
+        lease = self.m["leases"].get((group, generation, shard))
+        if token is not None and lease is not None and lease[0]:  # a commit renews its lease (unless released)
             lease[2] = self.now_ms() + lease[3]
         for key, inc, start, end, recs in plan:
             current = self.m["committed"].get(key)
@@ -249,8 +255,10 @@ class MetastoreMachine(RuleBasedStateMachine):
 
     # -- ingest leases --------------------------------------------------------------------------
 
-    def lease_refusal(self, key: tuple[str, int, int], token: int | None) -> str | None:
-        """Why the state machine refuses a commit (or a renewal) with ``token`` on shard ``key`` now, or None."""
+    def lease_refusal(self, key: tuple[str, int, int], token: int | None, renewal: bool = False) -> str | None:
+        """Why the state machine refuses a commit (or a renewal) with ``token`` on shard ``key`` now, or None. The
+        token decides, not the time: an expired lease nobody took is still its holder's; a released one takes its
+        holder's commits but no renewal."""
         lease = self.m["leases"].get(key)
         if lease is None:
             return None if token is None else "no-lease"
@@ -261,7 +269,18 @@ class MetastoreMachine(RuleBasedStateMachine):
             return "resharded"  # granted before the map changed, whoever holds the shard now
         if token != lease[1]:
             return "stale-lease"
-        return "lease-expired" if lease[2] <= self.now_ms() else None
+        return "lease-expired" if renewal and not lease[0] else None
+
+    def bridge(self, time_ms: int) -> None:
+        """A silence in the log longer than a third of a lease (nobody reached the metastore) is added to every lease
+        that was live when it began."""
+        last = self.m["log_time"]
+        if time_ms <= last:
+            return
+        self.m["log_time"] = time_ms
+        for lease in self.m["leases"].values():
+            if last and lease[0] and lease[2] > last and 3 * (time_ms - last) > lease[3]:
+                lease[2] += time_ms - last
 
     def live(self, key: tuple[str, int, int]) -> bool:
         lease = self.m["leases"].get(key)
@@ -290,7 +309,9 @@ class MetastoreMachine(RuleBasedStateMachine):
             assert lease is not None
             assert result.data["token"] == lease[1]
             return
-        token = lease[1] if live and lease is not None else self.state.applied()[0]
+        version = self.m["shards"].get(key[:2], (1, 0))[1]
+        same = lease is not None and lease[0] == driver and lease[1] >= version  # expired or not, nobody took it
+        token = lease[1] if same and lease is not None else self.state.applied()[0]
         assert result.data["token"] == token
         assert all(token >= t for k, t in self.m["tokens"].items() if k[:2] == key)  # a lane's tokens only grow
         self.m["leases"][key] = [driver, token, now + duration, duration]
@@ -311,11 +332,13 @@ class MetastoreMachine(RuleBasedStateMachine):
         """A heartbeat (accepted only for the lane's live lease) or a release (a no-op for any other token)."""
         (group, generation, shard, driver), token = data.draw(st.sampled_from(sorted(self.m["tokens"].items())))
         key = (group, generation, shard)
-        refusal = self.lease_refusal(key, token)
+        refusal = self.lease_refusal(key, token, renewal=True)
         if release:
             result = self.submit(ReleaseIngestLease(group=group, generation=generation, shard=shard, holder=driver,
                                                     token=token))
-            live = self.live(key) and self.m["leases"][key][1] == token
+            version = self.m["shards"].get(key[:2], (1, 0))[1]
+            lease = self.m["leases"][key]
+            live = bool(lease[0]) and lease[1] == token and token >= version  # this holder's, expired or not
             assert result.data["released"] == live, (result, refusal)
             if live:
                 self.m["leases"][key][:3] = ["", token, self.now_ms()]
