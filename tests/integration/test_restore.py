@@ -255,6 +255,18 @@ def test_a_gap_is_reported_before_anything_is_sent_and_stops_only_its_partition(
     assert f"[{held}, {held + 500})" in run["message"]
     assert run["range"].startswith("offsets 0:0-")
 
+    # A dry run into a target that holds records says so, for people too.
+    from shale.cli.restore_cmd import report_text
+
+    again = restore_job(backed_up, spark, target, range=wanted).run(dry_run=True)
+    assert plan.warnings == []
+    assert again.warnings == [f"the target topic {target} already holds records: a restore adds to them only with "
+                              "--into-existing (a consumer would read both)"]
+    text = report_text(again)
+    assert f"-> {target} (exists, {PARTITIONS} partitions)" in text
+    assert f"[{held},{held + 500}) " in text
+    assert text.splitlines()[-1].startswith("warning: the target topic")
+
 
 def test_a_consumer_group_resumes_from_translated_offsets(kafka: Any, spark: Any, backed_up: BackedUp) -> None:
     target = f"{backed_up.topic}-offsets"

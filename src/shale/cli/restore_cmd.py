@@ -15,7 +15,7 @@ from shale.cli.common import get_config, shale_errors
 
 if TYPE_CHECKING:
     from shale.config import KafkaConfig, ShaleConfig
-    from shale.restore import RestoreRange
+    from shale.restore import RestoreRange, RestoreReport
 
 
 def _time(text: str | None) -> int | None:
@@ -92,6 +92,7 @@ def _offsets(text: str) -> dict[int, tuple[int, int]]:
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=0,
               help="Serve the restore's Prometheus metrics on 127.0.0.1:PORT while it runs (0: none).")
 @click.option("--dry-run", is_flag=True, help="Print the plan; send nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan and the report as JSON.")
 @click.option("--into-existing", is_flag=True, help="Restore into a target topic that already holds records.")
 @click.option("--allow-log-append-time", is_flag=True, help="Restore into a LogAppendTime topic (loses timestamps).")
 @click.pass_context
@@ -100,7 +101,8 @@ def restore(ctx: click.Context, tenant: str | None, topic: str | None, target_to
             target_bootstrap: str | None, target_config: str | None, until: str | None, offsets: str | None,
             incarnation: str | None, incarnation_at: str | None, partitions: int | None, job: str, commit_every: int,
             max_records_per_second: float | None, max_bytes_per_second: float | None, oversized: str,
-            metrics_port: int, dry_run: bool, into_existing: bool, allow_log_append_time: bool) -> None:
+            metrics_port: int, dry_run: bool, as_json: bool, into_existing: bool,
+            allow_log_append_time: bool) -> None:
     """Replay a topic's backup blocks into Kafka, exactly once. Exit 0 when every partition is restored, 1 when a
     partition stopped (a gap, a corrupt block, a refused record: the report names it).
     `shale restore offsets` carries a consumer group's position over."""
@@ -134,7 +136,7 @@ def restore(ctx: click.Context, tenant: str | None, topic: str | None, target_to
     report = RestoreJob(journal or open_index_view(config), config.bucket, target, request, spark,
                         on_progress=lambda name, line: click.echo(line.text(name), err=True),
                         journal=journal, by=_local_user()).run(dry_run, into_existing)
-    click.echo(json.dumps(asdict(report), indent=2))
+    click.echo(json.dumps(asdict(report), indent=2) if as_json else report_text(report))
     if report.why_not and not report.executed:
         click.echo(f"nothing sent: {report.why_not}", err=True)
         return
@@ -193,3 +195,26 @@ def offsets_cmd(ctx: click.Context, tenant: str, topic: str, target_topic: str |
                                           for p, o in translated.items()]}, indent=2))
     if not dry_run:
         set_offsets(client_options(target), group, request.target_topic, translated)
+
+
+def report_text(report: RestoreReport) -> str:
+    """The plan and what was done, for people (``--json`` gives every field)."""
+    plan = report.plan
+    target = plan.get("target", {})
+    until = plan.get("until_ms")
+    lines = [f"restore job {report.job}: tenant {plan['tenant']} topic {plan['topic']} (incarnation "
+             f"{plan['incarnation'] or '-'}) -> {target.get('topic')} "
+             f"({'exists' if target.get('exists') else 'to be created'}, {target.get('partitions')} partitions)",
+             f"planned: {plan['records']} records, {plan['bytes']} bytes from {plan['blocks']} blocks"
+             + (f", up to {until} ms" if until else ""),
+             "PARTITION  OFFSETS          RECORDS  GAPS"]
+    outcomes = {o.partition: o for o in report.partitions}
+    for part in plan["partitions"]:
+        gaps = ", ".join(f"[{g['start']},{g['end']}) {g['reason']}" for g in part["gaps"]) or "-"
+        line = f"{part['partition']:>9}  [{part['start']},{part['end']})".ljust(27) + f"{part['records']:>8}  {gaps}"
+        done = outcomes.get(part["partition"])
+        if done is not None:
+            line += f"  -> restored {done.restored}" + (f", stopped: {done.error}" if done.error else "")
+        lines.append(line)
+    lines += [f"warning: {w}" for w in report.warnings]
+    return "\n".join(lines)

@@ -179,6 +179,9 @@ class RestoreJob:
             return report
         if dry_run:
             report.why_not = "dry run"
+            if timestamp_type is not None and self._holds_data(plan.mapping.target_partitions):
+                report.warnings.append(f"the target topic {r.target_topic} already holds records: a restore adds "
+                                       "to them only with --into-existing (a consumer would read both)")
             return report
         ensure_progress_topic(self.admin)
         todo = [p for p in plan.partitions if p.end > p.start or p.gaps]
