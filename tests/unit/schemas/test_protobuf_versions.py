@@ -13,36 +13,30 @@ from __future__ import annotations
 import base64
 import itertools
 import pprint
-import struct
-import uuid
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from google.protobuf import descriptor_pb2
 from hypothesis import event, example, given, note
 from hypothesis import strategies as st
-from tests.factories import BASE_MS, backup_table
-from tests.unit.schemas.protobuf_evolution import (
+from tests.protobuf_evolution import (
     Field,
     Quarantined,
     build,
+    canonical,
     evolutions,
-    expected,
     message_class,
     messages,
+    outcome,
     set_values,
+    store_chunk,
     values,
 )
 
-from shale.block import read_dataset
-from shale.config import BucketConfig, IngestConfig, ParserRule, SchemaRegistryConfig
-from shale.ingest.blocks import Chunk, GroupSpec, write_chunk
-from shale.objstore import open_bucket
+from shale.config import SchemaRegistryConfig
 from shale.schemas.registry import RegisteredSchema, RegistryClient
 from shale.schemas.wire import frame
 
-READ_MS = BASE_MS + 7 * 86_400_000
 REGISTRY = SchemaRegistryConfig(url="http://127.0.0.1:1/apis/ccompat/v7", timeout=2.0)
 """Nothing listens there: schemas are remembered in the cache."""
 _ids = itertools.count(70_000)
@@ -56,40 +50,7 @@ def _register(file: descriptor_pb2.FileDescriptorProto) -> int:
 
 
 def _store(values_: list[bytes], **options: Any) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
-    """The rows stored and the reasons quarantined, by the record's offset."""
-    table = backup_table("app", 0, 0, len(values_))
-    table = table.set_column(table.schema.get_field_index("value"), "value", pa.array(values_, pa.binary()))
-    spec = GroupSpec("partition", 1, BucketConfig(url=f"memory://protobuf-{uuid.uuid4().hex}"),
-                     IngestConfig(parsers=[ParserRule(parser="protobuf", options=options)], schema_registry=REGISTRY))
-    bucket = open_bucket(spec.bucket)
-    written = write_chunk(spec, bucket, table, Chunk("app", 0, "", 0, len(values_), READ_MS))
-    rows: dict[int, dict[str, Any]] = {}
-    reasons: dict[int, str] = {}
-    for meta in written.blocks:
-        for dataset in meta.datasets:
-            found = read_dataset(bucket, meta, dataset).to_pylist()
-            if dataset.kind == "quarantine":
-                reasons.update({r["offset"]: r["reason"] for r in found})
-            elif dataset.kind == "records":
-                rows.update({r["offset"]: r for r in found})
-    assert len(rows) + len(reasons) == len(values_)  # nothing lost
-    return rows, reasons
-
-
-def _canonical(value: Any) -> Any:
-    """A value where True is not 1, -0.0 is not 0.0, and a map's entries have no order."""
-    if isinstance(value, bool):
-        return ("bool", value)
-    if isinstance(value, float):
-        return ("float", struct.pack("<d", value))
-    if isinstance(value, dict):
-        return {k: _canonical(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        items = [_canonical(v) for v in value]
-        if isinstance(value, tuple):
-            return tuple(items)
-        return sorted(items, key=repr) if items and all(isinstance(v, tuple) for v in value) else items
-    return (type(value).__name__, value)
+    return store_chunk(values_, REGISTRY, **options)
 
 
 # --- case 2: a type change that keeps the wire type ---------------------------------------------------------------
@@ -142,7 +103,7 @@ def test_case2_a_changed_type_stores_the_writers_value_or_quarantines_it(before:
         assert f"cannot be read as the newest schema id {v2}: field 'x' (number 1)" in reasons[0]
     else:
         assert reasons == {}
-        assert _canonical(rows[0]["x"]) == _canonical(stored)
+        assert canonical(rows[0]["x"]) == canonical(stored)
 
 
 def test_case2_the_named_reader_schema_converts_by_the_same_rule() -> None:
@@ -177,14 +138,6 @@ def test_case2_a_nested_repeated_and_mapped_value_is_checked_with_its_path() -> 
 
 # --- the differential property -----------------------------------------------------------------------------------
 
-def _outcome(writer: tuple[Field, ...], reader: tuple[Field, ...], sets: dict[str, Any]) \
-        -> dict[str, Any] | Quarantined:
-    try:
-        return expected(writer, reader, sets)
-    except Quarantined as exc:
-        return exc
-
-
 def _check(v1_fields: tuple[Field, ...], v2_fields: tuple[Field, ...], writes: list[tuple[int, dict[str, Any]]],
            named: bool) -> list[str]:
     """Store records of both versions (``writes``: version 1 or 2 and what its writer set) and check each against
@@ -203,7 +156,7 @@ def _check(v1_fields: tuple[Field, ...], v2_fields: tuple[Field, ...], writes: l
     word = "named reader" if named else "newest"
     outcomes = []
     for offset, (version, sets) in enumerate(writes):
-        want = _outcome(versions[version], versions[reader], sets)
+        want = outcome(versions[version], versions[reader], sets)
         if isinstance(want, Quarantined):
             outcomes.append("a record quarantined")
             assert offset in reasons, (offset, rows.get(offset), want.path)
@@ -213,7 +166,7 @@ def _check(v1_fields: tuple[Field, ...], v2_fields: tuple[Field, ...], writes: l
                         "version stored")
         assert offset not in reasons, (reasons[offset], want)
         got = {f.name: rows[offset][f.name] for f in versions[reader]}
-        assert _canonical(got) == _canonical(want), (version, sets)
+        assert canonical(got) == canonical(want), (version, sets)
     return outcomes
 
 
@@ -240,8 +193,8 @@ def cases(draw: st.DrawFn) -> Case:
           [(1, {"f1": 5_000_000_000}), (2, {})], False)).via("case 2: int64 narrowed to int32")
 def test_every_stored_value_is_what_its_writer_meant_or_the_record_is_quarantined(case: Case) -> None:
     note(pprint.pformat(case))  # hypothesis prints this case as "case=," (its printer loses it)
-    for outcome in _check(*case):
-        event(outcome)
+    for happened in _check(*case):
+        event(happened)
 
 
 def test_timestamps_of_both_versions_come_back_exact() -> None:

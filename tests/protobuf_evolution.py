@@ -1,5 +1,6 @@
 """Protobuf message schemas, their evolutions and values as data, for the differential properties of schema versions
-(unit: tests/unit/schemas/test_protobuf_versions.py; the real registry: tests/integration/test_protobuf_versions.py).
+(unit: tests/unit/schemas/test_protobuf_versions.py; the real registry:
+tests/integration/test_protobuf_versions.py).
 
 A ``Field`` describes one field of a message; ``build`` turns a list of them into a ``FileDescriptorProto`` (what
 confluent-kafka's ``ProtobufSerializer`` registers); ``evolutions`` draws another version of it; ``values`` draws what
@@ -11,11 +12,19 @@ from __future__ import annotations
 import datetime as dt
 import math
 import struct
+import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import pyarrow as pa
 from google.protobuf import descriptor_pb2, descriptor_pool, duration_pb2, message_factory, timestamp_pb2, wrappers_pb2
 from hypothesis import strategies as st
+
+from shale.block import read_dataset
+from shale.config import BucketConfig, IngestConfig, ParserRule, SchemaRegistryConfig
+from shale.ingest.blocks import Chunk, GroupSpec, write_chunk
+from shale.objstore import open_bucket
+from tests.factories import BASE_MS, backup_table
 
 FDP = descriptor_pb2.FieldDescriptorProto
 
@@ -36,6 +45,7 @@ WRAPPERS = {".google.protobuf.Int64Value": "int64", ".google.protobuf.Int32Value
 WELL_KNOWN = [".google.protobuf.Timestamp", ".google.protobuf.Duration", *WRAPPERS]
 MAP_KEYS = ["string", "int32", "int64", "uint32", "sint64", "fixed32", "bool"]
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+READ_MS = BASE_MS + 7 * 86_400_000
 
 
 @dataclass(frozen=True)
@@ -119,6 +129,36 @@ def _type_of(message: descriptor_pb2.DescriptorProto, f: Field, full: str) -> tu
         _fill(message.nested_type.add(name=f"M{f.number}"), f.nested, f"{full}.M{f.number}")
         return FDP.TYPE_MESSAGE, {"type_name": f"{full}.M{f.number}"}
     return FDP.TYPE_MESSAGE, {"type_name": f.type}
+
+
+def proto_text(fields: tuple[Field, ...], package: str = "gen") -> str:
+    """``build``'s file as ``.proto`` text (what Java producers register, and what a registry's compatibility checker
+    reads)."""
+    files = {".google.protobuf.Timestamp": "timestamp", ".google.protobuf.Duration": "duration",
+             **dict.fromkeys(WRAPPERS, "wrappers")}
+    imports = "".join(f'import "google/protobuf/{name}.proto";\n'
+                      for name in sorted({files[u] for u in _well_known_used(fields)}))
+    return f'syntax = "proto3";\npackage {package};\n{imports}message Root {{\n{_text(fields, "  ")}}}\n'
+
+
+def _text(fields: tuple[Field, ...], indent: str) -> str:
+    lines, choice = [], []
+    for f in fields:
+        if f.type == "enum":
+            values = " ".join(f"E{f.number}_V{v} = {v};" for v in range(f.enum_size))
+            lines.append(f"{indent}enum E{f.number} {{ {values} }}\n")
+        elif f.type == "message":
+            lines.append(f"{indent}message M{f.number} {{\n{_text(f.nested, indent + '  ')}{indent}}}\n")
+        type_ = {"enum": f"E{f.number}", "message": f"M{f.number}"}.get(f.type, f.type.lstrip("."))
+        if f.label == "map":
+            type_ = f"map<{f.key}, {type_}>"
+        prefix = {"optional": "optional ", "repeated": "repeated "}.get(f.label, "")
+        (choice if f.label == "oneof" else lines).append(f"{prefix}{type_} {f.name} = {f.number};")
+        if f.label != "oneof":
+            lines[-1] = f"{indent}{lines[-1]}\n"
+    if choice:
+        lines.append(f"{indent}oneof choice {{ {' '.join(choice)} }}\n")
+    return "".join(lines)
 
 
 def message_class(file: descriptor_pb2.FileDescriptorProto) -> Any:
@@ -289,12 +329,62 @@ def _set_message(target: Any, f: Field, value: Any) -> None:
         target.seconds, target.nanos = value
 
 
+# --- storing and comparing ---------------------------------------------------------------------------------------
+
+def store_chunk(values_: list[bytes], registry: SchemaRegistryConfig, **options: Any) \
+        -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
+    """Framed records through the ``protobuf`` parser into an in-memory bucket, as ingest writes a chunk: the rows
+    stored and the reasons quarantined, by the record's offset."""
+    table = backup_table("app", 0, 0, len(values_))
+    table = table.set_column(table.schema.get_field_index("value"), "value", pa.array(values_, pa.binary()))
+    spec = GroupSpec("partition", 1, BucketConfig(url=f"memory://protobuf-{uuid.uuid4().hex}"),
+                     IngestConfig(parsers=[ParserRule(parser="protobuf", options=options)], schema_registry=registry))
+    bucket = open_bucket(spec.bucket)
+    written = write_chunk(spec, bucket, table, Chunk("app", 0, "", 0, len(values_), READ_MS))
+    rows: dict[int, dict[str, Any]] = {}
+    reasons: dict[int, str] = {}
+    for meta in written.blocks:
+        for dataset in meta.datasets:
+            found = read_dataset(bucket, meta, dataset).to_pylist()
+            if dataset.kind == "quarantine":
+                reasons.update({r["offset"]: r["reason"] for r in found})
+            elif dataset.kind == "records":
+                rows.update({r["offset"]: r for r in found})
+    assert len(rows) + len(reasons) == len(values_)  # nothing lost
+    return rows, reasons
+
+
+def canonical(value: Any) -> Any:
+    """A value where True is not 1, -0.0 is not 0.0, and a map's entries have no order."""
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, float):
+        return ("float", struct.pack("<d", value))
+    if isinstance(value, dict):
+        return {k: canonical(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        items = [canonical(v) for v in value]
+        if isinstance(value, tuple):
+            return tuple(items)
+        return sorted(items, key=repr) if items and all(isinstance(v, tuple) for v in value) else items
+    return (type(value).__name__, value)
+
+
 # --- the model ---------------------------------------------------------------------------------------------------
 
 class Quarantined(Exception):  # noqa: N818 (an outcome of the model, not an error)
     def __init__(self, path: str) -> None:
         super().__init__(path)
         self.path = path
+
+
+def outcome(writer: tuple[Field, ...], reader: tuple[Field, ...], sets: dict[str, Any]) \
+        -> dict[str, Any] | Quarantined:
+    """``expected``, with a quarantine as its value."""
+    try:
+        return expected(writer, reader, sets)
+    except Quarantined as exc:
+        return exc
 
 
 def _written(f: Field, value: Any) -> bool:
