@@ -49,8 +49,9 @@ def _register(file: descriptor_pb2.FileDescriptorProto) -> int:
     return sid
 
 
-def _store(values_: list[bytes], **options: Any) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
-    return store_chunk(values_, REGISTRY, **options)
+def _store(values_: list[bytes], keys: list[bytes] | None = None, **options: Any) \
+        -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
+    return store_chunk(values_, REGISTRY, keys, **options)
 
 
 # --- case 2: a type change that keeps the wire type ---------------------------------------------------------------
@@ -134,6 +135,25 @@ def test_case2_a_nested_repeated_and_mapped_value_is_checked_with_its_path() -> 
     assert rows[2]["tags"] == [("b", -4)]
     assert "field 'line.cents' (number 1) holds -8589934592" in reasons[0]
     assert "field 'tags' (number 2) holds 2147483648" in reasons[1]
+
+
+def test_case2_a_protobuf_key_of_an_older_version_is_converted_by_the_same_rule() -> None:
+    # Key version 1: int64 id, double weight; version 2 made both int32. Arrow would store the double 1.5 in the
+    # int32 column as 1 and refuse only what overflows; the key's writer meant 1.5.
+    v1, old, v2, new = _versions(Field(1, "id", "int64", "implicit"), Field(1, "id", "int32", "implicit"))
+    w1, w2 = build((Field(1, "id", "int64", "implicit"), Field(2, "weight", "double", "implicit")), "shop"), \
+        build((Field(1, "id", "int32", "implicit"), Field(2, "weight", "int32", "implicit")), "shop")
+    k1, k2 = _register(w1), _register(w2)
+    key1, key2 = message_class(w1), message_class(w2)
+    keys = [_framed(k1, key1(id=5_000_000_000)), _framed(k1, key1(id=3)), _framed(k1, key1(id=4, weight=1.5)),
+            _framed(k2, key2(id=1, weight=2))]
+    rows, reasons = _store([_framed(v1, old(id=i)) for i in range(3)] + [_framed(v2, new(id=3))], keys,
+                           key_format="protobuf")
+    assert {o: r["record_key"] for o, r in rows.items()} == {1: {"id": 3, "weight": 0}, 3: {"id": 1, "weight": 2}}
+    assert set(reasons) == {0, 2}
+    assert "key written with schema id" in reasons[0]
+    assert "field 'id' (number 1) holds 5000000000" in reasons[0]
+    assert "field 'weight' (number 2) was written as double" in reasons[2]
 
 
 # --- the differential property -----------------------------------------------------------------------------------
