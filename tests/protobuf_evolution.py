@@ -174,7 +174,7 @@ def message_class(file: descriptor_pb2.FileDescriptorProto) -> Any:
 def _labels(type_: str) -> list[str]:
     if type_ in SCALAR_TYPES or type_ == "enum":
         return ["implicit", "optional", "repeated", "map", "oneof"]
-    return ["implicit", "repeated", "oneof"]
+    return ["implicit", "repeated", "oneof", "map"] if type_ == "message" else ["implicit", "repeated", "oneof"]
 
 
 @st.composite
@@ -305,7 +305,10 @@ def set_values(message: Any, fields: tuple[Field, ...], sets: dict[str, Any]) ->
         if f.name not in sets:
             continue
         value = sets[f.name]
-        if f.label == "map":
+        if f.label == "map" and f.type == "message":
+            for key, item in value.items():
+                _set_message(getattr(message, f.name)[key], f, item)
+        elif f.label == "map":
             getattr(message, f.name).update(value)
         elif f.label == "repeated" and f.type in ("message", *WELL_KNOWN):
             for item in value:
