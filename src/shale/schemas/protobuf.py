@@ -71,7 +71,7 @@ _SCALARS: dict[int, pa.DataType] = {
     FieldDescriptor.TYPE_BYTES: pa.binary(),
 }
 WRAPPERS = {f"google.protobuf.{n}Value" for n in ("Double", "Float", "Int64", "UInt64", "Int32", "UInt32", "Bool",
-                                                    "String", "Bytes")}
+                                                   "String", "Bytes")}
 JSON_TYPES = {"google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.ListValue"}
 _BUILTIN_MODULES = [f"google.protobuf.{m}_pb2" for m in ("any", "api", "descriptor", "duration", "empty",
                                                          "field_mask", "source_context", "struct", "timestamp",

@@ -40,7 +40,7 @@ class KeyDecoder:
     def __init__(self, key_format: str, registry: Callable[[], RegistryClient]) -> None:
         self.format = key_format
         self._registry = registry
-        self._compiled: dict[tuple[int, tuple[int, ...], int], Compiled] = {}
+        self._compiled: dict[tuple[int, tuple[int, ...], int, str], Compiled] = {}
         self._schemas: dict[int, RegisteredSchema] = {}
         self._problems: dict[int, str] = {}
         self.arrow: pa.DataType | None = None
@@ -95,7 +95,7 @@ class KeyDecoder:
         return tuple(message_indexes(key)[0]) if self.format == "protobuf" else ()
 
     def _compile(self, sid: int, indexes: tuple[int, ...]) -> Compiled:
-        cache = (sid, indexes, self._newest)
+        cache = (sid, indexes, self._newest, self._reader.descriptor.full_name if self._reader else "")
         found = self._compiled.get(cache)
         if found is None:
             registered = self._schemas[sid]
