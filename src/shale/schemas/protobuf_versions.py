@@ -25,7 +25,9 @@ a message                                   a message of the reader's by field n
 ==========================================  =====================================================================
 
 A field the writer's schema does not declare, or declares but did not set (nothing on the wire), takes the reader's
-unset value: null for a field with presence, an empty list for repeated and map fields, the default otherwise.
+unset value: null for a field with presence, an empty list for repeated and map fields, the default otherwise; but
+a field on the wire that the writer's schema does not declare and the reader's does (a producer that framed its
+record with another schema's id) is refused rather than guessed.
 A repeated field is read only as a repeated field, a map only as a map.
 """
 
@@ -36,7 +38,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from google.protobuf import descriptor_pb2, message_factory
+from google.protobuf import descriptor_pb2, message_factory, unknown_fields
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
@@ -95,10 +97,24 @@ def _struct(writer: Descriptor, reader: Descriptor, path: str) -> Converter:
         written = writer.fields_by_number.get(field.number)
         where = path + field.name
         parts.append((field.name, _unset(field) if written is None else _field(written, field, where)))
+    only_read = {f.number: path + f.name for f in reader.fields if f.number not in writer.fields_by_number}
 
     def convert(message: Message) -> dict[str, Any]:
+        if only_read:
+            _undeclared(message, only_read, writer)
         return {name: part(message) for name, part in parts}
     return convert
+
+
+def _undeclared(message: Message, only_read: dict[int, str], writer: Descriptor) -> None:
+    """A field on the wire that the writer's schema does not declare (its producer wrote with another schema than
+    it named) but the reader's does: its meaning is unknown, so the reader's unset value would be a guess."""
+    for field in unknown_fields.UnknownFieldSet(message):
+        if field.field_number in only_read:
+            raise ValueMismatchError(only_read[field.field_number], field.field_number,
+                                     f"is on the wire, but the writer's schema does not declare it in "
+                                     f"{writer.full_name} (the producer wrote with another schema than the id it "
+                                     "framed the record with)")
 
 
 def _unset(field: FieldDescriptor) -> Converter:

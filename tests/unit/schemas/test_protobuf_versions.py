@@ -137,6 +137,18 @@ def test_case2_a_nested_repeated_and_mapped_value_is_checked_with_its_path() -> 
     assert "field 'tags' (number 2) holds 2147483648" in reasons[1]
 
 
+def test_a_field_on_the_wire_that_the_writers_schema_does_not_declare_is_not_guessed() -> None:
+    # A producer serialized with version 2 (which added `n`) but framed the record with version 1's id: the bytes
+    # hold n = 7 that version 1 does not declare. Read as version 2 it is neither dropped to n = 0 nor trusted.
+    first = build((Field(1, "id", "int64", "implicit"),), "shop")
+    added = build((Field(1, "id", "int64", "implicit"), Field(2, "n", "int32", "implicit")), "shop")
+    v1, v2 = _register(first), _register(added)
+    old, new = message_class(first), message_class(added)
+    rows, reasons = _store([_framed(v1, new(id=1, n=7)), _framed(v1, old(id=2)), _framed(v2, new(id=3, n=4))])
+    assert {o: (r["id"], r["n"]) for o, r in rows.items()} == {1: (2, 0), 2: (3, 4)}
+    assert "field 'n' (number 2) is on the wire, but the writer's schema does not declare it" in reasons[0]
+
+
 def test_case2_a_protobuf_key_of_an_older_version_is_converted_by_the_same_rule() -> None:
     # Key version 1: int64 id, double weight; version 2 made both int32. Arrow would store the double 1.5 in the
     # int32 column as 1 and refuse only what overflows; the key's writer meant 1.5.
