@@ -225,6 +225,9 @@ def cases(draw: st.DrawFn) -> Case:
           [(1, {"f1": 5_000_000_000}), (2, {})], False)).via("case 2: int64 narrowed to int32")
 @example(((Field(1, "f1", "int32", "implicit"),), (Field(1, "f1", "sint32", "implicit"),), [(2, {"f1": 1})],
           True)).via("found by this property: a sint32 of 1 read as the named int32 version was stored as 2")
+@example(((Field(1, "f1", "int64", "implicit"), Field(2, "f2", "string", "implicit")),
+          (Field(1, "f1", "int64", "oneof"), Field(2, "f2", "string", "oneof")), [(1, {"f1": 4, "f2": "s"}), (2, {})],
+          False)).via("found by this property: two fields moved into one oneof kept only the last one on the wire")
 @example(((Field(1, "f1", "fixed32", "implicit"),), (Field(1, "f1", "float", "implicit"),), [(1, {"f1": 7}), (2, {})],
           False)).via("found by this property: fixed32 bits read as a float")
 def test_every_stored_value_is_what_its_writer_meant_or_the_record_is_quarantined(case: Case) -> None:
