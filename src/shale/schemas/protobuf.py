@@ -70,9 +70,9 @@ _SCALARS: dict[int, pa.DataType] = {
     FieldDescriptor.TYPE_BOOL: pa.bool_(), FieldDescriptor.TYPE_STRING: pa.string(),
     FieldDescriptor.TYPE_BYTES: pa.binary(),
 }
-_WRAPPERS = {f"google.protobuf.{n}Value" for n in ("Double", "Float", "Int64", "UInt64", "Int32", "UInt32", "Bool",
-                                                    "String", "Bytes")}
-_JSON_TYPES = {"google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.ListValue"}
+WRAPPERS = {f"google.protobuf.{n}Value" for n in ("Double", "Float", "Int64", "UInt64", "Int32", "UInt32", "Bool",
+                                                   "String", "Bytes")}
+JSON_TYPES = {"google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.ListValue"}
 _BUILTIN_MODULES = [f"google.protobuf.{m}_pb2" for m in ("any", "api", "descriptor", "duration", "empty",
                                                          "field_mask", "source_context", "struct", "timestamp",
                                                          "type", "wrappers")] + \
@@ -230,7 +230,8 @@ class ProtoFile:
         return digest.hexdigest()[:16]
 
 
-def _enum(field: FieldDescriptor) -> Converter:
+def enum_names(field: FieldDescriptor) -> Converter:
+    """An enum field's number as the column holds it: the value's name, or its digits when the enum names none."""
     names = {v.number: v.name for v in field.enum_type.values}
     return lambda n: names.get(n) or str(n)
 
@@ -250,7 +251,7 @@ class _Compiler:
     def value(self, field: FieldDescriptor) -> tuple[pa.DataType, Converter | None]:
         """The Arrow type of one (not repeated) value of ``field``, and its converter (None: as it is)."""
         if field.type == FieldDescriptor.TYPE_ENUM:
-            return pa.string(), _enum(field)
+            return pa.string(), enum_names(field)
         if field.type in (FieldDescriptor.TYPE_MESSAGE, FieldDescriptor.TYPE_GROUP):
             return self.message(field.message_type)
         return _SCALARS[field.type], None
@@ -261,10 +262,10 @@ class _Compiler:
             return pa.timestamp("us", tz="UTC"), _micros
         if name == "google.protobuf.Duration":
             return pa.int64(), _micros
-        if name in _WRAPPERS:
+        if name in WRAPPERS:
             inner, unwrap = self.value(descriptor.fields_by_name["value"])
             return inner, (lambda m: m.value) if unwrap is None else (lambda m: unwrap(m.value))
-        if name in _JSON_TYPES:
+        if name in JSON_TYPES:
             return pa.string(), _json_text
         if not descriptor.fields:
             return pa.bool_(), lambda m: True
@@ -324,6 +325,11 @@ class Decoder:
     def message(self, body: bytes | memoryview) -> Message:
         """The parsed message; ``DecodeError`` on bytes that are not one."""
         return self._class.FromString(bytes(body))
+
+    @staticmethod
+    def value_converter(message: Descriptor) -> Converter:
+        """The converter of a set ``message`` to its value in the column (a dict for a struct)."""
+        return _Compiler().message(message)[1]
 
     def values(self, message: Message) -> dict[str, Any]:
         """The message's fields as values of ``arrow``."""

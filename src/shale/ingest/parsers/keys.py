@@ -3,10 +3,11 @@ wire format) decoded into ONE typed column (a struct for a record, message or ob
 Avro key such as ``"string"``).
 
 Per chunk, ``prepare`` fetches the key schemas of the chunk's ids; the column's type is the newest (highest id) key
-schema's. A key of an older Avro version is resolved into the newest; Protobuf and JSON keys are decoded with their
-own schema and converted into the newest type by name when the block is written (a value that no longer fits is
-quarantined with the reason). A null key reads as null; a key that cannot be decoded quarantines its record with the
-reason, prefixed "key:".
+schema's. A key of an older Avro version is resolved into the newest; a Protobuf key is parsed with its writer's
+descriptor and read into the newest message by field number, converted only where the type holds the value exactly
+(``shale.schemas.protobuf_versions``); JSON keys are decoded with their own schema and converted into the newest
+type by name when the block is written (a value that no longer fits is quarantined with the reason). A null key
+reads as null; a key that cannot be decoded quarantines its record with the reason, prefixed "key:".
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from google.protobuf.message import DecodeError
 from shale.ingest.parsers.base import ParseError
 from shale.schemas import avro, jsonschema, protobuf
 from shale.schemas.avro import SchemaError
+from shale.schemas.protobuf_versions import Resolver
 from shale.schemas.registry import RegisteredSchema, RegistryClient, UnknownSchemaError
 from shale.schemas.wire import FramingError, message_indexes, schema_id
 
@@ -38,11 +40,13 @@ class KeyDecoder:
     def __init__(self, key_format: str, registry: Callable[[], RegistryClient]) -> None:
         self.format = key_format
         self._registry = registry
-        self._compiled: dict[tuple[int, tuple[int, ...], int], Compiled] = {}
+        self._compiled: dict[tuple[int, tuple[int, ...], int, str], Compiled] = {}
         self._schemas: dict[int, RegisteredSchema] = {}
         self._problems: dict[int, str] = {}
         self.arrow: pa.DataType | None = None
         self._newest = 0
+        self._reader: protobuf.Decoder | None = None
+        self._files: dict[int, protobuf.ProtoFile] = {}
 
     def prepare(self, heads: list[bytes | None]) -> None:
         """Fetch the chunk's key schemas (``RegistryUnavailableError``: the partition pauses) and fix the type."""
@@ -50,7 +54,7 @@ class KeyDecoder:
         for head in heads:
             with contextlib.suppress(FramingError):
                 ids.add(schema_id(head))
-        self._problems, self.arrow, self._newest = {}, None, 0
+        self._problems, self.arrow, self._newest, self._reader = {}, None, 0, None
         usable = []
         for sid in sorted(ids):
             try:
@@ -69,16 +73,29 @@ class KeyDecoder:
         for head in heads:  # the column's type: the newest key schema's (its message, for Protobuf)
             with contextlib.suppress(FramingError):
                 if schema_id(head) == self._newest:
-                    found = self._compile(self._newest, self._indexes(head or b""))
+                    indexes = self._indexes(head or b"")
+                    found = self._compile(self._newest, indexes)
                     if not isinstance(found, str):
                         self.arrow = found[1]
+                        self._reader_for(indexes)
                         return
+
+    def _reader_for(self, indexes: tuple[int, ...]) -> None:
+        """The newest Protobuf key message, the one older key versions are read into."""
+        if self.format == "protobuf":
+            file = self._proto_file(self._schemas[self._newest])
+            self._reader = protobuf.Decoder(file.message(list(indexes)))
+
+    def _proto_file(self, registered: RegisteredSchema) -> protobuf.ProtoFile:
+        if registered.id not in self._files:
+            self._files[registered.id] = protobuf.load(self._registry(), registered)
+        return self._files[registered.id]
 
     def _indexes(self, key: bytes) -> tuple[int, ...]:
         return tuple(message_indexes(key)[0]) if self.format == "protobuf" else ()
 
     def _compile(self, sid: int, indexes: tuple[int, ...]) -> Compiled:
-        cache = (sid, indexes, self._newest)
+        cache = (sid, indexes, self._newest, self._reader.descriptor.full_name if self._reader else "")
         found = self._compiled.get(cache)
         if found is None:
             registered = self._schemas[sid]
@@ -88,8 +105,7 @@ class KeyDecoder:
                     decoder = avro.Decoder(registered.text, reader)
                     found = decoder.decode, decoder.arrow
                 elif self.format == "protobuf":
-                    message = protobuf.Decoder(protobuf.load(self._registry(), registered).message(list(indexes)))
-                    found = message.decode, message.arrow
+                    found = self._protobuf(registered, sid, indexes)
                 else:
                     value = jsonschema.Decoder(registered.text)
                     found = value.decode, value.arrow
@@ -97,6 +113,17 @@ class KeyDecoder:
                 found = f"schema id {sid}: {exc}"
             self._compiled[cache] = found
         return found
+
+    def _protobuf(self, registered: RegisteredSchema, sid: int, indexes: tuple[int, ...]) -> Compiled:
+        """A Protobuf key is parsed with its writer's descriptor; a key of another version than the newest is then
+        read into the newest's message by field number, converted only where the type holds the value exactly
+        (``protobuf_versions``; ``ValueMismatchError`` quarantines its record)."""
+        writer = self._proto_file(registered).message(list(indexes))
+        if sid == self._newest or self._reader is None:
+            decoder = protobuf.Decoder(writer)
+            return decoder.decode, decoder.arrow
+        resolver = Resolver(writer, self._reader)
+        return resolver.decode, self._reader.arrow
 
     def decode(self, key: bytes | None) -> Any:
         """The key's value (None for a null key); ``ParseError`` with the reason."""

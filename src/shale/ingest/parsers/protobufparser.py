@@ -6,16 +6,18 @@ Per chunk, ``prepare`` reads each record's schema id and message-index array, fe
 (and the files they import, the registry's references), and picks the chunk's message type: the full name most of
 its records carry (with the option ``subject_name_strategy`` record or topic_record, ``record_types`` names each
 record's message and the chunk is prepared and parsed once per message type), read with the newest (highest id)
-schema that declares it. Protobuf resolves versions by field number, so a record written with an older version is
-read with the newest one's descriptor (an added field is unset, a removed one ignored). A record of that older
-version whose field's wire type the newest schema reads differently (an incompatible change), in the message or in
-any message nested in it, is quarantined with the reason, as are records of another message type, without the magic
-byte, with a broken message-index array, or with an id the registry says does not exist.
+schema that declares it: that schema's message gives the columns. Every record is parsed with ITS WRITER's
+descriptor (its schema id and message-index array name it), and a record of another version is then read into the
+columns by field number, each value converted only where the column's type holds it exactly
+(``shale.schemas.protobuf_versions``): an added field is unset, a removed one ignored, an int32 widens into int64,
+while an int64 of 5,000,000,000 in a column that became int32 quarantines its record with the reason (protobuf's
+own resolution would truncate it). Records of another message type, without the magic byte, with a broken
+message-index array, or with an id the registry says does not exist are quarantined with the reason too.
 
 With the option ``reader_schema_id`` (a named reader schema: ``shale reprocess --schema-id``), the chunk's message
 type is read with the descriptor of that name in the named schema instead of the newest; a named schema that does
-not declare the message quarantines the chunk's records of that type with the reason, and the wire-type check
-applies to every record not written with the named schema itself.
+not declare the message quarantines the chunk's records of that type with the reason; every record not written with
+the named schema itself is converted into it by the same rule.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ import collections
 import contextlib
 from typing import Any, ClassVar
 
-from google.protobuf import unknown_fields
 from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import DecodeError
 
@@ -32,6 +33,7 @@ from shale.ingest.parsers.base import ParseError
 from shale.ingest.parsers.registryparser import ONE_TYPE, RegistryOptions, RegistryParser
 from shale.schemas import protobuf
 from shale.schemas.avro import SchemaError
+from shale.schemas.protobuf_versions import Resolver, ValueMismatchError
 from shale.schemas.registry import RegisteredSchema, UnknownSchemaError
 from shale.schemas.wire import FramingError, message_indexes, schema_id
 
@@ -55,7 +57,8 @@ class ProtobufParser(RegistryParser):
         super().__init__(**options)
         self._files: dict[int, protobuf.ProtoFile | str] = {}
         self._decoders: dict[str, protobuf.Decoder] = {}
-        self._chunk: dict[Key, tuple[protobuf.Decoder, bool] | str] = {}
+        self._chunk: dict[Key, protobuf.Decoder | Resolver | str] = {}
+        self._resolvers: dict[tuple[Key, str], Resolver] = {}
         self._problems: dict[int, str] = {}
         self._reader_id = 0
 
@@ -115,8 +118,10 @@ class ProtobufParser(RegistryParser):
                 self._chunk[key] = problem
             elif message.full_name != name:
                 self._chunk[key] = _other_type(key, message, name)
+            elif key[0] == self._reader_id:
+                self._chunk[key] = decoder
             else:
-                self._chunk[key] = (decoder, key[0] != self._reader_id)
+                self._chunk[key] = self._resolver(key, message, decoder)
         if problem is None:
             self.fingerprint = reader_file.fingerprint(reader)
             self.schema_ids = sorted({k[0] for k, v in self._chunk.items() if not isinstance(v, str)})
@@ -163,6 +168,13 @@ class ProtobufParser(RegistryParser):
             self._decoders[key] = protobuf.Decoder(message)
         return self._decoders[key]
 
+    def _resolver(self, key: Key, writer: Descriptor, reader: protobuf.Decoder) -> Resolver:
+        """How records of ``key`` (another version than the reader's) are read into the reader's columns."""
+        cached = (key, f"{self._reader_id}/{reader.descriptor.full_name}")
+        if cached not in self._resolvers:
+            self._resolvers[cached] = Resolver(writer, reader)
+        return self._resolvers[cached]
+
     def parse(self, value: bytes | None, kafka_time_ms: int) -> tuple[int, dict[str, Any]]:
         try:
             sid = schema_id(value)
@@ -178,41 +190,18 @@ class ProtobufParser(RegistryParser):
                              f"index array longer than {self.header_bytes - 5} bytes)")
         if isinstance(prepared, str):
             raise ParseError(prepared)
-        decoder, older = prepared
         try:
-            message = decoder.message(memoryview(value)[start:])
+            decoded = prepared.decode(memoryview(value)[start:])  # with the record's own writer's descriptor
         except DecodeError as exc:
-            raise ParseError(f"the record written with schema id {sid} is not a {decoder.descriptor.full_name}: "
-                             f"{exc}"[:1000]) from None
-        if older:
-            _check_wire_types(message, decoder.descriptor, sid, self._reader_id, self.reader_word)
-        return self.finish(decoder.values(message), kafka_time_ms)
+            name = prepared.writer.full_name if isinstance(prepared, Resolver) else prepared.descriptor.full_name
+            raise ParseError(f"the record written with schema id {sid} is not a {name}: {exc}"[:1000]) from None
+        except ValueMismatchError as exc:
+            raise ParseError(f"the record written with schema id {sid} cannot be read as the {self.reader_word} "
+                             f"schema id {self._reader_id}: {exc} (its bytes are kept; `shale reprocess --schema-id "
+                             f"{sid}` stores such records with their writer's types)") from None
+        return self.finish(decoded, kafka_time_ms)
 
 
 def _other_type(key: Key, message: Descriptor, name: str) -> str:
     return (f"the record is a {message.full_name} (schema id {key[0]}), this chunk's records are {name}: one "
             f"message type per topic {ONE_TYPE}")
-
-
-def _check_wire_types(message: Any, descriptor: Descriptor, sid: int, reader: int, word: str,
-                      path: str = "") -> None:
-    """A field the newest schema declares but could not read from an older version's bytes (its wire type changed):
-    quarantine rather than store its default. Checked in the message and, recursively, in every nested message that
-    is set (singular, repeated, and map values), so ``path`` names the field from the top (``to.zip``)."""
-    for field in unknown_fields.UnknownFieldSet(message):
-        declared = descriptor.fields_by_number.get(field.field_number)
-        if declared is not None:
-            raise ParseError(f"the record written with schema id {sid} cannot be read as the {word} schema id "
-                             f"{reader}: field {path + declared.name!r} (number {field.field_number}) was written "
-                             f"with wire type {field.wire_type}, which does not fit its type in the {word} schema")
-    for declared, value in message.ListFields():
-        inner = declared.message_type
-        if inner is None:
-            continue
-        if inner.GetOptions().map_entry:
-            inner = inner.fields_by_name["value"].message_type
-            items = list(value.values()) if inner is not None else []
-        else:
-            items = list(value) if declared.is_repeated else [value]
-        for item in items:
-            _check_wire_types(item, inner, sid, reader, word, f"{path}{declared.name}.")
