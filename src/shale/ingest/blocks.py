@@ -250,6 +250,45 @@ def _unstorable(columns: dict[str, list[Any]], types: dict[str, pa.DataType]) ->
     return bad
 
 
+def _fraction_into_integer(value: Any, arrow_type: pa.DataType) -> bool:
+    """Whether Arrow would store ``value`` in ``arrow_type`` by dropping a fraction: ``pa.array([1.5], pa.int32())``
+    stores 1, silently, for a float anywhere an integer type is (nested ones included)."""
+    if value is None:
+        return False
+    if pa.types.is_integer(arrow_type):
+        return isinstance(value, float) and not value.is_integer()
+    if pa.types.is_struct(arrow_type) and isinstance(value, dict):
+        return any(_fraction_into_integer(value.get(f.name), f.type) for f in arrow_type)
+    if pa.types.is_map(arrow_type) and isinstance(value, list | tuple | dict):
+        pairs = value.items() if isinstance(value, dict) else value
+        return any(isinstance(pair, tuple | list) and len(pair) == 2 and (
+            _fraction_into_integer(pair[0], arrow_type.key_type) or _fraction_into_integer(pair[1],
+                                                                                           arrow_type.item_type))
+            for pair in pairs)
+    if (pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)) and isinstance(value, list | tuple):
+        return any(_fraction_into_integer(v, arrow_type.value_type) for v in value)
+    return False
+
+
+def _has_integers(arrow_type: pa.DataType) -> bool:
+    if pa.types.is_integer(arrow_type):
+        return True
+    return any(_has_integers(arrow_type.field(i).type) for i in range(arrow_type.num_fields))
+
+
+def _truncated(columns: dict[str, list[Any]], types: dict[str, pa.DataType]) -> dict[int, str]:
+    """The rows (positions) holding a fraction where their column's type has an integer: quarantined with the
+    reason, never stored as a different number (a rule over every parser, whatever its own checks)."""
+    bad: dict[int, str] = {}
+    for name, values in columns.items():
+        if not _has_integers(types[name]):
+            continue
+        for k, value in enumerate(values):
+            if k not in bad and _fraction_into_integer(value, types[name]):
+                bad[k] = f"column {name!r}: {value!r} has a fraction, which {types[name]} cannot hold"[:1000]
+    return bad
+
+
 def _drop(bad: dict[int, str], rejected: list[tuple[int, str]], good: list[int], times: list[int],
           columns: dict[str, list[Any]]) -> tuple[list[tuple[int, str]], list[int], list[int], dict[str, list[Any]]]:
     """The parsed rows without the ``bad`` ones (positions among them), which join the rejected with their reason."""
@@ -304,6 +343,7 @@ def _parse(spec: GroupSpec, table: pa.Table, topic: str,
         for name, values_of in columns.items():
             values_of.append(fields.get(name))
     bad = _field_problems(columns, labels, parser.typed) if columns else {}
+    bad.update({k: v for k, v in _truncated(columns, types).items() if k not in bad})
     if bad:
         rejected, good, times, columns = _drop(bad, rejected, good, times, columns)
     try:
