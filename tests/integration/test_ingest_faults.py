@@ -168,11 +168,19 @@ def test_case12_a_metastore_outage_longer_than_the_lease_delays_commits_and_disc
         bucket = open_bucket(minio_bucket)
         down = time.monotonic()
         produced = 2_000
-        while time.monotonic() - down < 60:  # load through the whole outage
-            produce_json(kafka.bootstrap_servers, topic, 500, start=produced)
-            produced += 500
+
+        rounds = [down - 5.0]  # when the last 500 records were produced
+
+        def load_a_round() -> bool:  # load through the whole outage: 500 records every 5 s until 60 s have passed
+            nonlocal produced
+            if time.monotonic() - rounds[-1] >= 5:
+                produce_json(kafka.bootstrap_servers, topic, 500, start=produced)
+                produced += 500
+                rounds.append(time.monotonic())
             assert process.alive(), process.log_path.read_text()[-3000:]
-            time.sleep(5)
+            return time.monotonic() - down >= 60
+
+        eventually(load_a_round, 180, "60 s of load through the metastore outage")
         assert list(bucket.list("_shale/dlq/")), "no commit reached the dead letter queue during the outage"
 
         cluster.start_node(0)  # same data directory and port; the leader replays the queue
