@@ -68,6 +68,7 @@ from shale.ingest.task import (
 from shale.metastore import DeadLetterQueue, open_metastore
 from shale.metastore.shards import shard_of
 from shale.objstore import open_bucket
+from shale.schemas.registry import RegistryUnavailableError
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
@@ -377,14 +378,18 @@ class IngestJob:
             self.lease.reset()
 
     def _give_up_on_registry(self) -> None:
-        """With --available-now: only partitions paused on the registry are left; after ``AVAILABLE_NOW_ATTEMPTS``
-        pauses in a row of one of them, the run reports it instead of waiting for ever."""
+        """With --available-now: only partitions paused on the registry are left; after
+        ``schema_registry.available_now_attempts`` pauses in a row of one of them, the run reports it instead of
+        waiting for ever (nothing of it was quarantined; its offsets from the pause on are not committed)."""
+        attempts = self.config.ingest.schema_registry.available_now_attempts
         worst = max(self.pauses.held.items(), key=lambda item: item[1].failures, default=None)
-        if worst is not None and worst[1].failures >= AVAILABLE_NOW_ATTEMPTS:
+        if worst is not None and worst[1].failures >= attempts:
             (topic, partition), held = worst
-            raise RetryableError(f"ingest {self.group}: stored everything it could, but {topic}[{partition}] "
-                                 f"paused {held.failures} times in a row on the schema registry {held.registry} "
-                                 f"({held.error})")
+            raise RegistryUnavailableError(
+                f"ingest {self.group}: stored everything it could, but {topic}[{partition}] paused {held.failures} "
+                f"times in a row on the schema registry {held.registry}: {held.error}. Nothing of it was "
+                "quarantined; the next run continues where it paused (ingest.schema_registry."
+                "available_now_attempts sets how often a one-shot run tries)", registry=held.registry)
 
     def _warm(self) -> None:
         """Start what a batch needs before waiting for the lease, so that the first batch after a start or a
