@@ -52,6 +52,7 @@ from shale.ingest.kafka import (
     value_bytes_per_offset,
 )
 from shale.ingest.lease import IngestLease
+from shale.ingest.parsers.rulecheck import check_typed_rules, raise_for_errors
 from shale.ingest.pauses import RegistryBackoff, commit_ranges
 from shale.ingest.plan import BatchPlan, Limits, PartitionRange, plan_batch, recreated
 from shale.ingest.records import SPARK_COLUMNS, WRITTEN_SCHEMA
@@ -354,6 +355,8 @@ class IngestJob:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, on_signal)
             signal.signal(signal.SIGINT, on_signal)
+        if self.group == "partition":
+            self._check_rules()
         if not available_now:  # a run to the end has no freshness to protect and no standby: no rehearsal
             self._warm()
         while self.lease.wait(stop):
@@ -376,6 +379,21 @@ class IngestJob:
             # The group's shard map changed: acquire a shard again under the new map (offsets are per partition,
             # so a partition that moved resumes at its committed end under whichever driver holds it now).
             self.lease.reset()
+
+    def _check_rules(self) -> None:
+        """The typed rules against the registry's schemas, as `shale config check` does: a rule that does not fit
+        its subject's newest version would quarantine every record, so ingest refuses to start. A registry that does
+        not answer usefully leaves the check to the records themselves (their partitions pause)."""
+        try:
+            findings = check_typed_rules(self.config.ingest, self.config.ingest.topics)
+        except RegistryUnavailableError as exc:
+            log.warning("the typed parser rules could not be checked against the schema registry; partitions whose "
+                        "schemas it does not give pause", extra={"group": self.group, "error": str(exc)})
+            return
+        for finding in findings:
+            if not finding.error:
+                log.warning(finding.message, extra={"group": self.group})
+        raise_for_errors(findings)
 
     def _give_up_on_registry(self) -> None:
         """With --available-now: only partitions paused on the registry are left; after

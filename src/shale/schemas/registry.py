@@ -136,9 +136,43 @@ class RegistryClient:
         what = f"subject {subject!r} version {version}"
         return self._read(f"/subjects/{quote(subject, safe='')}/versions/{quote(str(version), safe='')}", what, 0)
 
+    def versions(self, subject: str) -> list[int]:
+        """The versions registered under ``subject`` (``GET /subjects/{subject}/versions``), oldest first;
+        ``UnknownSchemaError`` when the registry says the subject does not exist."""
+        path = f"/subjects/{quote(subject, safe='')}/versions"
+        response = self._get(path, f"subject {subject!r}", BY_VERSION)
+        try:
+            found = response.json()
+            if not isinstance(found, list):
+                raise TypeError(found)
+            return sorted(int(v) for v in found)
+        except (ValueError, TypeError):
+            raise self._unavailable(f"answered GET {self.url}{path} with something that is not a list of versions",
+                                    "check that ingest.schema_registry.url is the base of the Confluent-compatible "
+                                    "API, not another service") from None
+
     def _read(self, path: str, what: str, schema_id: int, not_found: frozenset[int] = BY_VERSION) -> RegisteredSchema:
         """``path``'s schema; ``UnknownSchemaError`` only on the registry's own "not found" (an ``error_code`` of
         ``not_found``), ``RegistryUnavailableError`` on any other answer that is not a schema."""
+        url = f"{self.url}{path}"
+        response = self._get(path, what, not_found)
+        try:
+            body = response.json()
+            references = tuple(SchemaReference(str(r["name"]), str(r["subject"]), int(r["version"]))
+                               for r in body.get("references") or [])
+            text = body["schema"]
+            if not isinstance(text, str):
+                raise TypeError(text)
+            return RegisteredSchema(schema_id or int(body.get("id") or 0), str(body.get("schemaType") or "AVRO"),
+                                    text, references)
+        except (ValueError, KeyError, AttributeError, TypeError):
+            raise self._unavailable(f"answered GET {url} with something that is not a schema",
+                                    "check that ingest.schema_registry.url is the base of the Confluent-compatible "
+                                    "API, not another service") from None
+
+    def _get(self, path: str, what: str, not_found: frozenset[int]) -> httpx.Response:
+        """The registry's 200 answer to ``GET path``; ``UnknownSchemaError`` only on the registry's own "not found"
+        (an ``error_code`` of ``not_found``), ``RegistryUnavailableError`` on any other answer."""
         url = f"{self.url}{path}"
         try:
             with self._client() as client:
@@ -162,23 +196,10 @@ class RegistryClient:
         if response.status_code != 200:
             raise self._unavailable(f"answered HTTP {response.status_code} to GET {url}",
                                     "check the registry's health and its log")
-        try:
-            body = response.json()
-            references = tuple(SchemaReference(str(r["name"]), str(r["subject"]), int(r["version"]))
-                               for r in body.get("references") or [])
-            text = body["schema"]
-            if not isinstance(text, str):
-                raise TypeError(text)
-            return RegisteredSchema(schema_id or int(body.get("id") or 0), str(body.get("schemaType") or "AVRO"),
-                                    text, references)
-        except (ValueError, KeyError, AttributeError, TypeError):
-            raise self._unavailable(f"answered GET {url} with something that is not a schema",
-                                    "check that ingest.schema_registry.url is the base of the Confluent-compatible "
-                                    "API, not another service") from None
+        return response
 
     def _unavailable(self, happened: str, check: str) -> RegistryUnavailableError:
-        return RegistryUnavailableError(f"schema registry {self.url} {happened}; the partition waits and is retried "
-                                        f"({check})", registry=self.url)
+        return RegistryUnavailableError(f"schema registry {self.url} {happened} ({check})", registry=self.url)
 
 
 def _error_code(response: httpx.Response) -> int | None:
