@@ -26,8 +26,16 @@ V1: dict[str, Any] = {"type": "record", "name": "Order", "namespace": "shop", "f
 AT = {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}}
 V2: dict[str, Any] = {**V1, "fields": [*V1["fields"],
                                        {"name": "meta", "type": {"type": "record", "name": "Meta", "fields": [AT]}}]}
-IDS = {1: 5101, 2: 5102}
-SUBJECTS = {"orders-value": {1: V1, 2: V2}}
+PROTO = """syntax = "proto3";
+package ship;
+import "google/protobuf/timestamp.proto";
+message Address { string city = 1; }
+message Shipment { int64 id = 1; google.protobuf.Timestamp shipped = 2; string carrier = 3; }
+"""
+IDS = {("orders-value", 1): 5101, ("orders-value", 2): 5102, ("shipments-value", 1): 5201}
+SUBJECTS: dict[str, dict[int, tuple[str, str]]] = {
+    "orders-value": {1: ("AVRO", json.dumps(V1)), 2: ("AVRO", json.dumps(V2))},
+    "shipments-value": {1: ("PROTOBUF", PROTO)}}
 
 
 class _Registry(BaseHTTPRequestHandler):
@@ -42,9 +50,9 @@ class _Registry(BaseHTTPRequestHandler):
                 status, body = 200, sorted(versions)  # type: ignore[assignment]
             elif int(parts[7]) in versions:
                 version = int(parts[7])
-                status, body = 200, {"subject": parts[5], "version": version, "id": IDS[version],
-                                     "schema": json.dumps(versions[version]), "schemaType": "AVRO",
-                                     "references": []}
+                kind, text = versions[version]
+                status, body = 200, {"subject": parts[5], "version": version, "id": IDS[(parts[5], version)],
+                                     "schema": text, "schemaType": kind, "references": []}
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -65,14 +73,15 @@ def registry_url() -> Iterator[str]:
     server.server_close()
 
 
-def _config(tmp_path: Path, url: str, options: dict[str, Any], topics: tuple[str, ...] = ("orders",)) -> Path:
+def _config(tmp_path: Path, url: str, options: dict[str, Any], topics: tuple[str, ...] = ("orders",),
+            parser: str = "avro") -> Path:
     file = tmp_path / "shale.toml"
     pairs = [f"{key} = {json.dumps(value)}" for key, value in options.items()]
     file.write_text(
         f'[bucket]\nurl = "memory://rules"\n[metastore]\ndata_dir = "{tmp_path}"\n'
         f"[ingest]\ntopics = {json.dumps(list(topics))}\n"
         f'[ingest.schema_registry]\nurl = "{url}"\n'
-        f'[[ingest.parsers]]\nparser = "avro"\noptions = {{{", ".join(pairs)}}}\n')
+        f'[[ingest.parsers]]\nparser = "{parser}"\noptions = {{{", ".join(pairs)}}}\n')
     return file
 
 
@@ -131,3 +140,18 @@ def test_the_partition_group_refuses_to_start_with_a_rule_that_does_not_fit(tmp_
     job = IngestJob(config, "partition")
     with pytest.raises(ConfigError, match=r"subject 'orders-value' version 2 \(schema id 5102\): time_field"):
         job.run(available_now=True)  # before any Kafka or Spark: nothing is read, nothing quarantined
+
+
+def test_a_protobuf_rule_fits_when_one_of_the_files_messages_has_its_fields(tmp_path: Path, registry_url: str) -> None:
+    """The records may be of any top-level message (here the second, as in the typed tables' integration test,
+    whose file declares Address before Shipment): checking the first one only would refuse a rule that fits."""
+    fits = _check(_config(tmp_path, registry_url, {"time_field": "shipped", "label_fields": ["carrier"]},
+                          topics=("shipments",), parser="protobuf"))
+    assert fits.exit_code == 0, fits.output
+    wrong = _check(_config(tmp_path, registry_url, {"time_field": "shiped"}, topics=("shipments",),
+                           parser="protobuf"))
+    assert wrong.exit_code == 1, wrong.output
+    assert "(schema id 5201): message Address: time_field 'shiped' is not a field of it (its fields: city)" in (
+        wrong.output)
+    assert "message Shipment: time_field 'shiped' is not a field of it (its fields: carrier, id, shipped)" in (
+        wrong.output)

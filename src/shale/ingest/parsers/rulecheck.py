@@ -5,14 +5,15 @@ A typed rule (``avro``, ``protobuf``, ``json_schema``) names fields of a schema 
 ``time_field`` and ``label_fields``. A misspelled one passes the configuration's own validation and quarantines every
 record. So for each topic of ``ingest.topics`` a typed rule reads under ``subject_name_strategy = "topic"``, every
 version of the subject ``<topic>-value`` is read and typed by the rule's own parser (as a chunk of that version
-would be), and the rule is checked against it: the time field exists and is a timestamp or an integer of epoch
+would be; a Protobuf file's records may be of any of its top-level messages, and one that fits is enough), and the
+rule is checked against it: the time field exists and is a timestamp or an integer of epoch
 milliseconds, each label field exists and is a string (or an enum, stored as one). A problem in the subject's newest
 version is an error (the records written now would be quarantined); in an older version, a note (its records,
 if any are left in Kafka, would be). Each finding names the topic, the subject, the version and the schema id.
 
 Not checked: topics only a ``topic_pattern`` matches (they are not known without Kafka), the ``record`` and
 ``topic_record`` strategies (subjects are named by record type, not by topic), a subject not registered yet (a
-note), and a Protobuf file's messages other than its first. ``RegistryUnavailableError`` (the registry does not
+note), and a Protobuf file's nested messages. ``RegistryUnavailableError`` (the registry does not
 answer usefully) propagates: the caller says so, as it would for a record.
 """
 
@@ -29,8 +30,12 @@ from shale.errors import ConfigError
 from shale.ingest.parsers import load_parser
 from shale.ingest.parsers.base import ParseError
 from shale.ingest.parsers.registryparser import RegistryParser
+from shale.schemas import SchemaError, protobuf
 from shale.schemas.registry import RegisteredSchema, UnknownSchemaError
 from shale.schemas.wire import frame
+
+MAX_MESSAGES = 64
+"""A Protobuf file's first top-level messages the check tries (their index fits in one byte)."""
 
 
 @dataclass(frozen=True)
@@ -77,9 +82,26 @@ def raise_for_errors(findings: list[Finding]) -> None:
 
 
 def rule_problems(parser: RegistryParser, registered: RegisteredSchema) -> list[str]:
-    """Why ``parser``'s time field and label fields do not fit records written with ``registered``."""
+    """Why ``parser``'s time field and label fields do not fit records written with ``registered``. A Protobuf
+    file may hold several messages and its records may be of any of them: the rule fits when one of its top-level
+    messages fits."""
     parser.registry.remember(registered)
-    header = frame(registered.id, b"\x00")  # a Protobuf record's message-index array [0]: the file's first message
+    if parser.schema_type != "PROTOBUF":
+        return _message_problems(parser, frame(registered.id, b"\x00"))
+    try:
+        names = list(protobuf.load(parser.registry, registered).file.message_types_by_name)
+    except (SchemaError, UnknownSchemaError) as exc:
+        return [f"the {parser.name} parser cannot load it ({exc}); every record written with it is quarantined"]
+    # The message-index array [i], zigzag varints: its length 1, then i (one byte each below 64).
+    found = [(name, _message_problems(parser, frame(registered.id, bytes([2, 2 * i]))))
+             for i, name in enumerate(names[:MAX_MESSAGES])]
+    if any(not problems for _, problems in found):
+        return []
+    return [f"message {name}: {problem}" for name, problems in found for problem in problems]
+
+
+def _message_problems(parser: RegistryParser, header: bytes) -> list[str]:
+    """Why the rule does not fit records framed with ``header`` (a schema id and, for Protobuf, a message)."""
     parser.prepare([header])
     columns = parser.columns()
     if not columns:
@@ -97,7 +119,7 @@ def rule_problems(parser: RegistryParser, registered: RegisteredSchema) -> list[
         kind = _type_at(fields, parser.time_path)
         if kind is None:
             problems.append(f"time_field {path!r} is not a field of it {known}")
-        elif not (pa.types.is_timestamp(kind) or (pa.types.is_integer(kind))):
+        elif not (pa.types.is_timestamp(kind) or pa.types.is_integer(kind)):
             problems.append(f"time_field {path!r} is {kind}, not a timestamp or an integer of epoch milliseconds")
     for column in parser.label_names:
         name = column.removeprefix(parser.prefix)
