@@ -37,6 +37,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if "integration" in parts:
             item.add_marker(pytest.mark.integration)
         elif "unit" in parts:
+            # `make unit` needs nothing but the virtual environment: a test that starts a fetched or built service
+            # (every one starts under services_dir) is an integration test, and lives there.
+            if "services_dir" in getattr(item, "fixturenames", ()):
+                raise pytest.UsageError(f"{item.nodeid} starts a service: move it to tests/integration")
             item.add_marker(pytest.mark.unit)
 
 

@@ -33,6 +33,7 @@ from shale import failpoints
 from shale.config import BucketConfig, SparkConfig
 from shale.config.secrets import looks_secret
 from shale.errors import ConfigError
+from shale.signals import keep_handler
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -185,7 +186,7 @@ def spark_session(
             extra = {"spark.driver.extraJavaOptions": conf.get("spark.driver.extraJavaOptions", "")}
             _with_log_config(extra, Path(log_config.name), log_file)
             builder = builder.config("spark.driver.extraJavaOptions", extra["spark.driver.extraJavaOptions"])
-        with _properties_file(hidden):
+        with _properties_file(hidden), keep_handler():  # PySpark's SIGINT handler is not Shale's: shale.signals
             session = builder.getOrCreate()
     logging.getLogger(__name__).info("Spark's log (its known warnings included)", extra={"file": str(log_file)})
     session.sparkContext.setLogLevel("WARN")

@@ -14,6 +14,7 @@ from shale.bucketindex import (
     DeltaLink,
     DeltaWriter,
     read_index,
+    state_digest,
     write_scanned_index,
 )
 from shale.config import BucketConfig
@@ -82,7 +83,9 @@ def test_a_reader_costs_one_get_and_catches_up_through_deltas(minio_bucket: Buck
         producer = DeltaWriter(bucket, clock)
         clock.advance(3000)
         # The change after the one the index holds (the source's version 1), as its metastore commit names it.
-        producer.write("acme", added=[block("acme", 2)], link=DeltaLink(previous=1, version=2, time=clock.now))
+        link = DeltaLink(previous=1, version=2, time=clock.now,
+                         digest=state_digest([block("acme", 1).id, block("acme", 2).id], None))
+        producer.write("acme", added=[block("acme", 2)], link=link)
         clock.advance(1000)  # the index is stale; the delta is not
         bucket.calls.reset()
         assert [m.id for m in reader.blocks("acme")] == sorted([block("acme", 1).id, block("acme", 2).id])

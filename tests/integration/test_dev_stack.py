@@ -43,11 +43,16 @@ def test_dev_up_status_down(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
         again = runner.invoke(cli, ["dev", "up", "--dir", directory, "--spark-workers", "1"])  # same processes
         assert again.exit_code == 0
         assert json.loads((tmp_path / "dev" / "state.json").read_text()) == state
+        assert "kafka and minio: running" in again.output
+        assert "spark cluster: running (1 workers)" in again.output
+        plain = runner.invoke(cli, ["dev", "up", "--dir", directory])  # asking for less drops nothing
+        assert plain.exit_code == 0
+        assert json.loads((tmp_path / "dev" / "state.json").read_text()) == state
 
         # `--env` prints only exports (eval-able), and `status` run elsewhere finds the stack without --dir.
         exported = subprocess.run(
-            ["bash", "-c", f'eval "$({sys.executable} -m shale.cli dev up --dir {directory} --spark-workers 1 '
-                           '--env)" && echo "$SHALE_DEV_DIR" && echo "$SHALE_KAFKA__BOOTSTRAP_SERVERS"'],
+            ["bash", "-c", f'eval "$({sys.executable} -m shale.cli dev up --dir {directory} --env)" '
+                           '&& echo "$SHALE_DEV_DIR" && echo "$SHALE_KAFKA__BOOTSTRAP_SERVERS"'],
             env={**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}, capture_output=True, text=True,
             cwd=tmp_path, timeout=300, check=True)
         assert exported.stdout.splitlines() == [str(tmp_path / "dev"), state["kafka_bootstrap"]]
@@ -71,6 +76,7 @@ def test_dev_up_status_down(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
             timeout=300, check=False)
         assert compact.returncode == 0, compact.stderr[-3000:]
         assert "finished 0 jobs" in compact.stderr
+        assert "no block waits for compaction" in compact.stderr  # it says why it did nothing
         assert "resolves to a loopback address" not in compact.stderr
         apps = (tmp_path / "dev" / "spark" / "worker0").iterdir()
         assert any(app.name.startswith("app-") for app in apps)  # it ran executors on the worker
@@ -89,11 +95,27 @@ def test_dev_up_with_a_schema_registry(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.delenv("SHALE_DEV_DIR", raising=False)
     runner = CliRunner()
     directory = str(tmp_path / "dev")
-    up = runner.invoke(cli, ["dev", "up", "--dir", directory, "--schema-registry"])
+    nothing = runner.invoke(cli, ["dev", "up", "--dir", directory, "--env"])  # --env starts nothing
+    assert nothing.exit_code == 3
+    assert "no dev stack found" in nothing.output
+    assert DevStack(Path(directory)).load() is None
+    first = runner.invoke(cli, ["dev", "up", "--dir", directory])
+    assert first.exit_code == 0, first.output
+    before = DevStack(Path(directory)).load()
+    assert before is not None
+    up = runner.invoke(cli, ["dev", "up", "--dir", directory, "--schema-registry"])  # added to the running stack
     assert up.exit_code == 0, up.output
     state = DevStack(Path(directory)).load()
     assert state is not None
     try:
+        assert "kafka and minio: running" in up.output
+        assert f"schema registry: added ({state.registry_url})" in up.output
+        assert (state.kafka_pid, state.kafka_bootstrap, state.minio_endpoint) == (
+            before.kafka_pid, before.kafka_bootstrap, before.minio_endpoint)
+        exports = runner.invoke(cli, ["dev", "up", "--dir", directory, "--env"])
+        assert exports.exit_code == 0
+        assert f"export SHALE_INGEST__SCHEMA_REGISTRY__URL={state.registry_url}" in exports.output
+        assert DevStack(Path(directory)).load() == state
         assert state.registry_url.endswith("/apis/ccompat/v7")
         assert f"schema registry:         {state.registry_url}" in up.output
         config = load_config(None, env=state.env())

@@ -3,6 +3,7 @@ ingest output that says what went to quarantine."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import socket
@@ -12,6 +13,7 @@ import uuid
 from pathlib import Path
 
 import httpx
+import pytest
 from tests.integration.ingest_helpers import ROOT, create_topic, produce_json, write_config
 from tests.waiting import eventually
 
@@ -109,3 +111,32 @@ def test_metastore_serve_stops_promptly_on_sigterm_and_says_so(tmp_path: Path) -
     assert code == 0, text
     assert "metastore stopping signal=SIGTERM" in text
     assert text.rstrip().endswith("metastore stopped")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_the_first_signal_stops_ingest_after_its_batch_without_a_traceback(kafka, minio_bucket, tmp_path: Path,
+                                                                          sig: signal.Signals) -> None:
+    topic = f"logs.{uuid.uuid4().hex[:6]}"
+    create_topic(kafka.bootstrap_servers, topic, 2)
+    produce_json(kafka.bootstrap_servers, topic, 300)
+    config = write_config(tmp_path, kafka.bootstrap_servers, minio_bucket, [topic])
+    log = tmp_path / "ingest.log"
+    with log.open("w") as out:
+        process = subprocess.Popen([sys.executable, "-m", "shale.cli", "--config", str(config), "ingest", "--group",
+                                    "backup"], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+    try:
+        eventually(lambda: "batch committed" in log.read_text(), 300, log.read_text)
+        os.killpg(process.pid, sig)  # as Ctrl-C does: to the whole process group (Spark's JVM and workers too)
+        code = process.wait(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    text = log.read_text()
+    assert code == 128 + sig, text[-5000:]
+    assert f"ingest backup: stopping at the next safe point ({sig.name})" in text
+    assert "ingest backup: stopped after its last committed batch" in text
+    assert "Traceback" not in text
+    assert "Py4J" not in text
+    assert "Aborted" not in text
+    verified = shale(config, "verify", "--group", "backup", "--topic", topic)
+    assert verified.returncode == 0, verified.stdout + verified.stderr  # every record stored once

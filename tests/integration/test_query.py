@@ -5,6 +5,9 @@ while a compaction runs and after it."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 from collections import Counter
 from pathlib import Path
@@ -77,7 +80,7 @@ def test_cli_api_spark_and_duckdb_agree_and_compaction_changes_nothing(spark, tm
     out = CliRunner().invoke(cli, ["--config", str(file), "query", "--tenant", "default", "--from", str(start),
                                    "--to", str(end), selector, "--format", "json"])
     assert out.exit_code == 0, out.output
-    rows = [json.loads(line) for line in out.output.splitlines()]
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
     assert Counter((r["topic"], r["partition"], r["offset"], r["level"], r["msg"]) for r in rows) == expected
 
     # DuckDB reads the very objects the index lists for this query.
@@ -89,7 +92,25 @@ def test_cli_api_spark_and_duckdb_agree_and_compaction_changes_nothing(spark, tm
         f"WHERE event_time BETWEEN epoch_ms({start}) AND epoch_ms({end}) AND level = 'ERROR'").arrow()
     assert _keys(duck.read_all() if hasattr(duck, "read_all") else duck) == expected
 
-    register(spark)
+    # The one-line door: a configuration file to a table, times as datetimes.
+    import datetime as dt
+
+    import shale
+    table = shale.read(file, tenant="default", selector=selector, start=dt.datetime.fromtimestamp(start / 1000, dt.UTC),
+                       end=dt.datetime.fromtimestamp(end / 1000, dt.UTC))
+    assert _keys(table) == expected
+
+    # A plain PySpark session finds the data source with no registration call (pyspark_shale), as READING.md says.
+    script = (f"from pyspark.sql import SparkSession\n"
+              f"spark = SparkSession.builder.master('local[1]').config('spark.ui.enabled', 'false').getOrCreate()\n"
+              f"df = spark.read.format('shale').option('config', {str(file)!r}).option('tenant', 'default')"
+              f".option('from', '{start}').option('to', '{end}').option('selector', {selector!r}).load()\n"
+              f"print('ROWS', df.count())\n")
+    plain = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+                           capture_output=True, text=True, timeout=600, check=False)
+    assert f"ROWS {sum(expected.values())}" in plain.stdout, plain.stderr[-3000:]
+
+    register(spark)  # still accepted where the data source is already known
     df = (spark.read.format("shale").option("config", str(file)).option("tenant", "default")
           .option("from", str(start)).option("to", str(end)).option("selector", selector).load())
     spark_rows = df.select("topic", "partition", "offset", "level", "msg").collect()

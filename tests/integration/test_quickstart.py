@@ -53,4 +53,7 @@ def test_every_quickstart_command_runs_as_written(tmp_path: Path) -> None:
     assert "showing 5 of 100 rows (--limit N shows more)" in out
     assert re.search(r'"event_time": "\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z"', out), out
     assert "BLOCK" in out
+    assert "python rows 200" in out
+    assert "duckdb [('INFO', 100), ('WARN', 100)]" in out
+    assert "spark rows 200" in out
     assert "stopped: kafka, minio" in out

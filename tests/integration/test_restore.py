@@ -34,7 +34,7 @@ from shale.objstore import open_bucket
 from shale.process import ManagedProcess
 from shale.restore import RestoreJob, RestoreRange, RestoreRequest, java_partition
 from shale.restore.offsets import set_offsets, translate
-from shale.restore.progress import ProgressLine
+from shale.restore.progress import ProgressLine, read_anchors
 from shale.restore.task import record_size
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -264,8 +264,12 @@ def test_a_consumer_group_resumes_from_translated_offsets(kafka: Any, spark: Any
     held = {p: len(r) for p, r in backed_up.records.items()}
     source = {0: held[0] // 2, 1: 0, 2: held[2]}  # the group's position on the deleted topic
     plan = restore_job(backed_up, spark, target).plan()
-    translated = translate(plan, backed_up.config.bucket, client, target, source)
+    anchors = read_anchors(client, report.job)  # where the restore's own records landed
+    assert sorted(anchors) == list(range(PARTITIONS))
+    translated = translate(plan, backed_up.config.bucket, client, target, source, anchors=anchors)
     assert translated[0] > source[0]  # the markers of the transactions before it
+    counted = translate(plan, backed_up.config.bucket, client, target, source)  # restored alone: as counted
+    assert (translated[0], translated[1]) == (counted[0], counted[1])  # at the end: before or after the last marker
     set_offsets(client, "billing", target, translated)
 
     consumer = Consumer({**client, "group.id": "billing", "isolation.level": "read_committed",

@@ -120,7 +120,7 @@ def test_two_record_types_in_one_topic_come_back_each_typed(kafka: KafkaBroker, 
     out = CliRunner().invoke(cli, ["--config", str(file), "query", "--tenant", "default", "--from", str(start),
                                    "--to", str(end), '{record="shop.Refund"}', "--format", "json"])
     assert out.exit_code == 0, out.output
-    assert [json.loads(line)["why"] for line in out.output.splitlines()] == refunds.column("why").to_pylist()
+    assert [json.loads(line)["why"] for line in out.stdout.splitlines()] == refunds.column("why").to_pylist()
 
     # Shale's Spark data source reads one type.
     register(spark)

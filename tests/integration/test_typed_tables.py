@@ -141,7 +141,7 @@ def test_avro_records_come_back_typed_through_an_evolution(kafka: KafkaBroker, s
     out = CliRunner().invoke(cli, ["--config", str(file), "query", "--tenant", "default", "--from", str(start),
                                    "--to", str(end), f'{{topic="{TOPIC}", status="PAID"}}', "--format", "json"])
     assert out.exit_code == 0, out.output
-    printed = sorted((json.loads(line) for line in out.output.splitlines()), key=lambda r: r["id"])
+    printed = sorted((json.loads(line) for line in out.stdout.splitlines()), key=lambda r: r["id"])
     assert [r["id"] for r in printed] == [i for i in range(25) if i % 3 == 1]
     assert printed[0]["amount"] == "1001.01"
     assert printed[0]["ts"] == "2026-11-24T08:30:01.001000Z"
@@ -425,7 +425,7 @@ def test_protobuf_records_come_back_typed(kafka: KafkaBroker, schema_registry: S
     out = CliRunner().invoke(cli, ["--config", str(file), "query", "--tenant", "default", "--from", str(start),
                                    "--to", str(end), f'{{topic="{topic}", carrier="POST"}}', "--format", "json"])
     assert out.exit_code == 0, out.output
-    printed = sorted((json.loads(line) for line in out.output.splitlines()), key=lambda r: r["id"])
+    printed = sorted((json.loads(line) for line in out.stdout.splitlines()), key=lambda r: r["id"])
     assert [r["id"] for r in printed] == [i for i in range(count) if i % 3 == 1]
     assert printed[0]["shipped"] == "2026-11-24T08:30:01.001001Z"
     assert (printed[0]["number"], printed[0]["code"]) == (0, None)
@@ -551,7 +551,7 @@ def test_json_schema_records_come_back_typed(kafka: KafkaBroker, schema_registry
     out = CliRunner().invoke(cli, ["--config", str(file), "query", "--tenant", "default", "--from", str(start),
                                    "--to", str(end), f'{{topic="{topic}"}}', "--format", "json"])
     assert out.exit_code == 0, out.output
-    printed = sorted((json.loads(line) for line in out.output.splitlines()), key=lambda r: r["id"])
+    printed = sorted((json.loads(line) for line in out.stdout.splitlines()), key=lambda r: r["id"])
     assert printed[1]["at"] == "2026-11-24T08:30:01.000008Z"
     assert printed[1]["sensor"] == {"name": "s1", "floor": 1}
 

@@ -52,7 +52,7 @@ def _query(file: Path, topic: str) -> list[dict[str, Any]]:
     out = CliRunner().invoke(cli, ["--config", str(file), "query", "--tenant", "default", "--from", str(start),
                                    "--to", str(start + 3_600_000), f'{{topic="{topic}"}}', "--format", "json"])
     assert out.exit_code == 0, out.output
-    return sorted((json.loads(line) for line in out.output.splitlines()), key=lambda r: r["id"])
+    return sorted((json.loads(line) for line in out.stdout.splitlines()), key=lambda r: r["id"])
 
 
 def test_reprocess_reads_every_record_as_the_named_older_schema_version(

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from shale.block.layout import block_file_key, meta_key
 from shale.block.meta import BlockMeta, Dataset, parse_meta
+from shale.block.records import INCARNATION_COLUMN
 from shale.block.schemas import BACKUP_SCHEMA
 from shale.block.writer import FOOTER_CRC_KEY, FOOTER_META_KEY, crc32_hex
 from shale.errors import CorruptObjectError
@@ -151,9 +152,10 @@ def read_footer_meta(bucket: BucketReader, key: str, size: int) -> BlockMeta:
 
 
 def backup_rows(bucket: BucketReader, meta: BlockMeta, topic: str, partition: int, start: int,
-                end: int) -> list[pa.Table]:
+                end: int, *, incarnations: bool = False) -> list[pa.Table]:
     """The rows of ``meta``'s records datasets of ``topic`` whose partition is ``partition`` and offset in
-    [start, end), with the backup group's columns."""
+    [start, end), with the backup group's columns (and, with ``incarnations``, a merged dataset's
+    ``INCARNATION_COLUMN`` where it has one: ``shale.block.records.row_incarnation_names``)."""
     tables = []
     for dataset in meta.datasets:
         if dataset.kind == "records" and dataset.topic == topic:
@@ -161,5 +163,7 @@ def backup_rows(bucket: BucketReader, meta: BlockMeta, topic: str, partition: in
             offsets = table.column("offset")
             keep = pc.and_(pc.equal(table.column("partition"), partition),
                            pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end)))
-            tables.append(table.filter(keep).select(BACKUP_SCHEMA.names))
+            names = BACKUP_SCHEMA.names + ([INCARNATION_COLUMN] if incarnations and
+                                           INCARNATION_COLUMN in table.column_names else [])
+            tables.append(table.filter(keep).select(names))
     return tables

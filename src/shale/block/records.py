@@ -8,6 +8,11 @@ four, so records of two incarnations are never taken for copies of each other.
 A row whose incarnation its block cannot tell (two ranges of different incarnations cover its offset, which a
 block merged from both incarnations may have, or no range covers it) gets a key of its own: it is never
 dropped as a copy. Dropping a row needs proof; keeping a copy does not lose data.
+
+A backup dataset that compaction merges from blocks of two incarnations of its topic keeps each row's
+incarnation in the column ``incarnation`` (``INCARNATION_COLUMN``; null where its source could not tell): the
+merged ranges alone cannot say whose a row is once they intersect, and a restore must send one incarnation's
+records only (``row_incarnation_names``).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from shale.block.meta import BlockMeta
 
@@ -69,6 +75,32 @@ def shared_scopes(blocks: Sequence[BlockMeta]) -> set[RecordScope]:
                 break
             open_.append((end, i))
     return out
+
+
+INCARNATION_COLUMN = "incarnation"
+"""The column of a merged backup dataset naming each row's topic incarnation."""
+
+
+def row_incarnation_names(meta: BlockMeta, topic: str, table: pa.Table) -> pa.Array:
+    """Per row of ``table`` (rows of ``meta``'s dataset of ``topic``), its incarnation: the row's own
+    ``INCARNATION_COLUMN`` where the block has one, else the one incarnation whose ranges cover its (partition,
+    offset); null where neither tells (ranges of two incarnations cover it, or none does)."""
+    part = np.asarray(table.column("partition").to_numpy(zero_copy_only=False), dtype=np.int64)
+    off = np.asarray(table.column("offset").to_numpy(zero_copy_only=False), dtype=np.int64)
+    names = np.full(len(part), None, dtype=object)
+    ambiguous = np.zeros(len(part), dtype=bool)
+    for r in meta.kafka:
+        if r.topic != topic or r.end <= r.start:
+            continue
+        mask = (part == r.partition) & (off >= r.start) & (off < r.end)
+        ambiguous |= mask & (names != None) & (names != r.incarnation)  # noqa: E711 (numpy element-wise)
+        names[mask] = r.incarnation
+    names[ambiguous] = None
+    found = pa.array(names, pa.string())
+    if INCARNATION_COLUMN in table.column_names:
+        own = table.column(INCARNATION_COLUMN).combine_chunks().cast(pa.string())
+        found = pc.if_else(pc.is_null(own), found, own)
+    return found
 
 
 class IncarnationCodes:

@@ -23,7 +23,7 @@ from shale.bucketindex.deltas import (
     IndexDelta,
     apply_delta,
 )
-from shale.bucketindex.model import INDEX_VERSION, BucketIndex, IndexedMark, live_blocks
+from shale.bucketindex.model import INDEX_VERSION, BucketIndex, IndexedMark, live_blocks, state_digest
 from shale.bucketindex.reader import BucketIndexReader, StaleIndexError
 from shale.bucketindex.scan import scan_index, write_scanned_index
 from shale.bucketindex.store import Published, StoredIndex, merge, publish, read_index
@@ -52,5 +52,6 @@ __all__ = [
     "publish",
     "read_index",
     "scan_index",
+    "state_digest",
     "write_scanned_index",
 ]

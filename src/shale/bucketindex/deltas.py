@@ -6,7 +6,8 @@ change is durable, with put-if-absent::
     <tenant>/bucket-index-deltas/<ms:013d>-<seq:06d>-<writer>.json
     {"version": 1, "tenant": "acme", "time": 1795000000.5,
      "added": [<BlockMeta>], "marks": [{"id", "deletion_time", "reason"}], "removed": ["<block id>"],
-     "link": {"previous": 41, "version": 57, "time": 1795000000.4}}
+     "link": {"previous": 41, "version": 57, "time": 1795000000.4, "digest": "<32 hex digits>",
+              "generations": [["app", 0, 4611686018427387904, 1]]}}
 
 Keys sort by the producer's (per-writer monotonic) clock, then by a sequence within one millisecond, then by
 writer. "After the change is durable" matters: a block is announced only once its meta.json exists and, with a
@@ -14,13 +15,16 @@ metastore, once its commit is applied, so that anything a delta announces can be
 lists the deltas *before* reading its source.
 
 A delta names where its change sits in the metastore's history of the tenant (``link``): the tenant's version
-before and after it (the log index of its last change; the metastore's command result says both) and the log's
-time of the change. The index says the version its source reflected (``BucketIndex.tenant_version``). A reader
-follows the links from the index's version (``chain_end``); the view is fresh as of the newest change it reaches
-without a hole. A producer that died between its commit and its delta leaves a hole that no later delta can cover:
-the view stays stale (``StaleIndexError``) until the index writer folds the change in, instead of looking fresh
-while it lacks a committed block. A delta without a link (a replayed commit, a delta of an older Shale) is
-applied but proves nothing about freshness.
+before and after it (the log index of its last change; the metastore's command result says both), the log's
+time of the change, and what the tenant looked like once the change's entry was applied (``digest``, see
+``model.state_digest``; and the generation switches, when the entry changed them). The index says the version its
+source reflected (``BucketIndex.tenant_version``). A reader applies the deltas whose links continue the index's
+version, in version order (``follow_chain``); the view is fresh as of the newest change it reaches without a hole
+*and* whose digest it matches. A producer that died between its commit and its delta leaves a hole that no later
+delta can cover, and a delta that carries less than its change (a switch, a forgotten block) leaves a view that
+matches no digest: either way the view stays stale (``StaleIndexError``) until the index writer folds the change
+in, instead of looking fresh while it lacks a change. A delta without a link (a replayed commit, a delta of an
+older Shale) is not applied and proves nothing.
 
 Index writers fold deltas: they set the index's ``watermark`` to the newest delta key whose change the index
 holds, and then delete the deltas up to it. ``fold_watermark`` is the rule both writers share: the watermark
@@ -34,15 +38,16 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from shale.block import BlockMeta, DeletionMark, check_block_id, check_tenant
 from shale.block.layout import bucket_index_deltas_prefix
-from shale.bucketindex.model import BucketIndex, IndexedMark
+from shale.bucketindex.model import BucketIndex, IndexedMark, Rule, view_digest
 from shale.errors import CorruptObjectError, NotFoundError, ShaleError
 from shale.objstore import Bucket, BucketReader, ObjectInfo
 from shale.objstore.naming import OrderedNames
@@ -59,13 +64,18 @@ MarkLike = DeletionMark | IndexedMark | tuple[str, float, str]
 
 
 class DeltaLink(BaseModel):
-    """Where a delta's change sits in the metastore's history of its tenant."""
+    """Where a delta's change sits in the metastore's history of its tenant, and what the tenant looked like
+    right after it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     previous: int = Field(ge=0, description="the tenant's version before the change (0: its first change)")
     version: int = Field(ge=1, description="the tenant's version after it: the log index of the change")
     time: float = Field(description="the log's time of the change, seconds since the epoch")
+    digest: str | None = Field(default=None, description="``model.state_digest`` of the tenant when the change's "
+                               "entry was applied; None: a metastore that predates it (the link cannot vouch)")
+    generations: list[Rule] | None = Field(default=None, description="the tenant's generation switches after the "
+                                           "change, when the change's entry changed them; None: unchanged")
 
     @model_validator(mode="after")
     def _ordered(self) -> DeltaLink:
@@ -75,28 +85,63 @@ class DeltaLink(BaseModel):
 
     @classmethod
     def of(cls, raw: object) -> DeltaLink | None:
-        """A link as a metastore command's result gives it (``[previous, version, time ms]``); None if the result
-        does not give one (a replayed command)."""
-        if not isinstance(raw, list) or len(raw) != 3:
+        """A link as a metastore command's result gives it (``[previous, version, time ms]``, followed by the
+        digest and the switches when the metastore stamps them); None if the result does not give one (a
+        replayed command)."""
+        if not isinstance(raw, list) or len(raw) not in (3, 5):
             return None
-        return cls(previous=raw[0], version=raw[1], time=raw[2] / 1000)
+        digest, generations = (raw[3], raw[4]) if len(raw) == 5 else (None, None)
+        return cls(previous=raw[0], version=raw[1], time=raw[2] / 1000, digest=digest,
+                   generations=None if generations is None else [tuple(r) for r in generations])
 
 
-def chain_end(start: int | None, links: Iterable[DeltaLink]) -> tuple[float | None, int | None]:
-    """Follow ``links`` from the version ``start`` an index reflects: the log time of the newest change reached
-    without a hole (None: no link reached past ``start``), and the version just before the first hole (None: no
-    hole). Links apply in version order whatever order their deltas' keys have; a link whose ``previous`` is
-    beyond the version reached so far means a change in between announced no delta. ``start`` None (an index
-    built from a bucket scan) reaches nothing: a scan cannot say which changes it holds."""
-    if start is None:
-        return None, None
-    at, when = start, None
-    for link in sorted(links, key=lambda k: (k.previous, k.version)):
-        if link.previous > at:
-            return when, at
-        if link.version >= at:
-            at, when = link.version, link.time if when is None else max(when, link.time)
-    return when, None
+@dataclass(frozen=True)
+class ChainView:
+    """What a stale index and its deltas prove (``follow_chain``). ``view`` is the index with the deltas of the
+    chain applied up to ``version``, the newest change whose digest it matches (``time`` is that change's log
+    time); both None and ``view`` the index itself when no change could be verified. ``hole`` is the version
+    after which a change announced no delta; ``unverified`` the newest change reached whose digest the view did
+    not match (a change its deltas did not carry, or a link without a digest)."""
+
+    view: BucketIndex
+    version: int | None = None
+    time: float | None = None
+    hole: int | None = None
+    unverified: int | None = None
+
+
+def follow_chain(index: BucketIndex, deltas: Mapping[str, IndexDelta]) -> ChainView:
+    """Apply the deltas whose links continue the index's tenant version, in version order (deltas of one
+    version in key order), and check the view against each version's digest.
+
+    A delta without a link, or with a link at or before the index's version (the index holds its change), is
+    not applied: only the chain is. The chain stops at a hole. The view is fresh as of the newest version whose
+    digest it matches, wherever that is on the chain: a digest covers the whole tenant, so a match proves the
+    view whatever came before it (an index whose source read a change its version does not claim mismatches
+    until the chain reaches that change). A view that never matches proves nothing, and ``view`` stays the
+    index."""
+    start = index.tenant_version
+    if start is None:  # a scan cannot say which changes it holds
+        return ChainView(index)
+    by_version: dict[int, list[tuple[str, IndexDelta, DeltaLink]]] = defaultdict(list)
+    for key, delta in deltas.items():
+        if delta.link is not None and delta.link.version > start:
+            by_version[delta.link.version].append((key, delta, delta.link))
+    result = ChainView(index)
+    view, at = index, start
+    for version in sorted(by_version):
+        group = sorted(by_version[version], key=lambda item: item[0])
+        if min(link.previous for _, _, link in group) > at:
+            return replace(result, hole=at)
+        for key, delta, _ in group:
+            view = apply_delta(view, delta, key)
+        at = version
+        digests = {link.digest for _, _, link in group}
+        if digests == {view_digest(view)}:
+            result = ChainView(view, version, max(link.time for _, _, link in group))
+        else:
+            result = replace(result, unverified=version)
+    return result
 
 
 class IndexDelta(BaseModel):
@@ -183,7 +228,8 @@ def read_delta(bucket: BucketReader, tenant: str, key: str) -> IndexDelta:
 
 def apply_delta(index: BucketIndex, delta: IndexDelta, key: str) -> BucketIndex:
     """The index with one delta applied: blocks added if absent, marks added if absent (the earliest time
-    wins), then removed blocks dropped with their marks. ``watermark`` becomes ``key``; ``updated_at`` stays."""
+    wins), then removed blocks dropped with their marks; the generation switches become the link's when it
+    carries them. ``watermark`` becomes ``key``; ``updated_at`` and ``tenant_version`` stay."""
     blocks = {b.id: b for b in index.blocks}
     marks = {m.id: m for m in index.deletion_marks}
     uploaded = dict(index.uploaded)
@@ -197,8 +243,12 @@ def apply_delta(index: BucketIndex, delta: IndexDelta, key: str) -> BucketIndex:
     for block_id in delta.removed:
         blocks.pop(block_id, None)
         marks.pop(block_id, None)
+    generations = index.generations
+    if delta.link is not None and delta.link.generations is not None:
+        generations = list(delta.link.generations)
     return BucketIndex.build(index.tenant, index.updated_at, blocks.values(), marks.values(), uploaded,
-                             watermark=max(index.watermark, key), generations=index.generations)
+                             watermark=max(index.watermark, key), generations=generations,
+                             tenant_version=index.tenant_version)
 
 
 @dataclass(frozen=True)

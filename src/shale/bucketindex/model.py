@@ -19,7 +19,7 @@ The object is gzip-compressed JSON::
 * ``uploaded`` is when each block was first seen by an index writer (or its newest object's upload time).
 * ``tenant_version`` is the metastore's version of the tenant (the log index of its last change) that the
   writer's source reflected; absent in an index built from a bucket scan. Stale-tolerant readers follow the
-  deltas' links from it (``deltas.chain_end``).
+  deltas' links from it (``deltas.follow_chain``).
 
 A malformed index, an index of another tenant and an index of an unknown version are ``CorruptObjectError``s
 naming the tenant and the key. Unknown fields are refused too: a newer Shale bumps ``version`` when it adds a
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import gc
 import gzip
+import hashlib
 import json
 import threading
 import zlib
@@ -227,3 +228,25 @@ def _live_blocks(index: BucketIndex) -> list[BlockMeta]:
                    for other in rivals):
             live.append(block)
     return sorted(live, key=lambda b: b.id)
+
+
+Rule = tuple[str, int, int, int]
+"""A generation switch: (topic, start ms, end ms, generation)."""
+
+
+def state_digest(live_ids: Iterable[str], generations: Iterable[Rule] | None) -> str:
+    """A digest of what a tenant's queries can return: the ids of its blocks that are not marked for deletion
+    (in the metastore: its blocks, tombstoned ones excluded) and its generation switches (each topic's in their
+    order; no switches and unknown switches digest alike). The metastore stamps it on every delta link
+    (``deltas.DeltaLink.digest``), and a stale-tolerant reader's view counts as fresh as of a change only if the
+    view digests the same: a change the deltas did not carry cannot hide behind a chain without holes."""
+    # Stable by topic: each topic's switches keep their order (a tuple again: a JSON delta gives lists).
+    rules = sorted(((str(t), int(s), int(e), int(g)) for t, s, e, g in generations or ()), key=lambda r: r[0])
+    text = "\n".join(sorted(live_ids)) + "\n\n" + json.dumps(rules, separators=(",", ":"))
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def view_digest(index: BucketIndex) -> str:
+    """``state_digest`` of an index (or a view with deltas applied)."""
+    marked = index.marked_ids()
+    return state_digest((b.id for b in index.blocks if b.id not in marked), index.generations)

@@ -20,10 +20,12 @@ listing holds every delta after that index's watermark. Reading the index first 
 index and delete deltas in between, and the reader would apply a listing with a hole in it.
 
 In stale-tolerant mode the view is fresh as of the later of the index's ``updated_at`` and the log time of the
-newest change its deltas reach, following their links from the index's tenant version without a hole
-(``deltas.chain_end``): a producer that stopped between its commit and its delta leaves a hole no later delta
-covers. If that is still older than ``max_stale_period`` (no delta newer than the index, a hole, or a delta that
-cannot be read before the newer ones), the reader refuses with ``StaleIndexError``. Deltas are applied only
+newest change its deltas reach, following their links from the index's tenant version without a hole, whose
+digest of the tenant the view matches (``deltas.follow_chain``): a producer that stopped between its commit and
+its delta leaves a hole no later delta covers, and a delta that carries less than its change leaves a view that
+matches no digest. If that is still older than ``max_stale_period`` (no delta newer than the index, a hole, a
+change the deltas did not carry, or a delta that cannot be read before the newer ones), the reader refuses with
+``StaleIndexError``. Deltas are applied only
 while the index itself is stale: a fresh index is answered as it is, exactly as the metastore (or the scan) wrote it.
 
 Live blocks are the index's blocks that are not marked for deletion and not HealthyOverlapped
@@ -42,7 +44,7 @@ from dataclasses import dataclass, field, replace
 from prometheus_client import Counter, Gauge
 
 from shale.block import BlockMeta, bucket_index_key
-from shale.bucketindex.deltas import IndexDelta, apply_delta, chain_end, list_deltas, read_delta
+from shale.bucketindex.deltas import IndexDelta, follow_chain, list_deltas, read_delta
 from shale.bucketindex.model import BucketIndex, live_blocks
 from shale.config import BucketIndexConfig
 from shale.errors import ConfigError, CorruptObjectError, NotFoundError, ShaleError
@@ -83,6 +85,9 @@ class _Entry:
     hole: int | None = None
     """The tenant version after which a change announced no delta (its producer stopped between commit and
     delta): freshness stops there."""
+    unverified: int | None = None
+    """The newest tenant version the deltas reached whose digest the view did not match: its change (or one
+    before it) was not carried by the deltas."""
 
 
 class BucketIndexReader:
@@ -242,20 +247,15 @@ class BucketIndexReader:
 
     def _build(self, index: BucketIndex, digest: bytes, deltas: dict[str, IndexDelta], gap: str,
                now: float) -> _Entry:
-        view, fresh_at, hole = index, index.updated_at, None
-        if self.config.deltas and now - index.updated_at > self.config.max_stale_period:
-            applied = []
-            for key in sorted(deltas):
-                if gap and key >= gap:
-                    break
-                view = apply_delta(view, deltas[key], key)
-                applied.append(deltas[key])
-            # Fresh as of the newest change reached from the index's version without a hole; a clock ahead of
-            # ours must not make the view look fresher than now.
-            reached, hole = chain_end(index.tenant_version, [d.link for d in applied if d.link is not None])
-            if reached is not None:
-                fresh_at = max(fresh_at, min(now, reached))
-        return _Entry(index, digest, view, fresh_at, live_blocks(view), now, deltas, gap, hole)
+        if not (self.config.deltas and now - index.updated_at > self.config.max_stale_period):
+            return _Entry(index, digest, index, index.updated_at, live_blocks(index), now, deltas, gap)
+        # Only deltas before an unreadable one: what follows it may depend on it.
+        chain = follow_chain(index, {k: d for k, d in deltas.items() if not gap or k < gap})
+        fresh_at = index.updated_at
+        if chain.time is not None:  # a clock ahead of ours must not make the view look fresher than now
+            fresh_at = max(fresh_at, min(now, chain.time))
+        return _Entry(index, digest, chain.view, fresh_at, live_blocks(chain.view), now, deltas, gap, chain.hole,
+                      chain.unverified)
 
     def _store(self, tenant: str, entry: _Entry, last_used: float) -> _Entry:
         entry = replace(entry, last_used=last_used)
@@ -298,6 +298,9 @@ class BucketIndexReader:
         elif entry.hole is not None:
             text += (f" A change after version {entry.hole} of the tenant announced no delta (its producer stopped "
                      "between its commit and its delta), so later deltas cannot vouch for the view.")
+        elif entry.unverified is not None:
+            text += (f" The deltas up to version {entry.unverified} of the tenant do not carry every change the "
+                     "metastore made (the view does not match its digest), so they cannot vouch for the view.")
         elif entry.fresh_at > entry.index.updated_at:
             text += f" Its newest delta is {now - entry.fresh_at:.0f}s old, which is not enough either."
         else:

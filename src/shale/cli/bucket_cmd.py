@@ -52,6 +52,14 @@ def ls(ctx: click.Context, tenant: str | None, as_json: bool) -> None:
             click.echo(json.dumps({"tenant": name}) if as_json else name)
         return
     result = fetcher.sync(tenant)
+    # A block younger than the sync delay whose records a newer block already holds (a compaction's sources, just
+    # merged) is said to be, not shown as plainly fresh beside its output.
+    from shale.block.fetcher import by_source, covering
+
+    with_meta = [v for v in result.blocks.values() if v.meta is not None]
+    inside = by_source(with_meta)
+    merged = {v.id: other.id for v in with_meta if v.state.value == "fresh"
+              for other, equal in covering(v, inside) if not equal or other.id > v.id}  # as the fetcher judges
     header = ("BLOCK", "STATE", "LEVEL", "GROUP", "KIND", "TOPIC", "ROWS", "BYTES", "MIN TIME (UTC)",
               "MAX TIME (UTC)")
     rows: list[dict[str, object]] = []
@@ -62,10 +70,11 @@ def ls(ctx: click.Context, tenant: str | None, as_json: bool) -> None:
         topics = sorted({d.topic for d in meta.datasets} | {k.topic for k in meta.kafka}) if meta else []
         times = (_ts(meta.min_time), _ts(meta.max_time)) if meta else (None, None)
         size = sum(o.size for o in view.objects)
-        rows.append({"id": view.id, "state": view.state.value, "level": meta.level if meta else None,
+        state = f"{view.state.value} (in {merged[view.id]})" if view.id in merged else view.state.value
+        rows.append({"id": view.id, "state": state, "level": meta.level if meta else None,
                      "group": meta.group if meta else None, "kind": kind, "topics": topics,
                      "rows": meta.rows if meta else None, "bytes": size, "min_time": times[0], "max_time": times[1]})
-        lines.append((view.id, view.state.value, f"L{meta.level}" if meta else "-", meta.group if meta else "-",
+        lines.append((view.id, state, f"L{meta.level}" if meta else "-", meta.group if meta else "-",
                       kind or "-", ",".join(topics) or "-", str(meta.rows) if meta else "-", str(size),
                       times[0] or "-", times[1] or "-"))
     if as_json:
@@ -77,10 +86,12 @@ def ls(ctx: click.Context, tenant: str | None, as_json: bool) -> None:
     for line in lines:
         click.echo("  ".join(cell.rjust(widths[i]) if i in numeric else cell.ljust(widths[i])
                              for i, cell in enumerate(line)).rstrip())
-    if any(r["state"] == "fresh" for r in rows):
+    if any(str(r["state"]).startswith("fresh") for r in rows):
         delay = get_config(ctx).block.sync_delay
         click.echo(f"fresh: younger than block.sync_delay ({delay:g}s): bucket scans do not trust these blocks yet "
-                   "(a writer may still be writing them); they turn healthy on their own")
+                   "(a writer may still be writing them); they turn healthy on their own"
+                   + ("; 'fresh (in X)': its records are in the newer block X too (a compaction's source)"
+                      if merged else ""))
 
 
 @bucket.command()

@@ -31,7 +31,8 @@ def get_config(ctx: click.Context) -> ShaleConfig:
 
 
 def shale_errors(fn: F) -> F:
-    """Print a ShaleError as one clear message and exit with status 1 instead of a traceback."""
+    """Print a ShaleError as one clear message and exit with status 1 instead of a traceback; a Ctrl-C that a command
+    does not handle itself (``shale.signals``) is one line and exit 130, not a traceback or click's "Aborted!"."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -39,6 +40,9 @@ def shale_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except ShaleError as exc:
             raise click.ClickException(redact(str(exc))) from exc
+        except KeyboardInterrupt:
+            click.echo(f"shale {click.get_current_context().info_name}: interrupted", err=True)
+            raise SystemExit(130) from None
 
     return wrapper  # type: ignore[return-value]
 

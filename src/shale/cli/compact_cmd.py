@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
-import signal
-import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from shale.cli.common import get_config, shale_errors
+
+if TYPE_CHECKING:
+    from shale.config import CompactionConfig
 
 
 @click.command()
@@ -37,6 +39,7 @@ def compact(ctx: click.Context, until_idle: bool, show_jobs: bool, set_failure_l
         click.echo(f"compaction failure limit set to {result.data['limit']}")
         return
     from shale.compactor.worker import CompactionWorker
+    from shale.signals import Stopper
     from shale.spark import spark_session
 
     if config.compaction.metrics_port:
@@ -48,8 +51,24 @@ def compact(ctx: click.Context, until_idle: bool, show_jobs: bool, set_failure_l
                               poll_interval=config.compaction.poll_interval, save_reports=save_reports,
                               deltas=config.bucket_index.deltas)
     click.echo(f"compaction worker {worker.worker_id} with {worker.slots} slots", err=True)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    worker.run(stop, until_idle=until_idle)
+    stopper = Stopper("compaction worker").install()
+    worker.run(stopper.event, until_idle=until_idle)
     click.echo(f"compaction worker {worker.worker_id} finished {len(worker.completed)} jobs", err=True)
+    if stopper.signum:
+        ctx.exit(stopper.exit_code)
+    if until_idle:
+        click.echo(idle_reason(metastore.compaction_queue(), config.compaction), err=True)
+
+
+def idle_reason(queue: dict[str, int], config: CompactionConfig) -> str:
+    """Why no further job is handed out, from the blocks waiting per ``<tenant>/L<level>``: pure."""
+    if not queue:
+        return "no block waits for compaction"
+    waiting = ", ".join(f"{name}: {count}" for name, count in sorted(queue.items()))
+    levels = sorted({int(name.rsplit("/L", 1)[1]) for name in queue})
+    counts = " / ".join(f"level {level} at {config.blocks_per_job[min(level, len(config.blocks_per_job) - 1)]}"
+                        for level in levels)
+    return (f"{sum(queue.values())} blocks wait for a job ({waiting}); a queue closes a job at its block count "
+            f"({counts} blocks of one tenant, shard, group and generation), at {config.job_byte_limit} "
+            f"uncompressed bytes, or once its oldest block has waited compaction.max_age ({config.max_age:g} s, "
+            "with at least two blocks)")

@@ -55,28 +55,32 @@ _dir_option = click.option("--dir", "directory", default=None, type=click.Path(f
               help="Also start a Spark standalone master and this many workers (1 core, 1 GiB each).")
 @click.option("--schema-registry", is_flag=True, help="Also start a Schema Registry (Apicurio Registry 3.0.9, its "
               "Confluent-compatible API) for the avro parser.")
-@click.option("--env", "as_env", is_flag=True, help="Print only the exports, for eval \"$(shale dev up --env)\" "
-              "(progress goes to standard error).")
+@click.option("--env", "as_env", is_flag=True, help="Start nothing: print the exports of the running stack, for "
+              "eval \"$(shale dev up --env)\" (exit 3 if none runs).")
 @shale_errors
 def up(directory: Path | None, spark_workers: int, schema_registry: bool, as_env: bool) -> None:
-    """Start Kafka (KRaft) and MinIO (and Spark) on free loopback ports; print how to reach them."""
+    """Start Kafka (KRaft) and MinIO (and Spark, and a registry) on free loopback ports, or add what is asked for
+    to the stack already running; print what was done and how to reach them."""
     from shale.dev import DevStack
 
+    if as_env:
+        found = _running_stack(directory)
+        state = DevStack(found).load()
+        assert state is not None
+        for key, value in {**state.env(), DIR_ENV: str(found.resolve())}.items():
+            click.echo(f"export {key}={shlex.quote(value)}")
+        return
     directory = (directory or Path(DEFAULT_DIR)).resolve()
-    spark = f" and a Spark master with {spark_workers} workers" if spark_workers else ""
-    click.echo(f"starting Kafka, MinIO{spark} (the first run fetches them, which takes a few minutes)...",
-               err=as_env)
-    state = DevStack(directory).up(spark_workers, schema_registry)
+    if DevStack(directory).load() is None:
+        click.echo("starting Kafka and MinIO (the first run fetches them, which takes a few minutes)...")
+    state, done = DevStack(directory).up(spark_workers, schema_registry)
     try:
         _last_up_file().parent.mkdir(parents=True, exist_ok=True)
         _last_up_file().write_text(f"{directory}\n")
     except OSError:
         pass  # a read-only home: status and down then need --dir or $SHALE_DEV_DIR
-    exports = {**state.env(), DIR_ENV: str(directory)}
-    if as_env:
-        for key, value in exports.items():
-            click.echo(f"export {key}={shlex.quote(value)}")
-        return
+    for line in done:
+        click.echo(line)
     click.echo(f"kafka bootstrap servers: {state.kafka_bootstrap}")
     click.echo(f"s3 endpoint:             {state.minio_endpoint} (bucket {state.bucket!r})")
     if state.spark_master:
@@ -84,9 +88,22 @@ def up(directory: Path | None, spark_workers: int, schema_registry: bool, as_env
     if state.registry_url:
         click.echo(f"schema registry:         {state.registry_url}")
     click.echo(f"state:                   {directory}")
-    click.echo("point Shale at them with:  eval \"$(shale dev up --env)\"  (it starts nothing new), or:")
-    for key, value in exports.items():
+    click.echo("point Shale at them with:  eval \"$(shale dev up --env)\"  (it starts nothing), or:")
+    for key, value in {**state.env(), DIR_ENV: str(directory)}.items():
         click.echo(f"  export {key}={shlex.quote(value)}")
+
+
+def _running_stack(directory: Path | None) -> Path:
+    """The folder of the stack to report on: the first candidate with a stack; exit 3 naming where it looked."""
+    from shale.dev import DevStack
+
+    looked = _candidates(directory)
+    found = next((path for path in looked if DevStack(path).load() is not None), None)
+    if found is None:
+        click.echo("no dev stack found; looked in " + ", ".join(str(p.resolve()) for p in looked)
+                   + f" (start one with `shale dev up`, or name its folder with --dir or ${DIR_ENV})", err=True)
+        raise SystemExit(3)
+    return found
 
 
 @dev.command()
@@ -95,12 +112,7 @@ def status(directory: Path | None) -> None:
     """Report each service: running and reachable, or not (exit 3 unless all run)."""
     from shale.dev import DevStack
 
-    looked = _candidates(directory)
-    found = next((path for path in looked if DevStack(path).load() is not None), None)
-    if found is None:
-        click.echo("no dev stack found; looked in " + ", ".join(str(p.resolve()) for p in looked)
-                   + f" (start one with `shale dev up`, or name its folder with --dir or ${DIR_ENV})")
-        raise SystemExit(3)
+    found = _running_stack(directory)
     stack = DevStack(found)
     state = stack.load()
     running = stack.status(state)

@@ -29,6 +29,7 @@ def ingest(ctx: click.Context, group: str, topics: str | None, topic_pattern: st
     from prometheus_client import start_http_server
 
     from shale.ingest.job import IngestJob
+    from shale.signals import Stopper
 
     config = get_config(ctx)
     changes: dict[str, object] = {}
@@ -44,7 +45,11 @@ def ingest(ctx: click.Context, group: str, topics: str | None, topic_pattern: st
     if config.ingest.metrics_port:
         start_http_server(config.ingest.metrics_port, addr="127.0.0.1")
     job = IngestJob(config, group, shard=shard)
-    job.run(available_now)
+    stopper = Stopper(f"ingest {group}").install()
+    job.run(available_now, stop=stopper.event)
+    if stopper.signum:
+        click.echo(f"ingest {group}: stopped after its last committed batch", err=True)
+        ctx.exit(stopper.exit_code)
     if available_now:
         click.echo(job.summary.table())
         wholly = job.summary.wholly_quarantined()

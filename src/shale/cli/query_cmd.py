@@ -13,6 +13,9 @@ import click
 from shale.cli.common import get_config, shale_errors
 from shale.query.output import FORMATS
 
+RAW_COLUMNS = ("value", "headers", "timestamp_type")
+"""Not shown in the table when a parser's columns are (its parsed fields say more than the raw value)."""
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -43,9 +46,11 @@ def query(ctx: click.Context, selector: str, tenant: str, start: str, end: str, 
           stats: bool) -> None:
     """Read records: shale query --tenant acme --from -1h '{topic="app", level="ERROR"}'. Times are printed as
     ISO 8601 in UTC with microseconds (2026-11-25T07:36:05.383971Z) in every format."""
+    from shale.block.schemas import BASE_COLUMNS
     from shale.objstore import open_bucket
-    from shale.query import Query, run_query
+    from shale.query import Query, hints, run_query
     from shale.query.output import by_time, write_csv, write_json, write_parquet
+    from shale.query.plan import UnknownColumnsError
     from shale.query.sources import open_source
     from shale.query.times import parse_time
 
@@ -65,7 +70,12 @@ def query(ctx: click.Context, selector: str, tenant: str, start: str, end: str, 
         if callable(known) and tenant not in (names := known()):
             listed = ", ".join(sorted(names)) or "none"
             raise click.ClickException(f"tenant {tenant!r} has no blocks; tenants: {listed}")
-        reader = run_query(q, blocks, bucket)
+        try:
+            reader = run_query(q, blocks, bucket)
+        except UnknownColumnsError as exc:
+            raise click.ClickException(hints.column_outside_window(blocks, q, exc.unknown) or str(exc)) from exc
+        if q.stats.blocks == 0 and (miss := hints.unmatched(blocks, q)):
+            raise click.ClickException(miss)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
     batches = iter(reader)
@@ -82,7 +92,15 @@ def query(ctx: click.Context, selector: str, tenant: str, start: str, end: str, 
         with open(output, "w") if output else contextlib.nullcontext(sys.stdout) as out:
             write_json(batches, out)
     else:
-        _table(reader.schema.names, batches, shown, output)
+        parsed = [n for n in reader.schema.names if n not in BASE_COLUMNS]
+        raw = [n for n in RAW_COLUMNS if n in reader.schema.names] if parsed and not columns else []
+        if raw:
+            click.echo(f"{', '.join(raw)} not shown (--columns or --format json shows them)", err=True)
+        _table([n for n in reader.schema.names if n not in raw], batches, shown, output)
+    if (hint := hints.outside_window(blocks, q)) is not None:
+        click.echo(hint, err=True)
+    elif q.stats.rows == 0:
+        click.echo("no row matched the selector in the window", err=True)
     if stats:
         s = q.stats
         click.echo(f"{s.rows} rows from {s.objects} objects of {s.blocks} blocks, {s.bytes_read} bytes in "
@@ -99,7 +117,7 @@ def _table(names: list[str], batches: Iterator[pa.RecordBatch], limit: int | Non
 
     table = Table(*names)
     total = 0
-    for batch in batches:
+    for batch in (b.select(names) for b in batches):
         room = batch.num_rows if limit is None else max(0, min(batch.num_rows, limit - total))
         for row in batch.slice(0, room).to_pylist():
             table.add_row(*(str(text_value(v))[:120] for v in row.values()))

@@ -170,6 +170,7 @@ def offsets_cmd(ctx: click.Context, tenant: str, topic: str, target_topic: str |
     from shale.restore import RestoreJob, RestoreRequest
     from shale.restore.job import job_name
     from shale.restore.offsets import committed_offsets, dead_lettered, set_offsets, translate
+    from shale.restore.progress import read_anchors, read_progress
 
     config = get_config(ctx)
     target = _target(config, target_config, target_bootstrap)
@@ -182,9 +183,11 @@ def offsets_cmd(ctx: click.Context, tenant: str, topic: str, target_topic: str |
         source = committed_offsets(client_options(config.kafka), group, topic)
     if not source:
         raise click.ClickException(f"group {group} has no committed offsets of {topic}; give --source-offsets")
-    skipped = dead_lettered(open_bucket(config.bucket), tenant, job_name(request, plan.incarnation,
-                                                                         target.bootstrap_servers))
-    translated = translate(plan, config.bucket, client_options(target), request.target_topic, source, skipped)
+    name = job_name(request, plan.incarnation, target.bootstrap_servers)
+    skipped = dead_lettered(open_bucket(config.bucket), tenant, name)
+    progress = {p: next_offset for p, (next_offset, _) in read_progress(client_options(target), name).items()}
+    translated = translate(plan, config.bucket, client_options(target), request.target_topic, source, skipped,
+                           read_anchors(client_options(target), name), progress)
     click.echo(json.dumps({"group": group, "topic": request.target_topic,
                            "partitions": [{"partition": p, "source": source[p], "target": o}
                                           for p, o in translated.items()]}, indent=2))

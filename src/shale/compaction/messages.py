@@ -7,7 +7,7 @@ answers with new assignments (each with its fencing token and lease) and an outc
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -60,9 +60,10 @@ class PollResponse(_Model):
     indexed: list[str] | None = Field(default=None, description="of the outputs of refused reports, those the "
                                       "index holds (never to be marked for deletion); None: not said (an older "
                                       "metastore), so the worker marks none")
-    links: dict[str, list[int]] = Field(default_factory=dict, description="per job completed by this poll, its "
-                                        "tenant's [previous version, version, log time ms]: the link its bucket "
-                                        "index delta carries")
+    links: dict[str, list[Any]] = Field(default_factory=dict, description="per job completed by this poll, its "
+                                        "tenant's [previous version, version, log time ms, state digest, "
+                                        "generation switches or null]: the link its bucket index delta carries "
+                                        "(``shale.bucketindex.DeltaLink.of``)")
 
 
 class NewJob(_Model):

@@ -39,7 +39,13 @@ from shale.block import (
     read_dataset,
     write_block_streamed,
 )
-from shale.block.records import IncarnationCodes, row_incarnations, shared_scopes
+from shale.block.records import (
+    INCARNATION_COLUMN,
+    IncarnationCodes,
+    row_incarnation_names,
+    row_incarnations,
+    shared_scopes,
+)
 from shale.block.writer import DEFAULT_ROW_GROUP_ROWS
 from shale.errors import IncompatibleColumnError
 from shale.failpoints import failpoint
@@ -180,6 +186,22 @@ def _check_types(name: str, parts: list[tuple[BlockMeta, Dataset]], tables: list
         raise IncompatibleColumnError(f"dataset {name}: the sources' schemas cannot be merged: {exc}") from None
 
 
+def _keeps_incarnations(sources: list[BlockMeta], parts: list[tuple[BlockMeta, Dataset]]) -> bool:
+    """Whether a merged dataset names each row's incarnation (``shale.block.records.INCARNATION_COLUMN``): a
+    backup dataset whose topic has ranges of two incarnations among the sources."""
+    meta, dataset = parts[0]
+    if meta.group != "backup" or dataset.kind != "records":
+        return False
+    return len({r.incarnation for m in sources for r in m.kafka if r.topic == dataset.topic}) > 1
+
+
+def _with_incarnations(meta: BlockMeta, topic: str, table: pa.Table) -> pa.Table:
+    names = row_incarnation_names(meta, topic, table)
+    if INCARNATION_COLUMN in table.column_names:
+        return table.set_column(table.column_names.index(INCARNATION_COLUMN), INCARNATION_COLUMN, names)
+    return table.append_column(INCARNATION_COLUMN, names)
+
+
 def merge_blocks(bucket: Bucket, sources: list[BlockMeta], *, job: str, token: int, level: int,
                  fetched: dict[str, Future[bytes]] | None = None) -> MergeResult:
     """Merge ``sources`` into one output block of ``level + 1``. ``fetched`` holds the input objects whose GETs
@@ -206,6 +228,9 @@ def merge_blocks(bucket: Bucket, sources: list[BlockMeta], *, job: str, token: i
             with ThreadPoolExecutor(READ_THREADS) as pool:  # object reads overlap; Arrow decodes without the GIL
                 tables = list(pool.map(read, parts[name]))
             rows_in += sum(t.num_rows for t in tables)
+            if _keeps_incarnations(sources, parts[name]):
+                tables = [_with_incarnations(meta, dataset.topic, t)
+                          for (meta, dataset), t in zip(parts[name], tables, strict=True)]
             incarnations = None
             if any(topic == parts[name][0][1].topic for topic, _, _ in shared):
                 incarnations = np.concatenate([

@@ -137,8 +137,15 @@ class FetchError(RuntimeError):
 
 
 def cache_dir() -> Path:
-    """The cache folder: ``$SHALE_CACHE_DIR``, else ``.cache`` in the current directory."""
-    return Path(os.environ.get("SHALE_CACHE_DIR", ".cache")).resolve()
+    """The cache folder, the same from any working folder: ``$SHALE_CACHE_DIR``; else, for Shale run from its source
+    checkout (``make demo``, ``.venv/bin/shale``), that checkout's ``.cache``, which the Makefile fills; else the
+    user's cache, ``$XDG_CACHE_HOME/shale`` (``~/.cache/shale``)."""
+    if os.environ.get("SHALE_CACHE_DIR"):
+        return Path(os.environ["SHALE_CACHE_DIR"]).resolve()
+    checkout = Path(__file__).resolve().parents[3]  # src/shale/dev/fetch.py -> the checkout
+    if (checkout / "Makefile").is_file() and (checkout / "src" / "shale").is_dir():
+        return checkout / ".cache"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "shale"
 
 
 def kafka_jars_dir(cache: Path | None = None) -> Path:

@@ -84,47 +84,92 @@ class DevStack:
         except FileNotFoundError:
             return None
 
-    def up(self, spark_workers: int = 0, schema_registry: bool = False) -> StackState:
-        """Start every service (or return the running ones if they match). Idempotent."""
+    def up(self, spark_workers: int = 0, schema_registry: bool = False) -> tuple[StackState, list[str]]:
+        """Bring the stack to what is asked, adding to a running one rather than replacing it: return its state and
+        a line per service saying what was done ("running", "added", "restarted because ...").
+
+        Kafka and MinIO are the stack's ground: if either is gone, everything is started again (on new ports).
+        A running registry or Spark cluster is kept when it is not asked for; a cluster with another number of
+        workers than asked is restarted."""
         state = self.load()
-        if (state is not None and all(self.status(state).values())
-                and len(state.spark_pids[1:]) == spark_workers and bool(state.registry_pid) == schema_registry):
-            return state
-        if state is not None:
+        running = self.status(state) if state is not None else {}
+        done: list[str] = []
+        if state is not None and not (running["kafka"] and running["minio"]):
+            gone = " and ".join(name for name in ("kafka", "minio") if not running[name])
+            # What the old stack had is started again with it.
+            schema_registry = schema_registry or bool(state.registry_pid)
+            spark_workers = spark_workers or len(state.spark_pids[1:])
             self.down()
-        conf = connector_conf()  # fetches the jars now rather than at the first ingest
+            state, running = None, {}
+            done.append(f"restarted the stack because {gone} was not running (its ports change)")
         started: list[KafkaBroker | MinioServer | SparkStandalone | SchemaRegistry] = []
-        registry = None
         try:
-            broker = KafkaBroker(self.directory / "kafka").start()
-            started.append(broker)
-            minio = MinioServer(self.directory / "minio").start()
-            started.append(minio)
-            minio.create_bucket(DEV_BUCKET)
-            if schema_registry:
+            if state is None:
+                state = self._start_ground(started)
+                if not done:
+                    done.append(f"started kafka ({state.kafka_bootstrap}) and minio ({state.minio_endpoint})")
+            else:
+                done.append("kafka and minio: running")
+            if state.registry_pid and running.get("schema-registry"):
+                done.append("schema registry: running")
+            elif schema_registry or state.registry_pid:
+                why = "added" if not state.registry_pid else "restarted because it was not running"
                 registry = SchemaRegistry(self.directory / "registry").start()
                 started.append(registry)
-            cluster = None
-            if spark_workers:
-                cluster = SparkStandalone(self.directory / "spark", workers=spark_workers).start()
-                started.append(cluster)
-                conf.update(driver_conf())
+                assert registry.process is not None
+                state.registry_pid, state.registry_url = registry.process.pid, registry.url
+                done.append(f"schema registry: {why} ({registry.url})")
+            self._bring_spark(state, running, spark_workers, started, done)
         except Exception:
             for service in reversed(started):
                 service.stop()
             raise
-        assert broker.process is not None
-        assert minio.process is not None
-        state = StackState(broker.process.pid, broker.bootstrap_servers, minio.process.pid, minio.endpoint,
-                           DEV_BUCKET, minio.access_key, minio.secret_key, spark_conf=conf)
-        if registry is not None and registry.process is not None:
-            state.registry_pid, state.registry_url = registry.process.pid, registry.url
-        if cluster is not None:
-            state.spark_master, state.spark_ui = cluster.master_url, cluster.ui_url
-            state.spark_pids = [p.pid for p in cluster.processes()]
         self.directory.mkdir(parents=True, exist_ok=True)
         self.state_file.write_text(json.dumps(asdict(state), indent=2))
-        return state
+        return state, done
+
+    def _start_ground(self, started: list[KafkaBroker | MinioServer | SparkStandalone | SchemaRegistry],
+                      ) -> StackState:
+        conf = connector_conf()  # fetches the jars now rather than at the first ingest
+        broker = KafkaBroker(self.directory / "kafka").start()
+        started.append(broker)
+        minio = MinioServer(self.directory / "minio").start()
+        started.append(minio)
+        minio.create_bucket(DEV_BUCKET)
+        assert broker.process is not None
+        assert minio.process is not None
+        return StackState(broker.process.pid, broker.bootstrap_servers, minio.process.pid, minio.endpoint,
+                          DEV_BUCKET, minio.access_key, minio.secret_key, spark_conf=conf)
+
+    def _bring_spark(self, state: StackState, running: dict[str, bool], workers: int,
+                     started: list[KafkaBroker | MinioServer | SparkStandalone | SchemaRegistry],
+                     done: list[str]) -> None:
+        have = len(state.spark_pids[1:])
+        alive = bool(state.spark_pids) and all(running.get(name, False) for name in state.services()
+                                               if name.startswith("spark-"))
+        if have and alive and workers in (0, have):
+            done.append(f"spark cluster: running ({have} workers)")
+            return
+        if not workers:
+            if have:
+                done.append("spark cluster: dropped because it was not running (start it with --spark-workers)")
+                state.spark_master, state.spark_ui, state.spark_pids = "", "", []
+                state.spark_conf = connector_conf()
+            return
+        if have:
+            for pid in reversed(state.spark_pids):
+                if pid_alive(pid):
+                    stop_process_group(pid)
+            why = (f"restarted because it had {have} workers and {workers} were asked for" if alive
+                   else "restarted because it was not running")
+        else:
+            why = "added"
+        cluster = SparkStandalone(self.directory / "spark", workers=workers).start()
+        started.append(cluster)
+        state.spark_conf = {**connector_conf(), **driver_conf()}
+        state.spark_master, state.spark_ui = cluster.master_url, cluster.ui_url
+        state.spark_pids = [p.pid for p in cluster.processes()]
+        done.append(f"spark cluster: {why} ({workers} workers, {cluster.master_url})")
 
     def status(self, state: StackState | None = None) -> dict[str, bool]:
         state = state or self.load()

@@ -66,6 +66,10 @@ class PendingChanges:
     def clear(self) -> None:
         self._runs.clear()
 
+    def tenants(self, *changes: ChangeKind) -> set[str]:
+        """The tenants with a pending change of one of these kinds (of any kind if none is named)."""
+        return {tenant for change, tenant, _ in self._runs if not changes or change in changes}
+
     def mark(self) -> tuple[int, int]:
         return len(self._runs), len(self._runs[-1][2]) if self._runs else 0
 

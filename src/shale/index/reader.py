@@ -36,7 +36,7 @@ from shale.index.schema import PARTITION_WINDOW_MS
 # SQLite calls the progress handler every this many virtual-machine instructions (well under a millisecond).
 PROGRESS_STEPS = 10_000
 HASHED_TABLES = ("state", "strings", "partitions", "blocks", "tombstones", "tenant_versions", "offsets", "commits",
-                 "settings", "compaction_jobs", "compaction_polls", "generations", "incarnations",
+                 "settings", "compaction_jobs", "compaction_polls", "generations", "generation_pins", "incarnations",
                  "losses", "block_changes", "ingest_leases", "ingest_shards", "restores", "block_schemas")
 
 

@@ -91,6 +91,21 @@ CREATE TABLE IF NOT EXISTS generations (
     PRIMARY KEY (tenant, topic, seq)
 ) WITHOUT ROWID;
 
+-- An operator's switch (SetActiveGeneration) over [start, end], and the newest generation of the topic it binds
+-- (``binds``: every generation that had committed offsets of the topic when it was made): ingestion never switches
+-- one of those generations in over it (``shale.metastore.generations``). A table of its own, created on open, so
+-- a state of the same schema version gains it empty (no switch of before was recorded as an operator's).
+CREATE TABLE IF NOT EXISTS generation_pins (
+    tenant TEXT NOT NULL,
+    topic TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    start INTEGER NOT NULL,
+    "end" INTEGER NOT NULL,
+    generation INTEGER NOT NULL,
+    binds INTEGER NOT NULL,
+    PRIMARY KEY (tenant, topic, seq)
+) WITHOUT ROWID;
+
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 
 CREATE TABLE IF NOT EXISTS offsets (

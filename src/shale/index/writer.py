@@ -10,6 +10,7 @@ import sqlite3
 import msgpack
 
 from shale.block import BlockMeta
+from shale.bucketindex import state_digest
 from shale.compaction.state import CompactionState
 from shale.index.changes import PendingChanges
 from shale.index.changes import trim as trim_changes
@@ -31,6 +32,8 @@ class IndexWriter:
         self._packed: dict[tuple[tuple[tuple[str, str], ...], ...], list[list[int]]] = {}
         self.changes = PendingChanges()
         """Blocks added and removed by the command being applied: the change feed (``shale.index.changes``)."""
+        self._links: dict[str, list[list[object]]] = {}
+        """The links ``touch`` gave out during the command being applied, per tenant, finished by ``set_applied``."""
 
     # -- strings ------------------------------------------------------------------------------
 
@@ -52,6 +55,7 @@ class IndexWriter:
         self._packed.clear()
         self._partitions.clear()
         self.changes.clear()
+        self._links.clear()
 
     # -- state ----------------------------------------------------------------------------------
 
@@ -60,7 +64,9 @@ class IndexWriter:
         return int(rows["applied_index"]), int(rows["applied_term"])
 
     def set_applied(self, index: int, term: int) -> None:
-        """Record the applied entry, and the blocks its command added and removed (the change feed)."""
+        """Record the applied entry, and the blocks its command added and removed (the change feed); finish the
+        links its command gave out (``touch``)."""
+        self._finish_links(index)
         self.changes.flush(self.conn, index)
         self.conn.executemany("UPDATE state SET value = ? WHERE key = ?",
                               [(index, "applied_index"), (term, "applied_term")])
@@ -221,16 +227,49 @@ class IndexWriter:
             "WHERE s.value = ? AND p.shard = ? AND p.window_start = ? AND b.max_time <= ? ORDER BY b.id",
             (tenant, shard, window_start, data_until))]
 
-    def touch(self, tenants: set[str], version: int, time_ms: int) -> dict[str, list[int]]:
-        """Record that these tenants' blocks or tombstones changed at ``version`` (the log index, at the log's
-        ``time_ms``); return each tenant's link ``[previous version, version, time_ms]`` (previous 0: its first
-        change): a bucket index delta carries it, so that a reader can tell a missing delta from none
-        (``shale.bucketindex.deltas``)."""
+    def touch(self, tenants: set[str], version: int, time_ms: int) -> dict[str, list[object]]:
+        """Record that these tenants' blocks, tombstones or generation switches changed at ``version`` (the log
+        index, at the log's ``time_ms``); return each tenant's link ``[previous version, version, time_ms]``
+        (previous 0: its first change): a bucket index delta carries it, so that a reader can tell a missing
+        delta from none (``shale.bucketindex.deltas``). ``set_applied`` appends the tenant's state digest and, if
+        the entry changed them, its generation switches to each link it returned (the lists are filled in place),
+        so the digest holds every change of the entry, including those made after this call."""
         previous = {t: self.tenant_version(t) for t in sorted(tenants)}
         self.conn.executemany(
             "INSERT INTO tenant_versions (tenant, version) VALUES (?, ?) "
             "ON CONFLICT (tenant) DO UPDATE SET version = excluded.version", [(t, version) for t in sorted(tenants)])
-        return {t: [before, version, time_ms] for t, before in previous.items()}
+        links: dict[str, list[object]] = {t: [before, version, time_ms] for t, before in previous.items()}
+        for tenant, link in links.items():
+            self._links.setdefault(tenant, []).append(link)
+        return links
+
+    def _finish_links(self, index: int) -> None:
+        """Stamp the entry's links with each tenant's state as the entry leaves it (``state_digest``: its blocks
+        and generation switches) and the switches themselves if the entry changed them. A tenant whose blocks or
+        switches the entry changed without a ``touch`` gets a new version all the same: no link vouches for that
+        version, so every stale-tolerant reader's chain has a hole there instead of a silent gap."""
+        untouched = self.changes.tenants() - self._links.keys()
+        if untouched:
+            self.touch(untouched, index, 0)
+        switched = self.changes.tenants("generations")
+        for tenant, links in self._links.items():
+            rules = self.topic_rules_of(tenant)
+            digest = state_digest(self.tenant_block_ids(tenant), rules)
+            for link in links:
+                link.extend([digest, [list(r) for r in rules] if tenant in switched else None])
+        self._links.clear()
+
+    def tenant_block_ids(self, tenant: str) -> list[str]:
+        """The tenant's block ids (tombstoned ones are not blocks any more), by its partitions."""
+        return [r[0] for r in self.conn.execute(
+            "SELECT b.id FROM partitions p JOIN strings s ON p.tenant = s.id JOIN blocks b ON b.partition_id = p.id "
+            "WHERE s.value = ?", (tenant,))]
+
+    def topic_rules_of(self, tenant: str) -> list[tuple[str, int, int, int]]:
+        """The tenant's generation switches, each topic's oldest first: (topic, start ms, end ms, generation)."""
+        return [(r[0], r[1], r[2], r[3]) for r in self.conn.execute(
+            'SELECT topic, start, "end", generation FROM generations WHERE tenant = ? ORDER BY topic, seq',
+            (tenant,))]
 
     def tenant_version(self, tenant: str) -> int:
         row = self.conn.execute("SELECT version FROM tenant_versions WHERE tenant = ?", (tenant,)).fetchone()
@@ -255,6 +294,50 @@ class IndexWriter:
                           "VALUES (?, ?, ?, ?, ?, ?)", (tenant, topic, seq, start, end, generation))
         self.changes.record("generations", tenant, topic)
         return True
+
+    def topic_rules_by_tenant(self, topic: str) -> dict[str, list[tuple[int, int, int]]]:
+        """Every tenant's switches of ``topic``, oldest first: (start ms, end ms, generation); one query."""
+        found: dict[str, list[tuple[int, int, int]]] = {}
+        for tenant, start, end, generation in self.conn.execute(
+                'SELECT tenant, start, "end", generation FROM generations WHERE topic = ? ORDER BY tenant, seq',
+                (topic,)):
+            found.setdefault(str(tenant), []).append((int(start), int(end), int(generation)))
+        return found
+
+    def generation_pins(self, tenant: str, topic: str) -> list[tuple[int, int, int]]:
+        """The operator's switches of the topic, oldest first: (start ms, end ms, newest generation it binds)."""
+        return [(r[0], r[1], r[2]) for r in self.conn.execute(
+            'SELECT start, "end", binds FROM generation_pins WHERE tenant = ? AND topic = ? ORDER BY seq',
+            (tenant, topic))]
+
+    def add_generation_pin(self, tenant: str, topic: str, start: int, end: int, generation: int, binds: int) -> bool:
+        """Record an operator's switch; False (nothing done) if the latest one of this topic is the same."""
+        last = self.conn.execute(
+            'SELECT start, "end", generation, binds FROM generation_pins WHERE tenant = ? AND topic = ? '
+            "ORDER BY seq DESC LIMIT 1", (tenant, topic)).fetchone()
+        if last is not None and tuple(last) == (start, end, generation, binds):
+            return False
+        self.conn.execute(
+            'INSERT INTO generation_pins (tenant, topic, seq, start, "end", generation, binds) SELECT ?, ?, '
+            "coalesce(max(seq), 0) + 1, ?, ?, ?, ? FROM generation_pins WHERE tenant = ? AND topic = ?",
+            (tenant, topic, start, end, generation, binds, tenant, topic))
+        return True
+
+    def group_block_metas(self, group: str, *, generation: int | None = None,
+                          tenant: str | None = None) -> list[BlockMeta]:
+        """The live blocks of one group, of one generation and of one tenant when given (no string is created)."""
+        sql = "SELECT b.meta FROM blocks b JOIN strings g ON b.grp = g.id"
+        where: list[str] = ["g.value = ?"]
+        args: list[str | int] = [group]
+        if tenant is not None:
+            sql += " JOIN strings t ON b.tenant = t.id"
+            where.append("t.value = ?")
+            args.append(tenant)
+        if generation is not None:
+            where.append("b.generation = ?")
+            args.append(generation)
+        return [decode_meta(r[0]) for r in self.conn.execute(f"{sql} WHERE {' AND '.join(where)} ORDER BY b.id",
+                                                              args)]
 
     def tenant_block_metas(self, tenant: str) -> list[BlockMeta]:
         sid = self.intern(tenant)
@@ -295,6 +378,15 @@ class IndexWriter:
             "SELECT committed_end, incarnation, writer FROM offsets WHERE grp = ? AND generation = ? AND topic = ? "
             "AND partition = ?", (group, generation, topic, partition)).fetchone()
         return (int(row[0]), str(row[1]), str(row[2])) if row else None
+
+    def topic_offsets(self, group: str, topic: str) -> dict[int, dict[int, tuple[int, str, str]]]:
+        """Per generation of the group, per partition of ``topic``: (committed end, incarnation, writer)."""
+        found: dict[int, dict[int, tuple[int, str, str]]] = {}
+        for generation, partition, end, incarnation, writer in self.conn.execute(
+                "SELECT generation, partition, committed_end, incarnation, writer FROM offsets WHERE grp = ? AND "
+                "topic = ? ORDER BY generation, partition", (group, topic)):
+            found.setdefault(int(generation), {})[int(partition)] = (int(end), str(incarnation), str(writer))
+        return found
 
     def committed_end(self, group: str, generation: int, topic: str, partition: int) -> int | None:
         current = self.committed(group, generation, topic, partition)

@@ -242,7 +242,7 @@ def _unstorable(columns: dict[str, list[Any]], types: dict[str, pa.DataType]) ->
                 except UnicodeEncodeError as exc:
                     bad[k] = f"column {name!r} is not valid Unicode ({exc.reason} at position {exc.start})"
                     continue
-            if types[name] != pa.string():
+            if types[name] != pa.string() or not isinstance(value, str):  # a non-string must not fail the chunk
                 try:
                     pa.array([value], types[name])
                 except (pa.ArrowException, ValueError, TypeError, OverflowError, UnicodeEncodeError) as exc:

@@ -96,8 +96,10 @@ class Committer:
         self.committed: dict[tuple[str, int], tuple[int, str]] = {}
         """(committed end, incarnation) per topic-partition: the metastore's, plus this process's later commits."""
         self.dlq_pending = False
-        self.links: dict[str, list[int]] = {}
+        self.links: dict[str, list[object]] = {}
         """The last commit's link per tenant (``shale.bucketindex.DeltaLink``); empty if it was not applied now."""
+        self.switches: dict[str, list[list[int | str]]] = {}
+        """The generation switches the last commit made, per tenant (``[topic, start, end, generation]`` each)."""
 
     def load(self, deadline: float = 300.0) -> dict[tuple[str, int], tuple[int, str]]:
         """Drain this group's DLQ into the metastore, then read its committed offsets. Waits for the metastore
@@ -148,7 +150,7 @@ class Committer:
         return outcome
 
     def _commit(self, command: CommitIngestBatch) -> str:
-        self.links = {}
+        self.links, self.switches = {}, {}
         if self.dlq_pending:
             self.dlq_pending = not self._drain()
         if not self.dlq_pending:
@@ -167,6 +169,10 @@ class Committer:
                         f"ingest {self.group} generation {self.generation}: the metastore rejected batch "
                         f"{command.batch}: {result.message}")
                 self.links = result.data.get("links") or {}
+                self.switches = result.data.get("switches") or {}
+                if self.switches:  # DESIGN 10.5: this commit found the generation caught up
+                    log.info("this generation serves readers now: it has caught up", extra={
+                        "group": self.group, "generation": self.generation, "switches": self.switches})
                 return "replayed" if result.data.get("replay") else "committed"
         assert self.dlq is not None
         self.dlq.enqueue(self.stream, command)

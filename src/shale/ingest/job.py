@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import threading
 import time
 import uuid
@@ -70,6 +69,7 @@ from shale.metastore import DeadLetterQueue, open_metastore
 from shale.metastore.shards import shard_of
 from shale.objstore import open_bucket
 from shale.schemas.registry import RegistryUnavailableError
+from shale.signals import Stopper
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
@@ -346,15 +346,8 @@ class IngestJob:
         """Run until SIGTERM/SIGINT (or ``stop``); with ``available_now``, until what Kafka holds now is stored. A
         failed batch is planned again after a growing delay, for ever when running continuously; with
         ``available_now``, the ``AVAILABLE_NOW_ATTEMPTS``-th failure in a row is raised."""
-        stop = stop or threading.Event()
-
-        def on_signal(signum: int, _: Any) -> None:
-            log.info("stopping ingest", extra={"group": self.group, "signal": signum})
-            stop.set()
-
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, on_signal)
-            signal.signal(signal.SIGINT, on_signal)
+        if stop is None:  # nobody else handles signals: the first stops at the next batch (shale.signals)
+            stop = Stopper(f"ingest {self.group}").install().event
         if self.group == "partition":
             self._check_rules()
         if not available_now:  # a run to the end has no freshness to protect and no standby: no rehearsal

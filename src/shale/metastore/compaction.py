@@ -132,7 +132,7 @@ def output_problem(job: Job, sources: list[BlockMeta], outputs: list[BlockMeta])
 
 
 def _complete(w: IndexWriter, job: Job, update: JobUpdate, at: int, index: int,
-              links: dict[str, list[int]]) -> str:
+              links: dict[str, list[object]]) -> str:
     sources = [w.get_block(s) for s in job.sources]
     present = [s for s in sources if s is not None]
     if len(present) != len(sources):
@@ -200,7 +200,7 @@ def apply_plan(w: IndexWriter, cmd: UpdateCompactionPlan, index: int, term: int,
         return _replayed(w, answer)
     limit = state.failure_limit()
     outcomes: dict[str, str] = {}
-    links: dict[str, list[int]] = {}
+    links: dict[str, list[object]] = {}
     for update in cmd.updates:
         job = state.job(update.job)
         if not owns(job, update.token):

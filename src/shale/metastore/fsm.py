@@ -48,7 +48,7 @@ from shale.metastore.commands import (
     decode,
 )
 from shale.metastore.compaction import apply_failure_limit, apply_plan
-from shale.metastore.generations import first_gap, offsets_held, switch_to_ingest
+from shale.metastore.generations import first_gap, offsets_held, pin_switch, switch_when_caught_up
 from shale.metastore.leases import apply_acquire, apply_release, apply_renew, check_commit_lease
 from shale.metastore.restores import apply_record
 from shale.metastore.shards import apply_set, check_commit_shard
@@ -196,9 +196,6 @@ def _commit_ingest_batch(w: IndexWriter, cmd: CommitIngestBatch, entry: Entry) -
     for r in restarts:
         w.end_incarnation(cmd.group, cmd.generation, r.topic, r.partition, entry.time_ms)
     w.add_blocks(cmd.blocks, entry.time_ms)
-    if cmd.group == "partition" and cmd.writer == "ingest":
-        switch_to_ingest(w, cmd)
-    links = w.touch({m.tenant for m in cmd.blocks}, entry.index, entry.time_ms)
     for r in ranges:
         event_time = max((d.max_time for b in cmd.blocks if any(k.topic == r.topic and k.partition == r.partition
                                                               for k in b.kafka)
@@ -209,8 +206,11 @@ def _commit_ingest_batch(w: IndexWriter, cmd: CommitIngestBatch, entry: Entry) -
         incarnation = (w.committed(cmd.group, cmd.generation, r.topic, r.partition) or (0, "", ""))[1]
         w.record_commit(cmd.group, cmd.generation, r.topic, r.partition, r.incarnation or incarnation, r.start,
                         r.end, digest, entry.time_ms, COMMITS_KEPT_PER_PARTITION)
+    # After the offsets: whether the generation has caught up is decided by what this commit brings too.
+    switches = switch_when_caught_up(w, cmd) if cmd.group == "partition" and cmd.writer == "ingest" else {}
+    links = w.touch({m.tenant for m in cmd.blocks} | set(switches), entry.index, entry.time_ms)
     return Result(ok=True, data={"replay": False, "blocks": len(cmd.blocks), "ranges": len(ranges),
-                                 "links": links,
+                                 "links": links, "switches": switches,
                                  "new_incarnations": [f"{r.topic}[{r.partition}]" for r in restarts]})
 
 
@@ -325,8 +325,7 @@ def _truncate_index(w: IndexWriter, cmd: TruncateIndex, entry: Entry) -> Result:
     if missing:
         raise CommandRejectedError(f"TruncateIndex names partitions of {missing} without their cutoff",
                                    reason="malformed")
-    touched: set[str] = set()
-    removed = 0
+    tombstoned: dict[str, list[str]] = {}
     for key in cmd.partitions:
         cutoff = cmd.cutoffs[key.tenant]
         if key.window_start + PARTITION_WINDOW_MS > cutoff:
@@ -335,9 +334,11 @@ def _truncate_index(w: IndexWriter, cmd: TruncateIndex, entry: Entry) -> Result:
             meta = w.remove_block(block_id)
             assert meta is not None
             w.add_tombstone(meta, entry.time_ms, cmd.reason)
-            touched.add(meta.tenant)
-            removed += 1
-    return Result(ok=True, data={"removed": removed, "links": w.touch(touched, entry.index, entry.time_ms)})
+            tombstoned.setdefault(meta.tenant, []).append(block_id)
+    # Every block removed, per tenant: the bucket index delta marks exactly these (the ones its prepare marked
+    # and any block added since that the same cutoffs expire).
+    return Result(ok=True, data={"removed": sum(len(ids) for ids in tombstoned.values()), "tombstoned": tombstoned,
+                                 "links": w.touch(set(tombstoned), entry.index, entry.time_ms)})
 
 
 @handles(DeleteTombstones)
@@ -384,6 +385,7 @@ def _set_active_generation(w: IndexWriter, cmd: SetActiveGeneration, entry: Entr
                         "retiring it would lose them; reprocess them into the new generation first, or switch "
                         "without --retire", reason="not-covered")
     added = w.add_generation_rule(cmd.tenant, cmd.topic, cmd.start, cmd.end, cmd.generation)
+    pin_switch(w, cmd)  # an operator's switch binds the generations it was made among: ingestion never undoes it
     retired = []
     for meta in retiring:
         w.remove_block(meta.id)

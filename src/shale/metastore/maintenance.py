@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import Counter, Gauge
 
@@ -180,12 +181,23 @@ class Maintenance:
         removed = int(result.data.get("removed", 0))
         RETENTION.inc(removed)
         if self.deltas is not None:
-            links = result.data.get("links", {})
-            for tenant, tenant_marks in sorted(marks.items()):
-                self.deltas.write(tenant, marks=tenant_marks, link=DeltaLink.of(links.get(tenant)))
+            self._retention_deltas(self.deltas, result.data, marks, command.reason)
         log.info("retention removed blocks from the index", extra={"blocks": removed,
                                                                    "partitions": len(command.partitions)})
         return removed
+
+    def _retention_deltas(self, deltas: DeltaWriter, data: dict[str, Any],
+                          marks: dict[str, list[DeletionMark]], reason: str) -> None:
+        """One delta per tenant whose blocks the truncation removed, marking every one of them: the marks written
+        when it was prepared, and a mark at the entry's time for a block the same cutoffs expired that was added
+        in between (the tombstone collector writes its bucket mark later). A delta that lacked one would show
+        that block as live to a stale-tolerant reader."""
+        links = data.get("links", {})
+        for tenant, block_ids in sorted(data.get("tombstoned", {}).items()):
+            link = DeltaLink.of(links.get(tenant))
+            written = {m.id: m for m in marks.get(tenant, [])}
+            at = link.time if link is not None else self.clock()
+            deltas.write(tenant, marks=[written.get(b) or (b, at, reason) for b in block_ids], link=link)
 
     def collect_tombstones(self) -> int:
         """Mark every tombstoned block in the bucket once it is ``sync_delay`` old; remove the objects of those

@@ -2,7 +2,7 @@
 
 Read paths take a ``BucketReader`` so that they cannot write; writers take a ``Bucket``.
 
-Contract every implementation passes (tests/unit/objstore/test_acceptance.py runs it on memory, the local
+Contract every implementation passes (tests/bucket_acceptance.py runs it on memory, the local
 filesystem and MinIO):
 
 * ``get`` / ``get_range`` / ``head`` of a missing key raise ``NotFoundError``.

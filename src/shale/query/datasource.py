@@ -164,5 +164,11 @@ class ShaleReader(DataSourceReader):
 
 
 def register(spark: Any) -> None:
-    """Make ``spark.read.format("shale")`` available in this session."""
-    spark.dataSource.register(ShaleDataSource)
+    """Make ``spark.read.format("shale")`` available in this session. Not needed where Shale is installed in the
+    Python that Spark runs (``PYSPARK_PYTHON``): Spark registers it by itself through the ``pyspark_shale`` module;
+    then this does nothing."""
+    try:
+        spark.dataSource.register(ShaleDataSource)
+    except Exception as exc:  # pyspark's AnalysisException, imported from the session's flavour (classic or connect)
+        if "DATA_SOURCE_ALREADY_EXISTS" not in str(exc):
+            raise

@@ -26,6 +26,14 @@ from shale.index import Matcher
 Kind = Literal["records", "quarantine"]
 
 
+class UnknownColumnsError(ValueError):
+    """Columns asked for that no selected record has (in the query's window)."""
+
+    def __init__(self, unknown: list[str], names: list[str]) -> None:
+        super().__init__(f"unknown columns {unknown}; this query's columns are {names}")
+        self.unknown = unknown
+
+
 class BlockSource(Protocol):
     """Where a query finds its blocks: the metastore, a read-only view of its state, or a bucket index. Every
     source answers both questions, so every source returns the same rows."""
@@ -101,9 +109,10 @@ def plan_query(blocks: list[BlockMeta], group: str, kind: Kind, columns: Sequenc
                rules: list[tuple[str, int, int, int]] | None = None, default_generation: int = 1,
                start: int = 0, end: int = 2**62, matchers: Sequence[Matcher] = ()) -> QueryPlan:
     """Parts to read. In the partition group only the active generation of each topic is read (section 14); the
-    metastore records a switch when ingestion starts a topic or a newer generation, so ``default_generation``
-    decides only times no switch covers (data committed before switches were recorded). The backup group stores
-    one verbatim record in every generation: copies across generations are dropped (``shale.block.records``).
+    metastore records a switch when ingestion starts a topic or a newer generation has caught up (DESIGN 10.5), so
+    ``default_generation`` decides only times no switch covers (data committed before switches were recorded). The
+    backup group stores one verbatim record in every generation: copies across generations are dropped
+    (``shale.block.records``).
 
     A block may hold several record types of a topic (``Dataset.record``): the ``record`` matchers pick the
     datasets of the types they match (the index matched the block by any of them), and records of several types
@@ -132,7 +141,7 @@ def plan_query(blocks: list[BlockMeta], group: str, kind: Kind, columns: Sequenc
     if columns:
         unknown = [c for c in columns if c not in schema.names]
         if unknown:
-            raise ValueError(f"unknown columns {unknown}; this query's columns are {schema.names}")
+            raise UnknownColumnsError(unknown, schema.names)
         schema = pa.schema([schema.field(c) for c in columns])
     time_column = "event_time" if group == "partition" and kind == "records" else "timestamp"
     return QueryPlan(parts, schema, time_column, dedup, base)

@@ -25,12 +25,19 @@ from shale.block import BlockMeta
 from shale.block.layout import RESTORE_JOB
 from shale.config import BucketConfig, KafkaConfig
 from shale.errors import ConfigError
-from shale.index import IncarnationRow, LossRow
+from shale.index import IncarnationRow, LossRow, OffsetRow
 from shale.ingest.kafka import client_options, describe_topics
 from shale.logs import redact
 from shale.metastore.commands import RecordRestore, Result
 from shale.restore import metrics
-from shale.restore.plan import PartitionPlan, RestorePlan, RestoreRange, build_plan, choose_incarnation
+from shale.restore.plan import (
+    PartitionPlan,
+    RestorePlan,
+    RestoreRange,
+    build_plan,
+    choose_incarnation,
+    recorded_partitions,
+)
 from shale.restore.progress import (
     ProgressLine,
     ProgressWatcher,
@@ -64,6 +71,8 @@ class BackupIndex(Protocol):
 
     def offset_history(self, group: str | None = None,
                        generation: int | None = None) -> tuple[list[IncarnationRow], list[LossRow]]: ...
+
+    def offsets(self, group: str | None = None, generation: int | None = None) -> list[OffsetRow]: ...
 
 
 @dataclass(frozen=True)
@@ -117,6 +126,18 @@ def job_name(request: RestoreRequest, incarnation: str, target_bootstrap: str) -
     return hashlib.sha256(what.encode()).hexdigest()[:16]
 
 
+def partition_work(job: str, plan: RestorePlan, p: PartitionPlan, request: RestoreRequest,
+                   limits: RestoreLimits | None = None, max_message_bytes: int = 0) -> PartitionWork:
+    """What one source partition's task is given."""
+    return PartitionWork(
+        job, request.topic, request.target_topic, p.partition, p.start, p.end,
+        tuple((i.start, i.end, i.block) for i in p.intervals), plan.mapping.source_partitions,
+        plan.mapping.target_partitions, plan.until_ms, request.commit_every,
+        "; ".join(f"partition {p.partition}: a gap in the backup at offsets [{g.start}, {g.end}): {g.reason}"
+                  for g in p.gaps),
+        request.tenant, limits or request.limits, max_message_bytes, request.dead_letter, plan.incarnation)
+
+
 class RestoreJob:
     def __init__(self, index: BackupIndex, bucket: BucketConfig, target: KafkaConfig, request: RestoreRequest,
                  spark: SparkSession | None = None, clock: Callable[[], float] = time.time,
@@ -135,11 +156,13 @@ class RestoreJob:
         blocks = [m for m in self.index.query_blocks([r.tenant], *ALL_TIME, f'{{topic="{r.topic}"}}', group="backup")
                   if m.generation == r.generation]
         incarnation = choose_incarnation(blocks, r.topic, r.incarnation, r.incarnation_at_ms)
-        _, losses = self.index.offset_history("backup", r.generation)
+        history, losses = self.index.offset_history("backup", r.generation)
+        recorded = recorded_partitions([*self.index.offsets("backup", r.generation), *history, *losses], r.topic,
+                                       incarnation)
         existing = describe_topics(self.target, [r.target_topic], client=self.admin).get(r.target_topic)
         target_partitions = len(existing.partitions) if existing else r.partitions
         return build_plan(blocks, tenant=r.tenant, topic=r.topic, incarnation=incarnation,
-                          target_partitions=target_partitions, range_=r.range, losses=losses)
+                          target_partitions=target_partitions, range_=r.range, losses=losses, recorded=recorded)
 
     def run(self, dry_run: bool = False, into_existing: bool = False) -> RestoreReport:
         r = self.request
@@ -215,14 +238,7 @@ class RestoreJob:
         report.plan["target"]["max_message_bytes"] = max_message_bytes
         running = min(len(todo), self.spark.sparkContext.defaultParallelism) if self.spark is not None else 1
         limits = r.limits.share(running)
-        works = [encode_work(PartitionWork(
-            job, r.topic, r.target_topic, p.partition, p.start, p.end,
-            tuple((i.start, i.end, i.block) for i in p.intervals), plan.mapping.source_partitions,
-            plan.mapping.target_partitions, plan.until_ms, r.commit_every,
-            "; ".join(f"partition {p.partition}: a gap in the backup at offsets [{g.start}, {g.end}): {g.reason}; "
-                      f"restored up to offset {g.start - 1}, nothing after it" for g in p.gaps),
-            r.tenant, limits, max_message_bytes, r.dead_letter))
-            for p in todo]
+        works = [encode_work(partition_work(job, plan, p, r, limits, max_message_bytes)) for p in todo]
         report.executed = True
         if not works:
             return

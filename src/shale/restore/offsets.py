@@ -2,19 +2,25 @@
 
 A group's committed source offset ``S`` of partition ``p`` means "the next record to read is the first at or after
 ``S``". The restore sends a source partition's records in offset order into the same target partition (same
-partition count), so the records before ``S`` are the first ``k`` committed records of the target partition, where
-``k`` counts the backup's records of ``p`` in ``[restore start, S)`` (read from the blocks: Kafka offsets are not
-contiguous). The translated offset is the target offset of the ``k``-th committed record (0-based) of the target
-partition, found by reading it ``read_committed`` (transaction markers take offsets of their own), or its end when
-fewer were restored. It is exact, and costs a read of the partition up to there. Records the restore dead-lettered
-(too large for the target) were not sent: those before ``S`` are taken off ``k``. With a key-hash mapping a group's
-position has no single target offset per partition: translation is refused.
+partition count). The translated offset is the target offset of the first record the restore sent from a source
+offset at or after ``S``, or the end of what it sent when the group had read everything restored.
+
+It is anchored on what the restore itself wrote: each transaction commits, with its progress, an anchor (the
+target offsets its records landed at, as runs: ``shale.restore.progress.anchor_runs``). Within a run the records
+are consecutive in the target, so the translation is the run's first target offset plus the backup's records of
+the incarnation between the run's first source offset and ``S`` (read from the blocks: Kafka offsets are not
+contiguous), less the records the restore dead-lettered (too large for the target: not sent). Records the target
+held before the restore, records other producers wrote meanwhile and records its retention removed since do not
+change it. A job restored before anchors were written is translated by counting the target partition's committed
+records from its start (exact only when the restore wrote the partition alone, from its start). With a key-hash
+mapping a group's position has no single target offset per partition: translation is refused.
 """
 
 from __future__ import annotations
 
+import bisect
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, TopicPartition
@@ -25,19 +31,44 @@ from shale.config import BucketConfig
 from shale.errors import ConfigError, RetryableError
 from shale.objstore import BucketReader
 from shale.restore.plan import RestorePlan
+from shale.restore.progress import Run
 from shale.restore.task import PartitionWork, partition_rows
 
 
-def records_before(plan: RestorePlan, bucket: BucketConfig, partition: int, source_offset: int) -> int:
-    """How many of the backup's records of ``partition`` the restore sent before ``source_offset``."""
+def records_between(plan: RestorePlan, bucket: BucketConfig, partition: int, lo: int, hi: int) -> int:
+    """How many of the backup's records of ``partition`` (of the plan's incarnation) the restore holds in source
+    offsets ``[lo, hi)``."""
     found = [p for p in plan.partitions if p.partition == partition]
     if not found:
         return 0
     p = found[0]
-    end = min(source_offset, p.end)
-    work = PartitionWork("", plan.topic, "", partition, p.start, end,
-                         tuple((i.start, i.end, i.block) for i in p.intervals), 1, 1, None, 1)
-    return sum(table.num_rows for _, table in partition_rows(bucket, work, p.start)) if end > p.start else 0
+    start, end = max(lo, p.start), min(hi, p.end)
+    if end <= start:
+        return 0
+    work = PartitionWork("", plan.topic, "", partition, start, end,
+                         tuple((i.start, i.end, i.block) for i in p.intervals), 1, 1, None, 1,
+                         incarnation=plan.incarnation)
+    return sum(table.num_rows for _, table in partition_rows(bucket, work, start))
+
+
+def records_before(plan: RestorePlan, bucket: BucketConfig, partition: int, source_offset: int) -> int:
+    """How many of the backup's records of ``partition`` the restore sent before ``source_offset``."""
+    return records_between(plan, bucket, partition, 0, source_offset)
+
+
+def anchored_offset(runs: Sequence[Run], source_offset: int, sent_between: Callable[[int, int], int]) -> int:
+    """Pure: the target offset of the first record sent from ``source_offset`` on (or the end of what was sent),
+    from the job's ``runs`` of one partition and ``sent_between(lo, hi)``, the records sent from source offsets
+    ``[lo, hi)``."""
+    ordered = sorted(runs)
+    i = bisect.bisect_right([run[0] for run in ordered], source_offset) - 1
+    if i < 0:
+        return ordered[0][1]
+    first, target, count = ordered[i]
+    before = sent_between(first, source_offset)
+    if before < count:
+        return target + before
+    return ordered[i + 1][1] if i + 1 < len(ordered) else target + count
 
 
 def target_offset(client: Mapping[str, Any], topic: str, partition: int, records: int,
@@ -84,16 +115,31 @@ def dead_lettered(bucket: BucketReader, tenant: str, job: str) -> dict[int, list
 
 
 def translate(plan: RestorePlan, bucket: BucketConfig, client: Mapping[str, Any], target_topic: str,
-              source: Mapping[int, int], skipped: Mapping[int, Sequence[int]] | None = None) -> dict[int, int]:
+              source: Mapping[int, int], skipped: Mapping[int, Sequence[int]] | None = None,
+              anchors: Mapping[int, Sequence[Run]] | None = None,
+              restored: Mapping[int, int] | None = None) -> dict[int, int]:
     """Per partition, the target offset at which a consumer resumes with the first record it had not seen.
-    ``skipped``: the offsets the restore dead-lettered (``dead_lettered``), which the target does not hold."""
+    ``skipped``: the offsets the restore dead-lettered (``dead_lettered``), which the target does not hold;
+    ``anchors``: the job's runs per partition (``read_anchors``); ``restored``: the job's next source offset per
+    partition (``read_progress``): the blocks are read only below it, where the restore read them (a partition
+    that stopped at a block it could not read is counted up to there)."""
     if plan.mapping.by_key:
         raise ConfigError("the restore mapped records by key into another partition count: a group's position has "
                           "no single offset per target partition; translate only same-partition restores")
     skipped = skipped or {}
-    return {p: target_offset(client, target_topic, p, records_before(plan, bucket, p, offset)
-                             - sum(1 for o in skipped.get(p, ()) if o < offset))
-            for p, offset in sorted(source.items())}
+    anchors = anchors or {}
+    out: dict[int, int] = {}
+    for p, offset in sorted(source.items()):
+        dead = skipped.get(p, ())
+        done = (restored or {}).get(p, offset)
+        if anchors.get(p):
+            def sent(lo: int, hi: int, p: int = p, dead: Sequence[int] = dead, done: int = done) -> int:
+                return records_between(plan, bucket, p, lo, min(hi, done)) - sum(1 for o in dead if lo <= o < hi)
+            out[p] = anchored_offset(anchors[p], offset, sent)
+        else:
+            out[p] = target_offset(client, target_topic, p, records_before(plan, bucket, p, min(offset, done))
+                                   - sum(1 for o in dead if o < offset))
+    return out
 
 
 def set_offsets(client: Mapping[str, Any], group: str, topic: str, offsets: Mapping[int, int]) -> None:

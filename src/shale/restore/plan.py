@@ -8,19 +8,20 @@ the offsets the user names per partition. ``--until`` (a time) cuts each partiti
 stamped at or after the time; which record that is shows only when the blocks are read, so the plan drops the blocks
 that start at or after it (a block's ``min_time`` is a lower bound of its records' timestamps) and the task stops at
 the record. Offsets no block holds are a gap: the partition is restored up to the gap's first offset and stops
-there with an error naming the gap (and the operator's reason when the loss was acknowledged); nothing past a gap
-is sent, so nothing is skipped silently.
+there with an error naming the gap (and the operator's reason when the loss was acknowledged), unless its
+``--until`` stop point comes first (then the gap is irrelevant); nothing past a gap is sent, so nothing is skipped
+silently.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from shale.block import BlockMeta
 from shale.errors import ConfigError, NotFoundError
-from shale.index import LossRow
+from shale.index import IncarnationRow, LossRow, OffsetRow
 from shale.restore.partitioner import PartitionMapping
 
 
@@ -181,19 +182,30 @@ def plan_partition(partition: int, intervals: Sequence[Interval], wanted: tuple[
     return plan
 
 
+def recorded_partitions(rows: Iterable[OffsetRow | IncarnationRow | LossRow], topic: str,
+                        incarnation: str) -> set[int]:
+    """The partitions of ``topic``'s ``incarnation`` that ingestion committed offsets of (its current offsets, the
+    history of ended incarnations, acknowledged losses): facts of the metastore that outlive every block."""
+    return {row.partition for row in rows if row.topic == topic and row.incarnation == incarnation}
+
+
 def build_plan(blocks: Sequence[BlockMeta], *, tenant: str, topic: str, incarnation: str,
                target_partitions: int | None, range_: RestoreRange = RestoreRange(),
-               losses: Sequence[LossRow] = ()) -> RestorePlan:
+               losses: Sequence[LossRow] = (), recorded: Iterable[int] = ()) -> RestorePlan:
     """The plan over the backup ``blocks`` of ``topic`` (any order; blocks of other topics and incarnations are
     ignored). ``target_partitions`` is the target topic's partition count (None: it will be created with the
-    source's)."""
+    source's). The source's partition count is one more than the highest partition of the incarnation that
+    ingestion ever committed (``recorded``, ``recorded_partitions``) or that a block holds: a partition whose
+    blocks retention removed, or that has been quiet since, still counts."""
     per: dict[int, list[Interval]] = defaultdict(list)
     for meta in blocks:
         for r in meta.kafka:
             if r.topic == topic and r.incarnation == incarnation and r.end > r.start:
                 per[r.partition].append(Interval(r.start, r.end, meta))
     partitions = sorted(per) if range_.offsets is None else sorted(range_.offsets)
-    source_count = max(per, default=-1) + 1
+    source_count = max([*per, *recorded, *(loss.partition for loss in losses
+                                           if loss.topic == topic and loss.incarnation == incarnation)],
+                       default=-1) + 1
     mapping = PartitionMapping(source_count, target_partitions or source_count)
     plans = []
     for partition in partitions:

@@ -15,7 +15,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +43,43 @@ def progress_key(job: str, partition: int) -> bytes:
 
 def progress_value(next_offset: int, restored: int) -> bytes:
     return json.dumps({"next": next_offset, "restored": restored}).encode()
+
+
+Run = tuple[int, int, int]
+"""(source offset, target offset, records): records sent one after the other from ``source offset`` on (the
+restored records of the source partition, in offset order) that landed at consecutive target offsets from
+``target offset`` on."""
+
+
+def anchor_key(job: str, partition: int, first_source: int) -> bytes:
+    """The key of one transaction's anchor: its own key (never compacted away by a later transaction's)."""
+    return f"{job}/{partition}/{first_source}".encode()
+
+
+def anchor_value(runs: Sequence[Run]) -> bytes:
+    return json.dumps({"runs": [list(run) for run in runs]}).encode()
+
+
+def anchor_runs(sources: Sequence[int], targets: Sequence[int]) -> list[Run]:
+    """The runs of one transaction from each sent record's source and target offsets, in the order sent. Another
+    producer writing into the target partition meanwhile starts a new run."""
+    runs: list[Run] = []
+    for source, target in zip(sources, targets, strict=True):
+        if runs and runs[-1][1] + runs[-1][2] == target:
+            runs[-1] = (runs[-1][0], runs[-1][1], runs[-1][2] + 1)
+        else:
+            runs.append((source, target, 1))
+    return runs
+
+
+def parse_anchor(key: bytes | None, value: bytes | None, job: str) -> tuple[int, list[Run]] | None:
+    """``(partition, runs)`` of one anchor record of ``job``, else None."""
+    if key is None or value is None:
+        return None
+    parts = key.decode(errors="replace").rsplit("/", 2)
+    if len(parts) != 3 or parts[0] != job or not parts[1].isdigit() or not parts[2].isdigit():
+        return None
+    return int(parts[1]), [(int(a), int(b), int(c)) for a, b, c in json.loads(value)["runs"]]
 
 
 def parse_progress(key: bytes | None, value: bytes | None, job: str) -> tuple[int, int, int] | None:
@@ -93,6 +130,26 @@ def fence(client: Mapping[str, Any], job: str, partitions: Iterable[int]) -> Non
 def read_progress(client: Mapping[str, Any], job: str, timeout: float = READ_TIMEOUT_S
                   ) -> dict[int, tuple[int, int]]:
     """Per source partition of ``job``: (next source offset, records restored so far), as committed."""
+    found: dict[int, tuple[int, int]] = {}
+    for key, value in _read_committed(client, job, timeout):
+        parsed = parse_progress(key, value, job)
+        if parsed is not None:
+            found[parsed[0]] = parsed[1:]
+    return found
+
+
+def read_anchors(client: Mapping[str, Any], job: str, timeout: float = READ_TIMEOUT_S) -> dict[int, list[Run]]:
+    """Per source partition of ``job``: the runs of its committed transactions, in source offset order."""
+    found: dict[int, dict[int, list[Run]]] = {}
+    for key, value in _read_committed(client, job, timeout):
+        parsed = parse_anchor(key, value, job)
+        if parsed is not None and parsed[1]:
+            found.setdefault(parsed[0], {})[parsed[1][0][0]] = parsed[1]
+    return {p: [run for first in sorted(runs) for run in runs[first]] for p, runs in found.items()}
+
+
+def _read_committed(client: Mapping[str, Any], job: str, timeout: float) -> list[tuple[bytes | None, bytes | None]]:
+    """The progress topic's committed records (key, value), read to the log end seen first."""
     # The topic's last offset is a transaction's commit marker, never a message: the read ends at the partition's
     # end, which a fetch reports only after fetch.wait.max.ms (500 ms by default, paid by the driver and each task).
     settings = {**client, "group.id": f"shale-restore-reader-{job}", "enable.auto.commit": False,
@@ -104,7 +161,8 @@ def read_progress(client: Mapping[str, Any], job: str, timeout: float = READ_TIM
         low, high = ends.get_watermark_offsets(TopicPartition(PROGRESS_TOPIC, 0), timeout=30, cached=False)
     finally:
         ends.close()
-    found: dict[int, tuple[int, int]] = {}
+    found: list[tuple[bytes | None, bytes | None]] = []
+    prefix = f"{job}/".encode()
     if high <= low:
         return found
     consumer = Consumer({**settings, "isolation.level": "read_committed"})
@@ -125,10 +183,9 @@ def read_progress(client: Mapping[str, Any], job: str, timeout: float = READ_TIM
                 if (message.offset() or 0) >= high:
                     return found
                 continue
-            parsed = parse_progress(message.key(), message.value(), job)
-            if parsed is not None:
-                partition, next_offset, restored = parsed
-                found[partition] = (next_offset, restored)
+            key = message.key()
+            if key is not None and key.startswith(prefix):
+                found.append((key, message.value()))
             if (message.offset() or 0) + 1 >= high:
                 return found
     finally:
@@ -175,7 +232,18 @@ class ProgressWatcher:
             log.warning("restore progress unavailable", extra={"job": self.job, "error": str(exc)})
         finally:
             consumer.close()
+            self._catch_up()
             self.report(dict(self.found))
+
+    def _catch_up(self) -> None:
+        """At the job's end, read the progress to the log end: the tasks' last transactions committed before it
+        ended, but the poll loop may not have reached them yet (each transaction also carries its anchor)."""
+        if not self._stop.is_set():
+            return
+        try:
+            self.found.update(read_progress(self.client, self.job, timeout=30))
+        except (KafkaException, RetryableError) as exc:
+            log.warning("restore progress unavailable", extra={"job": self.job, "error": str(exc)})
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,8 @@
 """A restore task (one per source partition, on a Spark executor): resume after the committed progress, read the
-partition's backup rows in source offset order and send them to the target topic in Kafka transactions, each
-carrying the progress record that covers it.
+partition's backup rows of the restored incarnation in source offset order and send them to the target topic in
+Kafka transactions, each carrying the progress record that covers it and an anchor: where in the target its records
+landed (``shale.restore.offsets`` translates consumer group positions by it). Reaching the ``--until`` stop point
+ends the partition cleanly.
 
 A transaction ends every ``commit_every`` records and at the end of each block's rows, so none stays open across a
 read from the bucket. A gap, a corrupt block or a record the target refuses ends the partition with an error that
@@ -33,9 +35,13 @@ from shale.config import BucketConfig
 from shale.errors import ShaleError
 from shale.failpoints import failpoint
 from shale.objstore import task_bucket
+from shale.restore.attribution import attribute
 from shale.restore.partitioner import PartitionMapping
 from shale.restore.progress import (
     PROGRESS_TOPIC,
+    anchor_key,
+    anchor_runs,
+    anchor_value,
     progress_key,
     progress_value,
     read_progress,
@@ -70,6 +76,8 @@ class PartitionWork:
     """The target topic's ``max.message.bytes`` (0: not known; the broker decides)."""
     dead_letter: bool = False
     """Write a record larger than ``max_message_bytes`` to the bucket and go on, instead of stopping there."""
+    incarnation: str = ""
+    """The topic incarnation restored: only its rows are read (``shale.restore.attribution``)."""
 
 
 @dataclass
@@ -81,6 +89,8 @@ class PartitionOutcome:
     error: str = ""
     dead_lettered: list[str] = field(default_factory=list)
     """The bucket keys of the records this run dead-lettered."""
+    reached_until: bool = False
+    """The partition reached its ``--until`` stop point: it is done, whatever the backup holds after it."""
 
 
 _WORK = TypeAdapter(PartitionWork)
@@ -151,26 +161,40 @@ class PartitionStoppedError(ShaleError):
 
 def partition_rows(bucket_config: BucketConfig, work: PartitionWork, start: int
                    ) -> Iterator[tuple[str, pa.Table]]:
-    """(block id, rows of the partition from ``start`` in offset order) per interval, checked against the block's
-    metadata: offsets inside the interval, strictly increasing, never repeated."""
+    """(block id, rows of the partition's incarnation from ``start`` in offset order) per interval, checked against
+    the block's metadata: offsets inside the interval, strictly increasing, never repeated. A row its block cannot
+    attribute to one incarnation stops the partition after the rows before it."""
     bucket = task_bucket(bucket_config)
     for lo, hi, meta in work.intervals:
         if hi <= start or lo >= work.end:
             continue
         first, last = max(lo, start), min(hi, work.end)
         try:
-            tables = backup_rows(bucket, meta, work.topic, work.partition, first, last)
+            tables = backup_rows(bucket, meta, work.topic, work.partition, first, last, incarnations=True)
         except ShaleError as exc:
             raise PartitionStoppedError(f"partition {work.partition}: block {meta.id} holding offsets [{lo}, {hi}) "
                                         f"cannot be read: {exc}") from exc
         if not tables:
             continue
-        table = pa.concat_tables(tables).sort_by([("offset", "ascending")])
+        found = attribute(meta, pa.concat_tables(tables, promote_options="permissive"), work.topic, work.partition,
+                          work.incarnation)
+        table = found.rows.sort_by([("offset", "ascending")])
         offsets = table.column("offset").to_pylist()
         if any(b <= a for a, b in itertools.pairwise(offsets)):
             raise PartitionStoppedError(f"partition {work.partition}: block {meta.id} holds offsets of "
-                                        f"[{first}, {last}) more than once: the block is corrupt; nothing of it "
-                                        "was sent")
+                                        f"[{first}, {last}) of incarnation {work.incarnation!r} more than once: the "
+                                        "block is corrupt; nothing of it was sent")
+        if found.ambiguous:
+            stop = min(found.ambiguous)
+            before = table.filter(pc.less(table.column("offset"), stop))
+            if before.num_rows:
+                yield meta.id, before
+            raise PartitionStoppedError(
+                f"partition {work.partition}: block {meta.id} holds offsets of both incarnation "
+                f"{work.incarnation!r} and {', '.join(map(repr, found.others))} from offset {stop} (compacted from "
+                "blocks of both topics) and its rows do not say whose they are: nothing from offset "
+                f"{stop} on was sent. Restore the partition up to there (--offsets {work.partition}:START-{stop}), "
+                "or restore it from the topic's other incarnation")
         yield meta.id, table
 
 
@@ -184,43 +208,72 @@ def run_partition(work_json: str, client: dict[str, Any], bucket_config: BucketC
         "enable.idempotence": True, "acks": "all", "linger.ms": 20, "transaction.timeout.ms": 60_000,
         "message.max.bytes": MAX_RECORD_BYTES, "batch.size": batch, **client,
         "transactional.id": transactional_id(work.job, work.partition)})
-    next_offset, restored = read_progress(client, work.job).get(work.partition, (work.start, 0))
-    outcome = PartitionOutcome(work.partition, next_offset, restored, 0)
+    progress = read_progress(client, work.job).get(work.partition, (work.start, 0))
+    return json.dumps(asdict(restore_partition(work, producer, progress, bucket_config)))
+
+
+def restore_partition(work: PartitionWork, producer: Producer, progress: tuple[int, int],
+                      bucket_config: BucketConfig) -> PartitionOutcome:
+    """Restore one source partition with an initialized transactional ``producer`` from its committed
+    ``progress`` (next source offset, records restored). A gap at ``work.end`` stops the partition only when its
+    ``--until`` stop point was not reached before it."""
+    outcome = PartitionOutcome(work.partition, progress[0], progress[1], 0)
     try:
         _send(producer, work, bucket_config, outcome)
-        if work.stop_error and outcome.next >= work.end:
-            outcome.error = work.stop_error
+        if work.stop_error and outcome.next >= work.end and not outcome.reached_until:
+            outcome.error = f"{work.stop_error}; restored up to offset {outcome.next - 1}, nothing after it"
     except PartitionStoppedError as exc:
         outcome.error = str(exc)
     except KafkaException as exc:  # fenced by a newer attempt, or the target cluster failed the transaction
         outcome.error = (f"partition {work.partition}: Kafka ended the transaction: {exc}; committed up to source "
                          f"offset {outcome.next - 1}; run the restore again to resume")
-    return json.dumps(asdict(outcome))
+    return outcome
 
 
 def _send(producer: Producer, work: PartitionWork, bucket_config: BucketConfig, outcome: PartitionOutcome) -> None:
     mapping = PartitionMapping(work.source_partitions, work.target_partitions)
     until_us = None if work.until_ms is None else work.until_ms * 1000
     failures: list[str] = []
+    # Where each record of the open transaction went: its source offset when sent, its target offset when
+    # delivered (one target partition, so deliveries come in the order sent). Committed with the progress as the
+    # transaction's anchor, which ``shale restore offsets`` translates by.
+    anchored = not mapping.by_key
+    sources: list[int] = []
+    targets: list[int] = []
 
     def delivered(error: KafkaError | None, message: Message) -> None:
-        if error is not None and len(failures) < 3:
-            failures.append(f"{error.str()} (target partition {message.partition()})")
+        if error is not None:
+            if len(failures) < 3:
+                failures.append(f"{error.str()} (target partition {message.partition()})")
+        elif anchored and message.topic() == work.target_topic:
+            targets.append(message.offset() or 0)
 
     def commit(last_offset: int, count: int) -> None:
+        if anchored and sources:
+            producer.flush(120)
+            if not failures and len(targets) == len(sources):
+                producer.produce(PROGRESS_TOPIC, key=anchor_key(work.job, work.partition, sources[0]),
+                                 value=anchor_value(anchor_runs(sources, targets)), on_delivery=delivered)
         producer.produce(PROGRESS_TOPIC, key=progress_key(work.job, work.partition),
                          value=progress_value(last_offset + 1, outcome.restored + count), on_delivery=delivered)
         producer.flush(120)
-        if failures:
+        if failures or (anchored and len(targets) != len(sources)):
             producer.abort_transaction(60)
             raise PartitionStoppedError(f"partition {work.partition}: the target refused a record at or before source "
-                                        f"offset {last_offset}: {'; '.join(failures)}; nothing after offset "
-                                        f"{outcome.next - 1} was committed")
+                                        f"offset {last_offset}: {'; '.join(failures) or 'no delivery report'}; "
+                                        f"nothing after offset {outcome.next - 1} was committed")
         if outcome.sent_now:
             failpoint("restore.before-commit")
         producer.commit_transaction(120)
+        sources.clear()
+        targets.clear()
         outcome.next, outcome.restored, outcome.sent_now = last_offset + 1, outcome.restored + count, \
             outcome.sent_now + count
+
+    def abort() -> None:
+        producer.abort_transaction(60)
+        sources.clear()
+        targets.clear()
 
     throttle = Throttle(work.limits) if work.limits.limited else None
     same_partition = None if mapping.by_key else work.partition
@@ -238,8 +291,9 @@ def _send(producer: Producer, work: PartitionWork, bucket_config: BucketConfig, 
                 if count:
                     commit(last, count)
                 else:
-                    producer.abort_transaction(60)
-                outcome.next = work.end  # the point in time is reached: the partition is done
+                    abort()
+                # The point in time is reached: the partition is done, whatever the backup holds after it.
+                outcome.next, outcome.reached_until = offset, True
                 return
             record_headers = [(h["key"], h["value"]) for h in headers[i]] if headers[i] else None
             size = record_size(keys[i], values[i], record_headers or []) if sizing else 0
@@ -250,7 +304,7 @@ def _send(producer: Producer, work: PartitionWork, bucket_config: BucketConfig, 
                     if count:
                         commit(last, count)
                     else:
-                        producer.abort_transaction(60)
+                        abort()
                     raise PartitionStoppedError(
                         f"partition {work.partition}: block {block}: source offset {offset} is {size} bytes, over the "
                         f"target topic's max.message.bytes ({work.max_message_bytes}); restored up to offset "
@@ -272,10 +326,12 @@ def _send(producer: Producer, work: PartitionWork, bucket_config: BucketConfig, 
                     except BufferError:
                         producer.poll(0.5)  # the local queue is full: let deliveries drain it
                     except KafkaException as exc:
-                        producer.abort_transaction(60)
+                        abort()
                         raise PartitionStoppedError(
                             f"partition {work.partition}: block {block}: source offset {offset} cannot be sent: "
                             f"{exc}; nothing after offset {outcome.next - 1} was committed") from exc
+                if anchored:
+                    sources.append(offset)
                 if i % 1000 == 0:
                     producer.poll(0)  # serve delivery callbacks now and then; flush serves the rest
             count, last = count + 1, offset
@@ -288,7 +344,7 @@ def _send(producer: Producer, work: PartitionWork, bucket_config: BucketConfig, 
         if count:
             commit(last, count)
         else:
-            producer.abort_transaction(60)
+            abort()
     outcome.next = max(outcome.next, work.end)
 
 

@@ -12,9 +12,11 @@ array, map                                 list, map<string, _>
 enum                                       string (the symbol)
 union [null, T] (either order)             T, nullable
 any other union                            struct with one field per non-null branch, named by the branch
-                                           (a named type's name, otherwise its Avro type name); the branch
-                                           the value was written with is set, the others are null
-decimal(p, s) on bytes or fixed            decimal128(p, s) (decimal256 beyond 38 digits)
+                                           (a named type's name, its full name when two branches share a
+                                           short name, otherwise its Avro type name); the branch the value
+                                           was written with is set, the others are null
+decimal(p, s) on bytes or fixed            decimal128(p, s) (decimal256 beyond 38 digits; over 76 digits:
+                                           ``SchemaError``; an invalid decimal is its bytes or fixed)
 date                                       date32
 time-millis, time-micros                   time32(ms), time64(us)
 timestamp-millis, timestamp-micros         timestamp(us, UTC)
@@ -24,11 +26,14 @@ uuid                                       string
 
 A union of both ``int`` and ``long`` (or ``float`` and ``double``) cannot tell its two numeric branches apart after
 fastavro decodes them: such a value goes to the first of the two branches (its value is kept exactly).
-Recursive schemas have no Arrow type: ``SchemaError``.
+Recursive schemas have no Arrow type: ``SchemaError``. A value an older writer schema wrote is converted into the
+reader's column only where its meaning is kept (docs/DESIGN.md, "A value is what its writer meant"), else
+``ConversionError``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import decimal
 import io
@@ -42,7 +47,21 @@ import pyarrow as pa
 from fastavro.schema import fingerprint as _fingerprint
 from fastavro.schema import to_parsing_canonical_form
 
-Converter = Callable[[Any], Any]
+from shale.schemas.avroresolution import (
+    EXACT,
+    TIME_CONVERTERS,
+    ConversionError,
+    Converter,
+    FastavroSchemas,
+    SchemaError,
+    decimal_converter,
+    valid_decimal,
+    without_invalid_decimals,
+)
+
+__all__ = ["MAX_DECIMAL_DIGITS", "PRIMITIVES", "ConversionError", "Decoder", "SchemaError", "aliases", "arrow_type",
+           "fingerprint", "full_name", "parse"]
+
 PRIMITIVES: dict[str, pa.DataType] = {
     "null": pa.null(), "boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(), "float": pa.float32(),
     "double": pa.float64(), "bytes": pa.binary(), "string": pa.string(),
@@ -56,8 +75,8 @@ _LOGICAL_BASE = {"date": "int", "time-millis": "int", "time-micros": "long", "ti
                  "timestamp-micros": "long", "local-timestamp-millis": "long", "local-timestamp-micros": "long"}
 
 
-class SchemaError(ValueError):
-    """An Avro schema that is invalid or has no Arrow type (a recursive record)."""
+MAX_DECIMAL_DIGITS = 76
+"""The most digits an Arrow decimal (decimal256) holds."""
 
 
 def _identity(value: Any) -> Any:
@@ -67,9 +86,12 @@ def _identity(value: Any) -> Any:
 class _Walker:
     """Walks one schema, resolving references to named types it defined earlier."""
 
-    def __init__(self) -> None:
+    def __init__(self, resolving: bool = False) -> None:
         self.named: dict[str, dict[str, Any]] = {}
         self.open: set[str] = set()
+        self.resolving = resolving
+        """Whether values come from another (older) writer schema: each converter then also takes what a
+        compatible writer may have written there and converts it losslessly or raises ``ConversionError``."""
 
     def _full(self, schema: dict[str, Any], namespace: str) -> str:
         name = str(schema["name"])
@@ -112,24 +134,32 @@ class _Walker:
         as they are)."""
         schema, namespace = self.resolve(schema, namespace)
         if isinstance(schema, str):
-            return PRIMITIVES[schema], None
+            return PRIMITIVES[schema], (EXACT.get(schema) if self.resolving else None)
         if isinstance(schema, list):
             return self._union(schema, namespace)
         if not isinstance(schema, dict) or "type" not in schema:
             raise SchemaError(f"not an Avro schema: {schema!r}")
         kind = schema["type"]
         logical = schema.get("logicalType")
-        if logical == "decimal" and kind in ("bytes", "fixed"):
+        if logical == "decimal" and kind in ("bytes", "fixed") and valid_decimal(schema):
             if kind == "fixed":
                 self._define(schema, namespace)
             precision, scale = int(schema["precision"]), int(schema.get("scale", 0))
-            return (pa.decimal128(precision, scale) if precision <= 38 else pa.decimal256(precision, scale)), None
+            if precision > MAX_DECIMAL_DIGITS:
+                raise SchemaError(f"decimal({precision}, {scale}) has more digits than the {MAX_DECIMAL_DIGITS} an "
+                                  "Arrow decimal holds: register a version whose decimals have at most "
+                                  f"{MAX_DECIMAL_DIGITS} digits and read these records again with `shale reprocess "
+                                  "--schema-id` (values that do not fit it are quarantined with the reason)")
+            arrow = pa.decimal128(precision, scale) if precision <= 38 else pa.decimal256(precision, scale)
+            return arrow, (decimal_converter(scale) if self.resolving else None)
         if logical in _TIME_TYPES and kind == _LOGICAL_BASE[logical]:
-            return _TIME_TYPES[logical], None
+            return _TIME_TYPES[logical], (TIME_CONVERTERS[logical] if self.resolving else None)
         if logical == "uuid" and kind in ("string", "fixed"):
             if kind == "fixed":
                 self._define(schema, namespace)
             return pa.string(), _uuid_text
+        if self.resolving and kind in EXACT:
+            return PRIMITIVES[kind], EXACT[kind]
         if isinstance(kind, str) and kind in PRIMITIVES:
             return PRIMITIVES[kind], None
         if kind in ("record", "error"):
@@ -189,14 +219,27 @@ class _Walker:
             inner = convert or _identity
             return arrow, lambda v: None if v is None else inner(v[1] if isinstance(v, tuple) else v)  # (name, value)
         compiled, fields = [], []
-        for b in others:
-            name = self.branch_name(b, namespace)
+        short = [self.branch_name(b, namespace) for b in others]
+        if self.resolving and len(set(short)) < len(short):
+            raise SchemaError(f"the union holds named types of one short name {short}: fastavro resolves an older "
+                              "writer's branch by short name and could pick the wrong one, so this writer version "
+                              "cannot be read into the newest one; read its records as their own schema with `shale "
+                              "reprocess --schema-id`")
+        for b, brief in zip(others, short, strict=True):
+            # Two named types of one short name (in different namespaces) are told apart by their full names.
+            name = self.full_name(b, namespace) or brief if short.count(brief) > 1 else brief
             arrow, convert = self.compile(b, namespace)
             fields.append(pa.field(name, arrow))
-            compiled.append((name, self.full_name(b, namespace), _matcher(self.resolve(b, namespace)[0]),
+            matcher = _matcher(self.resolve(b, namespace)[0])
+            if self.resolving and brief in ("float", "double") and not {"int", "long"} & set(short):
+                matcher = _number  # an older writer's integer (fastavro keeps it: ``_integer_first``), checked exact
+            compiled.append((name, self.full_name(b, namespace), matcher,
                              convert or _identity))
-        struct = pa.struct(fields)
         names = [c[0] for c in compiled]
+        if len(set(names)) < len(names):
+            raise SchemaError(f"the union's branches {names} cannot be told apart by name: a union needs one "
+                              "column field per branch")
+        struct = pa.struct(fields)
 
         def union(value: Any) -> dict[str, Any] | None:
             if value is None:  # the null branch: the struct itself is null
@@ -228,7 +271,13 @@ def _uuid_text(value: Any) -> str:
         return str(value)
     if isinstance(value, bytes):
         return str(uuid.UUID(bytes=value))
-    return str(value)
+    if isinstance(value, str):
+        return value
+    raise ConversionError(f"{value!r} was written as another kind of value than a uuid")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _matcher(schema: Any) -> Callable[[Any], bool]:
@@ -298,15 +347,27 @@ def aliases(schema: Any) -> set[str]:
     return {a if "." in a or not namespace else f"{namespace}.{a}" for a in found["aliases"] if isinstance(a, str)}
 
 
+def _compile(schema: Any, resolving: bool = False) -> tuple[pa.DataType, Converter | None]:
+    """``_Walker.compile``, every failure a ``SchemaError``: a schema the registry accepted must quarantine its
+    records with the reason, never fail the task (which would stall the group)."""
+    try:
+        return _Walker(resolving).compile(without_invalid_decimals(schema))
+    except SchemaError:
+        raise
+    except (KeyError, ValueError, TypeError, IndexError, AttributeError, pa.ArrowException) as exc:
+        raise SchemaError(f"the schema has no Arrow type: {type(exc).__name__}: {exc}"[:600]) from None
+
+
 def arrow_type(schema: Any) -> pa.DataType:
     """The Arrow type of an Avro schema (see the table above)."""
-    return _Walker().compile(parse(schema))[0]
+    return _compile(parse(schema))[0]
 
 
 def fingerprint(schema: Any) -> str:
     """SHA-256 of the schema's Parsing Canonical Form (the Avro specification's fingerprint), 16 hex digits."""
     try:
-        canonical = to_parsing_canonical_form(fastavro.parse_schema(parse(schema), _write_hint=False))
+        parsed = fastavro.parse_schema(without_invalid_decimals(parse(schema)), _write_hint=False)
+        canonical = to_parsing_canonical_form(parsed)
     except Exception as exc:  # fastavro raises several kinds on a bad schema
         raise SchemaError(f"invalid Avro schema: {exc}") from None
     return str(_fingerprint(canonical, "SHA-256"))[:16]
@@ -320,11 +381,24 @@ class Decoder:
         self.writer_json = parse(writer)
         self.reader_json = parse(reader) if reader is not None else self.writer_json
         try:
-            self._writer = fastavro.parse_schema(self.writer_json)
-            self._reader = None if reader is None else fastavro.parse_schema(self.reader_json)
+            writer_json, reader_json = without_invalid_decimals(self.writer_json), without_invalid_decimals(
+                self.reader_json)
+            if reader is not None:  # what fastavro is given to resolve with (see ``FastavroSchemas``)
+                names = _Walker()
+                with contextlib.suppress(SchemaError, KeyError, TypeError, ValueError):
+                    names.compile(writer_json)  # defines the writer's named types, to follow its references
+                fit = FastavroSchemas(names.resolve)
+                writer_json = fit.unlogical(writer_json, reader_json)
+                reader_json = fit.rewrite(writer_json, reader_json)
+            self._writer = fastavro.parse_schema(writer_json)
+            self._reader = None if reader is None else fastavro.parse_schema(reader_json)
+        except SchemaError:
+            raise
         except Exception as exc:  # fastavro raises several kinds on a bad schema
             raise SchemaError(f"invalid Avro schema: {exc}") from None
-        self.arrow, convert = _Walker().compile(self.reader_json)
+        # fastavro reads each value as its WRITER schema means it (the writer's logical types); an older writer's
+        # value is then converted to the reader's column only where that keeps its meaning (``ConversionError``).
+        self.arrow, convert = _compile(self.reader_json, resolving=reader is not None)
         self._convert = convert or _identity
 
     def decode(self, body: bytes | memoryview) -> Any:

@@ -81,7 +81,12 @@ def _integer(value: Any) -> Any:
 
 
 def _number(value: Any) -> Any:
-    return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    if isinstance(value, int) and not isinstance(value, bool):
+        if float(value) != value:  # a float64 column would hold another number
+            raise InvalidValueError(f"{value} is an integer a double does not hold exactly (it would be "
+                                    f"{float(value)!r})")
+        return float(value)
+    return value
 
 
 class _Compiler:
@@ -224,6 +229,16 @@ class Decoder:
 
     def decode(self, body: bytes | memoryview) -> Any:
         """The value; ``InvalidValueError`` with the reason: not JSON, not valid, or not convertible."""
+        return self.convert(self.read(body))
+
+    def convert(self, value: Any) -> Any:
+        """A valid JSON value (of this schema or of an older version's) as a value of ``arrow``; the JSON value is
+        what its writer meant, so a version's columns convert it from the JSON, never from another version's
+        typed value. ``InvalidValueError`` when the column cannot hold it."""
+        return self._convert(value) if value is not None else None
+
+    def read(self, body: bytes | memoryview) -> Any:
+        """The JSON value, validated against this schema; ``InvalidValueError`` with the reason."""
         try:
             value = orjson.loads(body)
         except orjson.JSONDecodeError:
@@ -234,4 +249,4 @@ class Decoder:
         for error in self._validator.iter_errors(value):
             where = "/".join(str(p) for p in error.instance_path) or "the value"
             raise InvalidValueError(f"{where}: {error.message}"[:1000])
-        return self._convert(value) if value is not None else None
+        return value

@@ -72,3 +72,23 @@ def test_tombstones_list_what_trace_cannot_find(tmp_path: Path) -> None:
     missing = runner.invoke(cli, [*_sets(tmp_path, "0"), "tombstones", "--block", ids[1]])
     assert missing.exit_code == 1
     assert "it is live" in missing.output
+
+
+def test_bucket_ls_says_which_fresh_blocks_a_newer_block_already_holds(tmp_path: Path) -> None:
+    from tests.factories import write_backup_block
+
+    from shale.block import BlockSpec, DatasetInput, write_block
+    from shale.block.ids import deterministic_block_id
+
+    bucket = open_bucket(BucketConfig(url=f"file://{tmp_path}/bucket"))
+    a = write_backup_block(bucket, "acme", "app", 0, 0, 10)
+    b = write_backup_block(bucket, "acme", "app", 0, 10, 10)
+    merged = write_block(bucket, BlockSpec(id=deterministic_block_id(BASE_MS, "ab"), tenant="acme", group="backup",
+                                           level=1, sources=[a.id, b.id], parents=[a.id, b.id]),
+                         [DatasetInput("records", "app", backup_table("app", 0, 0, 20), "timestamp")])
+    out = CliRunner().invoke(cli, [*_sets(tmp_path, "1h"), "bucket", "ls", "--tenant", "acme"]).output
+    states = {line.split()[0]: line.split()[1:4] for line in out.splitlines()[1:] if line.split()}
+    assert states[a.id][:3] == ["fresh", "(in", f"{merged.id})"]
+    assert states[b.id][:3] == ["fresh", "(in", f"{merged.id})"]
+    assert states[merged.id][:2] == ["fresh", "L1"]
+    assert "'fresh (in X)': its records are in the newer block X too" in out

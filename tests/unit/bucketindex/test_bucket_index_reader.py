@@ -19,6 +19,7 @@ from shale.bucketindex import (
     StaleIndexError,
     publish,
     read_index,
+    state_digest,
 )
 from shale.errors import ConfigError, CorruptObjectError, NotFoundError
 from shale.objstore import ObstoreBucket, open_bucket_url
@@ -45,9 +46,10 @@ def _write(bucket: ObstoreBucket, tenant: str, blocks: list[BlockMeta], at: floa
     return publish(bucket, index, current).stored.index
 
 
-def _link(previous: int, version: int, clock: Clock) -> DeltaLink:
-    """The link a metastore commit would give a change of the tenant from ``previous`` to ``version``, now."""
-    return DeltaLink(previous=previous, version=version, time=clock.now)
+def _link(previous: int, version: int, clock: Clock, live: list[BlockMeta]) -> DeltaLink:
+    """The link a metastore commit would give a change of the tenant from ``previous`` to ``version``, now,
+    after which the tenant's blocks are ``live`` (and it has no generation switches)."""
+    return DeltaLink(previous=previous, version=version, time=clock.now, digest=state_digest(_ids(live), None))
 
 
 def _ids(blocks: list[BlockMeta]) -> list[str]:
@@ -160,11 +162,12 @@ def test_stale_tolerant_mode_catches_up_through_deltas(bucket: ObstoreBucket, te
     producer = DeltaWriter(bucket, clock)
     new1, new2 = block(tenant, 4), block(tenant, 5)
     clock.advance(1000)
-    producer.write(tenant, added=[new1], link=_link(1, 2, clock))
+    producer.write(tenant, added=[new1], link=_link(1, 2, clock, [old, marked, gone, new1]))
     clock.advance(1000)
-    producer.write(tenant, added=[new2], marks=[(marked.id, clock.now, "retention")], link=_link(2, 3, clock))
+    producer.write(tenant, added=[new2], marks=[(marked.id, clock.now, "retention")],
+                   link=_link(2, 3, clock, [old, gone, new1, new2]))
     clock.advance(1000)
-    last = producer.write(tenant, removed=[gone.id], link=_link(3, 4, clock))
+    last = producer.write(tenant, removed=[gone.id], link=_link(3, 4, clock, [old, new1, new2]))
     clock.advance(1000)  # the index is 4000 s old; the newest delta 1000 s
     lists_before = sample("shale_bucket_index_delta_lists_total")
     bucket.calls.reset()
@@ -215,9 +218,9 @@ def test_catch_up_reads_the_index_after_listing_so_folded_deltas_are_not_lost(bu
     reader.blocks(tenant)
     producer = DeltaWriter(bucket, clock)
     clock.advance(100)
-    first = producer.write(tenant, added=[b], link=_link(1, 2, clock))
+    first = producer.write(tenant, added=[b], link=_link(1, 2, clock, [a, b]))
     clock.advance(3000)
-    producer.write(tenant, added=[c], link=_link(2, 3, clock))
+    producer.write(tenant, added=[c], link=_link(2, 3, clock, [a, b, c]))
     # A scan writer folds the first delta into an index that is itself stale by the time the reader looks.
     folded = BucketIndex.build(tenant, T0 + 150, [a, b], watermark=first, tenant_version=2)
     current = read_index(bucket, tenant)
@@ -291,9 +294,9 @@ def test_a_fold_racing_with_a_catch_up_never_gives_a_wrong_answer(bucket: Obstor
     reader.blocks(tenant)
     producer = DeltaWriter(bucket, clock)
     clock.advance(100)
-    first = producer.write(tenant, added=[b], link=_link(1, 2, clock))
+    first = producer.write(tenant, added=[b], link=_link(1, 2, clock, [a, b]))
     clock.advance(3000)
-    producer.write(tenant, added=[c], link=_link(2, 3, clock))
+    producer.write(tenant, added=[c], link=_link(2, 3, clock, [a, b, c]))
     clock.advance(1000)
 
     def fold() -> None:

@@ -22,8 +22,9 @@ from shale.bucketindex import (
     StaleIndexError,
     publish,
     read_index,
+    state_digest,
 )
-from shale.bucketindex.deltas import chain_end
+from shale.bucketindex.deltas import IndexDelta, follow_chain
 from shale.metastore.commands import AddBlocks, DeleteTombstones, ReplaceBlocks, Result, encode
 from shale.metastore.fsm import Entry, StateMachine
 from shale.objstore import ObstoreBucket, open_bucket_url
@@ -85,8 +86,10 @@ def test_links_apply_in_version_order_whatever_order_their_keys_have(bucket: Obs
     tenant, clock = "acme", Clock()
     a, b, c = block(tenant, 1), block(tenant, 2), block(tenant, 3)
     publish(bucket, BucketIndex.build(tenant, T0, [a], tenant_version=5), read_index(bucket, tenant))
-    DeltaWriter(bucket, Clock(T0 + 10)).write(tenant, added=[c], link=DeltaLink(previous=7, version=9, time=T0 + 12))
-    DeltaWriter(bucket, Clock(T0 + 20)).write(tenant, added=[b], link=DeltaLink(previous=5, version=7, time=T0 + 11))
+    DeltaWriter(bucket, Clock(T0 + 10)).write(tenant, added=[c], link=DeltaLink(
+        previous=7, version=9, time=T0 + 12, digest=state_digest([a.id, b.id, c.id], None)))
+    DeltaWriter(bucket, Clock(T0 + 20)).write(tenant, added=[b], link=DeltaLink(
+        previous=5, version=7, time=T0 + 11, digest=state_digest([a.id, b.id], None)))
     clock.advance(STALE + 5)
     reader = BucketIndexReader(bucket, config(max_stale_period=STALE), clock)
     assert sorted(x.id for x in reader.blocks(tenant)) == sorted([a.id, b.id, c.id])
@@ -103,25 +106,39 @@ def test_an_index_built_from_a_scan_is_not_vouched_for_by_linked_deltas(bucket: 
         BucketIndexReader(bucket, config(max_stale_period=STALE), clock).blocks(tenant)
 
 
-@given(st.integers(0, 50), st.lists(st.integers(1, 20), min_size=1, max_size=12), st.randoms(use_true_random=False),
-       st.data())
-def test_chain_end_reaches_the_newest_change_unless_a_link_is_missing(start: int, steps: list[int], rnd: object,
-                                                                       data: st.DataObject) -> None:
+@given(st.integers(0, 50), st.lists(st.integers(1, 20), min_size=1, max_size=12), st.data())
+def test_follow_chain_reaches_the_newest_change_unless_a_link_is_missing_or_a_delta_carries_less(
+        start: int, steps: list[int], data: st.DataObject) -> None:
+    """Each change adds one block; its link's digest is the tenant after it. All deltas, in any key order: the
+    newest change. One delta missing: a hole just before it. One delta that carries less than its change (its
+    block left out): verified only up to the change before it, since no later digest can match."""
     versions = [start]
     for step in steps:
         versions.append(versions[-1] + step)
-    links = [DeltaLink(previous=p, version=v, time=float(v)) for p, v in itertools.pairwise(versions)]
-    shuffled = data.draw(st.permutations(links))
-    assert chain_end(start, shuffled) == (float(versions[-1]), None)
-    missing = data.draw(st.integers(0, len(links) - 1))
-    kept = [link for i, link in enumerate(shuffled) if links.index(link) != missing]
-    reached, hole = chain_end(start, kept)
-    if missing == len(links) - 1:  # the newest change's delta is not there yet: fresh as of the one before
-        assert (reached, hole) == ((float(versions[-2]) if len(links) > 1 else None), None)
+    base = block("acme", 0)
+    added = [block("acme", n + 1) for n in range(len(steps))]
+    index = BucketIndex.build("acme", T0, [base], tenant_version=start)
+    deltas = {}
+    for n, (previous, version) in enumerate(itertools.pairwise(versions)):
+        link = DeltaLink(previous=previous, version=version, time=float(version),
+                         digest=state_digest([base.id] + [b.id for b in added[:n + 1]], None))
+        deltas[f"k{data.draw(st.integers(0, 10**6)):07d}-{n:03d}"] = IndexDelta(tenant="acme", time=0.0,
+                                                                              added=[added[n]], link=link)
+    chain = follow_chain(index, deltas)
+    assert (chain.version, chain.time, chain.hole, chain.unverified) == (versions[-1], float(versions[-1]), None,
+                                                                         None)
+    assert {b.id for b in chain.view.blocks} == {base.id, *(b.id for b in added)}
+    n = data.draw(st.integers(0, len(steps) - 1))
+    key = sorted(deltas, key=lambda k: k[-3:])[n]
+    missing = follow_chain(index, {k: d for k, d in deltas.items() if k != key})
+    if n == len(steps) - 1:  # the newest change's delta is not there yet: fresh as of the one before
+        assert (missing.version, missing.hole) == ((versions[-2] if n else None), None)
     else:
-        assert hole == versions[missing]
-        assert reached == (float(versions[missing]) if missing > 0 else None)
-    assert chain_end(None, links) == (None, None)
+        assert missing.hole == versions[n]
+        assert missing.version == (versions[n] if n else None)
+    short = follow_chain(index, deltas | {key: deltas[key].model_copy(update={"added": []})})
+    assert (short.version, short.unverified) == ((versions[n] if n else None), versions[-1])
+    assert follow_chain(BucketIndex.build("acme", T0, [base]), deltas).version is None  # a scan: no chain
 
 
 _TENANTS = ["acme", "beta"]
@@ -163,4 +180,7 @@ def test_each_tenants_links_form_one_chain_in_the_state_machine(tmp_path_factory
             assert link.previous == previous
             previous = link.version
         assert versions.get(tenant, 0) == previous
-        assert chain_end(0, links[tenant])[1] is None
+        if links[tenant]:  # the newest link digests the tenant as the state machine holds it now
+            reader = metastore.sm.reader
+            assert links[tenant][-1].digest == state_digest(reader.tenant_block_ids(tenant),
+                                                            reader.generation_rules(tenant))

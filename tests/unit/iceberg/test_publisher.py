@@ -13,7 +13,7 @@ from shale.config import ShaleConfig
 from shale.iceberg import IcebergPublisher
 from shale.iceberg.catalog import SUMMARY_INDEX, identifier
 from shale.metastore import MetastoreService, SetActiveGeneration, TruncateIndex
-from shale.metastore.commands import PartitionKey, Result
+from shale.metastore.commands import CommitIngestBatch, OffsetRange, PartitionKey, Result
 from shale.objstore import open_bucket
 
 TENANT, TOPIC = "acme", "app"
@@ -112,3 +112,35 @@ def test_a_copy_released_and_added_again_is_not_swept(setup) -> None:
     now[0] += 120  # the delete delay has passed for the snapshot that released them
     assert publisher.run_once() == 0
     assert table_rows(publisher) == query_rows(service, bucket, TENANT, TOPIC, 0, T0 + 10 * HOUR)  # all readable
+
+
+def test_case9_an_upgrade_changes_the_table_only_when_the_new_generation_has_caught_up(setup) -> None:
+    """Issue 39 case 9, in the Iceberg tables: generation 2 (``ingest.generation`` raised) ingesting beside
+    generation 1 made the table show its first small commit from its first record's time on (100 rows of 400). The
+    table now keeps generation 1's rows while generation 2 catches up, and turns to generation 2's in one snapshot at
+    the commit that catches up."""
+    config, service, publisher = setup
+    bucket = open_bucket(config.bucket)
+    for i in range(4):
+        commit(service, [write_records_block(bucket, TENANT, TOPIC, 0, i * 100, 100, T0 + i * HOUR // 2)])
+    assert publisher.run_once() == 4
+    everything = (0, T0 + 10 * HOUR)
+    before = table_rows(publisher)
+    assert sum(before.values()) == 400
+
+    def upgrade(i: int) -> Result:
+        block = write_records_block(bucket, TENANT, TOPIC, 0, i * 100, 100, T0 + i * HOUR // 2, generation=2)
+        return service.submit(CommitIngestBatch(
+            group="partition", generation=2, writer="ingest", blocks=[block],
+            ranges=[OffsetRange(topic=TOPIC, partition=0, start=i * 100, end=i * 100 + 100)])).raise_for_rejection()
+
+    for i in range(3):
+        upgrade(i)
+        assert publisher.run_once() == 0  # nothing visible changed
+        assert table_rows(publisher) == before == query_rows(service, bucket, TENANT, TOPIC, *everything)
+    assert upgrade(3).data["switches"] == {TENANT: [[TOPIC, 0, 2**62, 2]]}
+    assert publisher.run_once() == 1
+    after = table_rows(publisher)
+    assert after == query_rows(service, bucket, TENANT, TOPIC, *everything)
+    assert sum(after.values()) == 400
+    assert all("-g2-" in str(row) for row in after)

@@ -203,6 +203,25 @@ def test_committer_falls_back_to_the_dlq_in_order_and_drains_it(tmp_path: Path) 
     assert metastore.inner.offsets("backup")[0].committed_end == 40
 
 
+def test_committer_keeps_the_switches_its_last_commit_made(tmp_path: Path) -> None:
+    """A bucket index delta must carry a generation switch an ingest commit made (DESIGN 10.5): the committer keeps
+    them from the commit's result, and logs that its generation serves readers now."""
+    from tests.unit.metastore.helpers import meta
+
+    metastore = FlakyMetastore(tmp_path / "s.db")
+    committer = Committer(metastore, None, "partition", 1)
+
+    def batch(start: int, end: int) -> CommitIngestBatch:
+        return CommitIngestBatch(group="partition", ranges=[OffsetRange(topic="app", partition=0, start=start,
+                                                                        end=end)],
+                                 blocks=[meta(group="partition", start=start, end=end)])
+
+    assert committer.commit(batch(0, 10)) == "committed"
+    assert committer.switches == {"acme": [["app", 0, 2**62, 1]]}  # a topic's first commit: active at every time
+    assert committer.commit(batch(10, 20)) == "committed"
+    assert committer.switches == {}
+
+
 def test_committer_stops_on_a_rejected_batch(tmp_path: Path) -> None:
     metastore = FlakyMetastore(tmp_path / "s.db")
     committer = Committer(metastore, None, "backup", 1)

@@ -279,7 +279,8 @@ def test_retention_racing_a_compaction_keeps_the_fresh_records(tmp_path: Path, c
     assert done.updates == {job.job: "completed"}
 
     first, second = service.submit(command), service.submit(command)
-    assert (first.data, second.data) == ({"removed": 0, "links": {}}, {"removed": 0, "links": {}})
+    assert (first.data, second.data) == ({"removed": 0, "tombstoned": {}, "links": {}},
+                                         {"removed": 0, "tombstoned": {}, "links": {}})
     assert [m.id for m in service.state.reader.tenant_blocks("acme")] == [out.id]
     assert [(r.start, r.end) for r in service.get_block(out.id).kafka] == [(0, 20)]  # type: ignore[union-attr]
     assert [i.key for i in bucket.list("acme/markers/")] == [deletion_mark_key("acme", old.id)]

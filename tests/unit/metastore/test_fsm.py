@@ -12,6 +12,7 @@ from tests.factories import BASE_MS
 from tests.unit.metastore.helpers import meta
 
 from shale.block import BlockMeta, Compaction, FileInfo
+from shale.bucketindex import state_digest
 from shale.metastore.commands import (
     AddBlocks,
     CommitIngestBatch,
@@ -70,8 +71,10 @@ def _without_index(h: Harness) -> Callable[[], str]:
 def test_add_blocks_is_idempotent_and_rejects_tombstoned(h: Harness) -> None:
     a, b = meta(start=0), meta(start=100, end=200)
     first = h.apply(AddBlocks(blocks=[a, b]))
-    # The tenant's link (previous version, version, log time): what its bucket index delta carries.
-    assert first.data == {"added": [a.id, b.id], "existing": [], "rejected": [], "links": {"acme": [0, 1, BASE_MS + 1]}}
+    # The tenant's link (previous version, version, log time, digest of its blocks and switches, switches if
+    # changed): what its bucket index delta carries.
+    assert first.data == {"added": [a.id, b.id], "existing": [], "rejected": [],
+                          "links": {"acme": [0, 1, BASE_MS + 1, state_digest([a.id, b.id], []), None]}}
     rows_before = h.sm.reader.count_blocks()
     second = h.apply(AddBlocks(blocks=[a, b]))
     assert second.data == {"added": [], "existing": [a.id, b.id], "rejected": [], "links": {}}
@@ -236,8 +239,9 @@ def test_truncate_index_tombstones_whole_partitions_and_checks_the_term(h: Harne
     stale = h.apply(TruncateIndex(prepared_term=0, cutoffs={"acme": 2**53}, partitions=[key]))
     assert stale.reason == "stale-term"
     first, second, _, _ = _twice(h, TruncateIndex(prepared_term=1, cutoffs={"acme": 2**53}, partitions=[key]))
-    assert first.data == {"removed": 1, "links": {"acme": [1, 3, BASE_MS + 3]}}
-    assert second.data == {"removed": 0, "links": {}}
+    assert first.data == {"removed": 1, "tombstoned": {"acme": [old.id]},
+                          "links": {"acme": [1, 3, BASE_MS + 3, state_digest([new.id], []), None]}}
+    assert second.data == {"removed": 0, "tombstoned": {}, "links": {}}
     assert [m.id for m in h.sm.reader.tenant_blocks("acme")] == [new.id]
     assert [t.block_id for t in h.sm.reader.tombstones()] == [old.id]
     assert [p.window_start for p in h.sm.reader.partitions("acme")] == [_window(new.time_ms)]
@@ -251,12 +255,13 @@ def test_truncate_index_removes_only_the_blocks_its_cutoff_expires(h: Harness) -
     h.apply(AddBlocks(blocks=[old, merged]))
     key = PartitionKey(tenant="acme", shard=0, window_start=_window(BASE_MS))
     first, second, _, _ = _twice(h, TruncateIndex(prepared_term=1, cutoffs={"acme": cutoff}, partitions=[key]))
-    assert (first.data, second.data) == ({"removed": 1, "links": {"acme": [1, 2, BASE_MS + 2]}},
-                                         {"removed": 0, "links": {}})
+    assert (first.data, second.data) == ({"removed": 1, "tombstoned": {"acme": [old.id]}, "links": {
+        "acme": [1, 2, BASE_MS + 2, state_digest([merged.id], []), None]}}, {"removed": 0, "tombstoned": {},
+                                                                              "links": {}})
     assert [m.id for m in h.sm.reader.tenant_blocks("acme")] == [merged.id]
     # A creation window that ends after the cutoff is kept whole, whatever the partition list says.
     early = h.apply(TruncateIndex(prepared_term=1, cutoffs={"acme": _window(BASE_MS) + 1}, partitions=[key]))
-    assert early.data == {"removed": 0, "links": {}}
+    assert early.data == {"removed": 0, "tombstoned": {}, "links": {}}
     missing = h.apply(TruncateIndex(prepared_term=1, cutoffs={}, partitions=[key]))
     assert (missing.ok, missing.reason) == (False, "malformed")
 
@@ -266,7 +271,7 @@ def test_delete_tombstones_and_noop_are_idempotent(h: Harness) -> None:
     h.apply(AddBlocks(blocks=[a]))
     h.apply(ReplaceBlocks(tenant="acme", sources=[a.id], blocks=[], reason="deleted"))
     first, second, _, _ = _twice(h, DeleteTombstones(block_ids=[a.id]))
-    assert first.data == {"deleted": 1, "links": {"acme": [2, 3, BASE_MS + 3]}}
+    assert first.data == {"deleted": 1, "links": {"acme": [2, 3, BASE_MS + 3, state_digest([], []), None]}}
     assert second.data == {"deleted": 0, "links": {}}
     assert h.sm.reader.tombstones() == []
     assert h.apply(Noop()).ok

@@ -83,7 +83,8 @@ def test_raising_the_generation_hides_no_older_record(tmp_path: Path) -> None:
     """Issue 26 case 12: ingest raised to generation 2 for an upgrade re-reads what Kafka still holds (offsets 2-4;
     0-1 are gone from Kafka and only in generation 1). Queries took the querying process's own ingest.generation
     where no switch was recorded, so one configured with 2 lost offsets 0-1, one with 1 lost offset 4. The
-    metastore now records the switch itself: generation 2 from its first record's time on."""
+    metastore now records the switch itself, when generation 2 has caught up (issue 39 case 9): from the time after
+    generation 1's block that holds offsets generation 2 lacks (0-1) on, so offsets 2-3 stay generation 1's."""
     bucket = open_bucket_url(f"memory://query-upgrade-{uuid.uuid4().hex}")
     state = StateMachine(tmp_path / "state.db")
     service = MetastoreService(state, SingleNodeLog(state))
@@ -92,12 +93,12 @@ def test_raising_the_generation_hides_no_older_record(tmp_path: Path) -> None:
         service.submit(CommitIngestBatch(group="partition", generation=generation, writer="ingest", blocks=[block],
                                          ranges=[OffsetRange(topic="app", partition=0, start=start,
                                                              end=start + len(values))])).raise_for_rejection()
-    assert state.reader.generation_rules("acme") == [("app", 0, 2**62, 1), ("app", BASE_MS + 2000, 2**62, 2)]
+    assert state.reader.generation_rules("acme") == [("app", 0, 2**62, 1), ("app", BASE_MS + 3001, 2**62, 2)]
     for configured in (1, 2):
         query = Query("acme", BASE_MS - 1000, BASE_MS + 3_600_000, default_generation=configured)
         rows = run_query(query, ReadOnlyIndex(tmp_path / "state.db"), bucket).read_all()
         assert sorted(zip(rows.column("offset").to_pylist(), rows.column("host").to_pylist(), strict=True)) == [
-            (0, "a0"), (1, "a1"), (2, "b2"), (3, "b3"), (4, "b4")]
+            (0, "a0"), (1, "a1"), (2, "a2"), (3, "a3"), (4, "b4")]
 
 
 def test_a_selector_finds_rows_past_the_label_set_cap() -> None:

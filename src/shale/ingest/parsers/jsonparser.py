@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import json
 import zoneinfo
 from typing import Any, ClassVar
 
 import orjson
 import pyarrow as pa
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
 from shale.config.parsers import ParserOptions, TimeFormat, TimeZone
 from shale.ingest.parsers.base import ParseError, Parser, infer_year, to_us
+from shale.ingest.parsers.jsontypes import TYPE_HELP, arrow_type, check_type, converter, iso_timestamp
 
 EPOCH_FORMATS = {"epoch_ms": 1000, "epoch_s": 1_000_000, "epoch_us": 1}  # microseconds per unit
 
@@ -62,7 +64,22 @@ class JsonOptions(ParserOptions):
     timezone: TimeZone = Field(default="UTC", description="IANA zone of times written without one")
     label_fields: list[str] = Field(default_factory=list, description="dot paths whose values become labels "
                                     "(few, low-cardinality: level, host)")
-    fields: list[str] = Field(default_factory=list, description="dot paths kept as string columns")
+    fields: list[str] = Field(default_factory=list, description="dot paths kept as columns (strings, unless types "
+                              "says otherwise)")
+    types: dict[str, str] = Field(default_factory=dict, description="a column type per path of fields: " + TYPE_HELP
+                                  + "; a value its type does not hold exactly quarantines the record, never "
+                                  "converted (shale.ingest.parsers.jsontypes)")
+
+    @field_validator("types")
+    @classmethod
+    def _types(cls, value: dict[str, str]) -> dict[str, str]:
+        return {path: check_type(name) for path, name in value.items()}
+
+    @model_validator(mode="after")
+    def _typed_fields(self) -> JsonOptions:
+        if unknown := sorted(set(self.types) - set(self.fields)):
+            raise ValueError(f"types names {unknown}, which fields does not list (labels are always strings)")
+        return self
 
 
 class JsonTimestampParser(Parser):
@@ -82,9 +99,16 @@ class JsonTimestampParser(Parser):
         self.label_paths = {p.replace(".", "_"): p.split(".") for p in settings.label_fields}
         self.field_paths = {p.replace(".", "_"): p.split(".") for p in settings.fields}
         self.column_paths = {**self.label_paths, **self.field_paths}
+        declared = {p.replace(".", "_"): name for p, name in settings.types.items() if name != "string"}
+        self.types = {column: arrow_type(name) for column, name in declared.items()}
+        read_time = iso_timestamp(self.tz)
+        self.converters = {column: converter(name, read_time) for column, name in declared.items()}
+        self.decimals = [column for column, name in declared.items() if name.startswith("decimal")]
+
+    typed: ClassVar[bool] = True  # its columns have the types ``columns`` says: strings unless declared
 
     def columns(self) -> dict[str, pa.DataType]:
-        return dict.fromkeys(self.column_paths, pa.string())
+        return {name: self.types.get(name, pa.string()) for name in self.column_paths}
 
     def labels(self) -> list[str]:
         return list(self.label_paths)
@@ -125,8 +149,19 @@ class JsonTimestampParser(Parser):
             # the exact document, so it keeps every digit (the time field is read through a float either way).
             exact = self.decode_exact(value)
             found = {name: dig(exact, path) for name, path in self.column_paths.items()}
-        return event_time, {name: None if v is None else (v if isinstance(v, str) else as_text(name, v))
-                            for name, v in found.items()}
+        if self.decimals and any(isinstance(found[c], float) for c in self.decimals):
+            exact = self.decode_numbers(value)  # a decimal is read from its text, never through a float
+            found.update({c: dig(exact, self.column_paths[c]) for c in self.decimals})
+        convert = self.converters
+        return event_time, {name: None if v is None else convert[name](name, v) if name in convert else
+                            (v if isinstance(v, str) else as_text(name, v)) for name, v in found.items()}
+
+    def decode_numbers(self, value: bytes) -> Any:
+        """The document with every fraction as a ``decimal.Decimal`` of its exact text."""
+        try:
+            return json.loads(value, parse_float=decimal.Decimal)
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            raise ParseError(f"invalid JSON: {exc}") from None
 
 
 def _refuse(value: Any) -> Any:

@@ -47,6 +47,7 @@ class JsonSchemaParser(RegistryParser):
         self._decoders: dict[int, jsonschema.Decoder | str] = {}
         self._problems: dict[int, str] = {}
         self._named: jsonschema.Decoder | None = None
+        self._reader: jsonschema.Decoder | None = None
 
     def _decoder(self, sid: int, text: str) -> jsonschema.Decoder | str:
         found = self._decoders.get(sid)
@@ -61,7 +62,7 @@ class JsonSchemaParser(RegistryParser):
         return found
 
     def prepare(self, headers: list[bytes | None]) -> None:
-        self._problems, self._named = {}, None
+        self._problems, self._named, self._reader = {}, None, None
         self.clear()
         usable = []
         counts = id_counts(headers)
@@ -82,6 +83,7 @@ class JsonSchemaParser(RegistryParser):
             self._problems.update({sid: reader for sid, _ in usable})
             return
         self._named = reader if named is not None else None
+        self._reader = reader
         newest = reader
         problem = self.set_columns(newest.arrow)
         if problem is not None:
@@ -136,9 +138,15 @@ class JsonSchemaParser(RegistryParser):
         if self._named is not None:
             decoder, which = self._named, f"the named reader schema id {self.reader_schema_id}"
         try:
-            datum = decoder.decode(payload(value))
+            valid = decoder.read(payload(value))  # validated by the schema it was written with (or the named one)
         except jsonschema.InvalidValueError as exc:
             raise ParseError(f"the record does not fit {which}: {exc}"[:1000]) from None
+        reader = self._reader or decoder
+        try:  # the JSON value, as its writer meant it, into the columns of the chunk's reader schema
+            datum = reader.convert(valid)
+        except jsonschema.InvalidValueError as exc:
+            raise ParseError(f"the record written with schema id {sid} cannot be held by the columns of the "
+                             f"{self.reader_word} schema: {exc}"[:1000]) from None
         if not isinstance(datum, dict):
             raise ParseError(f"the record written with schema id {sid} is not a JSON object")
         return self.finish(datum, kafka_time_ms)

@@ -21,3 +21,7 @@ class MsgpackParser(JsonTimestampParser):
             raise ParseError(f"invalid msgpack: {exc}") from None
         except RecursionError:
             raise ParseError("the msgpack value is nested too deeply to read") from None
+
+    def decode_numbers(self, value: bytes) -> Any:
+        """msgpack floats are binary: a decimal column reads one from its shortest text (``repr``)."""
+        return self.decode(value)
