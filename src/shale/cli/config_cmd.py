@@ -21,11 +21,25 @@ def config() -> None:
 @click.pass_context
 @shale_errors
 def check(ctx: click.Context, defaults: bool) -> None:
-    """Validate the configuration (file, environment, --set); exit 1 naming every bad key."""
+    """Validate the configuration (file, environment, --set); exit 1 naming every bad key. The typed parser rules
+    (avro, protobuf, json_schema) of ingest.topics are checked against the Schema Registry too: their time field
+    and label fields must exist in each subject's newest version with a fitting type."""
     if defaults:
         _print_defaults()
         return
-    get_config(ctx)
+    from shale.errors import ConfigError
+    from shale.ingest.parsers.rulecheck import check_typed_rules, raise_for_errors
+    from shale.schemas.registry import RegistryUnavailableError
+
+    config = get_config(ctx)
+    try:
+        findings = check_typed_rules(config.ingest, config.ingest.topics)
+    except RegistryUnavailableError as exc:
+        raise ConfigError(f"the typed parser rules could not be checked against the schema registry: {exc}") from None
+    for finding in findings:
+        if not finding.error:
+            click.echo(f"note: {finding.message}")
+    raise_for_errors(findings)
     click.echo("configuration is valid")
 
 

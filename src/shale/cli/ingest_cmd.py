@@ -60,13 +60,16 @@ def ingest(ctx: click.Context, group: str, topics: str | None, topic_pattern: st
             ctx.exit(INGEST_WHOLLY_QUARANTINED)
 
 
-VERIFY_EXIT = {"OK": 0, "PROBLEMS": 1, "NOT YET": 3, "QUARANTINED": 4}
+VERIFY_EXIT = {"OK": 0, "PROBLEMS": 1, "NOT YET": 3, "QUARANTINED": 4, "LOST": 5}
 
 
 @click.command(epilog="Exit status: 0 OK: every record Kafka holds is stored exactly once, as data. "
                "1 PROBLEMS: records missing or stored twice (or an error). 2 an unknown topic or a bad option. "
                "3 NOT YET: nothing is wrong, but records Kafka holds are not ingested yet. "
-               "4 QUARANTINED: everything stored once, some records in quarantine (shale query --quarantine).")
+               "4 QUARANTINED: everything stored once, some records in quarantine (shale query --quarantine). "
+               "5 LOST: Kafka's retention deleted offsets before the group read them; they will never be stored "
+               "(each partition's line names the range and the shale offsets acknowledge-loss command that accepts "
+               "it).")
 @click.option("--group", type=click.Choice(["backup", "partition"]), required=True)
 @click.option("--topic", required=True)
 @click.option("--generation", type=int, help="Generation to check (default: ingest.generation).")
@@ -100,11 +103,15 @@ def verify(ctx: click.Context, group: str, topic: str, generation: int | None, a
             click.echo(f"  partition {p.partition} (incarnation {p.incarnation}): kafka [{p.kafka_earliest},"
                        f"{p.kafka_end}) committed {p.committed_end} stored {p.stored} missing {p.missing} "
                        f"duplicated {p.duplicated} quarantined {p.quarantined} not in Kafka {p.not_in_kafka} "
-                       f"offsets without a record {p.skipped} not yet ingested {p.not_yet_ingested}"
+                       f"offsets without a record {p.skipped} lost {p.lost} not yet ingested {p.not_yet_ingested}"
                        + (f" e.g. {p.missing_sample}" if p.missing_sample else ""))
+            if p.lost:
+                click.echo(f"    lost [{p.committed_end},{p.kafka_earliest}): Kafka's retention deleted these "
+                           f"{p.lost} offsets before this group read them, so they will never be stored; ingest "
+                           f"waits on this partition until the loss is accepted with: {p.action}")
         click.echo(f"{group} generation {gen} topic {topic}: {report.stored} stored, {report.missing} missing, "
-                   f"{report.duplicated} duplicated, {report.quarantined} quarantined, {report.not_yet_ingested} "
-                   f"not yet ingested, {report.not_in_kafka} not in Kafka"
+                   f"{report.duplicated} duplicated, {report.quarantined} quarantined, {report.lost} lost, "
+                   f"{report.not_yet_ingested} not yet ingested, {report.not_in_kafka} not in Kafka"
                    f"{' (compacted topic)' if report.compacted else ''}: {report.status}")
     if report.status != "OK":
         raise SystemExit(VERIFY_EXIT[report.status])

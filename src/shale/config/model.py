@@ -278,6 +278,11 @@ class SchemaRegistryConfig(_Section):
     timeout: Duration = Field(default=10.0, description="one request's timeout; a registry that does not answer "
                               "in time pauses the partitions whose schemas are not cached, which are retried "
                               "with a backoff (their records are never quarantined for it)")
+    available_now_attempts: int = Field(default=5, ge=1, description="with --available-now (a one-shot run): how "
+                                        "many times in a row a partition may pause on a registry that does not "
+                                        "answer usefully (down, a wrong url, refused credentials) before the run "
+                                        "fails naming the registry and what to check; a continuous run waits for "
+                                        "it, with a backoff up to a minute, however long it takes")
 
     @field_validator("url")
     @classmethod

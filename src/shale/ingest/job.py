@@ -51,6 +51,7 @@ from shale.ingest.kafka import (
     value_bytes_per_offset,
 )
 from shale.ingest.lease import IngestLease
+from shale.ingest.parsers.rulecheck import check_typed_rules, raise_for_errors
 from shale.ingest.pauses import RegistryBackoff, commit_ranges
 from shale.ingest.plan import BatchPlan, Limits, PartitionRange, plan_batch, recreated
 from shale.ingest.records import SPARK_COLUMNS, WRITTEN_SCHEMA
@@ -67,6 +68,7 @@ from shale.ingest.task import (
 from shale.metastore import DeadLetterQueue, open_metastore
 from shale.metastore.shards import shard_of
 from shale.objstore import open_bucket
+from shale.schemas.registry import RegistryUnavailableError
 from shale.signals import Stopper
 
 if TYPE_CHECKING:
@@ -346,6 +348,8 @@ class IngestJob:
         ``available_now``, the ``AVAILABLE_NOW_ATTEMPTS``-th failure in a row is raised."""
         if stop is None:  # nobody else handles signals: the first stops at the next batch (shale.signals)
             stop = Stopper(f"ingest {self.group}").install().event
+        if self.group == "partition":
+            self._check_rules()
         if not available_now:  # a run to the end has no freshness to protect and no standby: no rehearsal
             self._warm()
         while self.lease.wait(stop):
@@ -369,15 +373,34 @@ class IngestJob:
             # so a partition that moved resumes at its committed end under whichever driver holds it now).
             self.lease.reset()
 
+    def _check_rules(self) -> None:
+        """The typed rules against the registry's schemas, as `shale config check` does: a rule that does not fit
+        its subject's newest version would quarantine every record, so ingest refuses to start. A registry that does
+        not answer usefully leaves the check to the records themselves (their partitions pause)."""
+        try:
+            findings = check_typed_rules(self.config.ingest, self.config.ingest.topics)
+        except RegistryUnavailableError as exc:
+            log.warning("the typed parser rules could not be checked against the schema registry; partitions whose "
+                        "schemas it does not give pause", extra={"group": self.group, "error": str(exc)})
+            return
+        for finding in findings:
+            if not finding.error:
+                log.warning(finding.message, extra={"group": self.group})
+        raise_for_errors(findings)
+
     def _give_up_on_registry(self) -> None:
-        """With --available-now: only partitions paused on the registry are left; after ``AVAILABLE_NOW_ATTEMPTS``
-        pauses in a row of one of them, the run reports it instead of waiting for ever."""
+        """With --available-now: only partitions paused on the registry are left; after
+        ``schema_registry.available_now_attempts`` pauses in a row of one of them, the run reports it instead of
+        waiting for ever (nothing of it was quarantined; its offsets from the pause on are not committed)."""
+        attempts = self.config.ingest.schema_registry.available_now_attempts
         worst = max(self.pauses.held.items(), key=lambda item: item[1].failures, default=None)
-        if worst is not None and worst[1].failures >= AVAILABLE_NOW_ATTEMPTS:
+        if worst is not None and worst[1].failures >= attempts:
             (topic, partition), held = worst
-            raise RetryableError(f"ingest {self.group}: stored everything it could, but {topic}[{partition}] "
-                                 f"paused {held.failures} times in a row on the schema registry {held.registry} "
-                                 f"({held.error})")
+            raise RegistryUnavailableError(
+                f"ingest {self.group}: stored everything it could, but {topic}[{partition}] paused {held.failures} "
+                f"times in a row on the schema registry {held.registry}: {held.error}. Nothing of it was "
+                "quarantined; the next run continues where it paused (ingest.schema_registry."
+                "available_now_attempts sets how often a one-shot run tries)", registry=held.registry)
 
     def _warm(self) -> None:
         """Start what a batch needs before waiting for the lease, so that the first batch after a start or a

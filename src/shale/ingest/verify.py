@@ -8,6 +8,12 @@ quarantine datasets, read one column at a time). Every Kafka offset below the co
 exactly once; offsets Kafka no longer holds (retention) are checked for duplicates only. A stored offset that
 Kafka still holds the range of but no read_committed consumer sees is ``not_in_kafka``: an aborted record stored
 as data (a failure), unless the topic is compacted (then Kafka may have removed it after it was read).
+
+Offsets above the committed end are never ingested yet, but not all of them can still be: those below Kafka's
+earliest offset were deleted by its retention before the group read them (``lost``, the range
+``[committed end, earliest)``; the ingest plan reports the same ``Loss`` and waits for ``shale offsets
+acknowledge-loss``, which moves the committed end past them). Only offsets Kafka still holds are
+``not_yet_ingested`` (``pending``).
 """
 
 from __future__ import annotations
@@ -44,6 +50,10 @@ class PartitionReport:
     incarnation: str = ""
     not_in_kafka: int = 0
     skipped: int = 0
+    lost: int = 0
+    """Offsets ``[committed_end, kafka_earliest)``: deleted by Kafka before the group read them, not acknowledged."""
+    action: str = ""
+    """The command that accepts the loss (``shale offsets acknowledge-loss ...``), when ``lost``."""
 
 
 @dataclass
@@ -80,16 +90,23 @@ class VerifyReport:
         return sum(p.not_yet_ingested for p in self.partitions)
 
     @property
+    def lost(self) -> int:
+        return sum(p.lost for p in self.partitions)
+
+    @property
     def ok(self) -> bool:
         """Nothing committed is missing or stored twice (records not yet ingested or quarantined aside)."""
         return self.missing == 0 and self.duplicated == 0 and (self.compacted or self.not_in_kafka == 0)
 
     @property
     def status(self) -> str:
-        """The one-word verdict, worst first: PROBLEMS (missing, duplicated or aborted records stored), NOT YET
-        (records Kafka holds are not ingested yet), QUARANTINED (all stored once, some as quarantine), else OK."""
+        """The one-word verdict, worst first: PROBLEMS (missing, duplicated or aborted records stored), LOST (Kafka
+        deleted offsets before the group read them, not acknowledged: they will never come), NOT YET (records Kafka
+        holds are not ingested yet), QUARANTINED (all stored once, some as quarantine), else OK."""
         if not self.ok:
             return "PROBLEMS"
+        if self.lost:
+            return "LOST"
         if self.not_yet_ingested:
             return "NOT YET"
         return "QUARANTINED" if self.quarantined else "OK"
@@ -97,7 +114,23 @@ class VerifyReport:
     def as_dict(self) -> dict[str, object]:
         return {**asdict(self), "missing": self.missing, "duplicated": self.duplicated,
                 "quarantined": self.quarantined, "stored": self.stored, "not_in_kafka": self.not_in_kafka,
-                "not_yet_ingested": self.not_yet_ingested, "ok": self.ok, "status": self.status}
+                "not_yet_ingested": self.not_yet_ingested, "lost": self.lost, "ok": self.ok, "status": self.status}
+
+
+def pending(earliest: int, end: int, committed_end: int | None) -> tuple[range, range]:
+    """The offsets of a partition not ingested: (lost, not yet ingested). Kafka holds ``[earliest, end)``; the
+    group has committed up to ``committed_end`` (None: never, it starts at Kafka's earliest). Lost: above the
+    committed end and below Kafka's earliest, deleted before they were read (an acknowledged loss moved the
+    committed end past them). Not yet ingested: above the committed end and still in Kafka."""
+    start = earliest if committed_end is None else committed_end
+    readable = max(start, earliest)  # the first offset not ingested that Kafka still holds
+    return range(start, readable), range(readable, max(readable, end))
+
+
+def acknowledge_command(group: str, generation: int, topic: str, partition: int, to: int) -> str:
+    """The command that accepts a loss up to ``to`` (Kafka's earliest offset)."""
+    return (f"shale offsets acknowledge-loss --group {group} --generation {generation} --topic {topic} "
+            f"--partition {partition} --to {to}")
 
 
 class StoredBlocks(Protocol):
@@ -217,10 +250,11 @@ def verify_topic(metastore: StoredBlocks, bucket: BucketReader, kafka: KafkaConf
         visible = set(in_kafka)
         missing = [o for o in in_kafka if o not in counts and o not in ambiguous.get(partition, ())]
         unexpected = [o for o in counts if earliest <= o < upto and o not in visible]
+        lost, not_yet = pending(earliest, end, done)
         reports.append(PartitionReport(
             partition=partition, kafka_earliest=earliest, kafka_end=end, committed_end=done,
             stored=sum(counts.values()), quarantined=quarantined.get(partition, 0), missing=len(missing),
-            duplicated=duplicated, not_yet_ingested=max(0, end - (done if done is not None else earliest)),
-            missing_sample=missing[:10], incarnation=state.incarnation, not_in_kafka=len(unexpected),
-            skipped=row.skipped if row is not None else 0))
+            duplicated=duplicated, not_yet_ingested=len(not_yet), missing_sample=missing[:10],
+            incarnation=state.incarnation, not_in_kafka=len(unexpected), skipped=row.skipped if row is not None else 0,
+            lost=len(lost), action=acknowledge_command(group, generation, topic, partition, earliest) if lost else ""))
     return VerifyReport(group, generation, topic, reports, compacted=_compacted(kafka, topic))

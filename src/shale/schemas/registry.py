@@ -4,13 +4,19 @@ A schema id names one immutable schema, so a cached schema never goes stale: eac
 registry once per id (``GET /schemas/ids/{id}``). A Protobuf schema may import files registered under other
 subjects (its ``references``); those are read once per (subject, version), which are immutable too.
 
-Errors, by what they mean for the record:
+Errors, by what they mean for the record (``ShaleError`` > ``NotFoundError`` > ``UnknownSchemaError``;
+``ShaleError`` > ``RetryableError`` > ``RegistryUnavailableError``):
 
-* ``UnknownSchemaError``: the registry answered that the id does not exist (404): the record can never be read
-  with it, it is quarantined with the reason;
-* ``RegistryUnavailableError`` (retryable): no answer, a timeout, 5xx, 401/403: the record is fine, the registry
-  is not; nothing is quarantined: an ingest task pauses the partition (``shale.ingest.task.Paused``) and the
-  driver plans it again later, with a backoff.
+* ``UnknownSchemaError``: the registry itself answered that the schema does not exist: HTTP 404 with the
+  Confluent-compatible API's JSON error body and its own "not found" code (``error_code`` 40403 for a schema id;
+  40401 or 40402 for a subject or a version of one). Only then can the record never be read with it: it is
+  quarantined with the reason. Confluent Schema Registry and Apicurio's ``/apis/ccompat/v7`` both answer so;
+* ``RegistryUnavailableError`` (retryable): everything else that is not a schema: no answer, a timeout, a 404
+  without that code (a proxy's error page while the registry restarts, a url without ``/apis/ccompat/v7``), 401/403,
+  5xx, a body that is not the registry's JSON. The record is fine, the registry (or its address) is not: nothing
+  is quarantined, an ingest task pauses the partition (``shale.ingest.task.Paused``) and the driver plans it again
+  later, with a backoff. The message names the URL asked (never a secret: the configuration refuses a url holding
+  credentials) and what to check.
 """
 
 from __future__ import annotations
@@ -23,11 +29,19 @@ from urllib.parse import quote
 import httpx
 
 from shale.config import SchemaRegistryConfig
-from shale.errors import RetryableError
+from shale.errors import NotFoundError, RetryableError
+
+SCHEMA_NOT_FOUND = 40403
+"""The Confluent-compatible API's ``error_code`` for a schema id it does not have."""
+SUBJECT_NOT_FOUND = 40401
+VERSION_NOT_FOUND = 40402
+"""Its codes for a subject it does not have, and for a version a subject does not have."""
+BY_ID = frozenset({SCHEMA_NOT_FOUND})
+BY_VERSION = frozenset({SUBJECT_NOT_FOUND, VERSION_NOT_FOUND})
 
 
-class UnknownSchemaError(LookupError):
-    """The registry says this schema id does not exist."""
+class UnknownSchemaError(NotFoundError, LookupError):
+    """The registry itself says this schema (id, or subject and version) does not exist."""
 
 
 class RegistryUnavailableError(RetryableError):
@@ -98,7 +112,7 @@ class RegistryClient:
         found = self.cached(schema_id)
         if found is not None:
             return found
-        found = self._read(f"/schemas/ids/{schema_id}", f"schema id {schema_id}", schema_id)
+        found = self._read(f"/schemas/ids/{schema_id}", f"schema id {schema_id}", schema_id, BY_ID)
         with _LOCK:
             _CACHE[(self.url, schema_id)] = found
         return found
@@ -122,29 +136,80 @@ class RegistryClient:
         what = f"subject {subject!r} version {version}"
         return self._read(f"/subjects/{quote(subject, safe='')}/versions/{quote(str(version), safe='')}", what, 0)
 
-    def _read(self, path: str, what: str, schema_id: int) -> RegisteredSchema:
+    def versions(self, subject: str) -> list[int]:
+        """The versions registered under ``subject`` (``GET /subjects/{subject}/versions``), oldest first;
+        ``UnknownSchemaError`` when the registry says the subject does not exist."""
+        path = f"/subjects/{quote(subject, safe='')}/versions"
+        response = self._get(path, f"subject {subject!r}", BY_VERSION)
         try:
-            with self._client() as client:
-                response = client.get(f"{self.url}{path}")
-        except httpx.HTTPError as exc:
-            raise RegistryUnavailableError(f"schema registry {self.url} did not answer for {what}: "
-                                           f"{type(exc).__name__}; the partition waits and is retried",
-                                           registry=self.url) from None
-        if response.status_code == 404:
-            raise UnknownSchemaError(f"{what} does not exist in the schema registry")
-        if response.status_code != 200:
-            raise RegistryUnavailableError(f"schema registry {self.url} answered HTTP {response.status_code} for "
-                                           f"{what}; the partition waits and is retried", registry=self.url)
+            found = response.json()
+            if not isinstance(found, list):
+                raise TypeError(found)
+            return sorted(int(v) for v in found)
+        except (ValueError, TypeError):
+            raise self._unavailable(f"answered GET {self.url}{path} with something that is not a list of versions",
+                                    "check that ingest.schema_registry.url is the base of the Confluent-compatible "
+                                    "API, not another service") from None
+
+    def _read(self, path: str, what: str, schema_id: int, not_found: frozenset[int] = BY_VERSION) -> RegisteredSchema:
+        """``path``'s schema; ``UnknownSchemaError`` only on the registry's own "not found" (an ``error_code`` of
+        ``not_found``), ``RegistryUnavailableError`` on any other answer that is not a schema."""
+        url = f"{self.url}{path}"
+        response = self._get(path, what, not_found)
         try:
             body = response.json()
             references = tuple(SchemaReference(str(r["name"]), str(r["subject"]), int(r["version"]))
                                for r in body.get("references") or [])
+            text = body["schema"]
+            if not isinstance(text, str):
+                raise TypeError(text)
             return RegisteredSchema(schema_id or int(body.get("id") or 0), str(body.get("schemaType") or "AVRO"),
-                                    str(body["schema"]), references)
+                                    text, references)
         except (ValueError, KeyError, AttributeError, TypeError):
-            raise RegistryUnavailableError(f"schema registry {self.url} answered {what} with something that is "
-                                           "not a schema; the partition waits and is retried",
-                                           registry=self.url) from None
+            raise self._unavailable(f"answered GET {url} with something that is not a schema",
+                                    "check that ingest.schema_registry.url is the base of the Confluent-compatible "
+                                    "API, not another service") from None
+
+    def _get(self, path: str, what: str, not_found: frozenset[int]) -> httpx.Response:
+        """The registry's 200 answer to ``GET path``; ``UnknownSchemaError`` only on the registry's own "not found"
+        (an ``error_code`` of ``not_found``), ``RegistryUnavailableError`` on any other answer."""
+        url = f"{self.url}{path}"
+        try:
+            with self._client() as client:
+                response = client.get(url)
+        except httpx.HTTPError as exc:
+            raise self._unavailable(f"did not answer GET {url} ({type(exc).__name__})",
+                                    "check that the registry runs and that the url's host and port are its own"
+                                    ) from None
+        code = _error_code(response)
+        if response.status_code == 404 and code in not_found:
+            raise UnknownSchemaError(f"{what} does not exist in the schema registry (error {code})")
+        if response.status_code == 404:
+            raise self._unavailable(
+                f"answered HTTP 404 to GET {url} without the registry's own \"not found\" error code (so it is not "
+                "the registry saying the schema does not exist: a proxy's error page, or a wrong path)",
+                "check that ingest.schema_registry.url is the base of the Confluent-compatible API (Confluent: "
+                "http://host:8081; Apicurio: http://host:8080/apis/ccompat/v7)")
+        if response.status_code in (401, 403):
+            raise self._unavailable(f"refused GET {url} (HTTP {response.status_code})",
+                                    "check ingest.schema_registry.username and password")
+        if response.status_code != 200:
+            raise self._unavailable(f"answered HTTP {response.status_code} to GET {url}",
+                                    "check the registry's health and its log")
+        return response
+
+    def _unavailable(self, happened: str, check: str) -> RegistryUnavailableError:
+        return RegistryUnavailableError(f"schema registry {self.url} {happened} ({check})", registry=self.url)
+
+
+def _error_code(response: httpx.Response) -> int | None:
+    """The Confluent-compatible API's ``error_code`` in a JSON error body, or None when the body is not one."""
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    code = body.get("error_code") if isinstance(body, dict) else None
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
 
 
 @dataclass(frozen=True)

@@ -299,12 +299,11 @@ def test_the_driver_counts_and_logs_a_pause_naming_the_registry_and_the_partitio
                    for r in caplog.records)
 
 
-def test_available_now_reports_a_partition_that_keeps_pausing_instead_of_waiting_for_ever(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    job = _job(tmp_path)
+def _run_available_now(job: IngestJob, pause: Paused, monkeypatch: pytest.MonkeyPatch) -> list[BatchPlan]:
+    """Run ``job`` with --available-now over one partition that pauses with ``pause`` at every batch, with time
+    passing instead of being waited for; the batches it ran."""
     now = [1000.0]
     monkeypatch.setattr("shale.ingest.job.time.monotonic", lambda: now[0])
-    pause = Paused(topic="pay", partition=0, at=0, registry=DOWN.url, error="refused")
     batches = []
 
     def plan(targets: object = None) -> BatchPlan:
@@ -326,6 +325,38 @@ def test_available_now_reports_a_partition_that_keeps_pausing_instead_of_waiting
     job._targets = dict  # type: ignore[method-assign,assignment]  # no Kafka either
     job.plan = plan  # type: ignore[method-assign]
     job.run_batch = batch  # type: ignore[method-assign]
+    job.run(available_now=True, stop=Clock())
+    return batches
+
+
+def test_available_now_reports_a_partition_that_keeps_pausing_instead_of_waiting_for_ever(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    job = _job(tmp_path)
+    pause = Paused(topic="pay", partition=0, at=0, registry=DOWN.url, error="refused")
     with pytest.raises(RetryableError, match=r"pay\[0\] paused 5 times in a row on the schema registry"):
-        job.run(available_now=True, stop=Clock())
-    assert len(batches) == 5  # tried again after each delay, never given up on before
+        _run_available_now(job, pause, monkeypatch)
+    assert job.pauses.held[("pay", 0)].failures == 5  # tried again after each delay, never given up on before
+
+
+@pytest.mark.parametrize("attempts", [1, 2, 7])
+def test_available_now_gives_up_after_the_configured_attempts_naming_the_registry_and_what_to_check(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, attempts: int) -> None:
+    """Issue 45: a one-shot run against a wrong registry address must end, after a bounded retry the operator
+    sets, with an error that names the URL (never a secret) and what to check."""
+    config = load_config(env={}, overrides=[
+        "bucket.url=memory://", f"metastore.data_dir={tmp_path}", "ingest.topic_pattern=pay",
+        "ingest.trigger_interval=1s", "ingest.schema_registry.url=http://127.0.0.1:1/wrong",
+        "ingest.schema_registry.username=ops", "ingest.schema_registry.password=hunter2-secret",
+        f"ingest.schema_registry.available_now_attempts={attempts}"])
+    job = IngestJob(config, "backup")
+    with pytest.raises(RegistryUnavailableError) as exc:
+        RegistryClient(config.ingest.schema_registry).schema(next(_ids))  # what a task's pause carries
+    pause = Paused(topic="pay", partition=0, at=0, registry=exc.value.registry, error=str(exc.value))
+    with pytest.raises(RegistryUnavailableError) as given_up:
+        _run_available_now(job, pause, monkeypatch)
+    message = str(given_up.value)
+    assert f"pay[0] paused {attempts} times in a row on the schema registry http://127.0.0.1:1/wrong" in message
+    assert "host and port" in message  # what to check, from the registry client's own error
+    assert "available_now_attempts" in message
+    assert "hunter2" not in message
+    assert job.pauses.held[("pay", 0)].failures == attempts
