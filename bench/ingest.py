@@ -54,7 +54,7 @@ from shale.dev.fetch import kafka_tools_classpath, s3a_jars
 from shale.dev.kafka import java_binary
 from shale.ingest import metrics
 from shale.ingest.job import IngestJob
-from shale.ingest.kafka import FETCH_BYTES
+from shale.kafka import FETCH_BYTES
 from shale.metastore import open_metastore
 from shale.spark import spark_session
 

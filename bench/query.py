@@ -24,7 +24,7 @@ from bench.common import progress, timed, write_result
 from bench.services import minio_bucket
 from shale.compactor.worker import CompactionWorker
 from shale.config import CompactionConfig, IngestConfig, ParserRule, ShaleConfig, SparkConfig
-from shale.ingest.blocks import Chunk, GroupSpec, write_chunk
+from shale.encoder.chunks import Chunk, GroupSpec, write_chunk
 from shale.metastore import AddBlocks, MetastoreService, open_metastore
 from shale.objstore import ObstoreBucket, open_bucket
 from shale.query import Query, run_query

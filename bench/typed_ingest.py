@@ -52,7 +52,7 @@ from bench.typed_decode import SCHEMA, _datum
 from shale.config import BucketConfig, ShaleConfig, SparkConfig
 from shale.dev import SchemaRegistry, connector_conf
 from shale.dev.fetch import spark_avro_jars
-from shale.ingest.kafka import FETCH_BYTES
+from shale.kafka import FETCH_BYTES
 from shale.schemas.avro import Decoder
 from shale.schemas.wire import payload
 from shale.spark import spark_session

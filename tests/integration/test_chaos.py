@@ -20,7 +20,7 @@ from tests.waiting import eventually
 
 from shale.config import BucketConfig, load_config
 from shale.dev import connector_conf
-from shale.ingest.kafka import offset_bounds
+from shale.kafka import offset_bounds
 from shale.metastore import MetastoreClient
 from shale.objstore import open_bucket
 from shale.process import ManagedProcess, free_port

@@ -21,7 +21,7 @@ from shale.block import block_file_key
 from shale.cli import cli
 from shale.compactor.worker import CompactionWorker
 from shale.config import BucketConfig, CompactionConfig, IngestConfig, ParserRule, ShaleConfig
-from shale.ingest.blocks import Chunk, GroupSpec, write_chunk
+from shale.encoder.chunks import Chunk, GroupSpec, write_chunk
 from shale.metastore import CommitIngestBatch, MetastoreService, OffsetRange, open_metastore
 from shale.objstore import local_path, open_bucket
 from shale.query import Query, run_query

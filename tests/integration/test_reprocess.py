@@ -19,7 +19,7 @@ from tests.producing import CheckedProducer
 from tests.waiting import eventually
 
 from shale.ingest.job import IngestJob
-from shale.ingest.kafka import delete_records_before, watermarks
+from shale.kafka import delete_records_before, watermarks
 from shale.metastore import SetActiveGeneration, open_metastore
 from shale.objstore import open_bucket
 from shale.process import ManagedProcess

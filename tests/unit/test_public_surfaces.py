@@ -8,8 +8,8 @@ import types
 
 import pytest
 
-PACKAGES = ["shale.block", "shale.bucketindex", "shale.compaction", "shale.compactor", "shale.index", "shale.ingest",
-            "shale.metastore", "shale.objstore", "shale.query", "shale.reprocess"]
+PACKAGES = ["shale.block", "shale.bucketindex", "shale.compaction", "shale.compactor", "shale.encoder", "shale.index",
+            "shale.ingest", "shale.metastore", "shale.objstore", "shale.query", "shale.reprocess"]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

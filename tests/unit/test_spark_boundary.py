@@ -25,7 +25,7 @@ from shale.compactor.wire import (
     encode_result,
 )
 from shale.config import IngestConfig, ParserRule
-from shale.ingest.blocks import Written
+from shale.encoder.chunks import Written
 from shale.ingest.plan import PartitionRange
 from shale.ingest.task import ERROR_CHARS as PAUSE_ERROR_CHARS
 from shale.ingest.task import TASK_RESULT, Paused

@@ -27,8 +27,8 @@ def check(ctx: click.Context, defaults: bool) -> None:
     if defaults:
         _print_defaults()
         return
+    from shale.encoder.parsers.rulecheck import check_typed_rules, raise_for_errors
     from shale.errors import ConfigError
-    from shale.ingest.parsers.rulecheck import check_typed_rules, raise_for_errors
     from shale.schemas.registry import RegistryUnavailableError
 
     config = get_config(ctx)

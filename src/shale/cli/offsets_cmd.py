@@ -60,7 +60,7 @@ def acknowledge_loss(ctx: click.Context, group: str, topic: str, partition: int,
                      reason: str) -> None:
     """Accept that Kafka deleted offsets [committed end, TO) of one partition before they were read: ingestion of
     the partition continues at TO, and the loss is recorded."""
-    from shale.ingest.kafka import describe_topics, offset_bounds
+    from shale.kafka import describe_topics, offset_bounds
     from shale.metastore import AcknowledgeOffsetLoss, DeadLetterQueue, open_metastore
     from shale.objstore import open_bucket
 

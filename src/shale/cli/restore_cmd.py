@@ -166,7 +166,7 @@ def offsets_cmd(ctx: click.Context, tenant: str, topic: str, target_topic: str |
                 job: str, group: str, source_offsets: str | None, dry_run: bool) -> None:
     """Translate a consumer group's committed source offsets into the restored topic's offsets and set them there,
     so the group resumes at the first record it had not seen (the group must have no active member)."""
-    from shale.ingest.kafka import client_options
+    from shale.kafka import client_options
     from shale.metastore import open_index_view
     from shale.objstore import open_bucket
     from shale.restore import RestoreJob, RestoreRequest

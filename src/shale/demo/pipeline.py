@@ -38,9 +38,9 @@ from shale.config import (
 from shale.demo import LOGHUB_FORMATS, loghub_lines, typed
 from shale.dev import KafkaBroker, SchemaRegistry, connector_conf
 from shale.ingest.job import IngestJob
-from shale.ingest.kafka import list_partitions
 from shale.ingest.ledger import build_ledger
 from shale.ingest.verify import group_blocks, verify_topic
+from shale.kafka import list_partitions
 from shale.metastore import MetastoreService, open_metastore
 from shale.objstore import Bucket, open_bucket
 from shale.query import Query, run_query

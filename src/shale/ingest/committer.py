@@ -18,9 +18,9 @@ from typing import Literal, Protocol
 
 from prometheus_client import Histogram
 
+from shale.encoder.chunks import Written
 from shale.errors import MetastoreUnavailableError, ShaleError
 from shale.index import OffsetRow
-from shale.ingest.blocks import Written
 from shale.ingest.plan import PartitionRange
 from shale.metastore import Command, CommitIngestBatch, DeadLetterQueue, OffsetRange, Result, decode
 from shale.metastore.leases import LEASE_REASONS

@@ -30,10 +30,12 @@ from typing import TYPE_CHECKING, Any
 from shale.block.schemas import BACKUP_SCHEMA
 from shale.bucketindex import DeltaLink, DeltaWriter
 from shale.config import ShaleConfig
+from shale.encoder.chunks import GROUPS, Chunk, GroupSpec, Written, write_chunk
+from shale.encoder.parsers.rulecheck import check_typed_rules, raise_for_errors
+from shale.encoder.records import SPARK_COLUMNS, WRITTEN_SCHEMA
 from shale.errors import ConfigError, RetryableError
 from shale.failpoints import failpoint
 from shale.ingest import metrics
-from shale.ingest.blocks import GROUPS, Chunk, GroupSpec, Written, write_chunk
 from shale.ingest.committer import (
     CommitTarget,
     Committer,
@@ -42,19 +44,9 @@ from shale.ingest.committer import (
     batch_commit,
     stream_name,
 )
-from shale.ingest.kafka import (
-    FETCH_BYTES,
-    admin,
-    describe_topics,
-    java_options,
-    offset_bounds,
-    value_bytes_per_offset,
-)
 from shale.ingest.lease import IngestLease
-from shale.ingest.parsers.rulecheck import check_typed_rules, raise_for_errors
 from shale.ingest.pauses import RegistryBackoff, commit_ranges
 from shale.ingest.plan import BatchPlan, Limits, PartitionRange, plan_batch, recreated
-from shale.ingest.records import SPARK_COLUMNS, WRITTEN_SCHEMA
 from shale.ingest.summary import IngestSummary
 from shale.ingest.task import (
     WARM_SCHEMA,
@@ -64,6 +56,14 @@ from shale.ingest.task import (
     phase_sums,
     start_worker,
     tasks,
+)
+from shale.kafka import (
+    FETCH_BYTES,
+    admin,
+    describe_topics,
+    java_options,
+    offset_bounds,
+    value_bytes_per_offset,
 )
 from shale.metastore import DeadLetterQueue, open_metastore
 from shale.metastore.shards import shard_of

@@ -8,8 +8,8 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
+from shale.encoder.chunks import Written, top_reasons
 from shale.ingest import metrics
-from shale.ingest.blocks import Written, top_reasons
 
 log = logging.getLogger("shale.ingest.job")
 

@@ -32,11 +32,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict
 
+from shale.encoder.chunks import Chunk, GroupSpec, Written, write_chunk
+from shale.encoder.records import normalize
 from shale.errors import ShaleError
 from shale.failpoints import failpoint
-from shale.ingest.blocks import Chunk, GroupSpec, Written, write_chunk
 from shale.ingest.plan import BatchPlan
-from shale.ingest.records import normalize
 from shale.objstore import Bucket, CallCounter, scratch_bucket, task_bucket
 from shale.resources import PeakMemory, release_free_memory
 from shale.schemas.registry import RegistryUnavailableError
@@ -213,7 +213,7 @@ PHASES = {
 
 
 TASK_RESULT = pa.schema([("written", pa.string()), ("paused", pa.string())])
-"""An ingest task's rows (``shale.ingest.records.WRITTEN_SCHEMA`` in Spark's spelling): one of the two is set."""
+"""An ingest task's rows (``shale.encoder.records.WRITTEN_SCHEMA`` in Spark's spelling): one of the two is set."""
 
 
 def _timed(batches: Iterable[pa.RecordBatch], spent: defaultdict[str, float]) -> Iterator[pa.RecordBatch]:

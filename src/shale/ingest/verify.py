@@ -31,7 +31,7 @@ from shale.block.records import IncarnationCodes, row_incarnations
 from shale.config import KafkaConfig
 from shale.errors import ConfigError
 from shale.index import OffsetRow
-from shale.ingest.kafka import admin, describe_topics, existing_offsets, offset_bounds
+from shale.kafka import admin, describe_topics, existing_offsets, offset_bounds
 from shale.objstore import BucketReader
 
 

@@ -36,9 +36,9 @@ from shale.block import (
 from shale.block.schemas import BACKUP_SCHEMA
 from shale.compactor.merge import merge_blocks
 from shale.config import BucketConfig, IngestConfig, KafkaConfig
+from shale.encoder.chunks import Chunk, GroupSpec, write_chunk
 from shale.errors import RetryableError, ShaleError
-from shale.ingest.blocks import Chunk, GroupSpec, write_chunk
-from shale.ingest.kafka import client_options, describe_topics
+from shale.kafka import client_options, describe_topics
 from shale.objstore import Bucket, ObstoreBucket, task_bucket
 from shale.repair.model import BuildRequest, BuildResult
 

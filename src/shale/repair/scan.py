@@ -142,7 +142,7 @@ def _sources(facts: list[BlockFacts],
 
 def kafka_state(config: KafkaConfig) -> Callable[[list[tuple[str, int]]], dict[tuple[str, int], KafkaPartition]]:
     """The live Kafka's topic incarnations and read_committed bounds, for ``scan_tenant``."""
-    from shale.ingest.kafka import describe_topics, offset_bounds
+    from shale.kafka import describe_topics, offset_bounds
 
     def ask(partitions: list[tuple[str, int]]) -> dict[tuple[str, int], KafkaPartition]:
         topics = describe_topics(config, sorted({t for t, _ in partitions}))
@@ -155,7 +155,7 @@ def kafka_state(config: KafkaConfig) -> Callable[[list[tuple[str, int]]], dict[t
 
 def current_parsers(bucket: BucketConfig, ingest: IngestConfig) -> Callable[[list[str]], dict[str, ParserInfo | str]]:
     """The parser each topic gets now from ``ingest.parsers`` (or why it gets none), for ``scan_tenant``."""
-    from shale.ingest.blocks import GroupSpec
+    from shale.encoder.chunks import GroupSpec
 
     spec = GroupSpec("partition", ingest.generation, bucket, ingest)
 

@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from shale.block import BlockMeta
 from shale.config import ParserRule, ShaleConfig
+from shale.encoder.parsers import load_parser
 from shale.errors import ConfigError
 from shale.failpoints import failpoint
 from shale.index import OffsetRow
 from shale.ingest.committer import IngestConflictError, batch_commit
-from shale.ingest.parsers import load_parser
 from shale.ingest.plan import PartitionRange
 from shale.metastore import Command, Result
 from shale.reprocess.schema import ReaderSchema, resolve_reader

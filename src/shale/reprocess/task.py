@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from shale.block import backup_rows
 from shale.config import BucketConfig, SchemaRegistryConfig
-from shale.ingest.blocks import GroupSpec, Written
+from shale.encoder.chunks import GroupSpec, Written
 from shale.ingest.plan import BatchPlan
 from shale.ingest.task import ChunkWriter, chunk_bytes
 from shale.objstore import task_bucket

@@ -16,7 +16,7 @@ from pydantic import TypeAdapter
 
 from shale.block import BlockMeta
 from shale.config import IngestConfig
-from shale.ingest.blocks import Written
+from shale.encoder.chunks import Written
 from shale.ingest.plan import PartitionRange
 from shale.schemas.registry import KnownSchemas
 

@@ -26,7 +26,7 @@ from shale.block.layout import RESTORE_JOB
 from shale.config import BucketConfig, KafkaConfig
 from shale.errors import ConfigError
 from shale.index import IncarnationRow, LossRow, OffsetRow
-from shale.ingest.kafka import client_options, describe_topics
+from shale.kafka import client_options, describe_topics
 from shale.logs import redact
 from shale.metastore.commands import RecordRestore, Result
 from shale.restore import metrics

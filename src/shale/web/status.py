@@ -81,7 +81,7 @@ def _index_age(bucket: BucketReader, tenant: str, now: float) -> float | None:
 def _lag(config: ShaleConfig, offsets: list[dict[str, Any]]) -> str:
     """Fill each committed partition's lag and its lost offsets (deleted by Kafka before they were read, waiting for
     `shale offsets acknowledge-loss`) from Kafka; a partition whose topic was recreated since is marked so."""
-    from shale.ingest.kafka import describe_topics, offset_bounds
+    from shale.kafka import describe_topics, offset_bounds
 
     topics = sorted({o["topic"] for o in offsets})
     if not topics:

@@ -13,7 +13,7 @@ from tests.factories import BASE_MS, backup_table
 
 from shale.cli import cli
 from shale.config import BucketConfig, IngestConfig, ParserRule, load_config
-from shale.ingest.blocks import Chunk, GroupSpec, write_chunk
+from shale.encoder.chunks import Chunk, GroupSpec, write_chunk
 from shale.metastore import AddBlocks, ReplaceBlocks, open_metastore
 from shale.objstore import open_bucket
 

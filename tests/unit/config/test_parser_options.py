@@ -15,9 +15,9 @@ from click.testing import CliRunner
 from shale.cli import cli
 from shale.config import load_config
 from shale.config.parsers import NAMED_TIME_FORMATS, check_time_format, installed_parsers, options_model
+from shale.encoder.parsers import load_parser
+from shale.encoder.parsers.textparser import PRESETS, TextOptions
 from shale.errors import ConfigError
-from shale.ingest.parsers import load_parser
-from shale.ingest.parsers.textparser import PRESETS, TextOptions
 
 
 def _config(tmp_path: Path, rules: str) -> Path:

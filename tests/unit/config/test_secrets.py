@@ -99,7 +99,7 @@ def test_every_log_line_is_redacted(fmt: str, config_file: Path, capsys: pytest.
     config = load_config(config_file, env={})
     logs.setup_logging("INFO", fmt, secret_values(config))
     log = logging.getLogger("shale.test")
-    from shale.ingest.kafka import java_options
+    from shale.kafka import java_options
 
     log.info("connecting with %s", KAFKA_PASSWORD, extra={"jaas": java_options(config.kafka)["sasl.jaas.config"]})
     try:

@@ -19,10 +19,10 @@ from tests.iceberg_helpers import T0, commit, publisher_setup, write_records_blo
 from shale.block import BlockMeta
 from shale.compactor.merge import merge_blocks
 from shale.config import IngestConfig, ParserRule, SchemaRegistryConfig, ShaleConfig
+from shale.encoder.chunks import Chunk, GroupSpec, write_chunk
 from shale.iceberg import IcebergPublisher
 from shale.iceberg.catalog import identifier
 from shale.iceberg.plan import TableKey
-from shale.ingest.blocks import Chunk, GroupSpec, write_chunk
 from shale.metastore import MetastoreService, ReplaceBlocks, SetActiveGeneration, StateMachine
 from shale.objstore import Bucket
 from shale.schemas.registry import RegisteredSchema, RegistryClient

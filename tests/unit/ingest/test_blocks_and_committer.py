@@ -16,11 +16,11 @@ from tests.factories import BASE_MS, backup_table
 
 from shale.block import read_dataset
 from shale.config import BucketConfig, IngestConfig, ParserRule, TenantRule
+from shale.encoder.chunks import Chunk, GroupSpec, _hour_partitions, write_chunk
+from shale.encoder.tenants import TenantMapper
 from shale.errors import ConfigError, MetastoreUnavailableError
 from shale.index import OffsetRow
-from shale.ingest.blocks import Chunk, GroupSpec, _hour_partitions, write_chunk
 from shale.ingest.committer import Committer, IngestConflictError
-from shale.ingest.tenants import TenantMapper
 from shale.metastore import (
     Command,
     CommitIngestBatch,
@@ -231,7 +231,7 @@ def test_committer_stops_on_a_rejected_batch(tmp_path: Path) -> None:
 
 
 def test_headers_arrive_as_json_and_are_kept_verbatim() -> None:
-    from shale.ingest.records import normalize
+    from shale.encoder.records import normalize
 
     table = _table(3)
     spark_like = pa.table({

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from tests.factories import BASE_MS, backup_table
 
 from shale.config import IngestConfig, ParserRule
+from shale.encoder.chunks import Chunk, GroupSpec, write_chunk
+from shale.encoder.parsers import ParseError, load_parser
 from shale.errors import ConfigError
-from shale.ingest.blocks import Chunk, GroupSpec, write_chunk
-from shale.ingest.parsers import ParseError, load_parser
 from shale.objstore import open_bucket_url
 
 TYPES = {"n": "long", "x": "double", "ok": "boolean", "at": "timestamp", "amount": "decimal(12,2)"}

@@ -9,8 +9,8 @@ import msgpack
 import pytest
 
 from shale.demo import LOGHUB_FORMATS, loghub_lines
+from shale.encoder.parsers import ParseError, available_parsers, infer_year, load_parser
 from shale.errors import ConfigError
-from shale.ingest.parsers import ParseError, available_parsers, infer_year, load_parser
 
 KAFKA_MS = int(dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC).timestamp() * 1000)
 

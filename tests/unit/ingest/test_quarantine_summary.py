@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 from tests.factories import BASE_MS, backup_table
 
 from shale.config import BucketConfig, IngestConfig, ParserRule
-from shale.ingest.blocks import Chunk, GroupSpec, reason_kind, top_reasons, write_chunk
+from shale.encoder.chunks import Chunk, GroupSpec, reason_kind, top_reasons, write_chunk
 from shale.ingest.summary import IngestSummary
 from shale.objstore import open_bucket
 

@@ -32,8 +32,8 @@ from tests.unit.bucketindex.helpers import sample
 
 from shale.block import read_dataset
 from shale.config import BucketConfig, IngestConfig, ParserRule, SchemaRegistryConfig, load_config
+from shale.encoder.chunks import GroupSpec, Written
 from shale.errors import RetryableError
-from shale.ingest.blocks import GroupSpec, Written
 from shale.ingest.committer import IngestConflictError, batch_commit
 from shale.ingest.job import IngestJob
 from shale.ingest.pauses import MAX_DELAY, RegistryBackoff, commit_ranges

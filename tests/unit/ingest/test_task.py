@@ -17,8 +17,8 @@ from tests.factories import BASE_MS, backup_table
 
 from shale.block import read_dataset
 from shale.config import BucketConfig, IngestConfig, ParserRule, TenantRule
+from shale.encoder.chunks import Chunk, GroupSpec, Written, write_chunk
 from shale.errors import ShaleError
-from shale.ingest.blocks import Chunk, GroupSpec, Written, write_chunk
 from shale.ingest.committer import IngestConflictError, batch_commit
 from shale.ingest.plan import BatchPlan, PartitionRange
 from shale.ingest.task import PHASES, ChunkWriter, make_task, make_warm_task, partition_runs, tasks

@@ -12,8 +12,8 @@ from tests.factories import BASE_MS, write_backup_block
 
 from shale.compactor.merge import merge_blocks
 from shale.index import OffsetRow
-from shale.ingest.kafka import TopicState
 from shale.ingest.verify import NothingStored, PartitionReport, VerifyReport, pending, stored_offsets, verify_topic
+from shale.kafka import TopicState
 from shale.objstore import open_bucket_url
 
 

@@ -16,7 +16,7 @@ from tests.factories import BASE_MS, backup_table
 
 from shale.cli import cli
 from shale.config import IngestConfig, ParserRule, load_config
-from shale.ingest.blocks import Chunk, GroupSpec, write_chunk
+from shale.encoder.chunks import Chunk, GroupSpec, write_chunk
 from shale.ingest.committer import batch_commit
 from shale.ingest.plan import PartitionRange
 from shale.metastore import open_metastore

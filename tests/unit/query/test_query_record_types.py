@@ -21,7 +21,7 @@ from tests.factories import BASE_MS, backup_table
 from shale.block import BlockMeta, read_dataset
 from shale.compactor.merge import merge_blocks
 from shale.config import BucketConfig, IngestConfig, ParserRule, SchemaRegistryConfig
-from shale.ingest.blocks import Chunk, GroupSpec, write_chunk
+from shale.encoder.chunks import Chunk, GroupSpec, write_chunk
 from shale.objstore import Bucket, open_bucket
 from shale.query import Query, run_query
 from shale.query.sources import BucketIndexSource

@@ -14,8 +14,8 @@ from tests.factories import BASE_MS, backup_table
 
 from shale.bucketindex import BucketIndexReader, BucketIndexWriter, write_scanned_index
 from shale.config import BucketConfig, BucketIndexConfig, IngestConfig, ParserRule
+from shale.encoder.chunks import Chunk, GroupSpec, write_chunk
 from shale.errors import ShaleError
-from shale.ingest.blocks import Chunk, GroupSpec, write_chunk
 from shale.ingest.committer import batch_commit
 from shale.ingest.plan import PartitionRange
 from shale.metastore import MetastoreService, ReadOnlyIndex, SetActiveGeneration, SingleNodeLog, StateMachine

@@ -15,7 +15,7 @@ from tests.factories import BASE_MS, backup_table, write_backup_block
 
 from shale.block import deterministic_block_id
 from shale.config import BucketConfig, IngestConfig, KafkaConfig, ParserRule, SchemaRegistryConfig
-from shale.ingest.blocks import Chunk, GroupSpec, write_chunk
+from shale.encoder.chunks import Chunk, GroupSpec, write_chunk
 from shale.objstore import open_bucket
 from shale.repair.build import rebuild
 from shale.repair.model import BuildRequest

@@ -18,8 +18,8 @@ from shale.block import BlockFetcher, BlockMeta, BlockState, block_file_key, met
 from shale.block.schemas import BACKUP_SCHEMA
 from shale.block.verify import verify_tenant
 from shale.config import ShaleConfig
+from shale.encoder.chunks import Chunk, GroupSpec, write_chunk
 from shale.errors import ShaleError
-from shale.ingest.blocks import Chunk, GroupSpec, write_chunk
 from shale.ingest.committer import batch_commit
 from shale.ingest.plan import PartitionRange
 from shale.metastore import AddBlocks, MetastoreService, open_metastore

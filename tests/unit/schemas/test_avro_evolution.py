@@ -27,7 +27,7 @@ from tests.unit.schemas.test_avro_roundtrip import READ_MS, REGISTRY, _encode, _
 
 from shale.block import read_dataset
 from shale.config import BucketConfig, IngestConfig, ParserRule
-from shale.ingest.blocks import Chunk, GroupSpec, write_chunk
+from shale.encoder.chunks import Chunk, GroupSpec, write_chunk
 from shale.objstore import open_bucket
 from shale.schemas import frame
 from shale.schemas.avro import arrow_type

@@ -23,7 +23,7 @@ from tests.factories import BASE_MS, backup_table
 
 from shale.block import read_dataset
 from shale.config import BucketConfig, IngestConfig, ParserRule, SchemaRegistryConfig
-from shale.ingest.blocks import Chunk, GroupSpec, write_chunk
+from shale.encoder.chunks import Chunk, GroupSpec, write_chunk
 from shale.objstore import open_bucket
 from shale.schemas import arrow_type, fingerprint, frame
 from shale.schemas.avro import Decoder

@@ -23,8 +23,8 @@ from tests.factories import BASE_MS, backup_table
 
 from shale.block import BlockMeta, read_dataset
 from shale.config import BucketConfig, IngestConfig, ParserRule, SchemaRegistryConfig
+from shale.encoder.chunks import Chunk, GroupSpec, write_chunk
 from shale.errors import ConfigError
-from shale.ingest.blocks import Chunk, GroupSpec, write_chunk
 from shale.ingest.plan import PartitionRange
 from shale.objstore import task_bucket
 from shale.reprocess.schema import ReaderSchema, resolve_reader

@@ -21,9 +21,9 @@ from tests.factories import BASE_MS, backup_table
 
 from shale.block import read_dataset
 from shale.config import BucketConfig, IngestConfig, ParserRule, SchemaRegistryConfig
+from shale.encoder.chunks import Chunk, GroupSpec, write_chunk
+from shale.encoder.parsers import load_parser
 from shale.errors import ConfigError
-from shale.ingest.blocks import Chunk, GroupSpec, write_chunk
-from shale.ingest.parsers import load_parser
 from shale.objstore import open_bucket
 from shale.schemas import protobuf
 from shale.schemas.registry import RegisteredSchema, RegistryClient, RegistryUnavailableError

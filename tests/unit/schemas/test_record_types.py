@@ -18,8 +18,8 @@ from tests.factories import BASE_MS, backup_table
 
 from shale.block import read_dataset
 from shale.config import BucketConfig, IngestConfig, ParserRule, SchemaRegistryConfig
-from shale.ingest.blocks import Chunk, GroupSpec, write_chunk
-from shale.ingest.parsers.registryparser import ONE_TYPE
+from shale.encoder.chunks import Chunk, GroupSpec, write_chunk
+from shale.encoder.parsers.registryparser import ONE_TYPE
 from shale.objstore import open_bucket
 from shale.schemas import avro
 from shale.schemas.registry import RegisteredSchema, RegistryClient

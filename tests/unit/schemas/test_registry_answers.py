@@ -28,8 +28,8 @@ from hypothesis import strategies as st
 from tests.factories import BASE_MS, backup_table
 
 from shale.config import BucketConfig, IngestConfig, ParserRule, SchemaRegistryConfig
+from shale.encoder.chunks import GroupSpec
 from shale.errors import NotFoundError, RetryableError
-from shale.ingest.blocks import GroupSpec
 from shale.ingest.plan import BatchPlan, PartitionRange
 from shale.ingest.task import ChunkWriter
 from shale.objstore import open_bucket

@@ -22,9 +22,9 @@ from tests.factories import BASE_MS, backup_table
 from shale.block import BlockMeta, read_dataset
 from shale.block.meta import Dataset
 from shale.config import BucketConfig, IngestConfig, ParserRule, SchemaRegistryConfig
+from shale.encoder.chunks import Chunk, GroupSpec, Written, write_chunk
+from shale.encoder.parsers import load_parser
 from shale.errors import ConfigError
-from shale.ingest.blocks import Chunk, GroupSpec, Written, write_chunk
-from shale.ingest.parsers import load_parser
 from shale.objstore import open_bucket
 from shale.schemas.registry import RegisteredSchema, RegistryClient
 from shale.schemas.wire import frame

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from shale.config import IngestConfig
+from shale.encoder.parsers import load_parser
+from shale.encoder.parsers.base import ParseError
+from shale.encoder.parsers.registryparser import RegistryParser
 from shale.errors import ConfigError
-from shale.ingest.parsers import load_parser
-from shale.ingest.parsers.base import ParseError
-from shale.ingest.parsers.registryparser import RegistryParser
 from shale.schemas import SchemaError, protobuf
 from shale.schemas.registry import RegisteredSchema, UnknownSchemaError
 from shale.schemas.wire import frame

@@ -6,8 +6,8 @@ from typing import Any
 
 import msgpack
 
-from shale.ingest.parsers.base import ParseError
-from shale.ingest.parsers.jsonparser import JsonTimestampParser
+from shale.encoder.parsers.base import ParseError
+from shale.encoder.parsers.jsonparser import JsonTimestampParser
 
 
 class MsgpackParser(JsonTimestampParser):

@@ -13,8 +13,8 @@ import pyarrow as pa
 from pydantic import Field, field_validator, model_validator
 
 from shale.config.parsers import ParserOptions, TimeFormat, TimeZone
-from shale.ingest.parsers.base import ParseError, Parser, infer_year, to_us
-from shale.ingest.parsers.jsontypes import TYPE_HELP, arrow_type, check_type, converter, iso_timestamp
+from shale.encoder.parsers.base import ParseError, Parser, infer_year, to_us
+from shale.encoder.parsers.jsontypes import TYPE_HELP, arrow_type, check_type, converter, iso_timestamp
 
 EPOCH_FORMATS = {"epoch_ms": 1000, "epoch_s": 1_000_000, "epoch_us": 1}  # microseconds per unit
 
@@ -68,7 +68,7 @@ class JsonOptions(ParserOptions):
                               "says otherwise)")
     types: dict[str, str] = Field(default_factory=dict, description="a column type per path of fields: " + TYPE_HELP
                                   + "; a value its type does not hold exactly quarantines the record, never "
-                                  "converted (shale.ingest.parsers.jsontypes)")
+                                  "converted (shale.encoder.parsers.jsontypes)")
 
     @field_validator("types")
     @classmethod

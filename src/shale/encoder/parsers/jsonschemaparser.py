@@ -24,8 +24,8 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from shale.ingest.parsers.base import ParseError
-from shale.ingest.parsers.registryparser import ONE_TYPE, RegistryOptions, RegistryParser
+from shale.encoder.parsers.base import ParseError
+from shale.encoder.parsers.registryparser import ONE_TYPE, RegistryOptions, RegistryParser
 from shale.schemas import jsonschema
 from shale.schemas.avro import SchemaError
 from shale.schemas.wire import FramingError, id_counts, payload, schema_id

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
+from shale import kafka
 from shale.config import KafkaConfig
 from shale.errors import RetryableError
-from shale.ingest import kafka
 
 NOT_LEADER = KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION, "not leader", retriable=True)
 CONFIG = KafkaConfig(bootstrap_servers="127.0.0.1:1")

@@ -21,9 +21,9 @@ from shale.block.names import RECORD_LABEL, check_label_name
 from shale.block.schemas import RESERVED_COLUMNS
 from shale.config import IngestConfig, SchemaRegistryConfig
 from shale.config.parsers import ParserOptions
+from shale.encoder.parsers.base import ParseError, Parser, to_us
+from shale.encoder.parsers.keys import KeyDecoder, KeyFormat
 from shale.errors import ConfigError
-from shale.ingest.parsers.base import ParseError, Parser, to_us
-from shale.ingest.parsers.keys import KeyDecoder, KeyFormat
 from shale.schemas.registry import RegisteredSchema, RegistryClient, UnknownSchemaError
 from shale.schemas.wire import FramingError, schema_id
 

@@ -19,7 +19,7 @@ from typing import Any, Literal
 import pyarrow as pa
 from google.protobuf.message import DecodeError
 
-from shale.ingest.parsers.base import ParseError
+from shale.encoder.parsers.base import ParseError
 from shale.schemas import avro, jsonschema, protobuf
 from shale.schemas.avro import SchemaError
 from shale.schemas.protobuf_versions import Resolver

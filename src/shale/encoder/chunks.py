@@ -37,10 +37,10 @@ from shale.block import BlockMeta, BlockSpec, DatasetInput, KafkaRange, ParserIn
 from shale.block.names import check_record_name
 from shale.block.schemas import KAFKA_FIELDS, PARTITION_BASE_FIELDS, QUARANTINE_SCHEMA, TIMESTAMP, TIMESTAMP_MS
 from shale.config import BucketConfig, IngestConfig
+from shale.encoder.parsers import ParseError, Parser, load_parser
+from shale.encoder.records import header_value
+from shale.encoder.tenants import TenantMapper
 from shale.errors import InvalidNameError
-from shale.ingest.parsers import ParseError, Parser, load_parser
-from shale.ingest.records import header_value
-from shale.ingest.tenants import TenantMapper
 from shale.objstore import Bucket
 
 GROUPS = ("backup", "partition")

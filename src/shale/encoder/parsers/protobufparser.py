@@ -29,8 +29,8 @@ from typing import Any, ClassVar
 from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import DecodeError
 
-from shale.ingest.parsers.base import ParseError
-from shale.ingest.parsers.registryparser import ONE_TYPE, RegistryOptions, RegistryParser
+from shale.encoder.parsers.base import ParseError
+from shale.encoder.parsers.registryparser import ONE_TYPE, RegistryOptions, RegistryParser
 from shale.schemas import protobuf
 from shale.schemas.avro import SchemaError
 from shale.schemas.protobuf_versions import Resolver, ValueMismatchError

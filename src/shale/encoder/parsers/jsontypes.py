@@ -22,7 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from shale.ingest.parsers.base import ParseError
+from shale.encoder.parsers.base import ParseError
 
 DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
 NAMES = ("string", "long", "double", "boolean", "timestamp")

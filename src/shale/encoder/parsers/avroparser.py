@@ -26,8 +26,8 @@ from typing import Any, ClassVar
 import pyarrow as pa
 from pydantic import Field
 
-from shale.ingest.parsers.base import ParseError
-from shale.ingest.parsers.registryparser import ONE_TYPE, RegistryOptions, RegistryParser
+from shale.encoder.parsers.base import ParseError
+from shale.encoder.parsers.registryparser import ONE_TYPE, RegistryOptions, RegistryParser
 from shale.schemas import avro
 from shale.schemas.wire import FramingError, id_counts, payload, schema_id
 

@@ -18,7 +18,7 @@ import pyarrow as pa
 from pydantic import Field, field_validator, model_validator
 
 from shale.config.parsers import ParserOptions, Pattern, StrftimeFormat, TimeZone
-from shale.ingest.parsers.base import ParseError, Parser, infer_year, to_us
+from shale.encoder.parsers.base import ParseError, Parser, infer_year, to_us
 
 PRESETS: dict[str, dict[str, Any]] = {
     "apache": {"pattern": r"\[(?P<ts>\w{3} \w{3} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\] \[(?P<level>\w+)\] "
