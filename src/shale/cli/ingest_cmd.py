@@ -61,15 +61,17 @@ def ingest(ctx: click.Context, group: str, topics: str | None, topic_pattern: st
 
 
 VERIFY_EXIT = {"OK": 0, "PROBLEMS": 1, "NOT YET": 3, "QUARANTINED": 4, "LOST": 5}
+VERIFY_UNCHECKED = 6  # Kafka, the metastore or the bucket did not answer: nothing was judged
 
 
 @click.command(epilog="Exit status: 0 OK: every record Kafka holds is stored exactly once, as data. "
-               "1 PROBLEMS: records missing or stored twice (or an error). 2 an unknown topic or a bad option. "
+               "1 PROBLEMS: records missing or stored twice. 2 an unknown topic or a bad option. "
                "3 NOT YET: nothing is wrong, but records Kafka holds are not ingested yet. "
                "4 QUARANTINED: everything stored once, some records in quarantine (shale query --quarantine). "
                "5 LOST: Kafka's retention deleted offsets before the group read them; they will never be stored "
                "(each partition's line names the range and the shale offsets acknowledge-loss command that accepts "
-               "it).")
+               "it). 6: Kafka, the metastore or the bucket did not answer, so nothing was judged (the message says "
+               "which; try again).")
 @click.option("--group", type=click.Choice(["backup", "partition"]), required=True)
 @click.option("--topic", required=True)
 @click.option("--generation", type=int, help="Generation to check (default: ingest.generation).")
@@ -82,8 +84,9 @@ def verify(ctx: click.Context, group: str, topic: str, generation: int | None, a
     quarantined."""
     import json
 
-    from shale.errors import ConfigError
+    from shale.errors import ConfigError, RetryableError
     from shale.ingest.verify import NothingStored, StoredBlocks, verify_topic
+    from shale.logs import redact
     from shale.metastore import open_index_view
     from shale.metastore.server import state_path
     from shale.objstore import open_bucket
@@ -96,6 +99,9 @@ def verify(ctx: click.Context, group: str, topic: str, generation: int | None, a
         report = verify_topic(stored, open_bucket(config.bucket), config.kafka, group, gen, topic)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
+    except RetryableError as exc:  # not a verdict on the records: its own exit status, never "missing"
+        click.echo(f"could not verify {group} topic {topic}: {redact(str(exc))}", err=True)
+        raise SystemExit(VERIFY_UNCHECKED) from None
     if as_json:
         click.echo(json.dumps(report.as_dict()))
     else:

@@ -151,3 +151,22 @@ def test_case11_the_verify_command_prints_the_lost_range_and_the_command_and_exi
     assert "shale offsets acknowledge-loss --group backup --generation 1 --topic logs --partition 0 --to 300" in (
         result.output)
     assert result.output.rstrip().endswith("200 lost, 100 not yet ingested, 0 not in Kafka: LOST")
+
+
+def test_kafka_that_does_not_answer_is_not_a_verdict_and_has_its_own_exit(monkeypatch: pytest.MonkeyPatch,
+                                                                          tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from shale.cli import cli
+    from shale.errors import RetryableError
+
+    def unreachable(*_: object) -> None:
+        raise RetryableError("Kafka at 127.0.0.1:1 did not answer a metadata request: timed out")
+
+    monkeypatch.setattr("shale.ingest.verify.verify_topic", unreachable)
+    config = tmp_path / "shale.toml"
+    config.write_text(f'[bucket]\nurl = "memory://verify-cli"\n[metastore]\ndata_dir = "{tmp_path}"\n')
+    result = CliRunner().invoke(cli, ["--config", str(config), "verify", "--group", "backup", "--topic", "logs"])
+    assert result.exit_code == 6  # not 1, which says records are missing
+    assert result.output == ("could not verify backup topic logs: Kafka at 127.0.0.1:1 did not answer a metadata "
+                             "request: timed out\n")
