@@ -62,6 +62,10 @@ class Dataset(_Record):
     row_groups: list[tuple[int, int, int]] = Field(
         default_factory=list, description="table of contents: (rows, min_time, max_time) per Parquet row group"
     )
+    row_group_partitions: list[int] | None = Field(
+        default=None, description="the Kafka partition of each row group, when each holds one partition's records "
+        "of the dataset's topic (level-0 blocks of several partitions): a reader of one partition fetches only its "
+        "row groups")
     columns: list[str] = Field(default_factory=list,
                                description="columns beyond the kind's base schema (a parser's columns)")
     column_types: str | None = Field(default=None, description="the Arrow types of those columns when a typed "
@@ -175,6 +179,14 @@ class BlockMeta(_Record):
     def to_json(self) -> bytes:
         # The serializer itself returns bytes: no str round trip (this runs for every block the metastore adds).
         return self.__pydantic_serializer__.to_json(self, exclude_none=True)
+
+    def event_time_of(self, topic: str, partition: int) -> int:
+        """The largest time of the partition's stored records in this block (0: none): by the datasets' table of
+        contents where row groups are per partition, else the datasets of the topic as a whole."""
+        return max((g[2] if d.row_group_partitions else d.max_time
+                    for d in self.datasets if d.kind == "records" and d.rows and d.topic == topic
+                    for g, p in zip(d.row_groups, d.row_group_partitions or [partition] * len(d.row_groups),
+                                    strict=True) if p == partition), default=0)
 
     def logical_key(self) -> tuple[object, ...]:
         """What makes two metas the same block, independent of byte-level encoding of its files."""

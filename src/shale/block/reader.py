@@ -88,10 +88,12 @@ def read_dataset(
     filters: Any = None,
     whole_object: bool | None = True,
     data: bytes | None = None,
+    row_groups: Sequence[int] | None = None,
 ) -> pa.Table:
-    """One dataset's rows. ``whole_object`` fetches the object in one GET and checks its CRC32; ``False`` fetches
-    only the needed byte ranges and checks Parquet page checksums; ``None`` chooses by size (``SMALL_OBJECT_BYTES``).
-    ``data`` is the whole object when the caller fetched it already; its CRC32 is checked all the same."""
+    """One dataset's rows (only those of ``row_groups`` when given). ``whole_object`` fetches the object in one GET
+    and checks its CRC32; ``False`` fetches only the needed byte ranges and checks Parquet page checksums; ``None``
+    chooses by size (``SMALL_OBJECT_BYTES``). ``data`` is the whole object when the caller fetched it already; its
+    CRC32 is checked all the same."""
     entry = _dataset(meta, dataset)
     key = block_file_key(meta.tenant, meta.id, entry.file)
     info = meta.file(entry.file)
@@ -113,7 +115,8 @@ def read_dataset(
             source = BucketFile(bucket, key, info.size)
         wanted = list(columns) if columns is not None else None
         if filters is None:  # a third less CPU than read_table, which goes through the datasets layer
-            return pq.ParquetFile(source, page_checksum_verification=True, pre_buffer=whole_object).read(wanted)
+            file = pq.ParquetFile(source, page_checksum_verification=True, pre_buffer=whole_object)
+            return file.read(wanted) if row_groups is None else file.read_row_groups(row_groups, wanted)
         return pq.read_table(source, columns=wanted, filters=filters, page_checksum_verification=True,
                              pre_buffer=whole_object)
     except (OSError, pa.ArrowInvalid) as exc:
@@ -155,11 +158,18 @@ def backup_rows(bucket: BucketReader, meta: BlockMeta, topic: str, partition: in
                 end: int, *, incarnations: bool = False) -> list[pa.Table]:
     """The rows of ``meta``'s records datasets of ``topic`` whose partition is ``partition`` and offset in
     [start, end), with the backup group's columns (and, with ``incarnations``, a merged dataset's
-    ``INCARNATION_COLUMN`` where it has one: ``shale.block.records.row_incarnation_names``)."""
+    ``INCARNATION_COLUMN`` where it has one: ``shale.block.records.row_incarnation_names``). Of a dataset whose
+    row groups are per partition, only the partition's row groups are fetched."""
     tables = []
     for dataset in meta.datasets:
         if dataset.kind == "records" and dataset.topic == topic:
-            table = read_dataset(bucket, meta, dataset)
+            if dataset.row_group_partitions is None:
+                table = read_dataset(bucket, meta, dataset)
+            else:
+                groups = [i for i, p in enumerate(dataset.row_group_partitions) if p == partition]
+                if not groups:
+                    continue
+                table = read_dataset(bucket, meta, dataset, row_groups=groups, whole_object=None)
             offsets = table.column("offset")
             keep = pc.and_(pc.equal(table.column("partition"), partition),
                            pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import itertools
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -54,6 +55,22 @@ class DatasetInput:
     schema_fingerprint: str = ""
     record: str | None = None
     """The rows' record type when the topic's parser groups records by type (``Dataset.record``)."""
+    by_partition: bool = False
+    """The rows are runs of Kafka partitions (each run in offset order): every row group holds one partition's
+    rows, named in the table of contents (``Dataset.row_group_partitions``)."""
+
+    def slices(self, row_group_rows: int) -> list[tuple[int, int]]:
+        """(first row, rows) of each row group."""
+        n = self.table.num_rows
+        runs = [(0, n)] if not self.by_partition or not n else _partition_runs(self.table.column("partition"))
+        return [(start + o, min(row_group_rows, length - o)) for start, length in runs
+                for o in range(0, length, row_group_rows)]
+
+
+def _partition_runs(partitions: pa.ChunkedArray) -> list[tuple[int, int]]:
+    values = partitions.to_numpy()
+    cuts = [0, *(int(i) + 1 for i in (values[1:] != values[:-1]).nonzero()[0]), len(values)]
+    return [(a, b - a) for a, b in itertools.pairwise(cuts)]
 
 
 @dataclass
@@ -102,12 +119,19 @@ def footer_entries(footer: bytes) -> dict[bytes, bytes]:
     return {FOOTER_META_KEY: footer, FOOTER_CRC_KEY: crc32_hex(footer).encode()}
 
 
-def encode_parquet(table: pa.Table, footer: bytes | None = None, row_group_rows: int = DEFAULT_ROW_GROUP_ROWS) -> bytes:
-    """One Parquet object holding ``table`` (with ``footer`` as its Shale metadata)."""
+def encode_parquet(table: pa.Table, footer: bytes | None = None, row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
+                   slices: list[tuple[int, int]] | None = None) -> bytes:
+    """One Parquet object holding ``table`` (with ``footer`` as its Shale metadata), in row groups of
+    ``row_group_rows`` or, when given, one per slice (first row, rows)."""
     if footer is not None:
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), **footer_entries(footer)})
     sink = io.BytesIO()
-    pq.write_table(table, sink, row_group_size=row_group_rows, **_parquet_options(table.schema))
+    if slices is None or not table.num_rows:
+        pq.write_table(table, sink, row_group_size=row_group_rows, **_parquet_options(table.schema))
+    else:
+        with pq.ParquetWriter(sink, table.schema, **_parquet_options(table.schema)) as writer:
+            for start, rows in slices:
+                writer.write_table(table.slice(start, rows), row_group_size=rows)
     return sink.getvalue()
 
 
@@ -131,7 +155,7 @@ def crc32_hex(data: bytes) -> str:
 
 def _entry(index: int, kind: DatasetKind, topic: str, labels: list[dict[str, str]], schema: pa.Schema, rows: int,
            size: int, groups: list[tuple[int, int, int]], schema_ids: list[int] | None = None,
-           fingerprint: str = "", record: str | None = None) -> Dataset:
+           fingerprint: str = "", record: str | None = None, partitions: list[int] | None = None) -> Dataset:
     extra = [f for f in schema if f.name not in BASE_COLUMNS]
     typed = any(f.type != pa.string() for f in extra)
     if record is not None:  # every label set of a record type's dataset names it: the index prunes by it
@@ -140,7 +164,7 @@ def _entry(index: int, kind: DatasetKind, topic: str, labels: list[dict[str, str
                    file=f"{kind}-{index}.parquet", rows=rows,
                    bytes=size, min_time=min((g[1] for g in groups), default=0),
                    max_time=max((g[2] for g in groups), default=0), labels=cap_label_sets(labels, MAX_LABEL_SETS),
-                   row_groups=groups, columns=[f.name for f in extra],
+                   row_groups=groups, row_group_partitions=partitions, columns=[f.name for f in extra],
                    column_types=encode_column_types(extra) if typed else None,
                    schema_ids=schema_ids or None, schema_fingerprint=fingerprint or None)
 
@@ -157,11 +181,15 @@ def _group_bounds(table: pa.Table, time_column: str, clamp: tuple[int, int] | No
 def plan_block(spec: BlockSpec, datasets: list[DatasetInput],
                row_group_rows: int = DEFAULT_ROW_GROUP_ROWS) -> BlockMeta:
     """The block's metadata before its files are written (``files`` is empty)."""
-    entries = [_entry(index, ds.kind, ds.topic, ds.labels, ds.table.schema, ds.table.num_rows, ds.table.nbytes,
-                      [_group_bounds(ds.table.slice(offset, row_group_rows), ds.time_column, ds.clamp)
-                       for offset in range(0, ds.table.num_rows, row_group_rows)], ds.schema_ids,
-                      ds.schema_fingerprint, ds.record)
-               for index, ds in enumerate(datasets)]
+    entries = []
+    for index, ds in enumerate(datasets):
+        slices = ds.slices(row_group_rows)
+        partitions = ([int(ds.table.column("partition")[start].as_py()) for start, _ in slices]
+                      if ds.by_partition else None)
+        entries.append(_entry(index, ds.kind, ds.topic, ds.labels, ds.table.schema, ds.table.num_rows,
+                              ds.table.nbytes, [_group_bounds(ds.table.slice(start, rows), ds.time_column, ds.clamp)
+                                                for start, rows in slices], ds.schema_ids, ds.schema_fingerprint,
+                              ds.record, partitions))
     return _block_meta(spec, entries)
 
 
@@ -209,7 +237,9 @@ def write_block(bucket: Bucket, spec: BlockSpec, datasets: list[DatasetInput],
     if done is not None:
         return _same_or_conflict(done, planned)
     footer = planned.to_json()
-    return _upload(bucket, planned, [encode_parquet(ds.table, footer, row_group_rows) for ds in datasets])
+    return _upload(bucket, planned, [encode_parquet(ds.table, footer, row_group_rows,
+                                                    ds.slices(row_group_rows) if ds.by_partition else None)
+                                     for ds in datasets])
 
 
 def _upload(bucket: Bucket, planned: BlockMeta, objects: list[bytes]) -> BlockMeta:

@@ -1,15 +1,19 @@
-"""Turning a chunk of one Kafka partition's records into blocks (runs in Spark tasks, for ingest and reprocess).
+"""Turning a chunk of Kafka records into blocks (runs in Spark tasks, for ingest and reprocess).
 
-A chunk covers the exact offsets ``[start, end)`` it was planned for; the records it holds are those of the range
-a read_committed consumer sees (transaction markers, aborted records and compacted-away offsets leave gaps). Every
-block of the chunk carries the whole range, so the blocks of a batch tile the offsets it commits and the bucket
-alone tells which offsets were read (rebuild depends on it). Ids are deterministic from the group, generation,
-topic incarnation, partition, range, tenant and partition values, with the batch's read time as their ULID time,
+A chunk covers exact offsets ``[start, end)`` of one or more Kafka partitions (everything one ingest task read of
+them since its previous chunk); the records it holds are those of the ranges a read_committed consumer sees
+(transaction markers, aborted records and compacted-away offsets leave gaps). Its blocks are cut by topic, never
+by partition: every block of a topic carries all of the chunk's ranges of that topic, so the blocks of a batch tile
+the offsets it commits and the bucket alone tells which offsets were read (rebuild depends on it), and a batch
+writes objects in proportion to its tasks, topics, tenants and hours, not to its partitions. In a block of several
+partitions every row group holds one partition's rows, named in the dataset's table of contents
+(``Dataset.row_group_partitions``). Ids are deterministic from the group, generation, topic, the ranges
+(incarnation, partition, start, end), tenant and partition values, with the batch's read time as their ULID time,
 so a retried or speculative task rewrites the same keys.
 
-* backup group: one block per tenant, the records verbatim;
+* backup group: one block per (topic, tenant), the records verbatim;
 * partition group: the topic's parser gives each record an event time (dt, hour) and columns; one block per
-  (tenant, dt[, hour]);
+  (topic, tenant, dt[, hour]), a dataset per record type;
 * records whose tenant is invalid (a rule or a header that names no valid tenant), or that the parser rejects, go
   to one quarantine block per tenant with the reason (the default tenant when the record's own is invalid).
 
@@ -92,7 +96,9 @@ class Chunk:
 
 
 class Written(BaseModel):
-    """What writing one chunk produced: the one typed record an ingest or reprocess task returns to the driver."""
+    """What writing one chunk produced for one of its partition ranges: the typed record an ingest or reprocess task
+    returns to the driver. ``blocks`` are every block of the range's topic in the chunk, which the chunk's other
+    ranges of that topic name too (consumers count a block once, by id)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     topic: str
@@ -399,30 +405,78 @@ def _record_groups(spec: GroupSpec, table: pa.Table,
 
 def write_chunk(spec: GroupSpec, bucket: Bucket, table: pa.Table, chunk: Chunk,
                 derived_from: list[str] | None = None) -> Written:
-    """Write the blocks of one chunk: ``table`` holds its records (normalized, in offset order, all inside the
-    chunk's range; it may be empty, then one block with no datasets records the range)."""
-    topic = chunk.topic
-    kafka = [KafkaRange(topic=topic, partition=chunk.partition, start=chunk.start, end=chunk.end,
-                        incarnation=chunk.incarnation)]
-    key = f"{spec.group}/{spec.generation}/{topic}/{chunk.incarnation}/{chunk.partition}/{chunk.start}/{chunk.end}"
+    """Write the blocks of a chunk of one partition (``write_chunks``)."""
+    [written] = write_chunks(spec, bucket, table, [chunk], derived_from)
+    return written
+
+
+def write_chunks(spec: GroupSpec, bucket: Bucket, table: pa.Table, chunks: list[Chunk],
+                 derived_from: list[str] | None = None) -> list[Written]:
+    """Write the blocks of one chunk of the partition ranges ``chunks`` (one range per partition, all read at one
+    time): ``table`` holds their records, normalized, the partitions' runs one after another, each in offset order
+    and inside its range. A topic with no record in ``table`` gets one block with no datasets recording its ranges.
+    Returns one ``Written`` per range, in ``chunks``' order, each naming every block of its topic."""
+    topics = dict.fromkeys(c.topic for c in chunks)
+    out: dict[Chunk, Written] = {}
+    for topic in topics:
+        rows = table if len(topics) == 1 else table.filter(pc.equal(table.column("topic"), topic))
+        ranges = [c for c in chunks if c.topic == topic]
+        out.update(zip(ranges, _write_topic(spec, bucket, rows, ranges, derived_from), strict=True))
+    return [out[c] for c in chunks]
+
+
+def _block_key(spec: GroupSpec, chunks: list[Chunk]) -> str:
+    if len(chunks) == 1:  # the ids of chunks of one partition, as before blocks of several
+        c = chunks[0]
+        key = f"{spec.group}/{spec.generation}/{c.topic}/{c.incarnation}/{c.partition}/{c.start}/{c.end}"
+    else:
+        key = f"{spec.group}/{spec.generation}/{chunks[0].topic}/" + ",".join(
+            f"{c.incarnation}/{c.partition}/{c.start}/{c.end}" for c in chunks)
     if spec.shard:  # shard 0 keeps the ids of before shards; another shard's blocks never share an id with them
         key += f"/s{spec.shard}"
-    clamp = (0, chunk.read_time_ms + MAX_FUTURE_MS)
-    value_bytes = int(pc.sum(pc.binary_length(table.column("value"))).as_py() or 0) if table.num_rows else 0
+    return key
+
+
+def _tally(table: pa.Table, chunks: list[Chunk], blocks: list[BlockMeta],
+           quarantined: list[tuple[int, str]]) -> list[Written]:
+    """One ``Written`` per range: its records, quarantined records, value bytes and reasons."""
+    lengths = pc.fill_null(pc.binary_length(table.column("value")), 0).to_numpy() if table.num_rows else None
+    partitions = table.column("partition").to_numpy() if table.num_rows else None
+    reasons: dict[int, list[str]] = defaultdict(list)
+    for row, why in quarantined:
+        reasons[int(partitions[row]) if len(chunks) > 1 and partitions is not None else chunks[0].partition].append(why)
+    out = []
+    for c in chunks:
+        mask = None if len(chunks) == 1 or partitions is None else partitions == c.partition
+        records = table.num_rows if mask is None else int(mask.sum())
+        size = 0 if lengths is None else int(lengths.sum() if mask is None else lengths[mask].sum())
+        out.append(Written(topic=c.topic, partition=c.partition, incarnation=c.incarnation, start=c.start,
+                           end=c.end, records=records, quarantined=len(reasons[c.partition]), bytes=size,
+                           blocks=blocks, reasons=top_reasons(((r, 1) for r in reasons[c.partition]), top=5)))
+    return out
+
+
+def _write_topic(spec: GroupSpec, bucket: Bucket, table: pa.Table, chunks: list[Chunk],
+                 derived_from: list[str] | None) -> list[Written]:
+    """``write_chunks`` for the ranges of one topic."""
+    topic = chunks[0].topic
+    kafka = [KafkaRange(topic=topic, partition=c.partition, start=c.start, end=c.end, incarnation=c.incarnation)
+             for c in chunks]
+    key = _block_key(spec, chunks)
+    by_partition = len(chunks) > 1
+    clamp = (0, chunks[0].read_time_ms + MAX_FUTURE_MS)
 
     def spec_for(tenant: str, pv: dict[str, str], parser: Parser | None, what: str) -> BlockSpec:
         pv_key = ",".join(f"{k}={v}" for k, v in sorted(pv.items())) or what
         info = (ParserInfo(name=parser.name, version=parser.version, options_digest=parser.digest(),
                            reader_schema_id=parser.named_schema_id()) if parser is not None else None)
-        return BlockSpec(id=deterministic_block_id(chunk.read_time_ms, f"{key}/{tenant}/{pv_key}"), tenant=tenant,
+        return BlockSpec(id=deterministic_block_id(chunks[0].read_time_ms, f"{key}/{tenant}/{pv_key}"), tenant=tenant,
                          shard=spec.shard, group=spec.group, generation=spec.generation, kafka=kafka,
                          partition_values=pv,
                          parser=info, derived_from=sorted(derived_from or []))
 
     if table.num_rows == 0:
-        meta = write_block(bucket, spec_for(spec.tenants.default, {}, None, "empty"), [])
-        return Written(topic=topic, partition=chunk.partition, incarnation=chunk.incarnation, start=chunk.start,
-                       end=chunk.end, records=0, quarantined=0, bytes=0, blocks=[meta])
+        return _tally(table, chunks, [write_block(bucket, spec_for(spec.tenants.default, {}, None, "empty"), [])], [])
     tenants, problems = _tenants(spec, table, topic)
     blocks: list[tuple[BlockSpec, list[DatasetInput]]] = []
     quarantine: dict[str, tuple[list[int], list[str]]] = defaultdict(lambda: ([], []))
@@ -438,7 +492,7 @@ def write_chunk(spec: GroupSpec, bucket: Bucket, table: pa.Table, chunk: Chunk,
             picked = table if whole else _take(table, [valid[r] for r in rows])  # one tenant: no copy
             blocks.append((spec_for(tenant, {}, None, "records"),
                            [DatasetInput("records", topic, picked, "timestamp", labels=[{"topic": topic}],
-                                         clamp=clamp)]))
+                                         clamp=clamp, by_partition=by_partition)]))
     else:
         subset = _take(table, valid) if len(valid) < table.num_rows else table
         by_block: dict[tuple[str, str, int | None], list[DatasetInput]] = {}
@@ -472,7 +526,7 @@ def write_chunk(spec: GroupSpec, bucket: Bucket, table: pa.Table, chunk: Chunk,
                 picked = parsed if len(by_key) == 1 else _take(parsed, rows)  # one day and tenant: no copy
                 by_block.setdefault((tenant, day, hour), []).append(
                     DatasetInput("records", topic, picked, "event_time", labels=labels, schema_ids=schema_ids,
-                                 schema_fingerprint=fingerprint, record=record))
+                                 schema_fingerprint=fingerprint, record=record, by_partition=by_partition))
         for (tenant, day, hour), datasets in by_block.items():
             pv = {"dt": day} if hour is None else {"dt": day, "hour": f"{hour:02d}"}
             blocks.append((spec_for(tenant, pv, parser, "records"), datasets))
@@ -484,9 +538,7 @@ def write_chunk(spec: GroupSpec, bucket: Bucket, table: pa.Table, chunk: Chunk,
         picked = _quarantine(_take(table, rows), reasons, parser_name)
         blocks.append((spec_for(tenant, {}, None, "quarantine"),
                        [DatasetInput("quarantine", topic, picked, "timestamp", labels=[{"topic": topic}],
-                                     clamp=clamp)]))
+                                     clamp=clamp, by_partition=by_partition)]))
     metas = [write_block(bucket, block_spec, datasets) for block_spec, datasets in blocks]
-    quarantined = sum(len(rows) for rows, _ in quarantine.values())
-    return Written(topic=topic, partition=chunk.partition, incarnation=chunk.incarnation, start=chunk.start,
-                   end=chunk.end, records=table.num_rows, quarantined=quarantined, bytes=value_bytes, blocks=metas,
-                   reasons=top_reasons(((r, 1) for _, why in quarantine.values() for r in why), top=5))
+    return _tally(table, chunks, metas, [pair for rows, reasons in quarantine.values() for pair in zip(rows, reasons,
+                                                                                                       strict=True)])

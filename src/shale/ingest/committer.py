@@ -65,6 +65,7 @@ def batch_commit(written: Sequence[Written], ranges: Sequence[PartitionRange], *
         offsets.append(OffsetRange(topic=r.topic, partition=r.partition, start=r.start, end=r.end,
                                    incarnation=r.incarnation, stored=sum(c.records for c in chunks)))
         blocks += [b for c in chunks for b in c.blocks]
+    blocks = list({b.id: b for b in blocks}.values())  # a chunk's block of several partitions is named by each
     if by_partition:
         raise IngestConflictError(f"tasks wrote partitions the batch did not plan: {sorted(by_partition)}")
     return CommitIngestBatch(group=group, generation=generation, writer=writer, batch=batch, ranges=offsets,

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from shale.block.schemas import BACKUP_SCHEMA
 from shale.bucketindex import DeltaLink, DeltaWriter
 from shale.config import ShaleConfig
-from shale.encoder.chunks import GROUPS, Chunk, GroupSpec, Written, write_chunk
+from shale.encoder.chunks import GROUPS, Chunk, GroupSpec, Written, write_chunks
 from shale.encoder.parsers.rulecheck import check_typed_rules, raise_for_errors
 from shale.encoder.records import SPARK_COLUMNS, WRITTEN_SCHEMA
 from shale.errors import ConfigError, RetryableError
@@ -240,10 +240,10 @@ class IngestJob:
         written = [Written.model_validate_json(row["written"]) for row in rows if row["written"] is not None]
         paused = [Paused.model_validate_json(row["paused"]) for row in rows if row["paused"] is not None]
         seen = {(w.topic, w.partition) for w in written} | {(p.topic, p.partition) for p in paused}
-        for r in plan.ranges:  # a range that held no readable record at all is recorded by an empty block
-            if (r.topic, r.partition) not in seen:
-                chunk = Chunk(r.topic, r.partition, r.incarnation, r.start, r.end, plan.read_time_ms)
-                written.append(write_chunk(self.spec, self.bucket, BACKUP_SCHEMA.empty_table(), chunk))
+        empty = [Chunk(r.topic, r.partition, r.incarnation, r.start, r.end, plan.read_time_ms)
+                 for r in plan.ranges if (r.topic, r.partition) not in seen]
+        if empty:  # ranges that held no readable record at all are recorded by an empty block per topic
+            written += write_chunks(self.spec, self.bucket, BACKUP_SCHEMA.empty_table(), empty)
         return written, paused
 
     def run_batch(self, plan: BatchPlan) -> str:
@@ -317,7 +317,7 @@ class IngestJob:
         metrics.RECORDS.labels(self.group).inc(records)
         metrics.QUARANTINED.labels(self.group).inc(sum(w.quarantined for w in written))
         metrics.BYTES.labels(self.group).inc(sum(w.bytes for w in written))
-        metrics.BLOCKS.labels(self.group).inc(sum(len(w.blocks) for w in written))
+        metrics.BLOCKS.labels(self.group).inc(len({b.id for w in written for b in w.blocks}))
         metrics.SKIPPED.labels(self.group).inc(sum(r.end - r.start for r in ranges) - records)
         for w in written:
             for phase, seconds in w.seconds.items():

@@ -1,23 +1,24 @@
 """The Spark task of an ingest batch (``mapInArrow``): the planned ranges of one or more Kafka partitions, read one
-after another (the driver gives a batch no more tasks than Spark has cores: ``tasks``), each written in chunks.
+after another (the driver gives a batch no more tasks than Spark has cores: ``tasks``), written in chunks that
+span the partitions the task reached (a chunk's blocks are cut by topic, tenant and hour, never by partition, so a
+batch writes objects in proportion to its tasks, not its partitions).
 
 Records arrive as Arrow batches (at most ``spark.sql.execution.arrow.maxBytesPerBatch`` each). They are buffered
 until the buffer reaches the chunk size, so a task holds at most about two chunks and one batch however large
-its partition's range or its records; the chunk size is what the task process's memory bound leaves once its
+its partitions' ranges or its records; the chunk size is what the task process's memory bound leaves once its
 interpreter and libraries are loaded (``chunk_bytes``), measured again after every chunk (a reused Python worker
 may keep memory from earlier tasks), never grown. The last full buffer is kept pending until the next one
-fills or the input ends, because only then is it known whether it is the range's last chunk (which ends at the
-planned end, covering trailing offsets without records such as a transaction's commit marker). Chunks tile the
-planned range.
+fills or the input ends, because only then is it known whether its last partition goes on in the next chunk;
+every other partition's range in a chunk ends at its planned end, covering trailing offsets without records such
+as a transaction's commit marker. Each partition's chunks tile its planned range.
 
 A chunk whose writer schemas are not cached in this process and that the Schema Registry does not give
-(``RegistryUnavailableError``: refused, timed out, 5xx, 401/403) pauses its partition there: the chunk writes
-nothing, the task keeps reading its input to the end without writing (a Python worker that leaves input unread is
-not reused, and its schema cache would go with it), and returns ``Paused`` after the chunks written before it. The
-driver commits those chunks only (``shale.ingest.pauses``), so the partition continues at the paused chunk's first
-offset in a later batch.
+(``RegistryUnavailableError``: refused, timed out, 5xx, 401/403) pauses its partitions there: the chunk writes
+nothing, the task keeps reading its input to the end without writing those partitions (a Python worker that
+leaves input unread is not reused, and its schema cache would go with it) and goes on with the others, and returns
+a ``Paused`` per paused partition after the chunks written. The driver commits those chunks only
+(``shale.ingest.pauses``), so a paused partition continues at its paused chunk's first offset in a later batch.
 """
-
 from __future__ import annotations
 
 import contextlib
@@ -32,11 +33,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict
 
-from shale.encoder.chunks import Chunk, GroupSpec, Written, write_chunk
+from shale.encoder.chunks import Chunk, GroupSpec, Written, write_chunks
 from shale.encoder.records import normalize
 from shale.errors import ShaleError
 from shale.failpoints import failpoint
-from shale.ingest.plan import BatchPlan
+from shale.ingest.plan import BatchPlan, PartitionRange, TopicPartition
 from shale.objstore import Bucket, CallCounter, scratch_bucket, task_bucket
 from shale.resources import PeakMemory, release_free_memory
 from shale.schemas.registry import RegistryUnavailableError
@@ -66,131 +67,132 @@ class CountedBucket(Bucket, Protocol):
     calls: CallCounter
 
 
+def _partition_of(run: pa.Table) -> TopicPartition:
+    return run.column("topic")[0].as_py(), int(run.column("partition")[0].as_py())
+
+
 class ChunkWriter:
-    """Not thread-safe; one per task. Every chunk's ``Written`` carries the seconds spent on it by phase
-    (``PHASES``), since the chunk before: the time since then is the chunk's."""
+    """Not thread-safe; one per task. It takes the records of the task's partitions one after another (each
+    partition's in one run, in offset order) and writes them in chunks of about ``chunk_bytes``, a chunk holding
+    whatever partitions it reached (``write_chunks``: a block per topic, tenant and hour, not per partition). Every
+    chunk's first ``Written`` carries the seconds spent on it by phase (``PHASES``), since the chunk before."""
 
     def __init__(self, spec: GroupSpec, bucket: CountedBucket, plan: BatchPlan, chunk_bytes: int,
                  derived_from: list[str] | None = None, resize: Callable[[int], int] | None = None,
                  pausable: bool = False, spent: defaultdict[str, float] | None = None) -> None:
         self.spec = spec
         self.pausable = pausable
-        """Whether a registry that does not answer pauses the partition (ingest) rather than raising (reprocess)."""
-        self.paused: Paused | None = None
+        """Whether a registry that does not answer pauses the partitions (ingest) rather than raising (reprocess)."""
+        self.pauses: list[Paused] = []
         self.derived_from = derived_from
         self.bucket = bucket
         self.plan = plan
         self.chunk_bytes = chunk_bytes
         self.resize = resize  # after each written chunk: a new size given the bytes still held (never larger)
-        self.chunk: Chunk | None = None  # the planned range, once the first record names the partition
-        self.next_start = 0
-        self.buffer: list[pa.Table] = []
+        self.planned: dict[TopicPartition, PartitionRange] = {}  # each partition's range, once a record names it
+        self.next_start: dict[TopicPartition, int] = {}
+        self.current: TopicPartition | None = None
+        self.buffer: list[pa.Table] = []  # runs of one partition each, in input order
         self.buffered = 0
-        self.pending: pa.Table | None = None
+        self.pending: list[pa.Table] = []
         self.spent = spent if spent is not None else defaultdict(float)
-        """Seconds by phase since the last chunk written (shared by the writers of one task, which run in turn)."""
+        """Seconds by phase since the last chunk written."""
 
-    def stopped(self) -> bool:
-        """Whether the partition paused (``paused``): the rest of the input is read and not written. A method, not
-        a property: writing a chunk may pause, and a type checker would keep a property's earlier answer."""
-        return self.paused is not None
+    def paused(self, tp: TopicPartition) -> bool:
+        return any((p.topic, p.partition) == tp for p in self.pauses)
 
-    def _identify(self, table: pa.Table) -> None:
+    def _identify(self, table: pa.Table) -> TopicPartition:
         topics, partitions = pc.unique(table.column("topic")), pc.unique(table.column("partition"))
         if len(topics) != 1 or len(partitions) != 1:
-            raise ShaleError("an ingest task received records of several Kafka partitions; Shale needs one task per "
-                             "partition (do not set the Kafka source's minPartitions)")
-        topic, partition = topics[0].as_py(), int(partitions[0].as_py())
-        if self.chunk is None:
-            planned = self.plan.range_of(topic, partition)
+            raise ShaleError("a chunk writer takes one Kafka partition's records at a time (partition_runs)")
+        tp = (topics[0].as_py(), int(partitions[0].as_py()))
+        if tp != self.current:
+            if tp in self.planned:
+                raise ShaleError(f"an ingest task received {tp[0]}[{tp[1]}] again after other partitions; Shale "
+                                 "needs each partition's records in one run")
+            planned = self.plan.range_of(*tp)
             if planned is None:
-                raise ShaleError(f"an ingest task received {topic}[{partition}], which this batch did not plan")
-            self.chunk = Chunk(topic, partition, planned.incarnation, planned.start, planned.end,
-                               self.plan.read_time_ms)
-            self.next_start = planned.start
-        elif (topic, partition) != (self.chunk.topic, self.chunk.partition):
-            raise ShaleError(f"an ingest task received {topic}[{partition}] after {self.chunk.topic}"
-                             f"[{self.chunk.partition}]; Shale needs one task per partition")
+                raise ShaleError(f"an ingest task received {tp[0]}[{tp[1]}], which this batch did not plan")
+            self.planned[tp], self.next_start[tp], self.current = planned, planned.start, tp
+        planned = self.planned[tp]
         offsets = pc.min_max(table.column("offset"))
-        if offsets["min"].as_py() < self.chunk.start or offsets["max"].as_py() >= self.chunk.end:
-            raise ShaleError(f"{topic}[{partition}]: Spark read offsets [{offsets['min']}, {offsets['max']}] outside "
-                             f"the planned range [{self.chunk.start},{self.chunk.end})")
+        if offsets["min"].as_py() < planned.start or offsets["max"].as_py() >= planned.end:
+            raise ShaleError(f"{tp[0]}[{tp[1]}]: Spark read offsets [{offsets['min']}, {offsets['max']}] outside "
+                             f"the planned range [{planned.start},{planned.end})")
+        return tp
 
-    def _write(self, table: pa.Table, end: int) -> list[Written]:
-        assert self.chunk is not None
-        if self.paused is not None:
+    def _write(self, runs: list[pa.Table], continues: TopicPartition | None) -> list[Written]:
+        """Write ``runs`` as one chunk. Each partition's range ends at its planned end, except ``continues``: the
+        partition whose records go on in the next chunk ends after its last record here."""
+        if not runs:
             return []
-        chunk = Chunk(self.chunk.topic, self.chunk.partition, self.chunk.incarnation, self.next_start, end,
-                      self.chunk.read_time_ms)
+        ends: dict[TopicPartition, int] = {}
+        for run in runs:
+            tp = _partition_of(run)
+            ends[tp] = int(run.column("offset")[-1].as_py()) + 1 if tp == continues else self.planned[tp].end
+        chunks = [Chunk(tp[0], tp[1], self.planned[tp].incarnation, self.next_start[tp], end, self.plan.read_time_ms)
+                  for tp, end in ends.items()]
         started, waited = time.perf_counter(), self.bucket.calls.seconds
         try:
-            written = write_chunk(self.spec, self.bucket, table, chunk, self.derived_from)
+            written = write_chunks(self.spec, self.bucket, pa.concat_tables(runs), chunks, self.derived_from)
         except RegistryUnavailableError as exc:
             if not self.pausable:
                 raise
             # Nothing of this chunk was written: the parser fetches schemas before any block is put.
-            self.paused = Paused(topic=chunk.topic, partition=chunk.partition, incarnation=chunk.incarnation,
-                                 at=chunk.start, registry=exc.registry, error=str(exc)[:ERROR_CHARS])
-            self.buffer, self.buffered, self.pending = [], 0, None
+            self.pauses += [Paused(topic=c.topic, partition=c.partition, incarnation=c.incarnation, at=c.start,
+                                   registry=exc.registry, error=str(exc)[:ERROR_CHARS]) for c in chunks]
             return []
-        self.next_start = end
+        self.next_start.update(ends)
         upload = self.bucket.calls.seconds - waited
         self.spent["upload"] += upload
         self.spent["encode"] += time.perf_counter() - started - upload
         seconds = {k: round(v, 6) for k, v in self.spent.items()}
         self.spent.clear()  # in place: the task's batch iterator adds its waits to this dict
-        return [written.model_copy(update={"seconds": seconds})]
+        return [written[0].model_copy(update={"seconds": seconds}), *written[1:]]
 
-    def _write_pending(self) -> list[Written]:
-        if self.pending is None:
-            return []
-        table, self.pending = self.pending, None
-        return self._write(table, int(table.column("offset")[-1].as_py()) + 1)
+    def _unpaused(self, runs: list[pa.Table]) -> list[pa.Table]:
+        return [r for r in runs if not self.paused(_partition_of(r))]
+
+    def _first(self) -> TopicPartition | None:
+        return _partition_of(self.buffer[0]) if self.buffer else None
 
     def add(self, batch: pa.RecordBatch) -> list[Written]:
-        """Records as Spark's Kafka source hands them over."""
-        if batch.num_rows == 0:
-            return []
-        started = time.perf_counter()
-        table = normalize(pa.Table.from_batches([batch]))
-        self.spent["normalize"] += time.perf_counter() - started
-        return self.add_table(table)
+        """Records as Spark's Kafka source hands them over (one Arrow batch may end one partition and start the
+        next)."""
+        written = []
+        for run in partition_runs(batch):
+            started = time.perf_counter()
+            table = normalize(pa.Table.from_batches([run]))
+            self.spent["normalize"] += time.perf_counter() - started
+            written += self.add_table(table)
+        return written
 
     def add_table(self, table: pa.Table) -> list[Written]:
-        """Records in the backup schema, in offset order after everything added before."""
+        """Records of one partition in the backup schema, in offset order after everything added of it before."""
         if table.num_rows == 0:
             return []
-        self._identify(table)
-        if self.stopped():
+        if self.paused(self._identify(table)):
             return []  # read to the end, written no more
         self.buffer.append(table)
         self.buffered += table.nbytes
         if self.buffered < self.chunk_bytes:
             return []
-        written = self._write_pending()
-        if self.stopped():  # the pending chunk paused: the buffer after it is dropped too
-            return written
-        self.pending = pa.concat_tables(self.buffer)  # no copy: the chunks stay as they arrived
-        self.buffer, self.buffered = [], 0
+        # The last full buffer waits until the next one fills (or the input ends): only then is it known whether
+        # its last partition goes on after it.
+        written = self._write(self._unpaused(self.pending), self._first())
+        self.pending, self.buffer, self.buffered = self._unpaused(self.buffer), [], 0
         if written and self.resize is not None:
-            self.chunk_bytes = min(self.chunk_bytes, self.resize(self.pending.nbytes))
+            self.chunk_bytes = min(self.chunk_bytes, self.resize(sum(t.nbytes for t in self.pending)))
         return written
 
     def finish(self) -> list[Written]:
-        """Write what is left; the last chunk ends at the planned end. Nothing if no record arrived at all (the
-        driver then records the range with an empty block)."""
-        if self.chunk is None or self.stopped():
-            return []
-        if self.buffer:
-            written = self._write_pending()
-            if self.stopped():  # the pending chunk paused: the buffer after it is dropped too
-                return written
-            table = pa.concat_tables(self.buffer)
-            self.buffer = []
-            return [*written, *self._write(table, self.chunk.end)]
-        assert self.pending is not None
-        table, self.pending = self.pending, None
-        return self._write(table, self.chunk.end)
+        """Write what is left: every partition's last chunk ends at its planned end (covering trailing offsets
+        without records, such as a transaction's commit marker). A partition no record named is not written here
+        (the driver records its range with an empty block)."""
+        written = self._write(self._unpaused(self.pending), self._first())
+        written += self._write(self._unpaused(self.buffer), None)
+        self.pending, self.buffer, self.buffered = [], [], 0
+        return written
 
 
 def chunk_bytes(bound: int, resident: int, group: str) -> int:
@@ -240,41 +242,6 @@ def partition_runs(batch: pa.RecordBatch) -> list[pa.RecordBatch]:
     return [batch.slice(a, b - a) for a, b in itertools.pairwise(cuts)]
 
 
-def write_partitions(batches: Iterable[pa.RecordBatch], spent: defaultdict[str, float],
-                     writer_for: Callable[[], ChunkWriter]) -> tuple[list[Written], list[Paused]]:
-    """Every partition of a task's input through its own writer (``writer_for()``, in turn), each finished when the
-    next partition starts. A partition seen again after another one started is an error: its first writer has
-    already ended its chunks at the planned end."""
-    written: list[Written] = []
-    paused: list[Paused] = []
-    writer: ChunkWriter | None = None
-    current: tuple[str, int] | None = None
-    done: set[tuple[str, int]] = set()
-
-    def finish(writer: ChunkWriter) -> None:
-        nonlocal written
-        written += writer.finish()
-        if writer.paused is not None:
-            paused.append(writer.paused)
-
-    for batch in _timed(batches, spent):
-        for run in partition_runs(batch):
-            key = (run.column("topic")[0].as_py(), int(run.column("partition")[0].as_py()))
-            if key != current:
-                if writer is not None and current is not None:
-                    finish(writer)
-                    done.add(current)
-                if key in done:
-                    raise ShaleError(f"an ingest task received {key[0]}[{key[1]}] again after other partitions; "
-                                     "Shale needs each partition's records in one run")
-                writer, current = writer_for(), key
-            assert writer is not None
-            written += writer.add(run)
-    if writer is not None:
-        finish(writer)
-    return written, paused
-
-
 def tasks(ranges: int, cores: int) -> int:
     """How many Spark tasks read a batch of ``ranges`` partitions: one per partition up to Spark's cores, fewer
     than partitions beyond (``coalesce``: each task reads several in turn). A task's fixed cost (its launch, the
@@ -300,16 +267,15 @@ def make_task(spec: GroupSpec, plan: BatchPlan, bound: int) -> Callable[[Iterabl
                 release_free_memory()
                 return chunk_bytes(bound, PeakMemory.resident() - held, spec.group)
 
-            bucket, spent = task_bucket(spec.bucket), defaultdict[str, float](float)
-
-            def writer_for() -> ChunkWriter:
-                return ChunkWriter(spec, bucket, plan, resize(0), resize=resize, pausable=True, spent=spent)
-
-            written, paused = write_partitions(batches, spent, writer_for)
+            writer = ChunkWriter(spec, task_bucket(spec.bucket), plan, resize(0), resize=resize, pausable=True)
+            written = []
+            for batch in _timed(batches, writer.spent):
+                written += writer.add(batch)
+            written += writer.finish()
         for w in written:
             row = w.model_copy(update={"peak_rss": memory.peak}).model_dump_json()
             yield pa.RecordBatch.from_pylist([{"written": row, "paused": None}], schema=TASK_RESULT)
-        for p in paused:
+        for p in writer.pauses:
             yield pa.RecordBatch.from_pylist([{"written": None, "paused": p.model_dump_json()}], schema=TASK_RESULT)
 
     return task

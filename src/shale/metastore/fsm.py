@@ -197,9 +197,8 @@ def _commit_ingest_batch(w: IndexWriter, cmd: CommitIngestBatch, entry: Entry) -
         w.end_incarnation(cmd.group, cmd.generation, r.topic, r.partition, entry.time_ms)
     w.add_blocks(cmd.blocks, entry.time_ms)
     for r in ranges:
-        event_time = max((d.max_time for b in cmd.blocks if any(k.topic == r.topic and k.partition == r.partition
-                                                              for k in b.kafka)
-                          for d in b.datasets if d.kind == "records" and d.rows), default=0)
+        event_time = max((b.event_time_of(r.topic, r.partition) for b in cmd.blocks
+                          if any(k.topic == r.topic and k.partition == r.partition for k in b.kafka)), default=0)
         skipped = r.end - r.start - r.stored if r.stored is not None else 0
         w.set_committed_end(cmd.group, cmd.generation, r.topic, r.partition, r.end, event_time, entry.time_ms,
                             incarnation=r.incarnation, writer=cmd.writer, skipped=skipped)

@@ -147,7 +147,7 @@ def _run_task(spec: GroupSpec, plan: BatchPlan, r: PartitionRange, table: pa.Tab
     for batch in piece.to_batches(max_chunksize=rows_per_batch):
         written += writer.add_table(pa.Table.from_batches([batch]))
     written += writer.finish()
-    return written, writer.paused
+    return written, next(iter(writer.pauses), None)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

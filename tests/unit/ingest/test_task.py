@@ -10,12 +10,14 @@ import uuid
 from collections.abc import Iterator
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.factories import BASE_MS, backup_table
 
-from shale.block import read_dataset
+from shale.block import backup_rows, read_dataset
+from shale.block.layout import block_file_key
 from shale.config import BucketConfig, IngestConfig, ParserRule, TenantRule
 from shale.encoder.chunks import Chunk, GroupSpec, Written, write_chunk
 from shale.errors import ShaleError
@@ -241,9 +243,24 @@ def test_a_task_of_several_partitions_tiles_each_one_s_range_whatever_the_batche
         assert mine[0].start == first
         assert mine[-1].end == first + n + 3
         assert all(a.end == b.start for a, b in itertools.pairwise(mine))
-        stored = [o for w in mine for m in w.blocks
-                  for o in read_dataset(bucket, m, "records/app").column("offset").to_pylist()]
+        blocks = {m.id: m for w in mine for m in w.blocks}.values()
+        stored = [o for m in blocks for part, o in zip(*read_dataset(bucket, m, "records/app").select(
+            ["partition", "offset"]).to_pydict().values(), strict=True) if part == p]
         assert stored == list(range(first, first + n))
+    # Everything fits one chunk here: one block for all the partitions read, whose row groups each hold one
+    # partition's records, as its table of contents says.
+    blocks = {m.id: m for w in written for m in w.blocks}
+    assert len(blocks) == (1 if written else 0)
+    for meta in blocks.values():
+        assert sorted(r.partition for r in meta.kafka) == sorted(p for p, _, n in parts if n)
+        for p, first, n in parts:  # a reader of one partition fetches its row groups only, and gets its records
+            rows = backup_rows(bucket, meta, "app", p, first, first + n)
+            assert [o for t in rows for o in t.column("offset").to_pylist()] == list(range(first, first + n))
+        [dataset] = meta.datasets
+        groups = pq.ParquetFile(pa.BufferReader(bucket.get(block_file_key(meta.tenant, meta.id, dataset.file))))
+        named = dataset.row_group_partitions or [meta.kafka[0].partition] * groups.num_row_groups
+        assert [set(groups.read_row_group(i, columns=["partition"]).column(0).to_pylist())
+                for i in range(groups.num_row_groups)] == [{p} for p in named]
 
 
 def test_a_partition_seen_again_after_another_fails_the_task(bucket_config: BucketConfig) -> None:

@@ -282,9 +282,9 @@ def test_case5_an_ingest_task_pauses_the_partition_on_a_404_that_is_not_the_regi
     sid = next(_ids)
     written = writer.add_table(_records([sid] * 6)) + writer.finish()
     assert written == []  # no block at all: neither records nor quarantine
-    assert writer.paused is not None
-    assert (writer.paused.at, writer.paused.registry) == (0, config.url)
-    assert "ingest.schema_registry.url" in writer.paused.error
+    [paused] = writer.pauses
+    assert (paused.at, paused.registry) == (0, config.url)
+    assert "ingest.schema_registry.url" in paused.error
     assert list(open_bucket(spec.bucket).list("")) == []
 
 
@@ -297,6 +297,6 @@ def test_an_ingest_task_still_quarantines_records_of_an_id_the_registry_says_doe
     plan = BatchPlan(READ_MS, [PartitionRange("pay", 0, "", 0, 4)])
     writer = ChunkWriter(spec, open_bucket(spec.bucket), plan, chunk_bytes=10**6, pausable=True)
     written = writer.add_table(_records([next(_ids)] * 4)) + writer.finish()
-    assert writer.paused is None
+    assert writer.pauses == []
     assert sum(w.quarantined for w in written) == sum(w.records for w in written) == 4
     assert any("does not exist in the schema registry" in reason for w in written for reason in w.reasons)
