@@ -102,13 +102,18 @@ def _live(bucket: ObstoreBucket, group: str) -> Counter[tuple[str, str, int, int
     return counts
 
 
-def _slice(bucket: ObstoreBucket, source: BlockMeta, start: int, end: int, key: str) -> BlockMeta:
-    """A level-0 backup block holding offsets [start, end) of ``source``'s partition, copied from it."""
+def _range(meta: BlockMeta, topic: str, partition: int) -> KafkaRange:
+    """The block's range of one partition (a level-0 block holds every partition its task read)."""
+    return next(r for r in meta.kafka if (r.topic, r.partition) == (topic, partition))
+
+
+def _slice(bucket: ObstoreBucket, source: BlockMeta, r: KafkaRange, start: int, end: int, key: str) -> BlockMeta:
+    """A level-0 backup block holding offsets [start, end) of ``source``'s partition ``r``, copied from it."""
     (dataset,) = source.datasets
     table = read_dataset(bucket, source, dataset)
     offsets = table.column("offset")
-    table = table.filter(pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end)))
-    (r,) = source.kafka
+    table = table.filter(pc.and_(pc.equal(table.column("partition"), r.partition),
+                                 pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end))))
     spec = BlockSpec(id=deterministic_block_id(source.time_ms, key), tenant=TENANT, group="backup",
                      kafka=[r.model_copy(update={"start": start, "end": end})])
     return write_block(bucket, spec, [DatasetInput("records", r.topic, table, "timestamp",
@@ -138,7 +143,7 @@ def _copy_through(other: ObstoreBucket, bucket: ObstoreBucket, meta: BlockMeta) 
 def _blocks(metastore: MetastoreService, group: str, topic: str, partition: int) -> list[BlockMeta]:
     return sorted((m for m in metastore.tenant_blocks(TENANT) if m.group == group and any(
         r.topic == topic and r.partition == partition for r in m.kafka) and m.datasets),
-        key=lambda m: m.kafka[0].start)
+        key=lambda m: _range(m, topic, partition).start)
 
 
 def test_repair_plans_exactly_applies_under_sigkill_and_converges(kafka, minio: MinioServer,  # type: ignore[no-untyped-def]
@@ -173,14 +178,16 @@ def test_repair_plans_exactly_applies_under_sigkill_and_converges(kafka, minio: 
 
     # 1. A fully held duplicate: offsets [10, 30) of partition 0 again, indexed (an old version's bug).
     b0 = _blocks(metastore, "backup", topic, 0)
-    duplicate = _slice(bucket, b0[0], b0[0].kafka[0].start + 10, b0[0].kafka[0].start + 30, "duplicate")
+    r0 = _range(b0[0], topic, 0)
+    duplicate = _slice(bucket, b0[0], r0, r0.start + 10, r0.start + 30, "duplicate")
     metastore.submit(AddBlocks(blocks=[duplicate])).raise_for_rejection()
     # 2. A partial overlap: partition 1's first backup block replaced in the index by two blocks sharing 20 offsets.
     b1 = _blocks(metastore, "backup", topic, 1)
     whole = b1[0]
-    cut = (whole.kafka[0].start + whole.kafka[0].end) // 2
-    left = _slice(bucket, whole, whole.kafka[0].start, cut + 10, "left")
-    right = _slice(bucket, whole, cut - 10, whole.kafka[0].end, "right")
+    r1 = _range(whole, topic, 1)
+    cut = (r1.start + r1.end) // 2
+    left = _slice(bucket, whole, r1, r1.start, cut + 10, "left")
+    right = _slice(bucket, whole, r1, cut - 10, r1.end, "right")
     metastore.submit(ReplaceBlocks(tenant=TENANT, sources=[whole.id], blocks=[left, right],
                                    reason="an old version split it")).raise_for_rejection()
     write_deletion_mark(bucket, TENANT, whole.id, 0, "an old version split it")
@@ -188,14 +195,14 @@ def test_repair_plans_exactly_applies_under_sigkill_and_converges(kafka, minio: 
     #    the second round (Kafka still holds its records), and the partition-group block of `solo`, whose records
     #    Kafka then deletes: they exist nowhere else.
     parsed = next(m for m in _blocks(metastore, "partition", topic, 0)
-                  if m.datasets[0].kind == "records" and m.kafka[0].end <= b0[0].kafka[0].end)
+                  if m.datasets[0].kind == "records" and _range(m, topic, 0).end <= r0.end)
     _truncate(bucket, parsed)
     second = b0[-1]  # of the second round: no partition-group block's rebuild needs it
     _truncate(bucket, second)
     (lonely,) = _blocks(metastore, "partition", solo, 0)
     lonely_key = _truncate(bucket, lonely)
     lonely_bytes = bucket.get(lonely_key)
-    delete_records_before(config.kafka, solo, 0, lonely.kafka[0].end)
+    delete_records_before(config.kafka, solo, 0, _range(lonely, solo, 0).end)
     # 4. A block copied in from another bucket under a new id (partition 1's last backup block).
     other_name = f"other-{run}"
     minio.create_bucket(other_name)
