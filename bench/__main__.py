@@ -1,4 +1,5 @@
-"""``python -m bench [name ...]``: run the named benchmarks (default: all) and record their results."""
+"""``python -m bench [name ...]``: run the named benchmarks (default: all) and record their results;
+``python -m bench targets``: generate docs/BENCHMARKS.md's targets table from the committed results."""
 
 from __future__ import annotations
 
@@ -11,6 +12,11 @@ BENCHMARKS = ["fetcher_sync", "metastore", "ingest", "compaction", "bucket_index
 
 
 def main(argv: list[str]) -> int:
+    if argv == ["targets"]:
+        from bench.targets import DOC, rewrite
+
+        DOC.write_text(rewrite())
+        return 0
     names = argv or BENCHMARKS
     unknown = sorted(set(names) - set(BENCHMARKS))
     if unknown:

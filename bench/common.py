@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.targets import evaluated, rewrite
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 DOC = ROOT / "docs" / "BENCHMARKS.md"
@@ -52,11 +54,14 @@ def timed() -> Iterator[list[float]]:
 
 def write_result(name: str, figures: dict[str, float], baseline: dict[str, float], ratios: dict[str, float],
                  notes: str) -> dict[str, Any]:
-    result = {"name": name, "machine": machine(), "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-              "figures": figures, "baseline": baseline, "ratios": ratios}
+    result: dict[str, Any] = {"name": name, "machine": machine(),
+                              "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                              "figures": figures, "baseline": baseline, "ratios": ratios}
+    result["targets"] = evaluated(name, result)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
     _update_doc(name, result, notes)
+    DOC.write_text(rewrite(DOC))
     return result
 
 

@@ -57,12 +57,12 @@ hour of steady load the level-1 outputs would compact 10 to 1 again, which a thr
 Compacted blocks stay in the bucket for ``block.delete_delay`` (2 h) before they are deleted: a constant, not a
 growth per hour.
 
-Low-latency profile (``LOW_LATENCY``; README, "Configuration"): ``ingest.trigger_interval = "0s"`` (the next batch
-is planned as soon as the last one committed), ``bucket_index.debounce = "1s"``, and
-``run.ingest_groups = ["partition"]``: on this 2-core machine the partition group, the one queries read, gets the
-machine (with the metastore and the compaction worker); the backup group runs on another machine
-(``run.services``, docs/DEPLOY.md). With both groups on two cores, planning batches back to back saturates the
-machine (the partition group alone then uses more than one core) and latency grows instead.
+Low-latency profile (``LOW_LATENCY``; docs/OPERATING.md, "Configuration"): ``ingest.trigger_interval = "0s"`` (the
+next batch is planned as soon as the last one committed), ``bucket_index.debounce = "1s"``, and ``run.ingest_groups
+= ["partition"]``: on this 2-core machine the partition group, the one queries read, gets the machine (with the
+metastore and the compaction worker); the backup group runs on another machine (``run.services``, docs/DEPLOY.md).
+With both groups on two cores, planning batches back to back saturates the machine (the partition group alone then
+uses more than one core) and latency grows instead.
 
 Where the time goes (appended below for each run): from the partition group's "batch committed" log lines in the
 window, the gap before a batch (the trigger wait and the plan), the Spark batch (reading Kafka, parsing, writing
@@ -128,7 +128,7 @@ TENANT = "default"
 SECRET_ENV = "SHALE_BUCKET__SECRET_ACCESS_KEY"
 LOW_LATENCY = {"ingest": {"trigger_interval": "0s"}, "bucket_index": {"debounce": "1s"},
                "run": {"ingest_groups": ["partition"]}}
-"""The low-latency profile: the settings it changes from the defaults (README, "Configuration")."""
+"""The low-latency profile: the settings it changes from the defaults (docs/OPERATING.md, "Configuration")."""
 
 
 # -- bookkeeping -------------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ freshness benchmark runs it (``bench/freshness.py``): on defaults, except that t
 Shale's Iceberg publishing (``[iceberg] enabled = true``, its catalog a SQLite file; docs/DESIGN.md section 16:
 the metastore leader publishes every committed change as a snapshot, looking every ``iceberg.interval``, 1 s), so
 that both systems write an Iceberg table; the publisher runs during the timed part. The freshness runs measure
-Shale on defaults (publishing off) and on the low-latency profile (``bench.freshness.LOW_LATENCY``, README
+Shale on defaults (publishing off) and on the low-latency profile (``bench.freshness.LOW_LATENCY``, docs/OPERATING.md,
 "Configuration": ``ingest.trigger_interval = "0s"``, ``bucket_index.debounce = "1s"`` and only the partition group
 on the machine, ``run.ingest_groups = ["partition"]``).
 

@@ -90,8 +90,8 @@ def test_metastore_serve_stops_promptly_on_sigterm_and_says_so(tmp_path: Path) -
                     return False
 
             eventually(healthy, 120, log.read_text)
-            # The README's way into the status page: the admin token pasted into the login form.
-            readme = (ROOT / "README.md").read_text()
+            # The operating guide's way into the status page: the admin token pasted into the login form.
+            readme = (ROOT / "docs" / "OPERATING.md").read_text()
             assert 'curl -H "Authorization: Bearer $(cat .shale/metastore/admin.token)"' in readme
             token = (tmp_path / "data" / "admin.token").read_text().strip()
             base = f"http://127.0.0.1:{port}"

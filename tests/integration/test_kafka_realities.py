@@ -342,9 +342,9 @@ def test_large_records_stay_within_the_task_memory_bound(kafka, minio_bucket, sp
     for job in jobs:
         records = stored(metastore, bucket, job.group, topic)
         assert records == {(0, o): 1 for o in range(40)}
-        print(f"{job.group}: peak task memory {job.peak_task_rss / mib:.0f} MiB of {bound / mib:.0f} MiB, "
+        print(f"{job.group}: peak task memory {job.report.peak_task_rss / mib:.0f} MiB of {bound / mib:.0f} MiB, "
               f"{len(group_blocks(metastore, job.group, 1, topic))} blocks")
-        assert 0 < job.peak_task_rss <= bound
+        assert 0 < job.report.peak_task_rss <= bound
 
 
 def test_a_partition_never_read_is_sized_from_its_first_records(kafka, minio_bucket, spark, tmp_path: Path) -> None:

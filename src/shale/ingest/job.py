@@ -4,13 +4,14 @@ Per batch (docs/DESIGN.md, section 10):
 
 1. Plan (``plan.py``): from the metastore's committed offsets and Kafka's current state, the exact offsets
    ``[start, end)`` each partition reads, in its topic incarnation; lost offsets are reported, never skipped.
-2. Read those offsets with Spark's Kafka source (a batch read, ``read_committed``), one task per partition; tasks
-   write blocks in byte-bounded chunks that tile their range (``task.py``), data objects then meta.json, under
-   deterministic ids.
+2. Read those offsets with Spark's Kafka source (a batch read, ``read_committed``; ``read.py``), in at most as
+   many tasks as Spark has cores; tasks write blocks in byte-bounded chunks that tile each partition's range
+   (``task.py``), data objects then meta.json, under deterministic ids.
 3. Send one ``CommitIngestBatch`` with every block and every planned range; the metastore accepts it only if
    each range starts at the committed end (or it is an exact replay). Only then is the next batch planned.
    A partition whose task paused on the Schema Registry commits only the chunks written before the pause
-   (``pauses.py``) and is left out of the plans for a growing delay; the others commit as usual.
+   (``pauses.py``) and is left out of the plans for a growing delay; the others commit as usual. Metrics and
+   log lines of each plan and batch: ``report.py``.
 
 The metastore is the only record of progress: there is no Spark checkpoint. A crash anywhere leaves, at worst,
 blocks that no commit holds; the next batch is planned from the committed offsets again, and the metastore's
@@ -19,20 +20,17 @@ bucket scan removes the orphans (section 9.5).
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from shale.block.schemas import BACKUP_SCHEMA
 from shale.bucketindex import DeltaLink, DeltaWriter
 from shale.config import ShaleConfig
-from shale.encoder.chunks import GROUPS, Chunk, GroupSpec, Written, write_chunks
+from shale.encoder.chunks import GROUPS, GroupSpec, Written
 from shale.encoder.parsers.rulecheck import check_typed_rules, raise_for_errors
-from shale.encoder.records import SPARK_COLUMNS, WRITTEN_SCHEMA
 from shale.errors import ConfigError, RetryableError
 from shale.failpoints import failpoint
 from shale.ingest import metrics
@@ -46,25 +44,12 @@ from shale.ingest.committer import (
 )
 from shale.ingest.lease import IngestLease
 from shale.ingest.pauses import RegistryBackoff, commit_ranges
-from shale.ingest.plan import BatchPlan, Limits, PartitionRange, plan_batch, recreated
+from shale.ingest.plan import BatchPlan, Limits, PartitionRange, TopicPartition, plan_batch, recreated
+from shale.ingest.read import SparkRead
+from shale.ingest.report import BatchReport
 from shale.ingest.summary import IngestSummary
-from shale.ingest.task import (
-    WARM_SCHEMA,
-    Paused,
-    make_task,
-    make_warm_task,
-    phase_sums,
-    start_worker,
-    tasks,
-)
-from shale.kafka import (
-    FETCH_BYTES,
-    admin,
-    describe_topics,
-    java_options,
-    offset_bounds,
-    value_bytes_per_offset,
-)
+from shale.ingest.task import phase_sums
+from shale.kafka import admin, describe_topics, offset_bounds, value_bytes_per_offset
 from shale.metastore import DeadLetterQueue, open_metastore
 from shale.metastore.shards import shard_of
 from shale.objstore import open_bucket
@@ -79,7 +64,6 @@ log = logging.getLogger(__name__)
 WARM_RECORDS = 200  # per partition: the warm-up rehearsal's records (the last ones; read, parsed, not written)
 WARM_PARTITIONS = 64  # the warm-up reads at most this many partitions (each one's executor consumer is then ready)
 AVAILABLE_NOW_ATTEMPTS = 5  # consecutive failed batches before `--available-now` gives up (about a minute)
-TopicPartition = tuple[str, int]
 
 
 class IngestJob:
@@ -101,23 +85,17 @@ class IngestJob:
         self.bucket = open_bucket(config.bucket)
         self.committer = Committer(self.metastore, DeadLetterQueue(self.bucket), group, ingest.generation)
         self.run_id = uuid.uuid4().hex[:8]
-        # One consumer group for every batch's read (``kafka.group.id``; ``kafka.spark_options`` may name another).
-        # Spark's executors pool their Kafka consumers by group and partition; its default, a new group per query,
-        # made every task of every batch open a new consumer (connection, authentication, metadata, a cold
-        # fetch). Shale assigns partitions and commits nothing to Kafka, so the group never rebalances anything.
-        self.consumer_group = f"shale-ingest-{group}-{ingest.generation}"
-        self._spark = spark
+        self.spark = SparkRead(config, self.spec, self.bucket, spark)
         self._admin: AdminClient | None = None
         self.batches = 0
         self.record_bytes: dict[TopicPartition, float] = {}
         self.starts: dict[TopicPartition, int] = {}
         self.last_plan: BatchPlan | None = None
-        self.peak_task_rss = 0  # the largest resident set a task process of this job reported
         # Stale-tolerant bucket index: tell readers about committed blocks before the index writer does.
         self.deltas = DeltaWriter(self.bucket) if config.bucket_index.deltas else None
-        self._reported: set[tuple[str, TopicPartition]] = set()
         self.summary = IngestSummary(group, ingest.quarantine_warn_share)
         self.pauses = RegistryBackoff(ingest.trigger_interval)
+        self.report = BatchReport(group, self.pauses, self.committer)
         if shard is not None and shard >= ingest.shards:
             raise ConfigError(f"--shard {shard}: ingest.shards is {ingest.shards} (shards 0 to {ingest.shards - 1})")
         self.lease = IngestLease(self.metastore, group, ingest.generation, ingest.lease_duration, shard=shard,
@@ -162,95 +140,17 @@ class IngestJob:
         if unknown:  # sampled once; a partition that gave no size (0.0) is probed by the plan, as before
             self.record_bytes.update(value_bytes_per_offset(kafka, unknown))
             plan = plan_batch(incarnations, bounds, self.committer.committed, starts, limits, now, targets, held)
-        self._report(plan)
+        self.report.plan(plan)
         metrics.BATCH_SECONDS.labels(self.group, "plan").inc(time.perf_counter() - started)
         return plan
 
-    def _report(self, plan: BatchPlan) -> None:
-        """Lost and truncated offsets: a metric per partition, and one error log line each time one appears."""
-        metrics.LOST.clear()
-        paused: set[tuple[str, TopicPartition]] = set()
-        for loss in plan.losses:
-            tp = (loss.topic, loss.partition)
-            metrics.LOST.labels(self.group, loss.topic, str(loss.partition)).set(loss.earliest - loss.start)
-            paused.add(("lost", tp))
-            if ("lost", tp) not in self._reported:
-                log.error(
-                    "offsets were deleted by Kafka before they were read; this partition waits, the others go on",
-                    extra={"group": self.group, "topic": loss.topic, "partition": loss.partition,
-                           "lost_from": loss.start, "lost_to": loss.earliest,
-                           "action": f"shale offsets acknowledge-loss --group {self.group} --topic {loss.topic} "
-                                     f"--partition {loss.partition} --to {loss.earliest}"})
-        for ahead in plan.ahead:
-            tp = (ahead.topic, ahead.partition)
-            paused.add(("ahead", tp))
-            if ("ahead", tp) not in self._reported:
-                log.error("the committed end is beyond Kafka's end offset (was the log truncated?); this partition "
-                          "waits until Kafka's end passes it", extra={
-                              "group": self.group, "topic": ahead.topic, "partition": ahead.partition,
-                              "committed_end": ahead.committed_end, "kafka_end": ahead.kafka_end})
-        self._reported = paused
-        for reason in ("lost", "ahead"):
-            metrics.PAUSED.labels(self.group, reason).set(sum(1 for r, _ in paused if r == reason))
-
     # -- one batch ----------------------------------------------------------------------------------------
-
-    def _spark_session(self) -> SparkSession:
-        if self._spark is None:
-            from shale.spark import spark_session
-
-            self._spark = spark_session(f"shale-ingest-{self.group}", self.config.spark)
-        # Arrow batches from the JVM stay small next to the chunk size, whatever the records' sizes.
-        arrow_bytes = max(2**20, self.config.ingest.max_task_bytes // 32)
-        self._spark.conf.set("spark.sql.execution.arrow.maxBytesPerBatch", str(arrow_bytes))
-        return self._spark
-
-    def _kafka_reader(self, ranges: list[tuple[str, int, int, int]]) -> Any:
-        """Spark's Kafka source for exactly ``ranges`` (topic, partition, start, end), read_committed."""
-        spark = self._spark_session()
-        assign: dict[str, list[int]] = {}
-        starting: dict[str, dict[str, int]] = {}
-        ending: dict[str, dict[str, int]] = {}
-        for topic, partition, start, end in ranges:
-            assign.setdefault(topic, []).append(partition)
-            starting.setdefault(topic, {})[str(partition)] = start
-            ending.setdefault(topic, {})[str(partition)] = end
-        reader = (spark.read.format("kafka")
-                  .option("kafka.bootstrap.servers", self.config.kafka.bootstrap_servers)
-                  .option("assign", json.dumps(assign))
-                  .option("startingOffsets", json.dumps(starting))
-                  .option("endingOffsets", json.dumps(ending))
-                  .option("includeHeaders", "true")
-                  .option("failOnDataLoss", "true")  # offsets deleted between planning and reading: retry the plan
-                  .option("kafka.isolation.level", "read_committed")
-                  .option("kafka.max.partition.fetch.bytes", str(FETCH_BYTES))
-                  .option("kafka.group.id", self.consumer_group))
-        for key, value in java_options(self.config.kafka).items():
-            reader = reader.option(f"kafka.{key}", value)
-        return reader
-
-    def _read(self, plan: BatchPlan) -> tuple[list[Written], list[Paused]]:
-        reader = self._kafka_reader([(r.topic, r.partition, r.start, r.end) for r in plan.ranges])
-        task = make_task(self.spec, plan, self.config.ingest.max_task_bytes)
-        frame = reader.load().selectExpr(*SPARK_COLUMNS)
-        count = tasks(len(plan.ranges), self._spark_session().sparkContext.defaultParallelism)
-        if count < len(plan.ranges):
-            frame = frame.coalesce(count)  # each task reads several partitions in turn
-        rows = frame.mapInArrow(task, WRITTEN_SCHEMA).collect()
-        written = [Written.model_validate_json(row["written"]) for row in rows if row["written"] is not None]
-        paused = [Paused.model_validate_json(row["paused"]) for row in rows if row["paused"] is not None]
-        seen = {(w.topic, w.partition) for w in written} | {(p.topic, p.partition) for p in paused}
-        empty = [Chunk(r.topic, r.partition, r.incarnation, r.start, r.end, plan.read_time_ms)
-                 for r in plan.ranges if (r.topic, r.partition) not in seen]
-        if empty:  # ranges that held no readable record at all are recorded by an empty block per topic
-            written += write_chunks(self.spec, self.bucket, BACKUP_SCHEMA.empty_table(), empty)
-        return written, paused
 
     def run_batch(self, plan: BatchPlan) -> str:
         """Read, write and commit one planned batch; return the commit's outcome ("paused" when every partition
         paused on the Schema Registry and there was nothing to commit)."""
         started = time.perf_counter()
-        written, paused = self._read(plan)
+        written, paused = self.spark.read(plan)
         topics = describe_topics(self.config.kafka, {r.topic for r in plan.ranges}, client=self.kafka_admin)
         changed = recreated(plan.ranges, {name: t.incarnation for name, t in topics.items()})
         if changed:  # the blocks written stay orphans, removed by the bucket cleaner's rule
@@ -265,7 +165,7 @@ class IngestJob:
         failpoint("ingest.before-commit")
         outcome = self.committer.commit(command) if ranges else "paused"
         failpoint("ingest.after-commit")
-        self._report_pauses(plan, paused)
+        self.report.pauses(plan, paused)
         if outcome == "committed" and self.deltas is not None:
             for tenant in sorted({b.tenant for b in command.blocks}):
                 self.deltas.write(tenant, added=[b for b in command.blocks if b.tenant == tenant],
@@ -273,7 +173,8 @@ class IngestJob:
         self.batches += 1
         metrics.BATCH_SECONDS.labels(self.group, "spark").inc(wrote - started)
         metrics.BATCH_SECONDS.labels(self.group, "commit").inc(time.perf_counter() - wrote)
-        self._observe(plan, written, ranges, outcome)
+        self._learn_sizes(written, ranges)
+        self.report.batch(plan, written, ranges, outcome)
         log.info("batch committed", extra={
             "group": self.group, "batch": command.batch, "outcome": outcome, "blocks": len(command.blocks),
             "records": sum(w.records for w in written), "partitions": len(command.ranges),
@@ -283,51 +184,16 @@ class IngestJob:
         self.summary.batch(written)
         return outcome
 
-    def _report_pauses(self, plan: BatchPlan, paused: list[Paused]) -> None:
-        """The registry's pauses: the backoff, the metrics and a log line naming the registry and the partitions."""
-        resumed = self.pauses.record(paused, [(r.topic, r.partition) for r in plan.ranges], time.monotonic())
-        metrics.REGISTRY_FAILURES.labels(self.group).inc(len(paused))
-        metrics.PAUSED.labels(self.group, "registry").set(len(self.pauses.held))
-        if paused:
-            first = paused[0]
-            log.error("the schema registry did not answer for schemas these partitions need; they pause and are "
-                      "tried again later, the others go on", extra={
-                          "group": self.group, "registry": first.registry,
-                          "partitions": [f"{p.topic}[{p.partition}]@{p.at}" for p in paused],
-                          "error": first.error, "retry_in": self.pauses.delay((first.topic, first.partition))})
-        if resumed:
-            log.info("the schema registry answered; paused partitions resumed", extra={
-                "group": self.group, "partitions": [f"{t}[{p}]" for t, p in resumed]})
-
-    def _observe(self, plan: BatchPlan, written: list[Written], ranges: list[PartitionRange], outcome: str) -> None:
-        """``ranges``: what the batch committed (the plan's ranges, cut where a partition paused)."""
-        committed = {(r.topic, r.partition): r for r in ranges}
-        for r in ranges:
-            chunks = [w for w in written if (w.topic, w.partition) == (r.topic, r.partition)]
-            offsets, size = r.end - r.start, sum(w.bytes for w in chunks)
-            if size:  # bytes per offset, smoothed: what the next plans size their ranges by
-                seen = size / offsets
-                old = self.record_bytes.get((r.topic, r.partition))
-                self.record_bytes[(r.topic, r.partition)] = 0.5 * old + 0.5 * seen if old else seen
-        for tp, lag in plan.lag.items():
-            done = committed.get(tp)
-            metrics.LAG.labels(self.group, tp[0], str(tp[1])).set(lag - (done.end - done.start if done else 0))
-        records = sum(w.records for w in written)
-        metrics.BATCHES.labels(self.group, outcome).inc()
-        metrics.RECORDS.labels(self.group).inc(records)
-        metrics.QUARANTINED.labels(self.group).inc(sum(w.quarantined for w in written))
-        metrics.BYTES.labels(self.group).inc(sum(w.bytes for w in written))
-        metrics.BLOCKS.labels(self.group).inc(len({b.id for w in written for b in w.blocks}))
-        metrics.SKIPPED.labels(self.group).inc(sum(r.end - r.start for r in ranges) - records)
+    def _learn_sizes(self, written: list[Written], ranges: list[PartitionRange]) -> None:
+        """Bytes per offset of each committed range, smoothed over batches: what the next plans size ranges by."""
+        size: dict[TopicPartition, int] = {}
         for w in written:
-            for phase, seconds in w.seconds.items():
-                metrics.TASK_SECONDS.labels(self.group, phase).inc(seconds)
-        peak = max((w.peak_rss for w in written), default=0)
-        self.peak_task_rss = max(self.peak_task_rss, peak)
-        metrics.TASK_PEAK_RSS.labels(self.group).set(peak)
-        metrics.DLQ_PENDING.labels(self.group).set(1 if self.committer.dlq_pending else 0)
-        if ranges:
-            metrics.LAST_COMMIT.labels(self.group).set(time.time())
+            size[(w.topic, w.partition)] = size.get((w.topic, w.partition), 0) + w.bytes
+        for r in ranges:
+            tp = (r.topic, r.partition)
+            if size.get(tp):
+                seen, old = size[tp] / (r.end - r.start), self.record_bytes.get(tp)
+                self.record_bytes[tp] = 0.5 * old + 0.5 * seen if old else seen
 
     # -- the loop -------------------------------------------------------------------------------------------
 
@@ -412,7 +278,7 @@ class IngestJob:
         written, nothing committed). Partitions with no record yet are not read; with none at all, a tiny job
         still starts the Python workers with the task's modules imported. Best effort."""
         started = time.perf_counter()
-        spark = self._spark_session()
+        self.spark.session()
         phases = {"spark": time.perf_counter() - started}
         plan = BatchPlan(read_time_ms=int(time.time() * 1000))
         task_seconds: dict[str, float] = {}
@@ -430,15 +296,7 @@ class IngestJob:
             log.warning("warming the Kafka read failed; the first batch will be slower",
                         extra={"group": self.group, "error": f"{type(exc).__name__}: {str(exc)[:500]}"})
         try:
-            if plan.ranges:
-                task = make_warm_task(self.spec, plan, self.config.ingest.max_task_bytes)
-                reader = self._kafka_reader([(r.topic, r.partition, r.start, r.end) for r in plan.ranges])
-                rows = reader.load().selectExpr(*SPARK_COLUMNS).mapInArrow(task, WARM_SCHEMA).collect()
-                for row in rows:
-                    for phase, seconds in json.loads(row["seconds"]).items():
-                        task_seconds[phase] = round(task_seconds.get(phase, 0.0) + seconds, 3)
-            else:
-                spark.range(2).mapInArrow(start_worker, "id long").collect()
+            task_seconds = self.spark.rehearse(plan)
             phases["rehearsal"] = time.perf_counter() - started - sum(phases.values())
         except Exception as exc:
             log.warning("the warm-up batch failed; the first batch will be slower",

@@ -1,33 +1,30 @@
 """``MetastoreService``: the metastore's logic over a command log and its state, used in-process (embedded
 mode) and behind the HTTP API (server mode).
 
-Reads that must be current are linearizable: before reading, the service runs the log's read barrier (the
-leader commits a no-op; a follower asks the leader for such an index and waits until it has applied it, the
-read-index pattern of seed 004).
+Its reads are ``IndexReads``; those that must be current are linearizable: before reading, the service runs the
+log's read barrier (the leader commits a no-op; a follower asks the leader for such an index and waits until it
+has applied it, the read-index pattern of seed 004).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import Counter, Histogram
 
-from shale.block import BlockMeta
 from shale.compaction.messages import PollRequest, PollResponse
 from shale.compaction.model import PlanLimits
 from shale.compaction.state import CompactionState
 from shale.config import CompactionConfig
 from shale.errors import MetastoreUnavailableError
-from shale.index import IncarnationRow, LossRow, OffsetRow, SchemaVersionRow, TombstoneRow, parse_matchers
 from shale.metastore.commands import Command, Result
-from shale.metastore.compaction import job_rows, plan_command, prepare_plan, queue_counts
+from shale.metastore.compaction import plan_command, prepare_plan
 from shale.metastore.fsm import StateMachine
-from shale.metastore.leases import lease_rows
 from shale.metastore.log import CommandLog
-from shale.metastore.restores import restore_rows
+from shale.metastore.reads import IndexReads
 
 COMMANDS = Counter("shale_metastore_commands_total", "Commands proposed, by kind and outcome (ok or the "
                    "rejection reason).", ["kind", "outcome"])
@@ -47,16 +44,15 @@ def plan_limits(config: CompactionConfig) -> PlanLimits:
                       lease_ms=int(config.lease_duration * 1000), queue_limit=config.queue_limit)
 
 
-class MetastoreService:
+class MetastoreService(IndexReads):
     def __init__(self, state: StateMachine, log: CommandLog, *, linearize: Callable[[float], None] | None = None,
                  command_format: str = "json", timeout: float = 30.0,
                  compaction: CompactionConfig | None = None, clock: Callable[[], float] = time.time,
                  query_timeout: float | None = None) -> None:
+        super().__init__(state.reader, query_timeout, clock)
         self.state = state
-        self.query_timeout = query_timeout  # block and label queries stop past this many seconds
         self.log = log
         self.limits = plan_limits(compaction or CompactionConfig())
-        self.clock = clock
         self._plan_lock = threading.Lock()
         self._linearize = linearize or (lambda t: None)
         self.command_format = command_format
@@ -80,54 +76,10 @@ class MetastoreService:
     def linearize(self) -> None:
         self._linearize(self.timeout)
 
-    def query_blocks(self, tenants: Sequence[str], start: int, end: int, selector: str = "",
-                     group: str | None = None) -> list[BlockMeta]:
-        READS.labels("query_blocks").inc()
-        matchers = parse_matchers(selector)
-        self.linearize()
-        return self.state.reader.query_blocks(list(tenants), start, end, matchers, group, self.query_timeout)
-
-    def get_block(self, block_id: str) -> BlockMeta | None:
-        self.linearize()
-        return self.state.reader.get_block(block_id)
-
-    def label_names(self, tenants: Sequence[str], start: int, end: int, selector: str = "") -> list[str]:
-        READS.labels("label_names").inc()
-        matchers = parse_matchers(selector)
-        self.linearize()
-        return self.state.reader.label_names(list(tenants), start, end, matchers, self.query_timeout)
-
-    def label_values(self, name: str, tenants: Sequence[str], start: int, end: int, selector: str = "") -> list[str]:
-        READS.labels("label_values").inc()
-        matchers = parse_matchers(selector)
-        self.linearize()
-        return self.state.reader.label_values(name, list(tenants), start, end, matchers, self.query_timeout)
-
-    def offsets(self, group: str | None = None, generation: int | None = None) -> list[OffsetRow]:
-        READS.labels("offsets").inc()
-        self.linearize()
-        return self.state.reader.offsets(group, generation)
-
-    def offset_history(self, group: str | None = None,
-                       generation: int | None = None) -> tuple[list[IncarnationRow], list[LossRow]]:
-        """Past topic incarnations and acknowledged losses."""
-        self.linearize()
-        return self.state.reader.incarnations(group, generation), self.state.reader.losses(group, generation)
-
-    def tombstones(self, created_before: int | None = None, limit: int = 1000) -> list[TombstoneRow]:
-        return self.state.reader.tombstones(created_before, limit)
-
-    def generation_rules(self, tenant: str) -> list[tuple[str, int, int, int]]:
-        self.linearize()
-        return self.state.reader.generation_rules(tenant)
-
-    def tenants(self) -> list[str]:
-        return self.state.reader.tenants()
-
-    def tenant_blocks(self, tenant: str, *, after: str = "", limit: int | None = None) -> list[BlockMeta]:
-        """A tenant's blocks in id order: all of them, or the first ``limit`` with an id after ``after``."""
-        self.linearize()
-        return self.state.reader.tenant_blocks(tenant, after=after, limit=limit)
+    def fresh(self, api: str, *, current: bool = True) -> None:
+        READS.labels(api).inc()
+        if current:
+            self.linearize()
 
     # -- compaction ---------------------------------------------------------------------------------
 
@@ -147,25 +99,6 @@ class MetastoreService:
         outputs = [b.id for u in request.updates for b in u.outputs]
         return PollResponse.model_validate({**result.data, "indexed": [
             i for i in outputs if self.state.reader.get_block(i) is not None]})
-
-    def compaction_jobs(self) -> list[dict[str, Any]]:
-        return job_rows(CompactionState(self.state.reader.conn), int(self.clock() * 1000))
-
-    def ingest_leases(self) -> list[dict[str, Any]]:
-        """Every shard's ingest lease as of now (``holder`` empty when nobody holds it, or its lease was granted
-        under an older shard map)."""
-        return lease_rows(self.state.reader.conn, int(self.clock() * 1000))
-
-    def schema_versions(self, tenant: str, topic: str | None = None) -> list[SchemaVersionRow]:
-        """The writer schemas the tenant's live blocks hold, per topic, group and generation."""
-        return self.state.reader.schema_versions(tenant, topic)
-
-    def restores(self, limit: int = 100) -> list[dict[str, Any]]:
-        """The newest runs of ``shale restore`` first."""
-        return restore_rows(self.state.reader.conn, limit)
-
-    def compaction_queue(self) -> dict[str, int]:
-        return queue_counts(CompactionState(self.state.reader.conn))
 
     def status(self) -> dict[str, Any]:
         s = self.log.status()

@@ -285,7 +285,7 @@ def test_the_driver_counts_and_logs_a_pause_naming_the_registry_and_the_partitio
     plan = BatchPlan(READ_MS, [PartitionRange("pay", 0, "", 0, 10), PartitionRange("pay", 1, "", 0, 10)])
     failures = sample("shale_ingest_registry_failures_total", group="backup")
     with caplog.at_level(logging.INFO, logger="shale.ingest.job"):
-        job._report_pauses(plan, [Paused(topic="pay", partition=1, at=4, registry=DOWN.url, error="refused")])
+        job.report.pauses(plan, [Paused(topic="pay", partition=1, at=4, registry=DOWN.url, error="refused")])
         assert sample("shale_ingest_paused_partitions", group="backup", reason="registry") == 1
         assert sample("shale_ingest_registry_failures_total", group="backup") == failures + 1
         [line] = [r for r in caplog.records if r.levelno == logging.ERROR]
@@ -293,7 +293,7 @@ def test_the_driver_counts_and_logs_a_pause_naming_the_registry_and_the_partitio
         assert line.__dict__["partitions"] == ["pay[1]@4"]
         assert line.__dict__["retry_in"] == 2.0
 
-        job._report_pauses(plan, [])  # both planned, none paused: the registry answered
+        job.report.pauses(plan, [])  # both planned, none paused: the registry answered
         assert sample("shale_ingest_paused_partitions", group="backup", reason="registry") == 0
         assert any(r.getMessage().startswith("the schema registry answered") and r.__dict__["partitions"] == ["pay[1]"]
                    for r in caplog.records)
@@ -313,7 +313,7 @@ def _run_available_now(job: IngestJob, pause: Paused, monkeypatch: pytest.Monkey
 
     def batch(planned: BatchPlan) -> str:
         batches.append(planned)
-        job._report_pauses(planned, [pause])
+        job.report.pauses(planned, [pause])
         return "paused"
 
     class Clock(threading.Event):
