@@ -73,6 +73,7 @@ class BlockSpec:
     parser: ParserInfo | None = None
     derived_from: list[str] = field(default_factory=list)
     ignore_delay: bool = False
+    erased: list[str] | None = None
 
 
 def _times_ms(column: pa.ChunkedArray | pa.Array, clamp: tuple[int, int] | None) -> pa.ChunkedArray | pa.Array:
@@ -174,7 +175,7 @@ def _block_meta(spec: BlockSpec, entries: list[Dataset]) -> BlockMeta:
         max_time=max((d.max_time for d in nonempty), default=0),
         kafka=spec.kafka, partition_values=spec.partition_values, datasets=entries,
         compaction=Compaction(sources=spec.sources if spec.sources is not None else [spec.id], parents=spec.parents),
-        parser=spec.parser, derived_from=spec.derived_from, ignore_delay=spec.ignore_delay,
+        parser=spec.parser, derived_from=spec.derived_from, ignore_delay=spec.ignore_delay, erased=spec.erased,
     )
 
 

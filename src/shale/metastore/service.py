@@ -24,6 +24,7 @@ from shale.errors import MetastoreUnavailableError
 from shale.index import IncarnationRow, LossRow, OffsetRow, SchemaVersionRow, TombstoneRow, parse_matchers
 from shale.metastore.commands import Command, Result
 from shale.metastore.compaction import job_rows, plan_command, prepare_plan, queue_counts
+from shale.metastore.erasures import erasure_rows
 from shale.metastore.fsm import StateMachine
 from shale.metastore.leases import lease_rows
 from shale.metastore.log import CommandLog
@@ -159,6 +160,10 @@ class MetastoreService:
     def schema_versions(self, tenant: str, topic: str | None = None) -> list[SchemaVersionRow]:
         """The writer schemas the tenant's live blocks hold, per topic, group and generation."""
         return self.state.reader.schema_versions(tenant, topic)
+
+    def erasures(self, erasure: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        """Erasures newest first, or the one named, with the blocks rewritten for each (``shale erase status``)."""
+        return erasure_rows(self.state.reader.conn, erasure, limit)
 
     def restores(self, limit: int = 100) -> list[dict[str, Any]]:
         """The newest runs of ``shale restore`` first."""

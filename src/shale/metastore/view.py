@@ -30,6 +30,7 @@ from shale.index import (
     parse_matchers,
 )
 from shale.metastore.compaction import job_rows, queue_counts
+from shale.metastore.erasures import erasure_rows
 from shale.metastore.leases import lease_rows
 from shale.metastore.restores import restore_rows
 
@@ -98,6 +99,10 @@ class ReadOnlyIndex:
 
     def schema_versions(self, tenant: str, topic: str | None = None) -> list[SchemaVersionRow]:
         return self.reader.schema_versions(tenant, topic)
+
+    def erasures(self, erasure: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        """Erasures newest first, or the one named, with the blocks rewritten for each (``shale erase status``)."""
+        return erasure_rows(self.reader.conn, erasure, limit)
 
     def restores(self, limit: int = 100) -> list[dict[str, Any]]:
         """The newest runs of ``shale restore`` first."""
