@@ -199,7 +199,7 @@ CREATE TABLE IF NOT EXISTS erasures (
     by TEXT NOT NULL,
     tenant TEXT NOT NULL,
     topics TEXT NOT NULL,
-    key TEXT NOT NULL,
+    key_sha256 TEXT NOT NULL,
     watermarks TEXT NOT NULL,
     state TEXT NOT NULL,
     requested_at INTEGER NOT NULL,

@@ -202,7 +202,8 @@ class MetastoreClient:
         return [SchemaVersionRow.model_validate(r) for r in rows]
 
     def erasures(self, erasure: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-        """Erasures newest first, or the one named, with the blocks rewritten for each. Needs admin."""
+        """Erasures newest first, or the one named, with the blocks rewritten for each. Needs a reader of every
+        tenant."""
         params: dict[str, Any] = {"limit": limit} if erasure is None else {"id": erasure, "limit": 1}
         return list(self._get("/v1/erasures", **params)["erasures"])
 

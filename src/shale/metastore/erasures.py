@@ -8,8 +8,9 @@ compaction job kind run by the compaction workers under the service's leases and
 them and not written without it (``BlockMeta.erased``) gets an erase job too: a merge of blocks not rewritten yet,
 a new generation read from Kafka, a repair's rebuild. So no path brings an erased record back into the index.
 
-The rows live in the index's ``erasures``, ``erasure_positions`` and ``erasure_blocks`` tables, written only here,
-inside the apply transaction.
+The state keeps the key's SHA-256, never the key: whoever knows the key can check a receipt against it, and the
+metastore does not keep the personal data it was asked to erase. The rows live in the index's ``erasures``,
+``erasure_positions`` and ``erasure_blocks`` tables, written only here, inside the apply transaction.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from shale.metastore.commands import PlanErasure, RequestErasure, Result
 
 JOB_PREFIX = "erasure:"
 """Erase jobs are named ``erasure:<id>/<block>``; no tenant name holds a colon, so no merge job is named so."""
-_COLUMNS = ("id", "seq", "by", "tenant", "topics", "key", "watermarks", "state", "requested_at", "planned_at",
+_COLUMNS = ("id", "seq", "by", "tenant", "topics", "key_sha256", "watermarks", "state", "requested_at", "planned_at",
             "ended_at", "matches", "receipt")
 _SELECT = ", ".join(f'"{c}"' for c in _COLUMNS)
 
@@ -59,7 +60,8 @@ def apply_request(w: IndexWriter, cmd: RequestErasure, index: int, time_ms: int)
         return Result(ok=True, data={"id": cmd.id, "replay": True, "state": row[0], "requested_at": row[1],
                                      "by": row[2]})
     w.conn.execute(f"INSERT INTO erasures ({_SELECT}) VALUES ({', '.join('?' * len(_COLUMNS))})",
-                   (cmd.id, index, cmd.by, cmd.tenant, json.dumps(sorted(set(cmd.topics))), cmd.key,
+                   (cmd.id, index, cmd.by, cmd.tenant, json.dumps(sorted(set(cmd.topics))),
+                    hashlib.sha256(key).hexdigest(),
                     json.dumps([m.model_dump() for m in cmd.watermarks]), "requested", time_ms, 0, 0, 0, ""))
     return Result(ok=True, data={"id": cmd.id, "replay": False, "state": "requested", "requested_at": time_ms,
                                  "by": cmd.by})
@@ -248,6 +250,9 @@ def erasure_rows(conn: Any, erasure: str | None = None, limit: int = 100) -> lis
             for b in conn.execute("SELECT old_block, new_block, grp, generation, rows_removed, old_files, new_files, "
                                   "rewritten_at FROM erasure_blocks WHERE erasure = ? ORDER BY rewritten_at, "
                                   "old_block", (row["id"],))]
+        row["positions"] = [list(p) for p in conn.execute(
+            "SELECT topic, partition, offset, incarnation FROM erasure_positions WHERE erasure = ? "
+            "ORDER BY topic, partition, offset, incarnation", (row["id"],))]
         row["pending_jobs"] = [j[0] for j in conn.execute(
             "SELECT name FROM compaction_jobs WHERE name >= ? AND name < ? ORDER BY name",
             (job_name(row["id"], ""), job_name(row["id"], "\x7f")))]
@@ -255,9 +260,16 @@ def erasure_rows(conn: Any, erasure: str | None = None, limit: int = 100) -> lis
     return rows
 
 
-def erased_positions(conn: Any, tenant: str, topic: str, partition: int) -> list[tuple[int, str, str]]:
-    """(offset, incarnation, erasure) of one partition's erased records, in offset order: verify, the ledger and
-    restore report these as erased, never as missing."""
-    return [(int(o), str(i), str(e)) for o, i, e in conn.execute(
-        "SELECT offset, incarnation, erasure FROM erasure_positions WHERE tenant = ? AND topic = ? AND partition = ? "
-        "ORDER BY offset", (tenant, topic, partition))]
+def erased_offsets(rows: list[dict[str, Any]], topic: str, incarnation: str = "",
+                   tenant: str | None = None) -> dict[int, dict[int, str]]:
+    """Per partition of ``topic`` (of ``incarnation``; '' any), each erased offset and the erasure that erased it,
+    from ``erasure_rows``' rows (of ``tenant``, or any): verify, the ledger and restore report these as erased,
+    never as missing."""
+    out: dict[int, dict[int, str]] = {}
+    for row in rows:
+        if tenant is not None and row["tenant"] != tenant:
+            continue
+        for t, partition, offset, inc in row.get("positions", []):
+            if t == topic and (not incarnation or not inc or inc == incarnation):
+                out.setdefault(int(partition), {})[int(offset)] = row["id"]
+    return out
