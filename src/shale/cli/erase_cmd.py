@@ -80,15 +80,29 @@ def erase(ctx: click.Context, tenant: str | None, topics: tuple[str, ...], key: 
 
 @erase.command("status")
 @click.argument("erasure")
+@click.option("--receipt", is_flag=True, help="Once rewritten and the replaced objects are gone: scan once more, "
+                                              "write the receipt to the bucket (once) and print it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 @shale_errors
-def status(ctx: click.Context, erasure: str, as_json: bool) -> None:
-    """An erasure's request, state, the blocks rewritten and the jobs left. Exit 0 when it is rewritten."""
-    from shale.erase import erasure_status
-    from shale.metastore import open_index_view
+def status(ctx: click.Context, erasure: str, receipt: bool, as_json: bool) -> None:
+    """An erasure's request, state, the blocks rewritten and the jobs left. Exit 0 when it is rewritten (or done,
+    with its receipt), 3 while it is not."""
+    from shale.erase import ReceiptNotReadyError, erasure_status, write_receipt
+    from shale.metastore import open_index_view, open_metastore
+    from shale.objstore import open_bucket
 
-    report = erasure_status(open_index_view(get_config(ctx)), erasure)
+    config = get_config(ctx)
+    if receipt:
+        try:
+            written = write_receipt(open_metastore(config), open_bucket(config.bucket), erasure,
+                                    kafka=config.kafka)
+        except ReceiptNotReadyError as exc:
+            click.echo(f"no receipt yet: {exc}", err=True)
+            sys.exit(3)
+        click.echo(json.dumps(written, indent=2))
+        return
+    report = erasure_status(open_index_view(config), erasure)
     click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report_text(report))
     if report.state not in ("rewritten", "done"):
         sys.exit(3)

@@ -211,6 +211,16 @@ class PlanErasure(_Command):
     positions: list[ErasedPosition] = Field(default_factory=list)
 
 
+class RecordErasureReceipt(_Command):
+    """An erasure's receipt is in the bucket (``key``, written once): the erasure is ``done``. Needs admin."""
+
+    from_clients = True
+
+    kind: Literal["RecordErasureReceipt"] = "RecordErasureReceipt"
+    id: str = Field(pattern=r"^[0-9a-f]{16}$")
+    key: str = Field(max_length=1000)
+
+
 class AcknowledgeOffsetLoss(_Command):
     """An operator accepts that offsets ``[start, end)`` of one topic-partition are lost (Kafka deleted them before
     they were read): the committed end moves from ``start`` to ``end`` and the loss is recorded. Accepted only when
@@ -329,7 +339,8 @@ class TrimBlockChanges(_Command):
 Command = Annotated[Noop | AddBlocks | CommitIngestBatch | ReplaceBlocks | TruncateIndex | DeleteTombstones
                     | UpdateCompactionPlan | SetCompactionFailureLimit | SetActiveGeneration | AcknowledgeOffsetLoss
                     | TrimBlockChanges | QuarantineBlocks | AcquireIngestLease | RenewIngestLease | ReleaseIngestLease
-                    | SetIngestShards | RecordRestore | RequestErasure | PlanErasure,
+                    | SetIngestShards | RecordRestore | RequestErasure | PlanErasure
+                    | RecordErasureReceipt,
                     Field(discriminator="kind")]
 """Every command, declared once: the kinds, the decoder, the API's list of client commands and the state
 machine's handler registry (checked complete at import) all derive from this union."""

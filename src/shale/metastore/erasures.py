@@ -26,7 +26,7 @@ from shale.compaction.messages import ErasePlan, JobUpdate
 from shale.compaction.model import Job, QueueKey
 from shale.errors import CommandRejectedError
 from shale.index import IndexWriter
-from shale.metastore.commands import PlanErasure, RequestErasure, Result
+from shale.metastore.commands import PlanErasure, RecordErasureReceipt, RequestErasure, Result
 
 JOB_PREFIX = "erasure:"
 """Erase jobs are named ``erasure:<id>/<block>``; no tenant name holds a colon, so no merge job is named so."""
@@ -98,6 +98,20 @@ def apply_plan(w: IndexWriter, cmd: PlanErasure, index: int, time_ms: int) -> Re
     jobs = cover(w, w.tenant_block_metas(tenant), time_ms, only=cmd.id)
     _finish_if_done(w, cmd.id, time_ms)
     return Result(ok=True, data={"id": cmd.id, "replay": False, "jobs": jobs, "matches": len(set(cmd.positions))})
+
+
+def apply_receipt(w: IndexWriter, cmd: RecordErasureReceipt, time_ms: int) -> Result:
+    row = w.conn.execute("SELECT state, receipt FROM erasures WHERE id = ?", (cmd.id,)).fetchone()
+    if row is None:
+        raise CommandRejectedError(f"no erasure {cmd.id} was requested", reason="unknown-erasure")
+    if row[0] == "done":
+        return Result(ok=True, data={"id": cmd.id, "replay": True, "receipt": row[1]})
+    if row[0] != "rewritten":
+        raise CommandRejectedError(f"erasure {cmd.id} is {row[0]}: a receipt comes after its last rewrite",
+                                   reason="not-rewritten")
+    w.conn.execute("UPDATE erasures SET state = 'done', receipt = ?, ended_at = ? WHERE id = ?",
+                   (cmd.key, time_ms, cmd.id))
+    return Result(ok=True, data={"id": cmd.id, "replay": False, "receipt": cmd.key})
 
 
 def positions_in(w: Any, erasure: str | None, block: BlockMeta) -> list[tuple[str, str, int, int, str]]:

@@ -35,6 +35,7 @@ from shale.metastore.commands import (
     OffsetRange,
     PlanErasure,
     QuarantineBlocks,
+    RecordErasureReceipt,
     RecordRestore,
     ReleaseIngestLease,
     RenewIngestLease,
@@ -51,6 +52,7 @@ from shale.metastore.commands import (
 )
 from shale.metastore.compaction import apply_failure_limit, apply_plan
 from shale.metastore.erasures import apply_plan as apply_erasure_plan
+from shale.metastore.erasures import apply_receipt as apply_erasure_receipt
 from shale.metastore.erasures import apply_request as apply_erasure_request
 from shale.metastore.erasures import cover
 from shale.metastore.generations import first_gap, offsets_held, pin_switch, switch_when_caught_up
@@ -244,6 +246,11 @@ def _request_erasure(w: IndexWriter, cmd: RequestErasure, entry: Entry) -> Resul
 @handles(PlanErasure)
 def _plan_erasure(w: IndexWriter, cmd: PlanErasure, entry: Entry) -> Result:
     return apply_erasure_plan(w, cmd, entry.index, entry.time_ms)
+
+
+@handles(RecordErasureReceipt)
+def _record_erasure_receipt(w: IndexWriter, cmd: RecordErasureReceipt, entry: Entry) -> Result:
+    return apply_erasure_receipt(w, cmd, entry.time_ms)
 
 
 @handles(RecordRestore)

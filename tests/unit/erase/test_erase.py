@@ -4,6 +4,8 @@ straight from the bucket."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -26,10 +28,12 @@ from shale.block.schemas import BACKUP_SCHEMA, QUARANTINE_SCHEMA, partition_sche
 from shale.compaction.messages import JobUpdate, PollRequest
 from shale.compactor.erase import erase_block
 from shale.compactor.worker import CompactionWorker
-from shale.config import BucketConfig, CompactionConfig
-from shale.erase import ErasureRequest, erase, erasure_status
+from shale.config import BucketConfig, CompactionConfig, RetentionConfig
+from shale.erase import ErasureRequest, ReceiptNotReadyError, erase, erasure_status, write_receipt
+from shale.erase.receipt import final_scan
 from shale.metastore import AddBlocks, MetastoreService, SingleNodeLog, StateMachine
 from shale.metastore.erasures import erasure_of
+from shale.metastore.maintenance import Maintenance
 from shale.objstore import Bucket, open_bucket
 
 ERASED = b"customer-42"
@@ -215,3 +219,42 @@ def test_a_block_added_later_that_holds_an_erased_record_is_rewritten(service: M
     _worker(service, bucket).run(until_idle=True)
     assert erasure_status(service, report.id).state == "rewritten"
     assert _stored(service, bucket)[("keys", "")]["app/customer-42"] == 0  # type: ignore[index]
+
+
+def test_the_receipt_waits_for_the_deletes_then_scans_and_is_written_once(service: MetastoreService,
+                                                                          bucket: BucketConfig,
+                                                                          clock: Clock) -> None:
+    report = erase(service, bucket, ErasureRequest("acme", ERASED, topics=["app"]), dry_run=False, by="tester")
+    store = open_bucket(bucket)
+    with pytest.raises(ReceiptNotReadyError, match="erase jobs left"):
+        write_receipt(service, store, report.id)
+    _worker(service, bucket).run(until_idle=True)
+    with pytest.raises(ReceiptNotReadyError, match="still have objects in the bucket"):
+        write_receipt(service, store, report.id)
+    clock.advance(1)
+    Maintenance(service, store, RetentionConfig(), delete_delay=0, is_leader=lambda: True, term=lambda: 1,
+                clock=clock, sync_delay=0).collect_tombstones()
+    receipt = write_receipt(service, store, report.id)
+    assert receipt["records"] == report.matches
+    assert receipt["key_sha256"] == hashlib.sha256(ERASED).hexdigest()
+    assert "customer-42" not in json.dumps(receipt)  # the key itself is nowhere in the receipt
+    assert receipt["final_scan"]["matches"] == 0
+    assert receipt["final_scan"]["blocks"] >= 1
+    assert {d["gone"] for d in receipt["objects_deleted"]} == {True}
+    assert len(receipt["objects_deleted"]) == len(receipt["blocks_rewritten"]) == 14
+    assert sum(b["records_removed"] for b in receipt["blocks_rewritten"]) == 2 * report.matches
+    assert receipt["not_reachable"]["kafka"][0]["topic"] == "app"
+    assert erasure_status(service, report.id).state == "done"
+    assert write_receipt(service, store, report.id) == receipt  # written once; asked again, the same object
+
+
+def test_the_final_scan_finds_a_record_left_behind(service: MetastoreService, bucket: BucketConfig) -> None:
+    """The scan reads the blocks, not the metastore's word: a block holding the key that the erasure never saw
+    (here: one added to the index without passing through the metastore's cover rule) is a match."""
+    report = erase(service, bucket, ErasureRequest("acme", ERASED, topics=["app"]), dry_run=False)
+    _worker(service, bucket).run(until_idle=True)
+    left = _block(open_bucket(bucket), "backup", "app", 7, 0, 10)
+    scan = final_scan(open_bucket(bucket), [*service.tenant_blocks("acme"), left], ["app"],
+                      hashlib.sha256(ERASED).hexdigest(), [])
+    assert {m["block"] for m in scan.matches} == {left.id}
+    assert erasure_status(service, report.id).state == "rewritten"

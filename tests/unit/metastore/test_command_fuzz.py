@@ -29,6 +29,7 @@ from shale.metastore.commands import (
     PartitionKey,
     PlanErasure,
     QuarantineBlocks,
+    RecordErasureReceipt,
     RecordRestore,
     ReleaseIngestLease,
     RenewIngestLease,
@@ -116,6 +117,8 @@ def commands(draw: st.DrawFn) -> Any:
             id=draw(st.sampled_from([erasure_id(tenant, [], b"k1"), "0123456789abcdef"])),
             positions=[ErasedPosition(topic="app", partition=0, offset=draw(OFFSET))
                        for _ in range(draw(st.integers(0, 2)))]),
+        "RecordErasureReceipt": lambda: RecordErasureReceipt(
+            id=draw(st.sampled_from([erasure_id(tenant, [], b"k1"), "0123456789abcdef"])), key="acme/erasures/r"),
         "RecordRestore": lambda: RecordRestore(
             run=draw(st.sampled_from(["0123456789abcdef", "fedcba9876543210"])), job=draw(st.sampled_from(["j1"])),
             state=draw(st.sampled_from(["running", "done", "stopped"])), tenant=tenant, topic="app",
