@@ -56,9 +56,11 @@ def _sha256(data: bytes) -> str:
 
 
 def final_scan(bucket: Bucket, blocks: list[BlockMeta], topics: list[str], key_sha256: str,
-               positions: list[tuple[str, int, int, str]]) -> FinalScan:
+               positions: list[tuple[str, int, int, str]], ends: dict[tuple[str, int], int] | None = None) -> FinalScan:
     """Read every live block that could hold the key: backup blocks of ``topics`` (empty: any) for a key whose
-    SHA-256 is ``key_sha256``, and blocks of either group whose ranges hold a position, at the positions."""
+    SHA-256 is ``key_sha256`` below the request's high watermarks (``ends``: records produced later are new data),
+    and blocks of either group whose ranges hold a position, at the positions."""
+    ends = ends or {}
     scan = FinalScan()
     for block in blocks:
         backup = block.group == "backup" and (not topics or any(d.topic in topics for d in block.datasets))
@@ -71,10 +73,13 @@ def final_scan(bucket: Bucket, blocks: list[BlockMeta], topics: list[str], key_s
                                  whole_object=None)
             scan.rows_read += table.num_rows
             if backup and (not topics or dataset.topic in topics):
-                for i, key in enumerate(table.column("key").to_pylist()):
-                    if key is not None and _sha256(key) == key_sha256:
+                for partition, offset, key in zip(table.column("partition").to_pylist(),
+                                                  table.column("offset").to_pylist(),
+                                                  table.column("key").to_pylist(), strict=True):
+                    below = offset < ends.get((dataset.topic, partition), 2**63)
+                    if key is not None and below and _sha256(key) == key_sha256:
                         scan.matches.append({"block": block.id, "dataset": dataset.name, "why": "key",
-                                             "offset": table.column("offset")[i].as_py()})
+                                             "partition": partition, "offset": offset})
             if at:
                 hit = erased_rows(block, dataset.topic, table, positions)
                 for offset in table.filter(pa.array(hit)).column("offset").to_pylist():
@@ -158,7 +163,8 @@ def write_receipt(metastore: ReceiptMetastore, bucket: Bucket, erasure: str, *,
             "deletion; the metastore leader removes them after block.delete_delay): "
             + ", ".join(p["block"] for p in pending[:5]))
     topics = list(row["topics"])
-    scan = final_scan(bucket, metastore.tenant_blocks(tenant), topics, row["key_sha256"], positions)
+    ends = {(m["topic"], m["partition"]): m["end"] for m in row["watermarks"]}
+    scan = final_scan(bucket, metastore.tenant_blocks(tenant), topics, row["key_sha256"], positions, ends)
     if scan.matches:
         raise ShaleError(f"erasure {erasure}: the final scan found {len(scan.matches)} records still stored: "
                          f"{scan.matches[:5]}; no receipt is written")
