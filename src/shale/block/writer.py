@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from shale.block.bloom import KEY_COLUMN, key_bloom_options
 from shale.block.layout import block_file_key, meta_key
 from shale.block.meta import BlockMeta, Compaction, Dataset, DatasetKind, FileInfo, KafkaRange, ParserInfo, parse_meta
 from shale.block.names import RECORD_LABEL, cap_label_sets
@@ -91,12 +92,16 @@ def _time_bounds(times: pa.ChunkedArray | pa.Array) -> tuple[int, int]:
     return int(low), int(high)
 
 
-def _parquet_options(schema: pa.Schema) -> dict[str, object]:
+def _parquet_options(schema: pa.Schema, rows: int = DEFAULT_ROW_GROUP_ROWS) -> dict[str, object]:
     """zstd, statistics and page checksums (checked by ranged readers). Dictionaries pay off for repeated short
     strings (topic, labels); for record keys, values and headers they are tried and thrown away, so they are not
-    tried."""
-    return {"compression": "zstd", "write_statistics": True, "write_page_checksum": True,
-            "use_dictionary": [f.name for f in schema if f.name not in _NO_DICTIONARY]}
+    tried. A bloom filter on the record key (``shale.block.bloom``, sized for ``rows`` distinct keys per row
+    group) lets an erasure skip the objects that cannot hold a key."""
+    options: dict[str, object] = {"compression": "zstd", "write_statistics": True, "write_page_checksum": True,
+                                  "use_dictionary": [f.name for f in schema if f.name not in _NO_DICTIONARY]}
+    if KEY_COLUMN in schema.names:
+        options["bloom_filter_options"] = key_bloom_options(rows)
+    return options
 
 
 def footer_entries(footer: bytes) -> dict[bytes, bytes]:
@@ -108,7 +113,8 @@ def encode_parquet(table: pa.Table, footer: bytes | None = None, row_group_rows:
     if footer is not None:
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), **footer_entries(footer)})
     sink = io.BytesIO()
-    pq.write_table(table, sink, row_group_size=row_group_rows, **_parquet_options(table.schema))
+    pq.write_table(table, sink, row_group_size=row_group_rows,
+                   **_parquet_options(table.schema, min(table.num_rows, row_group_rows)))
     return sink.getvalue()
 
 

@@ -3,7 +3,8 @@ the request recorded, and the blocks of either group whose Kafka ranges hold one
 
 The backup group stores every record verbatim, so it is where a key is matched; the partition group's rows of
 the same records are found by their Kafka position (topic, partition, offset, incarnation), whatever their parser
-made of the key. Only the key column and the position columns are read (a ranged read for a large object).
+made of the key. A data object whose key bloom filter rules the key out is not read at all; of the others only the
+key column and the position columns are read (a ranged read for a large object).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shale.block import BlockMeta, Dataset, read_dataset
+from shale.block.reader import may_hold_key
 from shale.block.records import INCARNATION_COLUMN, row_incarnation_names
 from shale.objstore import BucketReader
 
@@ -45,7 +47,7 @@ class ScanResult:
     blocks_total: int = 0
     """The tenant's live blocks of the erasure's topics, both groups."""
     opened: list[str] = field(default_factory=list)
-    """The backup blocks whose data objects were read."""
+    """The backup blocks whose data were read (the others' key bloom filters ruled the key out)."""
     affected: list[BlockMeta] = field(default_factory=list)
     """The blocks of either group whose Kafka ranges hold a match: each is rewritten."""
 
@@ -77,13 +79,18 @@ def _read(bucket: BucketReader, block: BlockMeta, dataset: Dataset) -> pa.Table:
         return read_dataset(bucket, block, dataset, columns=columns[:-1], whole_object=None)
 
 
-def block_matches(bucket: BucketReader, block: BlockMeta, key: bytes, topics: set[str],
+def candidates(bucket: BucketReader, block: BlockMeta, key: bytes, topics: set[str]) -> list[Dataset]:
+    """The datasets of ``block`` of ``topics`` (empty: any) that may hold ``key``: their key bloom filters
+    (``shale.block.bloom``; objects written before filters were always may) do not rule it out."""
+    return [d for d in block.datasets if d.rows and (not topics or d.topic in topics)
+            and may_hold_key(bucket, block, d, key)]
+
+
+def block_matches(bucket: BucketReader, block: BlockMeta, key: bytes, datasets: list[Dataset],
                   ends: Mapping[tuple[str, int], int]) -> list[Match]:
-    """The rows of ``block`` (a backup block) whose key is ``key``, of ``topics`` (empty: any), below ``ends``."""
+    """The rows of ``datasets`` of ``block`` (a backup block) whose key is ``key``, below ``ends``."""
     found: list[Match] = []
-    for dataset in block.datasets:
-        if (topics and dataset.topic not in topics) or not dataset.rows:
-            continue
+    for dataset in datasets:
         table = _read(bucket, block, dataset)
         hit = pc.fill_null(pc.equal(table.column("key"), pa.scalar(key, pa.binary())), False)
         table = table.filter(hit)
@@ -125,8 +132,10 @@ def find_matches(bucket: BucketReader, blocks: list[BlockMeta], key: bytes, topi
     for block in scoped:
         if block.group != "backup":
             continue
-        result.opened.append(block.id)
-        result.matches.extend(block_matches(bucket, block, key, wanted, ends or {}))
+        datasets = candidates(bucket, block, key, wanted)
+        if datasets:
+            result.opened.append(block.id)
+            result.matches.extend(block_matches(bucket, block, key, datasets, ends or {}))
     positions = result.positions
     result.affected = [b for b in scoped if positions and holds(b, positions)]
     return result

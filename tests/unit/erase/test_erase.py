@@ -258,3 +258,11 @@ def test_the_final_scan_finds_a_record_left_behind(service: MetastoreService, bu
                       hashlib.sha256(ERASED).hexdigest(), [])
     assert {m["block"] for m in scan.matches} == {left.id}
     assert erasure_status(service, report.id).state == "rewritten"
+
+
+def test_a_key_no_block_holds_opens_no_block(service: MetastoreService, bucket: BucketConfig) -> None:
+    """The backup blocks' key bloom filters rule the key out: no data object is read."""
+    report = erase(service, bucket, ErasureRequest("acme", b"nobody-at-all"), dry_run=True)
+    assert report.blocks_opened == 0
+    assert report.matches == 0
+    assert report.blocks_total == len(service.tenant_blocks("acme"))
