@@ -88,7 +88,7 @@ def _rewrite(payload: str, bucket_config: BucketConfig) -> int:
     sink = io.BytesIO()
     pq.write_table(kept, sink, compression="zstd")
     bucket.put(f"rewrite/{meta.id}.parquet", sink.getvalue())
-    return table.num_rows - kept.num_rows
+    return int(table.num_rows - kept.num_rows)
 
 
 def _warm_up(bucket_config: BucketConfig) -> str:
