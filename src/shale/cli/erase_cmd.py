@@ -53,12 +53,14 @@ def _local_user() -> str:
 @click.option("--key-base64", default=None, help="The record key's bytes, in base64.")
 @click.option("--key-stdin", is_flag=True, help="Read the key's bytes from standard input (keeps it off the "
                                                 "command line; one trailing newline is dropped).")
+@click.option("--no-kafka", is_flag=True, help="Do not ask Kafka for the high watermarks (the topics are gone, or "
+                                               "Kafka cannot be reached): every backed-up record of the key is erased.")
 @click.option("--yes", is_flag=True, help="Erase. Without it, a dry run: the blocks and records it would erase.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 @shale_errors
 def erase(ctx: click.Context, tenant: str | None, topics: tuple[str, ...], key: str | None, key_hex: str | None,
-          key_base64: str | None, key_stdin: bool, yes: bool, as_json: bool) -> None:
+          key_base64: str | None, key_stdin: bool, no_kafka: bool, yes: bool, as_json: bool) -> None:
     """Erase every record of one key (GDPR article 17): the request is committed to the metastore with the
     Kafka high watermarks, the backup group is scanned for the key, and every block of both groups holding one of
     its records is rewritten without it by the compaction workers (`shale compact`). Needs admin. A second
@@ -74,7 +76,8 @@ def erase(ctx: click.Context, tenant: str | None, topics: tuple[str, ...], key: 
     config = get_config(ctx)
     request = ErasureRequest(tenant=tenant, key=_key(key, key_hex, key_base64, key_stdin), topics=topics)
     metastore = open_metastore(config) if yes else open_index_view(config)
-    report = run_erasure(metastore, config.bucket, request, kafka=config.kafka, dry_run=not yes, by=_local_user())
+    report = run_erasure(metastore, config.bucket, request, kafka=None if no_kafka else config.kafka,
+                         dry_run=not yes, by=_local_user())
     click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report_text(report))
 
 
