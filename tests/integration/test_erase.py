@@ -147,8 +147,10 @@ def _after(world: World, erasure: str, kafka: Any, spark: Any, tmp_path: Path) -
     service, config = world.service, world.config
     assert erasure_status(service, erasure).state == "rewritten"
     bucket = open_bucket(config.bucket)
-    Maintenance(service, bucket, RetentionConfig(), delete_delay=0, is_leader=lambda: True, term=lambda: 1,
-                sync_delay=0).collect_tombstones()  # the replaced blocks' objects leave the bucket
+    leader = Maintenance(service, bucket, RetentionConfig(), delete_delay=0, is_leader=lambda: True, term=lambda: 1,
+                         sync_delay=0)
+    leader.scan_bucket()  # marks what a killed worker wrote and never reported
+    leader.collect_tombstones()  # the replaced blocks' objects leave the bucket
 
     # An independent reader: pyarrow straight from the bucket, every Parquet object of every complete block.
     fs = pafs.S3FileSystem(endpoint_override=config.bucket.endpoint, scheme="http",
@@ -156,7 +158,10 @@ def _after(world: World, erasure: str, kafka: Any, spark: Any, tmp_path: Path) -
                            secret_key=config.bucket.secret_access_key.get_secret_value(), region="us-east-1")
     root = config.bucket.url.removeprefix("s3://") + "/default/blocks"
     infos = fs.get_file_info(pafs.FileSelector(root, recursive=True))
-    complete = {i.path.rsplit("/", 2)[-2] for i in infos if i.path.endswith("/meta.json")}
+    marks = fs.get_file_info(pafs.FileSelector(root.removesuffix("blocks") + "markers", allow_not_found=True))
+    marked = {m.base_name.removesuffix("-deletion-mark.json") for m in marks
+              if m.base_name.endswith("-deletion-mark.json")}
+    complete = {i.path.rsplit("/", 2)[-2] for i in infos if i.path.endswith("/meta.json")} - marked
     seen: dict[str, Counter[Position]] = {"backup": Counter(), "partition": Counter()}
     for info in infos:
         block = info.path.rsplit("/", 2)[-2]
