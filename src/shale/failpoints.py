@@ -27,6 +27,8 @@ The failpoints, where they are reached, and what a crash there tests:
 * ``ingest.before-commit`` / ``ingest.after-commit`` (the ingest driver): the batch's blocks are complete and the
   commit not sent / the commit is durable.
 * ``compaction.merge`` (the compaction Spark task, when a merge starts, before it reads a source).
+* ``erasure.rewrite`` / ``erasure.write`` (the compaction Spark task running an erase job): before it reads its
+  source / after it filtered the rows, before the new block's first object is written.
 * ``compaction.before-report`` (the compaction worker's driver): a merge finished, its success not yet reported.
 * ``reprocess.after-round`` (the reprocess driver): a round is committed.
 * ``restore.mid-transaction`` (the restore Spark task): after a committed transaction of this run, half of the

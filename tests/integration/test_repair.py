@@ -32,6 +32,7 @@ from shale.block import (
     BlockSpec,
     BlockState,
     DatasetInput,
+    KafkaRange,
     block_file_key,
     deterministic_block_id,
     meta_key,

@@ -28,6 +28,8 @@ OPEN_METASTORE_CALLERS = {
     "shale.cli.reprocess_cmd:reprocess": "CommitIngestBatch(writer=reprocess)",
     "shale.cli.reprocess_cmd:switch": "SetActiveGeneration",
     "shale.cli.restore_cmd:restore": "RecordRestore (a dry run reads the view)",
+    "shale.cli.erase_cmd:erase": "RequestErasure and PlanErasure (a dry run reads the view)",
+    "shale.cli.erase_cmd:status": "RecordErasureReceipt (with --receipt; otherwise it reads the view)",
     "shale.ingest.job:IngestJob.__init__": "CommitIngestBatch",
     "shale.demo.pipeline:run_demo": "ingests and compacts",
 }

@@ -10,6 +10,7 @@
     <tenant>/bucket-index-deltas/<ms>-<seq>-<writer>.json   stale-tolerant index deltas, sorted by time
     _shale/dlq/<group>/<ms>-<seq>.json               commands that could not reach the metastore
     <tenant>/restore-dead-letters/<job>/<partition>-<offset>.json   a record a restore's target refused by size
+    <tenant>/erasures/<id>/receipt.json              an erasure's receipt (``shale erase``), written once
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 from shale.block.ids import check_block_id
 from shale.block.names import check_tenant
+from shale.errors import InvalidNameError
 
 BLOCKS_DIR = "blocks"
 MARKERS_DIR = "markers"
@@ -29,6 +31,7 @@ BUCKET_INDEX_FILENAME = "bucket-index.json.gz"
 BUCKET_INDEX_DELTAS_DIR = "bucket-index-deltas"
 DLQ_PREFIX = "_shale/dlq/"
 RESTORE_DEAD_LETTERS_DIR = "restore-dead-letters"
+ERASURES_DIR = "erasures"
 RESTORE_JOB_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 RESTORE_JOB = re.compile(RESTORE_JOB_PATTERN)
 
@@ -69,6 +72,13 @@ def bucket_index_key(tenant: str) -> str:
 
 def bucket_index_deltas_prefix(tenant: str) -> str:
     return f"{check_tenant(tenant)}/{BUCKET_INDEX_DELTAS_DIR}/"
+
+
+def erasure_receipt_key(tenant: str, erasure: str) -> str:
+    """An erasure's receipt (``shale erase``), written once, put-if-absent."""
+    if not re.fullmatch(r"[0-9a-f]{16}", erasure):
+        raise InvalidNameError(f"erasure id {erasure!r} is not 16 hex digits")
+    return f"{check_tenant(tenant)}/{ERASURES_DIR}/{erasure}/receipt.json"
 
 
 def restore_dead_letters_prefix(tenant: str, job: str) -> str:

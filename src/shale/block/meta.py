@@ -8,6 +8,7 @@ the index can prune by label without reading data.
 from __future__ import annotations
 
 import json
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
@@ -20,6 +21,8 @@ META_VERSION = 1
 INCARNATION_PATTERN = r"^[A-Za-z0-9_-]{0,32}$"
 """A Kafka topic id as Kafka prints it (22 characters of URL-safe base64), or '' where it was not recorded."""
 GROUPS = ("backup", "partition")
+ERASURE_ID = re.compile(r"[0-9a-f]{16}")
+"""An erasure request's id (``shale erase``): 16 hex digits of SHA-256 of what it erases."""
 DatasetKind = Literal["records", "quarantine"]
 
 
@@ -129,6 +132,9 @@ class BlockMeta(_Record):
     parser: ParserInfo | None = None
     derived_from: list[str] = Field(default_factory=list, description="backup blocks a reprocessed block came from")
     ignore_delay: bool = Field(default=False, description="trust the block before the sync delay (repairs)")
+    erased: list[str] | None = Field(default=None, description="erasures (`shale erase` request ids) whose records "
+                                     "this block was written without: its Kafka ranges still account for their "
+                                     "offsets, which hold no row here by request")
 
     _time_ms: int = PrivateAttr(0)
 
@@ -154,6 +160,9 @@ class BlockMeta(_Record):
                 raise ValueError(f"datasets refer to files not listed in files: {missing}")
         for source in (*self.compaction.sources, *self.compaction.parents, *self.derived_from):
             check_block_id(source)
+        for erasure in self.erased or ():
+            if not ERASURE_ID.fullmatch(erasure):
+                raise ValueError(f"erased names {erasure!r}, not an erasure id")
         return self
 
     @property
@@ -191,7 +200,8 @@ class BlockMeta(_Record):
     def logical_key(self) -> tuple[object, ...]:
         """What makes two metas the same block, independent of byte-level encoding of its files."""
         return (self.id, self.tenant, self.group, self.generation, tuple(self.kafka),
-                tuple((d.name, d.rows) for d in self.datasets), tuple(self.compaction.sources))
+                tuple((d.name, d.rows) for d in self.datasets), tuple(self.compaction.sources),
+                tuple(self.erased or ()))
 
 
 def parse_meta(data: bytes, *, where: str, block_id: str = "") -> BlockMeta:

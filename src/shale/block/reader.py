@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from shale.block.bloom import KEY_COLUMN, bitset_holds, bitset_of
 from shale.block.layout import block_file_key, meta_key
 from shale.block.meta import BlockMeta, Dataset, parse_meta
 from shale.block.records import INCARNATION_COLUMN
@@ -177,3 +178,24 @@ def backup_rows(bucket: BucketReader, meta: BlockMeta, topic: str, partition: in
                                            INCARNATION_COLUMN in table.column_names else [])
             tables.append(table.filter(keep).select(names))
     return tables
+
+
+def may_hold_key(bucket: BucketReader, meta: BlockMeta, dataset: Dataset, key: bytes) -> bool:
+    """Whether ``dataset`` may hold a row whose key is ``key``: False only when every row group has a key bloom
+    filter that says no (the footer and the filters are read, never the data). A data object written before
+    filters were, or any row group without one, may hold it."""
+    object_key = block_file_key(meta.tenant, meta.id, dataset.file)
+    source = BucketFile(bucket, object_key, meta.file(dataset.file).size)
+    metadata = pq.read_metadata(source)
+    index = metadata.schema.names.index(KEY_COLUMN) if KEY_COLUMN in metadata.schema.names else -1
+    if index < 0:
+        return False  # no key column: no row has a key
+    for group in range(metadata.num_row_groups):
+        column = metadata.row_group(group).column(index)
+        offset, length = column.bloom_filter_offset, column.bloom_filter_length
+        if offset is None or not length:
+            return True
+        bitset = bitset_of(bucket.get_range(object_key, offset, offset + length))
+        if bitset is None or bitset_holds(bitset, key):
+            return True
+    return False

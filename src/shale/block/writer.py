@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from shale.block.bloom import KEY_COLUMN, key_bloom_options
 from shale.block.layout import block_file_key, meta_key
 from shale.block.meta import BlockMeta, Compaction, Dataset, DatasetKind, FileInfo, KafkaRange, ParserInfo, parse_meta
 from shale.block.names import RECORD_LABEL, cap_label_sets
@@ -90,6 +91,7 @@ class BlockSpec:
     parser: ParserInfo | None = None
     derived_from: list[str] = field(default_factory=list)
     ignore_delay: bool = False
+    erased: list[str] | None = None
 
 
 def _times_ms(column: pa.ChunkedArray | pa.Array, clamp: tuple[int, int] | None) -> pa.ChunkedArray | pa.Array:
@@ -107,12 +109,16 @@ def _time_bounds(times: pa.ChunkedArray | pa.Array) -> tuple[int, int]:
     return int(low), int(high)
 
 
-def _parquet_options(schema: pa.Schema) -> dict[str, object]:
+def _parquet_options(schema: pa.Schema, rows: int = DEFAULT_ROW_GROUP_ROWS) -> dict[str, object]:
     """zstd, statistics and page checksums (checked by ranged readers). Dictionaries pay off for repeated short
     strings (topic, labels); for record keys, values and headers they are tried and thrown away, so they are not
-    tried."""
-    return {"compression": "zstd", "write_statistics": True, "write_page_checksum": True,
-            "use_dictionary": [f.name for f in schema if f.name not in _NO_DICTIONARY]}
+    tried. A bloom filter on the record key (``shale.block.bloom``, sized for ``rows`` distinct keys per row
+    group) lets an erasure skip the objects that cannot hold a key."""
+    options: dict[str, object] = {"compression": "zstd", "write_statistics": True, "write_page_checksum": True,
+                                  "use_dictionary": [f.name for f in schema if f.name not in _NO_DICTIONARY]}
+    if KEY_COLUMN in schema.names:
+        options["bloom_filter_options"] = key_bloom_options(rows)
+    return options
 
 
 def footer_entries(footer: bytes) -> dict[bytes, bytes]:
@@ -127,9 +133,11 @@ def encode_parquet(table: pa.Table, footer: bytes | None = None, row_group_rows:
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), **footer_entries(footer)})
     sink = io.BytesIO()
     if slices is None or not table.num_rows:
-        pq.write_table(table, sink, row_group_size=row_group_rows, **_parquet_options(table.schema))
+        pq.write_table(table, sink, row_group_size=row_group_rows,
+                       **_parquet_options(table.schema, min(table.num_rows, row_group_rows)))
     else:
-        with pq.ParquetWriter(sink, table.schema, **_parquet_options(table.schema)) as writer:
+        options = _parquet_options(table.schema, max(rows for _, rows in slices))
+        with pq.ParquetWriter(sink, table.schema, **options) as writer:
             for start, rows in slices:
                 writer.write_table(table.slice(start, rows), row_group_size=rows)
     return sink.getvalue()
@@ -202,7 +210,7 @@ def _block_meta(spec: BlockSpec, entries: list[Dataset]) -> BlockMeta:
         max_time=max((d.max_time for d in nonempty), default=0),
         kafka=spec.kafka, partition_values=spec.partition_values, datasets=entries,
         compaction=Compaction(sources=spec.sources if spec.sources is not None else [spec.id], parents=spec.parents),
-        parser=spec.parser, derived_from=spec.derived_from, ignore_delay=spec.ignore_delay,
+        parser=spec.parser, derived_from=spec.derived_from, ignore_delay=spec.ignore_delay, erased=spec.erased,
     )
 
 

@@ -33,6 +33,7 @@ _COMMANDS: dict[str, tuple[str, str, str]] = {
     "trace": ("shale.cli.reprocess_cmd", "trace", "Show where a block's records came from."),
     "locate": ("shale.cli.reprocess_cmd", "locate", "Find the blocks that hold a Kafka record."),
     "restore": ("shale.cli.restore_cmd", "restore", "Replay a topic's backup blocks into Kafka, exactly once."),
+    "erase": ("shale.cli.erase_cmd", "erase", "Erase every record of one key, and prove it."),
     "tombstones": ("shale.cli.tombstones_cmd", "tombstones", "List blocks removed from the index, when and why."),
     "schemas": ("shale.cli.schemas_cmd", "schemas", "List the schema versions a tenant's blocks were written with."),
     "verify": ("shale.cli.ingest_cmd", "verify", "Reconcile Kafka offsets with the stored records."),

@@ -110,6 +110,7 @@ def verify(ctx: click.Context, group: str, topic: str, generation: int | None, a
                        f"{p.kafka_end}) committed {p.committed_end} stored {p.stored} missing {p.missing} "
                        f"duplicated {p.duplicated} quarantined {p.quarantined} not in Kafka {p.not_in_kafka} "
                        f"offsets without a record {p.skipped} lost {p.lost} not yet ingested {p.not_yet_ingested}"
+                       + (f" erased {p.erased} (erasure {', '.join(p.erasures)})" if p.erased else "")
                        + (f" e.g. {p.missing_sample}" if p.missing_sample else ""))
             if p.lost:
                 click.echo(f"    lost [{p.committed_end},{p.kafka_earliest}): Kafka's retention deleted these "
@@ -118,6 +119,7 @@ def verify(ctx: click.Context, group: str, topic: str, generation: int | None, a
         click.echo(f"{group} generation {gen} topic {topic}: {report.stored} stored, {report.missing} missing, "
                    f"{report.duplicated} duplicated, {report.quarantined} quarantined, {report.lost} lost, "
                    f"{report.not_yet_ingested} not yet ingested, {report.not_in_kafka} not in Kafka"
+                   f"{f', {report.erased} erased' if report.erased else ''}"
                    f"{' (compacted topic)' if report.compacted else ''}: {report.status}")
     if report.status != "OK":
         raise SystemExit(VERIFY_EXIT[report.status])
@@ -149,6 +151,7 @@ def ledger(ctx: click.Context, group: str, topic: str, day: str | None, generati
     click.echo(f"{group} generation {gen} topic {topic}")
     for w in book.partitions:
         when = dt.datetime.fromtimestamp(w.max_event_time / 1000, dt.UTC).isoformat(timespec="seconds")
-        click.echo(f"  partition {w.partition}: committed up to offset {w.committed_end}, event time {when}")
+        click.echo(f"  partition {w.partition}: committed up to offset {w.committed_end}, event time {when}"
+                   + (f", {w.erased} offsets erased (erasure {', '.join(w.erasures)})" if w.erased else ""))
     for d in book.days:
         click.echo(f"  dt={d.dt}: {len(d.blocks)} blocks, {d.rows} rows, {'complete' if d.complete else 'open'}")

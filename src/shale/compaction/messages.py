@@ -41,6 +41,14 @@ class PollRequest(_Model):
     updates: list[JobUpdate] = Field(default_factory=list)
 
 
+class ErasePlan(_Model):
+    """An erase job's work (``shale erase``): its source rewritten without the records at these positions,
+    (topic, partition, offset, incarnation); incarnation '' matches any."""
+
+    erasure: str
+    positions: list[tuple[str, int, int, str]]
+
+
 class Assigned(_Model):
     job: str
     token: int
@@ -51,6 +59,10 @@ class Assigned(_Model):
     group: str
     generation: int
     sources: list[BlockMeta]
+    erase: ErasePlan | None = Field(default=None, description="set for an erase job: rewrite the one source "
+                                    "without these records, instead of merging")
+    erased: list[str] | None = Field(default=None, description="a merge job: the erasures whose records none of "
+                                     "its sources holds (the output's ``erased``)")
 
 
 class PollResponse(_Model):

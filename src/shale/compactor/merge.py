@@ -203,9 +203,10 @@ def _with_incarnations(meta: BlockMeta, topic: str, table: pa.Table) -> pa.Table
 
 
 def merge_blocks(bucket: Bucket, sources: list[BlockMeta], *, job: str, token: int, level: int,
-                 fetched: dict[str, Future[bytes]] | None = None) -> MergeResult:
+                 fetched: dict[str, Future[bytes]] | None = None, erased: list[str] | None = None) -> MergeResult:
     """Merge ``sources`` into one output block of ``level + 1``. ``fetched`` holds the input objects whose GETs
-    were started already (``fetch_sources``); each is taken out of it when read, so its bytes go once decoded."""
+    were started already (``fetch_sources``); each is taken out of it when read, so its bytes go once decoded.
+    ``erased``: the erasures none of the sources holds a record of, as the metastore assigned the job."""
     failpoint("compaction.merge")
     fetched = fetched if fetched is not None else {}
 
@@ -266,7 +267,8 @@ def merge_blocks(bucket: Bucket, sources: list[BlockMeta], *, job: str, token: i
             sources=sorted({s for m in sources for s in m.compaction.sources}),
             parents=sorted(m.id for m in sources),
             parser=head.parser if len(parsers) == 1 else None,
-            derived_from=sorted({d for m in sources for d in m.derived_from}))
+            derived_from=sorted({d for m in sources for d in m.derived_from}),
+            erased=erased)
         output = write_block_streamed(bucket, spec, streams)
     return MergeResult(output, rows_in, output.rows, sum(m.size for m in sources), output.size,
                        rss.peak, rss.peak - rss.start, rss.arrow_peak - rss.arrow_start, time.perf_counter() - started)

@@ -34,6 +34,7 @@ from prometheus_client import Counter, Gauge
 from shale.block import write_deletion_mark
 from shale.bucketindex import DeltaLink, DeltaWriter
 from shale.compaction.messages import MAX_POLL_CAPACITY, Assigned, JobUpdate, PollRequest, PollResponse
+from shale.compactor.erase import erase_block
 from shale.compactor.merge import READ_THREADS, MergeResult, fetch_sources, merge_blocks
 from shale.compactor.wire import (
     MergeFailedError,
@@ -93,8 +94,12 @@ def run_merge_task(payload: str, bucket_config: BucketConfig, fetched: dict[str,
     merge that raises returns its error: the other jobs of the Spark job go on."""
     job = decode_job(payload)
     try:
-        result = merge_blocks(task_bucket(bucket_config), job.sources, job=job.job, token=job.token,
-                              level=job.level, fetched=fetched)
+        if job.erase is not None:  # an erase job (``shale erase``): its one source rewritten without the records
+            result = erase_block(task_bucket(bucket_config), job.sources[0], job.erase, job=job.job, token=job.token,
+                                 fetched=fetched)
+        else:
+            result = merge_blocks(task_bucket(bucket_config), job.sources, job=job.job, token=job.token,
+                                  level=job.level, fetched=fetched, erased=job.erased)
     except Exception as exc:
         log.exception("compaction merge failed", extra={"job": job.job, "token": job.token})
         return encode_failure(exc)

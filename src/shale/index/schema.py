@@ -191,6 +191,47 @@ CREATE TABLE IF NOT EXISTS restores (
     ended_at INTEGER NOT NULL
 ) WITHOUT ROWID;
 
+-- Erasures (``shale erase``, ``shale.metastore.erasures``): each request, the Kafka positions of its records
+-- (found in the backup group, matched in both), and each block rewritten without them.
+CREATE TABLE IF NOT EXISTS erasures (
+    id TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL,
+    by TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    topics TEXT NOT NULL,
+    key_sha256 TEXT NOT NULL,
+    watermarks TEXT NOT NULL,
+    state TEXT NOT NULL,
+    requested_at INTEGER NOT NULL,
+    planned_at INTEGER NOT NULL,
+    ended_at INTEGER NOT NULL,
+    matches INTEGER NOT NULL,
+    receipt TEXT NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS erasure_positions (
+    tenant TEXT NOT NULL,
+    topic TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    offset INTEGER NOT NULL,
+    incarnation TEXT NOT NULL,
+    erasure TEXT NOT NULL,
+    PRIMARY KEY (tenant, topic, partition, offset, incarnation, erasure)
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS erasure_blocks (
+    erasure TEXT NOT NULL,
+    old_block TEXT NOT NULL,
+    new_block TEXT NOT NULL,
+    grp TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    rows_removed INTEGER NOT NULL,
+    old_files TEXT NOT NULL,
+    new_files TEXT NOT NULL,
+    rewritten_at INTEGER NOT NULL,
+    PRIMARY KEY (erasure, old_block)
+) WITHOUT ROWID;
+
 CREATE TABLE IF NOT EXISTS ingest_shards (
     grp TEXT NOT NULL,
     generation INTEGER NOT NULL,

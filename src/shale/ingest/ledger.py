@@ -12,7 +12,7 @@ import datetime as dt
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
-from shale.ingest.verify import StoredBlocks, group_blocks
+from shale.ingest.verify import StoredBlocks, erased_of, group_blocks
 
 
 @dataclass
@@ -22,6 +22,9 @@ class PartitionWatermark:
     max_event_time: int
     incarnation: str = ""
     skipped: int = 0
+    erased: int = 0
+    """Committed offsets whose record an erasure removed (``shale erase``): erased, not missing."""
+    erasures: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -51,8 +54,12 @@ def _day_end_ms(day: str) -> int:
 
 def build_ledger(metastore: StoredBlocks, group: str, generation: int, topic: str, day: str | None = None) -> Ledger:
     offsets = [o for o in metastore.offsets(group, generation) if o.topic == topic]
-    watermarks = [PartitionWatermark(o.partition, o.committed_end, o.max_event_time, o.incarnation, o.skipped)
-                  for o in sorted(offsets, key=lambda o: o.partition)]
+    erased = erased_of(metastore, topic)
+    watermarks = []
+    for o in sorted(offsets, key=lambda o: o.partition):
+        gone = {offset: e for offset, e in erased.get(o.partition, {}).items() if offset < o.committed_end}
+        watermarks.append(PartitionWatermark(o.partition, o.committed_end, o.max_event_time, o.incarnation, o.skipped,
+                                             len(gone), sorted(set(gone.values()))))
     days: dict[str, DayEntry] = defaultdict(lambda: DayEntry(""))
     for meta in group_blocks(metastore, group, generation, topic):
         for ds in meta.datasets:

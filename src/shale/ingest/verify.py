@@ -9,6 +9,9 @@ exactly once; offsets Kafka no longer holds (retention) are checked for duplicat
 Kafka still holds the range of but no read_committed consumer sees is ``not_in_kafka``: an aborted record stored
 as data (a failure), unless the topic is compacted (then Kafka may have removed it after it was read).
 
+Offsets whose record an erasure removed (``shale erase``, DESIGN 19) are ``erased``, with the erasure's id: stored
+no more by request, never counted as missing.
+
 Offsets above the committed end are never ingested yet, but not all of them can still be: those below Kafka's
 earliest offset were deleted by its retention before the group read them (``lost``, the range
 ``[committed end, earliest)``; the ingest plan reports the same ``Loss`` and waits for ``shale offsets
@@ -32,6 +35,7 @@ from shale.config import KafkaConfig
 from shale.errors import ConfigError
 from shale.index import OffsetRow
 from shale.kafka import admin, describe_topics, existing_offsets, offset_bounds
+from shale.metastore.erasures import erased_offsets
 from shale.objstore import BucketReader
 
 
@@ -54,6 +58,10 @@ class PartitionReport:
     """Offsets ``[committed_end, kafka_earliest)``: deleted by Kafka before the group read them, not acknowledged."""
     action: str = ""
     """The command that accepts the loss (``shale offsets acknowledge-loss ...``), when ``lost``."""
+    erased: int = 0
+    """Committed offsets whose record an erasure removed (``shale erase``): not stored by request, not missing."""
+    erasures: list[str] = field(default_factory=list)
+    """The erasures (request ids) that removed them."""
 
 
 @dataclass
@@ -94,6 +102,10 @@ class VerifyReport:
         return sum(p.lost for p in self.partitions)
 
     @property
+    def erased(self) -> int:
+        return sum(p.erased for p in self.partitions)
+
+    @property
     def ok(self) -> bool:
         """Nothing committed is missing or stored twice (records not yet ingested or quarantined aside)."""
         return self.missing == 0 and self.duplicated == 0 and (self.compacted or self.not_in_kafka == 0)
@@ -114,7 +126,8 @@ class VerifyReport:
     def as_dict(self) -> dict[str, object]:
         return {**asdict(self), "missing": self.missing, "duplicated": self.duplicated,
                 "quarantined": self.quarantined, "stored": self.stored, "not_in_kafka": self.not_in_kafka,
-                "not_yet_ingested": self.not_yet_ingested, "lost": self.lost, "ok": self.ok, "status": self.status}
+                "not_yet_ingested": self.not_yet_ingested, "lost": self.lost, "erased": self.erased, "ok": self.ok,
+                "status": self.status}
 
 
 def pending(earliest: int, end: int, committed_end: int | None) -> tuple[range, range]:
@@ -142,6 +155,13 @@ class StoredBlocks(Protocol):
                      group: str | None = None) -> list[BlockMeta]: ...
 
     def offsets(self, group: str | None = None, generation: int | None = None) -> list[OffsetRow]: ...
+
+
+def erased_of(metastore: object, topic: str, incarnation: str = "") -> dict[int, dict[int, str]]:
+    """Per partition of ``topic``, its erased offsets and the erasure of each (a metastore that keeps no
+    erasures: none)."""
+    rows = getattr(metastore, "erasures", None)
+    return erased_offsets(rows(limit=1000), topic, incarnation) if rows is not None else {}
 
 
 class NothingStored:
@@ -238,6 +258,7 @@ def verify_topic(metastore: StoredBlocks, bucket: BucketReader, kafka: KafkaConf
                  if o.topic == topic and o.incarnation in ("", state.incarnation)}
     stored, quarantined, ambiguous = stored_offsets(
         bucket, group_blocks(metastore, group, generation, topic, state.incarnation), topic, state.incarnation)
+    erased = erased_of(metastore, topic, state.incarnation)
     reports = []
     for partition in parts:
         earliest, end = marks[(topic, partition)]
@@ -248,7 +269,9 @@ def verify_topic(metastore: StoredBlocks, bucket: BucketReader, kafka: KafkaConf
         upto = min(end, done) if done is not None else earliest
         in_kafka = existing_offsets(kafka, topic, partition, earliest, upto)
         visible = set(in_kafka)
-        missing = [o for o in in_kafka if o not in counts and o not in ambiguous.get(partition, ())]
+        gone = erased.get(partition, {})
+        removed = sorted(o for o in gone if o not in counts and (done is None or o < done))
+        missing = [o for o in in_kafka if o not in counts and o not in ambiguous.get(partition, ()) and o not in gone]
         unexpected = [o for o in counts if earliest <= o < upto and o not in visible]
         lost, not_yet = pending(earliest, end, done)
         reports.append(PartitionReport(
@@ -256,5 +279,6 @@ def verify_topic(metastore: StoredBlocks, bucket: BucketReader, kafka: KafkaConf
             stored=sum(counts.values()), quarantined=quarantined.get(partition, 0), missing=len(missing),
             duplicated=duplicated, not_yet_ingested=len(not_yet), missing_sample=missing[:10],
             incarnation=state.incarnation, not_in_kafka=len(unexpected), skipped=row.skipped if row is not None else 0,
-            lost=len(lost), action=acknowledge_command(group, generation, topic, partition, earliest) if lost else ""))
+            lost=len(lost), action=acknowledge_command(group, generation, topic, partition, earliest) if lost else "",
+            erased=len(removed), erasures=sorted({gone[o] for o in removed})))
     return VerifyReport(group, generation, topic, reports, compacted=_compacted(kafka, topic))

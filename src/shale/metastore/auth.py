@@ -200,6 +200,7 @@ RULES: dict[str, Rule] = {
     "POST /v1/compaction/poll": _const(COMPACTOR),
     "GET /v1/compaction/jobs": _const(EVERY_TENANT),
     "GET /v1/restores": _const(EVERY_TENANT),
+    "GET /v1/erasures": _const(EVERY_TENANT),  # positions and the key's SHA-256, never the key
     "POST /v1/raft/barrier": _const(PEER),
     "GET /v1/blocks": _tenants_in_query,
     "GET /v1/blocks/{block_id}": _const(SOME_READER),  # the block's own tenant is checked once it is found

@@ -201,6 +201,12 @@ class MetastoreClient:
         rows = self._get(f"/v1/tenants/{tenant}/schemas", **params)["schemas"]
         return [SchemaVersionRow.model_validate(r) for r in rows]
 
+    def erasures(self, erasure: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        """Erasures newest first, or the one named, with the blocks rewritten for each. Needs a reader of every
+        tenant."""
+        params: dict[str, Any] = {"limit": limit} if erasure is None else {"id": erasure, "limit": 1}
+        return list(self._get("/v1/erasures", **params)["erasures"])
+
     def restores(self, limit: int = 100) -> list[dict[str, Any]]:
         """The newest runs of ``shale restore`` first. Needs a reader of every tenant."""
         return list(self._get("/v1/restores", limit=limit)["restores"])

@@ -160,6 +160,67 @@ class RecordRestore(_Command):
     message: str = Field(default="", max_length=2000, description="why partitions stopped, when some did")
 
 
+class ErasureWatermark(BaseModel):
+    """A partition's high watermark when an erasure was requested: its records at or after ``end`` are new data,
+    not part of the request."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    topic: str = Field(max_length=249)
+    partition: int = Field(ge=0)
+    end: int = Field(ge=0)
+
+
+class ErasedPosition(BaseModel):
+    """One Kafka record an erasure removes: (topic, partition, offset) of one topic incarnation ('' = any: the
+    block that held it could not tell)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    topic: str = Field(max_length=249)
+    partition: int = Field(ge=0)
+    offset: int = Field(ge=0)
+    incarnation: str = Field(default="", pattern=INCARNATION_PATTERN)
+
+
+class RequestErasure(_Command):
+    """``shale erase``: erase every record of one tenant whose key is ``key`` (base64 of the key's bytes) from
+    ``topics`` (empty: all of the tenant's topics), of the records Kafka held when it was asked (``watermarks``).
+    ``id`` is derived from tenant, topics and key (``shale.metastore.erasures.erasure_id``): the same request
+    again is a no-op that answers with the first. ``by`` is set by the API from the caller's token. Needs admin."""
+
+    from_clients = True
+
+    kind: Literal["RequestErasure"] = "RequestErasure"
+    id: str = Field(pattern=r"^[0-9a-f]{16}$")
+    by: str = Field(default="", max_length=200)
+    tenant: str = Field(max_length=200)
+    topics: list[str] = Field(default_factory=list, max_length=10_000)
+    key: str = Field(max_length=1_400_000, description="the record key's bytes, base64")
+    watermarks: list[ErasureWatermark] = Field(default_factory=list)
+
+
+class PlanErasure(_Command):
+    """The records an erasure removes, as found in the backup group (``positions``): every indexed block of
+    either group, any generation, that holds one of them gets an erase job (a compaction job kind), and so does
+    every block added later that holds one (compaction outputs of blocks not rewritten yet, a new generation
+    read from Kafka). Applies once per erasure: a second plan is a no-op. Needs admin."""
+
+    from_clients = True
+
+    kind: Literal["PlanErasure"] = "PlanErasure"
+    id: str = Field(pattern=r"^[0-9a-f]{16}$")
+    positions: list[ErasedPosition] = Field(default_factory=list)
+
+
+class RecordErasureReceipt(_Command):
+    """An erasure's receipt is in the bucket (``key``, written once): the erasure is ``done``. Needs admin."""
+
+    from_clients = True
+
+    kind: Literal["RecordErasureReceipt"] = "RecordErasureReceipt"
+    id: str = Field(pattern=r"^[0-9a-f]{16}$")
+    key: str = Field(max_length=1000)
+
+
 class AcknowledgeOffsetLoss(_Command):
     """An operator accepts that offsets ``[start, end)`` of one topic-partition are lost (Kafka deleted them before
     they were read): the committed end moves from ``start`` to ``end`` and the loss is recorded. Accepted only when
@@ -278,7 +339,8 @@ class TrimBlockChanges(_Command):
 Command = Annotated[Noop | AddBlocks | CommitIngestBatch | ReplaceBlocks | TruncateIndex | DeleteTombstones
                     | UpdateCompactionPlan | SetCompactionFailureLimit | SetActiveGeneration | AcknowledgeOffsetLoss
                     | TrimBlockChanges | QuarantineBlocks | AcquireIngestLease | RenewIngestLease | ReleaseIngestLease
-                    | SetIngestShards | RecordRestore,
+                    | SetIngestShards | RecordRestore | RequestErasure | PlanErasure
+                    | RecordErasureReceipt,
                     Field(discriminator="kind")]
 """Every command, declared once: the kinds, the decoder, the API's list of client commands and the state
 machine's handler registry (checked complete at import) all derive from this union."""

@@ -35,6 +35,7 @@ from shale.compaction.scheduler import apply_assignment, choose_assignments, evi
 from shale.compaction.state import CompactionState
 from shale.errors import CommandRejectedError
 from shale.index import IndexWriter
+from shale.metastore import erasures
 from shale.metastore.commands import Result, SetCompactionFailureLimit, UpdateCompactionPlan
 
 REASSIGNED = Counter("shale_compaction_lease_expirations_total", "Jobs reassigned after their lease expired.")
@@ -133,6 +134,14 @@ def output_problem(job: Job, sources: list[BlockMeta], outputs: list[BlockMeta])
 
 def _complete(w: IndexWriter, job: Job, update: JobUpdate, at: int, index: int,
               links: dict[str, list[object]]) -> str:
+    if erasures.erasure_of(job.name) is not None:
+        outcome = erasures.complete(w, job, update, at)
+        if outcome == "completed":
+            links[job.name] = w.touch({job.key.tenant}, index, at)[job.key.tenant]
+            COMPLETED.labels(str(job.key.level)).inc()
+        elif outcome == "sources-missing":
+            _drop_job(w, job)
+        return outcome
     sources = [w.get_block(s) for s in job.sources]
     present = [s for s in sources if s is not None]
     if len(present) != len(sources):
@@ -140,6 +149,8 @@ def _complete(w: IndexWriter, job: Job, update: JobUpdate, at: int, index: int,
         return "sources-missing"
     outputs = update.outputs
     problem = output_problem(job, present, outputs)
+    if problem is None and any(set(o.erased or ()) - set(erasures.merge_erased(w, present) or ()) for o in outputs):
+        problem = "an output names an erasure a source still holds records of"
     if problem is None and w.tombstoned_among([o.id for o in outputs]):
         problem = "an output was already deleted"
     if problem is None and w.existing([o.id for o in outputs]):
@@ -155,6 +166,7 @@ def _complete(w: IndexWriter, job: Job, update: JobUpdate, at: int, index: int,
             FIRST_COMPACTION.observe(max(0, at - added) / 1000)
         w.add_tombstone(old, at, f"compacted into {names}")
     w.add_blocks(outputs, at)
+    erasures.cover(w, outputs, at, parents=present)
     links[job.name] = w.touch({job.key.tenant}, index, at)[job.key.tenant]
     w.compaction.delete_job(job.name)
     COMPLETED.labels(str(job.key.level)).inc()
@@ -167,6 +179,8 @@ def already_completed(w: IndexWriter, update: JobUpdate) -> bool:
     report then answers as applied, and its worker keeps its committed output."""
     if update.status != "success" or not update.outputs:
         return False
+    if erasures.erasure_of(update.job) is not None:
+        return erasures.already_completed(w, update)
     reason = f"compacted into {','.join(o.id for o in update.outputs)}"
     parents = {p for o in update.outputs for p in o.compaction.parents}
     return (bool(parents) and all(w.has_block(o.id) or w.tombstoned(o.id) for o in update.outputs)
@@ -174,10 +188,12 @@ def already_completed(w: IndexWriter, update: JobUpdate) -> bool:
 
 
 def _assigned(w: IndexWriter, job: Job) -> dict[str, Any]:
-    sources = [w.get_block(s) for s in job.sources]
+    sources = [s for s in (w.get_block(s) for s in job.sources) if s is not None]
     return Assigned(job=job.name, token=job.token, lease_expires_at=job.lease_expires_at, tenant=job.key.tenant,
                     shard=job.key.shard, level=job.key.level, group=job.key.group, generation=job.key.generation,
-                    sources=[s for s in sources if s is not None]).model_dump(mode="json")
+                    sources=sources,
+                    erase=erasures.erase_plan(w, job.name, sources[0]) if sources else None,
+                    erased=erasures.merge_erased(w, sources)).model_dump(mode="json")
 
 
 def _replayed(w: IndexWriter, answer: dict[str, Any]) -> Result:

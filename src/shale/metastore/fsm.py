@@ -33,11 +33,14 @@ from shale.metastore.commands import (
     DeleteTombstones,
     Noop,
     OffsetRange,
+    PlanErasure,
     QuarantineBlocks,
+    RecordErasureReceipt,
     RecordRestore,
     ReleaseIngestLease,
     RenewIngestLease,
     ReplaceBlocks,
+    RequestErasure,
     Result,
     SetActiveGeneration,
     SetCompactionFailureLimit,
@@ -48,6 +51,10 @@ from shale.metastore.commands import (
     decode,
 )
 from shale.metastore.compaction import apply_failure_limit, apply_plan
+from shale.metastore.erasures import apply_plan as apply_erasure_plan
+from shale.metastore.erasures import apply_receipt as apply_erasure_receipt
+from shale.metastore.erasures import apply_request as apply_erasure_request
+from shale.metastore.erasures import cover
 from shale.metastore.generations import first_gap, offsets_held, pin_switch, switch_when_caught_up
 from shale.metastore.leases import apply_acquire, apply_release, apply_renew, bridge_silence, check_commit_lease
 from shale.metastore.restores import apply_record
@@ -89,6 +96,7 @@ def _add_blocks(w: IndexWriter, cmd: AddBlocks, entry: Entry) -> Result:
     ids = [m.id for m in cmd.blocks]
     tombstoned = w.tombstoned_among(ids)
     added = set(w.add_blocks([m for m in cmd.blocks if m.id not in tombstoned], entry.time_ms))
+    cover(w, [m for m in cmd.blocks if m.id in added], entry.time_ms)
     links = w.touch({m.tenant for m in cmd.blocks if m.id in added}, entry.index, entry.time_ms)
     return Result(ok=True, data={"links": links, "added": [i for i in ids if i in added],
                                  "existing": [i for i in ids if i not in added and i not in tombstoned],
@@ -196,6 +204,7 @@ def _commit_ingest_batch(w: IndexWriter, cmd: CommitIngestBatch, entry: Entry) -
     for r in restarts:
         w.end_incarnation(cmd.group, cmd.generation, r.topic, r.partition, entry.time_ms)
     w.add_blocks(cmd.blocks, entry.time_ms)
+    cover(w, cmd.blocks, entry.time_ms)  # a new generation read from Kafka never brings an erased record back
     for r in ranges:
         event_time = max((b.event_time_of(r.topic, r.partition) for b in cmd.blocks
                           if any(k.topic == r.topic and k.partition == r.partition for k in b.kafka)), default=0)
@@ -226,6 +235,21 @@ def _renew_ingest_lease(w: IndexWriter, cmd: RenewIngestLease, entry: Entry) -> 
 @handles(ReleaseIngestLease)
 def _release_ingest_lease(w: IndexWriter, cmd: ReleaseIngestLease, entry: Entry) -> Result:
     return apply_release(w, cmd, entry.time_ms)
+
+
+@handles(RequestErasure)
+def _request_erasure(w: IndexWriter, cmd: RequestErasure, entry: Entry) -> Result:
+    return apply_erasure_request(w, cmd, entry.index, entry.time_ms)
+
+
+@handles(PlanErasure)
+def _plan_erasure(w: IndexWriter, cmd: PlanErasure, entry: Entry) -> Result:
+    return apply_erasure_plan(w, cmd, entry.index, entry.time_ms)
+
+
+@handles(RecordErasureReceipt)
+def _record_erasure_receipt(w: IndexWriter, cmd: RecordErasureReceipt, entry: Entry) -> Result:
+    return apply_erasure_receipt(w, cmd, entry.time_ms)
 
 
 @handles(RecordRestore)
@@ -297,6 +321,7 @@ def _replace_blocks(w: IndexWriter, cmd: ReplaceBlocks, entry: Entry) -> Result:
         w.add_tombstone(old, entry.time_ms, f"{cmd.reason} into {outputs}" if outputs else cmd.reason)
     for meta in cmd.blocks:
         w.add_block(meta, entry.time_ms)
+    cover(w, cmd.blocks, entry.time_ms)
     links = w.touch({cmd.tenant}, entry.index, entry.time_ms)
     return Result(ok=True, data={"replay": False, "removed": len(cmd.sources), "added": len(cmd.blocks),
                                  "links": links})

@@ -44,6 +44,7 @@ from shale.metastore.commands import (
     CommitIngestBatch,
     IngestLeaseCommand,
     RecordRestore,
+    RequestErasure,
     decode,
     encode,
 )
@@ -267,7 +268,7 @@ def create_app(service: MetastoreService, leader_http: Callable[[], str | None],
         if command.kind not in CLIENT_COMMANDS:
             raise CommandRejectedError(f"{command.kind} is proposed by the metastore itself, not by clients",
                                        reason="forbidden")
-        if isinstance(command, RecordRestore):  # who ran it is the caller's token, whatever the body says
+        if isinstance(command, RecordRestore | RequestErasure):  # who: the caller's token, whatever the body says
             body = encode(command.model_copy(update={"by": f"token {_principal(request).name}"}))
         result = await run_in_threadpool(service.submit_bytes, body)
         return JSONResponse(result.model_dump(mode="json"), status_code=200 if result.ok else 409)
@@ -290,6 +291,11 @@ def create_app(service: MetastoreService, leader_http: Callable[[], str | None],
     @app.get("/v1/tenants/{tenant}/schemas")
     def schema_versions(tenant: str, topic: str | None = None) -> dict[str, Any]:
         return {"schemas": [r.model_dump() for r in service.schema_versions(tenant, topic)]}
+
+    @app.get("/v1/erasures")
+    def erasures(id: str | None = Query(None, pattern=r"^[0-9a-f]{16}$"),
+                 limit: int = Query(100, ge=1, le=1000)) -> dict[str, Any]:
+        return {"erasures": service.erasures(id, limit)}
 
     @app.get("/v1/restores")
     def restores(limit: int = Query(100, ge=1, le=KEPT)) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from shale.index import (
     parse_matchers,
 )
 from shale.metastore.compaction import job_rows, queue_counts
+from shale.metastore.erasures import erasure_rows
 from shale.metastore.leases import lease_rows
 from shale.metastore.restores import restore_rows
 
@@ -118,6 +119,11 @@ class IndexReads:
         under an older shard map)."""
         self.fresh("ingest_leases", current=False)
         return lease_rows(self.reader.conn, int(self.clock() * 1000))
+
+    def erasures(self, erasure: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        """Erasures newest first, or the one named, with the blocks rewritten for each (``shale erase status``)."""
+        self.fresh("erasures", current=False)
+        return erasure_rows(self.reader.conn, erasure, limit)
 
     def restores(self, limit: int = 100) -> list[dict[str, Any]]:
         """The newest runs of ``shale restore`` first."""

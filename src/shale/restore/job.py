@@ -29,6 +29,7 @@ from shale.index import IncarnationRow, LossRow, OffsetRow
 from shale.kafka import client_options, describe_topics
 from shale.logs import redact
 from shale.metastore.commands import RecordRestore, Result
+from shale.metastore.erasures import erased_offsets
 from shale.restore import metrics
 from shale.restore.plan import (
     PartitionPlan,
@@ -169,6 +170,7 @@ class RestoreJob:
         plan = self.plan()
         job = job_name(r, plan.incarnation, self.target.bootstrap_servers)
         report = RestoreReport(job, plan.summary(), executed=False)
+        self._erased(plan, report)
         timestamp_type = self._timestamp_type()
         report.plan["target"] = {"topic": r.target_topic, "exists": timestamp_type is not None,
                                  "partitions": plan.mapping.target_partitions, "timestamp_type": timestamp_type}
@@ -207,6 +209,22 @@ class RestoreJob:
         self._record(job, plan, "stopped" if stopped else "done", sum(o.restored for o in report.partitions),
                      stopped, run)
         return report
+
+    def _erased(self, plan: RestorePlan, report: RestoreReport) -> None:
+        """Count, per partition, the records an erasure removed (``shale erase``) inside the range: a restore skips
+        them (no block holds them any more) and says how many."""
+        rows = getattr(self.index, "erasures", None)
+        erased = erased_offsets(rows(limit=1000), plan.topic, plan.incarnation, plan.tenant) if rows else {}
+        ids: set[str] = set()
+        for part in report.plan["partitions"]:
+            gone = {o: e for o, e in erased.get(part["partition"], {}).items() if part["start"] <= o < part["end"]}
+            part["erased"] = len(gone)
+            ids |= set(gone.values())
+        total = sum(p["erased"] for p in report.plan["partitions"])
+        report.plan["erased"] = total
+        if total:
+            report.warnings.append(f"{total} records of the range were erased (erasure {', '.join(sorted(ids))}) "
+                                   "and are not restored")
 
     def _record(self, job: str, plan: RestorePlan, state: Literal["running", "done", "stopped"], records: int,
                 message: str = "", run: str = "") -> str:

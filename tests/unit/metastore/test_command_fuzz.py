@@ -5,6 +5,7 @@ replicas fed the same entries agree. Budget: ``EXAMPLES`` sequences of up to 12 
 
 from __future__ import annotations
 
+import base64
 import json
 import tempfile
 from pathlib import Path
@@ -22,14 +23,18 @@ from shale.metastore.commands import (
     AddBlocks,
     CommitIngestBatch,
     DeleteTombstones,
+    ErasedPosition,
     Noop,
     OffsetRange,
     PartitionKey,
+    PlanErasure,
     QuarantineBlocks,
+    RecordErasureReceipt,
     RecordRestore,
     ReleaseIngestLease,
     RenewIngestLease,
     ReplaceBlocks,
+    RequestErasure,
     SetActiveGeneration,
     SetCompactionFailureLimit,
     SetIngestShards,
@@ -38,6 +43,7 @@ from shale.metastore.commands import (
     UpdateCompactionPlan,
     encode,
 )
+from shale.metastore.erasures import erasure_id
 from shale.metastore.fsm import Entry, StateMachine
 
 EXAMPLES = 80
@@ -104,6 +110,15 @@ def commands(draw: st.DrawFn) -> Any:
         "AcknowledgeOffsetLoss": lambda: AcknowledgeOffsetLoss(
             group=group, generation=1, topic="app", partition=0, start=draw(OFFSET), end=draw(OFFSET)),
         "TrimBlockChanges": lambda: TrimBlockChanges(through=draw(st.integers(0, 20))),
+        "RequestErasure": lambda: RequestErasure(
+            id=draw(st.sampled_from([erasure_id(tenant, [], b"k1"), "0123456789abcdef"])), tenant=tenant,
+            key=base64.b64encode(b"k1").decode()),
+        "PlanErasure": lambda: PlanErasure(
+            id=draw(st.sampled_from([erasure_id(tenant, [], b"k1"), "0123456789abcdef"])),
+            positions=[ErasedPosition(topic="app", partition=0, offset=draw(OFFSET))
+                       for _ in range(draw(st.integers(0, 2)))]),
+        "RecordErasureReceipt": lambda: RecordErasureReceipt(
+            id=draw(st.sampled_from([erasure_id(tenant, [], b"k1"), "0123456789abcdef"])), key="acme/erasures/r"),
         "RecordRestore": lambda: RecordRestore(
             run=draw(st.sampled_from(["0123456789abcdef", "fedcba9876543210"])), job=draw(st.sampled_from(["j1"])),
             state=draw(st.sampled_from(["running", "done", "stopped"])), tenant=tenant, topic="app",

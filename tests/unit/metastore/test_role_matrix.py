@@ -97,6 +97,7 @@ ROWS = [
     Row("POST", "/v1/compaction/poll", body='{"worker": "matrix", "capacity": 0}'),
     Row("GET", "/v1/compaction/jobs"),
     Row("GET", "/v1/restores"),
+    Row("GET", "/v1/erasures"),
     Row("POST", "/v1/raft/barrier", body="{}"),
     Row("GET", "/v1/blocks", query="tenant={tenant}"),
     Row("GET", "/v1/blocks/{block_id}", path="/v1/blocks/{block}"),

@@ -1,0 +1,133 @@
+"""``shale erase``: erase every record of one key from a tenant's blocks (dry run unless ``--yes``), and
+``shale erase status ID``."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import sys
+from typing import TYPE_CHECKING
+
+import click
+
+from shale.cli.common import get_config, shale_errors
+
+if TYPE_CHECKING:
+    from shale.erase import ErasureReport
+
+
+def _key(text: str | None, hex_text: str | None, b64_text: str | None, from_stdin: bool) -> bytes:
+    given = [k for k in (text, hex_text, b64_text) if k is not None] + ([True] if from_stdin else [])
+    if len(given) != 1:
+        raise click.UsageError("give the key once: --key TEXT, --key-hex HEX, --key-base64 B64 or --key-stdin")
+    try:
+        if hex_text is not None:
+            return bytes.fromhex(hex_text)
+        if b64_text is not None:
+            return base64.b64decode(b64_text, validate=True)
+    except (ValueError, binascii.Error) as exc:
+        raise click.BadParameter(f"the key is not valid: {exc}") from None
+    if from_stdin:
+        return sys.stdin.buffer.read().rstrip(b"\n")
+    assert text is not None
+    return text.encode()
+
+
+def _local_user() -> str:
+    import getpass
+    import socket
+
+    try:
+        return f"{getpass.getuser()}@{socket.gethostname()}"[:200]
+    except (KeyError, OSError):
+        return f"uid {os.getuid()}@{socket.gethostname()}"[:200]
+
+
+@click.group(invoke_without_command=True)
+@click.option("--tenant", default=None, help="The tenant whose blocks hold the records (required).")
+@click.option("--topic", "topics", multiple=True, help="A topic to erase from (repeat; default: every topic).")
+@click.option("--key", default=None, help="The record key, as text (UTF-8).")
+@click.option("--key-hex", default=None, help="The record key's bytes, in hex.")
+@click.option("--key-base64", default=None, help="The record key's bytes, in base64.")
+@click.option("--key-stdin", is_flag=True, help="Read the key's bytes from standard input (keeps it off the "
+                                                "command line; one trailing newline is dropped).")
+@click.option("--no-kafka", is_flag=True, help="Do not ask Kafka for the high watermarks (the topics are gone, or "
+                                               "Kafka cannot be reached): every backed-up record of the key is erased.")
+@click.option("--yes", is_flag=True, help="Erase. Without it, a dry run: the blocks and records it would erase.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+@shale_errors
+def erase(ctx: click.Context, tenant: str | None, topics: tuple[str, ...], key: str | None, key_hex: str | None,
+          key_base64: str | None, key_stdin: bool, no_kafka: bool, yes: bool, as_json: bool) -> None:
+    """Erase every record of one key (GDPR article 17): the request is committed to the metastore with the
+    Kafka high watermarks, the backup group is scanned for the key, and every block of both groups holding one of
+    its records is rewritten without it by the compaction workers (`shale compact`). Needs admin. A second
+    identical request answers with the first. `shale erase status ID` shows the progress."""
+    from shale.erase import ErasureRequest
+    from shale.erase import erase as run_erasure
+    from shale.metastore import open_index_view, open_metastore
+
+    if ctx.invoked_subcommand is not None:
+        return
+    if not tenant:
+        raise click.UsageError("--tenant is required")
+    config = get_config(ctx)
+    request = ErasureRequest(tenant=tenant, key=_key(key, key_hex, key_base64, key_stdin), topics=topics)
+    metastore = open_metastore(config) if yes else open_index_view(config)
+    report = run_erasure(metastore, config.bucket, request, kafka=None if no_kafka else config.kafka,
+                         dry_run=not yes, by=_local_user())
+    click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report_text(report))
+
+
+@erase.command("status")
+@click.argument("erasure")
+@click.option("--receipt", is_flag=True, help="Once rewritten and the replaced objects are gone: scan once more, "
+                                              "write the receipt to the bucket (once) and print it.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+@shale_errors
+def status(ctx: click.Context, erasure: str, receipt: bool, as_json: bool) -> None:
+    """An erasure's request, state, the blocks rewritten and the jobs left. Exit 0 when it is rewritten (or done,
+    with its receipt), 3 while it is not."""
+    from shale.erase import ReceiptNotReadyError, erasure_status, write_receipt
+    from shale.metastore import open_index_view, open_metastore
+    from shale.objstore import open_bucket
+
+    config = get_config(ctx)
+    if receipt:
+        try:
+            written = write_receipt(open_metastore(config), open_bucket(config.bucket), erasure,
+                                    kafka=config.kafka)
+        except ReceiptNotReadyError as exc:
+            click.echo(f"no receipt yet: {exc}", err=True)
+            sys.exit(3)
+        click.echo(json.dumps(written, indent=2))
+        return
+    report = erasure_status(open_index_view(config), erasure)
+    click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report_text(report))
+    if report.state not in ("rewritten", "done"):
+        sys.exit(3)
+
+
+def report_text(report: ErasureReport) -> str:
+    """The report for people (``--json`` gives every field)."""
+    head = (f"erasure {report.id}: " + ("dry run, nothing changed" if report.dry_run else report.state)
+            + (" (requested before: this is the first request's state)" if report.replay else ""))
+    lines = [head]
+    if report.by:
+        lines.append(f"requested by {report.by} at {report.requested_at} ms")
+    lines.append(f"records: {report.matches}; blocks opened {report.blocks_opened} of {report.blocks_total}")
+    for r in report.records:
+        lines.append(f"  record {r['topic']}[{r['partition']}]@{r['offset']} time {r['timestamp_ms']} "
+                     f"({len(r['copies'])} backup copies)")
+    for b in report.blocks:
+        what = (f"-> {b['new']}, {b['rows_removed']} rows removed" if "new" in b
+                else f"level {b['level']}, {b['positions']} of its records to erase")
+        lines.append(f"  block {b['id']} {b['group']} g{b['generation']} {what}")
+    if report.jobs:
+        lines.append(f"erase jobs waiting for the compaction workers: {len(report.jobs)}")
+    if report.dry_run:
+        lines.append("run again with --yes to erase")
+    return "\n".join(lines)

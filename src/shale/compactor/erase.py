@@ -1,0 +1,106 @@
+"""The rewrite an erase job runs (``shale erase``, DESIGN 19), in a compaction worker's Spark task like a merge: its
+one source block, every dataset of it (records and quarantine), written again without the rows at the erasure's
+positions, as a new block that replaces the source through the compaction service's report.
+
+A row is the record at a position when its topic, partition and offset are the position's and its incarnation is
+too (a position or a row whose incarnation is not known matches any: an erasure must not leave a copy behind).
+The output keeps the source's Kafka ranges (the erased offsets stay accounted for: they are erased, not missing),
+its lineage, level, group and generation, and adds the erasure to ``erased``. Its id is derived from the job, the
+fencing token and the source, as a merge output's is: a repeated report of one attempt names the same block, and a
+stale attempt's output never collides with the current owner's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from concurrent.futures import Future
+
+import numpy as np
+import pyarrow as pa
+
+from shale.block import (
+    BlockMeta,
+    BlockSpec,
+    Dataset,
+    DatasetStream,
+    block_file_key,
+    deterministic_block_id,
+    read_dataset,
+    write_block_streamed,
+)
+from shale.block.records import row_incarnation_names
+from shale.block.writer import DEFAULT_ROW_GROUP_ROWS
+from shale.compaction.messages import ErasePlan
+from shale.compactor.merge import MergeResult
+from shale.failpoints import failpoint
+from shale.objstore import Bucket
+from shale.resources import PeakMemory
+
+
+def erase_output_id(source: BlockMeta, erasure: str, job: str, token: int) -> str:
+    return deterministic_block_id(source.time_ms, f"erasure/{erasure}/{job}/{token}/{source.id}")
+
+
+def erased_rows(meta: BlockMeta, topic: str, table: pa.Table, positions: list[tuple[str, int, int, str]]) -> np.ndarray:
+    """A boolean mask of the rows of ``table`` (``meta``'s dataset of ``topic``) at one of ``positions``."""
+    mask = np.zeros(table.num_rows, dtype=bool)
+    wanted: dict[int, dict[int, set[str]]] = defaultdict(dict)
+    for t, partition, offset, incarnation in positions:
+        if t == topic:
+            wanted[partition].setdefault(offset, set()).add(incarnation)
+    if not wanted or not table.num_rows:
+        return mask
+    part = np.asarray(table.column("partition").to_numpy(zero_copy_only=False), dtype=np.int64)
+    off = np.asarray(table.column("offset").to_numpy(zero_copy_only=False), dtype=np.int64)
+    for partition, offsets in wanted.items():
+        mask |= (part == partition) & np.isin(off, np.fromiter(offsets, dtype=np.int64))
+    hits = np.flatnonzero(mask)
+    if len(hits):
+        names = row_incarnation_names(meta, topic, table.take(pa.array(hits))).to_pylist()
+        for hit, name in zip(hits, names, strict=True):
+            incarnations = wanted[int(part[hit])][int(off[hit])]
+            if name is not None and "" not in incarnations and name not in incarnations:
+                mask[hit] = False
+    return mask
+
+
+def _row_groups(table: pa.Table, rows: int = DEFAULT_ROW_GROUP_ROWS) -> list[pa.Table]:
+    return [table.slice(start, rows) for start in range(0, table.num_rows, rows)]
+
+
+def erase_block(bucket: Bucket, source: BlockMeta, plan: ErasePlan, *, job: str, token: int,
+                fetched: dict[str, Future[bytes]] | None = None) -> MergeResult:
+    """Write ``source`` again without the rows at ``plan``'s positions; the new block's metadata and counts."""
+    failpoint("erasure.rewrite")
+    fetched = fetched if fetched is not None else {}
+    started = time.perf_counter()
+    with PeakMemory() as rss:
+        streams: list[DatasetStream] = []
+        rows_in = 0
+        for dataset in source.datasets:
+            early = fetched.pop(block_file_key(source.tenant, source.id, dataset.file), None)
+            table = read_dataset(bucket, source, dataset, data=early.result() if early is not None else None)
+            rows_in += table.num_rows
+            drop = erased_rows(source, dataset.topic, table, plan.positions)
+            if drop.any():
+                table = table.filter(pa.array(~drop))
+            streams.append(_stream(dataset, table))
+        spec = BlockSpec(
+            id=erase_output_id(source, plan.erasure, job, token), tenant=source.tenant, group=source.group,
+            generation=source.generation, shard=source.shard, level=source.level, kafka=list(source.kafka),
+            partition_values=dict(source.partition_values), sources=list(source.compaction.sources),
+            parents=[source.id], parser=source.parser, derived_from=list(source.derived_from),
+            erased=sorted({*(source.erased or ()), plan.erasure}))
+        failpoint("erasure.write")
+        output = write_block_streamed(bucket, spec, streams)
+    return MergeResult(output, rows_in, output.rows, source.size, output.size, rss.peak, rss.peak - rss.start,
+                       rss.arrow_peak - rss.arrow_start, time.perf_counter() - started)
+
+
+def _stream(dataset: Dataset, table: pa.Table) -> DatasetStream:
+    time_column = "event_time" if "event_time" in table.column_names else "timestamp"
+    return DatasetStream(dataset.kind, dataset.topic, table.schema, _row_groups(table), time_column,
+                         labels=list(dataset.labels), clamp=(dataset.min_time, dataset.max_time),
+                         schema_ids=list(dataset.schema_ids or []), schema_fingerprint=dataset.schema_fingerprint or "",
+                         record=dataset.record)

@@ -1,0 +1,173 @@
+"""``shale erase``'s driver, also the Python API: commit the request, find its records, plan the rewrites.
+
+1. ``RequestErasure`` is committed first: who, when, the tenant, the topics, the key, and each partition's high
+   watermark as Kafka reports it now (records produced later are new data, not part of the request). The id is
+   derived from tenant, topics and key, so the same request again answers with the first one.
+2. The backup group is scanned for the key (``shale.erase.scan``), below those watermarks.
+3. ``PlanErasure`` records the positions found; the metastore gives every block of either group that holds one an
+   erase job, which the compaction workers run under their leases and fencing tokens (DESIGN 19).
+
+Killed between 1 and 3, the same request again finds the first in state ``requested`` and scans with its
+watermarks; after 3 it only reports. A dry run commits nothing and reads the index and the bucket only.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from shale.block import BlockMeta
+from shale.config import BucketConfig, KafkaConfig
+from shale.erase.scan import ScanResult, find_matches
+from shale.metastore.commands import ErasedPosition, ErasureWatermark, PlanErasure, RequestErasure, Result
+from shale.metastore.erasures import erasure_id
+from shale.objstore import open_bucket
+
+
+class ErasureMetastore(Protocol):
+    """What an erasure reads (any view) and, unless a dry run, writes (``open_metastore`` fits)."""
+
+    def tenant_blocks(self, tenant: str) -> list[BlockMeta]: ...
+
+    def erasures(self, erasure: str | None = None, limit: int = 100) -> list[dict[str, Any]]: ...
+
+
+class ErasureWriter(ErasureMetastore, Protocol):
+    def submit(self, command: RequestErasure | PlanErasure) -> Result: ...
+
+
+@dataclass(frozen=True)
+class ErasureRequest:
+    tenant: str
+    key: bytes
+    topics: Sequence[str] = ()
+    """Empty: every topic of the tenant."""
+
+    @property
+    def id(self) -> str:
+        return erasure_id(self.tenant, self.topics, self.key)
+
+
+@dataclass
+class ErasureReport:
+    id: str
+    dry_run: bool
+    state: str
+    replay: bool = False
+    """The same request was made before: this report is the first one's."""
+    by: str = ""
+    requested_at: int = 0
+    watermarks: list[dict[str, Any]] = field(default_factory=list)
+    records: list[dict[str, Any]] = field(default_factory=list)
+    """The matching records (one per position; ``copies``: backup blocks holding it)."""
+    blocks: list[dict[str, Any]] = field(default_factory=list)
+    """The blocks to rewrite (or being rewritten)."""
+    matches: int = 0
+    """Positions (records) found."""
+    blocks_total: int = 0
+    blocks_opened: int = 0
+    jobs: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def high_watermarks(kafka: KafkaConfig, topics: Sequence[str]) -> list[ErasureWatermark]:
+    """Each partition's end offset now (read_committed), for the topics Kafka still has."""
+    from shale.kafka import list_partitions, watermarks
+
+    partitions = {t: ps for t, ps in list_partitions(kafka, topics).items() if t in set(topics)}
+    ends = watermarks(kafka, partitions) if partitions else {}
+    return [ErasureWatermark(topic=t, partition=p, end=end) for (t, p), (_, end) in sorted(ends.items())]
+
+
+def _topics(request: ErasureRequest, blocks: list[BlockMeta]) -> list[str]:
+    if request.topics:
+        return sorted(set(request.topics))
+    return sorted({d.topic for b in blocks for d in b.datasets} | {r.topic for b in blocks for r in b.kafka})
+
+
+def _records(scan: ScanResult) -> list[dict[str, Any]]:
+    copies: dict[tuple[str, int, int, str], list[str]] = {}
+    times: dict[tuple[str, int, int, str], int] = {}
+    for m in scan.matches:
+        copies.setdefault(m.position, []).append(m.block)
+        times[m.position] = m.timestamp_ms
+    return [{"topic": t, "partition": p, "offset": o, "incarnation": i, "timestamp_ms": times[(t, p, o, i)],
+             "copies": sorted(copies[(t, p, o, i)])} for (t, p, o, i) in sorted(copies)]
+
+
+def _blocks(scan: ScanResult) -> list[dict[str, Any]]:
+    positions = scan.positions
+    out = []
+    for b in scan.affected:
+        held = sum(1 for t, p, o, i in positions if any(
+            r.topic == t and r.partition == p and r.start <= o < r.end and (not i or not r.incarnation
+                                                                          or r.incarnation == i) for r in b.kafka))
+        out.append({"id": b.id, "group": b.group, "generation": b.generation, "level": b.level,
+                    "positions": held, "rows": b.rows})
+    return out
+
+
+def erase(metastore: ErasureMetastore, bucket: BucketConfig, request: ErasureRequest, *,
+          kafka: KafkaConfig | None = None, dry_run: bool = True, by: str = "") -> ErasureReport:
+    """Erase ``request.key`` from the tenant's blocks (``dry_run``: only say what would be erased). ``kafka``
+    gives the high watermarks; without it (the topic is gone) every backed-up record of the key is erased."""
+    blocks = metastore.tenant_blocks(request.tenant)
+    topics = _topics(request, blocks)
+    first = metastore.erasures(request.id)
+    if first and first[0]["state"] != "requested":
+        return _report(first[0], replay=True)
+    if first:
+        marks = [ErasureWatermark.model_validate(m) for m in first[0]["watermarks"]]
+    else:
+        marks = high_watermarks(kafka, topics) if kafka is not None and topics else []
+    report = ErasureReport(id=request.id, dry_run=dry_run, state="dry-run" if dry_run else "requested",
+                           watermarks=[m.model_dump() for m in marks])
+    if not dry_run:
+        answer = metastore_writer(metastore).submit(RequestErasure(
+            id=request.id, by=by, tenant=request.tenant, topics=sorted(set(request.topics)),
+            key=base64.b64encode(request.key).decode(), watermarks=marks)).raise_for_rejection()
+        report.by, report.requested_at = answer.data["by"], answer.data["requested_at"]
+        if answer.data["replay"] and answer.data["state"] != "requested":  # another run got there meanwhile
+            return _report(metastore.erasures(request.id)[0], replay=True)
+    scan = find_matches(open_bucket(bucket), blocks, request.key, request.topics,
+                        {(m.topic, m.partition): m.end for m in marks})
+    report.records, report.blocks = _records(scan), _blocks(scan)
+    report.matches = len(report.records)
+    report.blocks_total, report.blocks_opened = scan.blocks_total, len(scan.opened)
+    if dry_run:
+        return report
+    result = metastore_writer(metastore).submit(PlanErasure(id=request.id, positions=[
+        ErasedPosition(topic=t, partition=p, offset=o, incarnation=i) for t, p, o, i in scan.positions]))
+    result.raise_for_rejection()
+    report.jobs = list(result.data.get("jobs", []))
+    report.state = erasure_status(metastore, request.id).state
+    return report
+
+
+def metastore_writer(metastore: ErasureMetastore) -> ErasureWriter:
+    if not hasattr(metastore, "submit"):
+        raise TypeError("an erasure that is not a dry run needs a writable metastore (open_metastore)")
+    return metastore  # type: ignore[return-value]
+
+
+def _report(row: dict[str, Any], *, replay: bool = False) -> ErasureReport:
+    return ErasureReport(
+        id=row["id"], dry_run=False, state=row["state"], replay=replay, by=row["by"], requested_at=row["requested_at"],
+        watermarks=row["watermarks"], matches=row["matches"],
+        blocks=[{"id": b["old"], "new": b["new"], "group": b["group"], "generation": b["generation"],
+                 "rows_removed": b["rows_removed"]} for b in row["blocks"]],
+        jobs=list(row["pending_jobs"]))
+
+
+def erasure_status(metastore: ErasureMetastore, erasure: str) -> ErasureReport:
+    """What the metastore holds of an erasure: its request, state, the blocks rewritten and the jobs left."""
+    from shale.errors import NotFoundError
+
+    rows = metastore.erasures(erasure)
+    if not rows:
+        raise NotFoundError(f"no erasure {erasure}")
+    return _report(rows[0])

@@ -1,0 +1,201 @@
+"""An erasure's receipt: what was done, checked again, kept in the bucket as an immutable object.
+
+Written once every erase job is done and every replaced block's objects are gone from the bucket (the leader's
+maintenance deletes them after the delete delay, which protects readers still reading them): the request (who,
+when, tenant, topics, the key's SHA-256, the high watermarks), each block rewritten (old and new ids, the new data
+objects' SHA-256, the records removed), each replaced block's objects confirmed gone, and a final scan: every live
+backup block of the erasure's topics read for the key (by its SHA-256) and every live block of either group whose
+ranges hold an erased position read at those positions, all finding nothing. It also names what Shale cannot
+reach. The object is written put-if-absent under ``<tenant>/erasures/<id>/receipt.json``; then
+``RecordErasureReceipt`` marks the erasure ``done``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from shale.block import BlockMeta, block_file_key, meta_key, read_dataset
+from shale.block.layout import erasure_receipt_key
+from shale.compactor.erase import erased_rows
+from shale.config import KafkaConfig
+from shale.erase.scan import holds
+from shale.errors import ConflictError, NotFoundError, ShaleError
+from shale.metastore.commands import RecordErasureReceipt, Result
+from shale.objstore import Bucket
+
+
+class ReceiptMetastore(Protocol):
+    def tenant_blocks(self, tenant: str) -> list[BlockMeta]: ...
+
+    def erasures(self, erasure: str | None = None, limit: int = 100) -> list[dict[str, Any]]: ...
+
+    def restores(self, limit: int = 100) -> list[dict[str, Any]]: ...
+
+    def submit(self, command: RecordErasureReceipt) -> Result: ...
+
+
+class ReceiptNotReadyError(ShaleError):
+    """The erasure is not finished yet (jobs left, or replaced objects still in the bucket)."""
+
+
+@dataclass
+class FinalScan:
+    blocks: list[str] = field(default_factory=list)
+    rows_read: int = 0
+    matches: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def final_scan(bucket: Bucket, blocks: list[BlockMeta], topics: list[str], key_sha256: str,
+               positions: list[tuple[str, int, int, str]], ends: dict[tuple[str, int], int] | None = None) -> FinalScan:
+    """Read every live block that could hold the key: backup blocks of ``topics`` (empty: any) for a key whose
+    SHA-256 is ``key_sha256`` below the request's high watermarks (``ends``: records produced later are new data),
+    and blocks of either group whose ranges hold a position, at the positions."""
+    ends = ends or {}
+    scan = FinalScan()
+    for block in blocks:
+        backup = block.group == "backup" and (not topics or any(d.topic in topics for d in block.datasets))
+        at = positions and holds(block, positions)
+        if not (backup or at):
+            continue
+        scan.blocks.append(block.id)
+        for dataset in block.datasets:
+            table = read_dataset(bucket, block, dataset, columns=["topic", "partition", "offset", "key"],
+                                 whole_object=None)
+            scan.rows_read += table.num_rows
+            if backup and (not topics or dataset.topic in topics):
+                for partition, offset, key in zip(table.column("partition").to_pylist(),
+                                                  table.column("offset").to_pylist(),
+                                                  table.column("key").to_pylist(), strict=True):
+                    below = offset < ends.get((dataset.topic, partition), 2**63)
+                    if key is not None and below and _sha256(key) == key_sha256:
+                        scan.matches.append({"block": block.id, "dataset": dataset.name, "why": "key",
+                                             "partition": partition, "offset": offset})
+            if at:
+                hit = erased_rows(block, dataset.topic, table, positions)
+                for offset in table.filter(pa.array(hit)).column("offset").to_pylist():
+                    scan.matches.append({"block": block.id, "dataset": dataset.name, "why": "position",
+                                         "offset": offset})
+    return scan
+
+
+def _gone(bucket: Bucket, tenant: str, block: str, files: list[dict[str, Any]]) -> tuple[bool, list[str]]:
+    keys = [meta_key(tenant, block), *(block_file_key(tenant, block, f["name"]) for f in files)]
+    left = []
+    for key in keys:
+        try:
+            bucket.head(key)
+            left.append(key)
+        except NotFoundError:
+            pass
+    return not left, keys
+
+
+def kafka_retention(kafka: KafkaConfig, topics: list[str], requested_at: int) -> list[dict[str, Any]]:
+    """Per topic, until when Kafka itself may still hold the erased records (Shale cannot delete them there)."""
+    from confluent_kafka.admin import ConfigResource
+
+    from shale.kafka import admin
+
+    client = admin(kafka)
+    out: list[dict[str, Any]] = []
+    for topic in topics:
+        try:
+            (future,) = client.describe_configs([ConfigResource("topic", topic)]).values()
+            entries = future.result(timeout=30)
+        except Exception as exc:  # a deleted topic: Kafka holds nothing of it
+            out.append({"topic": topic, "holds_until_ms": None, "note": f"not described by Kafka: {exc}"})
+            continue
+        policy = str(entries["cleanup.policy"].value) if "cleanup.policy" in entries else "delete"
+        retention = int(entries["retention.ms"].value) if "retention.ms" in entries else -1
+        segment = int(entries["segment.ms"].value) if "segment.ms" in entries else 0
+        if "delete" in policy and retention >= 0:
+            out.append({"topic": topic, "holds_until_ms": requested_at + retention + segment,
+                        "note": f"retention.ms {retention} and segment.ms {segment}: Kafka deletes whole segments, "
+                                "so the records requested before the erasure are gone by then at the latest"})
+        else:
+            out.append({"topic": topic, "holds_until_ms": None,
+                        "note": f"cleanup.policy {policy}, retention.ms {retention}: Kafka keeps the records until "
+                                "a tombstone for the key is produced (compacted) or the records are deleted "
+                                "(kafka-delete-records)"})
+    return out
+
+
+def write_receipt(metastore: ReceiptMetastore, bucket: Bucket, erasure: str, *,
+                  kafka: KafkaConfig | None = None) -> dict[str, Any]:
+    """Check the erasure once more and write its receipt (once); the receipt. An erasure already ``done``
+    returns the receipt in the bucket."""
+    rows = metastore.erasures(erasure)
+    if not rows:
+        raise NotFoundError(f"no erasure {erasure}")
+    row = rows[0]
+    key = erasure_receipt_key(row["tenant"], erasure)
+    if row["state"] == "done":
+        return dict(json.loads(bucket.get(key)))
+    if row["state"] != "rewritten":
+        raise ReceiptNotReadyError(f"erasure {erasure} is {row['state']}: {len(row['pending_jobs'])} erase jobs "
+                                   "left for the compaction workers")
+    tenant = row["tenant"]
+    positions = [(t, int(p), int(o), i) for t, p, o, i in row["positions"]]
+    rewritten: list[dict[str, Any]] = []
+    deleted: list[dict[str, Any]] = []
+    pending: list[dict[str, Any]] = []
+    for b in row["blocks"]:
+        hashes = {f["name"]: _sha256(bucket.get(block_file_key(tenant, b["new"], f["name"])))
+                  for f in b["new_files"]} if _alive(bucket, tenant, b["new"]) else {}
+        rewritten.append({"old": b["old"], "new": b["new"], "group": b["group"], "generation": b["generation"],
+                          "records_removed": b["rows_removed"], "old_files": b["old_files"],
+                          "new_files": b["new_files"], "new_sha256": hashes})
+        gone, keys = _gone(bucket, tenant, b["old"], b["old_files"])
+        (deleted if gone else pending).append({"block": b["old"], "objects": keys, "gone": gone})
+    if pending:
+        raise ReceiptNotReadyError(
+            f"erasure {erasure}: {len(pending)} replaced blocks still have objects in the bucket (marked for "
+            "deletion; the metastore leader removes them after block.delete_delay): "
+            + ", ".join(p["block"] for p in pending[:5]))
+    topics = list(row["topics"])
+    ends = {(m["topic"], m["partition"]): m["end"] for m in row["watermarks"]}
+    scan = final_scan(bucket, metastore.tenant_blocks(tenant), topics, row["key_sha256"], positions, ends)
+    if scan.matches:
+        raise ShaleError(f"erasure {erasure}: the final scan found {len(scan.matches)} records still stored: "
+                         f"{scan.matches[:5]}; no receipt is written")
+    seen = sorted({t for t, _, _, _ in positions} | set(topics))
+    receipt = {
+        "erasure": erasure, "tenant": tenant, "topics": topics or "all", "key_sha256": row["key_sha256"],
+        "requested_by": row["by"], "requested_at_ms": row["requested_at"], "watermarks": row["watermarks"],
+        "records": len(positions), "positions": row["positions"], "rewritten_at_ms": row["ended_at"],
+        "blocks_rewritten": rewritten, "objects_deleted": deleted,
+        "final_scan": {"blocks": len(scan.blocks), "block_ids": scan.blocks, "rows_read": scan.rows_read,
+                       "matches": 0},
+        "not_reachable": {
+            "kafka": kafka_retention(kafka, seen, row["requested_at"]) if kafka is not None else
+            [{"topic": t, "holds_until_ms": None, "note": "Kafka was not asked"} for t in seen],
+            "restores": [{"job": r["job"], "target": r["target"], "topic": r["topic"], "started_at": r["started_at"]}
+                         for r in metastore.restores(1000) if r["tenant"] == tenant
+                         and (not topics or r["topic"] in topics) and r["started_at"] < row["requested_at"]],
+            "exports": "copies made outside Shale (query results written elsewhere, Iceberg tables' snapshots and "
+                       "files, backups of the bucket) are not covered by this receipt",
+        },
+    }
+    # An earlier attempt that wrote it and did not record it: that receipt stands (it is never replaced).
+    with contextlib.suppress(ConflictError):
+        bucket.put_if_absent(key, json.dumps(receipt, indent=1, sort_keys=True).encode())
+    metastore.submit(RecordErasureReceipt(id=erasure, key=key)).raise_for_rejection()
+    return dict(json.loads(bucket.get(key)))
+
+
+def _alive(bucket: Bucket, tenant: str, block: str) -> bool:
+    try:
+        bucket.head(meta_key(tenant, block))
+        return True
+    except NotFoundError:
+        return False

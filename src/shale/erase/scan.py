@@ -1,0 +1,141 @@
+"""Finding an erasure's records: the backup group's rows whose key is the erased key, below the high watermarks
+the request recorded, and the blocks of either group whose Kafka ranges hold one of them.
+
+The backup group stores every record verbatim, so it is where a key is matched; the partition group's rows of
+the same records are found by their Kafka position (topic, partition, offset, incarnation), whatever their parser
+made of the key. A data object whose key bloom filter rules the key out is not read at all; of the others only the
+key column and the position columns are read (a ranged read for a large object).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shale.block import BlockMeta, Dataset, read_dataset
+from shale.block.reader import may_hold_key
+from shale.block.records import INCARNATION_COLUMN, row_incarnation_names
+from shale.objstore import BucketReader
+
+Position = tuple[str, int, int, str]
+"""(topic, partition, offset, incarnation); incarnation '' where the block could not tell."""
+
+
+@dataclass(frozen=True)
+class Match:
+    """One record of the key, as a backup block holds it."""
+
+    block: str
+    generation: int
+    topic: str
+    partition: int
+    offset: int
+    incarnation: str
+    timestamp_ms: int
+
+    @property
+    def position(self) -> Position:
+        return (self.topic, self.partition, self.offset, self.incarnation)
+
+
+@dataclass
+class ScanResult:
+    matches: list[Match] = field(default_factory=list)
+    blocks_total: int = 0
+    """The tenant's live blocks of the erasure's topics, both groups."""
+    opened: list[str] = field(default_factory=list)
+    """The backup blocks whose data were read (the others' key bloom filters ruled the key out)."""
+    affected: list[BlockMeta] = field(default_factory=list)
+    """The blocks of either group whose Kafka ranges hold a match: each is rewritten."""
+
+    @property
+    def positions(self) -> list[Position]:
+        return sorted({m.position for m in self.matches})
+
+
+def _topics_of(block: BlockMeta) -> set[str]:
+    return {d.topic for d in block.datasets} | {r.topic for r in block.kafka}
+
+
+def _columns(block: BlockMeta, dataset: Dataset) -> list[str] | None:
+    """The columns to read: position, time and key, plus the incarnation column a backup dataset merged from two
+    incarnations of its topic carries (``shale.block.records``)."""
+    if block.level > 0 and len({r.incarnation for r in block.kafka if r.topic == dataset.topic}) > 1:
+        return ["topic", "partition", "offset", "timestamp", "key", INCARNATION_COLUMN]
+    return ["topic", "partition", "offset", "timestamp", "key"]
+
+
+def _read(bucket: BucketReader, block: BlockMeta, dataset: Dataset) -> pa.Table:
+    columns = _columns(block, dataset)
+    try:
+        return read_dataset(bucket, block, dataset, columns=columns, whole_object=None)
+    except Exception:
+        if columns is None or INCARNATION_COLUMN not in columns:
+            raise
+        # An older compactor merged two incarnations without naming rows: the ranges tell (or say '').
+        return read_dataset(bucket, block, dataset, columns=columns[:-1], whole_object=None)
+
+
+def candidates(bucket: BucketReader, block: BlockMeta, key: bytes, topics: set[str]) -> list[Dataset]:
+    """The datasets of ``block`` of ``topics`` (empty: any) that may hold ``key``: their key bloom filters
+    (``shale.block.bloom``; objects written before filters were always may) do not rule it out."""
+    return [d for d in block.datasets if d.rows and (not topics or d.topic in topics)
+            and may_hold_key(bucket, block, d, key)]
+
+
+def block_matches(bucket: BucketReader, block: BlockMeta, key: bytes, datasets: list[Dataset],
+                  ends: Mapping[tuple[str, int], int]) -> list[Match]:
+    """The rows of ``datasets`` of ``block`` (a backup block) whose key is ``key``, below ``ends``."""
+    found: list[Match] = []
+    for dataset in datasets:
+        table = _read(bucket, block, dataset)
+        hit = pc.fill_null(pc.equal(table.column("key"), pa.scalar(key, pa.binary())), False)
+        table = table.filter(hit)
+        if not table.num_rows:
+            continue
+        names = row_incarnation_names(block, dataset.topic, table).to_pylist()
+        times = pc.cast(table.column("timestamp"), pa.int64()).to_pylist()
+        unit = table.schema.field("timestamp").type.unit  # microseconds; older blocks milliseconds
+        for topic, partition, offset, when, name in zip(table.column("topic").to_pylist(),
+                                                        table.column("partition").to_pylist(),
+                                                        table.column("offset").to_pylist(), times, names,
+                                                        strict=True):
+            end = ends.get((topic, partition))
+            if end is not None and offset >= end:
+                continue  # produced after the request: new data
+            found.append(Match(block.id, block.generation, topic, partition, offset, name or "",
+                               when // 1000 if unit == "us" else when))
+    return found
+
+
+def holds(block: BlockMeta, positions: Iterable[Position]) -> bool:
+    """Whether ``block``'s Kafka ranges hold one of ``positions``."""
+    for topic, partition, offset, incarnation in positions:
+        for r in block.kafka:
+            if (r.topic == topic and r.partition == partition and r.start <= offset < r.end
+                    and (not incarnation or not r.incarnation or r.incarnation == incarnation)):
+                return True
+    return False
+
+
+def find_matches(bucket: BucketReader, blocks: list[BlockMeta], key: bytes, topics: Iterable[str] = (),
+                 ends: Mapping[tuple[str, int], int] | None = None) -> ScanResult:
+    """The records of ``key`` in the backup blocks among ``blocks`` (a tenant's live blocks), and the blocks of
+    either group that hold one. A record the backup group holds in several generations is one match per copy;
+    its position is one."""
+    wanted = set(topics)
+    scoped = [b for b in blocks if not wanted or _topics_of(b) & wanted]
+    result = ScanResult(blocks_total=len(scoped))
+    for block in scoped:
+        if block.group != "backup":
+            continue
+        datasets = candidates(bucket, block, key, wanted)
+        if datasets:
+            result.opened.append(block.id)
+            result.matches.extend(block_matches(bucket, block, key, datasets, ends or {}))
+    positions = result.positions
+    result.affected = [b for b in scoped if positions and holds(b, positions)]
+    return result

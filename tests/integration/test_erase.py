@@ -1,0 +1,243 @@
+"""``shale erase`` with real Kafka, MinIO, Spark and the metastore: a key is erased from a topic ingested into both
+groups, with compacted and uncompacted blocks; afterwards an independent reader (pyarrow straight from the bucket)
+finds no record of the key and every other record exactly once, verify reports the erased offsets as erased, a
+restore of the topic leaves them out and says so, and the receipt's final scan is right. The same with the erasing
+worker killed with SIGKILL in the middle of a rewrite: another worker takes its job over once its lease expires."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import pytest
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from tests.integration.ingest_helpers import config_of, create_topic, wait_paused, write_config
+from tests.producing import CheckedProducer
+from tests.waiting import eventually
+
+from shale.compactor.worker import CompactionWorker
+from shale.config import BucketConfig, RetentionConfig, ShaleConfig
+from shale.erase import ErasureRequest, erase, erasure_status, write_receipt
+from shale.ingest.job import IngestJob
+from shale.ingest.verify import verify_topic
+from shale.metastore import MetastoreService, open_metastore
+from shale.metastore.maintenance import Maintenance
+from shale.objstore import open_bucket
+from shale.process import ManagedProcess
+from shale.restore import RestoreJob, RestoreRequest
+
+ROOT = Path(__file__).resolve().parents[2]
+PARTITIONS = 3
+ERASED = b"customer-42"
+BASE_S = int(time.time()) - 1800  # within the broker's retention
+Position = tuple[int, int]  # (partition, offset)
+
+
+def _key(i: int) -> bytes:
+    return ERASED if i % 11 == 5 else f"customer-{i % 13}".encode()
+
+
+def produce(bootstrap: str, topic: str, start: int, count: int) -> None:
+    producer = CheckedProducer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
+    for i in range(start, start + count):
+        value = json.dumps({"ts": BASE_S + i, "level": "INFO", "msg": f"event {i}"}).encode()
+        if i % 17 == 0:
+            value = f"not json {i}".encode()  # quarantined by the partition group's parser
+        producer.produce(topic, key=_key(i), value=value, partition=i % PARTITIONS)
+    producer.flush(120)
+
+
+def read_keys(bootstrap: str, topic: str) -> dict[Position, bytes | None]:
+    """Every record's key a read_committed consumer sees, by (partition, offset)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4().hex}",
+                         "isolation.level": "read_committed", "enable.partition.eof": True,
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, -2) for p in range(PARTITIONS)])
+    out: dict[Position, bytes | None] = {}
+    ended: set[int] = set()
+
+    def at_the_end() -> bool:
+        while (message := consumer.poll(0.5)) is not None:
+            error = message.error()
+            if error is not None:
+                assert error.code() == KafkaError._PARTITION_EOF, error
+                ended.add(message.partition() or 0)
+                continue
+            out[(message.partition() or 0, message.offset() or 0)] = message.key()
+        return len(ended) == PARTITIONS
+
+    try:
+        eventually(at_the_end, 120, f"reading {topic} to its end")
+    finally:
+        consumer.close()
+    return out
+
+
+@dataclass
+class World:
+    topic: str
+    file: Path
+    config: ShaleConfig
+    service: MetastoreService
+    records: dict[Position, bytes | None]
+    """Every record of the topic when the erasure is requested."""
+
+    @property
+    def erased(self) -> set[Position]:
+        return {p for p, k in self.records.items() if k == ERASED}
+
+
+def _ingest(world_config: ShaleConfig, spark: Any) -> None:
+    for group in ("backup", "partition"):
+        IngestJob(world_config, group, spark=spark, metastore=open_metastore(world_config)).run(available_now=True)
+
+
+@pytest.fixture
+def world(kafka: Any, minio: Any, spark: Any, tmp_path: Path) -> World:
+    name = f"e-{uuid.uuid4().hex[:12]}"
+    minio.create_bucket(name)
+    bucket = BucketConfig(url=f"s3://{name}", endpoint=minio.endpoint, access_key_id=minio.access_key,
+                          secret_access_key=minio.secret_key, allow_http=True)
+    topic = f"billing-{uuid.uuid4().hex[:6]}"
+    create_topic(kafka.bootstrap_servers, topic, PARTITIONS)
+    file = write_config(tmp_path, kafka.bootstrap_servers, bucket, [topic], max_records_per_batch=150)
+    with file.open("a") as out:  # a short lease, so a killed worker's job is taken over soon
+        out.write("[compaction]\nblocks_per_job = [3]\nmax_level = 1\nlease_duration = 4\npoll_interval = 0.3\n"
+                  "slots = 4\n")
+    config = config_of(file)
+    produce(kafka.bootstrap_servers, topic, 0, 600)
+    _ingest(config, spark)
+    service = open_metastore(config)
+    assert isinstance(service, MetastoreService)
+    CompactionWorker(service, config.bucket, spark, slots=4, poll_interval=0.3).run(until_idle=True)
+    produce(kafka.bootstrap_servers, topic, 600, 300)  # blocks left uncompacted
+    _ingest(config, spark)
+    levels = Counter((m.group, m.level) for m in service.tenant_blocks("default"))
+    assert set(levels) >= {("backup", 0), ("backup", 1), ("partition", 0), ("partition", 1)}, levels
+    return World(topic, file, config, service, read_keys(kafka.bootstrap_servers, topic))
+
+
+def _erase(world: World) -> str:
+    dry = erase(world.service, world.config.bucket, ErasureRequest("default", ERASED, [world.topic]),
+                kafka=world.config.kafka, dry_run=True)
+    assert {(r["partition"], r["offset"]) for r in dry.records} == world.erased
+    holding = [m for m in world.service.tenant_blocks("default") if m.group == "backup" and any(
+        r.start <= o < r.end and r.partition == p for r in m.kafka for p, o in world.erased)]
+    assert dry.blocks_opened >= len(holding)  # every block holding the key; others only as filter false positives
+    assert dry.blocks_opened <= len(holding) + 1
+    report = erase(world.service, world.config.bucket, ErasureRequest("default", ERASED, [world.topic]),
+                   kafka=world.config.kafka, dry_run=False, by="the test")
+    assert report.matches == len(world.erased)
+    assert report.jobs
+    assert {g for b in report.blocks for g in [b["group"]]} == {"backup", "partition"}
+    return report.id
+
+
+def _after(world: World, erasure: str, kafka: Any, spark: Any, tmp_path: Path) -> None:
+    """Everything a finished erasure must show."""
+    service, config = world.service, world.config
+    assert erasure_status(service, erasure).state == "rewritten"
+    bucket = open_bucket(config.bucket)
+    leader = Maintenance(service, bucket, RetentionConfig(), delete_delay=0, is_leader=lambda: True, term=lambda: 1,
+                         sync_delay=0)
+    leader.scan_bucket()  # marks what a killed worker wrote and never reported
+    leader.collect_tombstones()  # the replaced blocks' objects leave the bucket
+
+    # An independent reader: pyarrow straight from the bucket, every Parquet object of every complete block.
+    fs = pafs.S3FileSystem(endpoint_override=config.bucket.endpoint, scheme="http",
+                           access_key=config.bucket.access_key_id,
+                           secret_key=config.bucket.secret_access_key.get_secret_value(), region="us-east-1")
+    root = config.bucket.url.removeprefix("s3://") + "/default/blocks"
+    infos = fs.get_file_info(pafs.FileSelector(root, recursive=True))
+    marks = fs.get_file_info(pafs.FileSelector(root.removesuffix("blocks") + "markers", allow_not_found=True))
+    marked = {m.base_name.removesuffix("-deletion-mark.json") for m in marks
+              if m.base_name.endswith("-deletion-mark.json")}
+    complete = {i.path.rsplit("/", 2)[-2] for i in infos if i.path.endswith("/meta.json")} - marked
+    seen: dict[str, Counter[Position]] = {"backup": Counter(), "partition": Counter()}
+    for info in infos:
+        block = info.path.rsplit("/", 2)[-2]
+        if not info.path.endswith(".parquet") or block not in complete:
+            continue
+        with fs.open_input_file(f"{root}/{block}/meta.json") as meta_file:
+            meta = json.loads(meta_file.read())
+        if meta["tenant"] != "default" or any(r["topic"] != world.topic for r in meta["kafka"]):
+            continue
+        table = pq.read_table(info.path, filesystem=fs, columns=["partition", "offset", "key"])
+        for partition, offset, key in zip(*(table.column(c).to_pylist() for c in ("partition", "offset", "key")),
+                                          strict=True):
+            assert key != ERASED, (meta["group"], partition, offset)
+            seen[meta["group"]][(partition, offset)] += 1
+    kept = Counter({p: 1 for p in world.records if p not in world.erased})
+    assert seen["backup"] == kept  # every other record exactly once, none of the key
+    assert seen["partition"] == kept
+
+    for group in ("backup", "partition"):
+        verified = verify_topic(service, bucket, config.kafka, group, 1, world.topic)
+        assert verified.missing == 0, verified
+        assert verified.duplicated == 0
+        assert verified.erased == len(world.erased)
+        assert {e for p in verified.partitions for e in p.erasures} == {erasure}
+
+    target = f"{world.topic}-restored"
+    restored = RestoreJob(open_metastore(config), config.bucket, config.kafka,
+                          RestoreRequest(tenant="default", topic=world.topic, target_topic=target), spark,
+                          journal=open_metastore(config), by="the test").run()
+    assert restored.ok, restored
+    assert restored.plan["erased"] == len(world.erased)
+    assert any("erased" in w for w in restored.warnings)
+    back = read_keys(kafka.bootstrap_servers, target)
+    assert len(back) == len(kept)
+    assert ERASED not in back.values()
+
+    receipt = write_receipt(open_metastore(config), bucket, erasure, kafka=config.kafka)
+    assert receipt["final_scan"]["matches"] == 0
+    assert receipt["records"] == len(world.erased)
+    assert set(receipt["final_scan"]["block_ids"]) >= {m.id for m in service.tenant_blocks("default")
+                                                       if m.group == "backup"}
+    assert all(d["gone"] for d in receipt["objects_deleted"])
+    (held,) = receipt["not_reachable"]["kafka"]
+    assert held["topic"] == world.topic
+    assert held["holds_until_ms"] > receipt["requested_at_ms"]
+    assert erasure_status(service, erasure).state == "done"
+
+
+def test_a_key_is_erased_from_both_groups_and_every_generation_of_blocks(kafka: Any, spark: Any, world: World,
+                                                                         tmp_path: Path) -> None:
+    erasure = _erase(world)
+    again = erase(world.service, world.config.bucket, ErasureRequest("default", ERASED, [world.topic]),
+                  kafka=world.config.kafka, dry_run=False)
+    assert again.id == erasure
+    assert again.replay
+    CompactionWorker(world.service, world.config.bucket, spark, slots=4, poll_interval=0.3).run(until_idle=True)
+    _after(world, erasure, kafka, spark, tmp_path)
+
+
+def test_the_erasing_worker_killed_mid_rewrite_is_taken_over(kafka: Any, spark: Any, world: World,
+                                                            tmp_path: Path) -> None:
+    erasure = _erase(world)
+    points = tmp_path / "points"
+    env = dict(os.environ, SHALE_FAILPOINTS="erasure.write", SHALE_FAILPOINT_DIR=str(points))
+    worker = ManagedProcess("compact", [sys.executable, "-m", "shale.cli", "--config", str(world.file), "compact"],
+                            tmp_path / "compact.log", env=env, cwd=ROOT)
+    worker.start()
+    wait_paused(worker, points, "erasure.write")
+    worker.kill9()  # its Spark task had filtered a block's rows and not written the new block
+    assert erasure_status(world.service, erasure).state == "rewriting"
+    local = CompactionWorker(world.service, world.config.bucket, spark, slots=4, poll_interval=0.3)
+
+    def finished() -> bool:
+        local.step()
+        return erasure_status(world.service, erasure).state == "rewritten"
+
+    eventually(finished, 300, lambda: f"the erasure to finish: {erasure_status(world.service, erasure)}")
+    local.run(until_idle=True)
+    _after(world, erasure, kafka, spark, tmp_path)

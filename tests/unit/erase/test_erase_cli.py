@@ -1,0 +1,45 @@
+"""``shale erase`` on the command line: a dry run by default, ``--yes`` to erase, the same request again pointing
+to the first, and ``shale erase status``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+from tests.unit.erase.test_erase import ERASED, _block
+
+from shale.cli import cli
+from shale.config import load_config
+from shale.metastore import AddBlocks, open_metastore
+from shale.objstore import open_bucket
+
+
+def _sets(tmp_path: Path) -> list[str]:
+    return ["--set", f"bucket.url=file://{tmp_path}/bucket", "--set", f"metastore.data_dir={tmp_path}/meta"]
+
+
+def test_a_dry_run_then_an_erasure_then_its_status(tmp_path: Path) -> None:
+    config = load_config(env={}, overrides=[s for s in _sets(tmp_path) if s != "--set"])
+    store = open_bucket(config.bucket)
+    open_metastore(config).submit(AddBlocks(blocks=[_block(store, "backup", "app", 0, 0, 20),
+                                                    _block(store, "partition", "app", 0, 0, 20)]))
+    base = [*_sets(tmp_path), "erase", "--tenant", "acme", "--topic", "app", "--no-kafka"]
+    dry = CliRunner().invoke(cli, [*base, "--key", ERASED.decode()])
+    assert dry.exit_code == 0, dry.output
+    assert "dry run, nothing changed" in dry.output
+    assert "records: 3" in dry.output  # offsets 3, 10 and 17
+    assert "run again with --yes" in dry.output
+    done = CliRunner().invoke(cli, [*base, "--key-hex", ERASED.hex(), "--yes", "--json"])
+    assert done.exit_code == 0, done.output
+    report = json.loads(done.output)
+    assert report["state"] == "rewriting"
+    assert len(report["jobs"]) == 2
+    again = CliRunner().invoke(cli, [*base, "--key-stdin", "--yes"], input=ERASED.decode() + "\n")
+    assert "requested before" in again.output
+    status = CliRunner().invoke(cli, [*_sets(tmp_path), "erase", "status", report["id"]])
+    assert status.exit_code == 3  # the erase jobs wait for a compaction worker
+    assert "erase jobs waiting for the compaction workers: 2" in status.output
+    both = CliRunner().invoke(cli, [*base, "--key", "x", "--key-hex", "78"])
+    assert both.exit_code == 2
+    assert "give the key once" in both.output
