@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 BENCHMARKS = ["fetcher_sync", "metastore", "ingest", "compaction", "bucket_index", "query", "reprocess", "iceberg",
-              "cluster", "freshness", "typed_decode", "typed_ingest", "restore", "takeover", "peers"]
+              "cluster", "freshness", "typed_decode", "typed_ingest", "restore", "takeover", "peers", "scale"]
 
 
 def main(argv: list[str]) -> int:
