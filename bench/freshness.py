@@ -551,7 +551,7 @@ def measure(name: str, profile: dict[str, dict[str, Any]], bootstrap: str, bucke
         try:
             progress(f"{name}: producing {RATE:,} records/s for {WARMUP:.0f} + {DURATION:.0f} s")
             began, at_start = time.time(), written_so_far(config, store)
-            producer = _start_producer(bootstrap, topic, partitions=partitions)
+            producer = _start_producer(bootstrap, topic, WARMUP, DURATION, partitions=partitions)
             time.sleep(WARMUP)  # the producer's own warm-up: the window below is its sampled part
             before = cpu_snapshot()
             time.sleep(DURATION - 1)  # the second snapshot while the producer still runs
@@ -626,9 +626,10 @@ def measure_cold(name: str, profile: dict[str, dict[str, Any]], bootstrap: str, 
     return ColdResult(books["metastore"], books["kafka"], produced, launched, started, entries, cores)
 
 
-def _start_producer(bootstrap: str, topic: str, warmup: float = WARMUP, duration: float = DURATION,
-                    rate: int | None = None, partitions: int = PARTITIONS) -> subprocess.Popen[str]:
-    """``produce_steadily`` in its own process (``python -m bench.freshness``), at ``rate`` (default ``RATE``)."""
+def _start_producer(bootstrap: str, topic: str, warmup: float, duration: float, rate: int | None = None,
+                    partitions: int = PARTITIONS) -> subprocess.Popen[str]:
+    """``produce_steadily`` in its own process (``python -m bench.freshness``), at ``rate`` (default: ``RATE`` as
+    it is at the call; the peers benchmark sets it, ``WARMUP`` and ``DURATION``, so callers pass them)."""
     command = [sys.executable, "-m", "bench.freshness", bootstrap, topic, str(rate or RATE), str(warmup),
                str(duration), str(partitions)]
     return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -150,19 +150,7 @@ def _goals(ratios: dict[str, float]) -> list[str]:
     return lines
 
 
-def run() -> dict[str, Any]:
-    signal.signal(signal.SIGTERM, peers._stopped)  # stopped: clean up every service it started
-    with tempfile.TemporaryDirectory(prefix="shale-bench-scale-") as tmp, kafka_broker() as broker, \
-            minio_bucket() as bucket:
-        runs = {n: measure_count(Path(tmp), broker.bootstrap_servers, bucket, n) for n in COUNTS}
-    figures: dict[str, Any] = {"records": peers.RECORDS, "rate_records_per_s": peers.FRESH_RATE,
-                               "steady_seconds": peers.FRESH_WARMUP + peers.FRESH_DURATION}
-    for n, out in runs.items():
-        figures |= figures_of(n, out)
-    ratios = ratios_of(figures)
-    small, big = COUNTS[0], COUNTS[-1]
-    baseline = {k: v for k, v in figures.items() if "iceberg_kc" in k or "kafka_consumer" in k}
-    baseline |= {f"target_{p.format(big=big, small=small)}": t for p, (_, t) in TARGETS.items()}
+def _notes(runs: dict[int, dict[str, Any]], ratios: dict[str, float]) -> str:
     notes = [__doc__ or "", "In this run:", "", *_goals(ratios)]
     for n, out in runs.items():
         notes.append(f"* {n} partitions: commit intervals tried for the sink: {'; '.join(out['tried'])}. 1-minute "
@@ -173,9 +161,28 @@ def run() -> dict[str, Any]:
         for key in ("shale_fresh", "shale_fresh_low"):
             if key in out:
                 r: fr.ProfileResult = out[key]
-                notes.append(f"  * {key}: written in the window {r.written}; {r.breakdown['batches']:.0f} "
-                             f"partition-group batches of {r.breakdown['records']:,.0f} records on average, Spark "
-                             f"batch {r.breakdown['spark_s']:.2f} s; cores by process {r.cores}.")
+                notes.append(f"  * {key}: written from the producer's start to the last sample visible {r.written}; "
+                             f"{r.breakdown['batches']:.0f} partition-group batches of "
+                             f"{r.breakdown['records']:,.0f} records on average, Spark batch "
+                             f"{r.breakdown['spark_s']:.2f} s; cores by process {r.cores}.")
             else:
                 notes.append(f"  * {key} failed: {out['errors'][key][:600]}")
-    return write_result("scale", figures, baseline, ratios, "\n".join(notes))
+    return "\n".join(notes)
+
+
+def run() -> dict[str, Any]:
+    signal.signal(signal.SIGTERM, peers._stopped)  # stopped: clean up every service it started
+    figures: dict[str, Any] = {"records": peers.RECORDS, "rate_records_per_s": peers.FRESH_RATE,
+                               "steady_seconds": peers.FRESH_WARMUP + peers.FRESH_DURATION}
+    runs: dict[int, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="shale-bench-scale-") as tmp, kafka_broker() as broker, \
+            minio_bucket() as bucket:
+        for n in COUNTS:
+            runs[n] = measure_count(Path(tmp), broker.bootstrap_servers, bucket, n)
+            figures |= figures_of(n, runs[n])
+            progress(f"{n} partitions: {figures}")
+    ratios = ratios_of(figures)
+    small, big = COUNTS[0], COUNTS[-1]
+    baseline = {k: v for k, v in figures.items() if "iceberg_kc" in k or "kafka_consumer" in k}
+    baseline |= {f"target_{p.format(big=big, small=small)}": t for p, (_, t) in TARGETS.items()}
+    return write_result("scale", figures, baseline, ratios, _notes(runs, ratios))
