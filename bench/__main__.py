@@ -8,7 +8,8 @@ import subprocess
 import sys
 
 BENCHMARKS = ["fetcher_sync", "metastore", "ingest", "compaction", "bucket_index", "query", "reprocess", "iceberg",
-              "cluster", "freshness", "typed_decode", "typed_ingest", "restore", "takeover", "peers", "erase"]
+              "cluster", "freshness", "typed_decode", "typed_ingest", "restore", "takeover", "peers", "erase",
+              "scale"]
 
 
 def main(argv: list[str]) -> int:

@@ -105,7 +105,8 @@ from shale.bucketindex import BucketIndexReader
 from shale.config import BucketConfig, ShaleConfig, load_config
 from shale.dev import connector_conf
 from shale.errors import ShaleError
-from shale.metastore import MetastoreClient
+from shale.metastore import MetastoreClient, ReadOnlyIndex
+from shale.metastore.server import state_path
 from shale.objstore import Bucket, BucketReader, open_bucket
 from shale.process import ManagedProcess, free_port
 from shale.query import Query, run_query
@@ -176,9 +177,11 @@ class Visibility:
 
 # -- the producer (its own process, so that its pace does not depend on this one's threads) ----------------------
 
-def produce_steadily(bootstrap: str, topic: str, rate: int, warmup: float, duration: float) -> dict[str, Any]:
-    """Produce ``rate`` records/s for ``warmup + duration`` s in ticks of 10 ms, and after ``warmup`` one sample per
-    partition every 100 ms; return the counts, the elapsed seconds and the largest lag behind schedule."""
+def produce_steadily(bootstrap: str, topic: str, rate: int, warmup: float, duration: float,
+                     partitions: int = PARTITIONS) -> dict[str, Any]:
+    """Produce ``rate`` records/s round-robin over ``partitions`` for ``warmup + duration`` s in ticks of 10 ms, and
+    after ``warmup`` one sample per partition every 100 ms; return the counts, the elapsed seconds and the largest
+    lag behind schedule."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.type": "lz4",
                          "queue.buffering.max.messages": 1_000_000})
     errors: list[str] = []
@@ -203,7 +206,7 @@ def produce_steadily(bootstrap: str, topic: str, rate: int, warmup: float, durat
     while (now := time.monotonic()) < start + warmup + duration:
         ms = int(time.time() * 1000)
         if now >= next_sample:
-            for p in range(PARTITIONS):
+            for p in range(partitions):
                 send(b'{"ts": %d, "level": "probe", "msg": "sample %d"}' % (ms, samples), p)
                 samples += 1
                 sent += 1
@@ -212,7 +215,7 @@ def produce_steadily(bootstrap: str, topic: str, rate: int, warmup: float, durat
         behind = max(behind, (due - sent) / rate)
         value = b'{"ts": %d, "level": "INFO", "msg": "%s"}' % (ms, filler.encode())
         while sent < due:
-            send(value, sent % PARTITIONS)
+            send(value, sent % partitions)
             sent += 1
         producer.poll(0)
         time.sleep(max(0.0, TICK - (time.monotonic() - now)))
@@ -224,10 +227,11 @@ def produce_steadily(bootstrap: str, topic: str, rate: int, warmup: float, durat
 
 # -- the readers --------------------------------------------------------------------------------------------------
 
-def _floor_consumer(bootstrap: str, topic: str, book: Visibility, stop: threading.Event) -> None:
+def _floor_consumer(bootstrap: str, topic: str, book: Visibility, stop: threading.Event,
+                    partitions: int = PARTITIONS) -> None:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
                          "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     try:
         while not stop.is_set():
             for message in consumer.consume(10_000, timeout=0.05):
@@ -374,6 +378,21 @@ def count_objects(bucket: BucketReader) -> dict[str, int]:
             "live_levels": max((v.meta.level for v in live if v.meta is not None), default=0)}
 
 
+def metastore_entries(config: ShaleConfig) -> int:
+    """Level-0 block entries the metastore committed for the tenant, both groups: the level-0 entries still there
+    and those compaction replaced (the level-0 sources of every compacted block), from its read-only view."""
+    blocks = ReadOnlyIndex(state_path(config)).tenant_blocks(TENANT)
+    compacted = {s for b in blocks if b.level > 0 for s in b.compaction.sources}
+    return len({b.id for b in blocks if b.level == 0} | compacted)
+
+
+def written_so_far(config: ShaleConfig, bucket: BucketReader) -> dict[str, int]:
+    """Level-0 objects and blocks in the bucket (``count_objects``) and level-0 entries in the metastore."""
+    objects = count_objects(bucket)
+    return {"l0_objects": objects["l0_objects"], "l0_blocks": objects["l0_blocks"],
+            "l0_entries": metastore_entries(config)}
+
+
 def cpu_use(before: CpuSnapshot, after: CpuSnapshot, services: dict[int, str]) -> dict[str, float]:
     """Cores used between the snapshots by each service of the deployment (its whole session: Spark JVMs and
     Python workers included), Kafka, MinIO, the producer and this process's readers; "other" is the rest of the
@@ -483,14 +502,17 @@ class ProfileResult:
     poll_s: dict[str, float]
     poll_errors: dict[str, list[str]]
     cores: dict[str, float]
+    written: dict[str, int] = field(default_factory=dict)
+    """Level-0 objects and blocks in the bucket and level-0 block entries in the metastore written from the
+    producer's start until every sample was visible (``written_so_far``)."""
 
 
 def _prepare(name: str, profile: dict[str, dict[str, Any]], bootstrap: str, bucket: BucketConfig,
-             work: Path) -> tuple[str, int, Path, str, ShaleConfig, Bucket]:
+             work: Path, partitions: int = PARTITIONS) -> tuple[str, int, Path, str, ShaleConfig, Bucket]:
     """The run's topic, status-page port, config file, bucket secret, configuration and bucket."""
     work.mkdir(parents=True)
     topic = f"fresh-{name}"
-    create_topic(bootstrap, topic, PARTITIONS)
+    create_topic(bootstrap, topic, partitions)
     port = free_port()
     file = write_config(work, bootstrap, bucket, topic, port, profile)
     secret = bucket.secret_access_key.get_secret_value()
@@ -499,8 +521,11 @@ def _prepare(name: str, profile: dict[str, dict[str, Any]], bootstrap: str, buck
 
 
 def measure(name: str, profile: dict[str, dict[str, Any]], bootstrap: str, bucket: BucketConfig,
-            work: Path) -> ProfileResult:
-    topic, port, file, secret, config, store = _prepare(name, profile, bootstrap, bucket, work)
+            work: Path, partitions: int = PARTITIONS, settle: bool = True) -> ProfileResult:
+    """One profile on a fresh deployment and topic of ``partitions``. ``written`` counts what was written from the
+    producer's start until every sample was visible; with ``settle``, ``after`` is counted once the compactor is
+    idle (otherwise right then, not waiting for it)."""
+    topic, port, file, secret, config, store = _prepare(name, profile, bootstrap, bucket, work, partitions)
     progress(f"{name}: starting shale run")
     groups = config.run.ingest_groups
     with deployment(file, work, secret, 1 + len(groups) + config.run.compaction_workers) as run:
@@ -509,7 +534,7 @@ def measure(name: str, profile: dict[str, dict[str, Any]], bootstrap: str, bucke
         warm = CheckedProducer({"bootstrap.servers": bootstrap, "linger.ms": 5})
         now = int(time.time() * 1000)
         for i in range(WARMUP_RECORDS):
-            warm.produce(topic, b'{"ts": %d, "level": "INFO", "msg": "warm-up"}' % now, partition=i % PARTITIONS)
+            warm.produce(topic, b'{"ts": %d, "level": "INFO", "msg": "warm-up"}' % now, partition=i % partitions)
         warm.flush()
         _wait(lambda: sum(o.committed_end for o in client.offsets() if o.topic == topic)
               == len(groups) * WARMUP_RECORDS, 300, "every group to commit the warm-up records", run)
@@ -519,14 +544,14 @@ def measure(name: str, profile: dict[str, dict[str, Any]], bootstrap: str, bucke
                    Poller("bucket_index", BucketIndexSource(index_reader), store, books["bucket_index"],
                           before_poll=index_reader.refresh_now)]
         stop = threading.Event()
-        threads = [threading.Thread(target=_floor_consumer, args=(bootstrap, topic, books["kafka"], stop)),
+        threads = [threading.Thread(target=_floor_consumer, args=(bootstrap, topic, books["kafka"], stop, partitions)),
                    *(threading.Thread(target=p.loop, args=(stop,)) for p in pollers)]
         for t in threads:
             t.start()
         try:
             progress(f"{name}: producing {RATE:,} records/s for {WARMUP:.0f} + {DURATION:.0f} s")
-            began = time.time()
-            producer = _start_producer(bootstrap, topic)
+            began, at_start = time.time(), written_so_far(config, store)
+            producer = _start_producer(bootstrap, topic, WARMUP, DURATION, partitions=partitions)
             time.sleep(WARMUP)  # the producer's own warm-up: the window below is its sampled part
             before = cpu_snapshot()
             time.sleep(DURATION - 1)  # the second snapshot while the producer still runs
@@ -544,13 +569,15 @@ def measure(name: str, profile: dict[str, dict[str, Any]], bootstrap: str, bucke
                 t.join()
         progress(f"{name}: every sample visible; counting objects")
         objects = count_objects(store)
-        progress(f"{name}: waiting for the compactor to finish every job it opens")
-        _wait_compaction_idle(client, run)
+        written = {k: v - at_start[k] for k, v in written_so_far(config, store).items()}
+        if settle:
+            progress(f"{name}: waiting for the compactor to finish every job it opens")
+            _wait_compaction_idle(client, run)
         after = count_objects(store)
         breakdown = batch_breakdown(work / "logs" / "ingest-partition.log", began + WARMUP, ended)
     return ProfileResult(books, produced, objects, after, breakdown,
                          {p.name: sum(p.query_seconds) / max(1, len(p.query_seconds)) for p in pollers},
-                         {p.name: p.errors for p in pollers}, cores)
+                         {p.name: p.errors for p in pollers}, cores, written)
 
 
 def measure_cold(name: str, profile: dict[str, dict[str, Any]], bootstrap: str, bucket: BucketConfig,
@@ -599,10 +626,12 @@ def measure_cold(name: str, profile: dict[str, dict[str, Any]], bootstrap: str, 
     return ColdResult(books["metastore"], books["kafka"], produced, launched, started, entries, cores)
 
 
-def _start_producer(bootstrap: str, topic: str, warmup: float = WARMUP,
-                    duration: float = DURATION) -> subprocess.Popen[str]:
-    """``produce_steadily`` in its own process (``python -m bench.freshness``)."""
-    command = [sys.executable, "-m", "bench.freshness", bootstrap, topic, str(RATE), str(warmup), str(duration)]
+def _start_producer(bootstrap: str, topic: str, warmup: float, duration: float, rate: int | None = None,
+                    partitions: int = PARTITIONS) -> subprocess.Popen[str]:
+    """``produce_steadily`` in its own process (``python -m bench.freshness``), at ``rate`` (default: ``RATE`` as
+    it is at the call; the peers benchmark sets it, ``WARMUP`` and ``DURATION``, so callers pass them)."""
+    command = [sys.executable, "-m", "bench.freshness", bootstrap, topic, str(rate or RATE), str(warmup),
+               str(duration), str(partitions)]
     return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -773,5 +802,6 @@ def run() -> dict[str, Any]:
 if __name__ == "__main__" and len(sys.argv) == 1 and COLD_ONLY:
     cold_only()
 elif __name__ == "__main__":
-    servers, name, records_per_s, warmup_s, seconds = sys.argv[1:6]
-    print(json.dumps(produce_steadily(servers, name, int(records_per_s), float(warmup_s), float(seconds))))
+    servers, name, records_per_s, warmup_s, seconds, partition_count = sys.argv[1:7]
+    print(json.dumps(produce_steadily(servers, name, int(records_per_s), float(warmup_s), float(seconds),
+                                      int(partition_count))))

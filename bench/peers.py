@@ -86,7 +86,7 @@ from confluent_kafka import Producer
 from tests.integration.ingest_helpers import create_topic
 
 from bench import freshness as fr
-from bench.common import ROOT, CpuSnapshot, cpu_snapshot, progress
+from bench.common import CpuSnapshot, cpu_snapshot, progress
 from bench.connect import (
     DEFAULT_COMMIT_INTERVAL_MS,
     META,
@@ -127,10 +127,10 @@ LOW_LATENCY_FLUSH_MS = 1_000
 """The worker's ``offset.flush.interval.ms`` beside the lowest commit interval (see ``IcebergSink``)."""
 
 
-def fill_topic(bootstrap: str, topic: str, records: int) -> dict[int, int]:
-    """``records`` freshness-shaped JSON records round-robin over the partitions; the end offset of each."""
-    create_topic(bootstrap, topic, PARTITIONS)
-    # Idempotent: a retried batch keeps its place, so record i is at offset i div PARTITIONS (EXPECTED_MSG).
+def fill_topic(bootstrap: str, topic: str, records: int, partitions: int = PARTITIONS) -> dict[int, int]:
+    """``records`` freshness-shaped JSON records round-robin over ``partitions``; the end offset of each."""
+    create_topic(bootstrap, topic, partitions)
+    # Idempotent: a retried batch keeps its place, so record i is at offset i div partitions (EXPECTED_MSG).
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "compression.type": "lz4",
                          "queue.buffering.max.messages": 1_000_000, "enable.idempotence": True})
     filler = "x" * 80
@@ -139,13 +139,13 @@ def fill_topic(bootstrap: str, topic: str, records: int) -> dict[int, int]:
         value = b'{"ts": %d, "level": "INFO", "msg": "%s %d"}' % (now + i // 1000, filler.encode(), i)
         while True:
             try:
-                producer.produce(topic, value, partition=i % PARTITIONS)
+                producer.produce(topic, value, partition=i % partitions)
                 break
             except BufferError:
                 producer.poll(0.05)
     if producer.flush(120):
         raise RuntimeError(f"could not deliver every record to {topic}")
-    return {p: records // PARTITIONS + (1 if p < records % PARTITIONS else 0) for p in range(PARTITIONS)}
+    return {p: records // partitions + (1 if p < records % partitions else 0) for p in range(partitions)}
 
 
 EXPECTED_MSG = f"concat(repeat('x', 80), ' ', CAST(o * {PARTITIONS} + p AS STRING))"
@@ -207,11 +207,11 @@ def kc_full_topic(work: Path, bootstrap: str, bucket: BucketConfig, topic: str, 
 
 
 def kc_freshness(work: Path, bootstrap: str, bucket: BucketConfig, interval: int | None,
-                 duration: float = FRESH_DURATION) -> dict[str, Any]:
-    """Samples produced for ``duration`` s after the warm-up; with the default interval the producer goes on (a
-    filler without samples) until every sample is visible, as a steady load would."""
-    topic = f"fresh-kc-{interval or 'default'}"
-    create_topic(bootstrap, topic, PARTITIONS)
+                 duration: float = FRESH_DURATION, partitions: int = PARTITIONS) -> dict[str, Any]:
+    """Samples produced for ``duration`` s after the warm-up on a topic of ``partitions``; with the default interval
+    the producer goes on (a filler without samples) until every sample is visible, as a steady load would."""
+    topic = f"fresh-kc-{interval or 'default'}-{partitions}"
+    create_topic(bootstrap, topic, partitions)
     sink = IcebergSink(topic, topic, interval, LOW_LATENCY_FLUSH_MS if interval else None)
     create_topic(bootstrap, sink.control_topic, 1)
     worker = ConnectWorker(work, bootstrap, bucket, sink).start()
@@ -235,7 +235,7 @@ def kc_freshness(work: Path, bootstrap: str, bucket: BucketConfig, interval: int
                         books["sink"].saw((p, o), ts, now)
             stop.wait(max(0.0, fr.POLL_INTERVAL - (time.monotonic() - began)))
 
-    threads = [threading.Thread(target=fr._floor_consumer, args=(bootstrap, topic, books["kafka"], stop)),
+    threads = [threading.Thread(target=fr._floor_consumer, args=(bootstrap, topic, books["kafka"], stop, partitions)),
                threading.Thread(target=poll)]
     filler: subprocess.Popen[str] | None = None
     for t in threads:
@@ -243,14 +243,14 @@ def kc_freshness(work: Path, bootstrap: str, bucket: BucketConfig, interval: int
     try:
         progress(f"sink (interval {interval or 'default'}): producing {FRESH_RATE:,} records/s for "
                  f"{FRESH_WARMUP:.0f} + {duration:.0f} s")
-        producer = _start_producer(bootstrap, topic, FRESH_WARMUP, duration)
+        producer = fr._start_producer(bootstrap, topic, FRESH_WARMUP, duration, FRESH_RATE, partitions)
         time.sleep(FRESH_WARMUP)
         before = cpu_snapshot()
         time.sleep(duration - 1)
         after = cpu_snapshot()
         produced = _producer_report(producer, FRESH_WARMUP + duration)
         if interval is None:
-            filler = _start_producer(bootstrap, topic, TIMEOUT, 0.0)
+            filler = fr._start_producer(bootstrap, topic, TIMEOUT, 0.0, FRESH_RATE, partitions)
         wait_for(lambda: len(books["kafka"]) == produced["samples"], 60, "the consumer to see every sample")
         expected = set(books["kafka"].first_ms)
         # Generous: on a loaded machine the worker's JVM may take minutes to start and then catch up a backlog.
@@ -286,13 +286,6 @@ def _first_time(log: Path, marker: str) -> float:
             return dt.datetime.fromisoformat(json.loads(line)["ts"]).timestamp()
         return dt.datetime.strptime(line[1:24], "%Y-%m-%d %H:%M:%S,%f").timestamp()  # local time, as logged
     raise RuntimeError(f"no line with {marker!r} in {log}")
-
-
-def _start_producer(bootstrap: str, topic: str, warmup: float, duration: float) -> subprocess.Popen[str]:
-    """The freshness benchmark's producer process: ``warmup`` s without samples, then ``duration`` s with them."""
-    command = [sys.executable, "-m", "bench.freshness", bootstrap, topic, str(FRESH_RATE), str(warmup),
-               str(duration)]
-    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _producer_report(producer: subprocess.Popen[str], seconds: float) -> dict[str, Any]:
@@ -378,10 +371,28 @@ def iceberg_profile(work: Path) -> dict[str, Any]:
 
 
 def shale_freshness(name: str, profile: dict[str, dict[str, Any]], work: Path, bootstrap: str,
-                    bucket: BucketConfig) -> fr.ProfileResult:
+                    bucket: BucketConfig, partitions: int = PARTITIONS, settle: bool = True) -> fr.ProfileResult:
     """The freshness benchmark's measurement of one profile, with this benchmark's rate and windows."""
     fr.WARMUP, fr.DURATION, fr.RATE = FRESH_WARMUP, FRESH_DURATION, FRESH_RATE
-    return fr.measure(name, profile, bootstrap, bucket, work)
+    return fr.measure(name, profile, bootstrap, bucket, work, partitions, settle)
+
+
+def lowest_working_interval(root: Path, bootstrap: str, bucket: BucketConfig, topic: str,
+                            ends: dict[int, int]) -> tuple[dict[str, Any], list[str]]:
+    """The sink on the full ``topic`` at each of ``INTERVALS`` in turn (each in its own folder and bucket prefix)
+    until one works: every record committed, no failed commit in the worker's log. Its full-topic run, and what
+    each interval tried did."""
+    tried: list[str] = []
+    for interval in INTERVALS:
+        progress(f"the sink at commit interval {interval} ms on {topic}")
+        prefix = bucket.model_copy(update={"url": f"{bucket.url}/kc-{topic}-{interval}"})
+        kc = kc_full_topic(root / f"kc-{topic}-{interval}", bootstrap, prefix, topic, ends, interval, kill=False)
+        print(f"--- Connect worker log (interval {interval} ms), excerpt ---\n{kc['log']}\n---", flush=True)
+        ok = not kc["failures"] and kc["check"]["missing"] == 0
+        tried.append(f"{interval} ms: {'works' if ok else 'failed: ' + '; '.join(kc['failures'])[:300]}")
+        if ok:
+            return kc, tried
+    raise RuntimeError(f"no commit interval worked: {tried}")
 
 
 # -- the benchmark ------------------------------------------------------------------------------------------------
@@ -408,20 +419,8 @@ def run() -> dict[str, Any]:
         progress(f"filling two topics with {RECORDS:,} records each")
         ends = fill_topic(bootstrap, "peers-full", RECORDS)
         crash_ends = fill_topic(bootstrap, "peers-crash", RECORDS)
-        tried: list[str] = []
-        for interval in INTERVALS:
-            mark()
-            progress(f"the sink at commit interval {interval} ms on the full topic")
-            kc = kc_full_topic(root / f"kc-full-{interval}", bootstrap, sub(f"kc-full-{interval}"), "peers-full",
-                               ends, interval, kill=False)
-            print(f"--- Connect worker log (interval {interval} ms), excerpt ---\n{kc['log']}\n---", flush=True)
-            ok = not kc["failures"] and kc["check"]["missing"] == 0
-            tried.append(f"{interval} ms: {'works' if ok else 'failed: ' + '; '.join(kc['failures'])[:300]}")
-            if ok:
-                out["kc_full"] = kc
-                break
-        else:
-            raise RuntimeError(f"no commit interval worked: {tried}")
+        mark()
+        out["kc_full"], tried = lowest_working_interval(root, bootstrap, bucket, "peers-full", ends)
         lowest = out["kc_full"]["interval"]
         mark()
         progress("Shale on defaults on the full topic")
