@@ -15,7 +15,7 @@ from tests.factories import write_backup_block
 
 from bench.common import progress, timed, write_result
 from bench.services import minio_bucket
-from shale.block import BlockFetcher, blocks_prefix, parse_meta
+from shale.block import BlockFetcher, parse_meta, tenant_group_prefix
 from shale.objstore import ObstoreBucket, open_bucket
 
 BLOCKS = 10_000
@@ -23,7 +23,7 @@ TENANT = "bench"
 
 
 def _naive_sync(bucket: ObstoreBucket) -> int:
-    folders = bucket.list_dirs(blocks_prefix(TENANT))
+    folders = bucket.list_dirs(tenant_group_prefix(TENANT, "backup"))
 
     def load(folder: str) -> str:
         return parse_meta(bucket.get(folder + "meta.json"), where=folder).id

@@ -32,6 +32,7 @@ from shale.block import (
     BlockSpec,
     BlockState,
     DatasetInput,
+    Place,
     block_file_key,
     deterministic_block_id,
     meta_key,
@@ -116,7 +117,7 @@ def _slice(bucket: ObstoreBucket, source: BlockMeta, start: int, end: int, key: 
 
 
 def _truncate(bucket: ObstoreBucket, meta: BlockMeta) -> str:
-    key = block_file_key(TENANT, meta.id, meta.datasets[0].file)
+    key = block_file_key(meta, meta.datasets[0].file)
     data = bucket.get(key)
     bucket.put(key, data[: len(data) // 2])
     return key
@@ -125,13 +126,13 @@ def _truncate(bucket: ObstoreBucket, meta: BlockMeta) -> str:
 def _copy_through(other: ObstoreBucket, bucket: ObstoreBucket, meta: BlockMeta) -> str:
     """Copy a block to another bucket and back under a new id, as an operator restoring from a replica would."""
     for name in [f.name for f in meta.files]:
-        other.put(f"restore/{name}", bucket.get(block_file_key(TENANT, meta.id, name)))
+        other.put(f"restore/{name}", bucket.get(block_file_key(meta, name)))
     new_id = deterministic_block_id(meta.time_ms, f"copied/{meta.id}")
     for name in [f.name for f in meta.files]:
-        bucket.put(block_file_key(TENANT, new_id, name), other.get(f"restore/{name}"))
+        bucket.put(block_file_key(Place(TENANT, new_id), name), other.get(f"restore/{name}"))
     copy = meta.model_copy(update={"id": new_id, "compaction": meta.compaction.model_copy(
         update={"sources": [new_id], "parents": []})})
-    bucket.put_if_absent(meta_key(TENANT, new_id), copy.to_json())
+    bucket.put_if_absent(meta_key(Place(TENANT, new_id)), copy.to_json())
     return new_id
 
 

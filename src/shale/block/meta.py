@@ -125,6 +125,8 @@ class BlockMeta(_Record):
     parser: ParserInfo | None = None
     derived_from: list[str] = Field(default_factory=list, description="backup blocks a reprocessed block came from")
     ignore_delay: bool = Field(default=False, description="trust the block before the sync delay (repairs)")
+    layout: int = Field(default=1, ge=1, le=2, description="where its objects are (shale.block.layout): 2 under "
+                        "its group's prefix; 1 (absent) under <tenant>/blocks/, as every block was before")
 
     _time_ms: int = PrivateAttr(0)
 

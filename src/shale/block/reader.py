@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from shale.block.layout import block_file_key, meta_key
+from shale.block.layout import Placed, block_file_key, meta_key
 from shale.block.meta import BlockMeta, Dataset, parse_meta
 from shale.block.records import INCARNATION_COLUMN
 from shale.block.schemas import BACKUP_SCHEMA
@@ -24,9 +24,10 @@ from shale.errors import CorruptObjectError
 from shale.objstore import BucketReader
 
 
-def read_meta(bucket: BucketReader, tenant: str, block_id: str) -> BlockMeta:
-    key = meta_key(tenant, block_id)
-    return parse_meta(bucket.get(key), where=key, block_id=block_id)
+def read_meta(bucket: BucketReader, block: Placed) -> BlockMeta:
+    """The meta.json the bucket holds for ``block`` (whose keys its metadata gives)."""
+    key = meta_key(block)
+    return parse_meta(bucket.get(key), where=key, block_id=block.id)
 
 
 class BucketFile(io.RawIOBase):
@@ -93,7 +94,7 @@ def read_dataset(
     only the needed byte ranges and checks Parquet page checksums; ``None`` chooses by size (``SMALL_OBJECT_BYTES``).
     ``data`` is the whole object when the caller fetched it already; its CRC32 is checked all the same."""
     entry = _dataset(meta, dataset)
-    key = block_file_key(meta.tenant, meta.id, entry.file)
+    key = block_file_key(meta, entry.file)
     info = meta.file(entry.file)
     if data is not None:
         whole_object = True  # fetched whole by the caller
