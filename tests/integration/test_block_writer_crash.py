@@ -79,4 +79,4 @@ def test_writer_killed_before_meta_json_leaves_a_partial_block_that_is_never_rea
 
     at[0] = now + sync_delay + delete_delay + 2
     assert [a.kind for a in cleaner.run("acme").actions] == ["delete"]
-    assert list(bucket.list("acme/")) == []
+    assert list(bucket.list("group=backup/tenant=acme/")) == []
