@@ -1,7 +1,7 @@
 """The job planner (seed 003): pure. Queues of blocks per (tenant, shard, level, group, generation), and per day
-in the partition group (``QueuedBlock.day``), in arrival order; a job closes when its queue holds the level's block count, or the uncompressed bytes reach the job
-budget (worker memory stays bounded), or the oldest queued block has waited ``max_age`` (with at least two
-blocks). Lower levels are planned first (small job first)."""
+in the partition group (``QueuedBlock.day``), in arrival order; a job closes when its queue holds the level's block
+count, or the uncompressed bytes reach the job budget (worker memory stays bounded), or the oldest queued block
+has waited ``max_age`` (with at least two blocks). Lower levels are planned first (small job first)."""
 
 from __future__ import annotations
 
