@@ -32,7 +32,6 @@ from shale.block import (
     BlockSpec,
     BlockState,
     DatasetInput,
-    Place,
     block_file_key,
     deterministic_block_id,
     meta_key,
@@ -128,11 +127,11 @@ def _copy_through(other: ObstoreBucket, bucket: ObstoreBucket, meta: BlockMeta) 
     for name in [f.name for f in meta.files]:
         other.put(f"restore/{name}", bucket.get(block_file_key(meta, name)))
     new_id = deterministic_block_id(meta.time_ms, f"copied/{meta.id}")
-    for name in [f.name for f in meta.files]:
-        bucket.put(block_file_key(Place(TENANT, new_id), name), other.get(f"restore/{name}"))
     copy = meta.model_copy(update={"id": new_id, "compaction": meta.compaction.model_copy(
         update={"sources": [new_id], "parents": []})})
-    bucket.put_if_absent(meta_key(Place(TENANT, new_id)), copy.to_json())
+    for name in [f.name for f in meta.files]:
+        bucket.put(block_file_key(copy, name), other.get(f"restore/{name}"))
+    bucket.put_if_absent(meta_key(copy), copy.to_json())
     return new_id
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from shale.block import BlockFetcher, BlockMeta, BlockState, Place, block_file_key, meta_key, read_dataset
+from shale.block import BlockFetcher, BlockMeta, BlockState, block_file_key, meta_key, read_dataset
 from shale.block.schemas import BACKUP_SCHEMA
 from shale.block.verify import verify_tenant
 from shale.config import ShaleConfig
@@ -134,11 +134,11 @@ def test_a_bucket_with_every_kind_of_damage_is_planned_applied_and_converges(tmp
     # 4. A block copied in from another bucket under a new id (not indexed): a copy of backup0[0].
     source = backup0[0]
     copy_id = "01" + source.id[2:-4] + "ZZZZ"
-    for name in [d.file for d in source.datasets]:
-        w.bucket.put(block_file_key(Place("acme", copy_id), name), w.bucket.get(block_file_key(source, name)))
     copy_meta = source.model_copy(update={"id": copy_id, "compaction": source.compaction.model_copy(
         update={"sources": [copy_id]})})
-    w.bucket.put_if_absent(meta_key(Place("acme", copy_id)), copy_meta.to_json())
+    for name in [d.file for d in source.datasets]:
+        w.bucket.put(block_file_key(copy_meta, name), w.bucket.get(block_file_key(source, name)))
+    w.bucket.put_if_absent(meta_key(copy_meta), copy_meta.to_json())
     # 5. A damaged backup block whose records Kafka no longer holds: unrecoverable.
     lost_key = block_file_key(lost[0], lost[0].datasets[0].file)
     w.bucket.put(lost_key, b"garbage")
