@@ -1,7 +1,7 @@
 """Fetcher sync over 10,000 blocks on MinIO, against the naive "LIST, then GET every meta.json" in the same run.
 
-Shale's fetcher lists every object of the tenant's blocks (1,000 keys per LIST page) and the markers prefix,
-and GETs only meta.json files and marks it has not seen: both are immutable, so a steady-state sync (every
+Shale's fetcher lists every object of the tenant's blocks (1,000 keys per LIST page: each group's prefix and
+``<tenant>/blocks/`` of before) and the markers prefix, and GETs only meta.json files and marks it has not seen: both are immutable, so a steady-state sync (every
 sync after the first) costs the LISTs alone. The baseline lists the block folders and GETs every meta.json on
 every sync, as Thanos's fetcher did before caching. Both use 16 concurrent GETs.
 """
