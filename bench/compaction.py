@@ -83,7 +83,7 @@ def _warm_up(bucket_config: BucketConfig) -> str:
 def _raw(bucket: ObstoreBucket, groups: list[list[BlockMeta]]) -> float:
     def job(n_group: tuple[int, list[BlockMeta]]) -> None:
         n, group = n_group
-        tables = [pq.read_table(io.BytesIO(bucket.get(block_file_key(m.tenant, m.id, m.files[0].name))))
+        tables = [pq.read_table(io.BytesIO(bucket.get(block_file_key(m, m.files[0].name))))
                   for m in group]
         sink = io.BytesIO()
         pq.write_table(pa.concat_tables(tables), sink, compression="zstd")
@@ -139,9 +139,9 @@ def run() -> dict[str, Any]:
             # later round would find each output complete in the bucket and skip its uploads.
             for result in worker.completed:
                 output = result.output
-                for key in [block_file_key(output.tenant, output.id, f.name) for f in output.files]:
+                for key in [block_file_key(output, f.name) for f in output.files]:
                     bucket.delete(key)
-                bucket.delete(meta_key(output.tenant, output.id))
+                bucket.delete(meta_key(output))
         raw_seconds, ours_seconds = min(raws), min(ours)
         peak_rss = max(r.peak_rss for r in completed)
         peak_arrow = max(r.peak_arrow_bytes for r in completed)

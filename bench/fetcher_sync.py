@@ -1,9 +1,9 @@
 """Fetcher sync over 10,000 blocks on MinIO, against the naive "LIST, then GET every meta.json" in the same run.
 
-Shale's fetcher lists every object of the tenant's blocks (1,000 keys per LIST page) and the markers prefix,
-and GETs only meta.json files and marks it has not seen: both are immutable, so a steady-state sync (every
-sync after the first) costs the LISTs alone. The baseline lists the block folders and GETs every meta.json on
-every sync, as Thanos's fetcher did before caching. Both use 16 concurrent GETs.
+Shale's fetcher lists every object of the tenant's blocks (1,000 keys per LIST page: each group's prefix and
+``<tenant>/blocks/`` of before) and the markers prefix, and GETs only meta.json files and marks it has not seen: both
+are immutable, so a steady-state sync (every sync after the first) costs the LISTs alone. The baseline lists the block
+folders and GETs every meta.json on every sync, as Thanos's fetcher did before caching. Both use 16 concurrent GETs.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from tests.factories import write_backup_block
 
 from bench.common import progress, timed, write_result
 from bench.services import minio_bucket
-from shale.block import BlockFetcher, blocks_prefix, parse_meta
+from shale.block import BlockFetcher, parse_meta, tenant_group_prefix
 from shale.objstore import ObstoreBucket, open_bucket
 
 BLOCKS = 10_000
@@ -23,7 +23,7 @@ TENANT = "bench"
 
 
 def _naive_sync(bucket: ObstoreBucket) -> int:
-    folders = bucket.list_dirs(blocks_prefix(TENANT))
+    folders = bucket.list_dirs(tenant_group_prefix(TENANT, "backup"))
 
     def load(folder: str) -> str:
         return parse_meta(bucket.get(folder + "meta.json"), where=folder).id

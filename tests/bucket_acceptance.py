@@ -146,28 +146,30 @@ def test_deletion_marks_compaction_and_cleaning(bucket: ObstoreBucket) -> None:
     the marks listed, then the block and its mark deleted, after which neither listing shows them."""
     from shale.block.ids import new_block_id
     from shale.block.layout import (
+        Place,
         block_file_key,
         block_prefix,
         deletion_mark_key,
         markers_prefix,
         meta_key,
         parse_mark_key,
+        tenant_group_prefix,
     )
     from shale.block.marks import write_deletion_mark
 
     old, new = new_block_id(), new_block_id()
     for block in (old, new):
-        bucket.put_if_absent(block_file_key("acme", block, "records.parquet"), b"rows")
-        bucket.put_if_absent(meta_key("acme", block), b"{}")
+        bucket.put_if_absent(block_file_key(Place("acme", block), "records.parquet"), b"rows")
+        bucket.put_if_absent(meta_key(Place("acme", block)), b"{}")
     first = write_deletion_mark(bucket, "acme", old, 1000.0, "compacted")
     again = write_deletion_mark(bucket, "acme", old, 2000.0, "compacted")
     assert again == first  # the delete delay counts from the first mark
     marked = [parse_mark_key(i.key) for i in bucket.list(markers_prefix("acme"))]
     assert marked == [("acme", old)]
-    for info in list(bucket.list(f"acme/blocks/{old}/")):
+    for info in list(bucket.list(block_prefix(Place("acme", old)))):
         bucket.delete(info.key)
     bucket.delete(deletion_mark_key("acme", old))
-    assert [i.key for i in bucket.list("acme/")] == sorted([block_file_key("acme", new, "records.parquet"),
-                                                            meta_key("acme", new)])
+    assert [i.key for i in bucket.list("group=backup/")] == sorted(
+        [block_file_key(Place("acme", new), "records.parquet"), meta_key(Place("acme", new))])
     assert [parse_mark_key(i.key) for i in bucket.list(markers_prefix("acme"))] == []
-    assert bucket.list_dirs("acme/blocks/") == [block_prefix("acme", new)]
+    assert bucket.list_dirs(tenant_group_prefix("acme", "backup")) == [block_prefix(Place("acme", new))]

@@ -10,6 +10,7 @@ briefly unreachable, the leader changed); anything else will fail the same way u
     ├── ConfigError                 bad configuration: names the key, the value and what is allowed
     ├── InvalidNameError            a tenant, topic, dataset or label name outside the allowed syntax
     ├── NotFoundError               an object, block or job that does not exist
+    ├── ArchivedObjectError         an object in an archive storage class: restore it in the store first
     ├── ConflictError               a put-if-absent or conditional update lost against another writer
     ├── CorruptObjectError          an object that exists but fails validation (names the block/object)
     ├── CommandRejectedError        the metastore refused a command (offset gap, stale fencing token, ...)
@@ -39,6 +40,12 @@ class InvalidNameError(ShaleError, ValueError):
 
 class NotFoundError(ShaleError):
     """The named object, block, job or record does not exist."""
+
+
+class ArchivedObjectError(ShaleError):
+    """The object exists but sits in an archive storage class (S3 Glacier Flexible Retrieval, Deep Archive) and
+    must be restored in the store before it can be read. Never taken for a missing object: nothing is judged
+    partial or deleted because of it."""
 
 
 class ConflictError(ShaleError):

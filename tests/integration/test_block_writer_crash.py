@@ -51,7 +51,7 @@ def test_writer_killed_before_meta_json_leaves_a_partial_block_that_is_never_rea
     assert proc.wait() == -signal.SIGKILL
 
     bucket = open_bucket(minio_bucket)
-    objects = [i.key for i in bucket.list("acme/")]
+    objects = [i.key for i in bucket.list("group=backup/tenant=acme/")]
     assert len(objects) == 1
     assert objects[0].endswith("/records-0.parquet")  # data landed, meta.json did not
     now = time.time()
@@ -71,12 +71,12 @@ def test_writer_killed_before_meta_json_leaves_a_partial_block_that_is_never_rea
     assert not view.readable
     report = cleaner.run("acme")
     assert [a.kind for a in report.actions] == ["mark"]
-    assert objects == [i.key for i in bucket.list("acme/blocks/")]
+    assert objects == [i.key for i in bucket.list("group=backup/tenant=acme/")]
 
     at[0] = now + sync_delay + delete_delay  # the mark is a moment younger than the delete delay
     assert cleaner.run("acme").actions == []
-    assert objects == [i.key for i in bucket.list("acme/blocks/")]
+    assert objects == [i.key for i in bucket.list("group=backup/tenant=acme/")]
 
     at[0] = now + sync_delay + delete_delay + 2
     assert [a.kind for a in cleaner.run("acme").actions] == ["delete"]
-    assert list(bucket.list("acme/")) == []
+    assert list(bucket.list("group=backup/tenant=acme/")) == []

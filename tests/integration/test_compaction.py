@@ -77,7 +77,7 @@ def test_killed_worker_loses_its_job_and_a_crashing_job_is_excluded(minio_bucket
     metas = [write_backup_block(bucket, "acme", "app", 0, i * 5, 5) for i in range(40)]
     # Poison one block: its data no longer matches its checksum, so every merge of its job fails.
     poisoned = metas[35]
-    key = block_file_key("acme", poisoned.id, "records-0.parquet")
+    key = block_file_key(poisoned, "records-0.parquet")
     data = bytearray(bucket.get(key))
     data[40] ^= 0xFF
     bucket.put(key, bytes(data))

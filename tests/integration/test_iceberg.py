@@ -39,6 +39,7 @@ from shale.dev import MinioServer
 from shale.failpoints import paused
 from shale.iceberg import IcebergPublisher, open_catalog, spark_catalog_conf
 from shale.iceberg.catalog import FAILPOINT_BEFORE_CATALOG_COMMIT, SUMMARY_INDEX, identifier
+from shale.iceberg.files import is_copy
 from shale.metastore import MetastoreService, SetActiveGeneration, SingleNodeLog, StateMachine, TruncateIndex
 from shale.metastore.commands import PartitionKey
 from shale.objstore import open_bucket
@@ -115,7 +116,7 @@ def test_spark_sql_reads_what_shale_query_returns(iceberg_spark, module_bucket: 
         files = iceberg_spark.sql(f"SELECT file_path FROM shale.{TENANT}.{TOPIC}.files").collect()
         listed, cut = _objects_listed(service)
         assert len(files) == listed, stage  # one data file per Shale object
-        copies = [f.file_path for f in files if "/blocks/" not in f.file_path]
+        copies = [f.file_path for f in files if is_copy(f.file_path)]
         assert len(copies) == cut, stage  # only objects a generation switch cuts are copied
 
     blocks = {p: [write_records_block(bucket, TENANT, TOPIC, p, i * 200, 200, T0 + i * HOUR // 2 + p * 7,

@@ -86,7 +86,7 @@ def test_cli_api_spark_and_duckdb_agree_and_compaction_changes_nothing(spark, tm
     # DuckDB reads the very objects the index lists for this query.
     metas = service.query_blocks(["default"], start, end, selector, group="partition")
     root = local_path(bucket_config.url)
-    files = [str(root / block_file_key(m.tenant, m.id, d.file)) for m in metas for d in m.datasets]
+    files = [str(root / block_file_key(m, d.file)) for m in metas for d in m.datasets]
     duck = duckdb.sql(
         f"SELECT topic, partition, \"offset\", level, msg FROM read_parquet({files!r}, union_by_name=true) "
         f"WHERE event_time BETWEEN epoch_ms({start}) AND epoch_ms({end}) AND level = 'ERROR'").arrow()

@@ -122,7 +122,7 @@ def _slice(bucket: ObstoreBucket, source: BlockMeta, r: KafkaRange, start: int, 
 
 
 def _truncate(bucket: ObstoreBucket, meta: BlockMeta) -> str:
-    key = block_file_key(TENANT, meta.id, meta.datasets[0].file)
+    key = block_file_key(meta, meta.datasets[0].file)
     data = bucket.get(key)
     bucket.put(key, data[: len(data) // 2])
     return key
@@ -131,13 +131,13 @@ def _truncate(bucket: ObstoreBucket, meta: BlockMeta) -> str:
 def _copy_through(other: ObstoreBucket, bucket: ObstoreBucket, meta: BlockMeta) -> str:
     """Copy a block to another bucket and back under a new id, as an operator restoring from a replica would."""
     for name in [f.name for f in meta.files]:
-        other.put(f"restore/{name}", bucket.get(block_file_key(TENANT, meta.id, name)))
+        other.put(f"restore/{name}", bucket.get(block_file_key(meta, name)))
     new_id = deterministic_block_id(meta.time_ms, f"copied/{meta.id}")
-    for name in [f.name for f in meta.files]:
-        bucket.put(block_file_key(TENANT, new_id, name), other.get(f"restore/{name}"))
     copy = meta.model_copy(update={"id": new_id, "compaction": meta.compaction.model_copy(
         update={"sources": [new_id], "parents": []})})
-    bucket.put_if_absent(meta_key(TENANT, new_id), copy.to_json())
+    for name in [f.name for f in meta.files]:
+        bucket.put(block_file_key(copy, name), other.get(f"restore/{name}"))
+    bucket.put_if_absent(meta_key(copy), copy.to_json())
     return new_id
 
 

@@ -9,14 +9,16 @@ from shale.block.cleaner import Action, Cleaner, CleanupReport, MetastoreView, d
 from shale.block.fetcher import BlockFetcher, BlockState, BlockView, FetchResult
 from shale.block.ids import check_block_id, deterministic_block_id, new_block_id, ulid_time_ms
 from shale.block.layout import (
+    Place,
     block_file_key,
     block_prefix,
-    blocks_prefix,
+    blocks_prefixes,
     bucket_index_key,
     deletion_mark_key,
     markers_prefix,
     meta_key,
     quarantine_mark_key,
+    tenant_group_prefix,
 )
 from shale.block.marks import DeletionMark, QuarantineMark, write_deletion_mark, write_quarantine_mark
 from shale.block.meta import BlockMeta, Compaction, Dataset, FileInfo, KafkaRange, ParserInfo, parse_meta
@@ -52,11 +54,12 @@ __all__ = [
     "KafkaRange",
     "MetastoreView",
     "ParserInfo",
+    "Place",
     "QuarantineMark",
     "backup_rows",
     "block_file_key",
     "block_prefix",
-    "blocks_prefix",
+    "blocks_prefixes",
     "bucket_index_key",
     "check_block_id",
     "check_label_name",
@@ -75,6 +78,7 @@ __all__ = [
     "read_dataset",
     "read_footer_meta",
     "read_meta",
+    "tenant_group_prefix",
     "ulid_time_ms",
     "write_block",
     "write_block_streamed",

@@ -151,7 +151,7 @@ class Cleaner:
             if action.kind == "recover":
                 meta = report.recovered[action.block_id]
                 with contextlib.suppress(ConflictError):  # written meanwhile: whoever wrote it, it is whole
-                    self.bucket.put_if_absent(meta_key(action.tenant, action.block_id), meta.to_json())
+                    self.bucket.put_if_absent(meta_key(meta), meta.to_json())
                 log.warning("wrote back a lost meta.json from the block's footers", extra=extra)
             elif action.kind == "mark":
                 write_deletion_mark(self.bucket, action.tenant, action.block_id, self.clock(), action.reason)

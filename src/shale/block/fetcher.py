@@ -1,8 +1,10 @@
 """The block fetcher: a tenant's blocks and their states, from the bucket alone (seed 000).
 
-One sync costs one LIST of ``<tenant>/blocks/`` (every object, 1,000 keys per page), one LIST of
-``<tenant>/markers/``, and a GET of each meta.json and deletion mark not seen before. Both are immutable, so they
-are cached for the fetcher's lifetime: a steady-state sync costs the two LISTs only.
+One sync costs a LIST of each prefix the tenant's blocks may be under (``blocks_prefixes``: each group's, and
+``<tenant>/blocks/`` of before; every object, 1,000 keys per page), one LIST of ``<tenant>/markers/``, and a GET of
+each meta.json and deletion mark not seen before. Both are immutable, so they are cached for the fetcher's
+lifetime: a steady-state sync costs the four LISTs only. A meta.json must place its block where it was found
+(``shale.block.layout.block_prefix``), or the block is judged as one whose meta.json is invalid.
 
 States::
 
@@ -31,12 +33,16 @@ from typing import TypeVar
 
 from shale.block.ids import ulid_time_ms
 from shale.block.layout import (
+    GROUP_KEY,
+    GROUP_NAMES,
     META_FILENAME,
     QUARANTINE_MARK_SUFFIX,
-    blocks_prefix,
+    block_prefix,
+    blocks_prefixes,
     markers_prefix,
     parse_block_key,
     parse_mark_key,
+    tenant_of_dir,
 )
 from shale.block.marks import DeletionMark, QuarantineMark, parse_mark, parse_quarantine_mark
 from shale.block.meta import BlockMeta, parse_meta
@@ -103,18 +109,25 @@ class BlockFetcher:
         self._marks: dict[str, DeletionMark] = {}
 
     def tenants(self) -> list[str]:
-        return [d.rstrip("/") for d in self.bucket.list_dirs("") if not d.startswith("_")]
+        """Tenants with a folder of their own (markers, bucket index, blocks of before) or blocks in a group."""
+        top = self.bucket.list_dirs("")
+        groups = [d for d in top if d.removeprefix(GROUP_KEY).rstrip("/") in GROUP_NAMES]
+        folders = [*top, *(d for g in groups for d in self.bucket.list_dirs(g))]
+        return sorted({t for d in folders if not d.startswith("_") and (t := tenant_of_dir(d)) is not None})
 
     def sync(self, tenant: str) -> FetchResult:
         now = self.clock()
         objects: dict[str, list[ObjectInfo]] = defaultdict(list)
-        for info in self.bucket.list(blocks_prefix(tenant)):
-            parsed = parse_block_key(info.key)
-            if parsed is not None:
-                objects[parsed.block_id].append(info)
+        metas_at: dict[str, str] = {}
+        for prefix in blocks_prefixes(tenant):
+            for info in self.bucket.list(prefix):
+                parsed = parse_block_key(info.key)
+                if parsed is not None and parsed.tenant == tenant:
+                    objects[parsed.block_id].append(info)
+                    if parsed.name == META_FILENAME:
+                        metas_at[parsed.block_id] = info.key
         marks, quarantined = self._load_marks(tenant)
-        with_meta = [bid for bid, objs in objects.items() if any(o.key.endswith("/" + META_FILENAME) for o in objs)]
-        metas, errors = self._load_metas(tenant, with_meta)
+        metas, errors = self._load_metas(tenant, metas_at)
         views: dict[str, BlockView] = {}
         for block_id, objs in objects.items():
             newest = max(o.last_modified for o in objs)
@@ -168,22 +181,28 @@ class BlockFetcher:
         except CorruptObjectError as exc:
             return QuarantineMark(id=block_id, tenant=tenant, quarantine_time=0, damage=[], reason=str(exc))
 
-    def _load_metas(self, tenant: str, block_ids: list[str]) -> tuple[dict[str, BlockMeta], dict[str, str]]:
-        metas = {bid: self._metas[(tenant, bid)] for bid in block_ids if (tenant, bid) in self._metas}
+    def _load_metas(self, tenant: str, keys: dict[str, str]) -> tuple[dict[str, BlockMeta], dict[str, str]]:
+        """The metadata of the blocks ``keys`` names (block id: its meta.json's key), and why any cannot be read."""
+        metas = {bid: meta for bid, key in keys.items()
+                 if (meta := self._metas.get((tenant, key))) is not None}
         errors: dict[str, str] = {}
 
         def load(block_id: str) -> tuple[str, BlockMeta | str | None]:
-            key = f"{blocks_prefix(tenant)}{block_id}/{META_FILENAME}"
+            key = keys[block_id]
             try:
-                return block_id, parse_meta(self.bucket.get(key), where=key, block_id=block_id)
+                meta = parse_meta(self.bucket.get(key), where=key, block_id=block_id)
             except NotFoundError:
                 return block_id, None  # deleted since the LIST (a delete removes meta.json first)
             except CorruptObjectError as exc:
                 return block_id, str(exc)
+            if meta.tenant != tenant or key != f"{block_prefix(meta)}{META_FILENAME}":
+                return block_id, (f"{key}: meta.json of block {block_id} places it at {block_prefix(meta)} "
+                                  "(tenant, group, day or layout differ from its key)")
+            return block_id, meta
 
-        for block_id, result in self._map(load, [b for b in block_ids if b not in metas]):
+        for block_id, result in self._map(load, [b for b in keys if b not in metas]):
             if isinstance(result, BlockMeta):
-                metas[block_id] = self._metas[(tenant, block_id)] = result
+                metas[block_id] = self._metas[(tenant, keys[block_id])] = result
             elif isinstance(result, str):
                 errors[block_id] = result
         return metas, errors

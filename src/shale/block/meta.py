@@ -135,6 +135,8 @@ class BlockMeta(_Record):
     erased: list[str] | None = Field(default=None, description="erasures (`shale erase` request ids) whose records "
                                      "this block was written without: its Kafka ranges still account for their "
                                      "offsets, which hold no row here by request")
+    layout: int = Field(default=1, ge=1, le=2, description="where its objects are (shale.block.layout): 2 under "
+                        "its group's prefix; 1 (absent) under <tenant>/blocks/, as every block was before")
 
     _time_ms: int = PrivateAttr(0)
 

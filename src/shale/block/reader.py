@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shale.block.bloom import KEY_COLUMN, bitset_holds, bitset_of
-from shale.block.layout import block_file_key, meta_key
+from shale.block.layout import Placed, block_file_key, meta_key
 from shale.block.meta import BlockMeta, Dataset, parse_meta
 from shale.block.records import INCARNATION_COLUMN
 from shale.block.schemas import BACKUP_SCHEMA
@@ -25,9 +25,10 @@ from shale.errors import CorruptObjectError
 from shale.objstore import BucketReader
 
 
-def read_meta(bucket: BucketReader, tenant: str, block_id: str) -> BlockMeta:
-    key = meta_key(tenant, block_id)
-    return parse_meta(bucket.get(key), where=key, block_id=block_id)
+def read_meta(bucket: BucketReader, block: Placed) -> BlockMeta:
+    """The meta.json the bucket holds for ``block`` (whose keys its metadata gives)."""
+    key = meta_key(block)
+    return parse_meta(bucket.get(key), where=key, block_id=block.id)
 
 
 class BucketFile(io.RawIOBase):
@@ -96,7 +97,7 @@ def read_dataset(
     chooses by size (``SMALL_OBJECT_BYTES``). ``data`` is the whole object when the caller fetched it already; its
     CRC32 is checked all the same."""
     entry = _dataset(meta, dataset)
-    key = block_file_key(meta.tenant, meta.id, entry.file)
+    key = block_file_key(meta, entry.file)
     info = meta.file(entry.file)
     if data is not None:
         whole_object = True  # fetched whole by the caller
@@ -184,7 +185,7 @@ def may_hold_key(bucket: BucketReader, meta: BlockMeta, dataset: Dataset, key: b
     """Whether ``dataset`` may hold a row whose key is ``key``: False only when every row group has a key bloom
     filter that says no (the footer and the filters are read, never the data). A data object written before
     filters were, or any row group without one, may hold it."""
-    object_key = block_file_key(meta.tenant, meta.id, dataset.file)
+    object_key = block_file_key(meta, dataset.file)
     source = BucketFile(bucket, object_key, meta.file(dataset.file).size)
     metadata = pq.read_metadata(source)
     index = metadata.schema.names.index(KEY_COLUMN) if KEY_COLUMN in metadata.schema.names else -1

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from shale.block.layout import meta_key
+from shale.block.layout import META_FILENAME, block_prefix
 from shale.block.meta import BlockMeta, FileInfo, parse_meta
 from shale.block.reader import footer_bytes
 from shale.block.writer import crc32_hex
@@ -24,7 +24,7 @@ from shale.objstore import BucketReader, ObjectInfo
 def recover_meta(bucket: BucketReader, tenant: str, block_id: str,
                  objects: Sequence[ObjectInfo]) -> tuple[BlockMeta | None, str]:
     """The block's metadata rebuilt from its objects' footers, or None and why it cannot be."""
-    data = {o.key.rsplit("/", 1)[1]: o for o in objects if o.key != meta_key(tenant, block_id)}
+    data = {name: o for o in objects if (name := o.key.rsplit("/", 1)[1]) != META_FILENAME}
     if not data:
         return None, "no data objects"
     footers = set()
@@ -44,6 +44,8 @@ def recover_meta(bucket: BucketReader, tenant: str, block_id: str,
         return None, str(exc)
     if meta.tenant != tenant:
         return None, f"the footer names tenant {meta.tenant!r}"
+    if any(not o.key.startswith(block_prefix(meta)) for o in data.values()):
+        return None, f"the footer places the block under {block_prefix(meta)}, not where its objects are"
     missing = sorted({d.file for d in meta.datasets} - set(data))
     if missing:
         return None, f"objects {missing} are missing"

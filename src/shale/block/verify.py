@@ -67,7 +67,7 @@ def _check_files(bucket: BucketReader, view: BlockView,
     problems: list[Problem] = []
     held: set[tuple[str, int, int]] | None = set()
     for info in view.meta.files:
-        key = block_file_key(view.tenant, view.id, info.name)
+        key = block_file_key(view.meta, info.name)
         try:
             data = bucket.get(key)
         except NotFoundError:

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shale.block.bloom import KEY_COLUMN, key_bloom_options
-from shale.block.layout import block_file_key, meta_key
+from shale.block.layout import LAYOUT, block_file_key, meta_key
 from shale.block.meta import BlockMeta, Compaction, Dataset, DatasetKind, FileInfo, KafkaRange, ParserInfo, parse_meta
 from shale.block.names import RECORD_LABEL, cap_label_sets
 from shale.block.schemas import BASE_COLUMNS, TIMESTAMP_MS, encode_column_types
@@ -92,6 +92,7 @@ class BlockSpec:
     derived_from: list[str] = field(default_factory=list)
     ignore_delay: bool = False
     erased: list[str] | None = None
+    layout: int = LAYOUT
 
 
 def _times_ms(column: pa.ChunkedArray | pa.Array, clamp: tuple[int, int] | None) -> pa.ChunkedArray | pa.Array:
@@ -211,13 +212,14 @@ def _block_meta(spec: BlockSpec, entries: list[Dataset]) -> BlockMeta:
         kafka=spec.kafka, partition_values=spec.partition_values, datasets=entries,
         compaction=Compaction(sources=spec.sources if spec.sources is not None else [spec.id], parents=spec.parents),
         parser=spec.parser, derived_from=spec.derived_from, ignore_delay=spec.ignore_delay, erased=spec.erased,
+        layout=spec.layout,
     )
 
 
-def existing_block(bucket: Bucket, tenant: str, block_id: str) -> BlockMeta | None:
-    key = meta_key(tenant, block_id)
+def existing_block(bucket: Bucket, planned: BlockMeta) -> BlockMeta | None:
+    key = meta_key(planned)
     try:
-        return parse_meta(bucket.get(key), where=key, block_id=block_id)
+        return parse_meta(bucket.get(key), where=key, block_id=planned.id)
     except NotFoundError:
         return None
 
@@ -241,7 +243,7 @@ def write_block(bucket: Bucket, spec: BlockSpec, datasets: list[DatasetInput],
     """
     datasets = [dataclasses.replace(d, table=in_micros(d.table)) for d in datasets]
     planned = plan_block(spec, datasets, row_group_rows)
-    done = existing_block(bucket, spec.tenant, spec.id)
+    done = existing_block(bucket, planned)
     if done is not None:
         return _same_or_conflict(done, planned)
     footer = planned.to_json()
@@ -257,7 +259,7 @@ def _upload(bucket: Bucket, planned: BlockMeta, objects: list[bytes]) -> BlockMe
     wrote this time, so a meta.json can never describe bytes other than those in the bucket."""
     files: list[FileInfo] = []
     for entry, encoded in zip(planned.datasets, objects, strict=True):
-        key = block_file_key(planned.tenant, planned.id, entry.file)
+        key = block_file_key(planned, entry.file)
         try:
             bucket.put_if_absent(key, encoded)
             data = encoded
@@ -266,7 +268,7 @@ def _upload(bucket: Bucket, planned: BlockMeta, objects: list[bytes]) -> BlockMe
         files.append(FileInfo(name=entry.file, size=len(data), crc32=crc32_hex(data)))
     meta = planned.model_copy(update={"files": files})
     failpoint("block.before-meta")
-    key = meta_key(planned.tenant, planned.id)
+    key = meta_key(planned)
     try:
         bucket.put_if_absent(key, meta.to_json())
     except ConflictError:
@@ -338,7 +340,7 @@ def write_block_streamed(bucket: Bucket, spec: BlockSpec, datasets: list[Dataset
         writer.add_key_value_metadata(footer_entries(footer))
         writer.close()
         objects.append(sink.getvalue().to_pybytes())
-    done = existing_block(bucket, spec.tenant, spec.id)
+    done = existing_block(bucket, planned)
     if done is not None:
         return _same_or_conflict(done, planned)
     return _upload(bucket, planned, objects)

@@ -25,12 +25,22 @@ class QueueKey:
     generation: int
 
 
+DAY_MS = 86_400_000
+
+
 @dataclass(frozen=True)
 class QueuedBlock:
     id: str
     key: QueueKey
     raw_bytes: int
     added_at: int  # ms, log time
+    day: int = 0
+    """A partition-group block's day (UTC days since the epoch of its smallest event time; 0 in the backup group):
+    a job holds blocks of one day, so a compaction output keeps its day and its key's ``dt=`` (DESIGN 7.1)."""
+
+    @property
+    def queue(self) -> tuple[QueueKey, int]:
+        return self.key, self.day
 
 
 @dataclass

@@ -1,7 +1,7 @@
-"""The job planner (seed 003): pure. Queues of blocks per (tenant, shard, level, group, generation), in arrival
-order; a job closes when its queue holds the level's block count, or the uncompressed bytes reach the job
-budget (worker memory stays bounded), or the oldest queued block has waited ``max_age`` (with at least two
-blocks). Lower levels are planned first (small job first)."""
+"""The job planner (seed 003): pure. Queues of blocks per (tenant, shard, level, group, generation), and per day
+in the partition group (``QueuedBlock.day``), in arrival order; a job closes when its queue holds the level's block
+count, or the uncompressed bytes reach the job budget (worker memory stays bounded), or the oldest queued block
+has waited ``max_age`` (with at least two blocks). Lower levels are planned first (small job first)."""
 
 from __future__ import annotations
 
@@ -38,14 +38,15 @@ def _take(blocks: list[QueuedBlock], limits: PlanLimits, now_ms: int) -> list[Qu
 def plan_jobs(queued: Iterable[QueuedBlock], limits: PlanLimits, now_ms: int, max_jobs: int) -> list[Job]:
     """Up to ``max_jobs`` new jobs from the queues (adaptive capacity: the caller passes the free slots the
     polling worker reported). Pure and deterministic."""
-    queues: dict[QueueKey, list[QueuedBlock]] = defaultdict(list)
+    queues: dict[tuple[QueueKey, int], list[QueuedBlock]] = defaultdict(list)
     for block in queued:
         # A block already at the top level, or alone as large as a job's budget, is not compacted further.
         if block.key.level < limits.max_level and block.raw_bytes < limits.job_byte_budget:
-            queues[block.key].append(block)
+            queues[block.queue].append(block)
     jobs: list[Job] = []
-    for key in sorted(queues, key=lambda k: (k.level, k.tenant, k.shard, k.group, k.generation)):
-        blocks = sorted(queues[key], key=lambda b: (b.added_at, b.id))
+    for key, day in sorted(queues, key=lambda q: (q[0].level, q[0].tenant, q[0].shard, q[0].group, q[0].generation,
+                                                  q[1])):
+        blocks = sorted(queues[key, day], key=lambda b: (b.added_at, b.id))
         while len(jobs) < max_jobs:
             taken = _take(blocks, limits, now_ms)
             if taken is None:
@@ -66,7 +67,7 @@ def uncompactable(overlaps: Iterable[Overlap], queued: Iterable[QueuedBlock], jo
     was evicted) stays until ``shale bucket repair`` merges it. Blocks of one queue may still land in different
     jobs: their outputs then meet one level up, and at the top level the overlap is reported."""
     in_job = {source: job.name for job in jobs for source in job.sources}
-    waiting = {b.id: b.key for b in queued
+    waiting = {b.id: b.queue for b in queued
                if b.key.level < limits.max_level and b.raw_bytes < limits.job_byte_budget}
     out = []
     for overlap in overlaps:

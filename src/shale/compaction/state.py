@@ -15,7 +15,7 @@ import json
 import sqlite3
 from typing import Any
 
-from shale.compaction.model import Job, JobStatus, QueuedBlock, QueueKey
+from shale.compaction.model import DAY_MS, Job, JobStatus, QueuedBlock, QueueKey
 
 COMPACTION_DDL = """
 CREATE TABLE IF NOT EXISTS compaction_jobs (
@@ -69,8 +69,9 @@ class CompactionState:
         self.conn.executemany("UPDATE blocks SET queued = 0 WHERE id = ?", [(b,) for b in block_ids])
 
     def queued(self) -> list[QueuedBlock]:
-        return [QueuedBlock(r[0], QueueKey(r[1], r[2], r[3], r[4], r[5]), r[6], r[7]) for r in self.conn.execute(
-            "SELECT b.id, t.value, b.shard, b.level, g.value, b.generation, b.raw_bytes, b.added_at "
+        return [QueuedBlock(r[0], QueueKey(r[1], r[2], r[3], r[4], r[5]), r[6], r[7],
+                            r[8] // DAY_MS if r[4] == "partition" else 0) for r in self.conn.execute(
+            "SELECT b.id, t.value, b.shard, b.level, g.value, b.generation, b.raw_bytes, b.added_at, b.min_time "
             "FROM blocks b INDEXED BY blocks_queued JOIN strings t ON t.id = b.tenant JOIN strings g ON g.id = b.grp "
             "WHERE b.queued = 1 ORDER BY b.added_at, b.id")]
 

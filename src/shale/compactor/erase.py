@@ -79,7 +79,7 @@ def erase_block(bucket: Bucket, source: BlockMeta, plan: ErasePlan, *, job: str,
         streams: list[DatasetStream] = []
         rows_in = 0
         for dataset in source.datasets:
-            early = fetched.pop(block_file_key(source.tenant, source.id, dataset.file), None)
+            early = fetched.pop(block_file_key(source, dataset.file), None)
             table = read_dataset(bucket, source, dataset, data=early.result() if early is not None else None)
             rows_in += table.num_rows
             drop = erased_rows(source, dataset.topic, table, plan.positions)

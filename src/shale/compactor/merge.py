@@ -158,7 +158,7 @@ def _sorted_row_groups(table: pa.Table, order: pa.Array, rows: int = DEFAULT_ROW
 def fetch_sources(bucket: Bucket, sources: list[BlockMeta], pool: Executor) -> dict[str, Future[bytes]]:
     """Start the GETs of every data object of ``sources`` in ``pool``, by key: a task fetches its next merge's
     input while the current merge runs (the bytes are checked against their CRC32 when the merge reads them)."""
-    keys = {block_file_key(m.tenant, m.id, d.file) for m in sources for d in m.datasets}
+    keys = {block_file_key(m, d.file) for m in sources for d in m.datasets}
     return {key: pool.submit(bucket.get, key) for key in sorted(keys)}
 
 
@@ -212,7 +212,7 @@ def merge_blocks(bucket: Bucket, sources: list[BlockMeta], *, job: str, token: i
 
     def read(part: tuple[BlockMeta, Dataset]) -> pa.Table:
         meta, dataset = part
-        early = fetched.pop(block_file_key(meta.tenant, meta.id, dataset.file), None)
+        early = fetched.pop(block_file_key(meta, dataset.file), None)
         return read_dataset(bucket, meta, dataset, data=early.result() if early is not None else None)
 
     started = time.perf_counter()

@@ -20,8 +20,8 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from shale.block import BlockMeta, block_file_key, meta_key, read_dataset
-from shale.block.layout import erasure_receipt_key
+from shale.block import BlockMeta, read_dataset
+from shale.block.layout import META_FILENAME, check_file_name, erasure_receipt_key
 from shale.compactor.erase import erased_rows
 from shale.config import KafkaConfig
 from shale.erase.scan import holds
@@ -88,8 +88,9 @@ def final_scan(bucket: Bucket, blocks: list[BlockMeta], topics: list[str], key_s
     return scan
 
 
-def _gone(bucket: Bucket, tenant: str, block: str, files: list[dict[str, Any]]) -> tuple[bool, list[str]]:
-    keys = [meta_key(tenant, block), *(block_file_key(tenant, block, f["name"]) for f in files)]
+def _gone(bucket: Bucket, prefix: str, files: list[dict[str, Any]]) -> tuple[bool, list[str]]:
+    """Whether a block's objects under ``prefix`` (its folder, ``block_prefix``) are all gone, and their keys."""
+    keys = [prefix + META_FILENAME, *(prefix + check_file_name(f["name"]) for f in files)]
     left = []
     for key in keys:
         try:
@@ -150,12 +151,12 @@ def write_receipt(metastore: ReceiptMetastore, bucket: Bucket, erasure: str, *,
     deleted: list[dict[str, Any]] = []
     pending: list[dict[str, Any]] = []
     for b in row["blocks"]:
-        hashes = {f["name"]: _sha256(bucket.get(block_file_key(tenant, b["new"], f["name"])))
-                  for f in b["new_files"]} if _alive(bucket, tenant, b["new"]) else {}
+        hashes = {f["name"]: _sha256(bucket.get(b["new_prefix"] + check_file_name(f["name"])))
+                  for f in b["new_files"]} if _alive(bucket, b["new_prefix"]) else {}
         rewritten.append({"old": b["old"], "new": b["new"], "group": b["group"], "generation": b["generation"],
                           "records_removed": b["rows_removed"], "old_files": b["old_files"],
                           "new_files": b["new_files"], "new_sha256": hashes})
-        gone, keys = _gone(bucket, tenant, b["old"], b["old_files"])
+        gone, keys = _gone(bucket, b["old_prefix"], b["old_files"])
         (deleted if gone else pending).append({"block": b["old"], "objects": keys, "gone": gone})
     if pending:
         raise ReceiptNotReadyError(
@@ -193,9 +194,9 @@ def write_receipt(metastore: ReceiptMetastore, bucket: Bucket, erasure: str, *,
     return dict(json.loads(bucket.get(key)))
 
 
-def _alive(bucket: Bucket, tenant: str, block: str) -> bool:
+def _alive(bucket: Bucket, prefix: str) -> bool:
     try:
-        bucket.head(meta_key(tenant, block))
+        bucket.head(prefix + META_FILENAME)
         return True
     except NotFoundError:
         return False

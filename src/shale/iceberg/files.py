@@ -83,7 +83,7 @@ def register(bucket: Bucket, bucket_config: BucketConfig, table_metadata: Any, s
     """The data file for ``spec``: the block's own object when it can be shown whole and holds only types Iceberg
     reads as they are, else a copy (written here; the same spec always writes the same key, so a retry rewrites it)."""
     if spec.intervals is None:
-        key = block_file_key(spec.block.tenant, spec.block.id, spec.dataset.file)
+        key = block_file_key(spec.block, spec.dataset.file)
         size = spec.block.file(spec.dataset.file).size
         metadata = pq.read_metadata(BucketFile(bucket, key, size))
         if not needs_copy(metadata.schema.to_arrow_schema()):
@@ -96,7 +96,7 @@ def register(bucket: Bucket, bucket_config: BucketConfig, table_metadata: Any, s
 
 
 def block_of(uri: str) -> str:
-    """The block a data file URI belongs to: ``.../blocks/<id>/<file>`` or ``.../iceberg-copies/<id>-...``."""
+    """The block a data file URI belongs to: ``.../<id>/<file>`` (any layout) or ``.../iceberg-copies/<id>-...``."""
     parts = uri.rsplit("/", 2)
     if len(parts) == 3 and parts[1] != COPIES_DIR and len(parts[1]) == 26:
         return parts[1]

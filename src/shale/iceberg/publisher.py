@@ -370,8 +370,7 @@ class IcebergPublisher:
         """The URIs that hold exactly ``spec``'s rows: its object (when whole) or its copy."""
         uris = {object_uri(self.config.bucket, copy_key(spec.block.tenant, spec.copy_name()))}
         if spec.intervals is None:
-            uris.add(object_uri(self.config.bucket, block_file_key(spec.block.tenant, spec.block.id,
-                                                                    spec.dataset.file)))
+            uris.add(object_uri(self.config.bucket, block_file_key(spec.block, spec.dataset.file)))
         return uris
 
     def _commit(self, key: TableKey, state: _Table, index: int, remove: list[str], add: list[FileSpec]) -> int:

@@ -14,10 +14,11 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import msgpack
 
-from shale.block import BlockMeta
+from shale.block import BlockMeta, block_prefix
 from shale.block.names import MORE_LABEL_SETS
 from shale.errors import QueryTimeoutError
 from shale.index.changes import BlockChange, change_metas, pending_entries, published_through, read_changes
@@ -38,6 +39,12 @@ PROGRESS_STEPS = 10_000
 HASHED_TABLES = ("state", "strings", "partitions", "blocks", "tombstones", "tenant_versions", "offsets", "commits",
                  "settings", "compaction_jobs", "compaction_polls", "generations", "generation_pins", "incarnations",
                  "losses", "block_changes", "ingest_leases", "ingest_shards", "restores", "block_schemas")
+
+
+def _tombstone(r: tuple[Any, ...]) -> TombstoneRow:
+    meta = decode_meta(r[6])
+    return TombstoneRow(seq=r[0], block_id=r[1], tenant=r[2], shard=r[3], created_at=r[4], reason=r[5],
+                        files=[f.name for f in meta.files], prefix=block_prefix(meta))
 
 
 class IndexReader:
@@ -263,8 +270,7 @@ class IndexReader:
             "SELECT seq, block_id, tenant, shard, created_at, reason, meta FROM tombstones "
             "WHERE created_at <= ? ORDER BY seq LIMIT ?", (created_before if created_before is not None else 2**62,
                                                              limit))
-        return [TombstoneRow(seq=r[0], block_id=r[1], tenant=r[2], shard=r[3], created_at=r[4], reason=r[5],
-                             files=[f.name for f in decode_meta(r[6]).files]) for r in rows]
+        return [_tombstone(r) for r in rows]
 
     def level_histogram(self, bucket_ms: int) -> list[tuple[str, int, int, int]]:
         """Live blocks counted per (tenant, level, bucket of data start time): the status page's chart."""
@@ -310,8 +316,7 @@ class IndexReader:
         rows = self.conn.execute(
             "SELECT seq, block_id, tenant, shard, created_at, reason, meta FROM tombstones WHERE tenant = ? "
             "ORDER BY seq", (tenant,))
-        return [TombstoneRow(seq=r[0], block_id=r[1], tenant=r[2], shard=r[3], created_at=r[4], reason=r[5],
-                             files=[f.name for f in decode_meta(r[6]).files]) for r in rows]
+        return [_tombstone(r) for r in rows]
 
     def tenant_tombstone_ids(self, tenant: str) -> set[str]:
         return {r[0] for r in self.conn.execute("SELECT block_id FROM tombstones WHERE tenant = ?", (tenant,))}

@@ -67,6 +67,9 @@ class TombstoneRow(_Row):
     created_at: int
     reason: str
     files: list[str]
+    prefix: str = ""
+    """The folder of the block's objects (``shale.block.layout.block_prefix`` of its metadata); '' from a
+    metastore of before, whose blocks were all under ``<tenant>/blocks/``."""
 
 
 class SchemaVersionRow(_Row):

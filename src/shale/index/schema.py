@@ -229,6 +229,8 @@ CREATE TABLE IF NOT EXISTS erasure_blocks (
     old_files TEXT NOT NULL,
     new_files TEXT NOT NULL,
     rewritten_at INTEGER NOT NULL,
+    old_prefix TEXT NOT NULL,
+    new_prefix TEXT NOT NULL,
     PRIMARY KEY (erasure, old_block)
 ) WITHOUT ROWID;
 

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from shale.block import BlockMeta
+from shale.block.layout import block_prefix
 from shale.compaction.messages import ErasePlan, JobUpdate
 from shale.compaction.model import Job, QueueKey
 from shale.errors import CommandRejectedError
@@ -217,9 +218,10 @@ def complete(w: IndexWriter, job: Job, update: JobUpdate, at: int) -> str:
     w.add_blocks([out], at)
     w.conn.execute(
         "INSERT OR REPLACE INTO erasure_blocks (erasure, old_block, new_block, grp, generation, rows_removed, "
-        "old_files, new_files, rewritten_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "old_files, new_files, rewritten_at, old_prefix, new_prefix) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (erasure, source.id, out.id, source.group, source.generation, source.rows - out.rows,
-         json.dumps([f.model_dump() for f in source.files]), json.dumps([f.model_dump() for f in out.files]), at))
+         json.dumps([f.model_dump() for f in source.files]), json.dumps([f.model_dump() for f in out.files]), at,
+         block_prefix(source), block_prefix(out)))
     w.compaction.delete_job(job.name)
     cover(w, [out], at)
     _finish_if_done(w, erasure, at)
@@ -260,10 +262,11 @@ def erasure_rows(conn: Any, erasure: str | None = None, limit: int = 100) -> lis
         row["watermarks"] = json.loads(row["watermarks"])
         row["blocks"] = [
             {"old": b[0], "new": b[1], "group": b[2], "generation": b[3], "rows_removed": b[4],
-             "old_files": json.loads(b[5]), "new_files": json.loads(b[6]), "rewritten_at": b[7]}
+             "old_files": json.loads(b[5]), "new_files": json.loads(b[6]), "rewritten_at": b[7],
+             "old_prefix": b[8], "new_prefix": b[9]}
             for b in conn.execute("SELECT old_block, new_block, grp, generation, rows_removed, old_files, new_files, "
-                                  "rewritten_at FROM erasure_blocks WHERE erasure = ? ORDER BY rewritten_at, "
-                                  "old_block", (row["id"],))]
+                                  "rewritten_at, old_prefix, new_prefix FROM erasure_blocks WHERE erasure = ? "
+                                  "ORDER BY rewritten_at, old_block", (row["id"],))]
         row["positions"] = [list(p) for p in conn.execute(
             "SELECT topic, partition, offset, incarnation FROM erasure_positions WHERE erasure = ? "
             "ORDER BY topic, partition, offset, incarnation", (row["id"],))]

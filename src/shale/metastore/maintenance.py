@@ -26,11 +26,10 @@ from shale.block import (
     Cleaner,
     DeletionMark,
     MetastoreView,
-    block_file_key,
     deletion_mark_key,
-    meta_key,
     write_deletion_mark,
 )
+from shale.block.layout import META_FILENAME, check_block_folder, check_file_name, legacy_block_prefix
 from shale.block.overlap import Overlap, overlaps
 from shale.bucketindex import DeltaLink, DeltaWriter
 from shale.compaction.planner import uncompactable
@@ -274,8 +273,12 @@ class Maintenance:
 
 
 def remove_block_objects(bucket: Bucket, row: TombstoneRow) -> None:
-    """Delete a tombstoned block: meta.json first, then its data objects, then its deletion mark."""
-    bucket.delete(meta_key(row.tenant, row.block_id))
+    """Delete a tombstoned block: meta.json first, then its data objects, then its deletion mark. Its folder is the
+    row's ``prefix``, which must name this block (a row without one comes from a metastore of before, whose blocks
+    were all under ``<tenant>/blocks/``)."""
+    prefix = check_block_folder(row.prefix or legacy_block_prefix(row.tenant, row.block_id), row.tenant,
+                                row.block_id)
+    bucket.delete(prefix + META_FILENAME)
     for name in row.files:
-        bucket.delete(block_file_key(row.tenant, row.block_id, name))
+        bucket.delete(prefix + check_file_name(name))
     bucket.delete(deletion_mark_key(row.tenant, row.block_id))

@@ -30,7 +30,7 @@ import obstore
 from obstore import exceptions as obx
 from obstore.store import ObjectStore
 
-from shale.errors import ConflictError, NotFoundError, ShaleError, StoreUnavailableError
+from shale.errors import ArchivedObjectError, ConflictError, NotFoundError, ShaleError, StoreUnavailableError
 from shale.objstore.counting import CallCounter
 from shale.objstore.types import ObjectInfo, PutResult, check_key, check_prefix
 
@@ -128,6 +128,13 @@ class ObstoreBucket:
                 self.calls.add(operation, "error")
                 raise
             except Exception as exc:
+                if "InvalidObjectState" in str(exc):  # S3's 403 for a GET of an object in an archive class
+                    self.calls.add(operation, "error")
+                    raise ArchivedObjectError(
+                        f"{self._url}/{key} is in an archive storage class (S3 Glacier Flexible Retrieval or Deep "
+                        "Archive) and cannot be read until it is restored: restore the objects under its prefix "
+                        "(`aws s3api restore-object`, or S3 Batch Operations for many), wait for the restore to "
+                        "finish, then run this again (docs/DEPLOY.md, archiving the backup group)") from exc
                 if not is_transient(exc):
                     self.calls.add(operation, "error")
                     raise

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from shale.block import BlockMeta, quarantine_mark_key, read_meta, write_deletion_mark, write_quarantine_mark
+from shale.block import BlockMeta, quarantine_mark_key, write_deletion_mark, write_quarantine_mark
 from shale.errors import ShaleError
 from shale.failpoints import failpoint
 from shale.metastore.commands import QuarantineBlocks, ReplaceBlocks, Result
@@ -105,7 +105,7 @@ class Applier:
 
     def _swap(self, step: Step, request: BuildRequest) -> None:
         if step.written:
-            output = read_meta(self.bucket, self.tenant, request.output)
+            output = self.metas[request.output]  # the scan found it written
         else:
             result = self.builder.build(request)
             if result.output is None:

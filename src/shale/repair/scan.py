@@ -65,7 +65,7 @@ def check_objects(bucket: BucketReader, view: BlockView) -> tuple[str, ...]:
     problems = []
     for info in view.meta.files:
         try:
-            data = bucket.get(block_file_key(view.tenant, view.id, info.name))
+            data = bucket.get(block_file_key(view.meta, info.name))
         except NotFoundError:
             problems.append(f"missing-object: {info.name} is listed but missing")
             continue

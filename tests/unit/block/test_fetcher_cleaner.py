@@ -16,7 +16,10 @@ from shale.block import (
     Cleaner,
     DatasetInput,
     MetastoreView,
+    Place,
     block_file_key,
+    block_prefix,
+    blocks_prefixes,
     deterministic_block_id,
     meta_key,
     quarantine_mark_key,
@@ -24,6 +27,7 @@ from shale.block import (
     write_deletion_mark,
     write_quarantine_mark,
 )
+from shale.block.layout import parse_block_key
 from shale.block.marks import parse_mark
 from shale.errors import CorruptObjectError
 from shale.objstore import ObstoreBucket, open_bucket_url
@@ -70,7 +74,7 @@ def test_ignore_delay_makes_a_block_healthy_at_once(bucket: ObstoreBucket, clock
 
 def test_missing_meta_is_fresh_then_partial(bucket: ObstoreBucket, clock: Clock) -> None:
     block = deterministic_block_id(_now_ms(), "partial")
-    bucket.put(block_file_key("acme", block, "records-0.parquet"), b"half an upload")
+    bucket.put(block_file_key(Place("acme", block), "records-0.parquet"), b"half an upload")
     fetcher = _fetcher(bucket, clock)
     assert _states(fetcher) == {block: BlockState.FRESH}
     clock.advance(SYNC)
@@ -80,7 +84,7 @@ def test_missing_meta_is_fresh_then_partial(bucket: ObstoreBucket, clock: Clock)
 def test_old_ulid_time_with_a_recent_upload_is_not_partial(bucket: ObstoreBucket, clock: Clock) -> None:
     # A deterministic id carrying last week's Kafka time, uploaded just now: still Fresh, not Partial.
     block = deterministic_block_id(BASE_MS, "old-time")
-    bucket.put(block_file_key("acme", block, "records-0.parquet"), b"uploading")
+    bucket.put(block_file_key(Place("acme", block), "records-0.parquet"), b"uploading")
     assert _states(_fetcher(bucket, clock)) == {block: BlockState.FRESH}
 
 
@@ -127,8 +131,8 @@ def test_partial_overlap_is_not_full_overlap(bucket: ObstoreBucket, clock: Clock
 
 def test_corrupt_meta_is_reported_and_kept_until_the_delays(bucket: ObstoreBucket, clock: Clock) -> None:
     block = deterministic_block_id(_now_ms(), "corrupt")
-    bucket.put(block_file_key("acme", block, "records-0.parquet"), b"data")
-    bucket.put(meta_key("acme", block), b"{not json")
+    bucket.put(block_file_key(Place("acme", block), "records-0.parquet"), b"data")
+    bucket.put(meta_key(Place("acme", block)), b"{not json")
     fetcher = _fetcher(bucket, clock)
     cleaner = Cleaner(bucket, fetcher, DELETE, clock=clock)
     view = fetcher.sync("acme").blocks[block]
@@ -143,10 +147,10 @@ def test_corrupt_meta_is_reported_and_kept_until_the_delays(bucket: ObstoreBucke
     assert "not JSON" in report.actions[0].reason
     clock.advance(DELETE - 1)
     assert cleaner.run("acme").actions == []  # nothing deleted before the delete delay
-    assert bucket.get(block_file_key("acme", block, "records-0.parquet")) == b"data"
+    assert bucket.get(block_file_key(Place("acme", block), "records-0.parquet")) == b"data"
     clock.advance(1)
     assert [a.kind for a in cleaner.run("acme").actions] == ["delete"]
-    assert list(bucket.list("acme/")) == []
+    assert list(bucket.list("")) == []
 
 
 def test_cleaner_removes_marked_blocks_only_after_the_delete_delay(bucket: ObstoreBucket, clock: Clock) -> None:
@@ -158,27 +162,27 @@ def test_cleaner_removes_marked_blocks_only_after_the_delete_delay(bucket: Obsto
     clock.advance(DELETE)
     dry = cleaner.run("acme", dry_run=True)
     assert [(a.kind, a.block_id) for a in dry.actions] == [("delete", drop.id)]
-    assert bucket.head(meta_key("acme", drop.id))  # dry run changed nothing
+    assert bucket.head(meta_key(drop))  # dry run changed nothing
     cleaner.run("acme")
-    assert {i.key.split("/")[2] for i in bucket.list("acme/")} == {keep.id}
+    assert {parsed.block_id for i in bucket.list("") if (parsed := parse_block_key(i.key))} == {keep.id}
 
 
 def test_an_interrupted_delete_is_finished_later(bucket: ObstoreBucket, clock: Clock) -> None:
     meta = write_backup_block(bucket, "acme", "app", 0, 0, 10)
     write_deletion_mark(bucket, "acme", meta.id, clock(), "compacted")
     clock.advance(DELETE)
-    bucket.delete(meta_key("acme", meta.id))  # the delete stopped right after removing meta.json
+    bucket.delete(meta_key(meta))  # the delete stopped right after removing meta.json
     fetcher = _fetcher(bucket, clock)
     assert _states(fetcher) == {meta.id: BlockState.MARKED_FOR_DELETION}
     Cleaner(bucket, fetcher, DELETE, clock=clock).run("acme")
-    assert list(bucket.list("acme/")) == []
+    assert list(bucket.list("")) == []
 
 
 def test_a_delete_that_stopped_before_its_mark_leaves_an_orphan_mark_that_is_removed(
         bucket: ObstoreBucket, clock: Clock) -> None:
     meta = write_backup_block(bucket, "acme", "app", 0, 0, 10)
     write_deletion_mark(bucket, "acme", meta.id, clock(), "compacted")
-    for info in list(bucket.list(f"acme/blocks/{meta.id}/")):
+    for info in list(bucket.list(block_prefix(meta))):
         bucket.delete(info.key)
     result = _fetcher(bucket, clock).sync("acme")
     assert list(result.orphan_marks) == [meta.id]
@@ -189,13 +193,13 @@ def test_a_delete_that_stopped_before_its_mark_leaves_an_orphan_mark_that_is_rem
 
 def test_protected_blocks_are_never_marked_or_deleted(bucket: ObstoreBucket, clock: Clock) -> None:
     block = deterministic_block_id(_now_ms(), "protected")
-    bucket.put(block_file_key("acme", block, "records-0.parquet"), b"data")
+    bucket.put(block_file_key(Place("acme", block), "records-0.parquet"), b"data")
     clock.advance(SYNC + DELETE)
     report = Cleaner(bucket, _fetcher(bucket, clock), DELETE, clock=clock).run(
         "acme", metastore=lambda: MetastoreView(frozenset({block})))
     assert report.actions == []
     assert report.protected == [block]
-    assert bucket.get(block_file_key("acme", block, "records-0.parquet")) == b"data"
+    assert bucket.get(block_file_key(Place("acme", block), "records-0.parquet")) == b"data"
 
 
 def test_an_unindexed_copy_of_a_compaction_is_marked_whatever_its_id(bucket: ObstoreBucket, clock: Clock) -> None:
@@ -232,7 +236,7 @@ def test_without_the_metastore_overlap_marks_are_refused_unless_forced(bucket: O
     # would delete the only committed copy of their records.
     a, b, _ = _uncommitted_compaction(bucket)
     partial = deterministic_block_id(_now_ms(), "partial")
-    bucket.put(block_file_key("acme", partial, "records-0.parquet"), b"x")
+    bucket.put(block_file_key(Place("acme", partial), "records-0.parquet"), b"x")
     clock.advance(SYNC)
     cleaner = Cleaner(bucket, _fetcher(bucket, clock), DELETE, clock=clock)
     report = cleaner.run("acme")
@@ -276,7 +280,7 @@ def test_delayed_visibility_never_makes_a_fresh_block_partial_or_missing_too_ear
     assert seen[6:] == [BlockState.HEALTHY] * 2
 
 
-def test_a_steady_state_sync_costs_two_lists(bucket: ObstoreBucket, clock: Clock) -> None:
+def test_a_steady_state_sync_costs_one_list_per_prefix(bucket: ObstoreBucket, clock: Clock) -> None:
     for i in range(30):
         write_backup_block(bucket, "acme", "app", 0, i * 10, 10)
     write_deletion_mark(bucket, "acme", deterministic_block_id(BASE_MS, "backup/1/app/0/0/10"), clock(), "x")
@@ -286,14 +290,15 @@ def test_a_steady_state_sync_costs_two_lists(bucket: ObstoreBucket, clock: Clock
     assert bucket.calls.snapshot()["get"] == 31  # 30 meta.json + 1 mark, once
     bucket.calls.reset()
     fetcher.sync("acme")
-    assert bucket.calls.snapshot() == {"get": 0, "get_range": 0, "head": 0, "list": 2, "put": 0, "delete": 0}
+    lists = len(blocks_prefixes("acme")) + 1  # and the markers
+    assert bucket.calls.snapshot() == {"get": 0, "get_range": 0, "head": 0, "list": lists, "put": 0, "delete": 0}
 
 
 def test_a_quarantined_block_is_skipped_by_readers_and_never_deleted(bucket: ObstoreBucket, clock: Clock) -> None:
     damaged = write_backup_block(bucket, "acme", "app", 0, 0, 10)
     partial = write_backup_block(bucket, "acme", "app", 0, 10, 10)
     unreadable = write_backup_block(bucket, "acme", "app", 0, 20, 10)
-    bucket.delete(meta_key("acme", partial.id))
+    bucket.delete(meta_key(partial))
     write_quarantine_mark(bucket, "acme", damaged.id, clock(), ["checksum-mismatch: records-0.parquet"], "lost")
     write_quarantine_mark(bucket, "acme", partial.id, clock(), ["meta.json: missing"], "lost")
     bucket.put(quarantine_mark_key("acme", unreadable.id), b"{not json")
@@ -312,7 +317,7 @@ def test_a_quarantined_block_is_skipped_by_readers_and_never_deleted(bucket: Obs
     for view_ in (None, MetastoreView(frozenset(), unclaimed=lambda m: "uncommitted")):
         report = cleaner.run("acme", metastore=None if view_ is None else (lambda v=view_: v), force=True)
         assert report.actions == [], report
-    assert len(list(bucket.list("acme/blocks/"))) == 2 + 1 + 2  # every object is still there
+    assert len(list(bucket.list("group=backup/tenant=acme/"))) == 2 + 1 + 2  # every object is still there
     # A quarantine mark is not a deletion mark: the deletion-mark parser refuses it.
     with pytest.raises(CorruptObjectError, match="deletion mark is not valid"):
         parse_mark(bucket.get(quarantine_mark_key("acme", damaged.id)), "k")

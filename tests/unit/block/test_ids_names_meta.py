@@ -12,7 +12,19 @@ from shale.block import (
     parse_meta,
     ulid_time_ms,
 )
-from shale.block.layout import bucket_index_key, deletion_mark_key, meta_key, parse_block_key, parse_mark_key
+from shale.block.layout import (
+    LEGACY_LAYOUT,
+    Place,
+    block_file_key,
+    block_prefix,
+    blocks_prefixes,
+    bucket_index_key,
+    deletion_mark_key,
+    meta_key,
+    parse_block_key,
+    parse_mark_key,
+    tenant_of_dir,
+)
 from shale.errors import CorruptObjectError, InvalidNameError
 from shale.metastore import AddBlocks
 
@@ -36,20 +48,40 @@ def test_bad_tenants_are_clear_errors_never_paths(name: str) -> None:
     with pytest.raises(InvalidNameError, match="tenant"):
         check_tenant(name)
     with pytest.raises(InvalidNameError):
-        meta_key(name, new_block_id())
+        meta_key(Place(name, new_block_id()))
 
 
 def test_layout_round_trips() -> None:
     block = new_block_id()
-    assert meta_key("acme", block) == f"acme/blocks/{block}/meta.json"
+    assert meta_key(Place("acme", block)) == f"group=backup/tenant=acme/{block}/meta.json"
+    assert meta_key(Place("acme", block, layout=LEGACY_LAYOUT)) == f"acme/blocks/{block}/meta.json"
+    day = Place("acme", block, "partition", {"dt": "2026-11-27", "hour": "13"})
+    assert meta_key(day) == f"group=partition/tenant=acme/dt=2026-11-27/{block}/meta.json"
+    assert meta_key(Place("acme", block, "partition")) == \
+        f"group=partition/tenant=acme/dt=__HIVE_DEFAULT_PARTITION__/{block}/meta.json"
     assert deletion_mark_key("acme", block) == f"acme/markers/{block}-deletion-mark.json"
     assert bucket_index_key("acme") == "acme/bucket-index.json.gz"
-    parsed = parse_block_key(f"acme/blocks/{block}/records-0.parquet")
-    assert parsed is not None
-    assert (parsed.tenant, parsed.block_id, parsed.name) == ("acme", block, "records-0.parquet")
+    places = (Place("acme", block), Place("acme", block, layout=LEGACY_LAYOUT), day, Place("acme", block, "partition"))
+    for place in places:
+        parsed = parse_block_key(block_file_key(place, "records-0.parquet"))
+        assert parsed is not None
+        assert (parsed.tenant, parsed.block_id, parsed.name, parsed.prefix) == \
+            ("acme", block, "records-0.parquet", block_prefix(place))
+        assert any(parsed.prefix.startswith(p) for p in blocks_prefixes("acme"))
     assert parse_block_key("acme/markers/x") is None
     assert parse_block_key(f"../blocks/{block}/x") is None
+    assert parse_block_key(f"group=partition/tenant=acme/{block}/x") is None  # a partition block has a day
+    assert parse_block_key(f"group=backup/tenant=acme/dt=2026-11-27/{block}/x") is None
+    assert parse_block_key(f"group=partition/tenant=acme/dt=27.11.2026/{block}/x") is None
+    assert parse_block_key(f"group=other/tenant=acme/{block}/x") is None
     assert parse_mark_key(deletion_mark_key("acme", block)) == ("acme", block)
+
+
+def test_a_tenant_cannot_be_mistaken_for_a_group_folder() -> None:
+    assert tenant_of_dir("group=backup/") is None
+    assert tenant_of_dir("group=backup/tenant=acme/") == tenant_of_dir("acme/") == "acme"
+    with pytest.raises(InvalidNameError):
+        check_tenant("group=backup")
 
 
 def _meta(**changes: object) -> dict[str, object]:

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from tests.factories import BASE_MS, backup_table, write_backup_block
 
-from shale.block import BlockFetcher, Cleaner, MetastoreView, meta_key, read_meta
+from shale.block import BlockFetcher, Cleaner, MetastoreView, block_file_key, block_prefix, meta_key, read_meta
 from shale.block.reader import footer_bytes
 from shale.block.recover import recover_meta
 from shale.block.writer import FOOTER_CRC_KEY, FOOTER_META_KEY
@@ -35,7 +35,7 @@ def test_a_rebuild_recovers_a_committed_block_that_lost_its_meta_json(tmp_path: 
         (r,) = block.kafka
         assert service.submit(CommitIngestBatch(group="backup", blocks=[block], ranges=[
             OffsetRange(topic="app", partition=0, start=r.start, end=r.end)])).ok
-    bucket.delete(meta_key("acme", blocks[1].id))  # lost (an operator's mistake, a bucket policy)
+    bucket.delete(meta_key(blocks[1]))  # lost (an operator's mistake, a bucket policy)
     report = rebuild_from_bucket(bucket, tmp_path / "rebuilt.db")
     assert report.recovered == [blocks[1].id]
     rebuilt = StateMachine(tmp_path / "rebuilt.db")
@@ -49,30 +49,30 @@ def test_a_rebuild_recovers_a_committed_block_that_lost_its_meta_json(tmp_path: 
 
 def test_the_cleaner_writes_back_the_meta_json_of_an_indexed_block(bucket: ObstoreBucket) -> None:
     block = write_backup_block(bucket, "acme", "app", 0, 0, 10)
-    bucket.delete(meta_key("acme", block.id))
+    bucket.delete(meta_key(block))
     cleaner = Cleaner(bucket, BlockFetcher(bucket, sync_delay=0), delete_delay=0)
     report = cleaner.run("acme", metastore=lambda: MetastoreView(indexed=frozenset({block.id})))
     assert [a.kind for a in report.actions] == ["recover"]
-    assert read_meta(bucket, "acme", block.id) == block
+    assert read_meta(bucket, block) == block
     unindexed = write_backup_block(bucket, "acme", "app", 0, 10, 10)  # an upload that never committed
-    bucket.delete(meta_key("acme", unindexed.id))
+    bucket.delete(meta_key(unindexed))
     report = cleaner.run("acme", metastore=lambda: MetastoreView(indexed=frozenset({block.id})))
     assert [(a.kind, a.block_id) for a in report.actions] == [("mark", unindexed.id)]
 
 
 def test_a_footer_that_fails_its_crc_recovers_nothing(bucket: ObstoreBucket) -> None:
     block = write_backup_block(bucket, "acme", "app", 0, 0, 10)
-    key = f"acme/blocks/{block.id}/{block.files[0].name}"
+    key = block_file_key(block, block.files[0].name)
     footer = (pq.read_metadata(pa.BufferReader(bucket.get(key))).metadata or {})[FOOTER_META_KEY]
     tampered = backup_table("app", 0, 0, 10, BASE_MS).replace_schema_metadata(
         {FOOTER_META_KEY: footer.replace(b'"rows":10', b'"rows":11'), FOOTER_CRC_KEY: b"00000000"})
     sink = pa.BufferOutputStream()
     pq.write_table(tampered, sink)
-    bucket.delete(meta_key("acme", block.id))
+    bucket.delete(meta_key(block))
     bucket.delete(key)
     bucket.put(key, sink.getvalue().to_pybytes())
     with pytest.raises(CorruptObjectError, match="fails its CRC32"):
         footer_bytes(bucket, key, bucket.head(key).size)
-    meta, why = recover_meta(bucket, "acme", block.id, list(bucket.list(f"acme/blocks/{block.id}/")))
+    meta, why = recover_meta(bucket, "acme", block.id, list(bucket.list(block_prefix(block))))
     assert meta is None
     assert "CRC32" in why

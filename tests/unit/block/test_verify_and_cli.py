@@ -15,6 +15,7 @@ from shale.block import (
     BlockSpec,
     DatasetInput,
     KafkaRange,
+    Place,
     block_file_key,
     deterministic_block_id,
     write_block,
@@ -51,7 +52,7 @@ def test_verify_passes_on_healthy_blocks_and_finds_every_problem(root: Path, buc
     assert code == 0, out
     assert "tenant acme: 1 blocks (healthy 1): OK" in out
     # A flipped byte, a block holding offsets another block holds, and a partial upload.
-    key = block_file_key("acme", good.id, "records-0.parquet")
+    key = block_file_key(good, "records-0.parquet")
     data = bytearray(bucket.get(key))
     data[-20] ^= 1
     bucket.put(key, bytes(data))
@@ -59,7 +60,7 @@ def test_verify_passes_on_healthy_blocks_and_finds_every_problem(root: Path, buc
                                         kafka=[KafkaRange(topic="app", partition=0, start=5, end=15)]),
                       [DatasetInput("records", "app", backup_table("app", 0, 5, 10), "timestamp")])
     partial = deterministic_block_id(BASE_MS, "partial")
-    bucket.put(block_file_key("acme", partial, "records-0.parquet"), b"x")
+    bucket.put(block_file_key(Place("acme", partial), "records-0.parquet"), b"x")
     code, out = _run(root, "bucket", "verify", "--json")
     assert code == 1
     report = json.loads(out)
@@ -80,7 +81,7 @@ def test_overlap_detection_sees_spans_covered_by_an_earlier_long_block(bucket: O
 
 def test_a_quarantined_block_is_a_note_not_a_failure(bucket: ObstoreBucket) -> None:
     good = write_backup_block(bucket, "acme", "app", 0, 0, 10)
-    key = block_file_key("acme", good.id, "records-0.parquet")
+    key = block_file_key(good, "records-0.parquet")
     bucket.put(key, b"truncated")
     assert not verify_tenant(bucket, BlockFetcher(bucket, 0).sync("acme")).ok
     write_quarantine_mark(bucket, "acme", good.id, 0, ["size-mismatch: records-0.parquet"], "records nowhere else")
@@ -105,10 +106,10 @@ def test_ls_inspect_mark_delete_and_cleanup(root: Path, bucket: ObstoreBucket) -
     assert code == 0, out
     code, out = _run(root, "bucket", "cleanup", "--tenant", "acme", "--dry-run")
     assert f"would delete acme/{meta.id}" in out
-    assert list(bucket.list("acme/blocks/"))
+    assert list(bucket.list("group=backup/tenant=acme/"))
     code, out = _run(root, "bucket", "cleanup", "--tenant", "acme")
     assert f"delete acme/{meta.id}" in out
-    assert list(bucket.list("acme/")) == []
+    assert list(bucket.list("group=backup/tenant=acme/")) == []
 
 
 def test_bad_tenant_and_block_names_are_clear_errors(root: Path) -> None:

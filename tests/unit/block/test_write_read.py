@@ -54,21 +54,21 @@ class RecordingBucket(FaultyBucket):
 def test_meta_json_is_written_last_and_everything_reads_back(bucket: ObstoreBucket) -> None:
     recording = RecordingBucket(bucket)
     meta = write_backup_block(recording, "acme", "app", 0, 100, 250)  # type: ignore[arg-type]
-    assert recording.writes[-1] == meta_key("acme", meta.id)
-    assert recording.writes[:-1] == [block_file_key("acme", meta.id, "records-0.parquet")]
+    assert recording.writes[-1] == meta_key(meta)
+    assert recording.writes[:-1] == [block_file_key(meta, "records-0.parquet")]
     assert meta.rows == 250
     assert meta.kafka == [KafkaRange(topic="app", partition=0, start=100, end=350)]
     assert meta.min_time == BASE_MS
     assert meta.max_time == BASE_MS + 249_000
     assert meta.compaction.sources == [meta.id]
-    assert read_meta(bucket, "acme", meta.id) == meta
+    assert read_meta(bucket, meta) == meta
     table = read_dataset(bucket, meta, "records/app")
     assert table.equals(backup_table("app", 0, 100, 250))
     ranged = read_dataset(bucket, meta, "records/app", columns=["offset"], whole_object=False,
                           filters=[("offset", ">=", 300)])
     assert ranged.column("offset").to_pylist() == list(range(300, 350))
     info = meta.file("records-0.parquet")
-    footer = read_footer_meta(bucket, block_file_key("acme", meta.id, info.name), info.size)
+    footer = read_footer_meta(bucket, block_file_key(meta, info.name), info.size)
     assert footer == meta.model_copy(update={"files": []})
 
 
@@ -124,7 +124,7 @@ def test_a_lost_meta_json_answer_is_recovered_by_reading_it_back(bucket: Obstore
 
 def test_corrupt_data_is_detected_naming_the_block_and_file(bucket: ObstoreBucket) -> None:
     meta = write_backup_block(bucket, "acme", "app", 0, 0, 20)
-    key = block_file_key("acme", meta.id, "records-0.parquet")
+    key = block_file_key(meta, "records-0.parquet")
     data = bytearray(bucket.get(key))
     data[len(data) // 2] ^= 0xFF
     bucket.put(key, bytes(data))
@@ -134,7 +134,7 @@ def test_corrupt_data_is_detected_naming_the_block_and_file(bucket: ObstoreBucke
 
 def test_truncated_data_fails_ranged_reads_too(bucket: ObstoreBucket) -> None:
     meta = write_backup_block(bucket, "acme", "app", 0, 0, 20)
-    key = block_file_key("acme", meta.id, "records-0.parquet")
+    key = block_file_key(meta, "records-0.parquet")
     bucket.put(key, b"PAR1" + b"\x00" * (meta.file("records-0.parquet").size - 4))
     with pytest.raises(CorruptObjectError, match="cannot be read"):
         read_dataset(bucket, meta, "records/app", whole_object=False)
@@ -167,11 +167,11 @@ def test_a_streamed_block_equals_the_block_written_whole(bucket: ObstoreBucket) 
     streamed = write_block_streamed(recording, streamed_spec,  # type: ignore[arg-type]
                                     [DatasetStream("records", "app", table.schema, groups, "timestamp",
                                                    [{"topic": "app"}])], row_group_rows=100)
-    assert recording.writes[-1] == meta_key("acme", streamed.id)
+    assert recording.writes[-1] == meta_key(streamed)
     assert streamed.datasets == whole.datasets
     assert (streamed.rows, streamed.min_time, streamed.max_time) == (whole.rows, whole.min_time, whole.max_time)
     assert read_dataset(bucket, streamed, "records/app").equals(read_dataset(bucket, whole, "records/app"))
-    key = block_file_key("acme", streamed.id, "records-0.parquet")
+    key = block_file_key(streamed, "records-0.parquet")
     assert read_footer_meta(bucket, key, streamed.files[0].size) == streamed.model_copy(update={"files": []})
     with pytest.raises(ValueError, match="at most 100"):
         write_block_streamed(bucket, BlockSpec(**{**vars(spec), "id": deterministic_block_id(BASE_MS, "big")}),
@@ -193,25 +193,25 @@ def test_a_second_writer_never_replaces_data_objects(bucket: ObstoreBucket) -> N
     size). The second's data put used to overwrite the first's bytes, so a meta.json could name a CRC its object
     no longer had. Data puts are put-if-absent now: the later writer adopts the bytes already there."""
     first = write_block(bucket, _spec(), _dataset(), row_group_rows=50)
-    bucket.delete(meta_key("acme", first.id))  # as if the first writer died before meta.json
-    key = block_file_key("acme", first.id, first.files[0].name)
+    bucket.delete(meta_key(first))  # as if the first writer died before meta.json
+    key = block_file_key(first, first.files[0].name)
     before = bucket.get(key)
     second = write_block(bucket, _spec(), _dataset(), row_group_rows=1000)  # other bytes, same contents
     assert bucket.get(key) == before
     assert second.files == first.files  # meta.json names the bytes in the bucket
-    assert read_dataset(bucket, read_meta(bucket, "acme", first.id), "records/app").num_rows == 300
+    assert read_dataset(bucket, read_meta(bucket, first), "records/app").num_rows == 300
 
 
 def test_a_foreign_object_under_a_blocks_key_is_not_overwritten(bucket: ObstoreBucket) -> None:
     spec = _spec("foreign")
-    key = block_file_key("acme", spec.id, "records-0.parquet")
+    key = block_file_key(spec, "records-0.parquet")
     bucket.put(key, b"something else")
     with pytest.raises(ConflictError, match="not a Shale data object"):
         write_block(bucket, spec, _dataset())
     assert bucket.get(key) == b"something else"
     other = [DatasetInput("records", "app", backup_table("app", 0, 0, 10), "timestamp", labels=[{"topic": "app"}])]
     write_block(bucket, _spec("other"), other)  # a data object of other contents under this id's key: refused
-    bucket.delete(meta_key("acme", _spec("other").id))
+    bucket.delete(meta_key(_spec("other")))
     with pytest.raises(ConflictError, match="different contents"):
         write_block(bucket, _spec("other"), _dataset())
 

@@ -22,6 +22,7 @@ from shale.compaction.model import Assignment
 
 K0 = QueueKey("acme", 0, 0, "backup", 1)
 K1 = QueueKey("acme", 0, 1, "backup", 1)
+KP = QueueKey("acme", 0, 0, "partition", 1)
 LIMITS = PlanLimits(blocks_per_job=(3, 2), job_byte_budget=1000, max_age_ms=60_000, max_level=2, lease_ms=10_000)
 
 
@@ -47,6 +48,12 @@ def _blocks(key: QueueKey, n: int, size: int = 100, at: int = 0, prefix: str = "
     (_blocks(QueueKey("acme", 0, 2, "backup", 1), 5) + _blocks(K0, 2, size=1000), 10**9, 10, []),
     (_blocks(K0, 2) + _blocks(QueueKey("beta", 0, 0, "backup", 1), 2, prefix="x"), 10**9, 10,
      [["b0-000", "b0-001"], ["x0-000", "x0-001"]]),
+    # nor, in the partition group, days: a day's blocks wait for their own (a late block of yesterday does not
+    # hold today's queue back), so an output keeps its day
+    ([QueuedBlock(f"p{i}", KP, 100, i, day=20_000 + (i == 1)) for i in range(5)], 100, 10,
+     [["p0", "p2", "p3"]]),
+    ([QueuedBlock(f"p{i}", KP, 100, i, day=20_000 + (i % 2)) for i in range(4)], 10**9, 10,
+     [["p0", "p2"], ["p1", "p3"]]),
 ])
 def test_planner_rules(queued: list[QueuedBlock], now: int, capacity: int, expected: list[list[str]]) -> None:
     first = plan_jobs(queued, LIMITS, now, capacity)

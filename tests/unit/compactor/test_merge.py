@@ -69,7 +69,7 @@ def test_input_fetched_ahead_is_checked_like_input_read_by_the_merge() -> None:
         assert merge_blocks(bucket, sources, job="j", token=1, level=0, fetched=fetched).rows_out == 200
         assert fetched == {}  # each object's bytes were taken once read
         fetched = fetch_sources(bucket, sources, pool)
-        key = block_file_key("acme", sources[1].id, sources[1].files[0].name)
+        key = block_file_key(sources[1], sources[1].files[0].name)
         good = fetched[key].result()
         fetched[key] = pool.submit(lambda: good[:-9] + bytes([good[-9] ^ 1]) + good[-8:])
         with pytest.raises(CorruptObjectError, match=r"meta\.json says"):

@@ -190,7 +190,7 @@ def test_a_failing_merge_fails_only_its_own_job(flaky: Flaky, bucket: BucketConf
     error, returned by its task, and the other job of the poll completes."""
     first = min(flaky.service.query_blocks(["acme"], 0, 2**62), key=lambda m: m.kafka[0].start)
     store = open_bucket(bucket)
-    key = block_file_key("acme", first.id, first.files[0].name)
+    key = block_file_key(first, first.files[0].name)
     store.put(key, store.get(key)[:100])
     worker = _worker(flaky, bucket)
     assert worker.step() is not None

@@ -48,7 +48,7 @@ def test_data_file_uris_name_their_block_and_whether_they_are_copies() -> None:
     spec = table_files(block, "app", [("app", LOW + 1000, HIGH + 5, 2)], 1)[0]
     for url in ("s3://bucket/prefix", "file:///tmp/shale-bucket"):
         bucket = BucketConfig(url=url)
-        own = object_uri(bucket, block_file_key(block.tenant, block.id, spec.dataset.file))
+        own = object_uri(bucket, block_file_key(block, spec.dataset.file))
         copy = object_uri(bucket, copy_key(block.tenant, spec.copy_name()))
         assert (block_of(own), block_of(copy)) == (block.id, block.id)
         assert (is_copy(own), is_copy(copy)) == (False, True)

@@ -284,3 +284,22 @@ def test_retention_racing_a_compaction_keeps_the_fresh_records(tmp_path: Path, c
     assert [m.id for m in service.state.reader.tenant_blocks("acme")] == [out.id]
     assert [(r.start, r.end) for r in service.get_block(out.id).kafka] == [(0, 20)]  # type: ignore[union-attr]
     assert [i.key for i in bucket.list("acme/markers/")] == [deletion_mark_key("acme", old.id)]
+
+
+def test_partition_group_jobs_hold_one_day(tmp_path: Path, clock: Clock) -> None:
+    """Blocks of the partition group queue per day (of their smallest event time): a job never mixes days, so a
+    compaction output keeps its day (and its key's dt=); the backup group queues as one."""
+    state = StateMachine(tmp_path / "s.db")
+    svc = MetastoreService(state, SingleNodeLog(state, clock=clock),
+                           compaction=CompactionConfig(blocks_per_job=[2], max_age=10_000), clock=clock)
+    day = 86_400_000
+    start = BASE_MS // day * day
+    svc.submit(AddBlocks(blocks=[
+        meta(group=group, start=i * 10, end=i * 10 + 10, min_time=start + (i % 2) * day + i)
+        for group in ("partition", "backup") for i in range(4)]))
+    jobs = svc.poll_compaction(PollRequest(worker="w", capacity=10)).assigned
+    days = [{s.min_time // day for s in j.sources} for j in jobs if j.sources[0].group == "partition"]
+    assert sorted(len(d) for d in days) == [1, 1]
+    assert len({d.pop() for d in days}) == 2
+    backup = [{s.min_time // day for s in j.sources} for j in jobs if j.sources[0].group == "backup"]
+    assert [len(d) for d in backup] == [2, 2]  # in arrival order, whatever the days

@@ -19,8 +19,10 @@ from shale.block import (
     write_block,
     write_deletion_mark,
 )
+from shale.block.layout import LAYOUT, LEGACY_LAYOUT, block_prefix
 from shale.config import RetentionConfig
 from shale.errors import MetastoreUnavailableError
+from shale.index import TombstoneRow
 from shale.metastore import (
     AddBlocks,
     CommitIngestBatch,
@@ -34,7 +36,7 @@ from shale.metastore import (
     StateMachine,
     encode,
 )
-from shale.metastore.maintenance import Maintenance, expired_partitions
+from shale.metastore.maintenance import Maintenance, expired_partitions, remove_block_objects
 from shale.metastore.rebuild import rebuild_from_bucket
 from shale.objstore import ObstoreBucket, open_bucket_url
 
@@ -106,10 +108,27 @@ def test_expired_partitions_respect_creation_and_data_time(tmp_path: Path) -> No
     assert expired_partitions(rows, RetentionConfig(default=30 * DAY, tenants={"acme": 60 * DAY}), now) == []
 
 
-def test_retention_marks_then_tombstones_then_removes_after_the_delay(tmp_path: Path, bucket: ObstoreBucket) -> None:
+def test_a_tombstone_without_a_prefix_is_of_before_and_one_naming_another_block_is_refused(
+        bucket: ObstoreBucket) -> None:
+    old = write_backup_block(bucket, "acme", "app", 0, 0, 10, layout=LEGACY_LAYOUT)
+    other = write_backup_block(bucket, "acme", "app", 0, 10, 10)
+    row = TombstoneRow(seq=1, block_id=old.id, tenant="acme", shard=0, created_at=0, reason="x",
+                       files=[f.name for f in old.files])
+    with pytest.raises(ValueError, match="not the folder of block"):
+        remove_block_objects(bucket, row.model_copy(update={"prefix": block_prefix(other)}))
+    assert bucket.head(meta_key(other))
+    remove_block_objects(bucket, row)  # a metastore of before names no prefix: <tenant>/blocks/
+    assert list(bucket.list(block_prefix(old))) == []
+    assert bucket.head(meta_key(other))
+
+
+@pytest.mark.parametrize("layout", [LAYOUT, LEGACY_LAYOUT])
+def test_retention_marks_then_tombstones_then_removes_after_the_delay(tmp_path: Path, bucket: ObstoreBucket,
+                                                                      layout: int) -> None:
+    """In either layout: a block under its group's prefix, or under <tenant>/blocks/ as before."""
     now = [BASE_MS / 1000 + 31 * DAY]
     service = _service(tmp_path, clock=lambda: now[0])
-    block = write_backup_block(bucket, "acme", "app", 0, 0, 10)
+    block = write_backup_block(bucket, "acme", "app", 0, 0, 10, layout=layout)
     service.submit(AddBlocks(blocks=[block]))
     m = Maintenance(service, bucket, RetentionConfig(default=30 * DAY), delete_delay=600, is_leader=lambda: True,
                     term=lambda: 1, clock=lambda: now[0])
@@ -118,10 +137,11 @@ def test_retention_marks_then_tombstones_then_removes_after_the_delay(tmp_path: 
     assert [t.block_id for t in service.tombstones()] == [block.id]
     assert bucket.head(f"acme/markers/{block.id}-deletion-mark.json")
     assert m.collect_tombstones() == 0  # not before the delete delay
-    assert bucket.head(meta_key("acme", block.id))
+    assert bucket.head(meta_key(block))
+    assert [t.prefix for t in service.tombstones()] == [block_prefix(block)]
     now[0] += 601
     assert m.collect_tombstones() == 1
-    assert list(bucket.list("acme/")) == []
+    assert list(bucket.list("")) == []
     assert service.tombstones() == []
 
 
@@ -141,7 +161,7 @@ def test_compaction_tombstones_get_marks_once_the_output_is_past_the_sync_delay(
     now[0] += 901
     m.collect_tombstones()
     assert b"deleted by test" in bucket.get(f"acme/markers/{a.id}-deletion-mark.json")
-    assert bucket.head(meta_key("acme", a.id))
+    assert bucket.head(meta_key(a))
 
 
 def test_rebuilt_index_answers_like_the_live_one(tmp_path: Path, bucket: ObstoreBucket) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from shale.config import BucketConfig
-from shale.errors import ConflictError, NotFoundError, StoreUnavailableError
+from shale.errors import ArchivedObjectError, ConflictError, NotFoundError, StoreUnavailableError
 from shale.objstore import ObstoreBucket, open_bucket_url, task_bucket
 from shale.objstore.obstore_bucket import RetryPolicy
 from shale.objstore.testing import DelayedVisibilityBucket, Fault, FaultyBucket
@@ -53,6 +53,24 @@ def test_the_time_requests_take_is_counted_failures_included() -> None:
     assert b.calls.seconds >= 0.04
     b.calls.reset()
     assert b.calls.seconds == 0
+
+
+def test_an_archived_object_is_a_clear_error_never_a_missing_object_nor_retried() -> None:
+    """S3 answers a GET of an object in Glacier Flexible Retrieval or Deep Archive with 403 InvalidObjectState
+    (the text obstore passes on): Shale says to restore it in the store, and never takes it for a missing object
+    (which a bucket scan would judge a partial block, and the cleaner delete)."""
+    b = _bucket()
+
+    def archived() -> None:
+        raise OSError("Error performing GET https://s3.amazonaws.com/b/group%3Dbackup/tenant%3Dacme/X/meta.json: "
+                      "Server returned non-2xx status code: 403 Forbidden: <Error><Code>InvalidObjectState</Code>"
+                      "<Message>The operation is not valid for the object's storage class</Message></Error>")
+
+    with pytest.raises(ArchivedObjectError, match=r"group=backup/tenant=acme/X/meta.json is in an archive storage "
+                                                  r"class .* restore-object"):
+        b._call("get", "group=backup/tenant=acme/X/meta.json", archived)
+    assert b.sleeps == []  # type: ignore[attr-defined]
+    assert b.calls.snapshot()["get"] == 1
 
 
 def test_exhausted_retries_raise_store_unavailable_naming_the_call() -> None:

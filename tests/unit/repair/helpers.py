@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from tests.factories import BASE_MS
 
-from shale.block import BlockMeta, Compaction, Dataset, FileInfo, KafkaRange, ParserInfo, deterministic_block_id
+from shale.block import (
+    BlockMeta,
+    Compaction,
+    Dataset,
+    FileInfo,
+    KafkaRange,
+    ParserInfo,
+    deterministic_block_id,
+    meta_key,
+)
 from shale.repair.model import BlockFacts
 
 JSON = ParserInfo(name="json", version="1", options_digest="d1")
@@ -42,4 +51,4 @@ def facts(meta: BlockMeta, state: str = "healthy", *, indexed: bool = True, tomb
           unclaimed: str | None = None, damage: tuple[str, ...] = (), mark: str | None = None,
           quarantine: str | None = None) -> BlockFacts:
     return BlockFacts(id=meta.id, state=state, meta=meta, indexed=indexed, tombstoned=tombstoned, unclaimed=unclaimed,
-                      damage=damage, mark=mark, quarantine=quarantine, objects=(f"acme/blocks/{meta.id}/meta.json",))
+                      damage=damage, mark=mark, quarantine=quarantine, objects=(meta_key(meta),))

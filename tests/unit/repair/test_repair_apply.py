@@ -97,7 +97,7 @@ class World:
         return counts
 
     def listing(self) -> list[tuple[str, int, str | None]]:
-        return [(o.key, o.size, o.etag) for o in self.bucket.list("acme/")]
+        return [(o.key, o.size, o.etag) for o in self.bucket.list("")]
 
 
 class FailingMerge:
@@ -129,18 +129,18 @@ def test_a_bucket_with_every_kind_of_damage_is_planned_applied_and_converges(tmp
     w.service.submit(AddBlocks(blocks=[right])).raise_for_rejection()
     # 3. A truncated data object of a partition-group block: its records are in the backup group.
     damaged = next(m for m in parsed0 if m.datasets and m.datasets[0].kind == "records" and m.kafka[0].start == 50)
-    key = block_file_key("acme", damaged.id, damaged.datasets[0].file)
+    key = block_file_key(damaged, damaged.datasets[0].file)
     w.bucket.put(key, w.bucket.get(key)[:100])
     # 4. A block copied in from another bucket under a new id (not indexed): a copy of backup0[0].
     source = backup0[0]
     copy_id = "01" + source.id[2:-4] + "ZZZZ"
-    for name in [d.file for d in source.datasets]:
-        w.bucket.put(block_file_key("acme", copy_id, name), w.bucket.get(block_file_key("acme", source.id, name)))
     copy_meta = source.model_copy(update={"id": copy_id, "compaction": source.compaction.model_copy(
         update={"sources": [copy_id]})})
-    w.bucket.put_if_absent(meta_key("acme", copy_id), copy_meta.to_json())
+    for name in [d.file for d in source.datasets]:
+        w.bucket.put(block_file_key(copy_meta, name), w.bucket.get(block_file_key(source, name)))
+    w.bucket.put_if_absent(meta_key(copy_meta), copy_meta.to_json())
     # 5. A damaged backup block whose records Kafka no longer holds: unrecoverable.
-    lost_key = block_file_key("acme", lost[0].id, lost[0].datasets[0].file)
+    lost_key = block_file_key(lost[0], lost[0].datasets[0].file)
     w.bucket.put(lost_key, b"garbage")
     kafka = {("app", 0): KafkaPartition(INC, 0, 100), ("app", 2): KafkaPartition(INC, 1000, 1000)}
 

@@ -44,7 +44,7 @@ def test_a_corrupt_block_stops_the_partition_naming_it(stored: tuple[BucketConfi
     config, metas = stored
     broken = metas[1]
     bucket = task_bucket(config)
-    key = block_file_key(broken.tenant, broken.id, broken.files[0].name)
+    key = block_file_key(broken, broken.files[0].name)
     original = bucket.get(key)
     bucket.put(key, original[:-40] + b"\0" * 40)
     try:
