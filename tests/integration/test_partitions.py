@@ -1,18 +1,22 @@
-"""Network partitions with real processes (DESIGN 9.7): three metastore nodes and two `shale ingest` drivers of one
-group, each in a network namespace of its own (tests/netns.py), Kafka and MinIO on this machine's side of the
-service bridge, a producer writing all along. Links between hosts are cut and healed with ``ip link``:
+"""Network partitions with real processes (DESIGN 10.7, "Network partitions"): three metastore nodes and two
+`shale ingest` drivers of one group, each in a network namespace of its own (tests/netns.py), Kafka and MinIO on
+this machine's side of the service bridge, a producer writing all along. Links between hosts are cut and healed
+with ``ip link``:
 
 1. the metastore leader cut off from its followers, still reachable by the drivers;
 2. the driver holding the lease cut off from the metastore, not from Kafka and the bucket;
 3. a minority partition: the leader and the lease holder on one side, the followers and the standby on the other;
 4. flapping links: random pair links cut and healed at random moments.
 
-Each run ends with ``shale verify`` (0 missing, 0 duplicated) and a check of the commit history the drivers logged:
-every commit the metastore acknowledged is in the index afterwards, no commit refused for a stale lease is, and
-every block in the index belongs to a commit a driver made. How long the group went without an acknowledged commit
-is measured and logged (test-output/partitions/), never asserted.
+Each scenario ends, the producer stopped and every record committed, with ``shale verify`` (0 missing, 0
+duplicated) and a check of the commit history the drivers logged: every commit the metastore acknowledged is in the
+index afterwards, no commit refused for a stale lease is, and every block in the index belongs to a commit a driver
+made. How long the group went without an acknowledged commit is measured and logged (test-output/partitions/),
+never asserted.
 
-``SHALE_PARTITIONS=long`` runs each fault several times with longer partitions and many more flaps.
+The short profile (``make test``) runs the four scenarios one after the other on one deployment, one fault each;
+``SHALE_PARTITIONS=long`` runs each scenario on a deployment of its own, three times, with longer partitions and
+many more flaps.
 """
 
 from __future__ import annotations
@@ -95,6 +99,7 @@ class World:
     exits: list[tuple[str, int | None]] = field(default_factory=list)
     """(driver, exit code) of every driver that stopped by itself (a fenced driver does) and was started again."""
     produced: int = 0
+    errors: list[str] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
     faults: list[tuple[float, float, str]] = field(default_factory=list)
     """(cut at, healed at, what) per fault, wall-clock seconds."""
@@ -115,6 +120,12 @@ class World:
     def produce(self) -> threading.Thread:
         """Write RATE records a second (numbered, JSON) until ``stop``; bounded by the test's own length."""
         def run() -> None:
+            try:
+                write()
+            except Exception as exc:
+                self.errors.append(f"producer: {exc!r}")
+
+        def write() -> None:
             producer = CheckedProducer({"bootstrap.servers": self.bootstrap, "linger.ms": 20,
                                         "enable.idempotence": True})
             base = 1_795_000_000
@@ -124,7 +135,6 @@ class World:
                     producer.produce(self.topic, key=str(i).encode(),
                                      value=json.dumps({"ts": base + i, "level": "INFO", "msg": f"e{i}"}).encode())
                     self.produced += 1
-                producer.poll(0)
             producer.flush(120)
 
         thread = threading.Thread(target=run, name="producer", daemon=True)
@@ -147,7 +157,7 @@ class World:
     def holder(self) -> str:
         """The driver that took the lease last."""
         taken = [(ts, path.name.split("-")[0]) for path in self.logs() for ts, line in _lines(path)
-                 if line.get("message", "").startswith("ingest lease ") and "this process writes" in line["message"]]
+                 if line.get("msg", "").startswith("ingest lease ") and "this process writes" in line["msg"]]
         assert taken, "no driver holds the lease"
         return max(taken)[1]
 
@@ -195,9 +205,9 @@ class History:
         history = cls()
         for path in logs:
             for ts, line in _lines(path):
-                if line.get("message") == "batch commit":
+                if line.get("msg") == "batch commit":
                     history.attempts[line["batch"]] = {**line, "at": ts}
-                elif line.get("message") == "batch committed":
+                elif line.get("msg") == "batch committed":
                     history.outcomes[line["batch"]] = (ts, line["outcome"])
             history.fenced |= set(FENCED.findall(path.read_text(errors="replace")))
         return history
@@ -292,18 +302,45 @@ def world(net: Network, shared: tuple[KafkaBroker, MinioServer], tmp_path: Path)
                 process.kill9()
 
 
-def _run(world: World, name: str, faults: Callable[[World, random.Random], None]) -> None:
-    """Drivers and load, the faults, then the end checks and the measurements."""
-    rng = random.Random(f"{name}-{time.time_ns()}")
-    for driver in DRIVERS:
-        world.start_driver(driver)
-    producer = world.produce()
-    eventually(lambda: len(world.history().acked_times()) >= 3, 300, "the drivers to commit under load")
-    faults(world, rng)
-    world.stop.set()
-    producer.join(timeout=180)
+def _hold(rng: random.Random) -> float:
+    return rng.uniform(*PROFILE["hold"])
+
+
+def leader_isolated(w: World, rng: random.Random) -> None:
+    for _ in range(int(PROFILE["rounds"])):
+        leader = NODES[w.cluster.wait_leader()]
+        w.fault(f"leader {leader} cut off from its followers", [(leader, n) for n in NODES if n != leader],
+                _hold(rng))
+
+
+def driver_isolated(w: World, rng: random.Random) -> None:
+    for _ in range(int(PROFILE["rounds"])):
+        holder = w.holder()
+        w.fault(f"lease holder {holder} cut off from the metastore", [(holder, n) for n in NODES],
+                max(_hold(rng), 3 * LEASE))
+
+
+def minority(w: World, rng: random.Random) -> None:
+    for _ in range(int(PROFILE["rounds"])):
+        side = {NODES[w.cluster.wait_leader()], w.holder()}
+        w.fault(f"minority {sorted(side)}", w.net.across(side), max(_hold(rng), 3 * LEASE))
+
+
+def flapping(w: World, rng: random.Random) -> None:
+    for _ in range(int(PROFILE["rounds"])):
+        w.flap(rng, int(PROFILE["flaps"]))
+
+
+SCENARIOS: list[tuple[str, Callable[[World, random.Random], None]]] = [
+    ("leader-isolated", leader_isolated), ("driver-isolated", driver_isolated), ("minority", minority),
+    ("flapping", flapping)]
+
+
+def _settle(world: World, client: MetastoreClient) -> dict[str, int]:
+    """With the producer stopped: every record committed, ``shale verify`` finds 0 missing and 0 duplicated, and
+    the commit history checks out. Returns the history's counts."""
+    assert not world.errors, world.errors
     world.revive()
-    client = world.client()
 
     def caught_up() -> bool:
         return sum(o.committed_end for o in client.offsets("backup", 1) if o.topic == world.topic) == world.produced
@@ -316,54 +353,44 @@ def _run(world: World, name: str, faults: Callable[[World, random.Random], None]
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert (report["missing"], report["duplicated"], report["stored"]) == (0, 0, world.produced), report
+    indexed = {b.id for b in client.query_blocks(client.tenants(), 0, 2**62, "", "backup")}
+    return world.history().check(indexed)
+
+
+@pytest.mark.parametrize("name", [name for name, _ in SCENARIOS] if LONG else ["all"])
+def test_partitions_under_ingest_load(world: World, name: str) -> None:
+    """The scenarios one after the other on one deployment (the short profile; the long one runs each on a
+    deployment of its own), each under load and each ending with verify and the history check."""
+    rng = random.Random(time.time_ns())
+    for driver in DRIVERS:
+        world.start_driver(driver)
+    client = world.client()
+    results = []
+    for scenario, faults in SCENARIOS:
+        if name not in ("all", scenario):
+            continue
+        world.stop.clear()
+        started = time.time()
+        producer = world.produce()
+
+        def going(since: float = started) -> bool:
+            assert not world.errors, world.errors
+            return len([t for t in world.history().acked_times() if t > since]) >= 3
+
+        eventually(going, 300, f"the drivers to commit under load before {scenario}")
+        first = len(world.faults)
+        faults(world, rng)
+        world.stop.set()
+        producer.join(timeout=180)
+        counts = _settle(world, client)
+        acked = [t for t in world.history().acked_times() if t > started]
+        results.append({"scenario": scenario, "profile": "long" if LONG else "short", "records": world.produced,
+                        "lease_s": LEASE, "client_request_timeout_s": 3.0, "history": counts,
+                        "drivers_exited": list(world.exits), **unavailability(acked, world.faults[first:])})
+        print(json.dumps(results[-1]))  # the figures, in the test's output as well
     for process in world.drivers.values():
         process.stop()
-    indexed = {b.id for b in client.query_blocks(client.tenants(), 0, 2**62, "", "backup")}
-    history = world.history()
-    counts = history.check(indexed)
     eventually(lambda: len(set(world.cluster.content_hashes())) == 1, 120, "the replicas to converge")
-    measured = {"scenario": name, "profile": "long" if LONG else "short", "records": world.produced,
-                "lease_s": LEASE, "client_request_timeout_s": 3.0, "history": counts,
-                "drivers_exited": world.exits,
-                **unavailability(history.acked_times(), world.faults)}
     out = ROOT / "test-output" / "partitions"
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{name}.json").write_text(json.dumps(measured, indent=2))
-    print(json.dumps(measured))  # the figures, in the test's output as well
-
-
-def _hold(rng: random.Random) -> float:
-    return rng.uniform(*PROFILE["hold"])
-
-
-def test_leader_cut_off_from_its_followers(world: World) -> None:
-    def faults(w: World, rng: random.Random) -> None:
-        for _ in range(PROFILE["rounds"]):
-            leader = NODES[w.cluster.wait_leader()]
-            w.fault(f"leader {leader} cut off from its followers", [(leader, n) for n in NODES if n != leader],
-                    _hold(rng))
-
-    _run(world, "leader-isolated", faults)
-
-
-def test_lease_holder_cut_off_from_the_metastore(world: World) -> None:
-    def faults(w: World, rng: random.Random) -> None:
-        for _ in range(PROFILE["rounds"]):
-            holder = w.holder()
-            w.fault(f"driver {holder} cut off from the metastore", [(holder, n) for n in NODES],
-                    max(_hold(rng), 3 * LEASE))
-
-    _run(world, "driver-isolated", faults)
-
-
-def test_minority_partition_of_the_leader_and_the_lease_holder(world: World) -> None:
-    def faults(w: World, rng: random.Random) -> None:
-        for _ in range(PROFILE["rounds"]):
-            side = {NODES[w.cluster.wait_leader()], w.holder()}
-            w.fault(f"minority {sorted(side)}", w.net.across(side), max(_hold(rng), 3 * LEASE))
-
-    _run(world, "minority", faults)
-
-
-def test_flapping_links(world: World) -> None:
-    _run(world, "flapping", lambda w, rng: w.flap(rng, int(PROFILE["flaps"])))
+    (out / f"{name}-{'long' if LONG else 'short'}.json").write_text(json.dumps(results, indent=2))
