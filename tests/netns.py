@@ -145,6 +145,12 @@ class Network:
             ip("-n", self.namespace(me), "neigh", "flush", "dev", f"to{self.index[other]}")
         self.cut_links.discard(pair)
 
+    def reaches(self, source: str, address: str, port: int, timeout: float = 1.0) -> bool:
+        """Whether a TCP connection from inside host ``source`` to ``address:port`` opens within ``timeout``."""
+        probe = f"import socket; socket.create_connection(({address!r}, {port}), timeout={timeout})"
+        return subprocess.run([*self.wrap(source), sys.executable, "-c", probe], capture_output=True,
+                              check=False, timeout=timeout + 30).returncode == 0
+
     def across(self, side: set[str]) -> list[tuple[str, str]]:
         """The pair links between ``side`` and the other hosts (what a partition of ``side`` cuts)."""
         return [(a, b) for a in sorted(side) for b in self.names if b not in side and frozenset((a, b)) in self.pairs]

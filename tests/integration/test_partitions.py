@@ -74,7 +74,7 @@ def shared(net: Network, tmp_path_factory: pytest.TempPathFactory) -> Iterator[t
     """Kafka and MinIO on the service bridge's address of this machine (reachable from every namespace, from
     nothing outside this machine)."""
     folder = tmp_path_factory.mktemp("partition-services")
-    kafka = KafkaBroker(folder / "kafka", host=net.service_address)
+    kafka = KafkaBroker(folder / "kafka", heap="384m", host=net.service_address)
     minio = MinioServer(folder / "minio", host=net.service_address)
     try:
         kafka.start()
@@ -169,6 +169,11 @@ class World:
         start = time.time()
         for a, b in pairs:
             self.net.cut(a, b)
+        node = next(n for pair in pairs for n in pair if n in NODES)  # a metastore node cut off from its peer
+        peer = next(b if a == node else a for a, b in pairs if node in (a, b))
+        assert not self.net.reaches(peer, self.net.address(node), 7070), f"{peer} still reaches {node}"
+        linked = [h for h in self.net.names if frozenset((h, node)) in set(self.net.pairs) - self.net.cut_links]
+        assert all(self.net.reaches(h, self.net.address(node), 7070) for h in linked[:1]), f"{linked} lost {node}"
         time.sleep(hold)  # the partition lasts this long: the moment is what is tested, not a wait for a state
         self.net.heal_all()
         self.recovered(start, what)
