@@ -147,6 +147,16 @@ class World:
     def history(self) -> History:
         return History.read(self.logs())
 
+    def ready(self) -> None:
+        """Wait until every driver holds the lease or waits as a standby (a driver started again warms up first:
+        a fault before that would measure its start, not the takeover)."""
+        def waiting() -> bool:
+            self.revive()  # a fenced driver may exit a while after the heal
+            texts = [p.log_path.read_text(errors="replace") for p in self.drivers.values()]
+            return all("standby: another process" in t or "this process writes" in t for t in texts)
+
+        eventually(waiting, 300, "every driver to hold the lease or wait as a standby")
+
     def revive(self) -> None:
         """Start again every driver that exited (as its supervisor would)."""
         for name, process in list(self.drivers.items()):
@@ -313,6 +323,7 @@ def _hold(rng: random.Random) -> float:
 
 def leader_isolated(w: World, rng: random.Random) -> None:
     for _ in range(int(PROFILE["rounds"])):
+        w.ready()
         leader = NODES[w.cluster.wait_leader()]
         w.fault(f"leader {leader} cut off from its followers", [(leader, n) for n in NODES if n != leader],
                 _hold(rng))
@@ -320,6 +331,7 @@ def leader_isolated(w: World, rng: random.Random) -> None:
 
 def driver_isolated(w: World, rng: random.Random) -> None:
     for _ in range(int(PROFILE["rounds"])):
+        w.ready()
         holder = w.holder()
         w.fault(f"lease holder {holder} cut off from the metastore", [(holder, n) for n in NODES],
                 max(_hold(rng), 3 * LEASE))
@@ -327,12 +339,14 @@ def driver_isolated(w: World, rng: random.Random) -> None:
 
 def minority(w: World, rng: random.Random) -> None:
     for _ in range(int(PROFILE["rounds"])):
+        w.ready()
         side = {NODES[w.cluster.wait_leader()], w.holder()}
         w.fault(f"minority {sorted(side)}", w.net.across(side), max(_hold(rng), 3 * LEASE))
 
 
 def flapping(w: World, rng: random.Random) -> None:
     for _ in range(int(PROFILE["rounds"])):
+        w.ready()
         w.flap(rng, int(PROFILE["flaps"]))
 
 
