@@ -47,8 +47,8 @@ replica.fetch.max.bytes=16777216
 """
 
 _PLAINTEXT = """\
-listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
-advertised.listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
+listeners=PLAINTEXT://{host}:{port},CONTROLLER://127.0.0.1:{controller_port}
+advertised.listeners=PLAINTEXT://{host}:{port},CONTROLLER://127.0.0.1:{controller_port}
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
 inter.broker.listener.name=PLAINTEXT"""
 
@@ -115,7 +115,8 @@ def make_tls(folder: Path, host: str = "127.0.0.1") -> tuple[Path, Path, str]:
 
 @dataclass
 class KafkaBroker:
-    """One broker+controller process. ``bootstrap_servers`` is what clients connect to."""
+    """One broker+controller process. ``bootstrap_servers`` is what clients connect to: ``host`` (loopback unless a
+    test's network namespaces must reach it; plaintext only), its controller stays on loopback."""
 
     data_dir: Path
     port: int = 0
@@ -127,14 +128,15 @@ class KafkaBroker:
     sasl_username: str = "shale"
     sasl_password: str = field(default_factory=lambda: secrets.token_urlsafe(18), repr=False)
     ca_file: Path | None = None
+    host: str = "127.0.0.1"
 
     @property
     def bootstrap_servers(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def internal_bootstrap(self) -> str:
-        return f"127.0.0.1:{self.internal_port or self.port}"
+        return f"127.0.0.1:{self.internal_port}" if self.internal_port else self.bootstrap_servers
 
     def kafka_config(self) -> dict[str, Any]:
         """The ``[kafka]`` section that reaches this broker (the password included: keep it out of argv)."""
@@ -149,7 +151,9 @@ class KafkaBroker:
 
     def _listeners(self) -> str:
         if self.security == "plaintext":
-            return _PLAINTEXT.format(port=self.port, controller_port=self.controller_port)
+            return _PLAINTEXT.format(host=self.host, port=self.port, controller_port=self.controller_port)
+        if self.host != "127.0.0.1":
+            raise ValueError("a secured broker listens on loopback only")
         name = "SASL_PLAINTEXT" if self.security == "sasl" else "SSL"
         text = _SECURED.format(name=name, port=self.port, internal_port=self.internal_port,
                                controller_port=self.controller_port)
@@ -161,7 +165,7 @@ class KafkaBroker:
 
     def start(self, timeout: float = READY_TIMEOUT_S) -> KafkaBroker:
         jars = fetch_kafka()
-        self.port = self.port or free_port()
+        self.port = self.port or free_port(self.host)
         self.controller_port = self.controller_port or free_port()
         if self.security != "plaintext":
             self.internal_port = self.internal_port or free_port()
@@ -213,7 +217,8 @@ class KafkaBroker:
             future.result(timeout=30)
 
     def _ready(self) -> bool:
-        if not port_open(self.port) or not port_open(int(self.internal_bootstrap.rsplit(":", 1)[1])):
+        internal_host, internal_port = self.internal_bootstrap.rsplit(":", 1)
+        if not port_open(self.port, self.host) or not port_open(int(internal_port), internal_host):
             return False
         from confluent_kafka.admin import AdminClient
 

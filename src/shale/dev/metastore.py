@@ -51,6 +51,10 @@ class MetastoreCluster:
     raft_ports: list[int] = field(default_factory=list)
     processes: list[ManagedProcess | None] = field(default_factory=list)
     admin_token: str = field(default="", repr=False)
+    hosts: list[str] = field(default_factory=list)
+    """Node i's address (default loopback): where it listens and its peers reach it."""
+    wrappers: list[list[str]] = field(default_factory=list)
+    """Node i's command prefix (``ip netns exec NS``: a node in a network namespace of its own)."""
 
     def __post_init__(self) -> None:
         if self.secret is None:
@@ -65,7 +69,10 @@ class MetastoreCluster:
 
     @property
     def addresses(self) -> list[str]:
-        return [f"{self.scheme}://127.0.0.1:{p}" for p in self.http_ports]
+        return [f"{self.scheme}://{self.host(i)}:{p}" for i, p in enumerate(self.http_ports)]
+
+    def host(self, i: int) -> str:
+        return self.hosts[i] if self.hosts else "127.0.0.1"
 
     def issue_token(self, name: str, role: str, groups: Sequence[str] = (), tenants: Sequence[str] = ()) -> str:
         """Add a token to the cluster's tokens file and return it (running nodes pick it up within a second)."""
@@ -77,7 +84,7 @@ class MetastoreCluster:
         return token
 
     def _command(self, i: int) -> list[str]:
-        sets = [f"metastore.listen=127.0.0.1:{self.http_ports[i]}",
+        sets = [f"metastore.listen={self.host(i)}:{self.http_ports[i]}",
                 f"metastore.data_dir={self.directory / f'node{i}'}",
                 f"metastore.tokens_file={self.tokens_file}",
                 f"bucket.url={self.bucket.url}", f"bucket.endpoint={self.bucket.endpoint}",
@@ -87,13 +94,13 @@ class MetastoreCluster:
             sets += [f"metastore.tls_cert_file={self.tls.cert}", f"metastore.tls_key_file={self.tls.key}",
                      f"metastore.tls_ca_file={self.tls.ca}"]
         if self.size > 1:
-            members = ", ".join(f'{{raft = "127.0.0.1:{r}", http = "{self.scheme}://127.0.0.1:{h}"}}'
-                                for r, h in zip(self.raft_ports, self.http_ports, strict=True))
-            sets += [f"metastore.raft_address=127.0.0.1:{self.raft_ports[i]}", f"metastore.members=[{members}]"]
+            members = ", ".join(f'{{raft = "{self.host(j)}:{r}", http = "{address}"}}' for j, (r, address) in
+                                enumerate(zip(self.raft_ports, self.addresses, strict=True)))
+            sets += [f"metastore.raft_address={self.host(i)}:{self.raft_ports[i]}", f"metastore.members=[{members}]"]
         command = [sys.executable, "-m", "shale.cli", "--log-format", "json"]
         for s in sets:
             command += ["--set", s]
-        return [*command, "metastore", "serve"]
+        return [*(self.wrappers[i] if self.wrappers else []), *command, "metastore", "serve"]
 
     def _environment(self) -> dict[str, str]:
         """The nodes' environment: this process's, plus the secrets (which must never be on a command line)."""

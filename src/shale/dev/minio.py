@@ -62,18 +62,21 @@ class MinioServer:
     access_key: str = DEV_ACCESS_KEY
     secret_key: str = DEV_SECRET_KEY
     process: ManagedProcess | None = None
+    host: str = "127.0.0.1"
+    """The S3 API's address (loopback unless a test's network namespaces must reach it); the console stays on
+    loopback."""
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def start(self, timeout: float = READY_TIMEOUT_S) -> MinioServer:
         binary = fetch_minio()
-        self.port = self.port or free_port()
+        self.port = self.port or free_port(self.host)
         console_port = free_port()
         env = dict(os.environ, MINIO_ROOT_USER=self.access_key, MINIO_ROOT_PASSWORD=self.secret_key,
                    MINIO_BROWSER="off", MINIO_UPDATE="off")
-        command = [str(binary), "server", "--quiet", "--address", f"127.0.0.1:{self.port}",
+        command = [str(binary), "server", "--quiet", "--address", f"{self.host}:{self.port}",
                    "--console-address", f"127.0.0.1:{console_port}", str(self.data_dir / "data")]
         self.process = ManagedProcess("minio", command, self.data_dir / "minio.log", env=env)
         self.process.start()

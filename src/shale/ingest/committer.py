@@ -129,6 +129,13 @@ class Committer:
         if self.dlq is None:
             return True
         report = self.dlq.replay(self._submit_bytes, self.stream)
+        reasons = {report.reasons.get(key, "") for key in report.rejected}
+        if report.rejected and reasons <= set(LEASE_REASONS):
+            # Fenced while the metastore was out of reach: another driver took the shard (or the shard map
+            # changed) and reads these offsets again. A lost lease, not a conflict for an operator.
+            raise LeaseLostError(f"ingest {self.group}: its dead-lettered commits were fenced off on replay "
+                                 f"({', '.join(sorted(reasons))}); this process stops writing",
+                                 reason="resharded" if reasons == {"resharded"} else "")
         if report.rejected:
             raise IngestConflictError(f"ingest {self.group}: dead letter queue commands were rejected on replay "
                                       f"({report.rejected}); see _shale/dlq-rejected/ and restart ingestion")

@@ -162,6 +162,11 @@ class IngestJob:
         command = batch_commit(written, ranges, group=self.group, generation=self.generation, writer="ingest",
                                batch=f"{self.run_id}/{self.batches}", lease=self.lease.token,
                                shard=self.lease.shard)
+        # What the commit holds, for a history check of the commits (the partition tests read it from the log).
+        log.debug("batch commit", extra={
+            "group": self.group, "batch": command.batch, "lease": command.lease, "shard": command.shard,
+            "ranges": [[r.topic, r.partition, r.start, r.end] for r in command.ranges],
+            "block_ids": [b.id for b in command.blocks]})
         failpoint("ingest.before-commit")
         outcome = self.committer.commit(command) if ranges else "paused"
         failpoint("ingest.after-commit")

@@ -72,6 +72,8 @@ class ReplayReport:
     replayed: list[str] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
     pending: list[str] = field(default_factory=list)
+    reasons: dict[str, str] = field(default_factory=dict)
+    """Each rejected key's reason code (``stale-lease``: its writer was fenced off)."""
 
 
 class DeadLetterQueue:
@@ -171,6 +173,7 @@ class DeadLetterQueue:
         self.bucket.put(REJECTED_PREFIX + key[len(DLQ_PREFIX):], data + b"\n" + result.model_dump_json().encode())
         self.bucket.delete(key)
         report.rejected.append(key)
+        report.reasons[key] = result.reason
         DLQ_EVENTS.labels("rejected").inc()
         log.error("dead letter queue command rejected on replay; moved aside for an operator",
                   extra={"key": key, "reason": result.reason, "detail": result.message})

@@ -4,22 +4,30 @@ holder's lease expires; the old holder's heartbeat and commits are then fenced, 
 from __future__ import annotations
 
 import threading
+import uuid
 from pathlib import Path
 
 import pytest
 from tests.factories import Clock
 
+from shale.config import BucketConfig
+from shale.errors import MetastoreUnavailableError
+from shale.index import OffsetRow
 from shale.ingest.committer import Committer, LeaseLostError
 from shale.ingest.lease import TAKEOVERS, IngestLease
 from shale.metastore import (
+    Command,
     CommitIngestBatch,
+    DeadLetterQueue,
     MetastoreService,
     Noop,
     OffsetRange,
+    Result,
     SetIngestShards,
     SingleNodeLog,
     StateMachine,
 )
+from shale.objstore import open_bucket
 
 
 def _service(tmp_path: Path, clock: Clock) -> MetastoreService:
@@ -69,6 +77,49 @@ def test_a_standby_takes_over_an_expired_lease_and_the_old_holder_is_fenced(tmp_
     standby.release()
     assert service.ingest_leases()[0]["holder"] == ""
     assert IngestLease(service, "backup", 1, duration=10, holder="third").wait(stop)  # released: at once
+
+
+class Unreachable:
+    """The service as a driver cut off from the metastore sees it while ``cut`` (the committer's target)."""
+
+    def __init__(self, service: MetastoreService) -> None:
+        self.service = service
+        self.cut = False
+
+    def submit(self, command: Command) -> Result:
+        if self.cut:
+            raise MetastoreUnavailableError("cut off")
+        return self.service.submit(command)
+
+    def offsets(self, group: str | None = None, generation: int | None = None) -> list[OffsetRow]:
+        return self.service.offsets(group, generation)
+
+
+def test_a_holder_fenced_while_cut_off_stops_on_its_dead_lettered_commit_as_a_lost_lease(tmp_path: Path) -> None:
+    """The partition test's lease holder cut off from the metastore: its commit went to the dead letter queue, the
+    standby took the shard, and when the holder gets through again the replay refuses the commit for its lease.
+    That is a lost lease (the new holder reads those offsets again), not a conflict for an operator."""
+    clock = Clock(1_800_000_000.0)
+    service = _service(tmp_path, clock)
+    active = IngestLease(service, "backup", 1, duration=10, holder="active")
+    stop = threading.Event()
+    assert active.wait(stop)
+    link = Unreachable(service)
+    old = Committer(link, DeadLetterQueue(open_bucket(BucketConfig(url=f"memory://dlq-{uuid.uuid4().hex}"))),
+                    "backup", 1)
+    old.load()
+    assert old.commit(_batch(0, 10, active.token)) == "committed"
+    link.cut = True
+    assert old.commit(_batch(10, 20, active.token)) == "dead-lettered"
+    for _ in range(11):  # a whole lease without a renewal while the log runs
+        clock.now += 1
+        service.submit(Noop())
+    standby = IngestLease(service, "backup", 1, duration=10, holder="standby")
+    assert standby.wait(stop)
+    link.cut = False
+    with pytest.raises(LeaseLostError, match="fenced off on replay \\(stale-lease\\)"):
+        old.commit(_batch(20, 30, active.token))
+    assert service.offsets("backup", 1)[0].committed_end == 10  # the fenced commits applied nothing
 
 
 def test_a_stopped_standby_gives_up_waiting(tmp_path: Path) -> None:
