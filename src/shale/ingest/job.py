@@ -37,14 +37,13 @@ from shale.errors import ConfigError, RetryableError
 from shale.failpoints import failpoint
 from shale.ingest import metrics
 from shale.ingest.committer import (
-    CommitTarget,
     Committer,
     IngestConflictError,
     LeaseLostError,
     batch_commit,
     stream_name,
 )
-from shale.ingest.lease import IngestLease
+from shale.ingest.lease import IngestLease, LeaseTarget
 from shale.ingest.pauses import RegistryBackoff, commit_ranges
 from shale.ingest.plan import BatchPlan, Limits, PartitionRange, plan_batch, recreated
 from shale.ingest.summary import IngestSummary
@@ -84,7 +83,7 @@ TopicPartition = tuple[str, int]
 
 class IngestJob:
     def __init__(self, config: ShaleConfig, group: str, *, spark: SparkSession | None = None,
-                 metastore: CommitTarget | None = None, shard: int | None = None) -> None:
+                 metastore: LeaseTarget | None = None, shard: int | None = None) -> None:
         if group not in GROUPS:
             raise ConfigError(f"--group {group!r}: choose one of {', '.join(GROUPS)}")
         ingest = config.ingest

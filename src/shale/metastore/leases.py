@@ -14,13 +14,15 @@ lease takes its holder's commits (nobody else wrote since) but no renewal: it st
 never leased takes commits without a token (writers that do not lease: reprocess jobs, tests, callers older than
 leases); once leased, never again (a release ends the lease but keeps its row).
 
-The log's time runs only while the log does. A silence in the log longer than a third of a lease (the heartbeat
-period: a live holder renews at least that often, and a standby asks ten times per lease) means nobody could reach
-the metastore: it was stopped, or had no quorum. ``bridge_silence``, run before every entry, adds such a silence to
-every lease that was live when it began, so an outage neither expires a lease nor hands the shard to the first
-standby to get through once it ends; the holder's dead-lettered commits and heartbeats come in as before the
-outage. This only delays takeovers (by at most one lease, for a holder that died during the silence); fencing
-never depends on it, since the token decides.
+The log's time runs only while the log does. A silence in the log longer than half a lease (``BRIDGED_SILENCE``; a
+live holder renews every third of a lease) means nobody could reach the metastore: it was stopped, or had no quorum.
+Standbys write nothing while the holder renews (they watch the lease rows with reads); once its renewals stop for
+``shale.ingest.lease.SUSPECT`` of a lease they ask for it every tenth of a lease, before the log has been silent
+long enough to bridge, so its time runs on to the expiry. ``bridge_silence``, run before every entry, adds such a
+silence to every lease that was live when it began, so an outage neither expires a lease nor hands the shard to the
+first standby to get through once it ends; the holder's dead-lettered commits and heartbeats come in as before the
+outage. This only delays takeovers (by at most one lease, for a holder that died during the silence); fencing never
+depends on it, since the token decides.
 
 The state lives in the index's ``ingest_leases`` table, written only here, inside the apply transaction (and the
 log's last entry time in the ``state`` table, ``LOG_TIME``).
@@ -92,7 +94,7 @@ def leases(conn: sqlite3.Connection) -> list[Lease]:
     return [Lease(*r) for r in conn.execute(f"SELECT {_COLUMNS} FROM ingest_leases ORDER BY grp, generation, shard")]
 
 
-def lease_rows(conn: sqlite3.Connection, now_ms: int) -> list[dict[str, Any]]:
+def lease_rows(conn: sqlite3.Connection, now_ms: int, group: str | None = None) -> list[dict[str, Any]]:
     """Every shard of every leased group as the API, the metrics and the status page show it: one row per shard of
     the group's shard map, a shard never leased yet with no holder (so the no-holder alert sees it), and none for
     shards beyond the map's count (left from a larger count)."""
@@ -101,6 +103,8 @@ def lease_rows(conn: sqlite3.Connection, now_ms: int) -> list[dict[str, Any]]:
     keys = set(found) | {(g, n, s) for (g, n), m in maps.items() for s in range(m.shards)}
     rows = []
     for key in sorted(keys):
+        if group is not None and key[0] != group:
+            continue
         current = maps.get(key[:2])
         version, shards = (current.version, current.shards) if current else (0, 1)
         if current is not None and key[2] >= shards:
@@ -111,13 +115,16 @@ def lease_rows(conn: sqlite3.Connection, now_ms: int) -> list[dict[str, Any]]:
     return rows
 
 
+BRIDGED_SILENCE = 0.5
+"""A silence in the log longer than this share of a lease was an outage (module docstring): above a holder's
+heartbeat period (a third) with room for its latency; below what a lease renewed on time has left (two thirds)."""
 LOG_TIME = "log_time_ms"
 """The ``state`` key holding the time of the last entry applied (the leader's clock, never decreasing)."""
 
 
 def bridge_silence(w: IndexWriter, time_ms: int) -> None:
     """Before an entry at ``time_ms``: add the silence since the previous entry to every lease that was live when it
-    began, if it was longer than a third of that lease (module docstring). Deterministic: log times only."""
+    began, if it was longer than ``BRIDGED_SILENCE`` of that lease (module docstring). Deterministic: log times only."""
     row = w.conn.execute("SELECT value FROM state WHERE key = ?", (LOG_TIME,)).fetchone()
     last = int(row[0]) if row else 0
     if time_ms <= last:
@@ -125,7 +132,7 @@ def bridge_silence(w: IndexWriter, time_ms: int) -> None:
     w.conn.execute("INSERT OR REPLACE INTO state (key, value) VALUES (?, ?)", (LOG_TIME, time_ms))
     if last:
         w.conn.execute("UPDATE ingest_leases SET expires_at = expires_at + ? WHERE holder != '' AND expires_at > ? "
-                       "AND 3 * ? > duration_ms", (time_ms - last, last, time_ms - last))
+                       "AND ? > duration_ms * ?", (time_ms - last, last, time_ms - last, BRIDGED_SILENCE))
 
 
 def _answer(lease: Lease, granted: bool, now_ms: int, version: int, shards: int) -> Result:

@@ -151,10 +151,12 @@ class MetastoreService:
     def compaction_jobs(self) -> list[dict[str, Any]]:
         return job_rows(CompactionState(self.state.reader.conn), int(self.clock() * 1000))
 
-    def ingest_leases(self) -> list[dict[str, Any]]:
+    def ingest_leases(self, group: str | None = None) -> list[dict[str, Any]]:
         """Every shard's ingest lease as of now (``holder`` empty when nobody holds it, or its lease was granted
-        under an older shard map)."""
-        return lease_rows(self.state.reader.conn, int(self.clock() * 1000))
+        under an older shard map), of one group or all. Not linearized: a standby watches these rows, and a read
+        barrier would write a no-op to the log on every look."""
+        READS.labels("ingest_leases").inc()
+        return lease_rows(self.state.reader.conn, int(self.clock() * 1000), group)
 
     def schema_versions(self, tenant: str, topic: str | None = None) -> list[SchemaVersionRow]:
         """The writer schemas the tenant's live blocks hold, per topic, group and generation."""

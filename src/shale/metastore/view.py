@@ -92,9 +92,9 @@ class ReadOnlyIndex:
     def compaction_jobs(self) -> list[dict[str, Any]]:
         return job_rows(CompactionState(self.reader.conn), int(self.clock() * 1000))
 
-    def ingest_leases(self) -> list[dict[str, Any]]:
-        """Every shard's ingest lease as of now (``holder`` empty when nobody holds it)."""
-        return lease_rows(self.reader.conn, int(self.clock() * 1000))
+    def ingest_leases(self, group: str | None = None) -> list[dict[str, Any]]:
+        """Every shard's ingest lease as of now (``holder`` empty when nobody holds it), of one group or all."""
+        return lease_rows(self.reader.conn, int(self.clock() * 1000), group)
 
     def schema_versions(self, tenant: str, topic: str | None = None) -> list[SchemaVersionRow]:
         return self.reader.schema_versions(tenant, topic)

@@ -3,10 +3,13 @@ holder's lease expires; the old holder's heartbeat and commits are then fenced, 
 
 from __future__ import annotations
 
+import tempfile
 import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tests.factories import Clock
 
 from shale.ingest.committer import Committer, LeaseLostError
@@ -24,7 +27,11 @@ from shale.metastore import (
 
 def _service(tmp_path: Path, clock: Clock) -> MetastoreService:
     state = StateMachine(tmp_path / "state.db")
-    return MetastoreService(state, SingleNodeLog(state, clock=clock))  # type: ignore[arg-type]
+    return MetastoreService(state, SingleNodeLog(state, clock=clock), clock=clock)  # type: ignore[arg-type]
+
+
+def _entries(service: MetastoreService) -> int:
+    return service.log.status().applied_index
 
 
 def _batch(start: int, end: int, token: int | None) -> CommitIngestBatch:
@@ -105,3 +112,46 @@ def test_drivers_of_any_shard_take_free_shards_and_acquire_again_after_the_count
     assert (first.shard, first.shards) == (0, 3)
     rows = {r["shard"]: r["holder"] for r in service.ingest_leases()}
     assert rows == {0: "a", 1: "c", 2: ""}  # shard 2 has no holder yet: the alert sees it
+
+
+@settings(max_examples=40, deadline=None)
+@given(duration=st.integers(3, 60), beats=st.integers(1, 12), latency=st.floats(0, 0.06),
+       phase=st.floats(0, 1))
+def test_a_standby_writes_nothing_while_the_holder_renews_and_takes_over_within_a_lease_and_an_ask(
+        duration: int, beats: int, latency: float, phase: float) -> None:
+    """Simulated time (the log's clock and the standby's): the holder renews every third of a lease plus a latency
+    (up to a fifteenth); the standby reads the lease rows every poll period. While the holder renews, the log holds
+    its acquire and renewals only; once it dies, the standby holds the lease within a lease, an ask period and a
+    poll period of the holder's last renewal, and never before the lease expired."""
+    with tempfile.TemporaryDirectory() as scratch:
+        clock = Clock(1_800_000_000.0)
+        start = clock.now
+        service = _service(Path(scratch), clock)
+        holder = IngestLease(service, "backup", 1, duration=duration, holder="holder")
+        standby = IngestLease(service, "backup", 1, duration=duration, holder="standby")
+        assert holder.step(0.0) is not None
+        renewals = [k * duration * (1 / 3 + latency) for k in range(1, beats + 1)]
+        now = phase * standby.poll_period
+        while renewals:
+            if renewals[0] <= now:
+                clock.now = start + renewals.pop(0)
+                holder.renew()
+                continue
+            clock.now = start + now
+            assert standby.step(now) is None
+            now += standby.poll_period
+        assert _entries(service) == 1 + beats  # the holder's acquire and renewals: the standby wrote nothing
+        last = clock.now - start  # the holder dies after its last renewal
+        while True:
+            clock.now = start + now
+            if standby.step(now) is not None:
+                break
+            assert now - last < 2 * duration, "the standby never took the lease over"
+            now += standby.poll_period
+        assert standby.token is not None
+        assert holder.token is not None
+        assert standby.token > holder.token
+        # the log's times are whole milliseconds
+        assert duration - 0.001 <= now - last <= duration + standby.ask_period + standby.poll_period
+        with pytest.raises(LeaseLostError):
+            holder.renew()
