@@ -117,7 +117,9 @@ class IngestJob:
         self._reported: set[tuple[str, TopicPartition]] = set()
         self.summary = IngestSummary(group, ingest.quarantine_warn_share)
         self.pauses = RegistryBackoff(ingest.trigger_interval)
-        if shard is not None and shard >= ingest.shards:
+        if shard is not None and ingest.shards == "auto":
+            raise ConfigError(f"--shard {shard}: ingest.shards is auto (each driver takes the shard it is given)")
+        if shard is not None and isinstance(ingest.shards, int) and shard >= ingest.shards:
             raise ConfigError(f"--shard {shard}: ingest.shards is {ingest.shards} (shards 0 to {ingest.shards - 1})")
         self.lease = IngestLease(self.metastore, group, ingest.generation, ingest.lease_duration, shard=shard,
                                  shards=ingest.shards)

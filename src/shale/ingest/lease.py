@@ -59,15 +59,21 @@ def holder_id() -> str:
 class IngestLease:
     """One driver's lease on one shard of its group: ``shard`` fixes which (``--shard N``); None takes any free one
     (a standby of every shard). ``shards`` is the driver's ``ingest.shards``: it seeds the group's shard map; once
-    the map exists, its count rules (``self.shards``)."""
+    the map exists, its count rules (``self.shards``). ``"auto"``: the count follows the group's live drivers (a
+    driver that finds every shard held grows the map and takes the new shard; vacant shards shrink it)."""
 
     def __init__(self, metastore: LeaseTarget, group: str, generation: int, duration: float,
-                 shard: int | None = None, holder: str | None = None, shards: int = 1) -> None:
+                 shard: int | None = None, holder: str | None = None, shards: int | str = 1) -> None:
+        if shards == "auto" and shard is not None:
+            raise ValueError("a driver of a fixed --shard cannot follow an automatic shard count")
         self.metastore = metastore
         self.group, self.generation = group, generation
         self.want = shard
         self.shard = shard if shard is not None else 0
-        self.configured = self.shards = shards
+        self.auto = shards == "auto"
+        self.configured = self.shards = 1 if self.auto else int(shards)
+        self.full = False
+        """An automatic group at its largest count refused to grow: this driver waits as a standby."""
         self.duration_ms = int(duration * 1000)
         self.holder = holder or holder_id()
         self.token: int | None = None
@@ -78,8 +84,9 @@ class IngestLease:
         self.acquired = 0.0
         self.ask_period = max(0.2, self.duration_ms / 10_000)
         """A standby asks for one shard at most this often (a tenth of a lease, as a takeover may lag its expiry)."""
-        self.poll_period = max(0.2, self.duration_ms / 30_000)
-        """A standby reads the lease rows this often."""
+        self.poll_period = max(0.1, self.duration_ms / 30_000)
+        """A standby reads the lease rows this often (``SUSPECT`` and two of these stay under ``BRIDGED_SILENCE`` for
+        leases of 3 s and more)."""
         self._warned_count = False
         self._announced = False
         self._seen: dict[int, int] = {}  # each shard's takeover count as last seen while waiting
@@ -100,10 +107,11 @@ class IngestLease:
     def _ask(self, shard: int) -> dict[str, Any]:
         result = self.metastore.submit(AcquireIngestLease(
             group=self.group, generation=self.generation, shard=shard, holder=self.holder,
-            duration_ms=self.duration_ms, shards=self.configured)).raise_for_rejection()
+            duration_ms=self.duration_ms, shards=self.configured, auto=self.auto)).raise_for_rejection()
         data = result.data
         self.shards = int(data.get("shards", 1))
-        if self.shards != self.configured and not self._warned_count:
+        self.full = self.auto and not data["granted"]
+        if self.shards != self.configured and not self._warned_count and not self.auto:
             log.warning("the group's shard map has another shard count than ingest.shards; the map rules (change it "
                         "with shale shards set)", extra={"group": self.group, "shards": self.shards,
                                                          "configured": self.configured})
@@ -146,7 +154,7 @@ class IngestLease:
                 key = (int(row["token"]), int(row["expires_at"]), str(row["holder"]))
                 if self._watched.get(shard, (None, 0.0))[0] != key:
                     self._watched[shard] = (key, now)  # the holder renewed (or the lease changed): it is alive
-            if not self._may_ask(shard, row, rows, now):
+            if not self._may_ask(shard, row, rows, now) and not self._join(shard, now):
                 continue
             self._asked[shard] = now
             data = self._ask(shard)
@@ -170,6 +178,12 @@ class IngestLease:
         if not row["holder"]:  # free: never leased, expired, released, or granted under an older map
             return True
         return now - self._watched[shard][1] >= SUSPECT * self.duration_ms / 1000
+
+    def _join(self, shard: int, now: float) -> bool:
+        """An automatic driver asks once for its preferred shard although every shard is held: the metastore grows
+        the map and grants the new shard (unless the count is at its largest)."""
+        return (self.auto and not self.full and shard == (self.shard if self.shard < self.shards else 0)
+                and now - max(self._asked.values(), default=-1e18) >= self.ask_period)
 
     def _granted(self, data: dict[str, Any]) -> dict[str, Any]:
         self.shard = int(data["shard"])
@@ -196,9 +210,12 @@ class IngestLease:
         assert self.token is not None
         result = self.metastore.submit(RenewIngestLease(
             group=self.group, generation=self.generation, shard=self.shard, holder=self.holder, token=self.token,
-            duration_ms=self.duration_ms))
+            duration_ms=self.duration_ms, auto=self.auto))
         if not result.ok:
             self.lose(result.message, result.reason)
+            self.check()
+        if int(result.data.get("version", 0)) > self.token:  # this renewal shrank the automatic group's map
+            self.lose(f"the group's shard count changed to {result.data['shards']} (members left)", "resharded")
             self.check()
         AGE.labels(*self._labels).set(time.monotonic() - self.acquired)
 

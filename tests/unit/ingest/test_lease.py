@@ -3,12 +3,13 @@ holder's lease expires; the old holder's heartbeat and commits are then fenced, 
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import threading
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from tests.factories import Clock
 
@@ -117,6 +118,7 @@ def test_drivers_of_any_shard_take_free_shards_and_acquire_again_after_the_count
 @settings(max_examples=40, deadline=None)
 @given(duration=st.integers(3, 60), beats=st.integers(1, 12), latency=st.floats(0, 0.06),
        phase=st.floats(0, 1))
+@example(duration=3, beats=3, latency=0.06, phase=0.99)  # the shortest lease, read periods at their floor
 def test_a_standby_writes_nothing_while_the_holder_renews_and_takes_over_within_a_lease_and_an_ask(
         duration: int, beats: int, latency: float, phase: float) -> None:
     """Simulated time (the log's clock and the standby's): the holder renews every third of a lease plus a latency
@@ -155,3 +157,69 @@ def test_a_standby_writes_nothing_while_the_holder_renews_and_takes_over_within_
         assert duration - 0.001 <= now - last <= duration + standby.ask_period + standby.poll_period
         with pytest.raises(LeaseLostError):
             holder.renew()
+
+
+class _Driver:
+    """A simulated ``shale ingest`` process of an automatic group: it waits (``step``) until it holds a shard, then
+    renews every third of a lease; a lost lease (the map changed) makes it acquire again at its next look."""
+
+    def __init__(self, service: MetastoreService, name: str, duration: int) -> None:
+        self.lease = IngestLease(service, "backup", 1, duration=duration, holder=name, shards="auto")
+        self.beat = 0.0
+        self.alive = True
+
+    @property
+    def holding(self) -> bool:
+        return self.lease.token is not None and self.lease.lost is None
+
+    def tick(self, now: float) -> None:
+        if not self.holding:
+            self.lease.reset()
+            if self.lease.step(now) is not None:
+                self.beat = now + self.lease.duration_ms / 3000
+        elif now >= self.beat:
+            self.beat = now + self.lease.duration_ms / 3000
+            with contextlib.suppress(LeaseLostError):
+                self.lease.renew()
+
+
+@settings(max_examples=25, deadline=None)
+@given(events=st.lists(st.tuples(st.floats(0.1, 12.0), st.sampled_from(["join", "release", "kill"]),
+                                 st.integers(0, 7)), min_size=1, max_size=8))
+def test_an_automatic_group_has_one_shard_per_live_driver_after_drivers_join_release_and_die(
+        events: list[tuple[float, str, int]]) -> None:
+    """Simulated time: drivers of ``ingest.shards = auto`` join, stop cleanly (release) or die (silent) at random;
+    four leases after the last change, every live driver holds its own shard of a map whose count is the number
+    of live drivers, and no driver that left holds one."""
+    duration = 6
+    with tempfile.TemporaryDirectory() as scratch:
+        clock = Clock(1_800_000_000.0)
+        start = clock.now
+        service = _service(Path(scratch), clock)
+        drivers = [_Driver(service, "d0", duration)]
+        now, step = 0.0, drivers[0].lease.poll_period
+        plan = [(sum(e[0] for e in events[:i + 1]), e[1], e[2]) for i, e in enumerate(events)]
+        end = plan[-1][0] + 4 * duration
+        while now < end:
+            while plan and plan[0][0] <= now:
+                _, action, which = plan.pop(0)
+                alive = [d for d in drivers if d.alive]
+                if action == "join":
+                    drivers.append(_Driver(service, f"d{len(drivers)}", duration))
+                elif alive:
+                    leaving = alive[which % len(alive)]
+                    leaving.alive = False
+                    if action == "release":
+                        leaving.lease.release()
+            clock.now = start + now
+            for driver in drivers:
+                if driver.alive:
+                    driver.tick(now)
+            now += step
+        alive = [d for d in drivers if d.alive]
+        rows = service.ingest_leases("backup")
+        holders = {r["holder"]: r["shard"] for r in rows if r["holder"]}
+        assert holders == {d.lease.holder: d.lease.shard for d in alive}, rows
+        assert all(d.holding for d in alive)
+        if alive:  # with nobody left, nobody writes to shrink the map: the next driver to come does
+            assert len(rows) == len(alive), rows  # one shard per live driver
