@@ -12,6 +12,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from tests.factories import Clock
+from tests.waiting import eventually
 
 from shale.ingest.committer import Committer, LeaseLostError
 from shale.ingest.lease import TAKEOVERS, IngestLease
@@ -223,3 +224,62 @@ def test_an_automatic_group_has_one_shard_per_live_driver_after_drivers_join_rel
         assert all(d.holding for d in alive)
         if alive:  # with nobody left, nobody writes to shrink the map: the next driver to come does
             assert len(rows) == len(alive), rows  # one shard per live driver
+
+
+class _Process:
+    """A driver's lease loop as ``IngestJob.run`` has it, on the real clock: wait for a shard, heartbeat while
+    "ingesting" until the lease is lost (then acquire again) or the process stops (``stop``: it releases) or dies
+    (``die``: it just stops, its lease left to expire)."""
+
+    def __init__(self, service: MetastoreService, name: str) -> None:
+        self.lease = IngestLease(service, "backup", 1, duration=3, holder=name, shards="auto")
+        self.stop, self.die = threading.Event(), threading.Event()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while self.lease.wait(self.stop):
+            ending = threading.Event()
+            beat = self.lease.heartbeat(ending)
+            while self.lease.lost is None and not self.stop.is_set() and not self.die.wait(0.05):
+                pass
+            ending.set()
+            beat.join()
+            if self.die.is_set():
+                return
+            if self.lease.lost is None:
+                self.lease.release()
+                return
+            self.lease.reset()
+
+
+def _settled(service: MetastoreService, processes: list[_Process]) -> bool:
+    rows = service.ingest_leases("backup")
+    return (len(rows) == len(processes)
+            and {r["holder"]: r["shard"] for r in rows} == {p.lease.holder: p.lease.shard for p in processes})
+
+
+def test_drivers_that_join_die_and_stop_rebalance_an_automatic_group_on_the_real_clock(tmp_path: Path) -> None:
+    """The driver's own loops (``wait``, the heartbeat thread, ``reset``) with 3 s leases: two drivers split the
+    group, a third joins and takes the new shard, one dies and its shard is dropped once its lease expired, one
+    stops and releases: each time the group settles at one shard per live driver."""
+    state = StateMachine(tmp_path / "state.db")
+    service = MetastoreService(state, SingleNodeLog(state))  # type: ignore[arg-type]
+    a, b = _Process(service, "a"), _Process(service, "b")
+    try:
+        eventually(lambda: _settled(service, [a, b]), 60, lambda: f"two drivers on two shards: "
+                   f"{service.ingest_leases('backup')}")
+        c = _Process(service, "c")
+        eventually(lambda: _settled(service, [a, b, c]), 60, lambda: f"the third driver to take the third shard: "
+                   f"{service.ingest_leases('backup')}")
+        assert c.lease.shard == 2
+        b.die.set()
+        eventually(lambda: _settled(service, [a, c]), 60, lambda: f"the dead driver's shard to go: "
+                   f"{service.ingest_leases('backup')}")
+        c.stop.set()
+        c.thread.join(timeout=30)
+        eventually(lambda: _settled(service, [a]), 60, lambda: f"the stopped driver's shard to go: "
+                   f"{service.ingest_leases('backup')}")
+    finally:
+        for process in (a, b):
+            process.stop.set()
