@@ -26,7 +26,9 @@ def set_count(ctx: click.Context, group: str, count: int, generation: int | None
     """Change the group's shard count online (needs admin). Every driver's lease of the old map stops holding its
     shard at once: each drops the batch it has not committed and acquires a shard of the new map; a partition that
     moved resumes at its committed offset. Run at least COUNT drivers of the group (any number of them may be
-    standbys); set ingest.shards to COUNT too, for drivers that start a group from nothing."""
+    standbys); set ingest.shards to COUNT too, for drivers that start a group from nothing. A group whose drivers
+    run with ingest.shards = auto sets its own count (one shard per live driver): their heartbeats drop shards
+    nobody holds."""
     from shale.metastore import SetIngestShards, open_metastore
 
     config = get_config(ctx)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlparse
 
 from pydantic import (
@@ -328,9 +328,11 @@ class IngestConfig(_Section):
     metrics_port: int = Field(default=0, ge=0, le=65535, description="Prometheus metrics port (0: none)")
     lease_duration: Duration = Field(default=15.0, ge=1.0, le=3600.0, description="a driver's ingest lease lasts "
                                      "this long unless renewed; a standby takes over this long after a driver dies")
-    shards: int = Field(default=1, ge=1, le=1024, description="how many shards split a group's topic-partitions "
-                        "(jump consistent hash of topic and partition), each written by one driver at a time; seeds "
-                        "the group's shard map in the metastore, changed later online with shale shards set")
+    shards: Annotated[int, Field(ge=1, le=1024)] | Literal["auto"] = Field(
+        default=1, description="how many shards split a group's topic-partitions (jump consistent hash of topic and "
+        "partition), each written by one driver at a time; seeds the group's shard map in the metastore, changed "
+        "later online with shale shards set. auto: the count follows the group's live drivers (one shard each, no "
+        "standby; a driver that joins or leaves reshards the group, DESIGN 10.7)")
 
     @model_validator(mode="before")
     @classmethod
@@ -422,7 +424,8 @@ class RunConfig(_Section):
         description="the ingest groups `shale run` starts")
     ingest_processes: int = Field(default=1, ge=1, le=64, description="`shale ingest` processes `shale run` starts "
                                   "per group: each holds a free shard's lease or waits as a standby of every shard "
-                                  "(DESIGN 10.7); more than ingest.shards across the machines means standbys")
+                                  "(DESIGN 10.7); more than ingest.shards across the machines means standbys (with "
+                                  "ingest.shards = auto, each takes a shard of its own)")
     compaction_workers: int = Field(default=1, ge=0, description="compaction worker processes `shale run` starts")
     metrics_base_port: int = Field(default=9400, ge=0, le=65000,
                                    description="ingest groups and workers expose metrics from this port up (0: any "

@@ -35,14 +35,13 @@ from shale.errors import ConfigError, RetryableError
 from shale.failpoints import failpoint
 from shale.ingest import metrics
 from shale.ingest.committer import (
-    CommitTarget,
     Committer,
     IngestConflictError,
     LeaseLostError,
     batch_commit,
     stream_name,
 )
-from shale.ingest.lease import IngestLease
+from shale.ingest.lease import IngestLease, LeaseTarget
 from shale.ingest.pauses import RegistryBackoff, commit_ranges
 from shale.ingest.plan import BatchPlan, Limits, PartitionRange, TopicPartition, plan_batch, recreated
 from shale.ingest.read import SparkRead
@@ -68,7 +67,7 @@ AVAILABLE_NOW_ATTEMPTS = 5  # consecutive failed batches before `--available-now
 
 class IngestJob:
     def __init__(self, config: ShaleConfig, group: str, *, spark: SparkSession | None = None,
-                 metastore: CommitTarget | None = None, shard: int | None = None) -> None:
+                 metastore: LeaseTarget | None = None, shard: int | None = None) -> None:
         if group not in GROUPS:
             raise ConfigError(f"--group {group!r}: choose one of {', '.join(GROUPS)}")
         ingest = config.ingest
@@ -96,7 +95,9 @@ class IngestJob:
         self.summary = IngestSummary(group, ingest.quarantine_warn_share)
         self.pauses = RegistryBackoff(ingest.trigger_interval)
         self.report = BatchReport(group, self.pauses, self.committer)
-        if shard is not None and shard >= ingest.shards:
+        if shard is not None and ingest.shards == "auto":
+            raise ConfigError(f"--shard {shard}: ingest.shards is auto (each driver takes the shard it is given)")
+        if shard is not None and isinstance(ingest.shards, int) and shard >= ingest.shards:
             raise ConfigError(f"--shard {shard}: ingest.shards is {ingest.shards} (shards 0 to {ingest.shards - 1})")
         self.lease = IngestLease(self.metastore, group, ingest.generation, ingest.lease_duration, shard=shard,
                                  shards=ingest.shards)

@@ -1,13 +1,16 @@
 """The driver's ingest lease (issue 30): one ``shale ingest --group G`` process holds each shard; the others wait
 as standbys and take over when the lease expires.
 
-``wait`` asks the metastore for the lease until it is granted (a standby asks every ``duration / 10``, so a takeover
-comes at most that long after the expiry). Once held, a heartbeat thread renews it every ``duration / 3``, and every
-commit renews it too (the state machine does, for a commit with the current token). When a renewal or a commit is
-refused because the lease moved on (another driver took the shard: a stale token; the shard map changed), the lease
-is lost: the driver stops writing and says so (``LeaseLostError``); its blocks not committed are orphans that the
-bucket cleaner removes. Expiry alone loses nothing: a metastore outage longer than the lease leaves the token the
-shard's, so the heartbeat retries until the metastore is back, and the commits dead-lettered meanwhile apply.
+``wait`` watches the group's lease rows with a read that writes nothing to the log, and asks for a shard's lease (an
+entry in the log) only when the shard is free (never leased, expired, released, or of an older shard map) or its
+holder has stopped renewing; it then asks every ``duration / 10`` until granted, so a takeover comes at most that
+long after the expiry. While a holder renews, its standbys write nothing. Once held, a heartbeat thread renews it
+every ``duration / 3``, and every commit renews it too (the state machine does, for a commit with the current
+token). When a renewal or a commit is refused because the lease moved on (another driver took the shard: a stale
+token; the shard map changed), the lease is lost: the driver stops writing and says so (``LeaseLostError``); its
+blocks not committed are orphans that the bucket cleaner removes. Expiry alone loses nothing: a metastore outage
+longer than the lease leaves the token the shard's, so the heartbeat retries until the metastore is back, and the
+commits dead-lettered meanwhile apply.
 """
 
 from __future__ import annotations
@@ -18,13 +21,14 @@ import socket
 import threading
 import time
 import uuid
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import Counter, Gauge
 
 from shale.errors import MetastoreUnavailableError
 from shale.ingest.committer import CommitTarget, LeaseLostError
 from shale.metastore import AcquireIngestLease, ReleaseIngestLease, RenewIngestLease
+from shale.metastore.leases import BRIDGED_SILENCE
 
 log = logging.getLogger(__name__)
 HELD = Gauge("shale_ingest_lease_held", "1 while this process holds the shard's ingest lease, 0 while it waits as "
@@ -33,6 +37,18 @@ AGE = Gauge("shale_ingest_lease_age_seconds", "Seconds since this process acquir
             "(0 while a standby).", ["group", "shard"])
 TAKEOVERS = Counter("shale_ingest_lease_takeovers_total", "Leases this process took over after their previous "
                     "holder let them expire (a driver lost, paused or cut off).", ["group", "shard"])
+
+SUSPECT = 0.4
+"""A standby starts asking for a held shard once its lease has not changed for this share of a lease: a holder renews
+every third of it. Below ``BRIDGED_SILENCE`` with room for a read period and the renewal's latency, so that the first
+ask after a holder's last renewal does not find the log silent long enough to bridge (and extend) the lease."""
+assert SUSPECT + 2 / 30 < BRIDGED_SILENCE
+
+
+class LeaseTarget(CommitTarget, Protocol):
+    """What a driver's lease needs from the metastore (the embedded service and the HTTP client both fit)."""
+
+    def ingest_leases(self, group: str | None = None) -> list[dict[str, Any]]: ...
 
 
 def holder_id() -> str:
@@ -43,15 +59,21 @@ def holder_id() -> str:
 class IngestLease:
     """One driver's lease on one shard of its group: ``shard`` fixes which (``--shard N``); None takes any free one
     (a standby of every shard). ``shards`` is the driver's ``ingest.shards``: it seeds the group's shard map; once
-    the map exists, its count rules (``self.shards``)."""
+    the map exists, its count rules (``self.shards``). ``"auto"``: the count follows the group's live drivers (a
+    driver that finds every shard held grows the map and takes the new shard; vacant shards shrink it)."""
 
-    def __init__(self, metastore: CommitTarget, group: str, generation: int, duration: float,
-                 shard: int | None = None, holder: str | None = None, shards: int = 1) -> None:
+    def __init__(self, metastore: LeaseTarget, group: str, generation: int, duration: float,
+                 shard: int | None = None, holder: str | None = None, shards: int | str = 1) -> None:
+        if shards == "auto" and shard is not None:
+            raise ValueError("a driver of a fixed --shard cannot follow an automatic shard count")
         self.metastore = metastore
         self.group, self.generation = group, generation
         self.want = shard
         self.shard = shard if shard is not None else 0
-        self.configured = self.shards = shards
+        self.auto = shards == "auto"
+        self.configured = self.shards = 1 if self.auto else int(shards)
+        self.full = False
+        """An automatic group at its largest count refused to grow: this driver waits as a standby."""
         self.duration_ms = int(duration * 1000)
         self.holder = holder or holder_id()
         self.token: int | None = None
@@ -60,7 +82,16 @@ class IngestLease:
         self.reason = ""
         """The refusal's reason code ("resharded": the shard map changed, acquire a shard again)."""
         self.acquired = 0.0
+        self.ask_period = max(0.2, self.duration_ms / 10_000)
+        """A standby asks for one shard at most this often (a tenth of a lease, as a takeover may lag its expiry)."""
+        self.poll_period = max(0.1, self.duration_ms / 30_000)
+        """A standby reads the lease rows this often (``SUSPECT`` and two of these stay under ``BRIDGED_SILENCE`` for
+        leases of 3 s and more)."""
         self._warned_count = False
+        self._announced = False
+        self._seen: dict[int, int] = {}  # each shard's takeover count as last seen while waiting
+        self._watched: dict[int, tuple[tuple[int, int, str], float]] = {}  # each shard's lease, and when it changed
+        self._asked: dict[int, float] = {}  # when this process last asked for each shard
         if shard is not None:
             self._gauges(0)
 
@@ -76,10 +107,11 @@ class IngestLease:
     def _ask(self, shard: int) -> dict[str, Any]:
         result = self.metastore.submit(AcquireIngestLease(
             group=self.group, generation=self.generation, shard=shard, holder=self.holder,
-            duration_ms=self.duration_ms, shards=self.configured)).raise_for_rejection()
+            duration_ms=self.duration_ms, shards=self.configured, auto=self.auto)).raise_for_rejection()
         data = result.data
         self.shards = int(data.get("shards", 1))
-        if self.shards != self.configured and not self._warned_count:
+        self.full = self.auto and not data["granted"]
+        if self.shards != self.configured and not self._warned_count and not self.auto:
             log.warning("the group's shard map has another shard count than ingest.shards; the map rules (change it "
                         "with shale shards set)", extra={"group": self.group, "shards": self.shards,
                                                          "configured": self.configured})
@@ -88,44 +120,85 @@ class IngestLease:
 
     def wait(self, stop: threading.Event) -> bool:
         """Acquire a shard's lease (the wanted one, else the first free one), waiting as a standby while others
-        hold them; False if stopped first."""
-        announced = False
-        seen: dict[int, int] = {}  # each shard's takeover count as last answered while waiting
+        hold them; False if stopped first. A standby watches the lease rows with a read (``step``) and writes to
+        the log only when a shard it may take is free or its holder stopped renewing."""
         while not stop.is_set():
-            shard, data = 0, None
             try:
-                while shard < (1 if self.want is not None else self.shards):
-                    data = self._ask(self.want if self.want is not None else shard)
-                    if data["granted"]:
-                        break
-                    seen[int(data["shard"])] = int(data.get("takeovers", 0))
-                    shard += 1
+                data = self.step(time.monotonic())
             except MetastoreUnavailableError as exc:
                 log.warning("waiting for the metastore to acquire the ingest lease",
                             extra={"group": self.group, "error": str(exc)})
                 stop.wait(2.0)
                 continue
-            if data is not None and data["granted"]:
-                self.shard = int(data["shard"])
-                self.token, self.lost, self.reason, self.acquired = int(data["token"]), None, "", time.monotonic()
-                self._gauges(1)
-                # A takeover: its holder let it expire while this process waited (not a release, not a reshard).
-                takeover = announced and int(data["takeovers"]) > seen.get(self.shard, int(data["takeovers"]))
-                if takeover:
-                    TAKEOVERS.labels(*self._labels).inc()
-                log.info("ingest lease taken over from a standby wait: this process writes the shard" if takeover
-                         else "ingest lease acquired: this process writes the shard", extra={
-                    "group": self.group, "shard": self.shard, "shards": self.shards, "holder": self.holder,
-                    "token": self.token, "takeover": takeover})
+            if data is not None:
                 return True
-            if not announced and data is not None:
-                log.info("standby: another process holds the ingest lease; taking over when it expires", extra={
-                    "group": self.group, "shard": self.want if self.want is not None else "any",
-                    "shards": self.shards, "holder": data["holder"], "expires_at": data["expires_at"],
-                    "no_such_shard": data.get("reason") == "no-such-shard"})
-                announced = True
-            stop.wait(max(0.2, self.duration_ms / 10_000))
+            stop.wait(self.poll_period)
         return False
+
+    def step(self, now: float) -> dict[str, Any] | None:
+        """One look at the group's lease rows (a read: nothing is written to the log) and an acquire for each shard
+        this process may take that is free (never leased, expired, released, or of an older shard map) or whose
+        holder has not renewed for ``SUSPECT`` of a lease (the asks then keep the log's time running, so the lease
+        expires by it: a silent log would bridge it, see ``shale.metastore.leases``). Asks for one shard at most
+        every ``ask_period``; the shard this process held last comes first. ``now`` is a monotonic clock. Returns
+        the granting answer (the lease is then this process's), else None."""
+        rows = {int(r["shard"]): r for r in self.metastore.ingest_leases(self.group)
+                if int(r["generation"]) == self.generation}
+        if rows:
+            self.shards = int(next(iter(rows.values()))["shards"])
+        wanted = [self.want] if self.want is not None else sorted(range(self.shards), key=lambda s: s != self.shard)
+        for shard in wanted:
+            row = rows.get(shard)
+            if row is not None:
+                self._seen.setdefault(shard, int(row["takeovers"]))
+                key = (int(row["token"]), int(row["expires_at"]), str(row["holder"]))
+                if self._watched.get(shard, (None, 0.0))[0] != key:
+                    self._watched[shard] = (key, now)  # the holder renewed (or the lease changed): it is alive
+            if not self._may_ask(shard, row, rows, now) and not self._join(shard, now):
+                continue
+            self._asked[shard] = now
+            data = self._ask(shard)
+            if data["granted"]:
+                return self._granted(data)
+            self._seen[shard] = int(data.get("takeovers", 0))
+        if not self._announced and rows:
+            row = rows.get(self.want if self.want is not None else 0) or next(iter(rows.values()))
+            log.info("standby: another process holds the ingest lease; taking over when it expires", extra={
+                "group": self.group, "shard": self.want if self.want is not None else "any",
+                "shards": self.shards, "holder": row["holder"], "expires_at": row["expires_at"],
+                "no_such_shard": self.want is not None and self.want >= self.shards})
+            self._announced = True
+        return None
+
+    def _may_ask(self, shard: int, row: dict[str, Any] | None, rows: dict[int, Any], now: float) -> bool:
+        if now - self._asked.get(shard, -1e18) < self.ask_period:
+            return False
+        if row is None:  # no shard map yet (the ask seeds it), or a --shard beyond the map (wait for it to grow)
+            return not rows
+        if not row["holder"]:  # free: never leased, expired, released, or granted under an older map
+            return True
+        return now - self._watched[shard][1] >= SUSPECT * self.duration_ms / 1000
+
+    def _join(self, shard: int, now: float) -> bool:
+        """An automatic driver asks once for its preferred shard although every shard is held: the metastore grows
+        the map and grants the new shard (unless the count is at its largest)."""
+        return (self.auto and not self.full and shard == (self.shard if self.shard < self.shards else 0)
+                and now - max(self._asked.values(), default=-1e18) >= self.ask_period)
+
+    def _granted(self, data: dict[str, Any]) -> dict[str, Any]:
+        self.shard = int(data["shard"])
+        self.token, self.lost, self.reason, self.acquired = int(data["token"]), None, "", time.monotonic()
+        self._gauges(1)
+        # A takeover: its holder let it expire while this process waited (not a release, not a reshard).
+        takeover = self._announced and int(data["takeovers"]) > self._seen.get(self.shard, int(data["takeovers"]))
+        if takeover:
+            TAKEOVERS.labels(*self._labels).inc()
+        log.info("ingest lease taken over from a standby wait: this process writes the shard" if takeover
+                 else "ingest lease acquired: this process writes the shard", extra={
+            "group": self.group, "shard": self.shard, "shards": self.shards, "holder": self.holder,
+            "token": self.token, "takeover": takeover})
+        self._announced, self._seen, self._watched, self._asked = False, {}, {}, {}
+        return data
 
     def reset(self) -> None:
         """Forget a lost lease (before acquiring a shard again after the shard map changed)."""
@@ -137,9 +210,12 @@ class IngestLease:
         assert self.token is not None
         result = self.metastore.submit(RenewIngestLease(
             group=self.group, generation=self.generation, shard=self.shard, holder=self.holder, token=self.token,
-            duration_ms=self.duration_ms))
+            duration_ms=self.duration_ms, auto=self.auto))
         if not result.ok:
             self.lose(result.message, result.reason)
+            self.check()
+        if int(result.data.get("version", 0)) > self.token:  # this renewal shrank the automatic group's map
+            self.lose(f"the group's shard count changed to {result.data['shards']} (members left)", "resharded")
             self.check()
         AGE.labels(*self._labels).set(time.monotonic() - self.acquired)
 

@@ -181,6 +181,7 @@ async def _tenant_in_path(request: Any) -> Need:
 
 
 async def _offsets(request: Any) -> Need:
+    """A group's offsets or leases: its ingest drivers, or a reader of every tenant (without a group: only that)."""
     group = request.query_params.get("group")
     return Need("reader", tenants=(ALL,), alternatives=(ingest(group),) if group else ())
 
@@ -210,6 +211,7 @@ RULES: dict[str, Rule] = {
     "GET /v1/labels": _tenants_in_query,
     "GET /v1/labels/{name}/values": _tenants_in_query,
     "GET /v1/offsets": _offsets,
+    "GET /v1/ingest/leases": _offsets,  # a group's drivers watch its leases; every lease needs a reader of all
     "GET /v1/tombstones": _const(EVERY_TENANT),
     "GET /v1/tenants": _const(SOME_READER),  # answered with the tenants the reader may see
     "GET /v1/status": _const(ANY_ROLE),

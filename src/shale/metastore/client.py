@@ -192,6 +192,10 @@ class MetastoreClient:
         response.raise_for_status()
         return PollResponse.model_validate_json(response.content)
 
+    def ingest_leases(self, group: str | None = None) -> list[dict[str, Any]]:
+        """Every shard's ingest lease as the answering node sees it now (not linearized), of one group or all."""
+        return list(self._get("/v1/ingest/leases", group=group)["leases"])
+
     def compaction_jobs(self) -> list[dict[str, Any]]:
         return list(self._get("/v1/compaction/jobs")["jobs"])
 

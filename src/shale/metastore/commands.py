@@ -107,6 +107,9 @@ class AcquireIngestLease(IngestLeaseCommand):
     duration_ms: int = Field(ge=1000, le=3_600_000)
     shards: int = Field(default=1, ge=1, le=1024, description=(
         "the driver's ingest.shards: seeds the group's shard map if it has none (the map rules once it exists)"))
+    auto: bool = Field(default=False, description=(
+        "ingest.shards = auto: the shard count follows the group's live drivers (a driver that finds every shard "
+        "held grows the map by one and takes the new shard; vacant shards shrink it)"))
 
 
 class RenewIngestLease(IngestLeaseCommand):
@@ -115,6 +118,9 @@ class RenewIngestLease(IngestLeaseCommand):
     kind: Literal["RenewIngestLease"] = "RenewIngestLease"
     token: int = Field(ge=1)
     duration_ms: int = Field(ge=1000, le=3_600_000)
+    auto: bool = Field(default=False, description=(
+        "ingest.shards = auto: a renewal that finds shards of the map vacant shrinks the map (its answer's version "
+        "is then above the token: the driver acquires a shard again)"))
 
 
 class ReleaseIngestLease(IngestLeaseCommand):

@@ -229,7 +229,7 @@ def _acquire_ingest_lease(w: IndexWriter, cmd: AcquireIngestLease, entry: Entry)
 
 @handles(RenewIngestLease)
 def _renew_ingest_lease(w: IndexWriter, cmd: RenewIngestLease, entry: Entry) -> Result:
-    return apply_renew(w, cmd, entry.time_ms)
+    return apply_renew(w, cmd, entry.index, entry.time_ms)
 
 
 @handles(ReleaseIngestLease)

@@ -354,6 +354,10 @@ def create_app(service: MetastoreService, leader_http: Callable[[], str | None],
             body.update(incarnations=[i.model_dump() for i in incarnations], losses=[x.model_dump() for x in losses])
         return body
 
+    @app.get("/v1/ingest/leases")
+    def ingest_leases(group: str | None = None) -> dict[str, Any]:
+        return {"leases": service.ingest_leases(group)}
+
     @app.get("/v1/tombstones")
     def tombstones(created_before: int | None = None,
                    limit: int = Query(1000, ge=1, le=PAGE_LIMIT)) -> dict[str, Any]:

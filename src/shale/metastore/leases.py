@@ -14,13 +14,15 @@ lease takes its holder's commits (nobody else wrote since) but no renewal: it st
 never leased takes commits without a token (writers that do not lease: reprocess jobs, tests, callers older than
 leases); once leased, never again (a release ends the lease but keeps its row).
 
-The log's time runs only while the log does. A silence in the log longer than a third of a lease (the heartbeat
-period: a live holder renews at least that often, and a standby asks ten times per lease) means nobody could reach
-the metastore: it was stopped, or had no quorum. ``bridge_silence``, run before every entry, adds such a silence to
-every lease that was live when it began, so an outage neither expires a lease nor hands the shard to the first
-standby to get through once it ends; the holder's dead-lettered commits and heartbeats come in as before the
-outage. This only delays takeovers (by at most one lease, for a holder that died during the silence); fencing
-never depends on it, since the token decides.
+The log's time runs only while the log does. A silence in the log longer than half a lease (``BRIDGED_SILENCE``; a
+live holder renews every third of a lease) means nobody could reach the metastore: it was stopped, or had no quorum.
+Standbys write nothing while the holder renews (they watch the lease rows with reads); once its renewals stop for
+``shale.ingest.lease.SUSPECT`` of a lease they ask for it every tenth of a lease, before the log has been silent
+long enough to bridge, so its time runs on to the expiry. ``bridge_silence``, run before every entry, adds such a
+silence to every lease that was live when it began, so an outage neither expires a lease nor hands the shard to the
+first standby to get through once it ends; the holder's dead-lettered commits and heartbeats come in as before the
+outage. This only delays takeovers (by at most one lease, for a holder that died during the silence); fencing never
+depends on it, since the token decides.
 
 The state lives in the index's ``ingest_leases`` table, written only here, inside the apply transaction (and the
 log's last entry time in the ``state`` table, ``LOG_TIME``).
@@ -41,7 +43,7 @@ from shale.metastore.commands import (
     RenewIngestLease,
     Result,
 )
-from shale.metastore.shards import seed, shard_map, shard_maps
+from shale.metastore.shards import MAX_SHARDS, ShardMap, resize, seed, shard_map, shard_maps
 
 LEASE_REASONS = frozenset({"lease-required", "stale-lease", "lease-expired", "no-lease", "resharded"})
 """The reasons a commit or a renewal is refused because its writer does not hold the shard's lease."""
@@ -92,7 +94,7 @@ def leases(conn: sqlite3.Connection) -> list[Lease]:
     return [Lease(*r) for r in conn.execute(f"SELECT {_COLUMNS} FROM ingest_leases ORDER BY grp, generation, shard")]
 
 
-def lease_rows(conn: sqlite3.Connection, now_ms: int) -> list[dict[str, Any]]:
+def lease_rows(conn: sqlite3.Connection, now_ms: int, group: str | None = None) -> list[dict[str, Any]]:
     """Every shard of every leased group as the API, the metrics and the status page show it: one row per shard of
     the group's shard map, a shard never leased yet with no holder (so the no-holder alert sees it), and none for
     shards beyond the map's count (left from a larger count)."""
@@ -101,6 +103,8 @@ def lease_rows(conn: sqlite3.Connection, now_ms: int) -> list[dict[str, Any]]:
     keys = set(found) | {(g, n, s) for (g, n), m in maps.items() for s in range(m.shards)}
     rows = []
     for key in sorted(keys):
+        if group is not None and key[0] != group:
+            continue
         current = maps.get(key[:2])
         version, shards = (current.version, current.shards) if current else (0, 1)
         if current is not None and key[2] >= shards:
@@ -111,13 +115,16 @@ def lease_rows(conn: sqlite3.Connection, now_ms: int) -> list[dict[str, Any]]:
     return rows
 
 
+BRIDGED_SILENCE = 0.5
+"""A silence in the log longer than this share of a lease was an outage (module docstring): above a holder's
+heartbeat period (a third) with room for its latency; below what a lease renewed on time has left (two thirds)."""
 LOG_TIME = "log_time_ms"
 """The ``state`` key holding the time of the last entry applied (the leader's clock, never decreasing)."""
 
 
 def bridge_silence(w: IndexWriter, time_ms: int) -> None:
     """Before an entry at ``time_ms``: add the silence since the previous entry to every lease that was live when it
-    began, if it was longer than a third of that lease (module docstring). Deterministic: log times only."""
+    began, if it was longer than ``BRIDGED_SILENCE`` of that lease (module docstring). Deterministic: log times only."""
     row = w.conn.execute("SELECT value FROM state WHERE key = ?", (LOG_TIME,)).fetchone()
     last = int(row[0]) if row else 0
     if time_ms <= last:
@@ -125,15 +132,59 @@ def bridge_silence(w: IndexWriter, time_ms: int) -> None:
     w.conn.execute("INSERT OR REPLACE INTO state (key, value) VALUES (?, ?)", (LOG_TIME, time_ms))
     if last:
         w.conn.execute("UPDATE ingest_leases SET expires_at = expires_at + ? WHERE holder != '' AND expires_at > ? "
-                       "AND 3 * ? > duration_ms", (time_ms - last, last, time_ms - last))
+                       "AND ? > duration_ms * ?", (time_ms - last, last, time_ms - last, BRIDGED_SILENCE))
 
 
 def _answer(lease: Lease, granted: bool, now_ms: int, version: int, shards: int) -> Result:
     return Result(ok=True, data={"granted": granted, **lease.row(now_ms, version, shards)})
 
 
+def _vacant(lease: Lease | None, now_ms: int, version: int) -> bool:
+    """A shard of an automatic group that nobody holds and nobody is coming back to: never leased, or its lease of
+    the current map released or expired, or its lease of an older map (released or not) not replaced within a lease
+    of its expiry (its holder learns of the change at its next heartbeat and acquires again once its batch ends; a
+    map that shrank after a release gives the drivers left that long to fill the shard)."""
+    if lease is None:
+        return True
+    if lease.token >= version:
+        return not lease.holder or lease.expires_at <= now_ms
+    return lease.expires_at + lease.duration_ms <= now_ms
+
+
+def _shrink(w: IndexWriter, group: str, generation: int, current: ShardMap, index: int, time_ms: int,
+            keep: int | None = None) -> ShardMap:
+    """An automatic group's map without its vacant shards (``keep``: the asker's own, never vacant): the count
+    becomes the number of shards held or about to be held again, at a new version (every lease is resharded)."""
+    rows = {x.shard: x for x in leases(w.conn) if (x.group, x.generation) == (group, generation)}
+    vacant = sum(1 for s in range(current.shards) if s != keep and _vacant(rows.get(s), time_ms, current.version))
+    return resize(w, group, generation, max(1, current.shards - vacant), index) if vacant else current
+
+
+def _free(w: IndexWriter, cmd: AcquireIngestLease, current: ShardMap, time_ms: int) -> int | None:
+    """The shard an automatic driver gets: the one it holds under this map (a retry); else, of the shards nobody
+    holds, the one it asked for or the lowest, first those nobody is coming back to (released, never leased,
+    vacant), then those whose holder under the older map may still come back for (the driver left out grows the
+    map)."""
+    rows = {x.shard: x for x in leases(w.conn) if (x.group, x.generation) == (cmd.group, cmd.generation)}
+    own = [s for s, x in rows.items() if s < current.shards and x.holder == cmd.holder and x.token >= current.version]
+    order = [*own, cmd.shard, *range(current.shards)]
+    free = [s for s in order if s < current.shards and (rows.get(s) is None or rows[s].holder == cmd.holder
+                                                        or not rows[s].live(time_ms, current.version))]
+    for shard in free:
+        lease = rows.get(shard)
+        if lease is None or lease.holder in ("", cmd.holder) or _vacant(lease, time_ms, current.version):
+            return int(shard)
+    return int(free[0]) if free else None
+
+
 def apply_acquire(w: IndexWriter, cmd: AcquireIngestLease, index: int, time_ms: int) -> Result:
-    current = seed(w, cmd.group, cmd.generation, cmd.shards)
+    current = seed(w, cmd.group, cmd.generation, 1 if cmd.auto else cmd.shards)
+    if cmd.auto:  # the count follows the live drivers: drop vacant shards, then grow if every shard is held
+        current = _shrink(w, cmd.group, cmd.generation, current, index, time_ms)
+        shard = _free(w, cmd, current, time_ms)
+        if shard is None and current.shards < MAX_SHARDS:
+            current, shard = resize(w, cmd.group, cmd.generation, current.shards + 1, index), current.shards
+        cmd = cmd.model_copy(update={"shard": shard if shard is not None else cmd.shard})
     lease = _lease(w.conn, cmd.group, cmd.generation, cmd.shard)
     if cmd.shard >= current.shards:  # left from a larger count, or a driver's --shard beyond the map
         return Result(ok=True, data={"granted": False, "group": cmd.group, "generation": cmd.generation,
@@ -186,7 +237,7 @@ def _held(w: IndexWriter, group: str, generation: int, shard: int, token: int | 
     return lease
 
 
-def apply_renew(w: IndexWriter, cmd: RenewIngestLease, time_ms: int) -> Result:
+def apply_renew(w: IndexWriter, cmd: RenewIngestLease, index: int, time_ms: int) -> Result:
     lease = _held(w, cmd.group, cmd.generation, cmd.shard, cmd.token)
     assert lease is not None
     if not lease.holder:
@@ -197,7 +248,12 @@ def apply_renew(w: IndexWriter, cmd: RenewIngestLease, time_ms: int) -> Result:
     lease.duration_ms = cmd.duration_ms
     _save(w.conn, lease)
     current = shard_map(w.conn, cmd.group, cmd.generation)
-    return _answer(lease, True, time_ms, current.version if current else 0, current.shards if current else 1)
+    if cmd.auto and current is not None:  # a member that left (released, or silent for a lease): shrink
+        current = _shrink(w, cmd.group, cmd.generation, current, index, time_ms, keep=cmd.shard)
+    version, shards = (current.version, current.shards) if current else (0, 1)
+    answer = _answer(lease, True, time_ms, version, shards)
+    answer.data["version"] = version  # above the token: the map changed, the driver acquires a shard again
+    return answer
 
 
 def apply_release(w: IndexWriter, cmd: ReleaseIngestLease, time_ms: int) -> Result:

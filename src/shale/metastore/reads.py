@@ -114,11 +114,12 @@ class IndexReads:
         self.fresh("compaction_queue", current=False)
         return queue_counts(CompactionState(self.reader.conn))
 
-    def ingest_leases(self) -> list[dict[str, Any]]:
+    def ingest_leases(self, group: str | None = None) -> list[dict[str, Any]]:
         """Every shard's ingest lease as of now (``holder`` empty when nobody holds it, or its lease was granted
-        under an older shard map)."""
+        under an older shard map), of one group or all. Not linearized: a standby watches these rows, and a read
+        barrier would write a no-op to the log on every look."""
         self.fresh("ingest_leases", current=False)
-        return lease_rows(self.reader.conn, int(self.clock() * 1000))
+        return lease_rows(self.reader.conn, int(self.clock() * 1000), group)
 
     def erasures(self, erasure: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         """Erasures newest first, or the one named, with the blocks rewritten for each (``shale erase status``)."""

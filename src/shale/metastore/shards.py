@@ -27,6 +27,7 @@ from shale.index import IndexWriter
 from shale.metastore.commands import CommitIngestBatch, Result, SetIngestShards
 
 _MASK = (1 << 64) - 1
+MAX_SHARDS = 1024
 
 
 def _key(topic: str, partition: int) -> int:
@@ -84,12 +85,18 @@ def seed(w: IndexWriter, group: str, generation: int, shards: int) -> ShardMap:
     return current
 
 
+def resize(w: IndexWriter, group: str, generation: int, shards: int, index: int) -> ShardMap:
+    """Set the group's count at version ``index`` (every lease granted before it stops holding its shard)."""
+    new = ShardMap(shards, index)
+    _save(w.conn, group, generation, new)
+    return new
+
+
 def apply_set(w: IndexWriter, cmd: SetIngestShards, index: int) -> Result:
     current = shard_map(w.conn, cmd.group, cmd.generation)
     if current is not None and current.shards == cmd.shards:
         return Result(ok=True, data={"changed": False, "shards": current.shards, "version": current.version})
-    new = ShardMap(cmd.shards, index)
-    _save(w.conn, cmd.group, cmd.generation, new)
+    new = resize(w, cmd.group, cmd.generation, cmd.shards, index)
     return Result(ok=True, data={"changed": True, "shards": new.shards, "version": new.version,
                                  "previous": current.shards if current else None})
 

@@ -3,12 +3,17 @@ holder's lease expires; the old holder's heartbeat and commits are then fenced, 
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
 import threading
 import uuid
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from tests.factories import Clock
+from tests.waiting import eventually
 
 from shale.config import BucketConfig
 from shale.errors import MetastoreUnavailableError
@@ -32,7 +37,11 @@ from shale.objstore import open_bucket
 
 def _service(tmp_path: Path, clock: Clock) -> MetastoreService:
     state = StateMachine(tmp_path / "state.db")
-    return MetastoreService(state, SingleNodeLog(state, clock=clock))  # type: ignore[arg-type]
+    return MetastoreService(state, SingleNodeLog(state, clock=clock), clock=clock)  # type: ignore[arg-type]
+
+
+def _entries(service: MetastoreService) -> int:
+    return service.log.status().applied_index
 
 
 def _batch(start: int, end: int, token: int | None) -> CommitIngestBatch:
@@ -156,3 +165,172 @@ def test_drivers_of_any_shard_take_free_shards_and_acquire_again_after_the_count
     assert (first.shard, first.shards) == (0, 3)
     rows = {r["shard"]: r["holder"] for r in service.ingest_leases()}
     assert rows == {0: "a", 1: "c", 2: ""}  # shard 2 has no holder yet: the alert sees it
+
+
+@settings(max_examples=40, deadline=None)
+@given(duration=st.integers(3, 60), beats=st.integers(1, 12), latency=st.floats(0, 0.06),
+       phase=st.floats(0, 1))
+@example(duration=3, beats=3, latency=0.06, phase=0.99)  # the shortest lease, read periods at their floor
+def test_a_standby_writes_nothing_while_the_holder_renews_and_takes_over_within_a_lease_and_an_ask(
+        duration: int, beats: int, latency: float, phase: float) -> None:
+    """Simulated time (the log's clock and the standby's): the holder renews every third of a lease plus a latency
+    (up to a fifteenth); the standby reads the lease rows every poll period. While the holder renews, the log holds
+    its acquire and renewals only; once it dies, the standby holds the lease within a lease, an ask period and a
+    poll period of the holder's last renewal, and never before the lease expired."""
+    with tempfile.TemporaryDirectory() as scratch:
+        clock = Clock(1_800_000_000.0)
+        start = clock.now
+        service = _service(Path(scratch), clock)
+        holder = IngestLease(service, "backup", 1, duration=duration, holder="holder")
+        standby = IngestLease(service, "backup", 1, duration=duration, holder="standby")
+        assert holder.step(0.0) is not None
+        renewals = [k * duration * (1 / 3 + latency) for k in range(1, beats + 1)]
+        now = phase * standby.poll_period
+        while renewals:
+            if renewals[0] <= now:
+                clock.now = start + renewals.pop(0)
+                holder.renew()
+                continue
+            clock.now = start + now
+            assert standby.step(now) is None
+            now += standby.poll_period
+        assert _entries(service) == 1 + beats  # the holder's acquire and renewals: the standby wrote nothing
+        last = clock.now - start  # the holder dies after its last renewal
+        while True:
+            clock.now = start + now
+            if standby.step(now) is not None:
+                break
+            assert now - last < 2 * duration, "the standby never took the lease over"
+            now += standby.poll_period
+        assert standby.token is not None
+        assert holder.token is not None
+        assert standby.token > holder.token
+        # the log's times are whole milliseconds
+        assert duration - 0.001 <= now - last <= duration + standby.ask_period + standby.poll_period
+        with pytest.raises(LeaseLostError):
+            holder.renew()
+
+
+class _Driver:
+    """A simulated ``shale ingest`` process of an automatic group: it waits (``step``) until it holds a shard, then
+    renews every third of a lease; a lost lease (the map changed) makes it acquire again at its next look."""
+
+    def __init__(self, service: MetastoreService, name: str, duration: int) -> None:
+        self.lease = IngestLease(service, "backup", 1, duration=duration, holder=name, shards="auto")
+        self.beat = 0.0
+        self.alive = True
+
+    @property
+    def holding(self) -> bool:
+        return self.lease.token is not None and self.lease.lost is None
+
+    def tick(self, now: float) -> None:
+        if not self.holding:
+            self.lease.reset()
+            if self.lease.step(now) is not None:
+                self.beat = now + self.lease.duration_ms / 3000
+        elif now >= self.beat:
+            self.beat = now + self.lease.duration_ms / 3000
+            with contextlib.suppress(LeaseLostError):
+                self.lease.renew()
+
+
+@settings(max_examples=25, deadline=None)
+@given(events=st.lists(st.tuples(st.floats(0.1, 12.0), st.sampled_from(["join", "release", "kill"]),
+                                 st.integers(0, 7)), min_size=1, max_size=8))
+def test_an_automatic_group_has_one_shard_per_live_driver_after_drivers_join_release_and_die(
+        events: list[tuple[float, str, int]]) -> None:
+    """Simulated time: drivers of ``ingest.shards = auto`` join, stop cleanly (release) or die (silent) at random;
+    four leases after the last change, every live driver holds its own shard of a map whose count is the number
+    of live drivers, and no driver that left holds one."""
+    duration = 6
+    with tempfile.TemporaryDirectory() as scratch:
+        clock = Clock(1_800_000_000.0)
+        start = clock.now
+        service = _service(Path(scratch), clock)
+        drivers = [_Driver(service, "d0", duration)]
+        now, step = 0.0, drivers[0].lease.poll_period
+        plan = [(sum(e[0] for e in events[:i + 1]), e[1], e[2]) for i, e in enumerate(events)]
+        end = plan[-1][0] + 4 * duration
+        while now < end:
+            while plan and plan[0][0] <= now:
+                _, action, which = plan.pop(0)
+                alive = [d for d in drivers if d.alive]
+                if action == "join":
+                    drivers.append(_Driver(service, f"d{len(drivers)}", duration))
+                elif alive:
+                    leaving = alive[which % len(alive)]
+                    leaving.alive = False
+                    if action == "release":
+                        leaving.lease.release()
+            clock.now = start + now
+            for driver in drivers:
+                if driver.alive:
+                    driver.tick(now)
+            now += step
+        alive = [d for d in drivers if d.alive]
+        rows = service.ingest_leases("backup")
+        holders = {r["holder"]: r["shard"] for r in rows if r["holder"]}
+        assert holders == {d.lease.holder: d.lease.shard for d in alive}, rows
+        assert all(d.holding for d in alive)
+        if alive:  # with nobody left, nobody writes to shrink the map: the next driver to come does
+            assert len(rows) == len(alive), rows  # one shard per live driver
+
+
+class _Process:
+    """A driver's lease loop as ``IngestJob.run`` has it, on the real clock: wait for a shard, heartbeat while
+    "ingesting" until the lease is lost (then acquire again) or the process stops (``stop``: it releases) or dies
+    (``die``: it just stops, its lease left to expire)."""
+
+    def __init__(self, service: MetastoreService, name: str) -> None:
+        self.lease = IngestLease(service, "backup", 1, duration=3, holder=name, shards="auto")
+        self.stop, self.die = threading.Event(), threading.Event()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while self.lease.wait(self.stop):
+            ending = threading.Event()
+            beat = self.lease.heartbeat(ending)
+            while self.lease.lost is None and not self.stop.is_set() and not self.die.wait(0.05):
+                pass
+            ending.set()
+            beat.join()
+            if self.die.is_set():
+                return
+            if self.lease.lost is None:
+                self.lease.release()
+                return
+            self.lease.reset()
+
+
+def _settled(service: MetastoreService, processes: list[_Process]) -> bool:
+    rows = service.ingest_leases("backup")
+    return (len(rows) == len(processes)
+            and {r["holder"]: r["shard"] for r in rows} == {p.lease.holder: p.lease.shard for p in processes})
+
+
+def test_drivers_that_join_die_and_stop_rebalance_an_automatic_group_on_the_real_clock(tmp_path: Path) -> None:
+    """The driver's own loops (``wait``, the heartbeat thread, ``reset``) with 3 s leases: two drivers split the
+    group, a third joins and takes the new shard, one dies and its shard is dropped once its lease expired, one
+    stops and releases: each time the group settles at one shard per live driver."""
+    state = StateMachine(tmp_path / "state.db")
+    service = MetastoreService(state, SingleNodeLog(state))  # type: ignore[arg-type]
+    a, b = _Process(service, "a"), _Process(service, "b")
+    try:
+        eventually(lambda: _settled(service, [a, b]), 60, lambda: f"two drivers on two shards: "
+                   f"{service.ingest_leases('backup')}")
+        c = _Process(service, "c")
+        eventually(lambda: _settled(service, [a, b, c]), 60, lambda: f"the third driver to take the third shard: "
+                   f"{service.ingest_leases('backup')}")
+        assert c.lease.shard == 2
+        b.die.set()
+        eventually(lambda: _settled(service, [a, c]), 60, lambda: f"the dead driver's shard to go: "
+                   f"{service.ingest_leases('backup')}")
+        c.stop.set()
+        c.thread.join(timeout=30)
+        eventually(lambda: _settled(service, [a]), 60, lambda: f"the stopped driver's shard to go: "
+                   f"{service.ingest_leases('backup')}")
+    finally:
+        for process in (a, b):
+            process.stop.set()

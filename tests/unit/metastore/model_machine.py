@@ -272,14 +272,14 @@ class MetastoreMachine(RuleBasedStateMachine):
         return "lease-expired" if renewal and not lease[0] else None
 
     def bridge(self, time_ms: int) -> None:
-        """A silence in the log longer than a third of a lease (nobody reached the metastore) is added to every lease
-        that was live when it began."""
+        """A silence in the log longer than half a lease (nobody reached the metastore) is added to every lease that
+        was live when it began."""
         last = self.m["log_time"]
         if time_ms <= last:
             return
         self.m["log_time"] = time_ms
         for lease in self.m["leases"].values():
-            if last and lease[0] and lease[2] > last and 3 * (time_ms - last) > lease[3]:
+            if last and lease[0] and lease[2] > last and 2 * (time_ms - last) > lease[3]:
                 lease[2] += time_ms - last
 
     def live(self, key: tuple[str, int, int]) -> bool:
@@ -317,6 +317,36 @@ class MetastoreMachine(RuleBasedStateMachine):
         self.m["leases"][key] = [driver, token, now + duration, duration]
         self.m["tokens"][(*key, driver)] = token
 
+    @rule(lane=INGEST_ARGS["lane"], driver=INGEST_ARGS["driver"], minutes=st.sampled_from([1, 60]), shard=SHARDS)
+    def acquire_automatic_lease(self, lane: tuple[str, int, str], driver: str, minutes: int, shard: int = 0) -> None:
+        """A driver of ``ingest.shards = auto`` asks: it always gets a shard (its own, a free one, or a new one when
+        every shard is held), and the map changes only at this entry's index, by vacant shards dropped and at most
+        one added. The model then follows the state's map, so every later commit's refusal is still predicted by
+        the token and the map alone (``lease_refusal``)."""
+        key2, now, duration = lane[:2], self.now_ms(), minutes * 60_000
+        before = self.m["shards"].get(key2)
+        result = self.submit(AcquireIngestLease(group=lane[0], generation=lane[1], holder=driver, shard=shard,
+                                                duration_ms=duration, auto=True))
+        index = self.state.applied()[0]
+        after = shard_maps(self.state.reader.conn)[key2]
+        assert result.data["granted"], result
+        assert (after.shards, after.version) == (result.data["shards"], after.version)
+        if before is None:
+            assert (after.shards, after.version) in ((1, 0), (1, index))
+        elif (after.shards, after.version) != before:
+            assert after.version == index
+            assert after.shards <= before[0] + 1
+        got = (*key2, int(result.data["shard"]))
+        lease = self.m["leases"].get(got)
+        self.m["shards"][key2] = (after.shards, after.version)
+        assert got[2] < after.shards
+        assert lease is None or lease[0] == driver or not self.live(got), (lease, result)  # nobody else held it
+        token = int(result.data["token"])
+        assert token == index or (lease is not None and lease[0] == driver and token == lease[1])  # new, or its own
+        assert all(index >= t for k, t in self.m["tokens"].items() if k[:2] == key2)  # a lane's tokens only grow
+        self.m["leases"][got] = [driver, token, now + duration, duration]
+        self.m["tokens"][(*got, driver)] = token
+
     @rule(lane=INGEST_ARGS["lane"], count=st.integers(1, 3))
     def set_shards(self, lane: tuple[str, int, str], count: int) -> None:
         """An operator changes a lane's shard count: every lease granted before stops holding its shard."""
@@ -327,9 +357,10 @@ class MetastoreMachine(RuleBasedStateMachine):
             self.m["shards"][lane[:2]] = (count, self.state.applied()[0])
 
     @precondition(lambda self: self.m["tokens"])
-    @rule(data=st.data(), release=st.booleans())
-    def renew_or_release_lease(self, data: st.DataObject, release: bool) -> None:
-        """A heartbeat (accepted only for the lane's live lease) or a release (a no-op for any other token)."""
+    @rule(data=st.data(), release=st.booleans(), auto=st.booleans())
+    def renew_or_release_lease(self, data: st.DataObject, release: bool, auto: bool = False) -> None:
+        """A heartbeat (accepted only for the lane's live lease) or a release (a no-op for any other token). An
+        automatic driver's heartbeat may shrink the map (vacant shards dropped, at this entry's index)."""
         (group, generation, shard, driver), token = data.draw(st.sampled_from(sorted(self.m["tokens"].items())))
         key = (group, generation, shard)
         refusal = self.lease_refusal(key, token, renewal=True)
@@ -345,11 +376,18 @@ class MetastoreMachine(RuleBasedStateMachine):
             return
         duration = self.m["leases"][key][3]
         result = self.submit(RenewIngestLease(group=group, generation=generation, shard=shard, holder=driver,
-                                              token=token, duration_ms=duration))
+                                              token=token, duration_ms=duration, auto=auto))
         assert result.ok == (refusal is None), (result, refusal)
         assert result.reason == (refusal or "")
         if refusal is None:
-            self.m["leases"][key][2] = self.now_ms() + duration
+            self.m["leases"][key][2] = max(self.m["leases"][key][2], self.now_ms() + duration)
+            after = shard_maps(self.state.reader.conn)[key[:2]]
+            before = self.m["shards"].get(key[:2], (1, 0))
+            if (after.shards, after.version) != before:
+                assert auto
+                assert after.version == self.state.applied()[0] == result.data["version"]
+                assert after.shards < before[0]
+                self.m["shards"][key[:2]] = (after.shards, after.version)
 
     @precondition(lambda self: any(k[:2] == ("partition", 1) for k in self.m["committed"]))
     @rule(data=st.data())

@@ -174,3 +174,62 @@ def test_shrinking_the_count_removes_a_shard_and_leaves_the_others_waiting_for_a
     assert log.acquire("c", 2).data["reason"] == "no-such-shard"
     rows = {r["shard"]: (r["holder"], r["shards"]) for r in lease_rows(log.sm.writer.conn, log.now)}
     assert rows == {0: ("", 2), 1: ("", 2)}  # the removed shard is gone (no alert for it); the others wait
+
+
+def _auto(log: Log, holder: str, shard: int = 0) -> dict[str, object]:
+    return log.apply(AcquireIngestLease(group="backup", holder=holder, shard=shard, duration_ms=DURATION,
+                                        auto=True)).data
+
+
+def _renew(log: Log, holder: str, shard: int, token: int) -> Result:
+    return log.apply(RenewIngestLease(group="backup", holder=holder, shard=shard, token=token, duration_ms=DURATION,
+                                      auto=True))
+
+
+def test_an_automatic_group_grows_for_a_joining_driver_and_shrinks_when_one_leaves_fenced_all_the_way(
+        tmp_path: Path) -> None:
+    """ingest.shards = auto: a driver that finds every shard held grows the map by one and takes the new shard (only
+    partitions of the new shard move); the others are fenced (``resharded``) and take their own shards back; a
+    driver that leaves (released, or silent past its lease) is dropped from the count at the next renewal."""
+    log = Log(tmp_path / "s.db")
+    a = _auto(log, "a")
+    b = _auto(log, "b")  # every shard held: the map grows to 2, b takes shard 1
+    assert (a["shard"], a["shards"], b["shard"], b["shards"]) == (0, 1, 1, 2)
+    assert _auto(log, "b", shard=0)["token"] == b["token"]  # a retry of b's answer: the same lease, no growth
+    assert log.commit(a["token"], 0, _of(1)[0]).reason == "resharded"
+    a = _auto(log, "a", shard=0)  # a acquires its own shard again under the new map
+    assert (a["granted"], a["shard"], a["shards"]) == (True, 0, 2)
+    assert log.commit(a["token"], 0, _of(2)[0]).ok
+    assert log.commit(b["token"], 1, _of(2)[1]).ok
+    c = _auto(log, "c")  # the third driver joins: 2 -> 3, c takes shard 2
+    assert (c["shard"], c["shards"]) == (2, 3)
+    moved = {p for p in range(16) if shard_of("app", p, 2) != shard_of("app", p, 3)}
+    assert moved == set(_of(3)[2])  # only partitions of the new shard moved, each to it
+    assert log.commit(b["token"], 1, _of(2)[1]).reason == "resharded"  # fenced: its batch was of the old map
+    stale = [p for p in _of(2)[0] if p in moved]
+    a = _auto(log, "a", shard=0)
+    b = _auto(log, "b", shard=1)
+    assert [(x["shard"], x["shards"]) for x in (a, b)] == [(0, 3), (1, 3)]
+    if stale:  # a commit naming a partition that moved is refused under the current map
+        assert log.commit(a["token"], 0, stale).reason == "wrong-shard"
+    for shard, lease in enumerate((a, b, c)):
+        assert log.commit(lease["token"], shard, _of(3)[shard]).ok
+    # b stops cleanly: its release makes the next renewal shrink the map to the two drivers left
+    assert log.apply(ReleaseIngestLease(group="backup", holder="b", shard=1, token=b["token"])).data["released"]
+    log.now += 1000
+    shrunk = _renew(log, "c", 2, c["token"])  # type: ignore[arg-type]
+    assert shrunk.ok
+    assert (shrunk.data["shards"], shrunk.data["version"]) == (2, log.index)  # above c's token: c acquires again
+    c = _auto(log, "c", shard=2)  # shard 2 is gone: c takes the free one (b's)
+    a = _auto(log, "a", shard=0)
+    assert [(x["shard"], x["shards"]) for x in (a, c)] == [(0, 2), (1, 2)]
+    # c dies (silent): a's renewals leave the map alone until c's lease expired, then shrink it to one shard
+    for _ in range(3):
+        log.now += DURATION // 3
+        assert _renew(log, "a", 0, a["token"]).data["shards"] == 2  # type: ignore[arg-type]
+    log.now += DURATION // 3 + 1
+    assert _renew(log, "a", 0, a["token"]).data["shards"] == 1  # type: ignore[arg-type]
+    assert log.commit(c["token"], 1, _of(2)[1]).reason == "resharded"  # the dead driver, if it wakes: fenced
+    a = _auto(log, "a", shard=0)
+    assert log.commit(a["token"], 0, list(range(16))).ok  # every partition resumes at its committed end
+    assert log.ends == {("app", p): 15 for p in range(16)}  # three batches each, under maps of 2, 3 and 1 shards

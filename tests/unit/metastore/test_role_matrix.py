@@ -107,6 +107,7 @@ ROWS = [
     Row("GET", "/v1/labels", query="tenant={tenant}"),
     Row("GET", "/v1/labels/{name}/values", path="/v1/labels/topic/values", query="tenant={tenant}"),
     Row("GET", "/v1/offsets", query="group={group}"),
+    Row("GET", "/v1/ingest/leases", query="group={group}"),
     Row("GET", "/v1/tombstones"), Row("GET", "/v1/tenants"), Row("GET", "/v1/status"),
     Row("GET", "/v1/state-hash"), Row("GET", "/v1/snapshot"),
     Row("GET", "/ui"), Row("GET", "/v1/ui/status"),
