@@ -257,7 +257,7 @@ def test_a_task_of_several_partitions_tiles_each_one_s_range_whatever_the_batche
             rows = backup_rows(bucket, meta, "app", p, first, first + n)
             assert [o for t in rows for o in t.column("offset").to_pylist()] == list(range(first, first + n))
         [dataset] = meta.datasets
-        groups = pq.ParquetFile(pa.BufferReader(bucket.get(block_file_key(meta.tenant, meta.id, dataset.file))))
+        groups = pq.ParquetFile(pa.BufferReader(bucket.get(block_file_key(meta, dataset.file))))
         named = dataset.row_group_partitions or [meta.kafka[0].partition] * groups.num_row_groups
         assert [set(groups.read_row_group(i, columns=["partition"]).column(0).to_pylist())
                 for i in range(groups.num_row_groups)] == [{p} for p in named]
