@@ -53,6 +53,14 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+def durable_directory(directory: Path) -> None:
+    """Create ``directory`` if needed and make its entry, and its parents' entries, durable: a journal fsynced
+    inside a directory whose own name never reached the disk is lost with it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for path in [directory, *directory.parents]:
+        fsync_directory(path)
+
+
 def replace_durably(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that after a crash the file holds either its old content or ``data``."""
     tmp = path.with_name(path.name + ".tmp")

@@ -176,7 +176,7 @@ class RaftLog:
         self.state = state
         self.clock = clock
         self.self_address = self_address
-        data_dir.mkdir(parents=True, exist_ok=True)
+        journal.durable_directory(data_dir)
         self._snapshot_db = data_dir / "snapshot.db"
         conf = SyncObjConf(
             journalFile=str(data_dir / "raft.log"),
