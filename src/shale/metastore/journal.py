@@ -117,6 +117,8 @@ class DurableJournal(Journal):  # type: ignore[misc]
             os.close(self.fd)
             raise OSError(f"{path} is not a Shale Raft journal (it does not start with {MAGIC!r})")
         self.entries, self.offsets, self.end = read_records(data)
+        self.synced_index = self.entries[-1][1] if self.entries else 0
+        """The last index known to be on disk: nothing past it is acknowledged or applied."""
         if self.end < len(data):
             log.warning("cut a partly written tail off the Raft journal", extra={
                 "journal": str(path), "offset": self.end, "bytes": len(data) - self.end,
@@ -154,6 +156,7 @@ class DurableJournal(Journal):  # type: ignore[misc]
 
     def clear(self) -> None:
         self.entries, self.offsets = [], []
+        self.synced_index = 0
         self.end = len(MAGIC)
         os.ftruncate(self.fd, self.end)
         self.dirty = True
@@ -164,6 +167,7 @@ class DurableJournal(Journal):  # type: ignore[misc]
             return
         self.end = self.offsets[entryFrom]
         del self.entries[entryFrom:], self.offsets[entryFrom:]
+        self.synced_index = min(self.synced_index, self.entries[-1][1] if self.entries else 0)
         os.ftruncate(self.fd, self.end)
         self.dirty = True
 
@@ -197,6 +201,7 @@ class DurableJournal(Journal):  # type: ignore[misc]
             self._rebased = False
         os.fdatasync(self.fd)
         self.dirty = False
+        self.synced_index = self.entries[-1][1] if self.entries else 0
 
     def _destroy(self) -> None:
         with contextlib.suppress(OSError):
