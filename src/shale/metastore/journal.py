@@ -113,6 +113,10 @@ class DurableJournal(Journal):  # type: ignore[misc]
             self._create()
         self.fd = os.open(path, os.O_RDWR)
         data = _read_all(self.fd)
+        if len(data) < len(MAGIC) and MAGIC.startswith(data):  # created, header never reached the disk
+            os.pwrite(self.fd, MAGIC[len(data):], len(data))
+            os.fsync(self.fd)
+            data = MAGIC
         if not data.startswith(MAGIC):
             os.close(self.fd)
             raise OSError(f"{path} is not a Shale Raft journal (it does not start with {MAGIC!r})")

@@ -101,3 +101,14 @@ def test_sync_is_one_call_for_many_entries(tmp_path: Path) -> None:
     assert journal.dirty
     journal.sync()
     assert not journal.dirty
+
+
+def test_a_journal_whose_header_never_reached_the_disk_opens_empty(tmp_path: Path) -> None:
+    path = tmp_path / "raft.log"
+    for content in (b"", MAGIC[:5]):
+        path.write_bytes(content)
+        journal = DurableJournal(path)
+        assert len(journal) == 0
+        journal.add(b"a", 1, 1)
+        journal._destroy()
+        assert list(DurableJournal(path)[:]) == [(b"a", 1, 1)]
