@@ -10,7 +10,7 @@ export SHALE_CACHE_DIR ?= $(CURDIR)/.cache
 # (its module fixtures and its services with it).
 INTEGRATION_WORKERS ?= -n 2 --dist loadfile
 
-.PHONY: demo demo-env demo-deps bench-deps test checks unit integration lint typecheck bench env deps venv browser clean
+.PHONY: demo demo-env demo-deps bench-deps test checks unit integration lint typecheck bench env deps venv browser fuse clean
 
 # The demo needs the virtual environment, the Kafka broker's jars, Spark's Kafka connector and Apicurio Registry (its
 # Avro topic), nothing more: its bucket is a folder (file://), so no MinIO, no promtool, no `go install` and no
@@ -27,7 +27,7 @@ demo-deps:
 # Lint, types and the unit tests need only the virtual environment: they run while the services are fetched (the
 # Go builds of MinIO and promtool take minutes on a cold machine), then the integration tests.
 test:
-	@$(MAKE) --no-print-directory -j3 checks deps browser
+	@$(MAKE) --no-print-directory -j3 checks deps browser fuse
 	$(BIN)/pytest $(INTEGRATION_WORKERS) tests/integration
 
 checks: venv
@@ -57,7 +57,7 @@ bench-deps:
 
 # The virtual environment, the services and the browser are independent: fetch them side by side.
 env:
-	@$(MAKE) --no-print-directory -j3 venv deps browser
+	@$(MAKE) --no-print-directory -j3 venv deps browser fuse
 
 venv: $(STAMP)
 
@@ -77,6 +77,12 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 		apt-get install -y -qq --no-install-recommends chromium >/dev/null) || \
 		(echo "could not install Debian's chromium package (needed by the status page test)" >&2; exit 1)
+
+# libfuse 2 for the metastore power-loss test's filesystem (fusepy loads it; Debian's package).
+fuse:
+	@ldconfig -p | grep -q 'libfuse\.so\.2' || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -qq --no-install-recommends libfuse2 >/dev/null) || \
+		(echo "could not install Debian's libfuse2 package (needed by the power-loss test)" >&2; exit 1)
 
 clean:
 	rm -rf $(VENV) .shale .pytest_cache .mypy_cache .ruff_cache test-output

@@ -2,7 +2,12 @@
 
 * ``AddBlocks`` throughput: one node (the embedded default, in-process, committing to SQLite through the
   state machine) with batches of 500 blocks and with one block per command; and a real 3-process Raft
-  cluster over HTTP with batches of 500 from 4 concurrent clients.
+  cluster over HTTP from 4 concurrent clients, with batches of 500 and with one block per command.
+* Durable commits: the Raft cluster runs on the durable journal (each node fsyncs entries before it acknowledges
+  them, once per tick for all of them). Its baseline, in the same run, is the same cluster on pysyncobj's own
+  journal, which never fsyncs (the behaviour before; ``SHALE_TEST_ONLY_UNSYNCED_RAFT_JOURNAL``, a benchmark and
+  test switch). ``ratios.durable_vs_before`` compares the batched figures, ``durable_vs_before_unbatched`` the
+  one-block ones.
 * Query latency at 1,000,000 entries (10 tenants x 100,000 blocks over 30 days): one tenant, a random 1-hour
   range, two matchers ``{topic="app-3", level="ERROR"}``, 300 queries.
 * Baseline: a plain SQLite table (id, tenant, time range, labels JSON, meta JSON) with an index on
@@ -29,6 +34,7 @@ from shale.block import BlockMeta
 from shale.dev.metastore import MetastoreCluster
 from shale.index import match_label_sets, parse_matchers
 from shale.metastore import AddBlocks, MetastoreService, SingleNodeLog, StateMachine
+from shale.metastore.journal import UNSYNCED_BASELINE_ENV
 
 TENANTS, PER_TENANT, DAYS, BATCH = 10, 100_000, 30, 500
 QUERIES = 300
@@ -84,11 +90,14 @@ def _throughput(add: Any, batches: list[list[BlockMeta]]) -> float:
     return sum(len(b) for b in batches) / t[0]
 
 
-def _raft_throughput(work: Path) -> float:
-    cluster = MetastoreCluster(work / "raft", 3).start()
+def _raft_throughput(work: Path, name: str, durable: bool, batch: int, commands: int) -> float:
+    """Blocks/s of a fresh 3-node cluster: ``commands`` AddBlocks of ``batch`` blocks, spread over 4 clients."""
+    (work / name).mkdir()
+    cluster = MetastoreCluster(work / name, 3,
+                               environment={} if durable else {UNSYNCED_BASELINE_ENV: "1"}).start()
     try:
-        batches = [[_block(9, 200_000 + c * 100_000 + i * BATCH + j) for j in range(BATCH)]
-                   for c in range(4) for i in range(10)]
+        batches = [[_block(9, 200_000 + c * 100_000 + i * batch + j) for j in range(batch)]
+                   for c in range(4) for i in range(commands // 4)]
         per_client = [batches[c::4] for c in range(4)]
 
         def run(mine: list[list[BlockMeta]]) -> None:
@@ -151,21 +160,29 @@ def run() -> dict[str, Any]:
             assert sorted(b.id for b in found) == sorted(b.id for b in expected)
             sizes.append(len(found))
 
-        progress("3-node Raft cluster: 4 clients, batches of 500")
-        raft = _raft_throughput(work)
+        progress("3-node Raft cluster: 4 clients, batches of 500 and single blocks, unsynced then durable journal")
+        raft_before = _raft_throughput(work, "before-batched", False, BATCH, 40)
+        raft = _raft_throughput(work, "durable-batched", True, BATCH, 40)
+        raft_before_single = _raft_throughput(work, "before-single", False, 1, 400)
+        raft_single = _raft_throughput(work, "durable-single", True, 1, 400)
 
     p50, p99 = _percentiles(ours_ms)
     b50, b99 = _percentiles(plain_ms)
     figures = {"add_blocks_per_s_single_batched": round(total / ours_time),
                "add_blocks_per_s_raft3_batched": round(raft),
+               "add_blocks_per_s_raft3_unbatched": round(raft_single),
                "add_blocks_per_s_single_unbatched": round(ours_unbatched),
                "query_p50_ms_1m": round(p50, 2), "query_p99_ms_1m": round(p99, 2),
                "entries": total, "blocks_per_query_mean": round(statistics.mean(sizes), 1)}
     baseline = {"add_blocks_per_s_single_batched": round(total / plain_time),
                 "add_blocks_per_s_single_unbatched": round(plain_unbatched),
+                "add_blocks_per_s_raft3_batched_unsynced_journal": round(raft_before),
+                "add_blocks_per_s_raft3_unbatched_unsynced_journal": round(raft_before_single),
                 "query_p50_ms_1m": round(b50, 2), "query_p99_ms_1m": round(b99, 2)}
     ratios = {"add_batched_vs_plain": round(baseline["add_blocks_per_s_single_batched"] and
                                             figures["add_blocks_per_s_single_batched"] /
                                             baseline["add_blocks_per_s_single_batched"], 2),
-              "query_p99_plain_over_ours": round(b99 / p99, 2)}
+              "query_p99_plain_over_ours": round(b99 / p99, 2),
+              "durable_vs_before": round(raft / raft_before, 2),
+              "durable_vs_before_unbatched": round(raft_single / raft_before_single, 2)}
     return write_result("metastore", figures, baseline, ratios, __doc__ or "")

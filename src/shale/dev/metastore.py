@@ -7,8 +7,10 @@ cluster issues itself an admin token for its own calls; ``issue_token`` adds oth
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -55,6 +57,11 @@ class MetastoreCluster:
     """Node i's address (default loopback): where it listens and its peers reach it."""
     wrappers: list[list[str]] = field(default_factory=list)
     """Node i's command prefix (``ip netns exec NS``: a node in a network namespace of its own)."""
+    data_root: Path | None = None
+    """Where the nodes' data directories lie (``node<i>`` in it); default ``directory``. The power-loss test puts
+    them on its own filesystem, and the logs and tokens file stay in ``directory``."""
+    environment: dict[str, str] = field(default_factory=dict)
+    """More variables for the nodes' environment."""
 
     def __post_init__(self) -> None:
         if self.secret is None:
@@ -85,7 +92,7 @@ class MetastoreCluster:
 
     def _command(self, i: int) -> list[str]:
         sets = [f"metastore.listen={self.host(i)}:{self.http_ports[i]}",
-                f"metastore.data_dir={self.directory / f'node{i}'}",
+                f"metastore.data_dir={(self.data_root or self.directory) / f'node{i}'}",
                 f"metastore.tokens_file={self.tokens_file}",
                 f"bucket.url={self.bucket.url}", f"bucket.endpoint={self.bucket.endpoint}",
                 f"bucket.access_key_id={self.bucket.access_key_id}",
@@ -105,6 +112,7 @@ class MetastoreCluster:
     def _environment(self) -> dict[str, str]:
         """The nodes' environment: this process's, plus the secrets (which must never be on a command line)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("SHALE_METASTORE__")}
+        env.update(self.environment)
         env["SHALE_BUCKET__SECRET_ACCESS_KEY"] = self.bucket.secret_access_key.get_secret_value()
         if self.size > 1 and self.secret:
             env["SHALE_METASTORE__SECRET"] = self.secret
@@ -181,6 +189,18 @@ class MetastoreCluster:
         with self._http(timeout=5) as http:
             body: dict[str, Any] = http.get(self.addresses[i] + "/v1/status").json()
         return body
+
+    def kill9_all(self) -> None:
+        """SIGKILL every node at once (all signals sent before waiting for any): a power cut's end of the
+        processes."""
+        running = [p for p in self.processes if p is not None and p.popen is not None]
+        for process in running:
+            assert process.popen is not None
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.popen.pid, signal.SIGKILL)
+        for process in running:
+            process.kill9()
+        self.processes = [None] * self.size
 
     def kill9(self, i: int) -> None:
         process = self.processes[i]

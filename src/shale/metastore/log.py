@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import struct
 import threading
 import time
@@ -21,9 +22,10 @@ from typing import Any, Protocol
 from cryptography.fernet import MultiFernet
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjException, replicated
 from pysyncobj import pickle as raft_pickle
+from pysyncobj.transport import TCPTransport
 
 from shale.errors import CommandRejectedError, ConfigError, MetastoreUnavailableError, NotLeaderError, ShaleError
-from shale.metastore import raftwire
+from shale.metastore import journal, raftwire
 from shale.metastore.commands import Command, Noop, Result, decode, encode
 from shale.metastore.fsm import Entry, StateMachine
 
@@ -81,14 +83,59 @@ class SingleNodeLog:
         return LogStatus("single", None, 1, index, index)
 
 
+class _AckAfterSyncTransport(TCPTransport):  # type: ignore[misc]
+    """pysyncobj's transport, except that a follower's acknowledgements (``next_node_idx``) of journal entries not
+    yet on disk are held back: the node's next tick syncs the journal once and sends them all (group commit)."""
+
+    def __init__(self, syncobj: Any, self_node: Any, other_nodes: Any) -> None:
+        super().__init__(syncobj, self_node, other_nodes)
+        self.held: list[tuple[Any, Any]] = []
+
+    def send(self, node: Any, message: Any) -> bool:
+        if message.get("type") == "next_node_idx" and (self.held or _journal_dirty(self._syncObj)):
+            self.held.append((node, message))
+            return True
+        return bool(super().send(node, message))
+
+    def release(self) -> None:
+        held, self.held = self.held, []
+        for node, message in held:
+            super().send(node, message)
+
+
+def _journal_dirty(node: Any) -> bool:
+    raft_journal = node._SyncObj__raftLog
+    return isinstance(raft_journal, journal.DurableJournal) and raft_journal.dirty
+
+
 class _RaftNode(SyncObj):  # type: ignore[misc]
-    """The pysyncobj object. Its one replicated method carries our command bytes and the leader's clock."""
+    """The pysyncobj object. Its one replicated method carries our command bytes and the leader's clock.
+
+    Durability: every tick first syncs the journal (one fdatasync for all the entries appended since the last
+    one), then sends the acknowledgements held until then, then runs pysyncobj's tick. A leader counts its own copy
+    of an entry towards a majority in that tick, after the sync; a follower acknowledges only after it; votes and
+    the term reach the disk inside the journal's ``setCurrentTerm``, before pysyncobj sends anything. The same sync
+    runs again at the end of each tick, before it waits for messages: the leader's fdatasync of the entries it
+    has just sent then overlaps with the followers' work on them instead of following it."""
 
     def __init__(self, state: StateMachine, self_address: str, peers: list[str], conf: SyncObjConf,
                  encryptor: MultiFernet) -> None:
         self._state = state
         self._shale_encryptor = encryptor
-        super().__init__(self_address, peers, conf)
+        super().__init__(self_address, peers, conf, transportClass=_AckAfterSyncTransport)
+        self.addOnTickCallback(self._sync_journal)  # pysyncobj calls these last in a tick, before its poll
+
+    def _sync_journal(self) -> None:
+        raft_journal = self._SyncObj__raftLog
+        if isinstance(raft_journal, journal.DurableJournal):
+            raft_journal.sync()
+        transport = self._SyncObj__transport
+        if isinstance(transport, _AckAfterSyncTransport):
+            transport.release()
+
+    def _onTick(self, timeToWait: float = 0.0) -> None:  # noqa: N802,N803 - pysyncobj's names
+        self._sync_journal()
+        super()._onTick(timeToWait)
 
     @property
     def encryptor(self) -> MultiFernet:
@@ -131,13 +178,14 @@ class RaftLog:
                 "it the Raft port would accept unauthenticated frames. Give every member the same long random "
                 "secret through $SHALE_METASTORE__SECRET or the config file, never on a command line.")
         raftwire.install()
+        journal.install()
         self.state = state
         self.clock = clock
         self.self_address = self_address
-        data_dir.mkdir(parents=True, exist_ok=True)
+        journal.durable_directory(data_dir)
         self._snapshot_db = data_dir / "snapshot.db"
         conf = SyncObjConf(
-            journalFile=str(data_dir / "raft.journal"),
+            journalFile=str(data_dir / "raft.log"),
             fullDumpFile=str(data_dir / "raft.snapshot"),
             serializer=self._serialize,
             deserializer=self._deserialize,
@@ -165,6 +213,8 @@ class RaftLog:
         with open(filename, "wb") as out:
             out.write(SNAPSHOT_MAGIC + struct.pack(">Q", len(header)) + header)
             out.write(self._snapshot_db.read_bytes())
+            out.flush()
+            os.fsync(out.fileno())  # the journal drops the entries it holds once it is renamed into place
         self._snapshot_db.unlink(missing_ok=True)
 
     def _deserialize(self, filename: str) -> Any:

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pysyncobj.transport import TCPTransport
 from tests.unit.metastore.helpers import meta
 from tests.waiting import eventually
 
 from shale.errors import NotLeaderError
 from shale.metastore import AddBlocks, Noop, RaftLog, StateMachine, encode
 from shale.metastore.commands import PartitionKey, TruncateIndex
+from shale.metastore.fsm import Entry
 from shale.process import free_port
 
 SECRET = "unit-test-cluster-secret"
@@ -79,6 +83,50 @@ def test_replicas_apply_the_same_commands_in_the_same_order(cluster: Cluster) ->
     with pytest.raises(NotLeaderError) as info:
         follower.propose(encode(Noop()))
     assert info.value.leader == leader.self_address
+
+
+def test_nothing_is_acknowledged_or_applied_before_it_is_on_disk(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A follower's acknowledgement leaves only for entries its journal has synced; a node (the leader, whose
+    own copy counts towards the majority, or a follower) applies only synced entries."""
+    early: list[str] = []
+    acks: list[int] = []
+    send = TCPTransport.send
+
+    def checked_send(transport: Any, node: Any, message: Any) -> bool:
+        if message.get("type") == "next_node_idx" and message.get("success"):
+            synced = transport._syncObj._SyncObj__raftLog.synced_index
+            acks.append(message["next_node_idx"] - 1)
+            if message["next_node_idx"] - 1 > synced:
+                early.append(f"acknowledged {message['next_node_idx'] - 1} with {synced} synced")
+        return bool(send(transport, node, message))
+
+    monkeypatch.setattr(TCPTransport, "send", checked_send)
+    cluster = Cluster(tmp_path)
+    try:
+        for log in cluster.logs:
+            assert log is not None
+            journal, apply = log.node._SyncObj__raftLog, log.state.apply
+
+            def checked_apply(entry: Entry, data: bytes, journal: Any = journal, apply: Any = apply) -> Any:
+                if entry.index > journal.synced_index:
+                    early.append(f"applied {entry.index} with {journal.synced_index} synced")
+                return apply(entry, data)
+
+            log.state.apply = checked_apply  # type: ignore[method-assign]
+        leader = cluster.leader()
+        proposers = [threading.Thread(target=lambda c=c: [leader.propose(encode(AddBlocks(blocks=[
+            meta(partition=c, start=i, end=i + 1)]))) for i in range(25)]) for c in range(4)]
+        for t in proposers:
+            t.start()
+        for t in proposers:
+            t.join()
+        cluster.settle(leader.barrier())
+        assert all(log is not None and log.state.reader.count_blocks() == 100 for log in cluster.logs)
+    finally:
+        cluster.close()
+    assert early == []
+    assert max(acks) >= 100  # the check saw the acknowledgements of the entries proposed
 
 
 def test_commands_see_the_entry_term_and_stale_plans_are_rejected(cluster: Cluster) -> None:
