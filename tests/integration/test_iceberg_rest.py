@@ -159,20 +159,38 @@ def spark_answers(spark: Any) -> dict[str, Any]:
     return _plain({name: [list(row) for row in spark.sql(text).collect()] for name, text in sql.items()})
 
 
-def duckdb_answers(w: World, catalog: IcebergRestCatalog) -> dict[str, Any]:
+def _duckdb(w: World, catalog: IcebergRestCatalog, queries: dict[str, str]) -> dict[str, list[list[Any]]]:
     bucket = w.config.bucket
     client_id, client_secret = CREDENTIAL.split(":", 1)
     spec = {"catalog": catalog.url, "client_id": client_id, "client_secret": client_secret,
             "s3": {"endpoint": bucket.endpoint.removeprefix("http://"), "key_id": bucket.access_key_id,
                    "secret": bucket.secret_access_key.get_secret_value(), "region": bucket.region},
-            "queries": _sql(f"shale.{TYPED}.{ORDERS}", f"shale.{RECORDS}.{SHOP}__shop_Order",
-                            f"shale.{RECORDS}.{SHOP}__shop_Refund", '"', "epoch_us")}
+            "queries": queries}
     script = ROOT / "src" / "shale" / "dev" / "duckdb_iceberg.py"
     done = subprocess.run([str(fetch_duckdb()), str(script)], input=json.dumps(spec), capture_output=True,
                           text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
     assert bucket.secret_access_key.get_secret_value() not in done.stderr
-    return _plain(json.loads(done.stdout))
+    result: dict[str, list[list[Any]]] = json.loads(done.stdout)
+    return result
+
+
+def duckdb_answers(w: World, catalog: IcebergRestCatalog) -> dict[str, Any]:
+    return _plain(_duckdb(w, catalog, _sql(f"shale.{TYPED}.{ORDERS}", f"shale.{RECORDS}.{SHOP}__shop_Order",
+                                           f"shale.{RECORDS}.{SHOP}__shop_Refund", '"', "epoch_us")))
+
+
+TYPED_COLUMNS = ("amount", "placed", "event_time", "big", "attrs", "tags", "address", "qty", "ratio")
+
+
+def engine_types(w: World, spark: Any, catalog: IcebergRestCatalog) -> dict[str, dict[str, str]]:
+    """The type each engine shows for the typed columns (docs/DESIGN.md 16.8 lists them)."""
+    spark_types = dict(spark.table(f"{SPARK_CATALOG}.{TYPED}.{ORDERS}").dtypes)
+    duck = _duckdb(w, catalog, {"types": f"DESCRIBE shale.{TYPED}.{ORDERS}"})
+    duck_types = {row[0]: row[1] for row in duck["types"]}
+    schema = open_catalog(w.config).load_table((TYPED, ORDERS)).scan().to_polars().schema
+    return {c: {"iceberg": str(open_catalog(w.config).load_table((TYPED, ORDERS)).schema().find_field(c).field_type),
+                "spark": spark_types[c], "duckdb": duck_types[c], "polars": str(schema[c])} for c in TYPED_COLUMNS}
 
 
 def polars_answers(config: ShaleConfig) -> dict[str, Any]:
@@ -220,7 +238,7 @@ def _one_snapshot_per_change(w: World, *name: str) -> list[int]:
 
 
 def test_spark_duckdb_and_polars_agree_with_shale_query_through_the_rest_catalog(
-        world: World, spark: Any, iceberg_rest: IcebergRestCatalog) -> None:
+        world: World, spark: Any, iceberg_rest: IcebergRestCatalog, output_dir: Path) -> None:
     w = world
     for key, value in spark_catalog_conf(w.config, SPARK_CATALOG).items():
         spark.conf.set(key, value)
@@ -241,6 +259,11 @@ def test_spark_duckdb_and_polars_agree_with_shale_query_through_the_rest_catalog
     assert evolved["count"] == 9
     assert [r[3] for r in evolved["versions"]] == [None] * 6 + ["n6", "n7", "n8"]  # each version's rows
     assert [r[1] for r in evolved["versions"]][-1] == 2**40 + 8  # int -> long widened, the new value exact
+    types = engine_types(w, spark, iceberg_rest)
+    (output_dir / "types.json").write_text(json.dumps(types, indent=1))
+    assert types["amount"]["spark"] == "decimal(10,2)"
+    assert types["amount"]["duckdb"] == "DECIMAL(10,2)"
+    assert types["big"]["iceberg"] == "decimal(20, 0)"
 
     compact(w.service, w.bucket, first)
     merged = merge_blocks(w.bucket, [m for blocks in kinds for m in blocks], job="rest", token=1, level=0).output
