@@ -418,6 +418,11 @@ class IcebergConfig(_Section):
         "rest.sigv4-enabled, rest.signing-name, header.X-Iceberg-Access-Delegation (docs/DEPLOY.md)")
     interval: Duration = Field(default=1.0, description="how often the leader looks for changes to publish")
     max_entries_per_round: int = Field(default=2000, ge=1, description="log entries published per round at most")
+    snapshot_retention: Duration = Field(
+        default=7 * 86_400, description="snapshots of Shale's tables older than this are expired: removed from the "
+        "table's metadata only (the data files are Shale's blocks and stay); the newest snapshot Shale wrote is "
+        "always kept; 0 keeps every snapshot")
+    expire_interval: Duration = Field(default=3600.0, description="how often the leader expires old snapshots")
 
     @field_validator("catalog_name")
     @classmethod

@@ -85,6 +85,8 @@ CONFLICTS = Gauge("shale_iceberg_table_name_conflicts", "Tables the publisher do
 RETRIES = Counter("shale_iceberg_commit_retries_total", "Iceberg commits the catalog did not accept because another "
                   "writer advanced the table first (or whose outcome was unknown), planned again and retried.")
 COMMIT_ATTEMPTS = 5
+EXPIRED = Counter("shale_iceberg_snapshots_expired_total", "Snapshots of Shale's tables expired (metadata only: no "
+                  "data file is deleted).")
 LAST_SUCCESS = Gauge("shale_iceberg_last_success_timestamp_seconds", "When a publisher round last succeeded.")
 
 
@@ -132,6 +134,8 @@ class IcebergPublisher:
         self.conflicts: dict[TableKey, str] = {}
         """Tables whose name another topic's or record type's table holds: not written (``_load``)."""
         self.published_through = 0
+        self.expired = 0
+        self._expired_at = 0.0
         self.applied = 0
         self._lock = threading.Lock()  # the loop and an HTTP-triggered sync take turns
 
@@ -172,6 +176,7 @@ class IcebergPublisher:
                 committed += self._start(read)
             committed += self._publish(read, through)
             self._sweep()
+            self._expire()
         if any(c.index <= through for c in read.changes):
             self.submit(TrimBlockChanges(through=through)).raise_for_rejection()
             self.published_through = through
@@ -499,6 +504,37 @@ class IcebergPublisher:
                         self.bucket.delete(key)
             state.swept_ms = max(state.swept_ms, horizon)
 
+    def _expire(self) -> None:
+        """Every ``expire_interval``, expire each table's snapshots older than ``snapshot_retention`` that the copy
+        sweep has passed (so every copy they released is already deleted), except the newest snapshot Shale wrote
+        (it records the published point, 16.4) and every branch or tag head. pyiceberg's expiry removes snapshots
+        from the metadata only: no data file is deleted (the catalog's metadata.json shrinks, the blocks stay). A
+        refused commit (another writer came first) is tried again at the next expiry."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        retention, now = self.config.iceberg.snapshot_retention, self.clock()
+        if not retention or now - self._expired_at < self.config.iceberg.expire_interval:
+            return
+        self._expired_at = now
+        for key, state in list(self._tables.items()):
+            table = state.table
+            keep = {ref.snapshot_id for ref in table.metadata.refs.values()} | {
+                getattr(_newest_own(table), "snapshot_id", None)}
+            horizon = min(int((now - retention) * 1000), state.swept_ms)
+            old = [s.snapshot_id for s in table.metadata.snapshots
+                   if s.timestamp_ms < horizon and s.snapshot_id not in keep]
+            if not old:
+                continue
+            try:
+                table.maintenance.expire_snapshots().by_ids(old).commit()
+            except CommitFailedException:
+                self._tables.pop(key, None)  # reloaded at its next change
+                continue
+            EXPIRED.inc(len(old))
+            self.expired += len(old)
+            log.info("iceberg snapshots expired", extra={"tenant": key.tenant, "topic": key.topic,
+                                                         "snapshots": len(old)})
+
     # -- repair -------------------------------------------------------------------------------------
 
     def sync(self, *, full: bool = False) -> dict[str, Any]:
@@ -533,7 +569,8 @@ class IcebergPublisher:
     def status(self) -> dict[str, Any]:
         return {"enabled": self.config.iceberg.enabled, "published_through": self.published_through,
                 "applied_index": self.applied, "tables": len(self._tables), "last_error": self.last_error,
-                "refused_files": self.refused, "table_name_conflicts": sorted(self.conflicts.values()),
+                "refused_files": self.refused, "expired_snapshots": self.expired,
+                "table_name_conflicts": sorted(self.conflicts.values()),
                 "lag_seconds": self.clock() - min(self._first_seen.values()) if self._first_seen else 0.0}
 
     def loop(self, stop: threading.Event, is_leader: Callable[[], bool] = lambda: True) -> None:
@@ -556,16 +593,21 @@ def _not_held(specs: list[FileSpec], state: _Table) -> tuple[list[str], list[Fil
     return [], [s for s in specs if s.block.id not in state.blocks]
 
 
-def _last_index(table: Any) -> int:
-    """The newest log entry the table's snapshots record: its current snapshot's, or, when another writer's
-    snapshot came after Shale's (a user's maintenance, say), that of the newest of its ancestors Shale wrote."""
+def _newest_own(table: Any) -> Any:
+    """The newest snapshot Shale wrote among the current snapshot and its ancestors (None if there is none)."""
     from pyiceberg.table.snapshots import ancestors_of
 
     for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
-        index = _summary(snapshot, SUMMARY_INDEX)
-        if index is not None:
-            return int(index)
-    return 0
+        if _summary(snapshot, SUMMARY_INDEX) is not None:
+            return snapshot
+    return None
+
+
+def _last_index(table: Any) -> int:
+    """The newest log entry the table's snapshots record: its current snapshot's, or, when another writer's
+    snapshot came after Shale's (a user's maintenance, say), that of the newest of its ancestors Shale wrote."""
+    own = _newest_own(table)
+    return 0 if own is None else int(_summary(own, SUMMARY_INDEX) or 0)
 
 
 def _summary(snapshot: Any, key: str) -> str | None:
