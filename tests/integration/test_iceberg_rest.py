@@ -154,8 +154,8 @@ def _plain(answers: dict[str, list[list[Any]]]) -> dict[str, Any]:
 
 def spark_answers(spark: Any) -> dict[str, Any]:
     c = SPARK_CATALOG
-    sql = _sql(f"{c}.{TYPED}.{ORDERS}", f"{c}.{RECORDS}.{SHOP}__shop_Order", f"{c}.{RECORDS}.{SHOP}__shop_Refund",
-               "`", "unix_micros")
+    sql = _sql(f"{c}.{TYPED}.{ORDERS}", f"{c}.`{RECORDS}`.{SHOP}__shop_Order",
+               f"{c}.`{RECORDS}`.{SHOP}__shop_Refund", "`", "unix_micros")
     return _plain({name: [list(row) for row in spark.sql(text).collect()] for name, text in sql.items()})
 
 
@@ -176,8 +176,8 @@ def _duckdb(w: World, catalog: IcebergRestCatalog, queries: dict[str, str]) -> d
 
 
 def duckdb_answers(w: World, catalog: IcebergRestCatalog) -> dict[str, Any]:
-    return _plain(_duckdb(w, catalog, _sql(f"shale.{TYPED}.{ORDERS}", f"shale.{RECORDS}.{SHOP}__shop_Order",
-                                           f"shale.{RECORDS}.{SHOP}__shop_Refund", '"', "epoch_us")))
+    return _plain(_duckdb(w, catalog, _sql(f"shale.{TYPED}.{ORDERS}", f'shale."{RECORDS}".{SHOP}__shop_Order',
+                                           f'shale."{RECORDS}".{SHOP}__shop_Refund', '"', "epoch_us")))
 
 
 TYPED_COLUMNS = ("amount", "placed", "event_time", "big", "attrs", "tags", "address", "qty", "ratio")
