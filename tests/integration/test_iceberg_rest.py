@@ -13,6 +13,7 @@ from __future__ import annotations
 import decimal
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -350,4 +351,5 @@ def test_the_catalog_server_listens_on_loopback_only(iceberg_rest: IcebergRestCa
     listening = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, check=True).stdout
     ours = [line for line in listening.splitlines() if f":{iceberg_rest.port} " in line]
     assert ours, listening
-    assert all("127.0.0.1:" in line for line in ours), ours
+    # Java shows an IPv4 socket as IPv4-mapped: [::ffff:127.0.0.1]:PORT; never 0.0.0.0, * or [::]
+    assert all(re.search(rf"\s(\[::ffff:)?127\.0\.0\.1\]?:{iceberg_rest.port}\s", line) for line in ours), ours
