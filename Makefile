@@ -12,9 +12,10 @@ INTEGRATION_WORKERS ?= -n 2 --dist loadfile
 
 .PHONY: demo demo-env demo-deps bench-deps test checks unit integration lint typecheck bench env deps venv browser fuse clean
 
-# The demo needs the virtual environment, the Kafka broker's jars, Spark's Kafka connector and Apicurio Registry (its
-# Avro topic), nothing more: its bucket is a folder (file://), so no MinIO, no promtool, no `go install` and no
-# Chromium. The three are fetched side by side, beside the virtual environment.
+# The demo needs the virtual environment, the Kafka broker's jars, Spark's Kafka connector, Apicurio Registry (its
+# Avro topic) and DuckDB's environment (it reads the typed Iceberg table), nothing more: its bucket is a folder
+# (file://), so no MinIO, no promtool, no `go install` and no Chromium. They are fetched side by side, beside the
+# virtual environment.
 demo: demo-env
 	$(BIN)/shale demo
 
@@ -22,7 +23,7 @@ demo-env:
 	@$(MAKE) --no-print-directory -j2 venv demo-deps
 
 demo-deps:
-	$(PY) src/shale/dev/fetch.py kafka spark apicurio
+	$(PY) src/shale/dev/fetch.py kafka spark apicurio duckdb
 
 # Lint, types and the unit tests need only the virtual environment: they run while the services are fetched (the
 # Go builds of MinIO and promtool take minutes on a cold machine), then the integration tests.

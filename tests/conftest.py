@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, settings
 
 from shale.config import BucketConfig, SparkConfig
 from shale.dev import KafkaBroker, MinioServer, SchemaRegistry, SparkStandalone, connector_conf
+from shale.dev.iceberg_rest import IcebergRestCatalog
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -69,6 +70,17 @@ def schema_registry(services_dir: Path) -> Iterator[SchemaRegistry]:
     registry = SchemaRegistry(services_dir / "registry").start()
     yield registry
     registry.stop()
+
+
+@pytest.fixture(scope="session")
+def iceberg_rest(services_dir: Path, minio: MinioServer) -> Iterator[IcebergRestCatalog]:
+    """Apache Iceberg 1.11's REST catalog server on loopback (shale.dev.iceberg_rest), its warehouse in a bucket of
+    the session's MinIO. A server that cannot start raises here, and every test that needs it errors."""
+    minio.create_bucket("iceberg-rest")
+    catalog = IcebergRestCatalog(services_dir / "iceberg-rest", "s3://iceberg-rest/warehouse", minio.endpoint,
+                                 minio.access_key, minio.secret_key).start()
+    yield catalog
+    catalog.stop()
 
 
 @pytest.fixture

@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import io
+import itertools
+import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+import fastavro
 import pyarrow as pa
 
 from shale.block import BlockMeta, BlockSpec, DatasetInput, KafkaRange, deterministic_block_id, write_block
 from shale.block.schemas import TIMESTAMP, partition_schema
-from shale.config import ShaleConfig
+from shale.config import IngestConfig, ParserRule, SchemaRegistryConfig, ShaleConfig
+from shale.encoder.chunks import Chunk, GroupSpec, write_chunk
 from shale.iceberg import IcebergPublisher
 from shale.metastore import (
     CommitIngestBatch,
@@ -27,6 +32,9 @@ from shale.metastore import (
 )
 from shale.objstore import Bucket, open_bucket
 from shale.query import Query, run_query
+from shale.schemas.registry import RegisteredSchema, RegistryClient
+from shale.schemas.wire import frame
+from tests.factories import backup_table
 
 HOUR = 3_600_000
 T0 = 1_795_000_000_000 - 1_795_000_000_000 % HOUR  # 2026-11-18 09:00 UTC
@@ -200,3 +208,39 @@ def v2_columns(start: int, count: int) -> dict[str, pa.Array]:
         "attrs": pa.array([[("k", o)] for o in offsets], pa.map_(pa.string(), pa.int64())),
         "note": pa.array([f"n{o}" for o in offsets], pa.string()),
     }
+
+
+# A topic of several record types (subject_name_strategy record), its schemas known to the registry client.
+REGISTRY = SchemaRegistryConfig(url="http://127.0.0.1:1/apis/ccompat/v7", timeout=2.0)
+_ids = itertools.count(99_000)
+ORDER: dict[str, Any] = {"type": "record", "name": "Order", "namespace": "shop",
+                         "fields": [{"name": "id", "type": "long"}, {"name": "amount", "type": "double"}]}
+REFUND: dict[str, Any] = {"type": "record", "name": "Refund", "namespace": "shop",
+                          "fields": [{"name": "id", "type": "long"}, {"name": "why", "type": "string"}]}
+IDS: dict[str, int] = {}
+for _name, _schema in (("shop.Order", ORDER), ("shop.Refund", REFUND)):
+    IDS[_name] = next(_ids)
+    RegistryClient(REGISTRY).remember(RegisteredSchema(IDS[_name], "AVRO", json.dumps(_schema)))
+KINDS = ["shop.Order", "shop.Refund", "shop.Order", "shop.Order", "shop.Refund", "shop.Order"]
+
+
+def record_value(kind: str, n: int) -> bytes:
+    schema, datum = (ORDER, {"id": n, "amount": n / 2}) if kind == "shop.Order" else (REFUND, {"id": n, "why": f"w{n}"})
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), datum)
+    return frame(IDS[kind], out.getvalue())
+
+
+def record_type_blocks(config: ShaleConfig, bucket: Bucket, start: int, end: int, generation: int = 1,
+            shift: int = 0) -> list[BlockMeta]:
+    """Records of offsets [start, end) of topic ``shop`` in the KINDS order, Avro with the record strategy, written
+    by the ingest's chunk writer: one block, a dataset per record type."""
+    spec = GroupSpec("partition", generation, config.bucket,
+                     IngestConfig(parsers=[ParserRule(parser="avro", options={"subject_name_strategy": "record"})],
+                                  schema_registry=REGISTRY))
+    table = backup_table("shop", 0, start, end - start, base_ms=T0 + start * 1000)
+    table = table.set_column(table.schema.get_field_index("value"), "value",
+                             pa.array([record_value(KINDS[n], n + shift) for n in range(start, end)]))
+    written = write_chunk(spec, bucket, table, Chunk("shop", 0, "", start, end, T0 + 86_400_000))
+    assert written.quarantined == 0
+    return [m for m in written.blocks if m.datasets]

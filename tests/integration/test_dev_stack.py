@@ -127,3 +127,32 @@ def test_dev_up_with_a_schema_registry(tmp_path: Path, monkeypatch: pytest.Monke
         down = runner.invoke(cli, ["dev", "down", "--dir", directory])
     assert "schema-registry" in down.output
     assert not pid_alive(state.registry_pid)
+
+
+def test_dev_up_with_an_iceberg_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--iceberg-catalog` adds Apache Iceberg's REST catalog on loopback, and the exports point Shale's [iceberg] at
+    it: a catalog opened from that configuration creates a namespace and lists it."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.delenv("SHALE_DEV_DIR", raising=False)
+    runner = CliRunner()
+    directory = str(tmp_path / "dev")
+    up = runner.invoke(cli, ["dev", "up", "--dir", directory, "--iceberg-catalog"])
+    assert up.exit_code == 0, up.output
+    state = DevStack(Path(directory)).load()
+    assert state is not None
+    try:
+        assert f"iceberg rest catalog: added ({state.catalog_url})" in up.output
+        assert state.catalog_url.startswith("http://127.0.0.1:")
+        exports = runner.invoke(cli, ["dev", "up", "--dir", directory, "--env"])
+        assert f"export SHALE_ICEBERG__CATALOG_URI={state.catalog_url}" in exports.output
+        from shale.iceberg import open_catalog
+
+        catalog = open_catalog(load_config(None, env=state.env()))
+        catalog.create_namespace("acme")
+        assert ("acme",) in catalog.list_namespaces()
+        status = runner.invoke(cli, ["dev", "status", "--dir", directory])
+        assert "iceberg-catalog running" in status.output, status.output
+    finally:
+        down = runner.invoke(cli, ["dev", "down", "--dir", directory])
+    assert "iceberg-catalog" in down.output
+    assert not pid_alive(state.catalog_pid)

@@ -30,7 +30,7 @@ def test_promtool_is_pinned_to_a_release_and_fetched_with_the_others() -> None:
 
 
 def test_the_benchmarks_jars_are_fetched_only_by_make_bench() -> None:
-    assert fetch.NOT_IN_ALL == ("iceberg-kafka-connect", "spark-avro")
+    assert fetch.NOT_IN_ALL[:2] == ("iceberg-kafka-connect", "spark-avro")
     [(group, artifact, version)] = fetch.SPARK_AVRO_ARTIFACTS  # one jar: its dependencies are inside pyspark
     assert (group, artifact) == ("org.apache.spark", "spark-avro_2.13")
     assert version == pyspark.__version__
@@ -38,3 +38,16 @@ def test_the_benchmarks_jars_are_fetched_only_by_make_bench() -> None:
     assert pins[("org.apache.kafka", "connect-runtime")] == fetch.KAFKA_VERSION  # the broker's version
     assert {v for (g, _), v in pins.items() if g == "org.apache.iceberg"} == {fetch.ICEBERG_KC_VERSION}
     assert re.fullmatch(r"\d+\.\d+\.\d+", fetch.ICEBERG_KC_VERSION)
+
+
+def test_the_rest_catalog_and_duckdb_are_pinned_and_fetched_when_first_needed() -> None:
+    assert fetch.NOT_IN_ALL[2:] == ("iceberg-rest", "duckdb")
+    pins = {(g, a, c): v for g, a, v, c, _ in fetch.ICEBERG_REST_ARTIFACTS}
+    assert pins[("org.apache.iceberg", "iceberg-open-api", "test-fixtures")] == fetch.ICEBERG_VERSION
+    assert pins[("org.apache.iceberg", "iceberg-core", "tests")] == fetch.ICEBERG_VERSION
+    assert pins[("org.xerial", "sqlite-jdbc", "")] == fetch.SQLITE_JDBC_VERSION
+    assert all(v == fetch.JETTY_VERSION for (g, _, _), v in pins.items() if g.startswith("org.eclipse.jetty"))
+    assert re.fullmatch(r"12\.1\.\d+", fetch.JETTY_VERSION)
+    assert all(p.endswith(f"=={fetch.DUCKDB_VERSION}") for p in fetch.DUCKDB_PACKAGES)  # built for one DuckDB
+    assert (fetch.Path(fetch.__file__).parent / "java" / f"{fetch.REST_LAUNCHER}.java").is_file()
+

@@ -55,10 +55,13 @@ _dir_option = click.option("--dir", "directory", default=None, type=click.Path(f
               help="Also start a Spark standalone master and this many workers (1 core, 1 GiB each).")
 @click.option("--schema-registry", is_flag=True, help="Also start a Schema Registry (Apicurio Registry 3.0.9, its "
               "Confluent-compatible API) for the avro parser.")
+@click.option("--iceberg-catalog", is_flag=True, help="Also start an Iceberg REST catalog (Apache Iceberg 1.11's "
+              "RESTCatalogServer, warehouse in the bucket) and point Shale's [iceberg] at it.")
 @click.option("--env", "as_env", is_flag=True, help="Start nothing: print the exports of the running stack, for "
               "eval \"$(shale dev up --env)\" (exit 3 if none runs).")
 @shale_errors
-def up(directory: Path | None, spark_workers: int, schema_registry: bool, as_env: bool) -> None:
+def up(directory: Path | None, spark_workers: int, schema_registry: bool, iceberg_catalog: bool,
+       as_env: bool) -> None:
     """Start Kafka (KRaft) and MinIO (and Spark, and a registry) on free loopback ports, or add what is asked for
     to the stack already running; print what was done and how to reach them."""
     from shale.dev import DevStack
@@ -73,7 +76,7 @@ def up(directory: Path | None, spark_workers: int, schema_registry: bool, as_env
     directory = (directory or Path(DEFAULT_DIR)).resolve()
     if DevStack(directory).load() is None:
         click.echo("starting Kafka and MinIO (the first run fetches them, which takes a few minutes)...")
-    state, done = DevStack(directory).up(spark_workers, schema_registry)
+    state, done = DevStack(directory).up(spark_workers, schema_registry, iceberg_catalog)
     try:
         _last_up_file().parent.mkdir(parents=True, exist_ok=True)
         _last_up_file().write_text(f"{directory}\n")
@@ -87,6 +90,8 @@ def up(directory: Path | None, spark_workers: int, schema_registry: bool, as_env
         click.echo(f"spark master:            {state.spark_master} (status {state.spark_ui})")
     if state.registry_url:
         click.echo(f"schema registry:         {state.registry_url}")
+    if state.catalog_url:
+        click.echo(f"iceberg rest catalog:    {state.catalog_url}")
     click.echo(f"state:                   {directory}")
     click.echo("point Shale at them with:  eval \"$(shale dev up --env)\"  (it starts nothing), or:")
     for key, value in {**state.env(), DIR_ENV: str(directory)}.items():

@@ -396,14 +396,35 @@ class IcebergConfig(_Section):
     read. Credentials of the bucket are those of ``[bucket]``."""
 
     enabled: bool = Field(default=False, description="publish every committed change as an Iceberg snapshot")
+    catalog: Literal["sql", "rest"] = Field(
+        default="sql", description="sql: a SQL catalog database Shale writes itself (one machine); rest: an "
+                                   "Iceberg REST catalog service (Polaris, Lakekeeper, Nessie, Glue, ...)")
     catalog_uri: str = Field(
         default="sqlite:///.shale/iceberg/catalog.db",
-        description="SQLAlchemy URL of the catalog database: sqlite:///PATH (embedded) or "
-                    "postgresql+psycopg2://user@host/db (production; the password from the URL or PGPASSWORD)")
+        description="sql: SQLAlchemy URL of the catalog database, sqlite:///PATH (embedded) or "
+                    "postgresql+psycopg2://user@host/db (the password from the URL or PGPASSWORD); rest: the "
+                    "catalog's base URL, http(s)://host:port[/path]")
     catalog_name: str = Field(default="shale", description="the catalog's name (engines must use the same one)")
-    warehouse: str = Field(default="", description="where table metadata goes; empty: <bucket url>/_shale/iceberg")
+    warehouse: str = Field(default="", description="sql: where table metadata goes (empty: <bucket url>/_shale/"
+                           "iceberg); rest: the warehouse the catalog serves, a name or a location as the catalog "
+                           "defines it (empty: the catalog's default)")
+    credential: Secret = Field(default=SecretStr(""), description="rest: an OAuth2 client credential, "
+                               "client_id:client_secret, exchanged for tokens (or $SHALE_ICEBERG__CREDENTIAL)")
+    token: Secret = Field(default=SecretStr(""), description="rest: a bearer token sent as it is (or "
+                          "$SHALE_ICEBERG__TOKEN)")
+    oauth2_server_uri: str = Field(default="", description="rest: where the credential is exchanged (empty: the "
+                                   "catalog's own v1/oauth/tokens)")
+    scope: str = Field(default="", description="rest: the OAuth2 scope asked for (empty: the catalog's default)")
+    rest_options: dict[str, str] = Field(
+        default_factory=dict, description="rest: further pyiceberg REST catalog properties, e.g. "
+        "rest.sigv4-enabled, rest.signing-name, header.X-Iceberg-Access-Delegation (docs/DEPLOY.md)")
     interval: Duration = Field(default=1.0, description="how often the leader looks for changes to publish")
     max_entries_per_round: int = Field(default=2000, ge=1, description="log entries published per round at most")
+    snapshot_retention: Duration = Field(
+        default=7 * 86_400, description="snapshots of Shale's tables older than this are expired: removed from the "
+        "table's metadata only (the data files are Shale's blocks and stay); the newest snapshot Shale wrote is "
+        "always kept; 0 keeps every snapshot")
+    expire_interval: Duration = Field(default=3600.0, description="how often the leader expires old snapshots")
 
     @field_validator("catalog_name")
     @classmethod
@@ -411,6 +432,14 @@ class IcebergConfig(_Section):
         if not value.replace("_", "").isalnum():
             raise ValueError("use letters, digits and underscores")
         return value
+
+    @model_validator(mode="after")
+    def _rest(self) -> IcebergConfig:
+        if self.catalog == "rest" and not self.catalog_uri.startswith(("http://", "https://")):
+            raise ValueError("with catalog = \"rest\", catalog_uri is the REST catalog's http(s):// URL")
+        if self.credential.get_secret_value() and self.token.get_secret_value():
+            raise ValueError("set credential or token, not both")
+        return self
 
 
 class RunConfig(_Section):

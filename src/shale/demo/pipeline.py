@@ -203,7 +203,9 @@ def run_demo(root: Path, say: Callable[[str], None], shale: Callable[[list[str]]
         result.ok = result.ok and after[0] == rows
         say("")
         say(f"the typed table of {typed.TOPIC} (the avro parser):")
-        typed.show_typed(say, spark, _write_config(config, root / "shale.toml"), shale)
+        spark_rows = typed.show_typed(say, spark, _write_config(config, root / "shale.toml"), shale)
+        result.ok = typed.show_duckdb(say, config, metastore, bucket, root / "iceberg" / "catalog.db",
+                                      spark_rows) and result.ok
         partitions = list_partitions(config.kafka, config.ingest.topics)
         say(f"\n{len(partitions)} topics, {sum(len(p) for p in partitions.values())} Kafka partitions, "
             f"{len(metastore.tenants())} tenants: {', '.join(metastore.tenants())}")

@@ -2,19 +2,24 @@
 written by confluent-kafka's ``AvroSerializer`` through a real Schema Registry (Apicurio), with a decimal, a
 timestamp-millis, an enum and a nested record; the schema evolves halfway through the topic (a field added with a
 default). The partition group reads it with the ``avro`` parser into typed columns, shown afterwards through
-``shale query`` and a Spark SQL query over Shale's Spark data source."""
+``shale query`` and a Spark SQL query over Shale's Spark data source, then published as an Iceberg table and read
+by DuckDB."""
 
 from __future__ import annotations
 
 import decimal
 import json
 import re
+import subprocess
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from shale.config import ParserRule
+from shale.config import IcebergConfig, ParserRule, ShaleConfig
+from shale.dev.fetch import DUCKDB_VERSION
+from shale.metastore import MetastoreService
+from shale.objstore import Bucket
 
 TOPIC = "typed.zookeeper"
 SAMPLE = "Zookeeper"
@@ -89,10 +94,11 @@ def produce_avro(bootstrap: str, registry_url: str, lines: list[bytes]) -> int:
     return count
 
 
-def show_typed(say: Callable[[str], None], spark: Any, config_file: Path, shale: Callable[[list[str]], None]) -> None:
+def show_typed(say: Callable[[str], None], spark: Any, config_file: Path, shale: Callable[[list[str]], None],
+               ) -> list[list[Any]]:
     """The typed table through ``shale query`` (``shale`` runs the command line: the CLI's own ``shale demo`` passes
     it, in this process) and a Spark SQL query over Shale's data source, both finding the blocks through the bucket
-    index (the metastore is this process's own)."""
+    index (the metastore is this process's own). Returns the Spark query's rows: level, lines, kB."""
     from shale.query.datasource import register
 
     selector = f'{{topic="{TOPIC}", level="ERROR"}}'
@@ -111,9 +117,48 @@ def show_typed(say: Callable[[str], None], spark: Any, config_file: Path, shale:
     sql = "SELECT level, count(*) AS lines, sum(size_kb) AS kb FROM zookeeper GROUP BY level ORDER BY level"
     result = spark.sql(sql)
     say(f"  {sql}  -- kb is {dict(result.dtypes)['kb']}")
-    for row in result.collect():
-        say(f"    {row.level}: {row.lines} lines, sum(size_kb) = {row.kb} kB")
+    spark_rows = [[row.level, row.lines, row.kb] for row in result.collect()]
+    for level, lines, kb in spark_rows:
+        say(f"    {level}: {lines} lines, sum(size_kb) = {kb} kB")
     # v2 rows carry a peer; v1 rows read the default ("unknown") or, in a block with v1 rows only, null
     versions = spark.sql("SELECT count_if(peer IS NOT NULL AND peer != 'unknown') AS v2, "
                          "count_if(peer IS NULL OR peer = 'unknown') AS v1 FROM zookeeper").collect()[0]
     say(f"  rows written with schema v1: {versions.v1}, with v2 (the added field peer): {versions.v2}")
+    return spark_rows
+
+
+DUCKDB_SQL = ("SELECT level, count(*) AS lines, sum(size_kb) AS kb FROM iceberg_scan('{metadata}') "
+              "GROUP BY level ORDER BY level")
+
+
+def show_duckdb(say: Callable[[str], None], config: ShaleConfig, metastore: MetastoreService, bucket: Bucket,
+                catalog_db: Path, spark_rows: list[list[Any]]) -> bool:
+    """The typed topic's Iceberg table (published by Shale's publisher into a SQLite catalog beside the demo, the
+    metadata in the bucket folder), read by DuckDB 1.5.5's Iceberg extension directly on the table's metadata file
+    (its own environment, a subprocess: ``shale.dev.duckdb_iceberg``). True when DuckDB's answer is Spark's."""
+    from shale.dev.fetch import fetch_duckdb
+    from shale.iceberg import IcebergPublisher
+    from shale.iceberg.catalog import identifier
+
+    published = config.model_copy(update={"iceberg": IcebergConfig(
+        enabled=True, catalog_uri=f"sqlite:///{catalog_db}")})
+    publisher = IcebergPublisher(published, metastore.state.reader, metastore.submit, bucket)
+    report = publisher.sync()
+    metadata = publisher.catalog.load_table(identifier("infra", TOPIC)).metadata_location
+    sql = DUCKDB_SQL.format(metadata=metadata)
+    say(f"the Iceberg tables published ({report['snapshots']} snapshots, {report['tables']} tables); DuckDB "
+        f"{DUCKDB_VERSION} with its Iceberg extension, on the table's metadata:")
+    say(f"  {DUCKDB_SQL.format(metadata='.../' + metadata.rsplit('/', 1)[1])}")
+    script = Path(__file__).resolve().parents[1] / "dev" / "duckdb_iceberg.py"
+    spec = {"s3": {"endpoint": "", "key_id": "", "secret": "", "region": "us-east-1"}, "queries": {"levels": sql}}
+    done = subprocess.run([str(fetch_duckdb()), str(script)], input=json.dumps(spec), capture_output=True,
+                          text=True, timeout=300, check=False)
+    if done.returncode != 0:
+        say(f"  DuckDB failed: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}")
+        return False
+    rows = json.loads(done.stdout)["levels"]
+    for level, lines, kb in rows:
+        say(f"    {level}: {lines} lines, sum(size_kb) = {kb} kB")
+    same: bool = rows == [[level, lines, str(kb)] for level, lines, kb in spark_rows]
+    say(f"  the same as Spark SQL's answer: {'yes' if same else 'NO'}")
+    return same

@@ -18,6 +18,18 @@ What is fetched, and from where (the machines reach Maven Central and the Go mod
 * Apache Iceberg's Spark runtime for Spark 4.0, its AWS bundle (S3FileIO) and the SQLite JDBC driver, three jars
   and nothing else, so that Spark SQL reads the Iceberg tables Shale publishes (JDBC catalog on SQLite, S3FileIO).
 
+* Apache Iceberg's REST catalog server, for Iceberg tables published through a REST catalog (``fetch.py
+  iceberg-rest``, not in ``all``; ``shale dev up --iceberg-catalog`` and the REST tests fetch it):
+  ``org.apache.iceberg:iceberg-open-api`` classifier ``test-fixtures`` (``RESTCatalogServer`` and its adapter),
+  ``iceberg-core`` with its ``tests`` classifier (``RESTCatalogServlet``), ``iceberg-aws`` and ``iceberg-aws-bundle``
+  (S3FileIO for the warehouse on MinIO) with ``failsafe``, Jetty 12's servlet and compression modules, the SQLite
+  JDBC driver (its store) and an SLF4J binding, with their dependencies; then ``LoopbackRESTCatalogServer.java``
+  (beside this file) compiled with ``javac`` into the same folder: it runs the server's pieces on a connector bound
+  to one address.
+
+* DuckDB 1.5.5 with its Iceberg extension, in a virtual environment of its own (``fetch.py duckdb``, not in
+  ``all``; the REST tests and ``make demo`` fetch it): ``python -m venv`` and pip from PyPI.
+
 * Apicurio Registry (a Schema Registry with a Confluent-compatible API, for the typed-table parsers):
   ``io.apicurio:apicurio-registry-app:3.0.9:zip:all``, unzipped; the Quarkus runner jar runs on Java 17.
 
@@ -85,6 +97,24 @@ ICEBERG_ARTIFACTS = (
     ("org.apache.iceberg", "iceberg-aws-bundle", ICEBERG_VERSION),
     ("org.xerial", "sqlite-jdbc", SQLITE_JDBC_VERSION),
 )
+
+# The REST catalog server's classpath. Jetty 12.1 is what iceberg-open-api 1.11's test fixtures are built against
+# (org.eclipse.jetty.ee10 servlets, org.eclipse.jetty.compression); 12.1.14 is its newest release (2026-11-27).
+JETTY_VERSION = "12.1.14"
+ICEBERG_REST_ARTIFACTS = (  # (group, artifact, version, classifier, with its dependencies)
+    ("org.apache.iceberg", "iceberg-open-api", ICEBERG_VERSION, "test-fixtures", False),
+    ("org.apache.iceberg", "iceberg-core", ICEBERG_VERSION, "", True),
+    ("org.apache.iceberg", "iceberg-core", ICEBERG_VERSION, "tests", False),
+    ("org.apache.iceberg", "iceberg-aws", ICEBERG_VERSION, "", False),
+    ("org.apache.iceberg", "iceberg-aws-bundle", ICEBERG_VERSION, "", False),
+    ("dev.failsafe", "failsafe", "3.3.2", "", False),  # iceberg-aws's retries, as its pom declares
+    ("org.eclipse.jetty.ee10", "jetty-ee10-servlet", JETTY_VERSION, "", True),
+    ("org.eclipse.jetty.compression", "jetty-compression-server", JETTY_VERSION, "", True),
+    ("org.eclipse.jetty.compression", "jetty-compression-gzip", JETTY_VERSION, "", True),
+    ("org.xerial", "sqlite-jdbc", SQLITE_JDBC_VERSION, "", False),
+    ("org.slf4j", "slf4j-simple", "2.0.17", "", True),  # the binding of iceberg-core's slf4j-api 2.0.17
+)
+REST_LAUNCHER = "LoopbackRESTCatalogServer"
 
 # 3.0.9 is the newest Apicurio Registry published on Maven Central as a runnable `zip:all` (3.3.3 has none).
 APICURIO_VERSION = "3.0.9"
@@ -184,15 +214,16 @@ def _run(cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = N
         raise FetchError(f"command failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}")
 
 
-def _dependency(group: str, artifact: str, version: str, exclude_all: bool) -> str:
+def _dependency(group: str, artifact: str, version: str, exclude_all: bool, classifier: str = "") -> str:
     exclusions = (
         "<exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion></exclusions>"
         if exclude_all
         else ""
     )
+    classified = f"<classifier>{classifier}</classifier>" if classifier else ""
     return (
         f"<dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>"
-        f"<version>{version}</version>{exclusions}</dependency>"
+        f"<version>{version}</version>{classified}{exclusions}</dependency>"
     )
 
 
@@ -287,6 +318,52 @@ def fetch_iceberg(cache: Path | None = None) -> Path:
 
 def iceberg_jars(cache: Path | None = None) -> list[Path]:
     return sorted(fetch_iceberg(cache).glob("*.jar"))
+
+
+def iceberg_rest_dir(cache: Path | None = None) -> Path:
+    return (cache or cache_dir()) / "jars" / f"iceberg-rest-{ICEBERG_VERSION}"
+
+
+def fetch_iceberg_rest(cache: Path | None = None) -> Path:
+    """The REST catalog server's classpath folder (jars and the compiled launcher), fetched if missing."""
+    target = iceberg_rest_dir(cache)
+    with _locked(target):
+        if (target / ".complete").exists():
+            return target
+        if shutil.which("javac") is None:
+            raise FetchError("javac is not on PATH: install a JDK 17 (Debian package 'openjdk-17-jdk-headless')")
+        _log(f"fetching Apache Iceberg {ICEBERG_VERSION}'s REST catalog server from Maven Central")
+        _maven_copy(target, [_dependency(g, a, v, exclude_all=not deps, classifier=c)
+                             for g, a, v, c, deps in ICEBERG_REST_ARTIFACTS])
+        source = Path(__file__).resolve().parent / "java" / f"{REST_LAUNCHER}.java"
+        _run(["javac", "--release", "17", "-d", str(target), "-cp", f"{target}/*", str(source)])
+        (target / ".complete").write_text(ICEBERG_VERSION)
+        _log(f"REST catalog server ready in {target}")
+    return target
+
+
+DUCKDB_VERSION = "1.5.5"
+DUCKDB_PACKAGES = (f"duckdb=={DUCKDB_VERSION}", f"duckdb-extensions=={DUCKDB_VERSION}",
+                   *(f"duckdb-extension-{e}=={DUCKDB_VERSION}" for e in ("iceberg", "httpfs", "avro")))
+
+
+def fetch_duckdb(cache: Path | None = None) -> Path:
+    """The Python of a virtual environment holding DuckDB and its Iceberg extension (with httpfs and avro, which it
+    loads) from PyPI, pinned to one DuckDB version: the extensions' wheels are built for exactly that version, so
+    they live beside Shale's environment rather than in it. The tests drive it as a subprocess."""
+    target = (cache or cache_dir()) / "venvs" / f"duckdb-{DUCKDB_VERSION}"
+    python = target / "bin" / "python"
+    with _locked(target):
+        if (target / ".complete").exists():
+            return python
+        _log(f"creating a virtual environment with DuckDB {DUCKDB_VERSION} and its Iceberg extension (PyPI)")
+        if target.exists():
+            shutil.rmtree(target)
+        _run([sys.executable, "-m", "venv", str(target)])
+        _run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *DUCKDB_PACKAGES])
+        (target / ".complete").write_text(DUCKDB_VERSION)
+        _log(f"DuckDB ready in {target}")
+    return python
 
 
 def kafka_tools_classpath(cache: Path | None = None) -> str:
@@ -392,9 +469,10 @@ def fetch_promtool(cache: Path | None = None) -> Path:
 FETCHERS = {
     "kafka": fetch_kafka, "spark": fetch_spark_connector, "iceberg": fetch_iceberg, "minio": fetch_minio,
     "promtool": fetch_promtool, "apicurio": fetch_apicurio, "iceberg-kafka-connect": fetch_iceberg_kafka_connect,
-    "spark-avro": fetch_spark_avro,
+    "spark-avro": fetch_spark_avro, "iceberg-rest": fetch_iceberg_rest, "duckdb": fetch_duckdb,
 }
-NOT_IN_ALL = ("iceberg-kafka-connect", "spark-avro")  # only benchmarks need them (make bench-deps)
+# Only benchmarks need the first two (make bench-deps); the REST catalog is fetched when first started.
+NOT_IN_ALL = ("iceberg-kafka-connect", "spark-avro", "iceberg-rest", "duckdb")
 
 
 def fetch_all(names: list[str]) -> None:

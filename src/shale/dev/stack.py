@@ -1,5 +1,6 @@
 """``shale dev up | down | status``: a local Kafka broker, a MinIO server and, with ``--spark-workers N``, a Spark
-standalone cluster (a master and N workers), all outliving the command.
+standalone cluster (a master and N workers), with ``--schema-registry`` a registry and with ``--iceberg-catalog``
+an Iceberg REST catalog, all outliving the command.
 
 The state (pids, ports, endpoints) is kept in ``<dir>/state.json`` so that ``status`` and ``down`` find the
 processes again; every process runs in its own session, and ``down`` kills each whole process group (a Spark
@@ -13,6 +14,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from shale.dev.iceberg_rest import IcebergRestCatalog
 from shale.dev.kafka import KafkaBroker
 from shale.dev.minio import MinioServer
 from shale.dev.registry import SchemaRegistry
@@ -20,6 +22,7 @@ from shale.dev.spark_cluster import SparkStandalone, connector_conf, driver_conf
 from shale.process import pid_alive, port_open, stop_process_group
 
 DEV_BUCKET = "shale"
+Service = KafkaBroker | MinioServer | SparkStandalone | SchemaRegistry | IcebergRestCatalog
 
 
 def _port(address: str) -> int:
@@ -41,6 +44,8 @@ class StackState:
     spark_pids: list[int] = field(default_factory=list)  # the master's, then each worker's
     registry_pid: int = 0  # the Schema Registry (Apicurio), when `up --schema-registry` started one
     registry_url: str = ""
+    catalog_pid: int = 0  # the Iceberg REST catalog, when `up --iceberg-catalog` started one
+    catalog_url: str = ""
 
     def env(self) -> dict[str, str]:
         """Environment overrides that point a Shale process at this stack."""
@@ -59,6 +64,8 @@ class StackState:
             out["SHALE_SPARK__MASTER"] = self.spark_master
         if self.registry_url:
             out["SHALE_INGEST__SCHEMA_REGISTRY__URL"] = self.registry_url
+        if self.catalog_url:
+            out.update({"SHALE_ICEBERG__CATALOG": "rest", "SHALE_ICEBERG__CATALOG_URI": self.catalog_url})
         return out
 
     def services(self) -> dict[str, tuple[int, str]]:
@@ -66,6 +73,8 @@ class StackState:
         out = {"kafka": (self.kafka_pid, self.kafka_bootstrap), "minio": (self.minio_pid, self.minio_endpoint)}
         if self.registry_pid:
             out["schema-registry"] = (self.registry_pid, self.registry_url)
+        if self.catalog_pid:
+            out["iceberg-catalog"] = (self.catalog_pid, self.catalog_url)
         if self.spark_pids:
             out["spark-master"] = (self.spark_pids[0], f"{self.spark_master} (status {self.spark_ui})")
             for i, pid in enumerate(self.spark_pids[1:]):
@@ -84,7 +93,8 @@ class DevStack:
         except FileNotFoundError:
             return None
 
-    def up(self, spark_workers: int = 0, schema_registry: bool = False) -> tuple[StackState, list[str]]:
+    def up(self, spark_workers: int = 0, schema_registry: bool = False,
+           iceberg_catalog: bool = False) -> tuple[StackState, list[str]]:
         """Bring the stack to what is asked, adding to a running one rather than replacing it: return its state and
         a line per service saying what was done ("running", "added", "restarted because ...").
 
@@ -98,11 +108,12 @@ class DevStack:
             gone = " and ".join(name for name in ("kafka", "minio") if not running[name])
             # What the old stack had is started again with it.
             schema_registry = schema_registry or bool(state.registry_pid)
+            iceberg_catalog = iceberg_catalog or bool(state.catalog_pid)
             spark_workers = spark_workers or len(state.spark_pids[1:])
             self.down()
             state, running = None, {}
             done.append(f"restarted the stack because {gone} was not running (its ports change)")
-        started: list[KafkaBroker | MinioServer | SparkStandalone | SchemaRegistry] = []
+        started: list[Service] = []
         try:
             if state is None:
                 state = self._start_ground(started)
@@ -119,6 +130,13 @@ class DevStack:
                 assert registry.process is not None
                 state.registry_pid, state.registry_url = registry.process.pid, registry.url
                 done.append(f"schema registry: {why} ({registry.url})")
+            if state.catalog_pid and running.get("iceberg-catalog"):
+                done.append("iceberg rest catalog: running")
+            elif iceberg_catalog or state.catalog_pid:
+                why = "added" if not state.catalog_pid else "restarted because it was not running"
+                catalog = self._start_catalog(state)
+                started.append(catalog)
+                done.append(f"iceberg rest catalog: {why} ({catalog.url})")
             self._bring_spark(state, running, spark_workers, started, done)
         except Exception:
             for service in reversed(started):
@@ -128,8 +146,17 @@ class DevStack:
         self.state_file.write_text(json.dumps(asdict(state), indent=2))
         return state, done
 
-    def _start_ground(self, started: list[KafkaBroker | MinioServer | SparkStandalone | SchemaRegistry],
-                      ) -> StackState:
+    def _start_catalog(self, state: StackState) -> IcebergRestCatalog:
+        """Apache Iceberg's REST catalog on loopback (again on its port and with its tables when restarted), its
+        warehouse in the stack's bucket."""
+        port = int(state.catalog_url.rsplit(":", 1)[1]) if state.catalog_url else 0
+        catalog = IcebergRestCatalog(self.directory / "iceberg-catalog", f"s3://{state.bucket}/_shale/iceberg",
+                                     state.minio_endpoint, state.access_key, state.secret_key, port=port).start()
+        assert catalog.process is not None
+        state.catalog_pid, state.catalog_url = catalog.process.pid, catalog.url
+        return catalog
+
+    def _start_ground(self, started: list[Service]) -> StackState:
         conf = connector_conf()  # fetches the jars now rather than at the first ingest
         broker = KafkaBroker(self.directory / "kafka").start()
         started.append(broker)
@@ -142,8 +169,7 @@ class DevStack:
                           DEV_BUCKET, minio.access_key, minio.secret_key, spark_conf=conf)
 
     def _bring_spark(self, state: StackState, running: dict[str, bool], workers: int,
-                     started: list[KafkaBroker | MinioServer | SparkStandalone | SchemaRegistry],
-                     done: list[str]) -> None:
+                     started: list[Service], done: list[str]) -> None:
         have = len(state.spark_pids[1:])
         alive = bool(state.spark_pids) and all(running.get(name, False) for name in state.services()
                                                if name.startswith("spark-"))
@@ -181,6 +207,8 @@ class DevStack:
         if state.registry_url:
             out["schema-registry"] = out["schema-registry"] and port_open(
                 int(state.registry_url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1]))
+        if state.catalog_url:
+            out["iceberg-catalog"] = out["iceberg-catalog"] and port_open(_port(state.catalog_url))
         if state.spark_master:
             out["spark-master"] = out["spark-master"] and port_open(_port(state.spark_master))
         return out

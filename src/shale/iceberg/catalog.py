@@ -1,4 +1,4 @@
-"""The Iceberg SQL catalog Shale publishes into, and how engines reach the same catalog.
+"""The Iceberg catalog Shale publishes into (a SQL catalog or a REST catalog service), and how engines reach it.
 
 pyiceberg's ``SqlCatalog`` keeps tables in two SQL tables (``iceberg_tables``, ``iceberg_namespace_properties``)
 with the same names and columns as Iceberg's Java ``JdbcCatalog`` (schema version V1, which has the
@@ -33,6 +33,8 @@ TABLE_PROPERTIES = {
     "commit.manifest-merge.enabled": "true",
     "shale.owner": "shale",
 }
+TABLE_OWNER = "shale.owner"
+"""The property marking a table Shale created: a table without it is never written."""
 FAILPOINT_BEFORE_CATALOG_COMMIT = "iceberg.before-catalog-commit"
 
 
@@ -63,8 +65,29 @@ def io_properties(bucket: BucketConfig) -> dict[str, str]:
     return props
 
 
+def rest_properties(config: ShaleConfig) -> dict[str, str]:
+    """pyiceberg ``RestCatalog`` properties: the URI, the warehouse when one is set, the credential or token, the
+    bucket's FileIO properties (pyiceberg writes manifests itself), then ``iceberg.rest_options``."""
+    iceberg = config.iceberg
+    props = {"uri": iceberg.catalog_uri, **io_properties(config.bucket)}
+    if iceberg.warehouse:
+        props["warehouse"] = iceberg.warehouse
+    if iceberg.credential.get_secret_value():
+        props["credential"] = iceberg.credential.get_secret_value()
+    if iceberg.token.get_secret_value():
+        props["token"] = iceberg.token.get_secret_value()
+    if iceberg.oauth2_server_uri:
+        props["oauth2-server-uri"] = iceberg.oauth2_server_uri
+    if iceberg.scope:
+        props["scope"] = iceberg.scope
+    return {**props, **iceberg.rest_options}
+
+
 def open_catalog(config: ShaleConfig) -> Any:
-    """The catalog (pyiceberg ``SqlCatalog``), its tables created if absent. A SQLite file's folder is created."""
+    """The catalog: pyiceberg's ``RestCatalog`` (``iceberg.catalog = "rest"``) or ``SqlCatalog``, whose tables are
+    created if absent (a SQLite file's folder too)."""
+    if config.iceberg.catalog == "rest":
+        return _rest_catalog(config)
     from pyiceberg.catalog.sql import SqlCatalog
 
     class ShaleSqlCatalog(SqlCatalog):
@@ -83,6 +106,19 @@ def open_catalog(config: ShaleConfig) -> Any:
                            **io_properties(config.bucket))
 
 
+def _rest_catalog(config: ShaleConfig) -> Any:
+    from pyiceberg.catalog.rest import RestCatalog
+
+    class ShaleRestCatalog(RestCatalog):
+        """pyiceberg's REST catalog with the failpoint before the commit request (the catalog writes the metadata)."""
+
+        def commit_table(self, table: Any, requirements: Any, updates: Any) -> Any:
+            failpoint(FAILPOINT_BEFORE_CATALOG_COMMIT)
+            return super().commit_table(table, requirements, updates)
+
+    return ShaleRestCatalog(config.iceberg.catalog_name, **rest_properties(config))
+
+
 def _jdbc_url(uri: str) -> tuple[str, dict[str, str]]:
     """A SQLAlchemy URL as a JDBC URL plus its user and password (which never go into the URL)."""
     if uri.startswith("sqlite:///"):
@@ -98,19 +134,23 @@ def _jdbc_url(uri: str) -> tuple[str, dict[str, str]]:
 
 
 def spark_catalog_conf(config: ShaleConfig, name: str | None = None) -> dict[str, str]:
-    """Spark configuration of Iceberg's own ``SparkCatalog`` over the same catalog (JDBC) and bucket (S3FileIO),
+    """Spark configuration of Iceberg's own ``SparkCatalog`` over the same catalog (JDBC, or REST with the same
+    credential) and bucket (S3FileIO),
     credentials included: pass it as Spark conf (``SparkSession.builder.config``), never on a command line. The
     jars are ``shale.dev.fetch.iceberg_jars()``."""
     name = name or config.iceberg.catalog_name
-    url, jdbc = _jdbc_url(config.iceberg.catalog_uri)
     prefix = f"spark.sql.catalog.{name}"
-    conf = {prefix: "org.apache.iceberg.spark.SparkCatalog",
-            f"{prefix}.catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog",
-            f"{prefix}.uri": url, f"{prefix}.jdbc.schema-version": "V1",
-            f"{prefix}.warehouse": warehouse(config),
-            # Every query sees the latest snapshot (Iceberg caches a loaded table for 30 s by default).
-            f"{prefix}.cache-enabled": "false"}
-    conf.update({f"{prefix}.{k}": v for k, v in jdbc.items()})
+    # Every query sees the latest snapshot (Iceberg caches a loaded table for 30 s by default).
+    conf = {prefix: "org.apache.iceberg.spark.SparkCatalog", f"{prefix}.cache-enabled": "false"}
+    if config.iceberg.catalog == "rest":
+        conf[f"{prefix}.type"] = "rest"
+        conf.update({f"{prefix}.{k}": v for k, v in rest_properties(config).items() if not k.startswith("s3.")})
+    else:
+        url, jdbc = _jdbc_url(config.iceberg.catalog_uri)
+        conf.update({f"{prefix}.catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog",
+                     f"{prefix}.uri": url, f"{prefix}.jdbc.schema-version": "V1",
+                     f"{prefix}.warehouse": warehouse(config)})
+        conf.update({f"{prefix}.{k}": v for k, v in jdbc.items()})
     bucket = config.bucket
     if urlparse(bucket.url).scheme == "s3":
         conf[f"{prefix}.io-impl"] = "org.apache.iceberg.aws.s3.S3FileIO"

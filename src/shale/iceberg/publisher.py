@@ -28,6 +28,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import groupby
 from typing import Any
 
@@ -40,6 +41,7 @@ from shale.errors import NotFoundError, ShaleError
 from shale.iceberg.catalog import (
     SUMMARY_INDEX,
     SUMMARY_RELEASED,
+    TABLE_OWNER,
     TABLE_PROPERTIES,
     TABLE_RECORD,
     TABLE_TOPIC,
@@ -80,6 +82,11 @@ REFUSED = Counter("shale_iceberg_refused_files_total", "Data files left out of a
                   "serves the rows).")
 CONFLICTS = Gauge("shale_iceberg_table_name_conflicts", "Tables the publisher does not write because their name is "
                   "taken by a table of another topic or record type (the log and the status name both).")
+RETRIES = Counter("shale_iceberg_commit_retries_total", "Iceberg commits the catalog did not accept because another "
+                  "writer advanced the table first (or whose outcome was unknown), planned again and retried.")
+COMMIT_ATTEMPTS = 5
+EXPIRED = Counter("shale_iceberg_snapshots_expired_total", "Snapshots of Shale's tables expired (metadata only: no "
+                  "data file is deleted).")
 LAST_SUCCESS = Gauge("shale_iceberg_last_success_timestamp_seconds", "When a publisher round last succeeded.")
 
 
@@ -127,6 +134,8 @@ class IcebergPublisher:
         self.conflicts: dict[TableKey, str] = {}
         """Tables whose name another topic's or record type's table holds: not written (``_load``)."""
         self.published_through = 0
+        self.expired = 0
+        self._expired_at = 0.0
         self.applied = 0
         self._lock = threading.Lock()  # the loop and an HTTP-triggered sync take turns
 
@@ -167,6 +176,7 @@ class IcebergPublisher:
                 committed += self._start(read)
             committed += self._publish(read, through)
             self._sweep()
+            self._expire()
         if any(c.index <= through for c in read.changes):
             self.submit(TrimBlockChanges(through=through)).raise_for_rejection()
             self.published_through = through
@@ -213,6 +223,12 @@ class IcebergPublisher:
             table = self.catalog.load_table(name)
         except NoSuchTableError:
             return None
+        if table.properties.get(TABLE_OWNER) != TABLE_PROPERTIES[TABLE_OWNER]:
+            message = (f"Iceberg table {'.'.join(name)} was not created by Shale (no {TABLE_OWNER}=shale property), "
+                       f"so topic {key.topic!r} of tenant {key.tenant!r} is not published into it (Shale never writes "
+                       "a table it does not own); its rows stay readable through shale query. Drop or rename that "
+                       "table, or publish under another catalog.")
+            self._conflict(key, message)
         holds = (table.properties.get(TABLE_TOPIC, name[1]), table.properties.get(TABLE_RECORD, ""))
         if holds != (key.topic, key.record):
             message = (f"Iceberg table {'.'.join(name)} holds topic {holds[0]!r}"
@@ -220,20 +236,22 @@ class IcebergPublisher:
                        f"{f' record type {key.record!r}' if key.record else ''} of tenant {key.tenant!r}, whose "
                        "table would have the same name, is not published (never mixed into it); its rows stay "
                        "readable through shale query. Rename the topic, or publish it under another catalog.")
-            self.conflicts[key] = message
-            CONFLICTS.set(len(self.conflicts))
-            log.error("iceberg table name taken", extra={"tenant": key.tenant, "topic": key.topic,
-                                                        "record": key.record, "error": message})
-            raise TableNameConflictError(message)
+            self._conflict(key, message)
         snapshot = table.current_snapshot()
-        last = int(_summary(snapshot, SUMMARY_INDEX) or 0) if snapshot is not None else 0
-        state = _Table(table, last)
+        state = _Table(table, _last_index(table))
         if snapshot is not None:
             for task in table.scan().plan_files():
                 state.files[task.file.file_path] = task.file
                 state.blocks[block_of(task.file.file_path)].add(task.file.file_path)
         self._tables[key] = state
         return state
+
+    def _conflict(self, key: TableKey, message: str) -> None:
+        self.conflicts[key] = message
+        CONFLICTS.set(len(self.conflicts))
+        log.error("iceberg table name taken", extra={"tenant": key.tenant, "topic": key.topic,
+                                                    "record": key.record, "error": message})
+        raise TableNameConflictError(message)
 
     def _create(self, key: TableKey) -> _Table:
         """A table of the base columns; each commit adds the parser's columns its files hold (``_evolve``)."""
@@ -266,9 +284,10 @@ class IcebergPublisher:
             blocks = blocks_at(read.live[key.tenant], read.metas, before)
             files = desired(blocks.values(), key, rules_at(read.rules.get(key.tenant, []), key.topic, before),
                             self.config.ingest.generation)
-            state = self._create(key)
-            if files:
-                committed += self._commit(key, state, read.published, [], [s for f in files.values() for s in f])
+            self._create(key)
+            specs = [s for f in files.values() for s in f]
+            if specs:
+                committed += self._commit_retried(key, read.published, partial(_not_held, specs))
         self._started = True
         return committed
 
@@ -283,22 +302,53 @@ class IcebergPublisher:
             after = [c for _, g in entries[n + 1:] for c in g]
             for key, (removed, added, switched) in sorted(self._touched(read, changes).items()):
                 later = [c for c in after if c.tenant == key.tenant]
+                rules = rules_at(read.rules.get(key.tenant, []), key.topic, later)
+
+                def plan(state: _Table, key: TableKey = key, removed: list[str] = removed,
+                         added: list[BlockMeta] = added, switched: bool = switched, rules: list[Rule] = rules,
+                         later: list[BlockChange] = later) -> tuple[list[str], list[FileSpec]]:
+                    if switched:
+                        return self._rediff(read, key, state, rules, later)
+                    return (sorted(u for b in removed for u in state.blocks.get(b, ())),
+                            [s for m in added if m.id not in state.blocks
+                             for s in table_files(m, key.topic, rules, self.config.ingest.generation, key.record)])
+
                 try:
-                    state = self._load(key) or self._create(key)
+                    committed += self._commit_retried(key, index, plan)
                 except TableNameConflictError:
                     continue  # logged once; its blocks are left out
-                if index <= state.last_index:
-                    continue  # published before a crash or by a previous leader
-                rules = rules_at(read.rules.get(key.tenant, []), key.topic, later)
-                if switched:
-                    remove, add = self._rediff(read, key, state, rules, later)
-                else:
-                    remove = sorted(u for b in removed for u in state.blocks.get(b, ()))
-                    add = [s for m in added if m.id not in state.blocks
-                           for s in table_files(m, key.topic, rules, self.config.ingest.generation, key.record)]
-                if remove or add:
-                    committed += self._commit(key, state, index, remove, add)
         return committed
+
+    def _commit_retried(self, key: TableKey, index: int,
+                        plan: Callable[[_Table], tuple[list[str], list[FileSpec]]], repair: bool = False) -> int:
+        """Commit entry ``index``'s change to a table: ``plan`` gives the files to remove and add, from the table as
+        loaded. Another writer advancing the table between our load and our commit (a REST catalog answers 409, a
+        SQL catalog finds its row moved: ``CommitFailedException``) commits nothing of ours, so the table is loaded
+        again and the change planned again against it; a commit whose outcome is unknown (the catalog answered 5xx)
+        is checked the same way, and if the table already records the entry (``shale.applied-index`` in its
+        snapshots) nothing more is committed. Either way the change is at most one snapshot. A ``repair`` (a full
+        sync) is planned against the table whatever it records."""
+        from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            state = self._load(key) or self._create(key)
+            if not repair and index and index <= state.last_index:
+                return 0  # published before a crash, by a previous leader, or by our own unanswered commit
+            remove, add = plan(state)
+            if not remove and not add:
+                return 0
+            try:
+                return self._commit(key, state, index, remove, add)
+            except (CommitFailedException, CommitStateUnknownException) as exc:
+                self._tables.pop(key, None)
+                RETRIES.inc()
+                if attempt == COMMIT_ATTEMPTS:
+                    raise
+                log.warning("iceberg commit of entry %d to %s/%s not accepted (%s: %s); reloading the table and "
+                            "trying again (%d of %d)", index, key.tenant, key.topic, type(exc).__name__, exc,
+                            attempt + 1, COMMIT_ATTEMPTS,
+                            extra={"tenant": key.tenant, "topic": key.topic, "index": index})
+        raise AssertionError("unreachable")
 
     def _touched(self, read: _Read, changes: list[BlockChange],
                  ) -> dict[TableKey, tuple[list[str], list[BlockMeta], bool]]:
@@ -376,6 +426,12 @@ class IcebergPublisher:
     def _commit(self, key: TableKey, state: _Table, index: int, remove: list[str], add: list[FileSpec]) -> int:
         """One snapshot: ``remove`` and ``add`` at log entry ``index`` (schema evolved first, same commit)."""
         table = state.table
+        # pyiceberg retries a commit the catalog refused by replaying the change onto whatever the other writer
+        # committed; were that writer a previous leader that published this very entry, the replay would publish it
+        # twice. Shale retries itself (_commit_retried), so pyiceberg's retry is off for its commits: a property of
+        # the in-memory metadata only (the catalog applies the updates to its own copy of the table).
+        table.metadata = table.metadata.model_copy(
+            update={"properties": {**table.metadata.properties, "commit.retry.num-retries": "0"}})
         released = [key_of(self.config.bucket, u) for u in remove if is_copy(u)]
         properties = {SUMMARY_INDEX: str(index)}
         if released:
@@ -447,6 +503,37 @@ class IcebergPublisher:
                         self.bucket.delete(key)
             state.swept_ms = max(state.swept_ms, horizon)
 
+    def _expire(self) -> None:
+        """Every ``expire_interval``, expire each table's snapshots older than ``snapshot_retention`` that the copy
+        sweep has passed (so every copy they released is already deleted), except the newest snapshot Shale wrote
+        (it records the published point, 16.4) and every branch or tag head. pyiceberg's expiry removes snapshots
+        from the metadata only: no data file is deleted (the catalog's metadata.json shrinks, the blocks stay). A
+        refused commit (another writer came first) is tried again at the next expiry."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        retention, now = self.config.iceberg.snapshot_retention, self.clock()
+        if not retention or now - self._expired_at < self.config.iceberg.expire_interval:
+            return
+        self._expired_at = now
+        for key, state in list(self._tables.items()):
+            table = state.table
+            keep = {ref.snapshot_id for ref in table.metadata.refs.values()} | {
+                getattr(_newest_own(table), "snapshot_id", None)}
+            horizon = min(int((now - retention) * 1000), state.swept_ms)
+            old = [s.snapshot_id for s in table.metadata.snapshots
+                   if s.timestamp_ms < horizon and s.snapshot_id not in keep]
+            if not old:
+                continue
+            try:
+                table.maintenance.expire_snapshots().by_ids(old).commit()
+            except CommitFailedException:
+                self._tables.pop(key, None)  # reloaded at its next change
+                continue
+            EXPIRED.inc(len(old))
+            self.expired += len(old)
+            log.info("iceberg snapshots expired", extra={"tenant": key.tenant, "topic": key.topic,
+                                                         "snapshots": len(old)})
+
     # -- repair -------------------------------------------------------------------------------------
 
     def sync(self, *, full: bool = False) -> dict[str, Any]:
@@ -481,7 +568,8 @@ class IcebergPublisher:
     def status(self) -> dict[str, Any]:
         return {"enabled": self.config.iceberg.enabled, "published_through": self.published_through,
                 "applied_index": self.applied, "tables": len(self._tables), "last_error": self.last_error,
-                "refused_files": self.refused, "table_name_conflicts": sorted(self.conflicts.values()),
+                "refused_files": self.refused, "expired_snapshots": self.expired,
+                "table_name_conflicts": sorted(self.conflicts.values()),
                 "lag_seconds": self.clock() - min(self._first_seen.values()) if self._first_seen else 0.0}
 
     def loop(self, stop: threading.Event, is_leader: Callable[[], bool] = lambda: True) -> None:
@@ -497,6 +585,28 @@ class IcebergPublisher:
             except Exception:
                 log.exception("iceberg publisher round failed; retrying next period")
             stop.wait(self.config.iceberg.interval)
+
+
+def _not_held(specs: list[FileSpec], state: _Table) -> tuple[list[str], list[FileSpec]]:
+    """A plan adding those of ``specs`` whose block the table does not hold yet."""
+    return [], [s for s in specs if s.block.id not in state.blocks]
+
+
+def _newest_own(table: Any) -> Any:
+    """The newest snapshot Shale wrote among the current snapshot and its ancestors (None if there is none)."""
+    from pyiceberg.table.snapshots import ancestors_of
+
+    for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
+        if _summary(snapshot, SUMMARY_INDEX) is not None:
+            return snapshot
+    return None
+
+
+def _last_index(table: Any) -> int:
+    """The newest log entry the table's snapshots record: its current snapshot's, or, when another writer's
+    snapshot came after Shale's (a user's maintenance, say), that of the newest of its ancestors Shale wrote."""
+    own = _newest_own(table)
+    return 0 if own is None else int(_summary(own, SUMMARY_INDEX) or 0)
 
 
 def _summary(snapshot: Any, key: str) -> str | None:

@@ -4,66 +4,23 @@ compaction, a generation switch and a publisher restarted on the same catalog.""
 
 from __future__ import annotations
 
-import io
-import itertools
-import json
 from pathlib import Path
-from typing import Any
 
-import fastavro
-import pyarrow as pa
 import pytest
-from tests.factories import backup_table
-from tests.iceberg_helpers import T0, commit, publisher_setup, write_records_block
+from tests.iceberg_helpers import IDS, KINDS, T0, commit, publisher_setup, record_type_blocks, write_records_block
 
-from shale.block import BlockMeta
 from shale.compactor.merge import merge_blocks
-from shale.config import IngestConfig, ParserRule, SchemaRegistryConfig, ShaleConfig
-from shale.encoder.chunks import Chunk, GroupSpec, write_chunk
+from shale.config import ShaleConfig
 from shale.iceberg import IcebergPublisher
 from shale.iceberg.catalog import identifier
 from shale.iceberg.plan import TableKey
 from shale.metastore import MetastoreService, ReplaceBlocks, SetActiveGeneration, StateMachine
 from shale.objstore import Bucket
-from shale.schemas.registry import RegisteredSchema, RegistryClient
-from shale.schemas.wire import frame
-
-REGISTRY = SchemaRegistryConfig(url="http://127.0.0.1:1/apis/ccompat/v7", timeout=2.0)
-_ids = itertools.count(99_000)
-ORDER: dict[str, Any] = {"type": "record", "name": "Order", "namespace": "shop",
-                         "fields": [{"name": "id", "type": "long"}, {"name": "amount", "type": "double"}]}
-REFUND: dict[str, Any] = {"type": "record", "name": "Refund", "namespace": "shop",
-                          "fields": [{"name": "id", "type": "long"}, {"name": "why", "type": "string"}]}
-IDS: dict[str, int] = {}
-for _name, _schema in (("shop.Order", ORDER), ("shop.Refund", REFUND)):
-    IDS[_name] = next(_ids)
-    RegistryClient(REGISTRY).remember(RegisteredSchema(IDS[_name], "AVRO", json.dumps(_schema)))
-KINDS = ["shop.Order", "shop.Refund", "shop.Order", "shop.Order", "shop.Refund", "shop.Order"]
 
 
 @pytest.fixture
 def setup(tmp_path: Path) -> tuple[ShaleConfig, MetastoreService, IcebergPublisher, Bucket]:
     return publisher_setup(tmp_path)
-
-
-def _value(kind: str, n: int) -> bytes:
-    schema, datum = (ORDER, {"id": n, "amount": n / 2}) if kind == "shop.Order" else (REFUND, {"id": n, "why": f"w{n}"})
-    out = io.BytesIO()
-    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), datum)
-    return frame(IDS[kind], out.getvalue())
-
-
-def _ingest(config: ShaleConfig, bucket: Bucket, start: int, end: int, generation: int = 1,
-            shift: int = 0) -> list[BlockMeta]:
-    spec = GroupSpec("partition", generation, config.bucket,
-                     IngestConfig(parsers=[ParserRule(parser="avro", options={"subject_name_strategy": "record"})],
-                                  schema_registry=REGISTRY))
-    table = backup_table("shop", 0, start, end - start, base_ms=T0 + start * 1000)
-    table = table.set_column(table.schema.get_field_index("value"), "value",
-                             pa.array([_value(KINDS[n], n + shift) for n in range(start, end)]))
-    written = write_chunk(spec, bucket, table, Chunk("shop", 0, "", start, end, T0 + 86_400_000))
-    assert written.quarantined == 0
-    return [m for m in written.blocks if m.datasets]
 
 
 def _ids_in(publisher: IcebergPublisher, record: str) -> list[int]:
@@ -77,7 +34,7 @@ def _want(shift: int = 0) -> dict[str, list[int]]:
 
 def test_each_record_type_is_its_own_table_through_compaction_a_switch_and_a_restart(setup, tmp_path) -> None:
     config, service, publisher, bucket = setup
-    first, second = _ingest(config, bucket, 0, 3), _ingest(config, bucket, 3, 6)
+    first, second = record_type_blocks(config, bucket, 0, 3), record_type_blocks(config, bucket, 3, 6)
     commit(service, first)
     commit(service, second)
     publisher.run_once()
@@ -96,7 +53,7 @@ def test_each_record_type_is_its_own_table_through_compaction_a_switch_and_a_res
     publisher.run_once()
     assert {k: _ids_in(publisher, k) for k in IDS} == _want()
 
-    commit(service, _ingest(config, bucket, 0, 6, generation=2, shift=100), generation=2)
+    commit(service, record_type_blocks(config, bucket, 0, 6, generation=2, shift=100), generation=2)
     service.submit(SetActiveGeneration(tenant="default", topic="shop", generation=2, start=0, end=2**62)
                    ).raise_for_rejection()
     publisher.run_once()
@@ -118,7 +75,7 @@ def test_a_topic_named_like_a_record_type_s_table_is_never_mixed_into_it(setup, 
     table: whichever comes second is not published (logged, counted, in the status), and the first table keeps
     exactly its own rows, whichever order they come in."""
     _, service, publisher, bucket = setup
-    typed = _ingest(setup[0], bucket, 0, 6)
+    typed = record_type_blocks(setup[0], bucket, 0, 6)
     plain = [write_records_block(bucket, "default", "shop__shop_Order", 0, 0, 4, T0)]
     for blocks in ([plain, typed] if plain_first else [typed, plain]):
         commit(service, blocks)
