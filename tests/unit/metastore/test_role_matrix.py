@@ -1,6 +1,6 @@
 """Issue 27: the role matrix. Every route x every caller (each role, no token, an unknown token, a revoked token) x
 (own tenant or group, another one), sent to the real HTTP server; each answer must be the one the code's rules
-give (``auth.RULES``, ``auth.command_need``), and docs/DESIGN.md 9.6 must hold the table those rules generate.
+give (``auth.RULES``, ``auth.command_need``), and docs/design/metastore.md (9.6) must hold the table those rules generate.
 
 Regenerate the table after changing a rule: ``python -m tests.unit.metastore.test_role_matrix --write``.
 """
@@ -22,7 +22,7 @@ from shale.iceberg.http import mount_sync
 from shale.metastore import AddBlocks, CommitIngestBatch, OffsetRange, auth, raftwire
 from shale.metastore.auth import Principal
 
-DESIGN = Path(__file__).resolve().parents[3] / "docs" / "DESIGN.md"
+DESIGN = Path(__file__).resolve().parents[3] / "docs" / "design" / "metastore.md"
 BEGIN, END = "<!-- role-matrix (generated: tests/unit/metastore/test_role_matrix.py) -->", "<!-- /role-matrix -->"
 PEER_SECRET = "matrix-cluster-secret"
 CALLERS: dict[str, Principal | None] = {  # None: not authenticated
@@ -162,10 +162,10 @@ def test_every_route_is_in_the_matrix(tmp_path: Path) -> None:
 
 def test_the_design_document_holds_the_table_the_rules_generate() -> None:
     text = DESIGN.read_text()
-    assert BEGIN in text, f"docs/DESIGN.md 9.6 lacks the role matrix markers {BEGIN}"
+    assert BEGIN in text, f"docs/design/metastore.md (9.6) lacks the role matrix markers {BEGIN}"
     assert END in text
     documented = text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
-    assert documented == table().strip(), ("docs/DESIGN.md's role matrix differs from the rules; regenerate it: "
+    assert documented == table().strip(), ("docs/design/metastore.md's role matrix differs from the rules; regenerate it: "
                                            "python -m tests.unit.metastore.test_role_matrix --write")
 
 
