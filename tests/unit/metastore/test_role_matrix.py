@@ -1,6 +1,7 @@
 """Issue 27: the role matrix. Every route x every caller (each role, no token, an unknown token, a revoked token) x
 (own tenant or group, another one), sent to the real HTTP server; each answer must be the one the code's rules
-give (``auth.RULES``, ``auth.command_need``), and docs/design/metastore.md (9.6) must hold the table those rules generate.
+give (``auth.RULES``, ``auth.command_need``), and docs/design/metastore.md (9.6) must hold the table those rules
+generate.
 
 Regenerate the table after changing a rule: ``python -m tests.unit.metastore.test_role_matrix --write``.
 """
@@ -165,8 +166,8 @@ def test_the_design_document_holds_the_table_the_rules_generate() -> None:
     assert BEGIN in text, f"docs/design/metastore.md (9.6) lacks the role matrix markers {BEGIN}"
     assert END in text
     documented = text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
-    assert documented == table().strip(), ("docs/design/metastore.md's role matrix differs from the rules; regenerate it: "
-                                           "python -m tests.unit.metastore.test_role_matrix --write")
+    assert documented == table().strip(), ("docs/design/metastore.md's role matrix differs from the rules; "
+                                           "regenerate it: python -m tests.unit.metastore.test_role_matrix --write")
 
 
 def test_the_server_answers_as_the_matrix_says(tmp_path: Path) -> None:
