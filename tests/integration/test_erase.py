@@ -24,6 +24,7 @@ from tests.integration.ingest_helpers import config_of, create_topic, wait_pause
 from tests.producing import CheckedProducer
 from tests.waiting import eventually
 
+from shale.block.layout import blocks_prefixes, markers_prefix
 from shale.compactor.worker import CompactionWorker
 from shale.config import BucketConfig, RetentionConfig, ShaleConfig
 from shale.erase import ErasureRequest, erase, erasure_status, write_receipt
@@ -156,18 +157,21 @@ def _after(world: World, erasure: str, kafka: Any, spark: Any, tmp_path: Path) -
     fs = pafs.S3FileSystem(endpoint_override=config.bucket.endpoint, scheme="http",
                            access_key=config.bucket.access_key_id,
                            secret_key=config.bucket.secret_access_key.get_secret_value(), region="us-east-1")
-    root = config.bucket.url.removeprefix("s3://") + "/default/blocks"
-    infos = fs.get_file_info(pafs.FileSelector(root, recursive=True))
-    marks = fs.get_file_info(pafs.FileSelector(root.removesuffix("blocks") + "markers", allow_not_found=True))
+    name = config.bucket.url.removeprefix("s3://")
+    infos = [i for prefix in blocks_prefixes("default") for i in fs.get_file_info(
+        pafs.FileSelector(f"{name}/{prefix.rstrip('/')}", recursive=True, allow_not_found=True))]
+    marks = fs.get_file_info(pafs.FileSelector(f"{name}/{markers_prefix('default').rstrip('/')}",
+                                               allow_not_found=True))
     marked = {m.base_name.removesuffix("-deletion-mark.json") for m in marks
               if m.base_name.endswith("-deletion-mark.json")}
     complete = {i.path.rsplit("/", 2)[-2] for i in infos if i.path.endswith("/meta.json")} - marked
     seen: dict[str, Counter[Position]] = {"backup": Counter(), "partition": Counter()}
     for info in infos:
-        block = info.path.rsplit("/", 2)[-2]
+        folder = info.path.rsplit("/", 1)[0]
+        block = folder.rsplit("/", 1)[-1]
         if not info.path.endswith(".parquet") or block not in complete:
             continue
-        with fs.open_input_file(f"{root}/{block}/meta.json") as meta_file:
+        with fs.open_input_file(f"{folder}/meta.json") as meta_file:
             meta = json.loads(meta_file.read())
         if meta["tenant"] != "default" or any(r["topic"] != world.topic for r in meta["kafka"]):
             continue

@@ -13,10 +13,11 @@ every other partition's range in a chunk ends at its planned end, covering trail
 as a transaction's commit marker. Each partition's chunks tile its planned range.
 
 A chunk whose writer schemas are not cached in this process and that the Schema Registry does not give
-(``RegistryUnavailableError``: refused, timed out, 5xx, 401/403) pauses its partitions there: the chunk writes
-nothing, the task keeps reading its input to the end without writing those partitions (a Python worker that
-leaves input unread is not reused, and its schema cache would go with it) and goes on with the others, and returns
-a ``Paused`` per paused partition after the chunks written. The driver commits those chunks only
+(``RegistryUnavailableError``: refused, timed out, 5xx, 401/403) pauses the partitions of that topic there (a
+topic's blocks hold all of its partitions in the chunk; the chunk's other topics are written as usual): nothing of
+that topic is written, the task keeps reading its input to the end without writing those partitions (a Python worker
+that leaves input unread is not reused, and its schema cache would go with it) and goes on with the others, and
+returns a ``Paused`` per paused partition after the chunks written. The driver commits those chunks only
 (``shale.ingest.pauses``), so a paused partition continues at its paused chunk's first offset in a later batch.
 """
 from __future__ import annotations
@@ -133,16 +134,23 @@ class ChunkWriter:
         chunks = [Chunk(tp[0], tp[1], self.planned[tp].incarnation, self.next_start[tp], end, self.plan.read_time_ms)
                   for tp, end in ends.items()]
         started, waited = time.perf_counter(), self.bucket.calls.seconds
-        try:
-            written = write_chunks(self.spec, self.bucket, pa.concat_tables(runs), chunks, self.derived_from)
-        except RegistryUnavailableError as exc:
-            if not self.pausable:
-                raise
-            # Nothing of this chunk was written: the parser fetches schemas before any block is put.
-            self.pauses += [Paused(topic=c.topic, partition=c.partition, incarnation=c.incarnation, at=c.start,
-                                   registry=exc.registry, error=str(exc)[:ERROR_CHARS]) for c in chunks]
+        written: list[Written] = []
+        for topic in dict.fromkeys(c.topic for c in chunks):  # a topic's blocks are its own: so are its pauses
+            mine = [c for c in chunks if c.topic == topic]
+            try:
+                written += write_chunks(self.spec, self.bucket,
+                                        pa.concat_tables([r for r in runs if _partition_of(r)[0] == topic]), mine,
+                                        self.derived_from)
+            except RegistryUnavailableError as exc:
+                if not self.pausable:
+                    raise
+                # Nothing of this topic's chunk was written: the parser fetches schemas before any block is put.
+                self.pauses += [Paused(topic=c.topic, partition=c.partition, incarnation=c.incarnation, at=c.start,
+                                       registry=exc.registry, error=str(exc)[:ERROR_CHARS]) for c in mine]
+                continue
+            self.next_start.update({(c.topic, c.partition): c.end for c in mine})
+        if not written:
             return []
-        self.next_start.update(ends)
         upload = self.bucket.calls.seconds - waited
         self.spent["upload"] += upload
         self.spent["encode"] += time.perf_counter() - started - upload

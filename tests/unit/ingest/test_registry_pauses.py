@@ -284,7 +284,7 @@ def test_the_driver_counts_and_logs_a_pause_naming_the_registry_and_the_partitio
     job = _job(tmp_path)
     plan = BatchPlan(READ_MS, [PartitionRange("pay", 0, "", 0, 10), PartitionRange("pay", 1, "", 0, 10)])
     failures = sample("shale_ingest_registry_failures_total", group="backup")
-    with caplog.at_level(logging.INFO, logger="shale.ingest.job"):
+    with caplog.at_level(logging.INFO, logger="shale.ingest.report"):
         job.report.pauses(plan, [Paused(topic="pay", partition=1, at=4, registry=DOWN.url, error="refused")])
         assert sample("shale_ingest_paused_partitions", group="backup", reason="registry") == 1
         assert sample("shale_ingest_registry_failures_total", group="backup") == failures + 1
@@ -360,3 +360,22 @@ def test_available_now_gives_up_after_the_configured_attempts_naming_the_registr
     assert "available_now_attempts" in message
     assert "hunter2" not in message
     assert job.pauses.held[("pay", 0)].failures == attempts
+
+
+def test_in_one_task_a_topic_whose_schema_is_not_cached_pauses_and_the_others_are_written() -> None:
+    """One task reads two topics' partitions into one chunk (a block per topic): the topic whose schema this process
+    has not cached pauses at its chunk's start, and the other topic's records are written and committed whole."""
+    cached, fresh = _remember(SCHEMA), next(_ids)
+    spec = GroupSpec("partition", 1, BucketConfig(url=f"memory://topics-{uuid.uuid4().hex}"),
+                     IngestConfig(parsers=[ParserRule(parser="avro", options={})], schema_registry=DOWN))
+    pay = _records(0, 0, [cached] * 12)
+    refund = _records(0, 0, [fresh] * 8)
+    refund = refund.set_column(refund.schema.get_field_index("topic"), "topic", pa.array(["refund"] * 8, pa.string()))
+    plan = BatchPlan(READ_MS, [PartitionRange("pay", 0, "", 0, 12), PartitionRange("refund", 0, "", 0, 8)])
+    writer = ChunkWriter(spec, open_bucket(spec.bucket), plan, chunk_bytes=10**6, pausable=True)
+    written = writer.add_table(pay) + writer.add_table(refund) + writer.finish()
+    assert [(p.topic, p.partition, p.at) for p in writer.pauses] == [("refund", 0, 0)]
+    assert [(w.topic, w.start, w.end, w.records, w.quarantined) for w in written] == [("pay", 0, 12, 12, 0)]
+    ranges = commit_ranges(plan.ranges, writer.pauses)
+    command = batch_commit(written, ranges, group="partition", generation=1, writer="ingest", batch="b")
+    assert [(r.topic, r.end) for r in command.ranges] == [("pay", 12)]
