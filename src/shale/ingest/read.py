@@ -12,7 +12,7 @@ from shale.encoder.chunks import Chunk, GroupSpec, Written, write_chunks
 from shale.encoder.records import SPARK_COLUMNS, WRITTEN_SCHEMA
 from shale.ingest.plan import BatchPlan
 from shale.ingest.task import WARM_SCHEMA, Paused, make_task, make_warm_task, start_worker, tasks
-from shale.kafka import FETCH_BYTES, java_options
+from shale.kafka import FETCH_BYTES, FETCH_WAIT_MS, java_options
 from shale.objstore import Bucket
 
 if TYPE_CHECKING:
@@ -63,6 +63,7 @@ class SparkRead:
                   .option("failOnDataLoss", "true")  # offsets deleted between planning and reading: retry the plan
                   .option("kafka.isolation.level", "read_committed")
                   .option("kafka.max.partition.fetch.bytes", str(FETCH_BYTES))
+                  .option("kafka.fetch.max.wait.ms", str(FETCH_WAIT_MS))
                   .option("kafka.group.id", self.consumer_group))
         for key, value in java_options(self.config.kafka).items():
             reader = reader.option(f"kafka.{key}", value)
