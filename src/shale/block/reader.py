@@ -8,6 +8,8 @@ writes.
 from __future__ import annotations
 
 import io
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -156,6 +158,41 @@ def read_footer_meta(bucket: BucketReader, key: str, size: int) -> BlockMeta:
     return parse_meta(footer_bytes(bucket, key, size)[0], where=key)
 
 
+RECENT_OBJECTS_BYTES = 32 << 20
+"""What ``backup_rows`` keeps of the small objects it fetched whole, per process."""
+_recent: OrderedDict[tuple[str, str, int, str], bytes] = OrderedDict()
+_recent_size = [0]
+_recent_lock = threading.Lock()
+
+
+def _recent_small_object(bucket: BucketReader, meta: BlockMeta, dataset: Dataset) -> bytes | None:
+    """The whole object of ``dataset`` when it is small enough to be fetched whole, from the process's recent
+    fetches when it is there. Restore, reprocess and repair read a block of many partitions once per partition, in
+    tasks that Spark runs one after the other in the same reused worker: without this, each fetched the same object
+    again. Blocks are immutable and ``read_dataset`` checks the CRC32 of what it is given, so a hit is never a
+    different object; bounded by ``RECENT_OBJECTS_BYTES``, least recently used dropped first."""
+    info = meta.file(dataset.file)
+    if info.size > SMALL_OBJECT_BYTES:
+        return None
+    key = block_file_key(meta, dataset.file)
+    cache_key = (bucket.url, key, info.size, info.crc32)
+    with _recent_lock:
+        data = _recent.get(cache_key)
+        if data is not None:
+            _recent.move_to_end(cache_key)
+            return data
+    data = bucket.get(key)
+    if len(data) != info.size or crc32_hex(data) != info.crc32:
+        return data  # not kept: read_dataset reports the corruption
+    with _recent_lock:
+        if cache_key not in _recent:
+            _recent[cache_key] = data
+            _recent_size[0] += len(data)
+        while _recent_size[0] > RECENT_OBJECTS_BYTES:
+            _recent_size[0] -= len(_recent.popitem(last=False)[1])
+    return data
+
+
 def backup_rows(bucket: BucketReader, meta: BlockMeta, topic: str, partition: int, start: int,
                 end: int, *, incarnations: bool = False) -> list[pa.Table]:
     """The rows of ``meta``'s records datasets of ``topic`` whose partition is ``partition`` and offset in
@@ -171,7 +208,8 @@ def backup_rows(bucket: BucketReader, meta: BlockMeta, topic: str, partition: in
                 groups = [i for i, p in enumerate(dataset.row_group_partitions) if p == partition]
                 if not groups:
                     continue
-                table = read_dataset(bucket, meta, dataset, row_groups=groups, whole_object=None)
+                table = read_dataset(bucket, meta, dataset, row_groups=groups, whole_object=None,
+                                     data=_recent_small_object(bucket, meta, dataset))
             offsets = table.column("offset")
             keep = pc.and_(pc.equal(table.column("partition"), partition),
                            pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end)))

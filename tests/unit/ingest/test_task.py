@@ -8,6 +8,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -261,6 +262,35 @@ def test_a_task_of_several_partitions_tiles_each_one_s_range_whatever_the_batche
         named = dataset.row_group_partitions or [meta.kafka[0].partition] * groups.num_row_groups
         assert [set(groups.read_row_group(i, columns=["partition"]).column(0).to_pylist())
                 for i in range(groups.num_row_groups)] == [{p} for p in named]
+
+
+class CountingReader:
+    """A bucket reader that counts whole-object GETs."""
+
+    def __init__(self, bucket: Any) -> None:
+        self.bucket, self.gets = bucket, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.bucket, name)
+
+    def get(self, key: str) -> bytes:
+        self.gets += 1
+        return bytes(self.bucket.get(key))
+
+
+def test_reading_each_partition_of_a_small_block_fetches_it_once(bucket_config: BucketConfig) -> None:
+    spec = GroupSpec("backup", 1, bucket_config, IngestConfig())
+    plan = BatchPlan(READ_MS, [PartitionRange("app", p, INC, 0, 10) for p in range(4)])
+    batches = [spark_batch(backup_table("app", p, 0, 10)) for p in range(4)]
+    written = [Written.model_validate_json(r.column("written")[0].as_py())
+               for r in make_task(spec, plan, bound=512 * 2**20)(iter(batches))]
+    [meta] = {m.id: m for w in written for m in w.blocks}.values()
+    bucket = CountingReader(open_bucket(bucket_config))
+    for p in range(4):  # as restore's and reprocess's tasks do, one partition each, in one worker
+        rows = backup_rows(bucket, meta, "app", p, 0, 10)
+        assert [(r["partition"], r["offset"]) for t in rows for r in t.select(["partition", "offset"]).to_pylist()
+                ] == [(p, o) for o in range(10)]
+    assert bucket.gets == 1
 
 
 def test_a_partition_seen_again_after_another_fails_the_task(bucket_config: BucketConfig) -> None:
