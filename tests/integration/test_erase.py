@@ -2,10 +2,14 @@
 groups, with compacted and uncompacted blocks; afterwards an independent reader (pyarrow straight from the bucket)
 finds no record of the key and every other record exactly once, verify reports the erased offsets as erased, a
 restore of the topic leaves them out and says so, and the receipt's final scan is right. The same with the erasing
-worker killed with SIGKILL in the middle of a rewrite: another worker takes its job over once its lease expires."""
+worker killed with SIGKILL in the middle of a rewrite: another worker takes its job over once its lease expires. The
+topic's Iceberg table gets one snapshot for the erasure; Spark (Iceberg's own runtime) then reads every other record
+once and none of the key, no retained snapshot names a file holding the key, and the receipt lists the snapshots
+expired."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
@@ -24,10 +28,16 @@ from tests.integration.ingest_helpers import config_of, create_topic, wait_pause
 from tests.producing import CheckedProducer
 from tests.waiting import eventually
 
+from shale.block import read_dataset
 from shale.block.layout import blocks_prefixes, markers_prefix
 from shale.compactor.worker import CompactionWorker
 from shale.config import BucketConfig, RetentionConfig, ShaleConfig
 from shale.erase import ErasureRequest, erase, erasure_status, write_receipt
+from shale.errors import NotFoundError
+from shale.iceberg import IcebergPublisher, open_catalog, spark_catalog_conf
+from shale.iceberg.catalog import SUMMARY_ERASURES, SUMMARY_EXPIRES, identifier
+from shale.iceberg.erasure import receipt_check, snapshot_files
+from shale.iceberg.files import key_of
 from shale.ingest.job import IngestJob
 from shale.ingest.verify import verify_topic
 from shale.metastore import MetastoreService, open_metastore
@@ -143,8 +153,9 @@ def _erase(world: World) -> str:
     return report.id
 
 
-def _after(world: World, erasure: str, kafka: Any, spark: Any, tmp_path: Path) -> None:
-    """Everything a finished erasure must show."""
+def _after(world: World, erasure: str, kafka: Any, spark: Any, tmp_path: Path, iceberg: Any = None,
+           publisher: IcebergPublisher | None = None) -> None:
+    """Everything a finished erasure must show (``iceberg``: the receipt checks the tables too)."""
     service, config = world.service, world.config
     assert erasure_status(service, erasure).state == "rewritten"
     bucket = open_bucket(config.bucket)
@@ -152,6 +163,8 @@ def _after(world: World, erasure: str, kafka: Any, spark: Any, tmp_path: Path) -
                          sync_delay=0)
     leader.scan_bucket()  # marks what a killed worker wrote and never reported
     leader.collect_tombstones()  # the replaced blocks' objects leave the bucket
+    if publisher is not None:
+        publisher.sync()  # deletes the copies the erasure's snapshots released
 
     # An independent reader: pyarrow straight from the bucket, every Parquet object of every complete block.
     fs = pafs.S3FileSystem(endpoint_override=config.bucket.endpoint, scheme="http",
@@ -202,7 +215,12 @@ def _after(world: World, erasure: str, kafka: Any, spark: Any, tmp_path: Path) -
     assert len(back) == len(kept)
     assert ERASED not in back.values()
 
-    receipt = write_receipt(open_metastore(config), bucket, erasure, kafka=config.kafka)
+    receipt = write_receipt(open_metastore(config), bucket, erasure, kafka=config.kafka, iceberg=iceberg)
+    if iceberg is not None:
+        (table,) = receipt["iceberg"]["tables"]
+        assert table["snapshots_expired"]
+        assert all(e["gone"] for e in table["snapshots_expired"])
+        assert receipt["final_scan"]["iceberg_files"] > 0
     assert receipt["final_scan"]["matches"] == 0
     assert receipt["records"] == len(world.erased)
     assert set(receipt["final_scan"]["block_ids"]) >= {m.id for m in service.tenant_blocks("default")
@@ -223,6 +241,69 @@ def test_a_key_is_erased_from_both_groups_and_every_generation_of_blocks(kafka: 
     assert again.replay
     CompactionWorker(world.service, world.config.bucket, spark, slots=4, poll_interval=0.3).run(until_idle=True)
     _after(world, erasure, kafka, spark, tmp_path)
+
+
+def test_the_iceberg_table_gets_one_snapshot_and_keeps_no_snapshot_of_the_key(kafka: Any, spark: Any, world: World,
+                                                                              tmp_path: Path) -> None:
+    catalog_name = f"erase_{uuid.uuid4().hex[:8]}"
+    with world.file.open("a") as toml:
+        toml.write(f'[iceberg]\nenabled = true\ncatalog_name = "{catalog_name}"\n'
+                   f'catalog_uri = "sqlite:///{tmp_path}/catalog.db"\n')
+    config = config_of(world.file)
+    bucket = open_bucket(config.bucket)
+    publisher = IcebergPublisher(config, world.service.state.reader, world.service.submit, bucket)
+    assert publisher.sync()["snapshots"] >= 2  # the ingests and the merges
+    name = identifier("default", world.topic)
+    table = open_catalog(config).load_table(name)
+    assert ERASED in _iceberg_keys(bucket, config, table)  # the table's snapshots name files holding the key
+
+    erasure = _erase(world)
+    CompactionWorker(world.service, world.config.bucket, spark, slots=4, poll_interval=0.3).run(until_idle=True)
+    assert erasure_status(world.service, erasure).state == "rewritten"
+    assert publisher.sync()["snapshots"] == 1  # one snapshot for the whole erasure
+    table = open_catalog(config).load_table(name)
+    (mine,) = [s for s in table.snapshots() if erasure in json.loads(
+        s.summary.additional_properties.get(SUMMARY_ERASURES, "[]"))]
+    expired = json.loads(mine.summary.additional_properties[SUMMARY_EXPIRES])
+    assert expired
+    assert not set(expired) & {s.snapshot_id for s in table.snapshots()}
+    assert ERASED not in _iceberg_keys(bucket, config, table)  # no retained snapshot names a file holding it
+
+    # Spark through Iceberg reads exactly the partition group's records: every other record once, none of the key.
+    for key, value in spark_catalog_conf(config).items():
+        spark.conf.set(key, value)
+    read = spark.sql(f"SELECT partition, offset, key FROM {catalog_name}.default.`{world.topic}`").collect()
+    assert ERASED not in {bytes(r.key) for r in read if r.key is not None}
+    seen = Counter((r.partition, r.offset) for r in read)
+    assert set(seen.values()) == {1}
+    stored: Counter[Position] = Counter()
+    for meta in world.service.tenant_blocks("default"):
+        for d in meta.datasets:
+            if meta.group == "partition":
+                rows = read_dataset(bucket, meta, d, columns=["partition", "offset"])
+                stored.update(zip(rows.column("partition").to_pylist(), rows.column("offset").to_pylist(),
+                                  strict=True))
+    quarantined = stored - seen
+    assert not seen - stored  # Spark reads only stored records
+    assert stored == Counter({p: 1 for p in world.records if p not in world.erased})
+    assert quarantined
+    assert all(p in world.records for p in quarantined)
+
+    _after(world, erasure, kafka, spark, tmp_path, iceberg=receipt_check(config, bucket), publisher=publisher)
+
+
+def _iceberg_keys(bucket: Any, config: ShaleConfig, table: Any) -> set[bytes]:
+    """The keys every data file of every retained snapshot of ``table`` holds (read with pyarrow from the bucket;
+    a file already deleted holds none)."""
+    cache: dict[str, list[str]] = {}
+    keys: set[bytes] = set()
+    for uri in {u for s in table.metadata.snapshots for u in snapshot_files(table, s, cache)}:
+        try:
+            data = bucket.get(key_of(config.bucket, uri))
+        except NotFoundError:
+            continue
+        keys |= set(pq.read_table(io.BytesIO(data), columns=["key"]).column("key").to_pylist())
+    return keys
 
 
 def test_the_erasing_worker_killed_mid_rewrite_is_taken_over(kafka: Any, spark: Any, world: World,
