@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from shale.block import read_dataset
 from shale.block.layout import blocks_prefixes, markers_prefix
 from shale.compactor.worker import CompactionWorker
 from shale.config import BucketConfig, RetentionConfig, ShaleConfig
+from shale.dev.metastore import MetastoreCluster
 from shale.erase import ErasureRequest, erase, erasure_status, write_receipt
 from shale.errors import NotFoundError
 from shale.iceberg import IcebergPublisher, open_catalog, spark_catalog_conf
@@ -39,8 +41,10 @@ from shale.iceberg.catalog import SUMMARY_ERASURES, SUMMARY_EXPIRES, identifier
 from shale.iceberg.erasure import receipt_check, snapshot_files
 from shale.iceberg.files import key_of
 from shale.ingest.job import IngestJob
+from shale.ingest.ledger import build_ledger
 from shale.ingest.verify import verify_topic
 from shale.metastore import MetastoreService, open_metastore
+from shale.metastore.auth import write_private
 from shale.metastore.maintenance import Maintenance
 from shale.objstore import open_bucket
 from shale.process import ManagedProcess
@@ -98,9 +102,12 @@ class World:
     topic: str
     file: Path
     config: ShaleConfig
-    service: MetastoreService
+    service: Any
+    """The metastore: an embedded ``MetastoreService``, or a client of a Raft cluster (``cluster``)."""
     records: dict[Position, bytes | None]
     """Every record of the topic when the erasure is requested."""
+
+    cluster: MetastoreCluster | None = None
 
     @property
     def erased(self) -> set[Position]:
@@ -112,15 +119,19 @@ def _ingest(world_config: ShaleConfig, spark: Any) -> None:
         IngestJob(world_config, group, spark=spark, metastore=open_metastore(world_config)).run(available_now=True)
 
 
-@pytest.fixture
-def world(kafka: Any, minio: Any, spark: Any, tmp_path: Path) -> World:
+def _bucket(minio: Any) -> BucketConfig:
     name = f"e-{uuid.uuid4().hex[:12]}"
     minio.create_bucket(name)
-    bucket = BucketConfig(url=f"s3://{name}", endpoint=minio.endpoint, access_key_id=minio.access_key,
-                          secret_access_key=minio.secret_key, allow_http=True)
+    return BucketConfig(url=f"s3://{name}", endpoint=minio.endpoint, access_key_id=minio.access_key,
+                        secret_access_key=minio.secret_key, allow_http=True)
+
+
+def _world(kafka: Any, spark: Any, tmp_path: Path, bucket: BucketConfig, metastore: dict[str, Any] | None = None,
+           cluster: MetastoreCluster | None = None) -> World:
     topic = f"billing-{uuid.uuid4().hex[:6]}"
     create_topic(kafka.bootstrap_servers, topic, PARTITIONS)
-    file = write_config(tmp_path, kafka.bootstrap_servers, bucket, [topic], max_records_per_batch=150)
+    file = write_config(tmp_path, kafka.bootstrap_servers, bucket, [topic], metastore=metastore,
+                        max_records_per_batch=150)
     with file.open("a") as out:  # a short lease, so a killed worker's job is taken over soon
         out.write("[compaction]\nblocks_per_job = [3]\nmax_level = 1\nlease_duration = 4\npoll_interval = 0.3\n"
                   "slots = 4\n")
@@ -128,13 +139,36 @@ def world(kafka: Any, minio: Any, spark: Any, tmp_path: Path) -> World:
     produce(kafka.bootstrap_servers, topic, 0, 600)
     _ingest(config, spark)
     service = open_metastore(config)
-    assert isinstance(service, MetastoreService)
+    assert isinstance(service, MetastoreService) == (cluster is None)
     CompactionWorker(service, config.bucket, spark, slots=4, poll_interval=0.3).run(until_idle=True)
     produce(kafka.bootstrap_servers, topic, 600, 300)  # blocks left uncompacted
     _ingest(config, spark)
     levels = Counter((m.group, m.level) for m in service.tenant_blocks("default"))
     assert set(levels) >= {("backup", 0), ("backup", 1), ("partition", 0), ("partition", 1)}, levels
-    return World(topic, file, config, service, read_keys(kafka.bootstrap_servers, topic))
+    return World(topic, file, config, service, read_keys(kafka.bootstrap_servers, topic), cluster)
+
+
+@pytest.fixture
+def world(kafka: Any, minio: Any, spark: Any, tmp_path: Path) -> World:
+    return _world(kafka, spark, tmp_path, _bucket(minio))
+
+
+@pytest.fixture
+def cluster_world(kafka: Any, minio: Any, spark: Any, tmp_path: Path) -> Iterator[World]:
+    """The same topic on a 3-node Raft metastore whose leader runs maintenance every second (replaced blocks
+    marked and deleted within seconds, the bucket scanned for unreported outputs)."""
+    bucket = _bucket(minio)
+    cluster = MetastoreCluster(tmp_path / "ms", 3, bucket=bucket, extra=[
+        "compaction.blocks_per_job=[3]", "compaction.max_level=1", "compaction.lease_duration=4",
+        "block.sync_delay=0", "block.delete_delay=1s", "metastore.maintenance_interval=1s",
+        "metastore.bucket_scan_interval=2s"]).start()
+    try:
+        token = tmp_path / "admin.token"
+        write_private(token, cluster.admin_token)
+        yield _world(kafka, spark, tmp_path, bucket, {"mode": "remote", "addresses": cluster.addresses,
+                                                      "token_file": str(token), "client_deadline": 60}, cluster)
+    finally:
+        cluster.stop()
 
 
 def _erase(world: World) -> str:
@@ -153,20 +187,10 @@ def _erase(world: World) -> str:
     return report.id
 
 
-def _after(world: World, erasure: str, kafka: Any, spark: Any, tmp_path: Path, iceberg: Any = None,
-           publisher: IcebergPublisher | None = None) -> None:
-    """Everything a finished erasure must show (``iceberg``: the receipt checks the tables too)."""
-    service, config = world.service, world.config
-    assert erasure_status(service, erasure).state == "rewritten"
-    bucket = open_bucket(config.bucket)
-    leader = Maintenance(service, bucket, RetentionConfig(), delete_delay=0, is_leader=lambda: True, term=lambda: 1,
-                         sync_delay=0)
-    leader.scan_bucket()  # marks what a killed worker wrote and never reported
-    leader.collect_tombstones()  # the replaced blocks' objects leave the bucket
-    if publisher is not None:
-        publisher.sync()  # deletes the copies the erasure's snapshots released
-
-    # An independent reader: pyarrow straight from the bucket, every Parquet object of every complete block.
+def _bucket_records(world: World) -> dict[str, Counter[Position]]:
+    """An independent reader: pyarrow straight from the bucket, every Parquet object of every complete block
+    not marked for deletion; per group, each record's copies (none may hold the key)."""
+    config = world.config
     fs = pafs.S3FileSystem(endpoint_override=config.bucket.endpoint, scheme="http",
                            access_key=config.bucket.access_key_id,
                            secret_key=config.bucket.secret_access_key.get_secret_value(), region="us-east-1")
@@ -193,7 +217,39 @@ def _after(world: World, erasure: str, kafka: Any, spark: Any, tmp_path: Path, i
                                           strict=True):
             assert key != ERASED, (meta["group"], partition, offset)
             seen[meta["group"]][(partition, offset)] += 1
+    return seen
+
+
+def _after(world: World, erasure: str, kafka: Any, spark: Any, tmp_path: Path, iceberg: Any = None,
+           publisher: IcebergPublisher | None = None) -> None:
+    """Everything a finished erasure must show (``iceberg``: the receipt checks the tables too)."""
+    service, config = world.service, world.config
+    assert erasure_status(service, erasure).state == "rewritten"
+    bucket = open_bucket(config.bucket)
+    if world.cluster is None:
+        leader = Maintenance(service, bucket, RetentionConfig(), delete_delay=0, is_leader=lambda: True,
+                             term=lambda: 1, sync_delay=0)
+        leader.scan_bucket()  # marks what a killed worker wrote and never reported
+        leader.collect_tombstones()  # the replaced blocks' objects leave the bucket
+    else:  # the cluster's leader does both by itself, every second or two
+        (row,) = service.erasures(erasure)
+        eventually(lambda: not any(list(bucket.list(b["old_prefix"])) for b in row["blocks"]), 120,
+                   "the leader to delete the replaced blocks")
+    if publisher is not None:
+        publisher.sync()  # deletes the copies the erasure's snapshots released
+
+    # An independent reader: pyarrow straight from the bucket, every Parquet object of every complete block.
     kept = Counter({p: 1 for p in world.records if p not in world.erased})
+    if world.cluster is None:
+        seen = _bucket_records(world)
+    else:  # wait for the leader's bucket scan to mark what an attempt cut off by the failover wrote
+        def settled() -> dict[str, Counter[Position]] | None:
+            records = _bucket_records(world)
+            return records if records["backup"] == kept and records["partition"] == kept else None
+
+        found = eventually(settled, 120, "the leader's bucket scan to mark unreported outputs")
+        assert found is not None
+        seen = found
     assert seen["backup"] == kept  # every other record exactly once, none of the key
     assert seen["partition"] == kept
 
@@ -203,6 +259,10 @@ def _after(world: World, erasure: str, kafka: Any, spark: Any, tmp_path: Path, i
         assert verified.duplicated == 0
         assert verified.erased == len(world.erased)
         assert {e for p in verified.partitions for e in p.erasures} == {erasure}
+        ledger = build_ledger(service, group, 1, world.topic)  # the completeness ledger: erased, with the id
+        assert {w.partition: w.erased for w in ledger.partitions} == {
+            p: sum(1 for q, _ in world.erased if q == p) for p in range(PARTITIONS)}
+        assert {tuple(w.erasures) for w in ledger.partitions} == {(erasure,)}
 
     target = f"{world.topic}-restored"
     restored = RestoreJob(open_metastore(config), config.bucket, config.kafka,
@@ -325,4 +385,38 @@ def test_the_erasing_worker_killed_mid_rewrite_is_taken_over(kafka: Any, spark: 
 
     eventually(finished, 300, lambda: f"the erasure to finish: {erasure_status(world.service, erasure)}")
     local.run(until_idle=True)
+    _after(world, erasure, kafka, spark, tmp_path)
+
+
+def test_the_metastore_leader_killed_mid_erasure(kafka: Any, spark: Any, cluster_world: World,
+                                                 tmp_path: Path) -> None:
+    """kill -9 of the Raft leader while an erase job's task runs: the job's report reaches the new leader (or the
+    job is handed out again once its lease expires), the same request again points to the first, and afterwards
+    every other record is stored exactly once and the ledger reports the erased offsets as erased, with the id."""
+    world = cluster_world
+    assert world.cluster is not None
+    erasure = _erase(world)
+    points = tmp_path / "points"
+    env = dict(os.environ, SHALE_FAILPOINTS="erasure.write=sleep-once:8", SHALE_FAILPOINT_DIR=str(points))
+    worker = ManagedProcess("compact", [sys.executable, "-m", "shale.cli", "--config", str(world.file), "compact"],
+                            tmp_path / "compact.log", env=env, cwd=ROOT)
+    worker.start()
+    try:
+        wait_paused(worker, points, "erasure.write")  # a task has filtered a block's rows; it goes on in 8 s
+        old = world.cluster.wait_leader()
+        world.cluster.kill9(old)
+        again = erase(world.service, world.config.bucket, ErasureRequest("default", ERASED, [world.topic]),
+                      kafka=world.config.kafka, dry_run=False)  # answered by the new leader
+        assert again.id == erasure
+        assert again.replay
+        assert world.cluster.wait_leader() != old
+
+        def finished() -> bool:
+            assert worker.alive(), worker.log_path.read_text()[-3000:]
+            return erasure_status(world.service, erasure).state == "rewritten"
+
+        eventually(finished, 300, lambda: f"the erasure to finish: {erasure_status(world.service, erasure)}")
+    finally:
+        worker.stop()
+    world.cluster.start_node(old)  # back from its journal; the state it applies is the same
     _after(world, erasure, kafka, spark, tmp_path)
