@@ -97,9 +97,13 @@ def pending_expiry(table: Any) -> list[int]:
 
 
 def expire_listed(table: Any) -> list[int]:
-    """Expire the snapshots erasures listed (tags and branches other than main that point at one are removed
-    first: an erasure outranks a bookmark); the ids expired."""
-    doomed = pending_expiry(table)
+    """Expire the snapshots erasures listed; the ids expired."""
+    return expire(table, pending_expiry(table))
+
+
+def expire(table: Any, doomed: list[int]) -> list[int]:
+    """Expire ``doomed`` (tags and branches other than main that point at one are removed first: an erasure
+    outranks a bookmark); the ids expired."""
     if not doomed:
         return []
     refs = [(name, ref) for name, ref in table.metadata.refs.items()

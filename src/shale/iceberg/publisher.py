@@ -51,7 +51,7 @@ from shale.iceberg.catalog import (
     object_uri,
     open_catalog,
 )
-from shale.iceberg.erasure import expire_listed, suspect, tainted
+from shale.iceberg.erasure import expire, expire_listed, suspect, tainted
 from shale.iceberg.files import block_of, copy_key, is_copy, key_of, register
 from shale.iceberg.plan import (
     FileSpec,
@@ -420,6 +420,10 @@ class IcebergPublisher:
                 return 0  # published before a crash, by a previous leader, or by our own unanswered commit
             remove, add = plan(state)
             if not remove and not add:
+                if erased is not None:  # the table shows none of the erasure's blocks; older snapshots still may
+                    current = state.table.current_snapshot()
+                    self._expired_now(key, expire(state.table, [
+                        i for i in tainted(state.table, erased[1]) if current is None or i != current.snapshot_id]))
                 return 0
             try:
                 return self._commit(key, state, index, remove, add, erased)
@@ -637,15 +641,16 @@ class IcebergPublisher:
 
         for key, state in list(self._tables.items()):
             try:
-                gone = expire_listed(state.table)
+                self._expired_now(key, expire_listed(state.table))
             except CommitFailedException:
                 self._tables.pop(key, None)  # reloaded, and tried again, at its next change
-                continue
-            if gone:
-                EXPIRED.inc(len(gone))
-                self.expired += len(gone)
-                log.info("iceberg snapshots naming erased records expired",
-                         extra={"tenant": key.tenant, "topic": key.topic, "snapshots": gone})
+
+    def _expired_now(self, key: TableKey, gone: list[int]) -> None:
+        if gone:
+            EXPIRED.inc(len(gone))
+            self.expired += len(gone)
+            log.info("iceberg snapshots naming erased records expired",
+                     extra={"tenant": key.tenant, "topic": key.topic, "snapshots": gone})
 
     # -- repair -------------------------------------------------------------------------------------
 
