@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -146,3 +147,35 @@ def test_a_crash_between_the_erasure_snapshot_and_the_expiry_expires_them_at_the
     table = open_catalog(config).load_table(identifier(TENANT, TOPIC))
     assert not doomed & {s.snapshot_id for s in table.snapshots()}
     assert _keys_in(config, bucket, _retained_files(table))[ERASED] == 0
+
+
+def test_a_hold_that_runs_out_publishes_what_is_rewritten_and_the_rest_later(tmp_path: Path) -> None:
+    config, service, _, bucket = _setup(tmp_path)
+    now = [time.time()]
+    publisher = IcebergPublisher(config, service.state.reader, service.submit, bucket, clock=lambda: now[0])
+    for p in (0, 1):
+        for group in ("backup", "partition"):
+            service.submit(AddBlocks(blocks=[_block(bucket, group, TOPIC, p, i * 10, 10) for i in range(2)]))
+    publisher.run_once()
+    report = erase(service, config.bucket, ErasureRequest(TENANT, ERASED, [TOPIC]), dry_run=False)
+    jobs = len(report.jobs)
+    worker = _worker(service, config, 1)
+
+    def one_more_done() -> bool:
+        worker.step()
+        return len(erasure_status(service, report.id).jobs) < jobs
+
+    eventually(one_more_done, 30, "an erase job to complete")
+    assert publisher.run_once() == 0  # held
+    held = publisher.published_through
+    now[0] += config.iceberg.erasure_hold + 1
+    publisher.run_once()  # the hold ran out: what is rewritten so far is published
+    assert publisher.published_through > held
+    worker.run(until_idle=True)
+    assert publisher.run_once() == 1  # the rest; the snapshot before it named blocks not yet rewritten: expired
+    table = open_catalog(config).load_table(identifier(TENANT, TOPIC))
+    assert len([s for s in table.snapshots() if _summary(s, SUMMARY_ERASURES) == [report.id]]) == 1
+    assert _keys_in(config, bucket, _retained_files(table))[ERASED] == 0
+    read = table.scan().to_arrow()
+    positions = Counter(zip(read.column("partition").to_pylist(), read.column("offset").to_pylist(), strict=True))
+    assert positions == Counter({(p, o): 1 for p in (0, 1) for o in range(20) if o % 3 and _key(TOPIC, o) != ERASED})
