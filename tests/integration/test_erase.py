@@ -160,8 +160,8 @@ def cluster_world(kafka: Any, minio: Any, spark: Any, tmp_path: Path) -> Iterato
     bucket = _bucket(minio)
     cluster = MetastoreCluster(tmp_path / "ms", 3, bucket=bucket, extra=[
         "compaction.blocks_per_job=[3]", "compaction.max_level=1", "compaction.lease_duration=4",
-        "block.sync_delay=0", "block.delete_delay=1s", "metastore.maintenance_interval=1s",
-        "metastore.bucket_scan_interval=2s"]).start()
+        "block.sync_delay=0", "block.delete_delay=1s", "bucket_index.max_stale_period=0",
+        "metastore.maintenance_interval=1s", "metastore.bucket_scan_interval=2s"]).start()
     try:
         token = tmp_path / "admin.token"
         write_private(token, cluster.admin_token)

@@ -169,6 +169,8 @@ def evidence(catalog: Any, bucket: Bucket, bucket_config: BucketConfig, row: dic
     matches: list[dict[str, Any]] = []
     for name, table in shale_tables(catalog, tenant):
         topic = table.properties.get(TABLE_TOPIC, name.split(".", 1)[1])
+        if row["topics"] and topic not in row["topics"]:
+            continue  # a table of a topic the erasure does not name
         manifests: dict[str, list[str]] = {}
         files: set[str] = set()
         for snapshot in table.metadata.snapshots:
