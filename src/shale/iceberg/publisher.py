@@ -9,7 +9,9 @@ One round (``run_once``), on the metastore leader:
    that entry or a later one (its summary's ``shale.applied-index``): one snapshot. An ingest commit appends
    files; a compaction removes its sources' files and adds its output's in one overwrite snapshot; retention
    and retirement remove files; a generation switch replaces the table's files by those the new switches show.
-   A table created after the feed was trimmed starts with one snapshot of its state at P.
+   A table created after the feed was trimmed starts with one snapshot of its state at P. An erasure's block
+   replacements are held back until it is rewritten and become one snapshot per table, which lists the older
+   snapshots naming its records; those are expired right after (``shale.iceberg.erasure``, DESIGN 19.6).
 3. ``TrimBlockChanges(through)`` once every entry up to ``through`` is published.
 
 A crash anywhere is safe: an Iceberg commit is atomic (the catalog row points to the new metadata.json or not),
