@@ -158,6 +158,8 @@ class IcebergPublisher:
         self.published_through = 0
         self.expired = 0
         self._expired_at = 0.0
+        self._holding: set[int] = set()
+        """Feed entries the publisher holds back at (an erasure rewriting), each logged once."""
         self.applied = 0
         self._lock = threading.Lock()  # the loop and an HTTP-triggered sync take turns
 
@@ -251,7 +253,10 @@ class IcebergPublisher:
                 folds.append(_Fold(first, last, {erasure}, held=held))
         for fold in folds:
             if fold.held and fold.first <= through:
-                log.info("iceberg: holding snapshots back until erasures %s are rewritten", sorted(fold.erasures))
+                if fold.first not in self._holding:  # once per hold, not every round
+                    self._holding.add(fold.first)
+                    log.info("iceberg: holding snapshots back until erasures %s are rewritten",
+                             sorted(fold.erasures))
                 through = fold.first - 1
                 break
             if fold.first <= through:
