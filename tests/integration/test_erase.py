@@ -2,16 +2,21 @@
 groups, with compacted and uncompacted blocks; afterwards an independent reader (pyarrow straight from the bucket)
 finds no record of the key and every other record exactly once, verify reports the erased offsets as erased, a
 restore of the topic leaves them out and says so, and the receipt's final scan is right. The same with the erasing
-worker killed with SIGKILL in the middle of a rewrite: another worker takes its job over once its lease expires."""
+worker killed with SIGKILL in the middle of a rewrite: another worker takes its job over once its lease expires. The
+topic's Iceberg table gets one snapshot for the erasure; Spark (Iceberg's own runtime) then reads every other record
+once and none of the key, no retained snapshot names a file holding the key, and the receipt lists the snapshots
+expired."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,13 +29,22 @@ from tests.integration.ingest_helpers import config_of, create_topic, wait_pause
 from tests.producing import CheckedProducer
 from tests.waiting import eventually
 
+from shale.block import read_dataset
 from shale.block.layout import blocks_prefixes, markers_prefix
 from shale.compactor.worker import CompactionWorker
 from shale.config import BucketConfig, RetentionConfig, ShaleConfig
+from shale.dev.metastore import MetastoreCluster
 from shale.erase import ErasureRequest, erase, erasure_status, write_receipt
+from shale.errors import NotFoundError
+from shale.iceberg import IcebergPublisher, open_catalog, spark_catalog_conf
+from shale.iceberg.catalog import SUMMARY_ERASURES, SUMMARY_EXPIRES, identifier
+from shale.iceberg.erasure import receipt_check, snapshot_files
+from shale.iceberg.files import key_of
 from shale.ingest.job import IngestJob
+from shale.ingest.ledger import build_ledger
 from shale.ingest.verify import verify_topic
 from shale.metastore import MetastoreService, open_metastore
+from shale.metastore.auth import write_private
 from shale.metastore.maintenance import Maintenance
 from shale.objstore import open_bucket
 from shale.process import ManagedProcess
@@ -88,9 +102,12 @@ class World:
     topic: str
     file: Path
     config: ShaleConfig
-    service: MetastoreService
+    service: Any
+    """The metastore: an embedded ``MetastoreService``, or a client of a Raft cluster (``cluster``)."""
     records: dict[Position, bytes | None]
     """Every record of the topic when the erasure is requested."""
+
+    cluster: MetastoreCluster | None = None
 
     @property
     def erased(self) -> set[Position]:
@@ -102,15 +119,19 @@ def _ingest(world_config: ShaleConfig, spark: Any) -> None:
         IngestJob(world_config, group, spark=spark, metastore=open_metastore(world_config)).run(available_now=True)
 
 
-@pytest.fixture
-def world(kafka: Any, minio: Any, spark: Any, tmp_path: Path) -> World:
+def _bucket(minio: Any) -> BucketConfig:
     name = f"e-{uuid.uuid4().hex[:12]}"
     minio.create_bucket(name)
-    bucket = BucketConfig(url=f"s3://{name}", endpoint=minio.endpoint, access_key_id=minio.access_key,
-                          secret_access_key=minio.secret_key, allow_http=True)
+    return BucketConfig(url=f"s3://{name}", endpoint=minio.endpoint, access_key_id=minio.access_key,
+                        secret_access_key=minio.secret_key, allow_http=True)
+
+
+def _world(kafka: Any, spark: Any, tmp_path: Path, bucket: BucketConfig, metastore: dict[str, Any] | None = None,
+           cluster: MetastoreCluster | None = None) -> World:
     topic = f"billing-{uuid.uuid4().hex[:6]}"
     create_topic(kafka.bootstrap_servers, topic, PARTITIONS)
-    file = write_config(tmp_path, kafka.bootstrap_servers, bucket, [topic], max_records_per_batch=150)
+    file = write_config(tmp_path, kafka.bootstrap_servers, bucket, [topic], metastore=metastore,
+                        max_records_per_batch=150)
     with file.open("a") as out:  # a short lease, so a killed worker's job is taken over soon
         out.write("[compaction]\nblocks_per_job = [3]\nmax_level = 1\nlease_duration = 4\npoll_interval = 0.3\n"
                   "slots = 4\n")
@@ -118,13 +139,36 @@ def world(kafka: Any, minio: Any, spark: Any, tmp_path: Path) -> World:
     produce(kafka.bootstrap_servers, topic, 0, 600)
     _ingest(config, spark)
     service = open_metastore(config)
-    assert isinstance(service, MetastoreService)
+    assert isinstance(service, MetastoreService) == (cluster is None)
     CompactionWorker(service, config.bucket, spark, slots=4, poll_interval=0.3).run(until_idle=True)
     produce(kafka.bootstrap_servers, topic, 600, 300)  # blocks left uncompacted
     _ingest(config, spark)
     levels = Counter((m.group, m.level) for m in service.tenant_blocks("default"))
     assert set(levels) >= {("backup", 0), ("backup", 1), ("partition", 0), ("partition", 1)}, levels
-    return World(topic, file, config, service, read_keys(kafka.bootstrap_servers, topic))
+    return World(topic, file, config, service, read_keys(kafka.bootstrap_servers, topic), cluster)
+
+
+@pytest.fixture
+def world(kafka: Any, minio: Any, spark: Any, tmp_path: Path) -> World:
+    return _world(kafka, spark, tmp_path, _bucket(minio))
+
+
+@pytest.fixture
+def cluster_world(kafka: Any, minio: Any, spark: Any, tmp_path: Path) -> Iterator[World]:
+    """The same topic on a 3-node Raft metastore whose leader runs maintenance every second (replaced blocks
+    marked and deleted within seconds, the bucket scanned for unreported outputs)."""
+    bucket = _bucket(minio)
+    cluster = MetastoreCluster(tmp_path / "ms", 3, bucket=bucket, extra=[
+        "compaction.blocks_per_job=[3]", "compaction.max_level=1", "compaction.lease_duration=4",
+        "block.sync_delay=0", "block.delete_delay=1s", "bucket_index.max_stale_period=0",
+        "metastore.maintenance_interval=1s", "metastore.bucket_scan_interval=2s"]).start()
+    try:
+        token = tmp_path / "admin.token"
+        write_private(token, cluster.admin_token)
+        yield _world(kafka, spark, tmp_path, bucket, {"mode": "remote", "addresses": cluster.addresses,
+                                                      "token_file": str(token), "client_deadline": 60}, cluster)
+    finally:
+        cluster.stop()
 
 
 def _erase(world: World) -> str:
@@ -143,17 +187,10 @@ def _erase(world: World) -> str:
     return report.id
 
 
-def _after(world: World, erasure: str, kafka: Any, spark: Any, tmp_path: Path) -> None:
-    """Everything a finished erasure must show."""
-    service, config = world.service, world.config
-    assert erasure_status(service, erasure).state == "rewritten"
-    bucket = open_bucket(config.bucket)
-    leader = Maintenance(service, bucket, RetentionConfig(), delete_delay=0, is_leader=lambda: True, term=lambda: 1,
-                         sync_delay=0)
-    leader.scan_bucket()  # marks what a killed worker wrote and never reported
-    leader.collect_tombstones()  # the replaced blocks' objects leave the bucket
-
-    # An independent reader: pyarrow straight from the bucket, every Parquet object of every complete block.
+def _bucket_records(world: World) -> dict[str, Counter[Position]]:
+    """An independent reader: pyarrow straight from the bucket, every Parquet object of every complete block
+    not marked for deletion; per group, each record's copies (none may hold the key)."""
+    config = world.config
     fs = pafs.S3FileSystem(endpoint_override=config.bucket.endpoint, scheme="http",
                            access_key=config.bucket.access_key_id,
                            secret_key=config.bucket.secret_access_key.get_secret_value(), region="us-east-1")
@@ -180,7 +217,39 @@ def _after(world: World, erasure: str, kafka: Any, spark: Any, tmp_path: Path) -
                                           strict=True):
             assert key != ERASED, (meta["group"], partition, offset)
             seen[meta["group"]][(partition, offset)] += 1
+    return seen
+
+
+def _after(world: World, erasure: str, kafka: Any, spark: Any, tmp_path: Path, iceberg: Any = None,
+           publisher: IcebergPublisher | None = None) -> None:
+    """Everything a finished erasure must show (``iceberg``: the receipt checks the tables too)."""
+    service, config = world.service, world.config
+    assert erasure_status(service, erasure).state == "rewritten"
+    bucket = open_bucket(config.bucket)
+    if world.cluster is None:
+        leader = Maintenance(service, bucket, RetentionConfig(), delete_delay=0, is_leader=lambda: True,
+                             term=lambda: 1, sync_delay=0)
+        leader.scan_bucket()  # marks what a killed worker wrote and never reported
+        leader.collect_tombstones()  # the replaced blocks' objects leave the bucket
+    else:  # the cluster's leader does both by itself, every second or two
+        (row,) = service.erasures(erasure)
+        eventually(lambda: not any(list(bucket.list(b["old_prefix"])) for b in row["blocks"]), 120,
+                   "the leader to delete the replaced blocks")
+    if publisher is not None:
+        publisher.sync()  # deletes the copies the erasure's snapshots released
+
+    # An independent reader: pyarrow straight from the bucket, every Parquet object of every complete block.
     kept = Counter({p: 1 for p in world.records if p not in world.erased})
+    if world.cluster is None:
+        seen = _bucket_records(world)
+    else:  # wait for the leader's bucket scan to mark what an attempt cut off by the failover wrote
+        def settled() -> dict[str, Counter[Position]] | None:
+            records = _bucket_records(world)
+            return records if records["backup"] == kept and records["partition"] == kept else None
+
+        found = eventually(settled, 120, "the leader's bucket scan to mark unreported outputs")
+        assert found is not None
+        seen = found
     assert seen["backup"] == kept  # every other record exactly once, none of the key
     assert seen["partition"] == kept
 
@@ -190,6 +259,10 @@ def _after(world: World, erasure: str, kafka: Any, spark: Any, tmp_path: Path) -
         assert verified.duplicated == 0
         assert verified.erased == len(world.erased)
         assert {e for p in verified.partitions for e in p.erasures} == {erasure}
+        ledger = build_ledger(service, group, 1, world.topic)  # the completeness ledger: erased, with the id
+        assert {w.partition: w.erased for w in ledger.partitions} == {
+            p: sum(1 for q, _ in world.erased if q == p) for p in range(PARTITIONS)}
+        assert {tuple(w.erasures) for w in ledger.partitions} == {(erasure,)}
 
     target = f"{world.topic}-restored"
     restored = RestoreJob(open_metastore(config), config.bucket, config.kafka,
@@ -202,7 +275,12 @@ def _after(world: World, erasure: str, kafka: Any, spark: Any, tmp_path: Path) -
     assert len(back) == len(kept)
     assert ERASED not in back.values()
 
-    receipt = write_receipt(open_metastore(config), bucket, erasure, kafka=config.kafka)
+    receipt = write_receipt(open_metastore(config), bucket, erasure, kafka=config.kafka, iceberg=iceberg)
+    if iceberg is not None:
+        (table,) = receipt["iceberg"]["tables"]
+        assert table["snapshots_expired"]
+        assert all(e["gone"] for e in table["snapshots_expired"])
+        assert receipt["final_scan"]["iceberg_files"] > 0
     assert receipt["final_scan"]["matches"] == 0
     assert receipt["records"] == len(world.erased)
     assert set(receipt["final_scan"]["block_ids"]) >= {m.id for m in service.tenant_blocks("default")
@@ -225,6 +303,72 @@ def test_a_key_is_erased_from_both_groups_and_every_generation_of_blocks(kafka: 
     _after(world, erasure, kafka, spark, tmp_path)
 
 
+def test_the_iceberg_table_gets_one_snapshot_and_keeps_no_snapshot_of_the_key(kafka: Any, spark: Any, world: World,
+                                                                              tmp_path: Path) -> None:
+    catalog_name = f"erase_{uuid.uuid4().hex[:8]}"
+    with world.file.open("a") as toml:
+        toml.write(f'[iceberg]\nenabled = true\ncatalog_name = "{catalog_name}"\n'
+                   f'catalog_uri = "sqlite:///{tmp_path}/catalog.db"\n')
+    config = config_of(world.file)
+    bucket = open_bucket(config.bucket)
+    publisher = IcebergPublisher(config, world.service.state.reader, world.service.submit, bucket)
+    # Merge what is mergeable first, so that the erasure's worker runs erase jobs only (a merge after them would be
+    # a snapshot of its own).
+    CompactionWorker(world.service, world.config.bucket, spark, slots=4, poll_interval=0.3).run(until_idle=True)
+    assert publisher.sync()["snapshots"] >= 2  # the ingests and the merges
+    name = identifier("default", world.topic)
+    table = open_catalog(config).load_table(name)
+    assert ERASED in _iceberg_keys(bucket, config, table)  # the table's snapshots name files holding the key
+
+    erasure = _erase(world)
+    CompactionWorker(world.service, world.config.bucket, spark, slots=4, poll_interval=0.3).run(until_idle=True)
+    assert erasure_status(world.service, erasure).state == "rewritten"
+    assert publisher.sync()["snapshots"] == 1  # one snapshot for the whole erasure
+    table = open_catalog(config).load_table(name)
+    (mine,) = [s for s in table.snapshots() if erasure in json.loads(
+        s.summary.additional_properties.get(SUMMARY_ERASURES, "[]"))]
+    expired = json.loads(mine.summary.additional_properties[SUMMARY_EXPIRES])
+    assert expired
+    assert not set(expired) & {s.snapshot_id for s in table.snapshots()}
+    assert ERASED not in _iceberg_keys(bucket, config, table)  # no retained snapshot names a file holding it
+
+    # Spark through Iceberg reads exactly the partition group's records: every other record once, none of the key.
+    for key, value in spark_catalog_conf(config).items():
+        spark.conf.set(key, value)
+    read = spark.sql(f"SELECT partition, offset, key FROM {catalog_name}.default.`{world.topic}`").collect()
+    assert ERASED not in {bytes(r.key) for r in read if r.key is not None}
+    seen = Counter((r.partition, r.offset) for r in read)
+    assert set(seen.values()) == {1}
+    stored: Counter[Position] = Counter()
+    for meta in world.service.tenant_blocks("default"):
+        for d in meta.datasets:
+            if meta.group == "partition":
+                rows = read_dataset(bucket, meta, d, columns=["partition", "offset"])
+                stored.update(zip(rows.column("partition").to_pylist(), rows.column("offset").to_pylist(),
+                                  strict=True))
+    quarantined = stored - seen
+    assert not seen - stored  # Spark reads only stored records
+    assert stored == Counter({p: 1 for p in world.records if p not in world.erased})
+    assert quarantined
+    assert all(p in world.records for p in quarantined)
+
+    _after(world, erasure, kafka, spark, tmp_path, iceberg=receipt_check(config, bucket), publisher=publisher)
+
+
+def _iceberg_keys(bucket: Any, config: ShaleConfig, table: Any) -> set[bytes]:
+    """The keys every data file of every retained snapshot of ``table`` holds (read with pyarrow from the bucket;
+    a file already deleted holds none)."""
+    cache: dict[str, list[str]] = {}
+    keys: set[bytes] = set()
+    for uri in {u for s in table.metadata.snapshots for u in snapshot_files(table, s, cache)}:
+        try:
+            data = bucket.get(key_of(config.bucket, uri))
+        except NotFoundError:
+            continue
+        keys |= set(pq.read_table(io.BytesIO(data), columns=["key"]).column("key").to_pylist())
+    return keys
+
+
 def test_the_erasing_worker_killed_mid_rewrite_is_taken_over(kafka: Any, spark: Any, world: World,
                                                             tmp_path: Path) -> None:
     erasure = _erase(world)
@@ -244,4 +388,38 @@ def test_the_erasing_worker_killed_mid_rewrite_is_taken_over(kafka: Any, spark: 
 
     eventually(finished, 300, lambda: f"the erasure to finish: {erasure_status(world.service, erasure)}")
     local.run(until_idle=True)
+    _after(world, erasure, kafka, spark, tmp_path)
+
+
+def test_the_metastore_leader_killed_mid_erasure(kafka: Any, spark: Any, cluster_world: World,
+                                                 tmp_path: Path) -> None:
+    """kill -9 of the Raft leader while an erase job's task runs: the job's report reaches the new leader (or the
+    job is handed out again once its lease expires), the same request again points to the first, and afterwards
+    every other record is stored exactly once and the ledger reports the erased offsets as erased, with the id."""
+    world = cluster_world
+    assert world.cluster is not None
+    erasure = _erase(world)
+    points = tmp_path / "points"
+    env = dict(os.environ, SHALE_FAILPOINTS="erasure.write=sleep-once:8", SHALE_FAILPOINT_DIR=str(points))
+    worker = ManagedProcess("compact", [sys.executable, "-m", "shale.cli", "--config", str(world.file), "compact"],
+                            tmp_path / "compact.log", env=env, cwd=ROOT)
+    worker.start()
+    try:
+        wait_paused(worker, points, "erasure.write")  # a task has filtered a block's rows; it goes on in 8 s
+        old = world.cluster.wait_leader()
+        world.cluster.kill9(old)
+        again = erase(world.service, world.config.bucket, ErasureRequest("default", ERASED, [world.topic]),
+                      kafka=world.config.kafka, dry_run=False)  # answered by the new leader
+        assert again.id == erasure
+        assert again.replay
+        assert world.cluster.wait_leader() != old
+
+        def finished() -> bool:
+            assert worker.alive(), worker.log_path.read_text()[-3000:]
+            return erasure_status(world.service, erasure).state == "rewritten"
+
+        eventually(finished, 300, lambda: f"the erasure to finish: {erasure_status(world.service, erasure)}")
+    finally:
+        worker.stop()
+    world.cluster.start_node(old)  # back from its journal; the state it applies is the same
     _after(world, erasure, kafka, spark, tmp_path)

@@ -92,14 +92,16 @@ def status(ctx: click.Context, erasure: str, receipt: bool, as_json: bool) -> No
     """An erasure's request, state, the blocks rewritten and the jobs left. Exit 0 when it is rewritten (or done,
     with its receipt), 3 while it is not."""
     from shale.erase import ReceiptNotReadyError, erasure_status, write_receipt
+    from shale.iceberg.erasure import receipt_check
     from shale.metastore import open_index_view, open_metastore
     from shale.objstore import open_bucket
 
     config = get_config(ctx)
     if receipt:
         try:
-            written = write_receipt(open_metastore(config), open_bucket(config.bucket), erasure,
-                                    kafka=config.kafka)
+            bucket = open_bucket(config.bucket)
+            written = write_receipt(open_metastore(config), bucket, erasure, kafka=config.kafka,
+                                    iceberg=receipt_check(config, bucket) if config.iceberg.enabled else None)
         except ReceiptNotReadyError as exc:
             click.echo(f"no receipt yet: {exc}", err=True)
             sys.exit(3)

@@ -425,6 +425,10 @@ class IcebergConfig(_Section):
         "table's metadata only (the data files are Shale's blocks and stay); the newest snapshot Shale wrote is "
         "always kept; 0 keeps every snapshot")
     expire_interval: Duration = Field(default=3600.0, description="how often the leader expires old snapshots")
+    erasure_hold: Duration = Field(
+        default=600.0, description="while an erasure's blocks are being rewritten, the leader holds the tables' "
+        "snapshots back for at most this long, so each table gets one snapshot for the whole erasure (keep it well "
+        "below block.delete_delay: the tables still name the replaced blocks meanwhile)")
 
     @field_validator("catalog_name")
     @classmethod

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -38,6 +39,12 @@ class ReceiptMetastore(Protocol):
     def restores(self, limit: int = 100) -> list[dict[str, Any]]: ...
 
     def submit(self, command: RecordErasureReceipt) -> Result: ...
+
+
+IcebergCheck = Callable[[dict[str, Any], list[BlockMeta]], tuple[dict[str, Any], list[str]]]
+"""What the tenant's Iceberg tables show of an erasure (its row, the tenant's live blocks): the evidence (tables,
+snapshots expired, the retained snapshots' files scanned and their ``matches``) and what is still pending
+(``shale.iceberg.erasure.receipt_check`` of the configuration)."""
 
 
 class ReceiptNotReadyError(ShaleError):
@@ -132,9 +139,11 @@ def kafka_retention(kafka: KafkaConfig, topics: list[str], requested_at: int) ->
 
 
 def write_receipt(metastore: ReceiptMetastore, bucket: Bucket, erasure: str, *,
-                  kafka: KafkaConfig | None = None) -> dict[str, Any]:
+                  kafka: KafkaConfig | None = None, iceberg: IcebergCheck | None = None) -> dict[str, Any]:
     """Check the erasure once more and write its receipt (once); the receipt. An erasure already ``done``
-    returns the receipt in the bucket."""
+    returns the receipt in the bucket. With ``iceberg``, the tenant's Iceberg tables must no longer name a
+    replaced block's file, the snapshots the erasure expired must be gone, and a scan of every file a retained
+    snapshot names must find nothing."""
     rows = metastore.erasures(erasure)
     if not rows:
         raise NotFoundError(f"no erasure {erasure}")
@@ -165,10 +174,17 @@ def write_receipt(metastore: ReceiptMetastore, bucket: Bucket, erasure: str, *,
             + ", ".join(p["block"] for p in pending[:5]))
     topics = list(row["topics"])
     ends = {(m["topic"], m["partition"]): m["end"] for m in row["watermarks"]}
-    scan = final_scan(bucket, metastore.tenant_blocks(tenant), topics, row["key_sha256"], positions, ends)
-    if scan.matches:
-        raise ShaleError(f"erasure {erasure}: the final scan found {len(scan.matches)} records still stored: "
-                         f"{scan.matches[:5]}; no receipt is written")
+    live = metastore.tenant_blocks(tenant)
+    tables: dict[str, Any] | None = None
+    if iceberg is not None:
+        tables, waiting = iceberg(row, live)
+        if waiting:
+            raise ReceiptNotReadyError(f"erasure {erasure}: " + "; ".join(waiting))
+    scan = final_scan(bucket, live, topics, row["key_sha256"], positions, ends)
+    found = scan.matches + (tables["matches"] if tables else [])
+    if found:
+        raise ShaleError(f"erasure {erasure}: the final scan found {len(found)} records still stored: "
+                         f"{found[:5]}; no receipt is written")
     seen = sorted({t for t, _, _, _ in positions} | set(topics))
     receipt = {
         "erasure": erasure, "tenant": tenant, "topics": topics or "all", "key_sha256": row["key_sha256"],
@@ -176,15 +192,19 @@ def write_receipt(metastore: ReceiptMetastore, bucket: Bucket, erasure: str, *,
         "records": len(positions), "positions": row["positions"], "rewritten_at_ms": row["ended_at"],
         "blocks_rewritten": rewritten, "objects_deleted": deleted,
         "final_scan": {"blocks": len(scan.blocks), "block_ids": scan.blocks, "rows_read": scan.rows_read,
-                       "matches": 0},
+                       "iceberg_files": tables["files_read"] if tables else 0,
+                       "iceberg_rows_read": tables["rows_read"] if tables else 0, "matches": 0},
+        "iceberg": {"tables": tables["tables"]} if tables else "not checked (Iceberg is not enabled)",
         "not_reachable": {
             "kafka": kafka_retention(kafka, seen, row["requested_at"]) if kafka is not None else
             [{"topic": t, "holds_until_ms": None, "note": "Kafka was not asked"} for t in seen],
             "restores": [{"job": r["job"], "target": r["target"], "topic": r["topic"], "started_at": r["started_at"]}
                          for r in metastore.restores(1000) if r["tenant"] == tenant
                          and (not topics or r["topic"] in topics) and r["started_at"] < row["requested_at"]],
-            "exports": "copies made outside Shale (query results written elsewhere, Iceberg tables' snapshots and "
-                       "files, backups of the bucket) are not covered by this receipt",
+            "exports": "copies made outside Shale (query results written elsewhere, tables or files copied out of "
+                       "Shale's Iceberg tables, backups of the bucket"
+                       + ("" if tables else ", Shale's Iceberg tables themselves: not checked") +
+                       ") are not covered by this receipt",
         },
     }
     # An earlier attempt that wrote it and did not record it: that receipt stands (it is never replaced).

@@ -23,6 +23,10 @@ SUMMARY_INDEX = "shale.applied-index"
 """Snapshot summary key: the metastore log index whose change this snapshot publishes."""
 SUMMARY_RELEASED = "shale.released-copies"
 """Snapshot summary key: copies this snapshot stopped referencing (JSON list of bucket keys), deleted later."""
+SUMMARY_ERASURES = "shale.erasures"
+"""Snapshot summary key: the erasures this snapshot publishes (JSON list of ids; DESIGN 19.6)."""
+SUMMARY_EXPIRES = "shale.erasure-expires"
+"""Snapshot summary key: the snapshots expired because they name a file holding an erased record (JSON list)."""
 TABLE_PROPERTIES = {
     # Shale owns the data files: Iceberg must never delete them (docs/DESIGN.md 16.5).
     "gc.enabled": "false",

@@ -9,7 +9,9 @@ One round (``run_once``), on the metastore leader:
    that entry or a later one (its summary's ``shale.applied-index``): one snapshot. An ingest commit appends
    files; a compaction removes its sources' files and adds its output's in one overwrite snapshot; retention
    and retirement remove files; a generation switch replaces the table's files by those the new switches show.
-   A table created after the feed was trimmed starts with one snapshot of its state at P.
+   A table created after the feed was trimmed starts with one snapshot of its state at P. An erasure's block
+   replacements are held back until it is rewritten and become one snapshot per table, which lists the older
+   snapshots naming its records; those are expired right after (``shale.iceberg.erasure``, DESIGN 19.6).
 3. ``TrimBlockChanges(through)`` once every entry up to ``through`` is published.
 
 A crash anywhere is safe: an Iceberg commit is atomic (the catalog row points to the new metadata.json or not),
@@ -39,6 +41,8 @@ from shale.block.schemas import decode_column_types
 from shale.config import ShaleConfig
 from shale.errors import NotFoundError, ShaleError
 from shale.iceberg.catalog import (
+    SUMMARY_ERASURES,
+    SUMMARY_EXPIRES,
     SUMMARY_INDEX,
     SUMMARY_RELEASED,
     TABLE_OWNER,
@@ -49,6 +53,7 @@ from shale.iceberg.catalog import (
     object_uri,
     open_catalog,
 )
+from shale.iceberg.erasure import expire, expire_listed, suspect, tainted
 from shale.iceberg.files import block_of, copy_key, is_copy, key_of, register
 from shale.iceberg.plan import (
     FileSpec,
@@ -114,7 +119,24 @@ class _Read:
     metas: dict[str, BlockMeta]
     rules: dict[str, list[Rule]]
     live: dict[str, dict[str, BlockMeta]]
-    """Every live block of the tenants read whole (those with a generation switch or a table to bootstrap)."""
+    """Every live block of the tenants read whole (those with a generation switch, an erasure's rewrite or a table
+    to bootstrap)."""
+    replaced: dict[str, str] = field(default_factory=dict)
+    """Blocks the feed removes that an erasure replaced, with the erasure's id."""
+    erasures: dict[str, str] = field(default_factory=dict)
+    """Every erasure's state."""
+
+
+@dataclass
+class _Fold:
+    """The entries ``first`` to ``last`` of the feed hold the rewrites of ``erasures``: the tables they touch get
+    one snapshot, at ``last``, of what they hold as of it (``_erasure_folds``)."""
+
+    first: int
+    last: int
+    erasures: set[str]
+    tables: set[TableKey] = field(default_factory=set)
+    held: bool = False
 
 
 class IcebergPublisher:
@@ -136,6 +158,8 @@ class IcebergPublisher:
         self.published_through = 0
         self.expired = 0
         self._expired_at = 0.0
+        self._holding: set[int] = set()
+        """Feed entries the publisher holds back at (an erasure rewriting), each logged once."""
         self.applied = 0
         self._lock = threading.Lock()  # the loop and an HTTP-triggered sync take turns
 
@@ -172,11 +196,13 @@ class IcebergPublisher:
         through = min(read.applied, read.published + self.config.iceberg.max_entries_per_round)
         committed = 0
         if enabled:
+            folds, through = self._erasure_folds(read, through)
             if not self._started:
                 committed += self._start(read)
-            committed += self._publish(read, through)
+            committed += self._publish(read, through, folds)
             self._sweep()
             self._expire()
+            self._expire_erased()
         if any(c.index <= through for c in read.changes):
             self.submit(TrimBlockChanges(through=through)).raise_for_rejection()
             self.published_through = through
@@ -197,11 +223,51 @@ class IcebergPublisher:
             changes = reader.block_changes(published, applied)
             metas = reader.change_metas(sorted({c.subject for c in changes if c.change != "generations"}))
             tenants = {c.tenant for c in changes}
+            replaced = reader.erasure_rewrites(sorted({c.subject for c in changes if c.change == "remove"}))
+            erasures = reader.erasure_states() if replaced else {}
             whole = set(reader.tenants()) if whole_tenants else {
-                c.tenant for c in changes if c.change == "generations"}
+                c.tenant for c in changes if c.change == "generations" or c.subject in replaced}
             rules = {t: reader.generation_rules(t) for t in sorted(tenants | whole)}
             live = {t: {m.id: m for m in reader.tenant_blocks(t)} for t in sorted(whole)}
-        return _Read(applied, published, changes, metas, rules, live)
+        return _Read(applied, published, changes, metas, rules, live, replaced, erasures)
+
+    def _erasure_folds(self, read: _Read, through: int) -> tuple[list[_Fold], int]:
+        """The runs of entries holding erasures' rewrites (overlapping runs joined), and how far to publish: not
+        past the entry before a run whose erasure is still rewriting (held at most ``iceberg.erasure_hold``, so a
+        table gets one snapshot per erasure), and through the end of a run it starts."""
+        spans: dict[str, list[int]] = {}
+        for c in read.changes:
+            erasure = read.replaced.get(c.subject) if c.change == "remove" else None
+            if erasure is not None:
+                span = spans.setdefault(erasure, [c.index, c.index])
+                span[1] = c.index
+        folds: list[_Fold] = []
+        for erasure, (first, last) in sorted(spans.items(), key=lambda kv: kv[1]):
+            held = read.erasures.get(erasure) in ("requested", "rewriting") and (
+                self.clock() - self._first_seen.get(first, self.clock()) < self.config.iceberg.erasure_hold)
+            if folds and first <= folds[-1].last:
+                fold = folds[-1]
+                fold.last, fold.held = max(fold.last, last), fold.held or held
+                fold.erasures.add(erasure)
+            else:
+                folds.append(_Fold(first, last, {erasure}, held=held))
+        for fold in folds:
+            if fold.held and fold.first <= through:
+                if fold.first not in self._holding:  # once per hold, not every round
+                    self._holding.add(fold.first)
+                    log.info("iceberg: holding snapshots back until erasures %s are rewritten",
+                             sorted(fold.erasures))
+                through = fold.first - 1
+                break
+            if fold.first <= through:
+                through = max(through, fold.last)
+        for fold in folds:
+            for c in read.changes:
+                if fold.first <= c.index <= fold.last and read.replaced.get(c.subject) in fold.erasures:
+                    meta = read.metas.get(c.subject)
+                    fold.tables |= set(tables_of(meta) if meta is not None else
+                                       self._tables_holding(c.tenant, c.subject))
+        return [f for f in folds if f.last <= through], through
 
     # -- tables -------------------------------------------------------------------------------------
 
@@ -293,14 +359,23 @@ class IcebergPublisher:
 
     # -- publishing -----------------------------------------------------------------------------------
 
-    def _publish(self, read: _Read, through: int) -> int:
+    def _publish(self, read: _Read, through: int, folds: Sequence[_Fold] = ()) -> int:
         committed = 0
         entries = [(i, list(g)) for i, g in groupby(read.changes, key=lambda c: c.index)]
         for n, (index, changes) in enumerate(entries):
             if index > through:
                 break
             after = [c for _, g in entries[n + 1:] for c in g]
-            for key, (removed, added, switched) in sorted(self._touched(read, changes).items()):
+            touched = self._touched(read, changes)
+            erasing: dict[TableKey, _Fold] = {}
+            for fold in folds:  # a table an erasure rewrites: one snapshot at the run's last entry
+                for key in fold.tables:
+                    if fold.first <= index < fold.last:
+                        touched.pop(key, None)
+                    elif index == fold.last:
+                        touched[key] = ([], [], True)
+                        erasing[key] = fold
+            for key, (removed, added, switched) in sorted(touched.items()):
                 later = [c for c in after if c.tenant == key.tenant]
                 rules = rules_at(read.rules.get(key.tenant, []), key.topic, later)
 
@@ -314,13 +389,29 @@ class IcebergPublisher:
                              for s in table_files(m, key.topic, rules, self.config.ingest.generation, key.record)])
 
                 try:
-                    committed += self._commit_retried(key, index, plan)
+                    committed += self._commit_retried(key, index, plan, erased=self._erased(read, erasing.get(key)))
                 except TableNameConflictError:
                     continue  # logged once; its blocks are left out
         return committed
 
+    def _erased(self, read: _Read, fold: _Fold | None) -> tuple[list[str], Callable[[str], bool]] | None:
+        """For a table's snapshot that publishes erasures: their ids, and which blocks' files may hold one of
+        their records (``shale.iceberg.erasure.suspect``)."""
+        if fold is None:
+            return None
+        known = {i: m for blocks in read.live.values() for i, m in blocks.items()}
+
+        def meta(block_id: str) -> BlockMeta | None:
+            if block_id not in known:
+                known[block_id] = self.reader.change_metas([block_id]).get(block_id)  # type: ignore[assignment]
+            return known[block_id]
+
+        positions = self.reader.erased_positions(sorted(fold.erasures))
+        return sorted(fold.erasures), suspect(fold.erasures, read.replaced, meta, positions)
+
     def _commit_retried(self, key: TableKey, index: int,
-                        plan: Callable[[_Table], tuple[list[str], list[FileSpec]]], repair: bool = False) -> int:
+                        plan: Callable[[_Table], tuple[list[str], list[FileSpec]]], repair: bool = False,
+                        erased: tuple[list[str], Callable[[str], bool]] | None = None) -> int:
         """Commit entry ``index``'s change to a table: ``plan`` gives the files to remove and add, from the table as
         loaded. Another writer advancing the table between our load and our commit (a REST catalog answers 409, a
         SQL catalog finds its row moved: ``CommitFailedException``) commits nothing of ours, so the table is loaded
@@ -336,9 +427,13 @@ class IcebergPublisher:
                 return 0  # published before a crash, by a previous leader, or by our own unanswered commit
             remove, add = plan(state)
             if not remove and not add:
+                if erased is not None:  # the table shows none of the erasure's blocks; older snapshots still may
+                    current = state.table.current_snapshot()
+                    self._expired_now(key, expire(state.table, [
+                        i for i in tainted(state.table, erased[1]) if current is None or i != current.snapshot_id]))
                 return 0
             try:
-                return self._commit(key, state, index, remove, add)
+                return self._commit(key, state, index, remove, add, erased)
             except (CommitFailedException, CommitStateUnknownException) as exc:
                 self._tables.pop(key, None)
                 RETRIES.inc()
@@ -423,8 +518,11 @@ class IcebergPublisher:
             uris.add(object_uri(self.config.bucket, block_file_key(spec.block, spec.dataset.file)))
         return uris
 
-    def _commit(self, key: TableKey, state: _Table, index: int, remove: list[str], add: list[FileSpec]) -> int:
-        """One snapshot: ``remove`` and ``add`` at log entry ``index`` (schema evolved first, same commit)."""
+    def _commit(self, key: TableKey, state: _Table, index: int, remove: list[str], add: list[FileSpec],
+                erased: tuple[list[str], Callable[[str], bool]] | None = None) -> int:
+        """One snapshot: ``remove`` and ``add`` at log entry ``index`` (schema evolved first, same commit). With
+        ``erased`` (erasures, and which blocks may hold their records), the snapshot names the erasures and the
+        older snapshots naming such a block's file, which are then expired (``shale.iceberg.erasure``)."""
         table = state.table
         # pyiceberg retries a commit the catalog refused by replaying the change onto whatever the other writer
         # committed; were that writer a previous leader that published this very entry, the replay would publish it
@@ -434,6 +532,13 @@ class IcebergPublisher:
             update={"properties": {**table.metadata.properties, "commit.retry.num-retries": "0"}})
         released = [key_of(self.config.bucket, u) for u in remove if is_copy(u)]
         properties = {SUMMARY_INDEX: str(index)}
+        if erased is not None:
+            doomed = tainted(table, erased[1])
+            properties[SUMMARY_ERASURES] = json.dumps(erased[0])
+            properties[SUMMARY_EXPIRES] = json.dumps(doomed)
+            released += [k for s in table.metadata.snapshots if s.snapshot_id in doomed
+                         and s.timestamp_ms > state.swept_ms for k in json.loads(_summary(s, SUMMARY_RELEASED) or "[]")
+                         if isinstance(k, str) and k not in released]
         if released:
             properties[SUMMARY_RELEASED] = json.dumps(released)
         with table.transaction() as tx:
@@ -457,6 +562,8 @@ class IcebergPublisher:
             state.files[r.uri] = r.data_file
             state.blocks[block_of(r.uri)].add(r.uri)
         state.last_index = index
+        if erased is not None:
+            self._expire_erased()
         SNAPSHOTS.labels("overwrite" if remove and add else "delete" if remove else "append").inc()
         log.info("iceberg snapshot committed", extra={"tenant": key.tenant, "topic": key.topic, "index": index,
                                                       "added": len(add), "removed": len(remove)})
@@ -534,6 +641,24 @@ class IcebergPublisher:
             log.info("iceberg snapshots expired", extra={"tenant": key.tenant, "topic": key.topic,
                                                          "snapshots": len(old)})
 
+    def _expire_erased(self) -> None:
+        """Expire the snapshots each table's erasure snapshots list and it still holds (right after the erasure's
+        snapshot, and at every round until gone: a crash between the two commits leaves none behind)."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        for key, state in list(self._tables.items()):
+            try:
+                self._expired_now(key, expire_listed(state.table))
+            except CommitFailedException:
+                self._tables.pop(key, None)  # reloaded, and tried again, at its next change
+
+    def _expired_now(self, key: TableKey, gone: list[int]) -> None:
+        if gone:
+            EXPIRED.inc(len(gone))
+            self.expired += len(gone)
+            log.info("iceberg snapshots naming erased records expired",
+                     extra={"tenant": key.tenant, "topic": key.topic, "snapshots": gone})
+
     # -- repair -------------------------------------------------------------------------------------
 
     def sync(self, *, full: bool = False) -> dict[str, Any]:
@@ -545,9 +670,10 @@ class IcebergPublisher:
     def _sync(self, full: bool) -> dict[str, Any]:
         committed = 0
         while True:
+            before = self.published_through
             committed += self._guarded_round()
-            if self.reader.pending_change_entries() == 0:
-                break
+            if self.reader.pending_change_entries() == 0 or self.published_through == before:
+                break  # published, or held back until an erasure is rewritten (``_erasure_folds``)
         repaired = 0
         if full and self.config.iceberg.enabled:
             read = self._read(whole_tenants=True)

@@ -318,6 +318,26 @@ class IndexReader:
             "ORDER BY seq", (tenant,))
         return [_tombstone(r) for r in rows]
 
+    def erasure_rewrites(self, block_ids: Sequence[str]) -> dict[str, str]:
+        """Of ``block_ids``, those an erasure replaced while their tombstones last, each with the erasure's id (the
+        tombstone's reason, ``erased by <id> into <new>``)."""
+        out: dict[str, str] = {}
+        for start in range(0, len(block_ids), 500):
+            chunk = list(block_ids[start:start + 500])
+            rows = self.conn.execute(f"SELECT block_id, reason FROM tombstones WHERE block_id IN "
+                                     f"({', '.join('?' * len(chunk))}) AND reason LIKE 'erased by %'", chunk)
+            out.update({r[0]: r[1].split()[2] for r in rows})
+        return out
+
+    def erasure_states(self) -> dict[str, str]:
+        """Every erasure's state (requested, rewriting, rewritten, done)."""
+        return {r[0]: r[1] for r in self.conn.execute("SELECT id, state FROM erasures")}
+
+    def erased_positions(self, erasures: Sequence[str]) -> list[tuple[str, int, int, str]]:
+        """The (topic, partition, offset, incarnation) of the records ``erasures`` remove."""
+        return sorted({(r[0], int(r[1]), int(r[2]), r[3]) for e in erasures for r in self.conn.execute(
+            "SELECT topic, partition, offset, incarnation FROM erasure_positions WHERE erasure = ?", (e,))})
+
     def tenant_tombstone_ids(self, tenant: str) -> set[str]:
         return {r[0] for r in self.conn.execute("SELECT block_id FROM tombstones WHERE tenant = ?", (tenant,))}
 
