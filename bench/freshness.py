@@ -105,7 +105,7 @@ from shale.bucketindex import BucketIndexReader
 from shale.config import BucketConfig, ShaleConfig, load_config
 from shale.dev import connector_conf
 from shale.errors import ShaleError
-from shale.metastore import MetastoreClient, ReadOnlyIndex
+from shale.metastore import MetastoreClient, read_only_index
 from shale.metastore.server import state_path
 from shale.objstore import Bucket, BucketReader, open_bucket
 from shale.process import ManagedProcess, free_port
@@ -381,7 +381,7 @@ def count_objects(bucket: BucketReader) -> dict[str, int]:
 def metastore_entries(config: ShaleConfig) -> int:
     """Level-0 block entries the metastore committed for the tenant, both groups: the level-0 entries still there
     and those compaction replaced (the level-0 sources of every compacted block), from its read-only view."""
-    blocks = ReadOnlyIndex(state_path(config)).tenant_blocks(TENANT)
+    blocks = read_only_index(state_path(config)).tenant_blocks(TENANT)
     compacted = {s for b in blocks if b.level > 0 for s in b.compaction.sources}
     return len({b.id for b in blocks if b.level == 0} | compacted)
 

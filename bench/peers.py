@@ -102,7 +102,7 @@ from bench.peers_tables import TableRef, check_tables, sink_catalog_conf
 from bench.services import kafka_broker, minio_bucket
 from shale.config import BucketConfig, load_config
 from shale.iceberg import spark_catalog_conf
-from shale.metastore import MetastoreClient, ReadOnlyIndex
+from shale.metastore import MetastoreClient, read_only_index
 from shale.metastore.server import state_path
 from shale.objstore import open_bucket
 from shale.process import free_port
@@ -347,7 +347,7 @@ def shale_full_topic(work: Path, bootstrap: str, bucket: BucketConfig, topic: st
         all_groups = time.monotonic() - began
         # The Iceberg table: every change up to now published (the leader trims the feed after the snapshots).
         applied = int(client.status()["applied_index"])
-        view = ReadOnlyIndex(state_path(config))
+        view = read_only_index(state_path(config))
         wait_for(lambda: not view.reader.block_changes(0, applied), TIMEOUT, "Shale's Iceberg table to catch up")
         if not run.alive():
             raise RuntimeError("shale run exited")

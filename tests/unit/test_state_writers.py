@@ -1,6 +1,6 @@
 """Only writers open the metastore's state for writing: a ``StateMachine`` is constructed, and ``open_metastore``
 called, only by the functions listed here, each a writer; every other reader goes through ``open_index_view``
-(a ``ReadOnlyIndex`` when embedded, a ``MetastoreClient`` when remote), which never creates a state file."""
+(a ``read_only_index`` when embedded, a ``MetastoreClient`` when remote), which never creates a state file."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from shale.cli.common import get_config, reachable_metastore, shale_errors
 
 if TYPE_CHECKING:
     from shale.block import MetastoreView
-    from shale.metastore import MetastoreClient, ReadOnlyIndex
+    from shale.metastore import IndexReads
 
 
 def _fetcher(ctx: click.Context):  # type: ignore[no-untyped-def]
@@ -175,7 +175,7 @@ def mark_delete(ctx: click.Context, tenant: str, block_id: str, reason: str) -> 
     click.echo(f"marked {tenant}/{block_id} for deletion at {mark.deletion_time:.0f} ({mark.reason})")
 
 
-def _indexed_view(metastore: ReadOnlyIndex | MetastoreClient, tenant: str) -> MetastoreView:
+def _indexed_view(metastore: IndexReads, tenant: str) -> MetastoreView:
     from shale.block import MetastoreView
 
     return MetastoreView(frozenset(m.id for m in metastore.tenant_blocks(tenant)))

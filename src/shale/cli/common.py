@@ -14,7 +14,7 @@ from shale.errors import ShaleError
 from shale.logs import redact, setup_logging
 
 if TYPE_CHECKING:
-    from shale.metastore import MetastoreClient, MetastoreService, ReadOnlyIndex
+    from shale.metastore import IndexReads, MetastoreClient, MetastoreService
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -49,7 +49,7 @@ def shale_errors(fn: F) -> F:
 
 @overload
 def reachable_metastore(config: ShaleConfig, *, write: Literal[False]
-                        ) -> tuple[ReadOnlyIndex | MetastoreClient | None, str]: ...
+                        ) -> tuple[IndexReads | None, str]: ...
 
 
 @overload
@@ -58,7 +58,7 @@ def reachable_metastore(config: ShaleConfig, *, write: Literal[True]
 
 
 def reachable_metastore(config: ShaleConfig, *, write: bool
-                        ) -> tuple[ReadOnlyIndex | MetastoreService | MetastoreClient | None, str]:
+                        ) -> tuple[IndexReads | None, str]:
     """The metastore, if it can be reached now; else None and why. An embedded metastore is reachable when its
     state file exists: a reader gets the read-only view (``open_index_view``), a writer the embedded service (which
     would otherwise create an empty index that protects nothing)."""

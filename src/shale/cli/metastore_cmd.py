@@ -22,7 +22,7 @@ def metastore() -> None:
 def serve(ctx: click.Context) -> None:
     """Serve one metastore node (single node, or a Raft member when metastore.raft_address is set)."""
     from shale.iceberg import IcebergPublisher, mount_sync
-    from shale.metastore import ReadOnlyIndex
+    from shale.metastore import read_only_index
     from shale.metastore.server import MetastoreNode, state_path
     from shale.web import mount
 
@@ -33,7 +33,7 @@ def serve(ctx: click.Context) -> None:
     node.tasks.append(("iceberg-publisher", lambda stop: publisher.loop(stop, node.is_leader)))
     mount_sync(node.app, publisher, node.is_leader)
     # The page reads the node's state through a read-only view; the node's role comes from its log.
-    mount(node.app, ReadOnlyIndex(state_path(config)), node.service.status, node.bucket, config,
+    mount(node.app, read_only_index(state_path(config)), node.service.status, node.bucket, config,
           lambda: node.maintenance.partial_blocks, publisher.status, lambda: node.maintenance.overlaps)
     node.serve()
 

@@ -11,10 +11,10 @@ from shale.cli.common import get_config, reachable_metastore, shale_errors
 
 if TYPE_CHECKING:
     from shale.config import ShaleConfig
-    from shale.metastore import MetastoreClient, MetastoreService
+    from shale.metastore import IndexReads, MetastoreClient, MetastoreService
     from shale.objstore import Bucket
     from shale.repair.model import Plan
-    from shale.repair.scan import IndexView, Scan
+    from shale.repair.scan import Scan
 
 NO_METASTORE = (
     "nothing was applied: the metastore cannot be reached ({why}). A repair changes the index and the bucket "
@@ -86,7 +86,7 @@ def repair(ctx: click.Context, tenant: str, group: str | None, dry_run: bool, as
     config = get_config(ctx)
     bucket = open_bucket(config.bucket)
     writer: MetastoreService | MetastoreClient | None = None
-    metastore: IndexView | None
+    metastore: IndexReads | None
     if dry_run:  # changes nothing: reads through the read-only view
         metastore, why = reachable_metastore(config, write=False)
     else:

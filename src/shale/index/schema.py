@@ -1,5 +1,6 @@
-"""The SQLite schema of the metadata index (seed 004), with Shale's ingest offsets; the compaction service's
-tables are declared with the rest of its state, in ``shale.compaction.state``.
+"""The SQLite schema of the metadata index (seed 004), with Shale's ingest offsets. A table family with a store of
+its own declares its tables there, beside its reads and writes: the compaction service's in
+``shale.compaction.state``, the restore journal's in ``shale.index.restores``.
 
 Entries are partitioned by 6-hour window of block creation time (the ULID time), tenant and shard; each
 partition keeps the data-time range of its blocks (seed 004's shard index) so a query skips partitions whose
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from shale.compaction.state import COMPACTION_DDL
 from shale.index.changes import DDL as CHANGES_DDL
+from shale.index.restores import DDL as RESTORES_DDL
 
 SCHEMA_VERSION = 4
 PARTITION_WINDOW_MS = 6 * 3600 * 1000
@@ -174,23 +176,6 @@ CREATE TABLE IF NOT EXISTS ingest_leases (
     PRIMARY KEY (grp, generation, shard)
 ) WITHOUT ROWID;
 
-CREATE TABLE IF NOT EXISTS restores (
-    run TEXT PRIMARY KEY,
-    seq INTEGER NOT NULL,
-    job TEXT NOT NULL,
-    state TEXT NOT NULL,
-    by TEXT NOT NULL,
-    tenant TEXT NOT NULL,
-    topic TEXT NOT NULL,
-    incarnation TEXT NOT NULL,
-    target TEXT NOT NULL,
-    range TEXT NOT NULL,
-    records INTEGER NOT NULL,
-    message TEXT NOT NULL,
-    started_at INTEGER NOT NULL,
-    ended_at INTEGER NOT NULL
-) WITHOUT ROWID;
-
 -- Erasures (``shale erase``, ``shale.metastore.erasures``): each request, the Kafka positions of its records
 -- (found in the backup group, matched in both), and each block rewritten without them.
 CREATE TABLE IF NOT EXISTS erasures (
@@ -241,7 +226,7 @@ CREATE TABLE IF NOT EXISTS ingest_shards (
     version INTEGER NOT NULL,
     PRIMARY KEY (grp, generation)
 ) WITHOUT ROWID;
-""" + COMPACTION_DDL
+""" + RESTORES_DDL + COMPACTION_DDL
 
 # Version 1 -> 2: committed offsets learn their topic incarnation, their writer and the offsets they skipped;
 # commits are keyed by incarnation. Deterministic, so every replica migrates its own copy the same way.

@@ -1,9 +1,10 @@
 """The metastore (seeds 004 and 003): the replicated service around the index.
 
 Components: ``commands`` (typed records), ``fsm`` (the handler registry and state machine), ``log`` (single node
-or Raft via pysyncobj), ``service`` (reads and writes), ``view`` (read-only), ``http``/``client`` (the API),
-``dlq`` (dead letter queue), ``maintenance`` (retention, tombstones), ``rebuild`` (from the bucket), ``server``
-(one process; ``open_metastore`` for writers, ``open_index_view`` for readers).
+or Raft via pysyncobj), ``reads`` (every read, declared once; ``read_only_index``), ``service`` (reads and
+writes), ``http``/``client`` (the API), ``dlq`` (dead letter queue), ``maintenance`` (retention, tombstones),
+``rebuild`` (from the bucket), ``server`` (one process; ``open_metastore`` for writers, ``open_index_view`` for
+readers).
 """
 
 from shale.metastore.client import MetastoreClient
@@ -31,9 +32,9 @@ from shale.metastore.commands import (
 from shale.metastore.dlq import DeadLetterQueue
 from shale.metastore.fsm import Entry, StateMachine
 from shale.metastore.log import RaftLog, SingleNodeLog
+from shale.metastore.reads import IndexReads, read_only_index
 from shale.metastore.server import MetastoreNode, open_index_view, open_metastore
 from shale.metastore.service import MetastoreService
-from shale.metastore.view import ReadOnlyIndex
 
 __all__ = [
     "AcknowledgeOffsetLoss",
@@ -44,6 +45,7 @@ __all__ = [
     "DeadLetterQueue",
     "DeleteTombstones",
     "Entry",
+    "IndexReads",
     "MetastoreClient",
     "MetastoreNode",
     "MetastoreService",
@@ -52,7 +54,6 @@ __all__ = [
     "PartitionKey",
     "QuarantineBlocks",
     "RaftLog",
-    "ReadOnlyIndex",
     "ReleaseIngestLease",
     "RenewIngestLease",
     "ReplaceBlocks",
@@ -66,4 +67,5 @@ __all__ = [
     "encode",
     "open_index_view",
     "open_metastore",
+    "read_only_index",
 ]

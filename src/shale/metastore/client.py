@@ -30,8 +30,9 @@ from shale.errors import (
     MetastoreUnavailableError,
     QueryTimeoutError,
 )
-from shale.index import IncarnationRow, LossRow, OffsetRow, SchemaVersionRow, TombstoneRow
+from shale.index import IncarnationRow, LossRow, OffsetRow
 from shale.metastore.commands import Command, Result, encode
+from shale.metastore.reads import PAGE_LIMIT, RemoteReads
 
 log = logging.getLogger(__name__)
 TOKEN_PROPAGATION_SECONDS = 3.0
@@ -45,7 +46,7 @@ def tls_verify(ca_file: str) -> ssl.SSLContext | bool:
     return ssl.create_default_context(cafile=ca_file) if ca_file else True
 
 
-class MetastoreClient:
+class MetastoreClient(RemoteReads):
     def __init__(self, addresses: Sequence[str], *, timeout: float = 10.0, deadline: float = 60.0,
                  command_format: str = "json", token: str = "", ca_file: str = "") -> None:
         if not addresses:
@@ -111,14 +112,14 @@ class MetastoreClient:
             return False
         return _json(response).get("reason") == "unknown_token"
 
-    def _get(self, path: str, **params: Any) -> Any:
+    def get(self, path: str, **params: Any) -> Any:
         response = self._call("GET", path, params={k: v for k, v in params.items() if v is not None})
         if response.status_code == 400:
             raise InvalidNameError(_json(response).get("message", response.text))
         response.raise_for_status()
         return response.json()
 
-    # -- reads and writes (the embedded service's API, over HTTP) ---------------------------------------
+    # -- writes, and the reads the routes do not derive from their declaration (reads.py) -------------
 
     def submit(self, command: Command) -> Result:
         response = self._call("POST", "/v1/commands", content=encode(command, self.command_format))
@@ -129,11 +130,6 @@ class MetastoreClient:
             raise MetastoreUnavailableError(f"unexpected answer {response.status_code}: {response.text[:300]}")
         return Result.model_validate_json(response.content)
 
-    def query_blocks(self, tenants: Sequence[str], start: int, end: int, selector: str = "",
-                     group: str | None = None) -> list[BlockMeta]:
-        body = self._get("/v1/blocks", tenant=list(tenants), start=start, end=end, selector=selector, group=group)
-        return [BlockMeta.model_validate(b) for b in body["blocks"]]
-
     def get_block(self, block_id: str) -> BlockMeta | None:
         response = self._call("GET", f"/v1/blocks/{block_id}")
         if response.status_code == 404:
@@ -141,46 +137,33 @@ class MetastoreClient:
         response.raise_for_status()
         return BlockMeta.model_validate_json(response.content)
 
-    def label_names(self, tenants: Sequence[str], start: int, end: int, selector: str = "") -> list[str]:
-        return list(self._get("/v1/labels", tenant=list(tenants), start=start, end=end, selector=selector)["names"])
-
-    def label_values(self, name: str, tenants: Sequence[str], start: int, end: int, selector: str = "") -> list[str]:
-        return list(self._get(f"/v1/labels/{name}/values", tenant=list(tenants), start=start, end=end,
-                              selector=selector)["values"])
-
     def offsets(self, group: str | None = None, generation: int | None = None) -> list[OffsetRow]:
-        body = self._get("/v1/offsets", group=group, generation=generation)
+        body = self.get("/v1/offsets", group=group, generation=generation)
         return [OffsetRow.model_validate(o) for o in body["offsets"]]
 
     def offset_history(self, group: str | None = None,
                        generation: int | None = None) -> tuple[list[IncarnationRow], list[LossRow]]:
-        body = self._get("/v1/offsets", group=group, generation=generation, history=True)
+        body = self.get("/v1/offsets", group=group, generation=generation, history=True)
         return ([IncarnationRow.model_validate(i) for i in body["incarnations"]],
                 [LossRow.model_validate(x) for x in body["losses"]])
 
-    def tombstones(self, created_before: int | None = None, limit: int = 1000) -> list[TombstoneRow]:
-        body = self._get("/v1/tombstones", created_before=created_before, limit=limit)
-        return [TombstoneRow.model_validate(t) for t in body["tombstones"]]
-
-    def generation_rules(self, tenant: str) -> list[tuple[str, int, int, int]]:
-        rules = self._get(f"/v1/tenants/{tenant}/generations")["rules"]
-        return [(str(t), int(s), int(e), int(g)) for t, s, e, g in rules]
-
     def tenants(self) -> list[str]:
-        return list(self._get("/v1/tenants")["tenants"])
+        return list(self.get("/v1/tenants")["tenants"])
 
-    def tenant_blocks(self, tenant: str) -> list[BlockMeta]:
-        """Every block of a tenant, page by page (the server caps one answer)."""
+    def tenant_blocks(self, tenant: str, *, after: str = "", limit: int | None = None) -> list[BlockMeta]:
+        """A tenant's blocks in id order, page by page (the server caps one answer): all of them, or the first
+        ``limit`` with an id after ``after``."""
         blocks: list[BlockMeta] = []
-        after: str | None = ""
-        while after is not None:
-            body = self._get(f"/v1/tenants/{tenant}/blocks", after=after or None)
+        page: str | None = after
+        while page is not None and (limit is None or len(blocks) < limit):
+            body = self.get(f"/v1/tenants/{tenant}/blocks", after=page or None,
+                            limit=None if limit is None else min(limit - len(blocks), PAGE_LIMIT))
             blocks += [BlockMeta.model_validate(b) for b in body["blocks"]]
-            after = body.get("next")
+            page = body.get("next")
         return blocks
 
     def status(self) -> dict[str, Any]:
-        result: dict[str, Any] = self._get("/v1/status")
+        result: dict[str, Any] = self.get("/v1/status")
         return result
 
     def poll_compaction(self, request: PollRequest) -> PollResponse:
@@ -191,32 +174,6 @@ class MetastoreClient:
             raise MetastoreUnavailableError(f"compaction poll answered {response.status_code}: {response.text[:300]}")
         response.raise_for_status()
         return PollResponse.model_validate_json(response.content)
-
-    def ingest_leases(self, group: str | None = None) -> list[dict[str, Any]]:
-        """Every shard's ingest lease as the answering node sees it now (not linearized), of one group or all."""
-        return list(self._get("/v1/ingest/leases", group=group)["leases"])
-
-    def compaction_jobs(self) -> list[dict[str, Any]]:
-        return list(self._get("/v1/compaction/jobs")["jobs"])
-
-    def schema_versions(self, tenant: str, topic: str | None = None) -> list[SchemaVersionRow]:
-        """The writer schemas the tenant's live blocks hold, per topic, group and generation."""
-        params = {"topic": topic} if topic is not None else {}
-        rows = self._get(f"/v1/tenants/{tenant}/schemas", **params)["schemas"]
-        return [SchemaVersionRow.model_validate(r) for r in rows]
-
-    def erasures(self, erasure: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-        """Erasures newest first, or the one named, with the blocks rewritten for each. Needs a reader of every
-        tenant."""
-        params: dict[str, Any] = {"limit": limit} if erasure is None else {"id": erasure, "limit": 1}
-        return list(self._get("/v1/erasures", **params)["erasures"])
-
-    def restores(self, limit: int = 100) -> list[dict[str, Any]]:
-        """The newest runs of ``shale restore`` first. Needs a reader of every tenant."""
-        return list(self._get("/v1/restores", limit=limit)["restores"])
-
-    def compaction_queue(self) -> dict[str, int]:
-        return dict(self._get("/v1/compaction/jobs")["queue"])
 
     def state_hash(self, address: str) -> dict[str, Any]:
         """One node's state hash (no leader following): for checking that replicas converged. Needs admin."""

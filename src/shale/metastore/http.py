@@ -14,9 +14,11 @@ another node is the leader.
 
 from __future__ import annotations
 
+import inspect
 import shutil
 import tempfile
-from collections.abc import Callable
+import typing
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,16 +50,12 @@ from shale.metastore.commands import (
     decode,
     encode,
 )
-from shale.metastore.restores import KEPT
+from shale.metastore.reads import PAGE_LIMIT, Read, served_reads
 from shale.metastore.service import MetastoreService
 
 AUTH_FAILURES = Counter("shale_metastore_auth_failures_total", "API calls refused before they ran, by route and "
                         "reason: missing or unknown token (401), forbidden (403), too-large body (413).",
                         ["route", "reason"])
-
-
-PAGE_LIMIT = 10_000
-"""The most rows one list answer holds (``limit``): a tenant's blocks are paged with ``after``/``next``."""
 
 
 class _BodyLimit:
@@ -202,6 +200,40 @@ def _authorizer(tokens: auth.TokenTable, browser: sessions.Sessions) -> Callable
     return authorize
 
 
+def mount_reads(app: FastAPI, service: MetastoreService) -> None:
+    """A GET route per path of the served reads (``reads.served``): its parameters are the reads' own, named and
+    bounded as the declaration says, and it answers ``{key: value}`` for each read on the path."""
+    paths: dict[str, list[Read[Any, Any]]] = {}
+    for read in served_reads():
+        assert read.route is not None
+        paths.setdefault(read.route.path, []).append(read)
+    for path, reads in paths.items():
+        app.get(path, name=reads[0].name)(_answer(service, reads))
+
+
+def _answer(service: MetastoreService, reads: list[Read[Any, Any]]) -> Callable[..., Response]:
+    first = reads[0]
+    assert first.route is not None
+    parameters = []
+    for p in first.signature.parameters.values():
+        annotation = p.annotation
+        if typing.get_origin(annotation) is Sequence:  # a repeated query parameter
+            annotation = list[typing.get_args(annotation)]  # type: ignore[misc]
+        default = ... if p.default is inspect.Parameter.empty else p.default
+        if "{" + p.name + "}" not in first.route.path:
+            default = Query(default, **first.route.params.get(p.name, {}))
+        parameters.append(p.replace(annotation=annotation, default=default, kind=inspect.Parameter.KEYWORD_ONLY))
+
+    def answer(**arguments: Any) -> Response:
+        parts = [b'"%s":%s' % (r.route.key.encode(), r.answer.dump_json(getattr(service, r.name)(**arguments)))
+                 for r in reads if r.route is not None]
+        return Response(b"{" + b",".join(parts) + b"}", media_type="application/json")
+
+    answer.__signature__ = inspect.Signature(parameters, return_annotation=Response)  # type: ignore[attr-defined]
+    answer.__name__ = first.name
+    return answer
+
+
 def create_app(service: MetastoreService, leader_http: Callable[[], str | None],
                ready: Callable[[], bool], barrier: Callable[[], int], tokens: auth.TokenTable,
                max_request_bytes: int = 16 * 2**20) -> FastAPI:
@@ -284,33 +316,11 @@ def create_app(service: MetastoreService, leader_http: Callable[[], str | None],
         response = await run_in_threadpool(service.poll_compaction, poll)
         return Response(response.model_dump_json(), media_type="application/json")
 
-    @app.get("/v1/compaction/jobs")
-    def compaction_jobs() -> dict[str, Any]:
-        return {"jobs": service.compaction_jobs(), "queue": service.compaction_queue()}
-
-    @app.get("/v1/tenants/{tenant}/schemas")
-    def schema_versions(tenant: str, topic: str | None = None) -> dict[str, Any]:
-        return {"schemas": [r.model_dump() for r in service.schema_versions(tenant, topic)]}
-
-    @app.get("/v1/erasures")
-    def erasures(id: str | None = Query(None, pattern=r"^[0-9a-f]{16}$"),
-                 limit: int = Query(100, ge=1, le=1000)) -> dict[str, Any]:
-        return {"erasures": service.erasures(id, limit)}
-
-    @app.get("/v1/restores")
-    def restores(limit: int = Query(100, ge=1, le=KEPT)) -> dict[str, Any]:
-        return {"restores": service.restores(limit)}
+    mount_reads(app, service)
 
     @app.post("/v1/raft/barrier")
     async def raft_barrier(request: Request) -> dict[str, int]:
         return {"index": await run_in_threadpool(barrier)}
-
-    @app.get("/v1/blocks")
-    def blocks(tenant: list[str] = Query(...), start: int = 0, end: int = 2**62, selector: str = "",  # noqa: B008
-               group: str | None = None) -> Response:
-        metas = service.query_blocks(tenant, start, end, selector, group)
-        payload = "[" + ",".join(m.model_dump_json() for m in metas) + "]"
-        return Response(f'{{"blocks": {payload}}}', media_type="application/json")
 
     @app.get("/v1/blocks/{block_id}")
     def block(block_id: str, request: Request) -> Response:
@@ -332,20 +342,6 @@ def create_app(service: MetastoreService, leader_http: Callable[[], str | None],
         return Response('{"blocks": [' + ",".join(m.model_dump_json() for m in metas) + "]" + after_json + "}",
                         media_type="application/json")
 
-    @app.get("/v1/tenants/{tenant}/generations")
-    def generations(tenant: str) -> dict[str, Any]:
-        return {"rules": service.generation_rules(tenant)}
-
-    @app.get("/v1/labels")
-    def labels(tenant: list[str] = Query(...), start: int = 0, end: int = 2**62,  # noqa: B008
-               selector: str = "") -> dict[str, list[str]]:
-        return {"names": service.label_names(tenant, start, end, selector)}
-
-    @app.get("/v1/labels/{name}/values")
-    def label_values(name: str, tenant: list[str] = Query(...), start: int = 0, end: int = 2**62,  # noqa: B008
-                     selector: str = "") -> dict[str, list[str]]:
-        return {"values": service.label_values(name, tenant, start, end, selector)}
-
     @app.get("/v1/offsets")
     def offsets(group: str | None = None, generation: int | None = None, history: bool = False) -> dict[str, Any]:
         body: dict[str, Any] = {"offsets": [o.model_dump() for o in service.offsets(group, generation)]}
@@ -353,15 +349,6 @@ def create_app(service: MetastoreService, leader_http: Callable[[], str | None],
             incarnations, losses = service.offset_history(group, generation)
             body.update(incarnations=[i.model_dump() for i in incarnations], losses=[x.model_dump() for x in losses])
         return body
-
-    @app.get("/v1/ingest/leases")
-    def ingest_leases(group: str | None = None) -> dict[str, Any]:
-        return {"leases": service.ingest_leases(group)}
-
-    @app.get("/v1/tombstones")
-    def tombstones(created_before: int | None = None,
-                   limit: int = Query(1000, ge=1, le=PAGE_LIMIT)) -> dict[str, Any]:
-        return {"tombstones": [t.model_dump() for t in service.tombstones(created_before, limit)]}
 
     @app.get("/v1/tenants")
     def tenants(request: Request) -> dict[str, list[str]]:

@@ -1,7 +1,8 @@
 """The API's OpenAPI schema, served at ``GET /v1/openapi.json`` to any authenticated caller (it names routes and
 body types, nothing about the data). FastAPI derives the routes and their parameters; the two routes that read
 their body themselves (commands, compaction polls) get it from the same pydantic types the server decodes with,
-and every operation lists the refusals every route may answer."""
+every read derived from its declaration (``reads.served``) documents its answer, ``{key: value}``, from the read's
+return type, and every operation lists the refusals every route may answer."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pydantic import TypeAdapter
 
 from shale.compaction.messages import PollRequest
 from shale.metastore.commands import Command
+from shale.metastore.reads import served_reads
 
 REF = "#/components/schemas/{model}"
 _ERROR = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"},
@@ -43,6 +45,15 @@ def schema(app: FastAPI) -> dict[str, Any]:
         shared.update(body.pop("$defs", {}))
         document["paths"][path]["post"]["requestBody"] = {
             "required": True, "content": {"application/json": {"schema": body}}}
+    answers: dict[str, dict[str, Any]] = {}
+    for read in served_reads():
+        assert read.route is not None
+        value = _plain_tuples(read.answer.json_schema(mode="serialization", ref_template=REF))
+        shared.update(value.pop("$defs", {}))
+        answers.setdefault(read.route.path, {})[read.route.key] = value
+    for path, keys in answers.items():
+        document["paths"][path]["get"]["responses"]["200"] = {"description": "the answer", "content": {
+            "application/json": {"schema": {"type": "object", "required": list(keys), "properties": keys}}}}
     shared["Error"] = _ERROR
     for path, operations in document["paths"].items():
         for operation in operations.values():
@@ -65,3 +76,15 @@ def schema(app: FastAPI) -> dict[str, Any]:
             operation["security"] = [] if path in ("/healthz", "/readyz", "/metrics") else [{"bearer": []}]
     app.openapi_schema = document
     return document
+
+
+def _plain_tuples(schema: Any) -> Any:
+    """``schema`` with each tuple (JSON Schema's ``prefixItems``, which the OpenAPI tools read as the older
+    ``items`` list) as an array of its length."""
+    if isinstance(schema, list):
+        return [_plain_tuples(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    if "prefixItems" in schema:
+        return {k: v for k, v in schema.items() if k != "prefixItems"}
+    return {k: _plain_tuples(v) for k, v in schema.items()}

@@ -25,8 +25,8 @@ from shale.metastore.fsm import StateMachine
 from shale.metastore.http import create_app
 from shale.metastore.log import CommandLog, RaftLog, SingleNodeLog
 from shale.metastore.maintenance import Maintenance
+from shale.metastore.reads import IndexReads, read_only_index
 from shale.metastore.service import MetastoreService
-from shale.metastore.view import ReadOnlyIndex
 from shale.objstore import open_bucket
 
 log = logging.getLogger(__name__)
@@ -62,11 +62,11 @@ def client_token(m: MetastoreConfig) -> str:
     return token
 
 
-def open_index_view(config: ShaleConfig) -> ReadOnlyIndex | MetastoreClient:
+def open_index_view(config: ShaleConfig) -> IndexReads:
     """What a reader reads through: a read-only view of the embedded state (it never creates one: a missing state
     is a ``ConfigError``), or a client of the remote metastore. Commands that change nothing use this."""
     if config.metastore.mode == "embedded":
-        return ReadOnlyIndex(state_path(config), timeout=config.metastore.query_timeout)
+        return read_only_index(state_path(config), timeout=config.metastore.query_timeout)
     return remote_client(config.metastore)
 
 

@@ -49,7 +49,7 @@ class MetastoreService(IndexReads):
                  command_format: str = "json", timeout: float = 30.0,
                  compaction: CompactionConfig | None = None, clock: Callable[[], float] = time.time,
                  query_timeout: float | None = None) -> None:
-        super().__init__(state.reader, query_timeout, clock)
+        super().__init__(state.reader, query_timeout, clock, state.path)
         self.state = state
         self.log = log
         self.limits = plan_limits(compaction or CompactionConfig())

@@ -13,35 +13,19 @@ import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 from shale.block import BlockFetcher, BlockMeta, BlockState, BlockView, ParserInfo, block_file_key
 from shale.block.writer import crc32_hex
 from shale.config import BucketConfig, IngestConfig, KafkaConfig
 from shale.errors import NotFoundError
-from shale.index import IncarnationRow, LossRow, OffsetRow, TombstoneRow
 from shale.logs import redact
 from shale.metastore.garbage import Claims, unclaimed
+from shale.metastore.reads import IndexReads
 from shale.objstore import BucketReader
 from shale.repair.model import ABSENT, BlockFacts, KafkaPartition, Sources
 
 log = logging.getLogger(__name__)
 TOMBSTONES_READ = 1_000_000
-
-
-class IndexView(Protocol):
-    """What the repair reads from the metastore (the HTTP client and the embedded service both fit)."""
-
-    def tenant_blocks(self, tenant: str) -> list[BlockMeta]: ...
-
-    def tombstones(self, created_before: int | None = None, limit: int = 1000) -> list[TombstoneRow]: ...
-
-    def offsets(self, group: str | None = None, generation: int | None = None) -> list[OffsetRow]: ...
-
-    def offset_history(self, group: str | None = None,
-                       generation: int | None = None) -> tuple[list[IncarnationRow], list[LossRow]]: ...
-
-    def compaction_jobs(self) -> list[dict[str, Any]]: ...
 
 
 @dataclass
@@ -82,7 +66,7 @@ def _damage(bucket: BucketReader, views: Sequence[BlockView], concurrency: int) 
     return {block_id: problems for block_id, problems in found if problems}
 
 
-def scan_tenant(bucket: BucketReader, tenant: str, *, sync_delay: float, index: IndexView | None,
+def scan_tenant(bucket: BucketReader, tenant: str, *, sync_delay: float, index: IndexReads | None,
                 kafka: Callable[[list[tuple[str, int]]], dict[tuple[str, int], KafkaPartition]] | None = None,
                 parsers: Callable[[list[str]], dict[str, ParserInfo | str]] | None = None,
                 concurrency: int = 16) -> Scan:

@@ -7,14 +7,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import pyarrow.compute as pc
 
 from shale.block import BlockMeta, read_dataset
 from shale.errors import NotFoundError
+from shale.metastore.reads import IndexReads
 from shale.objstore import BucketReader
 
 
@@ -30,23 +29,12 @@ class Location:
     """The topic incarnation the offset belongs to: a recreated topic reuses offsets."""
 
 
-class Lineage(Protocol):
-    """What tracing reads from the metastore."""
-
-    def tenants(self) -> list[str]: ...
-
-    def query_blocks(self, tenants: Sequence[str], start: int, end: int, selector: str = "",
-                     group: str | None = None) -> list[BlockMeta]: ...
-
-    def get_block(self, block_id: str) -> BlockMeta | None: ...
-
-
-def _all_blocks(metastore: Lineage, topic: str, group: str | None = None) -> list[BlockMeta]:
+def _all_blocks(metastore: IndexReads, topic: str, group: str | None = None) -> list[BlockMeta]:
     tenants = metastore.tenants()
     return metastore.query_blocks(tenants, 0, 2**62, f'{{topic="{topic}"}}', group=group) if tenants else []
 
 
-def trace_block(metastore: Lineage, block_id: str) -> dict[str, object]:
+def trace_block(metastore: IndexReads, block_id: str) -> dict[str, object]:
     meta = metastore.get_block(block_id)
     if meta is None:
         raise NotFoundError(f"no live block {block_id} in the index (compacted or deleted? "
@@ -63,7 +51,7 @@ def trace_block(metastore: Lineage, block_id: str) -> dict[str, object]:
             "parser": meta.parser.model_dump() if meta.parser else None}
 
 
-def locate(metastore: Lineage, bucket: BucketReader, topic: str, partition: int, offset: int) -> list[Location]:
+def locate(metastore: IndexReads, bucket: BucketReader, topic: str, partition: int, offset: int) -> list[Location]:
     """Every live block holding the record, one per group and generation (reads one column of candidates)."""
     found = []
     for meta in _all_blocks(metastore, topic):

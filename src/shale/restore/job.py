@@ -14,22 +14,21 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from shale.block import BlockMeta
 from shale.block.layout import RESTORE_JOB
 from shale.config import BucketConfig, KafkaConfig
 from shale.errors import ConfigError
-from shale.index import IncarnationRow, LossRow, OffsetRow
 from shale.kafka import client_options, describe_topics
 from shale.logs import redact
 from shale.metastore.commands import RecordRestore, Result
 from shale.metastore.erasures import erased_offsets
+from shale.metastore.reads import IndexReads
 from shale.restore import metrics
 from shale.restore.plan import (
     PartitionPlan,
@@ -62,18 +61,6 @@ class RestoreJournal(Protocol):
     """Where a restore records its runs: the metastore (``open_metastore`` fits)."""
 
     def submit(self, command: RecordRestore) -> Result: ...
-
-
-class BackupIndex(Protocol):
-    """What a restore reads from the metastore (``open_index_view`` fits)."""
-
-    def query_blocks(self, tenants: Sequence[str], start: int, end: int, selector: str = "",
-                     group: str | None = None) -> list[BlockMeta]: ...
-
-    def offset_history(self, group: str | None = None,
-                       generation: int | None = None) -> tuple[list[IncarnationRow], list[LossRow]]: ...
-
-    def offsets(self, group: str | None = None, generation: int | None = None) -> list[OffsetRow]: ...
 
 
 @dataclass(frozen=True)
@@ -140,7 +127,7 @@ def partition_work(job: str, plan: RestorePlan, p: PartitionPlan, request: Resto
 
 
 class RestoreJob:
-    def __init__(self, index: BackupIndex, bucket: BucketConfig, target: KafkaConfig, request: RestoreRequest,
+    def __init__(self, index: IndexReads, bucket: BucketConfig, target: KafkaConfig, request: RestoreRequest,
                  spark: SparkSession | None = None, clock: Callable[[], float] = time.time,
                  on_progress: Callable[[str, ProgressLine], None] | None = None,
                  progress_interval: float = 5.0, journal: RestoreJournal | None = None, by: str = "") -> None:

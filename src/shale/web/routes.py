@@ -14,14 +14,15 @@ from starlette.concurrency import run_in_threadpool
 
 from shale.config import ShaleConfig
 from shale.metastore import auth, sessions
+from shale.metastore.reads import IndexReads
 from shale.objstore import BucketReader
 from shale.web.page import login_page, render
-from shale.web.status import PageIndex, collect
+from shale.web.status import collect
 
 MAX_FORM_BYTES = 4096
 
 
-def mount(app: FastAPI, index: PageIndex, node_status: Callable[[], dict[str, Any]], bucket: BucketReader,
+def mount(app: FastAPI, index: IndexReads, node_status: Callable[[], dict[str, Any]], bucket: BucketReader,
           config: ShaleConfig,
           partial_blocks: Callable[[], dict[str, int]] = dict,
           iceberg: Callable[[], dict[str, Any]] = dict,

@@ -5,14 +5,14 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from shale.block import bucket_index_key
 from shale.block.layout import DLQ_PREFIX
 from shale.config import ShaleConfig
 from shale.errors import NotFoundError, ShaleError
-from shale.index import IncarnationRow, LossRow, OffsetRow, TombstoneRow
 from shale.logs import redact
+from shale.metastore.reads import IndexReads
 from shale.objstore import BucketReader
 
 log = logging.getLogger(__name__)
@@ -44,29 +44,6 @@ class Status:
     losses: list[dict[str, Any]] = field(default_factory=list)
     incarnations: list[dict[str, Any]] = field(default_factory=list)
     iceberg: dict[str, Any] = field(default_factory=dict)
-
-
-class PageIndex(Protocol):
-    """What the page reads from the metastore's state (``ReadOnlyIndex`` over the node's state file fits)."""
-
-    def tenant_totals(self) -> list[tuple[str, int, int, int]]: ...
-
-    def level_histogram(self, bucket_ms: int) -> list[tuple[str, int, int, int]]: ...
-
-    def offsets(self, group: str | None = None, generation: int | None = None) -> list[OffsetRow]: ...
-
-    def offset_history(self, group: str | None = None,
-                       generation: int | None = None) -> tuple[list[IncarnationRow], list[LossRow]]: ...
-
-    def tombstones(self, created_before: int | None = None, limit: int = 1000) -> list[TombstoneRow]: ...
-
-    def compaction_jobs(self) -> list[dict[str, Any]]: ...
-
-    def compaction_queue(self) -> dict[str, int]: ...
-
-    def ingest_leases(self) -> list[dict[str, Any]]: ...
-
-    def restores(self, limit: int = 100) -> list[dict[str, Any]]: ...
 
 
 def _index_age(bucket: BucketReader, tenant: str, now: float) -> float | None:
@@ -103,7 +80,7 @@ def _lag(config: ShaleConfig, offsets: list[dict[str, Any]]) -> str:
     return ""
 
 
-def collect(index: PageIndex, node: dict[str, Any], bucket: BucketReader, config: ShaleConfig,
+def collect(index: IndexReads, node: dict[str, Any], bucket: BucketReader, config: ShaleConfig,
             partial_blocks: dict[str, int] | None = None, iceberg: dict[str, Any] | None = None,
             overlaps: dict[str, list[dict[str, Any]]] | None = None) -> Status:
     """The page's facts: ``index`` read-only, ``node`` the serving node's status (role, term, applied index)."""

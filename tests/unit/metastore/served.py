@@ -16,7 +16,7 @@ from fastapi import FastAPI
 from tests.waiting import eventually
 
 from shale.config import CompactionConfig, ShaleConfig
-from shale.metastore import ReadOnlyIndex, SingleNodeLog, StateMachine, auth
+from shale.metastore import SingleNodeLog, StateMachine, auth, read_only_index
 from shale.metastore.http import create_app
 from shale.metastore.service import MetastoreService
 from shale.objstore import open_bucket_url
@@ -38,7 +38,7 @@ def app_for(tmp_path: Path, tokens: auth.TokenTable, bucket_url: str = "", clock
     state = StateMachine(tmp_path / "state.db")
     service = MetastoreService(state, SingleNodeLog(state, clock=clock), clock=clock, compaction=compaction)
     app = create_app(service, lambda: "http://self", lambda: True, lambda: 0, tokens, **kwargs)  # type: ignore[arg-type]
-    mount(app, ReadOnlyIndex(tmp_path / "state.db"), service.status,
+    mount(app, read_only_index(tmp_path / "state.db"), service.status,
           open_bucket_url(bucket_url or f"memory://auth-{os.getpid()}"), ShaleConfig())
     return app, service
 

@@ -16,9 +16,9 @@ from shale.metastore import (
     CommitIngestBatch,
     MetastoreService,
     OffsetRange,
-    ReadOnlyIndex,
     SingleNodeLog,
     StateMachine,
+    read_only_index,
 )
 from shale.objstore import Bucket, open_bucket_url
 from shale.query import Query, run_query
@@ -96,7 +96,7 @@ def test_raising_the_generation_hides_no_older_record(tmp_path: Path) -> None:
     assert state.reader.generation_rules("acme") == [("app", 0, 2**62, 1), ("app", BASE_MS + 3001, 2**62, 2)]
     for configured in (1, 2):
         query = Query("acme", BASE_MS - 1000, BASE_MS + 3_600_000, default_generation=configured)
-        rows = run_query(query, ReadOnlyIndex(tmp_path / "state.db"), bucket).read_all()
+        rows = run_query(query, read_only_index(tmp_path / "state.db"), bucket).read_all()
         assert sorted(zip(rows.column("offset").to_pylist(), rows.column("host").to_pylist(), strict=True)) == [
             (0, "a0"), (1, "a1"), (2, "a2"), (3, "a3"), (4, "b4")]
 

@@ -18,7 +18,7 @@ from shale.block.schemas import partition_schema
 from shale.bucketindex import BucketIndexReader, BucketIndexWriter
 from shale.config import BucketIndexConfig
 from shale.index import Matcher
-from shale.metastore import AddBlocks, MetastoreService, ReadOnlyIndex, SingleNodeLog, StateMachine
+from shale.metastore import AddBlocks, MetastoreService, SingleNodeLog, StateMachine, read_only_index
 from shale.objstore import open_bucket_url
 from shale.query import Query, run_query
 from shale.query.sources import BucketIndexSource
@@ -61,7 +61,7 @@ def _check(path: Path, blocks: list[list[str]], matcher: Matcher, low: int, high
     state = StateMachine(path / f"state-{next(_count)}.db")
     MetastoreService(state, SingleNodeLog(state)).submit(AddBlocks(blocks=metas)).raise_for_rejection()
     BucketIndexWriter(bucket, state.reader, BucketIndexConfig()).write_tenant("acme")
-    for source in (ReadOnlyIndex(state.path), BucketIndexSource(BucketIndexReader(bucket, BucketIndexConfig()))):
+    for source in (read_only_index(state.path), BucketIndexSource(BucketIndexReader(bucket, BucketIndexConfig()))):
         rows = run_query(Query("acme", low, high, _selector(matcher)), source, bucket).read_all()  # type: ignore[arg-type]
         assert sorted(rows.column("offset").to_pylist()) == expected, (type(source).__name__, matcher)
 

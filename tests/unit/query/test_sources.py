@@ -18,7 +18,7 @@ from shale.encoder.chunks import Chunk, GroupSpec, write_chunk
 from shale.errors import ShaleError
 from shale.ingest.committer import batch_commit
 from shale.ingest.plan import PartitionRange
-from shale.metastore import MetastoreService, ReadOnlyIndex, SetActiveGeneration, SingleNodeLog, StateMachine
+from shale.metastore import MetastoreService, SetActiveGeneration, SingleNodeLog, StateMachine, read_only_index
 from shale.objstore import open_bucket
 from shale.query import Query, run_query
 from shale.query.sources import BucketIndexSource
@@ -60,7 +60,7 @@ def test_both_sources_return_the_same_rows_after_a_switch(setup: tuple[Metastore
     service.submit(SetActiveGeneration(tenant="acme", topic="app", generation=2, start=BASE_MS,
                                        end=BASE_MS + 5 * HOUR - 1)).raise_for_rejection()
     BucketIndexWriter(open_bucket(bucket_config), service.state.reader, BucketIndexConfig()).write_tenant("acme")
-    through_state = _rows(ReadOnlyIndex(path), bucket_config)
+    through_state = _rows(read_only_index(path), bucket_config)
     through_index = _rows(BucketIndexSource(BucketIndexReader(open_bucket(bucket_config), BucketIndexConfig())),
                           bucket_config)
     assert through_index == through_state

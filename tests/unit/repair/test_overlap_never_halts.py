@@ -18,7 +18,7 @@ from shale.compaction.model import Job, PlanLimits, QueuedBlock, QueueKey
 from shale.compaction.planner import uncompactable
 from shale.compactor.merge import merge_blocks
 from shale.config import CompactionConfig, RetentionConfig, ShaleConfig
-from shale.metastore import AddBlocks, MetastoreService, ReadOnlyIndex, SingleNodeLog, StateMachine
+from shale.metastore import AddBlocks, MetastoreService, SingleNodeLog, StateMachine, read_only_index
 from shale.metastore.commands import ReplaceBlocks
 from shale.metastore.maintenance import Maintenance
 from shale.objstore import ObstoreBucket, open_bucket_url
@@ -94,7 +94,7 @@ def test_the_bucket_scan_reports_an_overlap_compaction_will_not_merge(tmp_path: 
     assert REGISTRY.get_sample_value("shale_bucket_overlapping_blocks", {"tenant": "acme"}) == 2
     assert REGISTRY.get_sample_value("shale_bucket_overlapping_blocks", {"tenant": "beta"}) == 0
     assert [o["blocks"] for o in maintenance.overlaps["acme"]] == [sorted([left.id, right.id])]
-    view = ReadOnlyIndex(service.state.path, clock=clock)
+    view = read_only_index(service.state.path, clock=clock)
     page = render(collect(view, service.status(), bucket, ShaleConfig(), maintenance.partial_blocks, {},
                           maintenance.overlaps))
     assert "shale bucket repair --tenant acme" in page

@@ -16,9 +16,9 @@ from shale.metastore import (
     CommitIngestBatch,
     MetastoreService,
     OffsetRange,
-    ReadOnlyIndex,
     SingleNodeLog,
     StateMachine,
+    read_only_index,
 )
 from shale.objstore import open_bucket_url
 from shale.web.page import render
@@ -44,7 +44,7 @@ def test_offsets_incarnations_and_losses_on_the_page(tmp_path: Path) -> None:
                                          start=100, end=150, reason="retention")).raise_for_rejection()
     _commit(service, 0, 40, B, 40)  # the topic was recreated
     config = ShaleConfig.model_validate({"kafka": {"bootstrap_servers": "127.0.0.1:1"}})
-    status = collect(ReadOnlyIndex(tmp_path / "state.db"), service.status(),
+    status = collect(read_only_index(tmp_path / "state.db"), service.status(),
                      open_bucket_url(f"memory://page-{uuid.uuid4().hex}"), config)
     assert status.kafka_error.startswith("Kafka not reachable")
     [row] = status.offsets
@@ -62,7 +62,7 @@ def test_every_ingest_shard_with_its_holder_on_the_page(tmp_path: Path) -> None:
     service = MetastoreService(state, SingleNodeLog(state))
     service.submit(AcquireIngestLease(group="backup", holder="app-1/42/ab", shards=2,
                                       duration_ms=60_000)).raise_for_rejection()
-    status = collect(ReadOnlyIndex(tmp_path / "state.db"), service.status(),
+    status = collect(read_only_index(tmp_path / "state.db"), service.status(),
                      open_bucket_url(f"memory://page-{uuid.uuid4().hex}"),
                      ShaleConfig.model_validate({"kafka": {"bootstrap_servers": "127.0.0.1:1"}}))
     assert [(x["shard"], x["shards"], x["holder"]) for x in status.leases] == [(0, 2, "app-1/42/ab"), (1, 2, "")]
