@@ -6,8 +6,13 @@
 * Durable commits: the Raft cluster runs on the durable journal (each node fsyncs entries before it acknowledges
   them, once per tick for all of them). Its baseline, in the same run, is the same cluster on pysyncobj's own
   journal, which never fsyncs (the behaviour before; ``SHALE_TEST_ONLY_UNSYNCED_RAFT_JOURNAL``, a benchmark and
-  test switch). ``ratios.durable_vs_before`` compares the batched figures, ``durable_vs_before_unbatched`` the
-  one-block ones.
+  test switch). A cluster's throughput varies from run to run by more than the difference measured (two runs of
+  40 commands each gave ratios of 0.69 and 1.06 on a quiet machine), so each journal runs ``RAFT_ROUNDS`` times,
+  interleaved (unsynced then durable, then durable then unsynced, ...: a drift of the machine falls on both), each
+  on a fresh cluster; the figures are the medians, with the slowest and fastest run beside them.
+  ``ratios.durable_vs_before`` is the ratio of the batched medians, ``durable_vs_before_unbatched`` of the
+  one-block ones; ``..._pairs_min`` and ``..._pairs_max`` the lowest and highest ratio of one round's two runs
+  (the spread of the comparison itself).
 * Query latency at 1,000,000 entries (10 tenants x 100,000 blocks over 30 days): one tenant, a random 1-hour
   range, two matchers ``{topic="app-3", level="ERROR"}``, 300 queries.
 * Baseline: a plain SQLite table (id, tenant, time range, labels JSON, meta JSON) with an index on
@@ -40,6 +45,9 @@ TENANTS, PER_TENANT, DAYS, BATCH = 10, 100_000, 30, 500
 QUERIES = 300
 SELECTOR = '{topic="app-3", level="ERROR"}'
 HOUR = 3_600_000
+RAFT_ROUNDS = 3
+RAFT_COMMANDS = {"batched": (BATCH, 100), "unbatched": (1, 1000)}
+"""Per Raft mode: blocks per command and commands per run (spread over 4 clients)."""
 
 
 def _block(tenant: int, i: int) -> BlockMeta:
@@ -117,6 +125,23 @@ def _raft_throughput(work: Path, name: str, durable: bool, batch: int, commands:
         cluster.stop()
 
 
+def _raft_rounds(work: Path, mode: str) -> tuple[list[float], list[float]]:
+    """Blocks/s of ``RAFT_ROUNDS`` runs on each journal (unsynced, durable), interleaved, each on a fresh cluster."""
+    batch, commands = RAFT_COMMANDS[mode]
+    runs: dict[bool, list[float]] = {False: [], True: []}
+    for r in range(RAFT_ROUNDS):
+        for durable in (False, True) if r % 2 == 0 else (True, False):
+            name = f"{mode}-{'durable' if durable else 'unsynced'}-{r}"
+            runs[durable].append(_raft_throughput(work, name, durable, batch, commands))
+            progress(f"  {name}: {runs[durable][-1]:,.0f} blocks/s")
+    return runs[False], runs[True]
+
+
+def _spread(prefix: str, runs: list[float]) -> dict[str, float]:
+    return {prefix: round(statistics.median(runs)), f"{prefix}_min": round(min(runs)),
+            f"{prefix}_max": round(max(runs))}
+
+
 def run() -> dict[str, Any]:
     rng = random.Random(7)
     with tempfile.TemporaryDirectory(prefix="shale-bench-metastore-") as tmp:
@@ -160,29 +185,35 @@ def run() -> dict[str, Any]:
             assert sorted(b.id for b in found) == sorted(b.id for b in expected)
             sizes.append(len(found))
 
-        progress("3-node Raft cluster: 4 clients, batches of 500 and single blocks, unsynced then durable journal")
-        raft_before = _raft_throughput(work, "before-batched", False, BATCH, 40)
-        raft = _raft_throughput(work, "durable-batched", True, BATCH, 40)
-        raft_before_single = _raft_throughput(work, "before-single", False, 1, 400)
-        raft_single = _raft_throughput(work, "durable-single", True, 1, 400)
+        progress(f"3-node Raft cluster: 4 clients, batches of 500 and single blocks, {RAFT_ROUNDS} runs on each "
+                 "journal, interleaved")
+        raft_before, raft = _raft_rounds(work, "batched")
+        raft_before_single, raft_single = _raft_rounds(work, "unbatched")
 
     p50, p99 = _percentiles(ours_ms)
     b50, b99 = _percentiles(plain_ms)
     figures = {"add_blocks_per_s_single_batched": round(total / ours_time),
-               "add_blocks_per_s_raft3_batched": round(raft),
-               "add_blocks_per_s_raft3_unbatched": round(raft_single),
+               **_spread("add_blocks_per_s_raft3_batched", raft),
+               **_spread("add_blocks_per_s_raft3_unbatched", raft_single),
                "add_blocks_per_s_single_unbatched": round(ours_unbatched),
                "query_p50_ms_1m": round(p50, 2), "query_p99_ms_1m": round(p99, 2),
                "entries": total, "blocks_per_query_mean": round(statistics.mean(sizes), 1)}
     baseline = {"add_blocks_per_s_single_batched": round(total / plain_time),
                 "add_blocks_per_s_single_unbatched": round(plain_unbatched),
-                "add_blocks_per_s_raft3_batched_unsynced_journal": round(raft_before),
-                "add_blocks_per_s_raft3_unbatched_unsynced_journal": round(raft_before_single),
+                **_spread("add_blocks_per_s_raft3_batched_unsynced_journal", raft_before),
+                **_spread("add_blocks_per_s_raft3_unbatched_unsynced_journal", raft_before_single),
                 "query_p50_ms_1m": round(b50, 2), "query_p99_ms_1m": round(b99, 2)}
     ratios = {"add_batched_vs_plain": round(baseline["add_blocks_per_s_single_batched"] and
                                             figures["add_blocks_per_s_single_batched"] /
                                             baseline["add_blocks_per_s_single_batched"], 2),
               "query_p99_plain_over_ours": round(b99 / p99, 2),
-              "durable_vs_before": round(raft / raft_before, 2),
-              "durable_vs_before_unbatched": round(raft_single / raft_before_single, 2)}
+              "durable_vs_before": round(statistics.median(raft) / statistics.median(raft_before), 2),
+              "durable_vs_before_pairs_min": round(min(d / b for d, b in zip(raft, raft_before, strict=True)), 2),
+              "durable_vs_before_pairs_max": round(max(d / b for d, b in zip(raft, raft_before, strict=True)), 2),
+              "durable_vs_before_unbatched": round(statistics.median(raft_single) /
+                                                   statistics.median(raft_before_single), 2),
+              "durable_vs_before_unbatched_pairs_min": round(min(
+                  d / b for d, b in zip(raft_single, raft_before_single, strict=True)), 2),
+              "durable_vs_before_unbatched_pairs_max": round(max(
+                  d / b for d, b in zip(raft_single, raft_before_single, strict=True)), 2)}
     return write_result("metastore", figures, baseline, ratios, __doc__ or "")

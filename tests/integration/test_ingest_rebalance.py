@@ -1,12 +1,15 @@
 """Issue 44 with real Kafka, MinIO and Spark: drivers of a group with ``ingest.shards = "auto"`` come and go while a
 producer writes. A third driver joins a group of two and takes its share of the shards without an operator; one
 driver is killed (SIGKILL) and its shard moves to the others once its lease expires; another stops cleanly
-(SIGTERM) and its shard moves at the next heartbeat. ``verify`` then finds 0 missing and 0 duplicated. The figures
+(SIGTERM) and its shard moves at the next heartbeat. Partitions move as the placement allows (DESIGN 10.2's
+load-aware placement): on the join only to the new shard, on the kill only the dead driver's, each driver left keeping
+its own. ``verify`` then finds 0 missing and 0 duplicated. The figures
 (how long each move took, the lag around the join) are printed for the report (run with ``-s``)."""
 
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 import time
 import uuid
@@ -18,7 +21,8 @@ from tests.waiting import eventually
 
 from shale.ingest.verify import verify_topic
 from shale.metastore import open_metastore
-from shale.metastore.shards import shard_of
+from shale.metastore.server import state_path
+from shale.metastore.shards import placement, shard_map, shard_of
 from shale.objstore import open_bucket
 
 PARTITIONS = 12
@@ -70,6 +74,22 @@ def _committed(file: Path) -> int:
     return sum(o.committed_end for o in open_metastore(config_of(file)).offsets("backup", 1))
 
 
+def _placement(file: Path, topic: str) -> dict[int, int]:
+    """Each partition's shard under the group's current map, as the state machine placed it (else by the hash)."""
+    conn = sqlite3.connect(f"file:{state_path(config_of(file))}?mode=ro", uri=True)
+    try:
+        current, placed = shard_map(conn, "backup", 1), placement(conn, "backup", 1)
+    finally:
+        conn.close()
+    assert current is not None
+    return {p: placed.get((topic, p), shard_of(topic, p, current.shards)) for p in range(PARTITIONS)}
+
+
+def _by_driver(where: dict[int, int], shards: dict[int, int]) -> dict[int, set[int]]:
+    """The partitions each driver (process id) reads, from their shards and the drivers' (``shards``: pid -> shard)."""
+    return {pid: {p for p, s in where.items() if s == shard} for pid, shard in shards.items()}
+
+
 def _holder_pid(row: dict[str, Any]) -> int:
     return int(str(row["holder"]).split("/")[1])  # holder ids are host/pid/random
 
@@ -87,6 +107,7 @@ def test_drivers_that_join_and_leave_rebalance_the_shards_under_load(kafka, mini
         eventually(lambda: _committed(file) > 0, 600, "the two drivers to commit")
         # -- a third driver joins under load: the map grows to three, the new driver takes the new shard ----------
         figures["lag_before_join"] = producer.produced - _committed(file)
+        before = _placement(file, topic)
         joined = time.monotonic()
         drivers["c"] = ingest_process(file, "backup", tmp_path / "c.log")
         rows = eventually(lambda: _held(file, 3), 600, lambda: f"three drivers holding three shards: {_rows(file)}")
@@ -94,6 +115,11 @@ def test_drivers_that_join_and_leave_rebalance_the_shards_under_load(kafka, mini
         pids = {_holder_pid(r): r["shard"] for r in rows}
         assert pids[drivers["c"].pid] == 2, rows  # the joiner took the new shard; the others kept theirs
         assert {pids[drivers["a"].pid], pids[drivers["b"].pid]} == {0, 1}
+        three = _placement(file, topic)
+        moved = {p for p in range(PARTITIONS) if three[p] != before[p]}
+        assert moved, three  # the joiner has partitions to read, and they came to it only
+        assert moved == {p for p, s in three.items() if s == 2}, (before, three)
+        figures["partitions_moved_on_join"] = len(moved)
         lag: list[int] = []
 
         def c_committed() -> bool:
@@ -110,6 +136,9 @@ def test_drivers_that_join_and_leave_rebalance_the_shards_under_load(kafka, mini
         drivers[victim].kill9()
         eventually(lambda: _held(file, 2), 600, lambda: f"the two drivers left holding two shards: {_rows(file)}")
         figures["kill_to_two_shards_held_s"] = round(time.monotonic() - killed, 1)
+        left = {_holder_pid(r): r["shard"] for r in _rows(file)}
+        had, has = _by_driver(three, pids), _by_driver(_placement(file, topic), left)
+        assert all(had[pid] <= has[pid] for pid in left), (had, has)  # the dead driver's partitions moved, no other
         # -- one stops cleanly: it releases its lease, and the last driver takes every partition --------------
         leaving = next(n for n in drivers if n != victim and n != "c")
         stopped = time.monotonic()

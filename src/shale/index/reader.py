@@ -38,7 +38,8 @@ from shale.index.schema import PARTITION_WINDOW_MS
 PROGRESS_STEPS = 10_000
 HASHED_TABLES = ("state", "strings", "partitions", "blocks", "tombstones", "tenant_versions", "offsets", "commits",
                  "settings", "compaction_jobs", "compaction_polls", "generations", "generation_pins", "incarnations",
-                 "losses", "block_changes", "ingest_leases", "ingest_shards", "restores", "block_schemas")
+                 "losses", "block_changes", "ingest_leases", "ingest_shards", "restores", "block_schemas",
+                 "ingest_placement", "ingest_load")
 
 
 def _tombstone(r: tuple[Any, ...]) -> TombstoneRow:

@@ -226,6 +226,28 @@ CREATE TABLE IF NOT EXISTS ingest_shards (
     version INTEGER NOT NULL,
     PRIMARY KEY (grp, generation)
 ) WITHOUT ROWID;
+
+-- shale.metastore.shards: each committed partition's shard under the group's current map (the others follow the
+-- hash), and each partition's load window (bytes per second of log time).
+CREATE TABLE IF NOT EXISTS ingest_placement (
+    grp TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    topic TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    shard INTEGER NOT NULL,
+    PRIMARY KEY (grp, generation, topic, partition)
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS ingest_load (
+    grp TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    topic TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    rate INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,
+    since INTEGER NOT NULL,
+    PRIMARY KEY (grp, generation, topic, partition)
+) WITHOUT ROWID;
 """ + RESTORES_DDL + COMPACTION_DDL
 
 # Version 1 -> 2: committed offsets learn their topic incarnation, their writer and the offsets they skipped;

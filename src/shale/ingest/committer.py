@@ -63,7 +63,8 @@ def batch_commit(written: Sequence[Written], ranges: Sequence[PartitionRange], *
             raise IngestConflictError(f"{r.topic}[{r.partition}]: the written chunks {edges} do not cover the planned "
                                       f"range [{r.start},{r.end}) exactly; the batch is not committed")
         offsets.append(OffsetRange(topic=r.topic, partition=r.partition, start=r.start, end=r.end,
-                                   incarnation=r.incarnation, stored=sum(c.records for c in chunks)))
+                                   incarnation=r.incarnation, stored=sum(c.records for c in chunks),
+                                   bytes=sum(c.bytes for c in chunks)))
         blocks += [b for c in chunks for b in c.blocks]
     blocks = list({b.id: b for b in blocks}.values())  # a chunk's block of several partitions is named by each
     if by_partition:

@@ -50,7 +50,6 @@ from shale.ingest.summary import IngestSummary
 from shale.ingest.task import phase_sums
 from shale.kafka import admin, describe_topics, offset_bounds, value_bytes_per_offset
 from shale.metastore import DeadLetterQueue, open_metastore
-from shale.metastore.shards import shard_of
 from shale.objstore import open_bucket
 from shale.schemas.registry import RegistryUnavailableError
 from shale.signals import Stopper
@@ -104,7 +103,7 @@ class IngestJob:
 
     def mine(self, topic: str, partition: int) -> bool:
         """Whether ``topic[partition]`` belongs to the shard this driver holds (under the group's shard map)."""
-        return shard_of(topic, partition, self.lease.shards) == self.lease.shard
+        return self.lease.owner(topic, partition) == self.lease.shard
 
     # -- planning ---------------------------------------------------------------------------------------
 
@@ -293,7 +292,7 @@ class IngestJob:
             topics = describe_topics(self.config.kafka, ingest.topics, ingest.topic_pattern, client=self.kafka_admin)
             want = self.lease.want
             candidates = sorted((t, p) for t, state in topics.items() for p in state.partitions
-                                if want is None or shard_of(t, p, self.lease.shards) == want)[:WARM_PARTITIONS]
+                                if want is None or self.lease.owner(t, p) == want)[:WARM_PARTITIONS]
             bounds = offset_bounds(self.config.kafka, candidates, client=self.kafka_admin) if candidates else {}
             plan.ranges = [PartitionRange(t, p, topics[t].incarnation, max(low, end - WARM_RECORDS), end)
                            for (t, p), (low, end) in sorted(bounds.items()) if end > low]

@@ -29,6 +29,7 @@ from shale.errors import MetastoreUnavailableError
 from shale.ingest.committer import CommitTarget, LeaseLostError
 from shale.metastore import AcquireIngestLease, ReleaseIngestLease, RenewIngestLease
 from shale.metastore.leases import BRIDGED_SILENCE
+from shale.metastore.shards import shard_of
 
 log = logging.getLogger(__name__)
 HELD = Gauge("shale_ingest_lease_held", "1 while this process holds the shard's ingest lease, 0 while it waits as "
@@ -82,6 +83,8 @@ class IngestLease:
         self.reason = ""
         """The refusal's reason code ("resharded": the shard map changed, acquire a shard again)."""
         self.acquired = 0.0
+        self.placement: dict[tuple[str, int], int] = {}
+        """The partitions the group's map placed by load, with their shards (from the grant; the rest hash)."""
         self.ask_period = max(0.2, self.duration_ms / 10_000)
         """A standby asks for one shard at most this often (a tenth of a lease, as a takeover may lag its expiry)."""
         self.poll_period = max(0.1, self.duration_ms / 30_000)
@@ -187,6 +190,7 @@ class IngestLease:
 
     def _granted(self, data: dict[str, Any]) -> dict[str, Any]:
         self.shard = int(data["shard"])
+        self.placement = {(str(t), int(p)): int(s) for t, p, s in data.get("placement", [])}
         self.token, self.lost, self.reason, self.acquired = int(data["token"]), None, "", time.monotonic()
         self._gauges(1)
         # A takeover: its holder let it expire while this process waited (not a release, not a reshard).
@@ -199,6 +203,10 @@ class IngestLease:
             "token": self.token, "takeover": takeover})
         self._announced, self._seen, self._watched, self._asked = False, {}, {}, {}
         return data
+
+    def owner(self, topic: str, partition: int) -> int:
+        """The shard that reads ``topic[partition]`` under the map this lease was granted in."""
+        return self.placement.get((topic, partition), shard_of(topic, partition, self.shards))
 
     def reset(self) -> None:
         """Forget a lost lease (before acquiring a shard again after the shard map changed)."""

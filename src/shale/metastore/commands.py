@@ -39,6 +39,9 @@ class OffsetRange(BaseModel):
     end: int = Field(ge=0)
     incarnation: str = Field(default="", pattern=INCARNATION_PATTERN)
     stored: int | None = Field(default=None, ge=0, description="records stored from the range (None: not counted)")
+    bytes: int | None = Field(default=None, ge=0, description=(
+        "bytes the range's records took in the batch's blocks (None: not counted): the partition's load, which "
+        "places partitions on shards when the group's shard count changes"))
 
 
 class PartitionKey(BaseModel):

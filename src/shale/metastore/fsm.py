@@ -58,7 +58,7 @@ from shale.metastore.erasures import cover
 from shale.metastore.generations import first_gap, offsets_held, pin_switch, switch_when_caught_up
 from shale.metastore.leases import apply_acquire, apply_release, apply_renew, bridge_silence, check_commit_lease
 from shale.metastore.restores import apply_record
-from shale.metastore.shards import apply_set, check_commit_shard
+from shale.metastore.shards import apply_set, check_commit_shard, record_load
 
 COMMITS_KEPT_PER_PARTITION = 100
 C = TypeVar("C")
@@ -214,6 +214,7 @@ def _commit_ingest_batch(w: IndexWriter, cmd: CommitIngestBatch, entry: Entry) -
         incarnation = (w.committed(cmd.group, cmd.generation, r.topic, r.partition) or (0, "", ""))[1]
         w.record_commit(cmd.group, cmd.generation, r.topic, r.partition, r.incarnation or incarnation, r.start,
                         r.end, digest, entry.time_ms, COMMITS_KEPT_PER_PARTITION)
+    record_load(w, cmd, entry.time_ms)
     # After the offsets: whether the generation has caught up is decided by what this commit brings too.
     switches = switch_when_caught_up(w, cmd) if cmd.group == "partition" and cmd.writer == "ingest" else {}
     links = w.touch({m.tenant for m in cmd.blocks} | set(switches), entry.index, entry.time_ms)
@@ -259,7 +260,7 @@ def _record_restore(w: IndexWriter, cmd: RecordRestore, entry: Entry) -> Result:
 
 @handles(SetIngestShards)
 def _set_ingest_shards(w: IndexWriter, cmd: SetIngestShards, entry: Entry) -> Result:
-    return apply_set(w, cmd, entry.index)
+    return apply_set(w, cmd, entry.index, entry.time_ms)
 
 
 @handles(AcknowledgeOffsetLoss)

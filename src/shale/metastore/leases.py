@@ -43,7 +43,7 @@ from shale.metastore.commands import (
     RenewIngestLease,
     Result,
 )
-from shale.metastore.shards import MAX_SHARDS, ShardMap, resize, seed, shard_map, shard_maps
+from shale.metastore.shards import MAX_SHARDS, ShardMap, placement, resize, seed, shard_map, shard_maps
 
 LEASE_REASONS = frozenset({"lease-required", "stale-lease", "lease-expired", "no-lease", "resharded"})
 """The reasons a commit or a renewal is refused because its writer does not hold the shard's lease."""
@@ -156,8 +156,10 @@ def _shrink(w: IndexWriter, group: str, generation: int, current: ShardMap, inde
     """An automatic group's map without its vacant shards (``keep``: the asker's own, never vacant): the count
     becomes the number of shards held or about to be held again, at a new version (every lease is resharded)."""
     rows = {x.shard: x for x in leases(w.conn) if (x.group, x.generation) == (group, generation)}
-    vacant = sum(1 for s in range(current.shards) if s != keep and _vacant(rows.get(s), time_ms, current.version))
-    return resize(w, group, generation, max(1, current.shards - vacant), index) if vacant else current
+    vacant = [s for s in range(current.shards) if s != keep and _vacant(rows.get(s), time_ms, current.version)]
+    if not vacant:
+        return current
+    return resize(w, group, generation, max(1, current.shards - len(vacant)), index, time_ms, removed=vacant)
 
 
 def _free(w: IndexWriter, cmd: AcquireIngestLease, current: ShardMap, time_ms: int) -> int | None:
@@ -183,7 +185,7 @@ def apply_acquire(w: IndexWriter, cmd: AcquireIngestLease, index: int, time_ms: 
         current = _shrink(w, cmd.group, cmd.generation, current, index, time_ms)
         shard = _free(w, cmd, current, time_ms)
         if shard is None and current.shards < MAX_SHARDS:
-            current, shard = resize(w, cmd.group, cmd.generation, current.shards + 1, index), current.shards
+            current, shard = resize(w, cmd.group, cmd.generation, current.shards + 1, index, time_ms), current.shards
         cmd = cmd.model_copy(update={"shard": shard if shard is not None else cmd.shard})
     lease = _lease(w.conn, cmd.group, cmd.generation, cmd.shard)
     if cmd.shard >= current.shards:  # left from a larger count, or a driver's --shard beyond the map
@@ -205,7 +207,12 @@ def apply_acquire(w: IndexWriter, cmd: AcquireIngestLease, index: int, time_ms: 
         lease = Lease(cmd.group, cmd.generation, cmd.shard, cmd.holder, index, time_ms, time_ms + cmd.duration_ms,
                       cmd.duration_ms, takeovers)
     _save(w.conn, lease)
-    return _answer(lease, True, time_ms, current.version, current.shards)
+    answer = _answer(lease, True, time_ms, current.version, current.shards)
+    # The partitions the map placed (shale.metastore.shards), as [topic, partition, shard]: the driver reads those
+    # of its shard, and the others that hash to it. They change only with the map's version, which ends this lease.
+    placed = placement(w.conn, cmd.group, cmd.generation)
+    answer.data["placement"] = [[t, p, s] for (t, p), s in sorted(placed.items())]
+    return answer
 
 
 def _held(w: IndexWriter, group: str, generation: int, shard: int, token: int | None) -> Lease | None:

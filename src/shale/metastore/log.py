@@ -31,6 +31,17 @@ from shale.metastore.fsm import Entry, StateMachine
 
 log = logging.getLogger(__name__)
 SNAPSHOT_MAGIC = b"SHALESNAP1"
+ELECTION_TIMEOUT = (0.4, 1.4)
+"""A follower that hears nothing from a leader for a random time in this range (seconds) asks to be elected."""
+LEADER_FALLBACK = 2 * ELECTION_TIMEOUT[1]
+"""A leader that has had no answer from a majority for this long steps down (pysyncobj's ``leaderFallbackTimeout``,
+30 s by default). Cut off from its followers, it would otherwise go on calling itself the leader for 30 s while the
+majority elects another: every request sent to it waits for its timeout, and two nodes report ``role: leader``.
+Once it has stepped down it answers at once that it knows no leader, and a client tries the next node. Above the
+followers' longest election timeout, so that a slow but connected cluster elects no more often than its followers
+already make it; well under an ingest lease (15 s by default, ``ingest.lease_duration``): a holder's renewal is due
+every third of a lease and must land within the two thirds left, so the renewals that follow the one a cut-off
+leader swallowed reach the new leader in time (the partition tests' 5 s lease leaves 3.3 s)."""
 
 
 @dataclass
@@ -195,8 +206,9 @@ class RaftLog:
             dynamicMembershipChange=False,
             commandsWaitLeader=False,
             appendEntriesUseBatch=False,
-            raftMinTimeout=0.4,
-            raftMaxTimeout=1.4,
+            raftMinTimeout=ELECTION_TIMEOUT[0],
+            raftMaxTimeout=ELECTION_TIMEOUT[1],
+            leaderFallbackTimeout=LEADER_FALLBACK,
             connectionRetryTime=1.0,
             useFork=False,
             autoTickPeriod=0.02,

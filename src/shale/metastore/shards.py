@@ -14,12 +14,27 @@ first ``AcquireIngestLease`` of a group's generation seeds it with the driver's 
 version (its token, a log index, is smaller) no longer holds its shard: its commits and renewals are refused as
 ``resharded`` and its driver acquires a shard again under the new map. A commit whose ranges are not all of its
 shard under the current map is refused as ``wrong-shard``; so two drivers can never both write one partition.
+
+**Load-aware placement.** When the count changes, the state machine also places every partition the group has
+committed (``ingest_placement``), by load: each commit's ranges carry the bytes their records took, and
+``ingest_load`` keeps each partition's bytes per second of log time over windows of ``LOAD_WINDOW_MS``
+(``record_load``). ``place`` moves as few partitions as a change needs: a shard that left (a vacant shard of an
+automatic group, or one beyond the count an operator set) gives its partitions to the lightest shards, heaviest
+first, and the shards left keep theirs (renumbered into the gaps, so that a driver finds its partitions again
+under its own or the one free number); a new shard takes partitions from the heaviest shards, the heaviest that
+still narrow the gap first, until no move would, so it ends near its share and nothing else moves. A partition the
+placement does not hold (committed for the first time since) follows the hash of the current count. Both inputs
+are replicated state and ``place`` depends on nothing else (ties broken by topic, partition and shard number), so
+every replica computes the same placement, and a driver learns it from the answer that grants its lease (it
+changes only with the map's version, which ends every lease granted before). Loads that drift while the drivers
+stay are not rebalanced: partitions move only when the count changes.
 """
 
 from __future__ import annotations
 
 import hashlib
 import sqlite3
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from shale.errors import CommandRejectedError
@@ -28,6 +43,10 @@ from shale.metastore.commands import CommitIngestBatch, Result, SetIngestShards
 
 _MASK = (1 << 64) - 1
 MAX_SHARDS = 1024
+LOAD_WINDOW_MS = 60_000
+"""A partition's load is the bytes its commits brought per second of log time over a window this long."""
+Key = tuple[str, int]
+"""A topic-partition."""
 
 
 def _key(topic: str, partition: int) -> int:
@@ -85,18 +104,127 @@ def seed(w: IndexWriter, group: str, generation: int, shards: int) -> ShardMap:
     return current
 
 
-def resize(w: IndexWriter, group: str, generation: int, shards: int, index: int) -> ShardMap:
-    """Set the group's count at version ``index`` (every lease granted before it stops holding its shard)."""
+def resize(w: IndexWriter, group: str, generation: int, shards: int, index: int, now_ms: int,
+           removed: Collection[int] = ()) -> ShardMap:
+    """Set the group's count at version ``index`` (every lease granted before it stops holding its shard), and
+    place the group's partitions for it (``removed``: the shards that left; by default those beyond the count)."""
+    current = shard_map(w.conn, group, generation)
+    before = current.shards if current else 1
+    placed = placement(w.conn, group, generation)
+    keys = placed.keys() | {(str(t), int(p)) for t, p in w.conn.execute(
+        "SELECT topic, partition FROM offsets WHERE grp = ? AND generation = ?", (group, generation))}
+    previous = {k: placed.get(k, shard_of(*k, before)) for k in keys}
+    new_placement = place(weights(loads(w.conn, group, generation, now_ms), keys), previous, before, shards, removed)
+    w.conn.execute("DELETE FROM ingest_placement WHERE grp = ? AND generation = ?", (group, generation))
+    w.conn.executemany("INSERT INTO ingest_placement (grp, generation, topic, partition, shard) VALUES (?, ?, ?, ?, ?)",
+                       [(group, generation, t, p, s) for (t, p), s in sorted(new_placement.items())])
     new = ShardMap(shards, index)
     _save(w.conn, group, generation, new)
     return new
 
 
-def apply_set(w: IndexWriter, cmd: SetIngestShards, index: int) -> Result:
+def placement(conn: sqlite3.Connection, group: str, generation: int) -> dict[Key, int]:
+    """The shard of each partition the group's map placed (the others follow ``shard_of``)."""
+    return {(str(t), int(p)): int(s) for t, p, s in conn.execute(
+        "SELECT topic, partition, shard FROM ingest_placement WHERE grp = ? AND generation = ?", (group, generation))}
+
+
+def owner(conn: sqlite3.Connection, group: str, generation: int, topic: str, partition: int, shards: int) -> int:
+    """The shard that reads ``topic[partition]`` under the group's current map of ``shards``."""
+    row = conn.execute("SELECT shard FROM ingest_placement WHERE grp = ? AND generation = ? AND topic = ? AND "
+                       "partition = ?", (group, generation, topic, partition)).fetchone()
+    return int(row[0]) if row else shard_of(topic, partition, shards)
+
+
+def record_load(w: IndexWriter, cmd: CommitIngestBatch, time_ms: int) -> None:
+    """Count a commit's bytes into its partitions' load windows (a range without ``bytes``, from an older writer,
+    counts nothing). A window ends at the first commit ``LOAD_WINDOW_MS`` after it began: its bytes per second
+    become the partition's rate. A partition's first commit only opens its first window (it may carry a
+    backlog)."""
+    for r in cmd.ranges:
+        if r.bytes is None or r.end <= r.start:
+            continue
+        key = (cmd.group, cmd.generation, r.topic, r.partition)
+        row = w.conn.execute("SELECT rate, bytes, since FROM ingest_load WHERE grp = ? AND generation = ? AND "
+                             "topic = ? AND partition = ?", key).fetchone()
+        rate, total, since = (int(row[0]), int(row[1]) + r.bytes, int(row[2])) if row else (-1, 0, time_ms)
+        if time_ms - since >= LOAD_WINDOW_MS:
+            rate, total, since = total * 1000 // (time_ms - since), 0, time_ms
+        w.conn.execute("INSERT OR REPLACE INTO ingest_load (grp, generation, topic, partition, rate, bytes, since) "
+                       "VALUES (?, ?, ?, ?, ?, ?, ?)", (*key, rate, total, since))
+
+
+def loads(conn: sqlite3.Connection, group: str, generation: int, now_ms: int) -> dict[Key, int]:
+    """Bytes per second of each partition whose load is known at ``now_ms``: the last whole window's rate; the
+    current window's so far once it is overdue (the partition slowed down or stopped) or while no window has ended
+    yet (after a second of it)."""
+    known = {}
+    for t, p, rate, total, since in conn.execute("SELECT topic, partition, rate, bytes, since FROM ingest_load "
+                                                 "WHERE grp = ? AND generation = ?", (group, generation)):
+        elapsed = now_ms - int(since)
+        if int(rate) >= 0 and elapsed <= LOAD_WINDOW_MS:
+            known[(str(t), int(p))] = int(rate)
+        elif elapsed >= 1000:
+            known[(str(t), int(p))] = int(total) * 1000 // elapsed
+    return known
+
+
+def weights(known: Mapping[Key, int], keys: Collection[Key]) -> dict[Key, int]:
+    """What ``place`` balances: a partition's bytes per second, the mean of the known ones for a partition of
+    unknown load, and at least 1 (with no load known at all, the partitions count alike)."""
+    mean = sum(known.values()) // len(known) if known else 1
+    return {k: max(1, known.get(k, mean)) for k in keys}
+
+
+def renumber(before: int, shards: int, removed: Collection[int] = ()) -> dict[int, int]:
+    """Where each shard of ``before`` that stays goes in a map of ``shards``: those of ``removed`` leave (and, if
+    still too many stay, the highest); a shard that stays keeps its number if it is below ``shards``, else takes
+    the lowest free one."""
+    staying = [s for s in range(before) if s not in removed][:shards]
+    kept = {s: s for s in staying if s < shards}
+    free = iter(sorted(set(range(shards)) - set(kept)))
+    return {**kept, **{s: next(free) for s in staying if s >= shards}}
+
+
+def place(weight: Mapping[Key, int], previous: Mapping[Key, int], before: int, shards: int,
+          removed: Collection[int] = ()) -> dict[Key, int]:
+    """Each partition's shard among ``shards``, moving as few as the change from ``before`` shards needs and
+    balancing ``weight`` (module docstring). ``previous``: each partition's shard among ``before``.
+
+    The partitions of the shards that left go, heaviest first, each to the lightest shard. The shards no shard of
+    ``before`` became (new ones) then take partitions from the others: the lightest new shard takes, from the
+    heaviest old shard that has one, the heaviest partition lighter than the two shards' difference, until none
+    is. Each partition moves at most once, and each move lowers the sum of the squared loads."""
+    numbers = renumber(before, shards, removed)
+    where = {k: numbers[previous[k]] for k in sorted(weight) if previous.get(k) in numbers}
+    load = [0] * shards
+    for k, s in where.items():
+        load[s] += weight[k]
+    for k in sorted((k for k in weight if k not in where), key=lambda k: (-weight[k], k)):
+        where[k] = min(range(shards), key=lambda s: (load[s], s))
+        load[where[k]] += weight[k]
+    new = [s for s in range(shards) if s not in numbers.values()]
+    if not new:
+        return where
+    held: dict[int, list[Key]] = {s: [] for s in range(shards)}
+    for k in sorted(where, key=lambda k: (-weight[k], k)):
+        held[where[k]].append(k)
+    while True:
+        to = min(new, key=lambda s: (load[s], s))
+        move = next(((s, k) for s in sorted(set(range(shards)) - set(new), key=lambda s: (-load[s], s))
+                     for k in held[s] if weight[k] < load[s] - load[to]), None)
+        if move is None:
+            return where
+        s, k = move
+        held[s].remove(k)
+        where[k], load[s], load[to] = to, load[s] - weight[k], load[to] + weight[k]
+
+
+def apply_set(w: IndexWriter, cmd: SetIngestShards, index: int, time_ms: int) -> Result:
     current = shard_map(w.conn, cmd.group, cmd.generation)
     if current is not None and current.shards == cmd.shards:
         return Result(ok=True, data={"changed": False, "shards": current.shards, "version": current.version})
-    new = resize(w, cmd.group, cmd.generation, cmd.shards, index)
+    new = resize(w, cmd.group, cmd.generation, cmd.shards, index, time_ms)
     return Result(ok=True, data={"changed": True, "shards": new.shards, "version": new.version,
                                  "previous": current.shards if current else None})
 
@@ -110,7 +238,7 @@ def check_commit_shard(w: IndexWriter, cmd: CommitIngestBatch) -> None:
     if cmd.shard >= count:
         raise CommandRejectedError(f"{where}: the group has {count} shard(s)", reason="wrong-shard")
     others = sorted(f"{r.topic}[{r.partition}]" for r in cmd.ranges
-                    if shard_of(r.topic, r.partition, count) != cmd.shard)
+                    if owner(w.conn, cmd.group, cmd.generation, r.topic, r.partition, count) != cmd.shard)
     if others:
         raise CommandRejectedError(f"{where}: {', '.join(others[:10])} belong to other shards of the group's "
                                    f"{count}: a driver commits only its own shard's partitions", reason="wrong-shard")

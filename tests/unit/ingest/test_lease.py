@@ -334,3 +334,53 @@ def test_drivers_that_join_die_and_stop_rebalance_an_automatic_group_on_the_real
     finally:
         for process in (a, b):
             process.stop.set()
+
+
+def test_automatic_drivers_read_the_partitions_the_metastore_placed_and_a_joiner_takes_only_moved_ones(
+        tmp_path: Path) -> None:
+    """``IngestLease.owner``: a driver reads the partitions its grant placed on its shard (and the unplaced ones that
+    hash to it); every driver of a map sees the same owners, each partition has exactly one, and each commits
+    only its own without a ``wrong-shard`` refusal."""
+    clock = Clock(1_800_000_000.0)
+    service = _service(tmp_path, clock)
+    stop = threading.Event()
+    partitions = [("app", p) for p in range(12)]
+    ends = dict.fromkeys(partitions, 0)
+
+    def commit_own(lease: IngestLease) -> set[tuple[str, int]]:
+        own = {k for k in partitions if lease.owner(*k) == lease.shard}
+        ranges = [OffsetRange(topic=t, partition=p, start=ends[(t, p)], end=ends[(t, p)] + 5, bytes=1000 * (p + 1))
+                  for t, p in sorted(own)]
+        result = service.submit(CommitIngestBatch(group="backup", lease=lease.token, shard=lease.shard, blocks=[],
+                                                  ranges=ranges))
+        assert result.ok, result
+        for k in own:
+            ends[k] += 5
+        return own
+
+    a, b = (IngestLease(service, "backup", 1, duration=10, holder=h, shards="auto") for h in "ab")
+    assert a.wait(stop)
+    assert b.wait(stop)
+    with pytest.raises(LeaseLostError):
+        a.renew()  # b's join resharded a's lease
+    a.reset()
+    assert a.wait(stop)
+    for _ in range(2):
+        two = {a.shard: commit_own(a), b.shard: commit_own(b)}
+        clock.now += 61  # a load window later
+    assert sorted(k for ks in two.values() for k in ks) == partitions  # one owner each
+    c = IngestLease(service, "backup", 1, duration=10, holder="c", shards="auto")
+    assert c.wait(stop)
+    assert (c.shard, c.shards) == (2, 3)
+    for lease in (a, b):
+        with pytest.raises(LeaseLostError):
+            lease.renew()
+        lease.reset()
+        assert lease.wait(stop)
+    assert a.placement == b.placement == c.placement
+    assert set(a.placement) == set(partitions)  # every committed partition was placed at the join
+    three = {x.shard: commit_own(x) for x in (a, b, c)}
+    assert sorted(k for ks in three.values() for k in ks) == partitions
+    assert three[a.shard] <= two[a.shard]  # only the joiner gained partitions
+    assert three[b.shard] <= two[b.shard]
+    assert three[c.shard]

@@ -48,7 +48,7 @@ from shale.metastore.commands import (
 )
 from shale.metastore.fsm import Entry
 from shale.metastore.leases import leases
-from shale.metastore.shards import shard_maps, shard_of
+from shale.metastore.shards import owner, placement, shard_maps
 from shale.query.plan import plan_query
 
 SCRATCH = "/dev/shm" if Path("/dev/shm").is_dir() else None  # memory: every step commits (fsync)
@@ -173,10 +173,11 @@ class MetastoreMachine(RuleBasedStateMachine):
         looked at, and so is a batch with a partition of another shard."""
         group, generation, writer = lane
         count = self.m["shards"].get((group, generation), (1, 0))[0]
-        shard = shard_of(chunks[0][0], chunks[0][1], count) if shard is None else shard
+        shard = self.owner(group, generation, chunks[0][0], chunks[0][1], count) if shard is None else shard
         token = self.m["tokens"].get((group, generation, shard, driver))
         refusal = self.lease_refusal((group, generation, shard), token)
-        if refusal is None and (shard >= count or any(shard_of(c[0], c[1], count) != shard for c in chunks)):
+        if refusal is None and (shard >= count or any(self.owner(group, generation, c[0], c[1], count) != shard
+                                                             for c in chunks)):
             refusal = "wrong-shard"
         ranges, blocks, plan = [], [], []
         for i, (topic, partition, count, empty) in enumerate(chunks):
@@ -249,7 +250,7 @@ class MetastoreMachine(RuleBasedStateMachine):
         (group, generation, shard, driver), _ = data.draw(st.sampled_from(sorted(self.m["tokens"].items())))
         count = self.m["shards"].get((group, generation), (1, 0))[0]
         if own:
-            chunks = [c for c in chunks if shard_of(c[0], c[1], count) == shard] or chunks
+            chunks = [c for c in chunks if self.owner(group, generation, c[0], c[1], count) == shard] or chunks
         lane = next(x for x in LANES if x[:2] == (group, generation))
         self.ingest(lane, chunks, variant, 0, driver, shard=shard)
 
@@ -506,6 +507,11 @@ class MetastoreMachine(RuleBasedStateMachine):
         assert losses == {(*key, inc, start, end) for (key, inc), spans in self.m["ranges"].items()
                           for start, end, kind in spans if kind == "loss"}
 
+    def owner(self, group: str, generation: int, topic: str, partition: int, count: int) -> int:
+        """A partition's shard: as the state machine placed it at the last change of the count (by load, tested
+        on its own in test_ingest_shards.py), else by the hash; the invariant below checks the placement's range."""
+        return owner(self.state.reader.conn, group, generation, topic, partition, count)
+
     @invariant()
     def leases_are_the_models(self) -> None:
         index = {(x.group, x.generation, x.shard): [x.holder, x.token, x.expires_at, x.duration_ms]
@@ -513,6 +519,8 @@ class MetastoreMachine(RuleBasedStateMachine):
         assert index == self.m["leases"]
         maps = {k: (v.shards, v.version) for k, v in shard_maps(self.state.reader.conn).items()}
         assert maps == self.m["shards"]
+        for (group, generation), (count, _) in maps.items():
+            assert all(0 <= s < count for s in placement(self.state.reader.conn, group, generation).values())
 
     @invariant()
     def index_is_sound(self) -> None:

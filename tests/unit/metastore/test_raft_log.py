@@ -17,6 +17,7 @@ from shale.errors import NotLeaderError
 from shale.metastore import AddBlocks, Noop, RaftLog, StateMachine, encode
 from shale.metastore.commands import PartitionKey, TruncateIndex
 from shale.metastore.fsm import Entry
+from shale.metastore.log import LEADER_FALLBACK
 from shale.process import free_port
 
 SECRET = "unit-test-cluster-secret"
@@ -169,3 +170,17 @@ def test_a_follower_that_lost_its_disk_catches_up_from_a_snapshot(tmp_path: Path
         assert restored.state.state_hash() == leader.state.state_hash()
     finally:
         cluster.close()
+
+
+def test_a_leader_cut_off_from_its_majority_steps_down_and_refuses_at_once(cluster: Cluster) -> None:
+    """``LEADER_FALLBACK``: a leader that hears from no follower steps down within a few seconds (pysyncobj's
+    default is 30 s), so a client asking it is told at once to look elsewhere instead of waiting its timeout."""
+    leader = cluster.leader()
+    assert leader.propose(encode(Noop())).ok
+    for i, log in enumerate(cluster.logs):
+        if log is not None and log is not leader:
+            log.close()
+            cluster.logs[i] = None
+    eventually(lambda: not leader.is_leader(), 4 * LEADER_FALLBACK, "the cut-off leader to step down")
+    with pytest.raises(NotLeaderError):
+        leader.propose(encode(Noop()), timeout=LEADER_FALLBACK)
