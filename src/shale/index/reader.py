@@ -39,7 +39,7 @@ PROGRESS_STEPS = 10_000
 HASHED_TABLES = ("state", "strings", "partitions", "blocks", "tombstones", "tenant_versions", "offsets", "commits",
                  "settings", "compaction_jobs", "compaction_polls", "generations", "generation_pins", "incarnations",
                  "losses", "block_changes", "ingest_leases", "ingest_shards", "restores", "block_schemas",
-                 "ingest_placement", "ingest_load")
+                 "ingest_placement", "ingest_load", "erasures", "erasure_positions", "erasure_blocks")
 
 
 def _tombstone(r: tuple[Any, ...]) -> TombstoneRow:
