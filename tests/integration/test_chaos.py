@@ -62,8 +62,10 @@ trigger_interval = "1s"
 [[ingest.parsers]]
 parser = "json"
 options = {{time_field = "ts", time_format = "epoch_s", label_fields = ["level"]}}
+max_records_per_batch = 500
 [compaction]
-# Once the kills stop, a group may store the whole run in one batch: one level-0 block per Kafka partition, three.
+# A level-0 block holds every partition a task read, so a group that stored the whole run in one batch (the
+# kills over, or a slow start) would leave one block to compact: batches of at most 500 records make about nine.
 blocks_per_job = [2, 2]
 poll_interval = "0.5s"
 lease_duration = "5s"

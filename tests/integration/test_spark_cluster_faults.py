@@ -37,9 +37,11 @@ from shale.objstore import open_bucket
 from shale.process import ManagedProcess
 
 RECORDS = 20_000
-SLOW_SECONDS = 12
-"""How long the slow attempt sleeps: Spark starts the speculative one after 4 s (the threshold below), checking
-every 200 ms, so 12 s leaves it ample time to start on a loaded machine (the test needs it started, not won)."""
+SLOW_SECONDS = 60
+"""How long the slow attempt sleeps. Spark starts the speculative one once the slow attempt has run 4 s (the
+threshold below) and 1.5 times as long as the stage's finished tasks, checking every 200 ms: on a loaded machine
+the other ingest task took 29 s, so a 12 s sleep ended before 1.5 x 29 s and no copy was started. The copy does not
+sleep, and the stage ends with it, so a long sleep costs nothing when speculation works."""
 COMPACTION = '\n[compaction]\nblocks_per_job = [10]\nmax_level = 1\npoll_interval = "0.3s"\nlease_duration = "20s"\n'
 SPECULATION = {
     "spark.speculation": "true",
