@@ -658,7 +658,7 @@ def _foreign_change(table: Any) -> str:
                           for s in theirs[:3]) + (f" and {len(theirs) - 3} more" if len(theirs) > 3 else "")
     changes = [f"{deletes} delete file{'s' * (deletes != 1)}"] if deletes else []
     if data - held or held - data:
-        changes.append(f"{len(data - held)} data files added and {len(held - data)} of Shale's removed")
+        changes.append(f"data files: {len(data - held)} added, {len(held - data)} of Shale's removed")
     return (f"has snapshots Shale did not write that change its rows: {described}, on top of Shale's "
             f"{own.snapshot_id if own else 'none'} ({' and '.join(changes)})")
 
