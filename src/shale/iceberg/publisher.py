@@ -653,14 +653,21 @@ def _foreign_change(table: Any) -> str:
     from pyiceberg.table.snapshots import ancestors_between_ids
 
     theirs = list(ancestors_between_ids(own and own.snapshot_id, current.snapshot_id, table.metadata))
-    described = ", ".join(f"{s.snapshot_id} ({s.summary.operation.value if s.summary else '?'}"
-                          f"{', ' + _summary(s, 'engine-name') if _summary(s, 'engine-name') else ''})"
-                          for s in theirs[:3]) + (f" and {len(theirs) - 3} more" if len(theirs) > 3 else "")
+    described = ", ".join(f"{s.snapshot_id} ({_what(s)})" for s in theirs[:3])
+    if len(theirs) > 3:
+        described += f" and {len(theirs) - 3} more"
     changes = [f"{deletes} delete file{'s' * (deletes != 1)}"] if deletes else []
     if data - held or held - data:
         changes.append(f"data files: {len(data - held)} added, {len(held - data)} of Shale's removed")
     return (f"has snapshots Shale did not write that change its rows: {described}, on top of Shale's "
             f"{own.snapshot_id if own else 'none'} ({' and '.join(changes)})")
+
+
+def _what(snapshot: Any) -> str:
+    """A snapshot's operation and the engine that wrote it, when its summary says."""
+    operation = snapshot.summary.operation.value if snapshot.summary else "?"
+    engine = _summary(snapshot, "engine-name")
+    return f"{operation}, {engine}" if engine else operation
 
 
 def _contents(table: Any, snapshot: Any) -> tuple[set[str], int]:
