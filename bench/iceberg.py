@@ -133,8 +133,8 @@ def run() -> dict[str, Any]:
                                                                   "label_fields": ["level"], "fields": ["msg"]}}]},
             "iceberg": {"enabled": True, "catalog_uri": f"sqlite:///{work}/catalog.db", "interval": 0.2}})
         catalog = stack.enter_context(iceberg_rest_catalog(bucket, work / "rest"))
-        rest = config.model_copy(update={"iceberg": config.iceberg.model_copy(update={
-            "catalog": "rest", "catalog_uri": catalog.url, "credential": CREDENTIAL,
+        rest = config.model_copy(update={"iceberg": type(config.iceberg).model_validate({
+            **config.iceberg.model_dump(), "catalog": "rest", "catalog_uri": catalog.url, "credential": CREDENTIAL,
             "oauth2_server_uri": f"{catalog.url}/v1/oauth/tokens"})})
         config_file = work / "shale.toml"
         _write_toml(config, config_file)
