@@ -1,4 +1,4 @@
-"""Real services for benchmarks: MinIO and Kafka in a scratch folder, stopped afterwards."""
+"""Real services for benchmarks: MinIO, Kafka and an Iceberg REST catalog in a scratch folder, stopped afterwards."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 from shale.config import BucketConfig
 from shale.dev import KafkaBroker, MinioServer
+from shale.dev.iceberg_rest import IcebergRestCatalog
 
 
 @contextmanager
@@ -33,3 +34,14 @@ def kafka_broker() -> Iterator[KafkaBroker]:
             yield broker
         finally:
             broker.stop()
+
+
+@contextmanager
+def iceberg_rest_catalog(bucket: BucketConfig, data_dir: Path) -> Iterator[IcebergRestCatalog]:
+    """Apache Iceberg 1.11's REST catalog server on loopback, its warehouse under ``_rest/`` in ``bucket``."""
+    catalog = IcebergRestCatalog(data_dir, f"{bucket.url}/_rest", bucket.endpoint, bucket.access_key_id,
+                                 bucket.secret_access_key.get_secret_value()).start()
+    try:
+        yield catalog
+    finally:
+        catalog.stop()

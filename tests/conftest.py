@@ -98,9 +98,12 @@ def spark() -> Iterator[SparkSession]:
     from shale.spark import spark_session
 
     # One SparkContext per test process: it carries the Kafka connector and Iceberg's runtime (test_iceberg reads
-    # the published tables through it, its catalog set at run time).
+    # the published tables through it, its catalog set at run time) with Iceberg's SQL extensions (its stored
+    # procedures: test_iceberg_maintenance).
     jars = ",".join([connector_conf()["spark.jars"], *(str(p) for p in iceberg_jars())])
-    session = spark_session("shale-tests", SparkConfig(master="local[2]", conf={"spark.jars": jars}))
+    extensions = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+    session = spark_session("shale-tests", SparkConfig(master="local[2]", conf={
+        "spark.jars": jars, "spark.sql.extensions": extensions}))
     yield session
     session.stop()
 

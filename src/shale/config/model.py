@@ -392,8 +392,8 @@ class CompactionConfig(_Section):
 
 class IcebergConfig(_Section):
     """Apache Iceberg tables over the stored blocks (docs/DESIGN.md, section 16): one table per tenant and topic of
-    the partition group, published by the metastore leader, in a SQL catalog that Spark, Trino, Flink or DuckDB
-    read. Credentials of the bucket are those of ``[bucket]``."""
+    the partition group, published by the metastore leader, in a SQLite catalog or a REST catalog service that
+    Spark, Trino, DuckDB or Polars read. Credentials of the bucket are those of ``[bucket]``."""
 
     enabled: bool = Field(default=False, description="publish every committed change as an Iceberg snapshot")
     catalog: Literal["sql", "rest"] = Field(
@@ -401,9 +401,8 @@ class IcebergConfig(_Section):
                                    "Iceberg REST catalog service (Polaris, Lakekeeper, Nessie, Glue, ...)")
     catalog_uri: str = Field(
         default="sqlite:///.shale/iceberg/catalog.db",
-        description="sql: SQLAlchemy URL of the catalog database, sqlite:///PATH (embedded) or "
-                    "postgresql+psycopg2://user@host/db (the password from the URL or PGPASSWORD); rest: the "
-                    "catalog's base URL, http(s)://host:port[/path]")
+        description="sql: the catalog's SQLite file, sqlite:///PATH, on the metastore leader's disk (one machine; "
+                    "for several, use rest); rest: the catalog's base URL, http(s)://host:port[/path]")
     catalog_name: str = Field(default="shale", description="the catalog's name (engines must use the same one)")
     warehouse: str = Field(default="", description="sql: where table metadata goes (empty: <bucket url>/_shale/"
                            "iceberg); rest: the warehouse the catalog serves, a name or a location as the catalog "
@@ -441,6 +440,9 @@ class IcebergConfig(_Section):
     def _rest(self) -> IcebergConfig:
         if self.catalog == "rest" and not self.catalog_uri.startswith(("http://", "https://")):
             raise ValueError("with catalog = \"rest\", catalog_uri is the REST catalog's http(s):// URL")
+        if self.catalog == "sql" and not self.catalog_uri.startswith("sqlite:///"):
+            raise ValueError("with catalog = \"sql\", catalog_uri is a SQLite file, sqlite:///PATH (one machine); a "
+                             "catalog several machines reach is a REST catalog: catalog = \"rest\" (docs/DEPLOY.md)")
         if self.credential.get_secret_value() and self.token.get_secret_value():
             raise ValueError("set credential or token, not both")
         return self

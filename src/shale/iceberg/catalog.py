@@ -1,4 +1,4 @@
-"""The Iceberg catalog Shale publishes into (a SQL catalog or a REST catalog service), and how engines reach it.
+"""The Iceberg catalog Shale publishes into (a SQLite catalog or a REST catalog service), and how engines reach it.
 
 pyiceberg's ``SqlCatalog`` keeps tables in two SQL tables (``iceberg_tables``, ``iceberg_namespace_properties``)
 with the same names and columns as Iceberg's Java ``JdbcCatalog`` (schema version V1, which has the
@@ -123,18 +123,11 @@ def _rest_catalog(config: ShaleConfig) -> Any:
     return ShaleRestCatalog(config.iceberg.catalog_name, **rest_properties(config))
 
 
-def _jdbc_url(uri: str) -> tuple[str, dict[str, str]]:
-    """A SQLAlchemy URL as a JDBC URL plus its user and password (which never go into the URL)."""
-    if uri.startswith("sqlite:///"):
-        return f"jdbc:sqlite:{Path(uri.removeprefix('sqlite:///')).expanduser().resolve()}", {}
-    parsed = urlparse(uri)
-    if parsed.scheme.split("+")[0] in ("postgresql", "postgres"):
-        port = f":{parsed.port}" if parsed.port else ""
-        extra = {"jdbc.user": parsed.username or ""}
-        if parsed.password:
-            extra["jdbc.password"] = parsed.password
-        return f"jdbc:postgresql://{parsed.hostname}{port}{parsed.path}", extra
-    raise ConfigError(f"iceberg.catalog_uri {uri!r}: use sqlite:///PATH or postgresql://user@host/db")
+def _jdbc_url(uri: str) -> str:
+    """The SQLite catalog's SQLAlchemy URL as a JDBC URL."""
+    if not uri.startswith("sqlite:///"):
+        raise ConfigError(f"iceberg.catalog_uri {uri!r}: the sql catalog is a SQLite file, sqlite:///PATH")
+    return f"jdbc:sqlite:{Path(uri.removeprefix('sqlite:///')).expanduser().resolve()}"
 
 
 def spark_catalog_conf(config: ShaleConfig, name: str | None = None) -> dict[str, str]:
@@ -150,11 +143,9 @@ def spark_catalog_conf(config: ShaleConfig, name: str | None = None) -> dict[str
         conf[f"{prefix}.type"] = "rest"
         conf.update({f"{prefix}.{k}": v for k, v in rest_properties(config).items() if not k.startswith("s3.")})
     else:
-        url, jdbc = _jdbc_url(config.iceberg.catalog_uri)
         conf.update({f"{prefix}.catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog",
-                     f"{prefix}.uri": url, f"{prefix}.jdbc.schema-version": "V1",
+                     f"{prefix}.uri": _jdbc_url(config.iceberg.catalog_uri), f"{prefix}.jdbc.schema-version": "V1",
                      f"{prefix}.warehouse": warehouse(config)})
-        conf.update({f"{prefix}.{k}": v for k, v in jdbc.items()})
     bucket = config.bucket
     if urlparse(bucket.url).scheme == "s3":
         conf[f"{prefix}.io-impl"] = "org.apache.iceberg.aws.s3.S3FileIO"

@@ -92,12 +92,23 @@ RETRIES = Counter("shale_iceberg_commit_retries_total", "Iceberg commits the cat
 COMMIT_ATTEMPTS = 5
 EXPIRED = Counter("shale_iceberg_snapshots_expired_total", "Snapshots of Shale's tables expired (metadata only: no "
                   "data file is deleted).")
+STOPPED = Gauge("shale_iceberg_tables_stopped", "Shale's tables the publisher has stopped writing because a "
+                "snapshot it did not write changed their rows (the log and the status name the snapshot).")
 LAST_SUCCESS = Gauge("shale_iceberg_last_success_timestamp_seconds", "When a publisher round last succeeded.")
 
 
 class TableNameConflictError(ShaleError):
     """The table a topic (or record type) would be published to belongs to another one (``<topic>__<record>``
     names can meet a topic of that very name, and records ``a.b`` and ``a_b`` meet each other)."""
+
+
+class ForeignChangeError(ShaleError):
+    """Another writer changed the rows of one of Shale's tables (a DELETE's delete files, a rewrite of its data
+    files, an INSERT): Shale stops publishing into it rather than commit over that change."""
+
+
+NOT_WRITTEN = (TableNameConflictError, ForeignChangeError)
+"""A table the publisher leaves as it is (logged once, in the status; its topic's rows stay readable)."""
 
 
 @dataclass
@@ -155,6 +166,8 @@ class IcebergPublisher:
         self.refused = 0
         self.conflicts: dict[TableKey, str] = {}
         """Tables whose name another topic's or record type's table holds: not written (``_load``)."""
+        self.stopped: dict[TableKey, str] = {}
+        """Tables whose rows another writer's snapshot changed: not written until a full sync finds them Shale's."""
         self.published_through = 0
         self.expired = 0
         self._expired_at = 0.0
@@ -284,6 +297,8 @@ class IcebergPublisher:
 
         if key in self.conflicts:
             raise TableNameConflictError(self.conflicts[key])
+        if key in self.stopped:
+            raise ForeignChangeError(self.stopped[key])
         name = identifier(key.tenant, key.topic, key.record or None)
         try:
             table = self.catalog.load_table(name)
@@ -303,6 +318,14 @@ class IcebergPublisher:
                        "table would have the same name, is not published (never mixed into it); its rows stay "
                        "readable through shale query. Rename the topic, or publish it under another catalog.")
             self._conflict(key, message)
+        foreign = _foreign_change(table)
+        if foreign:
+            self._stop(key, f"Iceberg table {'.'.join(name)} {foreign}; Shale stops publishing topic {key.topic!r}"
+                       f"{f' record type {key.record!r}' if key.record else ''} of tenant {key.tenant!r} into it "
+                       "rather than commit over that change, and leaves the snapshot as it is; the topic's rows stay "
+                       "readable through shale query. To hand the table back to Shale, roll it back to Shale's "
+                       "newest snapshot (Spark: CALL <catalog>.system.rollback_to_snapshot) or drop it without "
+                       "purge, then run shale iceberg sync --full.")
         snapshot = table.current_snapshot()
         state = _Table(table, _last_index(table))
         if snapshot is not None:
@@ -318,6 +341,13 @@ class IcebergPublisher:
         log.error("iceberg table name taken", extra={"tenant": key.tenant, "topic": key.topic,
                                                     "record": key.record, "error": message})
         raise TableNameConflictError(message)
+
+    def _stop(self, key: TableKey, message: str) -> None:
+        self.stopped[key] = message
+        STOPPED.set(len(self.stopped))
+        log.error("iceberg table changed by another writer", extra={"tenant": key.tenant, "topic": key.topic,
+                                                                   "record": key.record, "error": message})
+        raise ForeignChangeError(message)
 
     def _create(self, key: TableKey) -> _Table:
         """A table of the base columns; each commit adds the parser's columns its files hold (``_evolve``)."""
@@ -344,7 +374,7 @@ class IcebergPublisher:
             try:
                 if self._load(key) is not None:
                     continue
-            except TableNameConflictError:
+            except NOT_WRITTEN:
                 continue  # logged once; its blocks are left out
             before = [c for c in read.changes if c.tenant == key.tenant]
             blocks = blocks_at(read.live[key.tenant], read.metas, before)
@@ -390,7 +420,7 @@ class IcebergPublisher:
 
                 try:
                     committed += self._commit_retried(key, index, plan, erased=self._erased(read, erasing.get(key)))
-                except TableNameConflictError:
+                except NOT_WRITTEN:
                     continue  # logged once; its blocks are left out
         return committed
 
@@ -485,7 +515,8 @@ class IcebergPublisher:
             if key is None:
                 properties = self.catalog.load_table((namespace, name)).properties
                 key = TableKey(namespace, properties.get(TABLE_TOPIC, name), properties.get(TABLE_RECORD, ""))
-                self._load(key)
+                with contextlib.suppress(*NOT_WRITTEN):
+                    self._load(key)
             keys.append(key)
         return keys
 
@@ -668,6 +699,9 @@ class IcebergPublisher:
             return self._sync(full)
 
     def _sync(self, full: bool) -> dict[str, Any]:
+        if full:  # a stopped table is looked at again: written if it is Shale's once more (rolled back, dropped)
+            self.stopped.clear()
+            STOPPED.set(0)
         committed = 0
         while True:
             before = self.published_through
@@ -683,7 +717,7 @@ class IcebergPublisher:
             for key in sorted(keys):
                 try:
                     state = self._load(key) or self._create(key)
-                except TableNameConflictError:
+                except NOT_WRITTEN:
                     continue
                 remove, add = self._rediff(read, key, state, read.rules.get(key.tenant, []), [])
                 if remove or add:
@@ -696,6 +730,7 @@ class IcebergPublisher:
                 "applied_index": self.applied, "tables": len(self._tables), "last_error": self.last_error,
                 "refused_files": self.refused, "expired_snapshots": self.expired,
                 "table_name_conflicts": sorted(self.conflicts.values()),
+                "stopped_tables": sorted(self.stopped.values()),
                 "lag_seconds": self.clock() - min(self._first_seen.values()) if self._first_seen else 0.0}
 
     def loop(self, stop: threading.Event, is_leader: Callable[[], bool] = lambda: True) -> None:
@@ -726,6 +761,55 @@ def _newest_own(table: Any) -> Any:
         if _summary(snapshot, SUMMARY_INDEX) is not None:
             return snapshot
     return None
+
+
+def _foreign_change(table: Any) -> str:
+    """What snapshots Shale did not write, on top of its newest one, changed in the table's rows ('' if nothing:
+    an empty commit, manifests rewritten, properties set). Rows are changed by delete files (position or equality
+    deletes, deletion vectors: Shale writes none) and by data files other than those Shale's snapshot held (an
+    engine's copy-on-write DELETE, ``rewrite_data_files``, an INSERT)."""
+    current = table.current_snapshot()
+    if current is None or _summary(current, SUMMARY_INDEX) is not None:
+        return ""
+    own = _newest_own(table)
+    data, deletes = _contents(table, current)
+    held = _contents(table, own)[0] if own is not None else set()
+    if not deletes and data == held:
+        return ""
+    from pyiceberg.table.snapshots import ancestors_between_ids
+
+    theirs = list(ancestors_between_ids(own and own.snapshot_id, current.snapshot_id, table.metadata))
+    described = ", ".join(f"{s.snapshot_id} ({_what(s)})" for s in theirs[:3])
+    if len(theirs) > 3:
+        described += f" and {len(theirs) - 3} more"
+    changes = [f"{deletes} delete file{'s' * (deletes != 1)}"] if deletes else []
+    if data - held or held - data:
+        changes.append(f"data files: {len(data - held)} added, {len(held - data)} of Shale's removed")
+    return (f"has snapshots Shale did not write that change its rows: {described}, on top of Shale's "
+            f"{own.snapshot_id if own else 'none'} ({' and '.join(changes)})")
+
+
+def _what(snapshot: Any) -> str:
+    """A snapshot's operation and the engine that wrote it, when its summary says."""
+    operation = snapshot.summary.operation.value if snapshot.summary else "?"
+    engine = _summary(snapshot, "engine-name")
+    return f"{operation}, {engine}" if engine else operation
+
+
+def _contents(table: Any, snapshot: Any) -> tuple[set[str], int]:
+    """A snapshot's live data files (their URIs) and how many delete files it holds, from its manifests (a scan's
+    plan would refuse equality deletes)."""
+    from pyiceberg.manifest import ManifestContent
+
+    data: set[str] = set()
+    deletes = 0
+    for manifest in snapshot.manifests(table.io):
+        entries = manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+        if manifest.content == ManifestContent.DELETES:
+            deletes += len(entries)
+        else:
+            data |= {e.data_file.file_path for e in entries}
+    return data, deletes
 
 
 def _last_index(table: Any) -> int:

@@ -54,3 +54,10 @@ def test_the_credential_and_token_are_secrets() -> None:
 def test_a_rest_catalog_configured_wrongly_is_refused(iceberg: dict[str, object], message: str) -> None:
     with pytest.raises((ConfigError, ValueError), match=message.replace("(", r"\(").replace(")", r"\)")):
         rest_config(**iceberg)
+
+
+def test_the_sql_catalog_is_a_sqlite_file_only() -> None:
+    """PostgreSQL through pyiceberg's SqlCatalog is not offered (not tested): several machines use a REST catalog."""
+    with pytest.raises((ConfigError, ValueError), match="REST catalog"):
+        ShaleConfig.model_validate({"iceberg": {"catalog_uri": "postgresql+psycopg2://shale@db/iceberg"}})
+    assert ShaleConfig.model_validate({"iceberg": {"catalog_uri": "sqlite:///x.db"}}).iceberg.catalog == "sql"
