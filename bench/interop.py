@@ -142,7 +142,7 @@ def chdb_types(catalog: IcebergRestCatalog, bucket: BucketConfig) -> dict[str, s
     answer = _chdb(catalog, bucket, {"types": f"DESCRIBE TABLE shale.`{TYPED}.{ORDERS}`"})["types"]
     if "error" in answer:
         raise RuntimeError(answer["error"])
-    return {row[0]: row[1] for row in answer["rows"]}
+    return {row[0]: " ".join(row[1].split()) for row in answer["rows"]}  # ClickHouse breaks a Tuple's lines
 
 
 # -- comparing ---------------------------------------------------------------------------------------------------------
