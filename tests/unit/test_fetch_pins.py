@@ -56,5 +56,5 @@ def test_the_interoperability_engines_are_pinned_and_fetched_only_by_their_scrip
     assert fetch.NOT_IN_ALL[4:] == ("chdb", "trino")
     assert fetch.CHDB_PACKAGES[0] == f"chdb=={fetch.CHDB_VERSION}"
     assert all("==" in p for p in fetch.CHDB_PACKAGES)  # chdb-core, the engine it loads, pinned too
-    assert fetch.TRINO_ARTIFACT == f"io.trino:trino-server:{fetch.TRINO_VERSION}:tar.gz"
+    assert f"io.trino:trino-server:{fetch.TRINO_VERSION}:tar.gz" == fetch.TRINO_ARTIFACT
     assert int(fetch.TRINO_VERSION) >= 476
