@@ -53,11 +53,13 @@ def timed() -> Iterator[list[float]]:
 
 
 def write_result(name: str, figures: dict[str, float], baseline: dict[str, float], ratios: dict[str, float],
-                 notes: str) -> dict[str, Any]:
+                 notes: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write the result (``details``: more of what the run saw, kept in the JSON only) and its docs section."""
     result: dict[str, Any] = {"name": name, "machine": machine(),
                               "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                               "figures": figures, "baseline": baseline, "ratios": ratios}
     result["targets"] = evaluated(name, result)
+    result.update(details or {})
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
     _update_doc(name, result, notes)

@@ -41,7 +41,7 @@ def test_the_benchmarks_jars_are_fetched_only_by_make_bench() -> None:
 
 
 def test_the_rest_catalog_and_duckdb_are_pinned_and_fetched_when_first_needed() -> None:
-    assert fetch.NOT_IN_ALL[2:] == ("iceberg-rest", "duckdb")
+    assert fetch.NOT_IN_ALL[2:4] == ("iceberg-rest", "duckdb")
     pins = {(g, a, c): v for g, a, v, c, _ in fetch.ICEBERG_REST_ARTIFACTS}
     assert pins[("org.apache.iceberg", "iceberg-open-api", "test-fixtures")] == fetch.ICEBERG_VERSION
     assert pins[("org.apache.iceberg", "iceberg-core", "tests")] == fetch.ICEBERG_VERSION
@@ -51,3 +51,10 @@ def test_the_rest_catalog_and_duckdb_are_pinned_and_fetched_when_first_needed() 
     assert all(p.endswith(f"=={fetch.DUCKDB_VERSION}") for p in fetch.DUCKDB_PACKAGES)  # built for one DuckDB
     assert (fetch.Path(fetch.__file__).parent / "java" / f"{fetch.REST_LAUNCHER}.java").is_file()
 
+
+def test_the_interoperability_engines_are_pinned_and_fetched_only_by_their_script() -> None:
+    assert fetch.NOT_IN_ALL[4:] == ("chdb", "trino")
+    assert fetch.CHDB_PACKAGES[0] == f"chdb=={fetch.CHDB_VERSION}"
+    assert all("==" in p for p in fetch.CHDB_PACKAGES)  # chdb-core, the engine it loads, pinned too
+    assert f"io.trino:trino-server:{fetch.TRINO_VERSION}:tar.gz" == fetch.TRINO_ARTIFACT
+    assert int(fetch.TRINO_VERSION) >= 476

@@ -351,19 +351,70 @@ def fetch_duckdb(cache: Path | None = None) -> Path:
     """The Python of a virtual environment holding DuckDB and its Iceberg extension (with httpfs and avro, which it
     loads) from PyPI, pinned to one DuckDB version: the extensions' wheels are built for exactly that version, so
     they live beside Shale's environment rather than in it. The tests drive it as a subprocess."""
-    target = (cache or cache_dir()) / "venvs" / f"duckdb-{DUCKDB_VERSION}"
+    return _fetch_venv("duckdb", DUCKDB_VERSION, DUCKDB_PACKAGES, f"DuckDB {DUCKDB_VERSION} and its Iceberg extension",
+                       cache)
+
+
+# chDB 4.4 (ClickHouse in a Python module) and the engine build it loads, chdb-core (ClickHouse 26.9): about 900 MB
+# installed, for the interoperability script only (bench/interop.py).
+CHDB_VERSION = "4.4.0"
+CHDB_PACKAGES = (f"chdb=={CHDB_VERSION}", "chdb-core==26.9.0")
+
+
+def _fetch_venv(name: str, version: str, packages: tuple[str, ...], what: str, cache: Path | None) -> Path:
+    """The Python of a virtual environment ``venvs/<name>-<version>`` holding ``packages`` from PyPI, made if
+    missing."""
+    target = (cache or cache_dir()) / "venvs" / f"{name}-{version}"
     python = target / "bin" / "python"
     with _locked(target):
         if (target / ".complete").exists():
             return python
-        _log(f"creating a virtual environment with DuckDB {DUCKDB_VERSION} and its Iceberg extension (PyPI)")
+        _log(f"creating a virtual environment with {what} (PyPI)")
         if target.exists():
             shutil.rmtree(target)
         _run([sys.executable, "-m", "venv", str(target)])
-        _run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *DUCKDB_PACKAGES])
-        (target / ".complete").write_text(DUCKDB_VERSION)
-        _log(f"DuckDB ready in {target}")
+        _run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *packages])
+        (target / ".complete").write_text(version)
+        _log(f"{what} ready in {target}")
     return python
+
+
+def fetch_chdb(cache: Path | None = None) -> Path:
+    """The Python of a virtual environment holding chDB (``fetch.py chdb``, not in ``all``): beside Shale's, since
+    chdb-core pins its own Arrow and is large. The interoperability script drives it as a subprocess."""
+    return _fetch_venv("chdb", CHDB_VERSION, CHDB_PACKAGES, f"chDB {CHDB_VERSION}", cache)
+
+
+# Trino's server, for the interoperability script only: the release tarball on Maven Central (about 800 MB
+# unpacked, every connector's plugin inside); it runs on Java >= 24.
+TRINO_VERSION = "476"
+TRINO_ARTIFACT = f"io.trino:trino-server:{TRINO_VERSION}:tar.gz"
+
+
+def fetch_trino(cache: Path | None = None) -> Path:
+    """Trino's unpacked server (``bin/launcher``, ``lib/``, ``plugin/``) from Maven Central (``fetch.py trino``, not
+    in ``all``), fetched if missing."""
+    target = (cache or cache_dir()) / "trino" / f"trino-server-{TRINO_VERSION}"
+    with _locked(target):
+        if (target / ".complete").exists():
+            return target
+        if shutil.which("mvn") is None:
+            raise FetchError("mvn is not on PATH: install Maven (Debian package 'maven') and retry")
+        _log(f"fetching Trino {TRINO_VERSION}'s server from Maven Central")
+        with tempfile.TemporaryDirectory(prefix="shale-mvn-") as work:
+            _run(["mvn", "-q", "-B", "dependency:copy", f"-Dartifact={TRINO_ARTIFACT}",
+                  f"-DoutputDirectory={work}"], cwd=Path(work))
+            archives = sorted(Path(work).glob("*.tar.gz"))
+            if len(archives) != 1:
+                raise FetchError(f"expected one tar.gz from {TRINO_ARTIFACT}, got {archives}")
+            unpacked = Path(work) / "unpacked"
+            shutil.unpack_archive(archives[0], unpacked)
+            if target.exists():
+                shutil.rmtree(target)
+            shutil.move(unpacked / f"trino-server-{TRINO_VERSION}", target)
+        (target / ".complete").write_text(TRINO_VERSION)
+        _log(f"Trino ready in {target}")
+    return target
 
 
 def kafka_tools_classpath(cache: Path | None = None) -> str:
@@ -470,9 +521,10 @@ FETCHERS = {
     "kafka": fetch_kafka, "spark": fetch_spark_connector, "iceberg": fetch_iceberg, "minio": fetch_minio,
     "promtool": fetch_promtool, "apicurio": fetch_apicurio, "iceberg-kafka-connect": fetch_iceberg_kafka_connect,
     "spark-avro": fetch_spark_avro, "iceberg-rest": fetch_iceberg_rest, "duckdb": fetch_duckdb,
+    "chdb": fetch_chdb, "trino": fetch_trino,
 }
 # Only benchmarks need the first two (make bench-deps); the REST catalog is fetched when first started.
-NOT_IN_ALL = ("iceberg-kafka-connect", "spark-avro", "iceberg-rest", "duckdb")
+NOT_IN_ALL = ("iceberg-kafka-connect", "spark-avro", "iceberg-rest", "duckdb", "chdb", "trino")
 
 
 def fetch_all(names: list[str]) -> None:

@@ -1,0 +1,115 @@
+"""Trino 476 with its Iceberg connector on an Iceberg REST catalog, for the interoperability script
+(``bench/interop.py``): the release tarball fetched by ``fetch.py trino``, one coordinator that is also its worker,
+bound to loopback (``node.bind-ip``), on Java 25 (Trino 476 needs Java >= 24) with a 1 GiB heap, loading only the
+Iceberg plugin. Its catalog ``shale`` reads the REST catalog with an OAuth2 client credential and the bucket through
+Trino's native S3 file system (endpoint, path-style). The credentials reach the server in environment variables
+that its properties name (``${ENV:...}``), never in a file or on its command line.
+
+Queries go through Trino's HTTP protocol (``POST /v1/statement``, then each ``nextUri``), so no CLI jar is needed."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shale.dev.fetch import TRINO_VERSION, fetch_trino
+from shale.process import ManagedProcess, free_port
+
+READY_TIMEOUT_S = 300.0
+JAVA_25 = "/usr/lib/jvm/temurin-25-jdk-amd64/bin/java"
+CATALOG = "shale"
+# PARAMETRIC_DATETIME: a client that does not declare it gets every timestamp rounded to milliseconds.
+HEADERS = {"X-Trino-User": "shale", "X-Trino-Client-Capabilities": "PARAMETRIC_DATETIME"}
+
+
+class TrinoQueryError(RuntimeError):
+    """Trino answered a statement with an error; the message is Trino's."""
+
+
+@dataclass
+class TrinoServer:
+    data_dir: Path
+    catalog_uri: str
+    """The Iceberg REST catalog's base URL."""
+    credential: str
+    """The catalog's OAuth2 client credential, ``client_id:secret``."""
+    s3_endpoint: str
+    access_key: str
+    secret_key: str
+    region: str = "us-east-1"
+    heap: str = "1G"
+    port: int = 0
+    process: ManagedProcess | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = READY_TIMEOUT_S) -> TrinoServer:
+        home = fetch_trino()
+        self.port = self.port or free_port()
+        etc = self.data_dir / "etc"
+        (etc / "catalog").mkdir(parents=True, exist_ok=True)
+        plugins = self.data_dir / "plugin"
+        plugins.mkdir(exist_ok=True)
+        if not (plugins / "iceberg").exists():
+            (plugins / "iceberg").symlink_to(home / "plugin" / "iceberg")
+        (etc / "config.properties").write_text("\n".join([
+            "coordinator=true", "node-scheduler.include-coordinator=true",
+            f"http-server.http.port={self.port}", f"discovery.uri={self.url}",
+            "node.environment=shale", "node.id=shale-interop",
+            "node.bind-ip=127.0.0.1", "node.internal-address=127.0.0.1",
+            f"plugin.dir={plugins}", f"catalog.config-dir={etc / 'catalog'}",
+            "query.max-memory=512MB", "query.max-memory-per-node=256MB", ""]))
+        (etc / "catalog" / f"{CATALOG}.properties").write_text("\n".join([
+            "connector.name=iceberg", "iceberg.catalog.type=rest", f"iceberg.rest-catalog.uri={self.catalog_uri}",
+            "iceberg.rest-catalog.security=OAUTH2", "iceberg.rest-catalog.case-insensitive-name-matching=true",
+            "iceberg.rest-catalog.oauth2.credential=${ENV:SHALE_TRINO_CATALOG_CREDENTIAL}",
+            "fs.native-s3.enabled=true", f"s3.endpoint={self.s3_endpoint}", f"s3.region={self.region}",
+            "s3.path-style-access=true", "s3.aws-access-key=${ENV:SHALE_TRINO_S3_ACCESS_KEY}",
+            "s3.aws-secret-key=${ENV:SHALE_TRINO_S3_SECRET_KEY}", ""]))
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+               "SHALE_TRINO_CATALOG_CREDENTIAL": self.credential,
+               "SHALE_TRINO_S3_ACCESS_KEY": self.access_key, "SHALE_TRINO_S3_SECRET_KEY": self.secret_key}
+        java = JAVA_25 if Path(JAVA_25).exists() else "java"
+        command = [java, f"-Xmx{self.heap}", "-XX:+UseG1GC", "-XX:+ExitOnOutOfMemoryError",
+                   "-Djdk.attach.allowAttachSelf=true", f"-Dconfig={etc / 'config.properties'}",
+                   "-cp", f"{home}/lib/*", "io.trino.server.TrinoServer"]
+        self.process = ManagedProcess(f"trino-{TRINO_VERSION}", command, self.data_dir / "trino.log", env=env,
+                                      cwd=self.data_dir)
+        self.process.start()
+        self.process.wait_ready(self._ready, timeout, "ready (GET /v1/info: not starting)")
+        return self
+
+    def _ready(self) -> bool:
+        with urllib.request.urlopen(f"{self.url}/v1/info", timeout=2) as response:  # noqa: S310 - loopback URL
+            return json.loads(response.read()).get("starting") is False
+
+    def query(self, sql: str) -> tuple[list[dict[str, Any]], list[list[Any]]]:
+        """The columns (name, type) and rows of ``sql``, as Trino's protocol gives them (JSON values: a decimal
+        or a timestamp as text)."""
+        request = urllib.request.Request(  # noqa: S310 - loopback URL
+            f"{self.url}/v1/statement", data=sql.encode(), method="POST",
+            headers={**HEADERS, "X-Trino-Catalog": CATALOG})
+        columns: list[dict[str, Any]] = []
+        rows: list[list[Any]] = []
+        while True:
+            with urllib.request.urlopen(request, timeout=120) as response:  # noqa: S310 - loopback URL
+                page = json.loads(response.read())
+            if "error" in page:
+                raise TrinoQueryError(f"{page['error'].get('errorName')}: {page['error'].get('message')}")
+            columns = page.get("columns") or columns
+            rows += page.get("data") or []
+            if not page.get("nextUri"):
+                return columns, rows
+            if not page["nextUri"].startswith(self.url + "/"):
+                raise TrinoQueryError(f"Trino sent a next page elsewhere: {page['nextUri']}")
+            request = urllib.request.Request(page["nextUri"], headers=HEADERS)  # noqa: S310
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
