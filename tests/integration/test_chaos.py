@@ -59,10 +59,10 @@ conf = {{"spark.jars" = "{connector_conf()["spark.jars"]}"}}
 [ingest]
 topics = ["{topic}"]
 trigger_interval = "1s"
+max_records_per_batch = 500
 [[ingest.parsers]]
 parser = "json"
 options = {{time_field = "ts", time_format = "epoch_s", label_fields = ["level"]}}
-max_records_per_batch = 500
 [compaction]
 # A level-0 block holds every partition a task read, so a group that stored the whole run in one batch (the
 # kills over, or a slow start) would leave one block to compact: batches of at most 500 records make about nine.
