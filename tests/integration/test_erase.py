@@ -423,3 +423,77 @@ def test_the_metastore_leader_killed_mid_erasure(kafka: Any, spark: Any, cluster
         worker.stop()
     world.cluster.start_node(old)  # back from its journal; the state it applies is the same
     _after(world, erasure, kafka, spark, tmp_path)
+
+
+ORDER = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "customer", "type": {"type": "record", "name": "Customer", "fields": [
+        {"name": "id", "type": "long"}, {"name": "name", "type": "string"}]}},
+]}
+CUSTOMER = 42
+
+
+def test_the_records_of_a_typed_columns_value_are_erased_from_both_groups(
+        kafka: Any, minio: Any, spark: Any, schema_registry: Any, tmp_path: Path) -> None:
+    """``customer.id = 42`` in a registry-typed topic (Avro through Apicurio): the partition group is scanned for
+    the value's hash, its records' positions erase the backup group's copies too, and nothing else goes."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from shale.erase import ColumnValueError, column_request
+
+    topic = f"orders-{uuid.uuid4().hex[:6]}"
+    create_topic(kafka.bootstrap_servers, topic, PARTITIONS)
+    serialize = AvroSerializer(SchemaRegistryClient({"url": schema_registry.url}), json.dumps(ORDER),
+                               conf={"auto.register.schemas": True})
+    context = SerializationContext(topic, MessageField.VALUE)
+    producer = CheckedProducer({"bootstrap.servers": kafka.bootstrap_servers, "enable.idempotence": True})
+    customers = {}
+    for i in range(300):
+        customers[i] = CUSTOMER if i % 13 == 4 else i % 40 + 100
+        producer.produce(topic, key=str(i).encode(), partition=i % PARTITIONS, value=serialize(
+            {"id": i, "customer": {"id": customers[i], "name": f"c{customers[i]}"}}, context))
+    producer.flush(120)
+    file = write_config(tmp_path, kafka.bootstrap_servers, _bucket(minio), [topic],
+                        parsers_override=[{"parser": "avro"}], schema_registry={"url": schema_registry.url},
+                        max_records_per_batch=60)
+    config = config_of(file)
+    _ingest(config, spark)
+    service = open_metastore(config)
+    records = read_keys(kafka.bootstrap_servers, topic)
+    erased = {p for p, k in records.items() if k is not None and customers[int(k)] == CUSTOMER}
+    assert len(erased) == sum(1 for c in customers.values() if c == CUSTOMER)
+
+    with pytest.raises(ColumnValueError, match="not a number"):
+        column_request(service, "default", "customer.id", "forty-two", [topic])
+    request = column_request(service, "default", "customer.id", str(CUSTOMER), [topic])
+    dry = erase(service, config.bucket, request, kafka=config.kafka, dry_run=True)
+    assert {(r["partition"], r["offset"]) for r in dry.records} == erased
+    report = erase(service, config.bucket, request, kafka=config.kafka, dry_run=False, by="the test")
+    assert {b["group"] for b in report.blocks} == {"backup", "partition"}
+    CompactionWorker(service, config.bucket, spark, slots=4, poll_interval=0.3).run(until_idle=True)
+    assert erasure_status(service, report.id).state == "rewritten"
+    bucket = open_bucket(config.bucket)
+    Maintenance(service, bucket, RetentionConfig(), delete_delay=0, is_leader=lambda: True, term=lambda: 1,
+                sync_delay=0).collect_tombstones()
+
+    kept = Counter({p: 1 for p in records if p not in erased})
+    seen = _bucket_records(World(topic, file, config, service, records))  # pyarrow straight from the bucket
+    assert seen["backup"] == kept
+    assert seen["partition"] == kept
+    for meta in service.tenant_blocks("default"):
+        for d in meta.datasets:
+            if meta.group == "partition" and d.kind == "records":
+                rows = read_dataset(bucket, meta, d, columns=["customer"]).column("customer").to_pylist()
+                assert CUSTOMER not in {r["id"] for r in rows}
+    for group in ("backup", "partition"):
+        verified = verify_topic(service, bucket, config.kafka, group, 1, topic)
+        assert verified.missing == 0, verified
+        assert verified.erased == len(erased)
+    receipt = write_receipt(open_metastore(config), bucket, report.id, kafka=config.kafka)
+    assert receipt["matched_by"] == "column:customer.id"
+    assert receipt["final_scan"]["matches"] == 0
+    assert receipt["records"] == len(erased)
+    assert set(receipt["final_scan"]["block_ids"]) >= {m.id for m in service.tenant_blocks("default")
+                                                       if m.group == "partition"}

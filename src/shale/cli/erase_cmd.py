@@ -1,5 +1,5 @@
-"""``shale erase``: erase every record of one key from a tenant's blocks (dry run unless ``--yes``), and
-``shale erase status ID``."""
+"""``shale erase``: erase every record of one key (or a typed column's value) from a tenant's blocks (dry run
+unless ``--yes``), and ``shale erase status ID``."""
 
 from __future__ import annotations
 
@@ -53,6 +53,11 @@ def _local_user() -> str:
 @click.option("--key-base64", default=None, help="The record key's bytes, in base64.")
 @click.option("--key-stdin", is_flag=True, help="Read the key's bytes from standard input (keeps it off the "
                                                 "command line; one trailing newline is dropped).")
+@click.option("--column", default=None, help="Erase by a typed column's value instead of a key: the column's path "
+                                             "in the partition group (customer.id).")
+@click.option("--value", default=None, help="With --column: the value, as text read as the column's type.")
+@click.option("--value-stdin", is_flag=True, help="With --column: read the value from standard input (keeps it off "
+                                                  "the command line; one trailing newline is dropped).")
 @click.option("--no-kafka", is_flag=True, help="Do not ask Kafka for the high watermarks (the topics are gone, or "
                                                "Kafka cannot be reached): every backed-up record of the key is erased.")
 @click.option("--yes", is_flag=True, help="Erase. Without it, a dry run: the blocks and records it would erase.")
@@ -60,12 +65,15 @@ def _local_user() -> str:
 @click.pass_context
 @shale_errors
 def erase(ctx: click.Context, tenant: str | None, topics: tuple[str, ...], key: str | None, key_hex: str | None,
-          key_base64: str | None, key_stdin: bool, no_kafka: bool, yes: bool, as_json: bool) -> None:
+          key_base64: str | None, key_stdin: bool, column: str | None, value: str | None, value_stdin: bool,
+          no_kafka: bool, yes: bool, as_json: bool) -> None:
     """Erase every record of one key (GDPR article 17): the request is committed to the metastore with the
     Kafka high watermarks, the backup group is scanned for the key, and every block of both groups holding one of
-    its records is rewritten without it by the compaction workers (`shale compact`). Needs admin. A second
-    identical request answers with the first. `shale erase status ID` shows the progress."""
-    from shale.erase import ErasureRequest
+    its records is rewritten without it by the compaction workers (`shale compact`). With --column and --value, the
+    records whose typed column holds the value are erased instead: the partition group is scanned for it and the
+    backup group's records at the same Kafka offsets go too. Needs admin. A second identical request answers with
+    the first. `shale erase status ID` shows the progress."""
+    from shale.erase import ErasureRequest, column_request
     from shale.erase import erase as run_erasure
     from shale.metastore import open_index_view, open_metastore
 
@@ -74,8 +82,19 @@ def erase(ctx: click.Context, tenant: str | None, topics: tuple[str, ...], key: 
     if not tenant:
         raise click.UsageError("--tenant is required")
     config = get_config(ctx)
-    request = ErasureRequest(tenant=tenant, key=_key(key, key_hex, key_base64, key_stdin), topics=topics)
     metastore = open_metastore(config) if yes else open_index_view(config)
+    if column is not None:
+        if any(k is not None for k in (key, key_hex, key_base64)) or key_stdin:
+            raise click.UsageError("give a key or --column with --value, not both")
+        if (value is None) == (not value_stdin):
+            raise click.UsageError("--column needs the value once: --value TEXT or --value-stdin")
+        text = sys.stdin.read().removesuffix("\n") if value_stdin else value
+        assert text is not None
+        request = column_request(metastore, tenant, column, text, topics)
+    elif value is not None or value_stdin:
+        raise click.UsageError("--value needs --column")
+    else:
+        request = ErasureRequest(tenant=tenant, key=_key(key, key_hex, key_base64, key_stdin), topics=topics)
     report = run_erasure(metastore, config.bucket, request, kafka=None if no_kafka else config.kafka,
                          dry_run=not yes, by=_local_user())
     click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report_text(report))

@@ -3,7 +3,8 @@
 1. ``RequestErasure`` is committed first: who, when, the tenant, the topics, the key, and each partition's high
    watermark as Kafka reports it now (records produced later are new data, not part of the request). The id is
    derived from tenant, topics and key, so the same request again answers with the first one.
-2. The backup group is scanned for the key (``shale.erase.scan``), below those watermarks.
+2. The backup group is scanned for the key (``shale.erase.scan``), below those watermarks; for an erasure by a
+   typed column's value, the partition group is scanned for the value's hash instead (``shale.erase.column``).
 3. ``PlanErasure`` records the positions found; the metastore gives every block of either group that holds one an
    erase job, which the compaction workers run under their leases and fencing tokens (DESIGN 19).
 
@@ -20,7 +21,8 @@ from typing import Any, Protocol
 
 from shale.block import BlockMeta
 from shale.config import BucketConfig, KafkaConfig
-from shale.erase.scan import ScanResult, find_matches
+from shale.erase.column import request_hash
+from shale.erase.scan import ScanResult, column_datasets, find_column_matches, find_matches
 from shale.metastore.commands import ErasedPosition, ErasureWatermark, PlanErasure, RequestErasure, Result
 from shale.metastore.erasures import erasure_id
 from shale.objstore import open_bucket
@@ -41,13 +43,29 @@ class ErasureWriter(ErasureMetastore, Protocol):
 @dataclass(frozen=True)
 class ErasureRequest:
     tenant: str
-    key: bytes
+    key: bytes = b""
     topics: Sequence[str] = ()
     """Empty: every topic of the tenant."""
+    column: str = ""
+    """Erase by a typed column's value instead of a key: the column's path in the partition group (``customer.id``)."""
+    value_sha256: str = ""
+    """With ``column``: the SHA-256 of the value's canonical form (``column_request`` computes it)."""
 
     @property
     def id(self) -> str:
-        return erasure_id(self.tenant, self.topics, self.key)
+        return erasure_id(self.tenant, self.topics, self.key, self.column, self.value_sha256)
+
+
+def column_request(metastore: ErasureMetastore, tenant: str, column: str, value: str,
+                   topics: Sequence[str] = ()) -> ErasureRequest:
+    """The request to erase every record of ``tenant`` whose ``column`` holds ``value`` (text, read as the type the
+    column has in the partition group's datasets of ``topics``: ``shale.erase.column``). A value that is not one of
+    that type, or a column no dataset in scope has, is a ``ColumnValueError``; the request keeps only the hash."""
+    wanted = set(topics)
+    types = {t for b in metastore.tenant_blocks(tenant) if b.group == "partition"
+             for _, t in column_datasets(b, column, wanted)}
+    return ErasureRequest(tenant=tenant, topics=topics, column=column,
+                          value_sha256=request_hash(value, types, column))
 
 
 @dataclass
@@ -113,8 +131,9 @@ def _blocks(scan: ScanResult) -> list[dict[str, Any]]:
 
 def erase(metastore: ErasureMetastore, bucket: BucketConfig, request: ErasureRequest, *,
           kafka: KafkaConfig | None = None, dry_run: bool = True, by: str = "") -> ErasureReport:
-    """Erase ``request.key`` from the tenant's blocks (``dry_run``: only say what would be erased). ``kafka``
-    gives the high watermarks; without it (the topic is gone) every backed-up record of the key is erased."""
+    """Erase ``request.key`` (or the records whose ``request.column`` holds the value hashed: ``column_request``)
+    from the tenant's blocks (``dry_run``: only say what would be erased). ``kafka`` gives the high watermarks;
+    without it (the topic is gone) every backed-up record of the key is erased."""
     blocks = metastore.tenant_blocks(request.tenant)
     topics = _topics(request, blocks)
     first = metastore.erasures(request.id)
@@ -129,12 +148,17 @@ def erase(metastore: ErasureMetastore, bucket: BucketConfig, request: ErasureReq
     if not dry_run:
         answer = metastore_writer(metastore).submit(RequestErasure(
             id=request.id, by=by, tenant=request.tenant, topics=sorted(set(request.topics)),
-            key=base64.b64encode(request.key).decode(), watermarks=marks)).raise_for_rejection()
+            key=base64.b64encode(request.key).decode(), column=request.column, value_sha256=request.value_sha256,
+            watermarks=marks)).raise_for_rejection()
         report.by, report.requested_at = answer.data["by"], answer.data["requested_at"]
         if answer.data["replay"] and answer.data["state"] != "requested":  # another run got there meanwhile
             return _report(metastore.erasures(request.id)[0], replay=True)
-    scan = find_matches(open_bucket(bucket), blocks, request.key, request.topics,
-                        {(m.topic, m.partition): m.end for m in marks})
+    ends = {(m.topic, m.partition): m.end for m in marks}
+    if request.column:
+        scan = find_column_matches(open_bucket(bucket), blocks, request.column, request.value_sha256,
+                                   request.topics, ends)
+    else:
+        scan = find_matches(open_bucket(bucket), blocks, request.key, request.topics, ends)
     report.records, report.blocks = _records(scan), _blocks(scan)
     report.matches = len(report.records)
     report.blocks_total, report.blocks_opened = scan.blocks_total, len(scan.opened)

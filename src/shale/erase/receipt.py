@@ -25,7 +25,8 @@ from shale.block import BlockMeta, read_dataset
 from shale.block.layout import META_FILENAME, check_file_name, erasure_receipt_key
 from shale.compactor.erase import erased_rows
 from shale.config import KafkaConfig
-from shale.erase.scan import holds
+from shale.erase.column import column_values, matching
+from shale.erase.scan import column_datasets, holds
 from shale.errors import ConflictError, NotFoundError, ShaleError
 from shale.metastore.commands import RecordErasureReceipt, Result
 from shale.objstore import Bucket
@@ -63,29 +64,42 @@ def _sha256(data: bytes) -> str:
 
 
 def final_scan(bucket: Bucket, blocks: list[BlockMeta], topics: list[str], key_sha256: str,
-               positions: list[tuple[str, int, int, str]], ends: dict[tuple[str, int], int] | None = None) -> FinalScan:
+               positions: list[tuple[str, int, int, str]], ends: dict[tuple[str, int], int] | None = None,
+               column: str = "") -> FinalScan:
     """Read every live block that could hold the key: backup blocks of ``topics`` (empty: any) for a key whose
     SHA-256 is ``key_sha256`` below the request's high watermarks (``ends``: records produced later are new data),
-    and blocks of either group whose ranges hold a position, at the positions."""
+    and blocks of either group whose ranges hold a position, at the positions. With ``column`` (an erasure by a
+    typed column's value), partition blocks' records datasets having the column are read for a value whose
+    canonical form's SHA-256 is ``key_sha256`` instead of backup blocks for a key."""
     ends = ends or {}
     scan = FinalScan()
     for block in blocks:
-        backup = block.group == "backup" and (not topics or any(d.topic in topics for d in block.datasets))
+        if column:
+            hashed = ({d.name for d, _ in column_datasets(block, column, set(topics))}
+                      if block.group == "partition" else set())
+        elif block.group == "backup":
+            hashed = {d.name for d in block.datasets if not topics or d.topic in topics}
+        else:
+            hashed = set()
         at = positions and holds(block, positions)
-        if not (backup or at):
+        if not (hashed or at):
             continue
         scan.blocks.append(block.id)
         for dataset in block.datasets:
-            table = read_dataset(bucket, block, dataset, columns=["topic", "partition", "offset", "key"],
-                                 whole_object=None)
+            extra = (column.split(".", 1)[0] if column else "key") if dataset.name in hashed else None
+            table = read_dataset(bucket, block, dataset, columns=["topic", "partition", "offset"]
+                                 + ([extra] if extra else []), whole_object=None)
             scan.rows_read += table.num_rows
-            if backup and (not topics or dataset.topic in topics):
-                for partition, offset, key in zip(table.column("partition").to_pylist(),
-                                                  table.column("offset").to_pylist(),
-                                                  table.column("key").to_pylist(), strict=True):
-                    below = offset < ends.get((dataset.topic, partition), 2**63)
-                    if key is not None and below and _sha256(key) == key_sha256:
-                        scan.matches.append({"block": block.id, "dataset": dataset.name, "why": "key",
+            if extra:
+                if column:
+                    found = matching(column_values(table, column), key_sha256).to_pylist()
+                else:
+                    found = [k is not None and _sha256(k) == key_sha256 for k in table.column("key").to_pylist()]
+                for partition, offset, hit in zip(table.column("partition").to_pylist(),
+                                                  table.column("offset").to_pylist(), found, strict=True):
+                    if hit and offset < ends.get((dataset.topic, partition), 2**63):
+                        scan.matches.append({"block": block.id, "dataset": dataset.name,
+                                             "why": "value" if column else "key",
                                              "partition": partition, "offset": offset})
             if at:
                 hit = erased_rows(block, dataset.topic, table, positions)
@@ -180,7 +194,8 @@ def write_receipt(metastore: ReceiptMetastore, bucket: Bucket, erasure: str, *,
         tables, waiting = iceberg(row, live)
         if waiting:
             raise ReceiptNotReadyError(f"erasure {erasure}: " + "; ".join(waiting))
-    scan = final_scan(bucket, live, topics, row["key_sha256"], positions, ends)
+    column = row["matched_by"].removeprefix("column:") if row["matched_by"] != "key" else ""
+    scan = final_scan(bucket, live, topics, row["key_sha256"], positions, ends, column=column)
     found = scan.matches + (tables["matches"] if tables else [])
     if found:
         raise ShaleError(f"erasure {erasure}: the final scan found {len(found)} records still stored: "
@@ -188,6 +203,7 @@ def write_receipt(metastore: ReceiptMetastore, bucket: Bucket, erasure: str, *,
     seen = sorted({t for t, _, _, _ in positions} | set(topics))
     receipt = {
         "erasure": erasure, "tenant": tenant, "topics": topics or "all", "key_sha256": row["key_sha256"],
+        "matched_by": row["matched_by"],
         "requested_by": row["by"], "requested_at_ms": row["requested_at"], "watermarks": row["watermarks"],
         "records": len(positions), "positions": row["positions"], "rewritten_at_ms": row["ended_at"],
         "blocks_rewritten": rewritten, "objects_deleted": deleted,

@@ -18,6 +18,8 @@ import pyarrow.compute as pc
 from shale.block import BlockMeta, Dataset, read_dataset
 from shale.block.reader import may_hold_key
 from shale.block.records import INCARNATION_COLUMN, row_incarnation_names
+from shale.block.schemas import decode_column_types
+from shale.erase.column import column_type, column_values, matching
 from shale.objstore import BucketReader
 
 Position = tuple[str, int, int, str]
@@ -68,15 +70,18 @@ def _columns(block: BlockMeta, dataset: Dataset) -> list[str] | None:
     return ["topic", "partition", "offset", "timestamp", "key"]
 
 
-def _read(bucket: BucketReader, block: BlockMeta, dataset: Dataset) -> pa.Table:
+def _read(bucket: BucketReader, block: BlockMeta, dataset: Dataset, also: str | None = None) -> pa.Table:
     columns = _columns(block, dataset)
+    if also is not None and columns is not None:  # by a column: the partition group's column, not the key
+        columns = [c for c in columns if c != "key"] + [also]
     try:
         return read_dataset(bucket, block, dataset, columns=columns, whole_object=None)
     except Exception:
         if columns is None or INCARNATION_COLUMN not in columns:
             raise
         # An older compactor merged two incarnations without naming rows: the ranges tell (or say '').
-        return read_dataset(bucket, block, dataset, columns=columns[:-1], whole_object=None)
+        return read_dataset(bucket, block, dataset, columns=[c for c in columns if c != INCARNATION_COLUMN],
+                            whole_object=None)
 
 
 def candidates(bucket: BucketReader, block: BlockMeta, key: bytes, topics: set[str]) -> list[Dataset]:
@@ -86,13 +91,34 @@ def candidates(bucket: BucketReader, block: BlockMeta, key: bytes, topics: set[s
             and may_hold_key(bucket, block, d, key)]
 
 
+def column_types(dataset: Dataset) -> dict[str, pa.DataType]:
+    """A dataset's parser columns and their types (a column without a recorded type is a string)."""
+    return {c: pa.string() for c in dataset.columns} | decode_column_types(dataset.column_types)
+
+
+def column_datasets(block: BlockMeta, path: str, topics: set[str]) -> list[tuple[Dataset, pa.DataType]]:
+    """The records datasets of ``block`` of ``topics`` (empty: any) that have the column ``path``, with its type."""
+    out = []
+    for d in block.datasets:
+        type_ = column_type(column_types(d), path) if d.kind == "records" and d.rows else None
+        if type_ is not None and (not topics or d.topic in topics):
+            out.append((d, type_))
+    return out
+
+
 def block_matches(bucket: BucketReader, block: BlockMeta, key: bytes, datasets: list[Dataset],
-                  ends: Mapping[tuple[str, int], int]) -> list[Match]:
-    """The rows of ``datasets`` of ``block`` (a backup block) whose key is ``key``, below ``ends``."""
+                  ends: Mapping[tuple[str, int], int], column: tuple[str, str] | None = None) -> list[Match]:
+    """The rows of ``datasets`` of ``block`` (a backup block) whose key is ``key``, below ``ends``; with ``column``
+    (path, SHA-256 of the value's canonical form, ``shale.erase.column``), the rows of a partition block whose
+    column holds that value instead."""
     found: list[Match] = []
     for dataset in datasets:
-        table = _read(bucket, block, dataset)
-        hit = pc.fill_null(pc.equal(table.column("key"), pa.scalar(key, pa.binary())), False)
+        if column is None:
+            table = _read(bucket, block, dataset)
+            hit = pc.fill_null(pc.equal(table.column("key"), pa.scalar(key, pa.binary())), False)
+        else:
+            table = _read(bucket, block, dataset, also=column[0].split(".", 1)[0])
+            hit = matching(column_values(table, column[0]), column[1])
         table = table.filter(hit)
         if not table.num_rows:
             continue
@@ -136,6 +162,27 @@ def find_matches(bucket: BucketReader, blocks: list[BlockMeta], key: bytes, topi
         if datasets:
             result.opened.append(block.id)
             result.matches.extend(block_matches(bucket, block, key, datasets, ends or {}))
+    positions = result.positions
+    result.affected = [b for b in scoped if positions and holds(b, positions)]
+    return result
+
+
+def find_column_matches(bucket: BucketReader, blocks: list[BlockMeta], path: str, sha256: str,
+                        topics: Iterable[str] = (), ends: Mapping[tuple[str, int], int] | None = None) -> ScanResult:
+    """The records whose column ``path`` holds the value of SHA-256 ``sha256`` (canonical form) in the partition
+    blocks among ``blocks``, and the blocks of either group that hold one: a record's backup copies are found by
+    its position, as a key's partition rows are. Partition blocks have no filter on a column: every records
+    dataset of the topics that has the column is read (the position columns and the column's top-level field)."""
+    wanted = set(topics)
+    scoped = [b for b in blocks if not wanted or _topics_of(b) & wanted]
+    result = ScanResult(blocks_total=len(scoped))
+    for block in scoped:
+        if block.group != "partition":
+            continue
+        datasets = [d for d, _ in column_datasets(block, path, wanted)]
+        if datasets:
+            result.opened.append(block.id)
+            result.matches.extend(block_matches(bucket, block, b"", datasets, ends or {}, column=(path, sha256)))
     positions = result.positions
     result.affected = [b for b in scoped if positions and holds(b, positions)]
     return result

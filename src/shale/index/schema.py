@@ -191,7 +191,8 @@ CREATE TABLE IF NOT EXISTS erasures (
     planned_at INTEGER NOT NULL,
     ended_at INTEGER NOT NULL,
     matches INTEGER NOT NULL,
-    receipt TEXT NOT NULL
+    receipt TEXT NOT NULL,
+    matched_by TEXT NOT NULL DEFAULT 'key'  -- 'key', or 'column:<path>' (key_sha256: the value's canonical hash)
 ) WITHOUT ROWID;
 
 CREATE TABLE IF NOT EXISTS erasure_positions (
@@ -349,6 +350,8 @@ def create(conn: sqlite3.Connection) -> None:
     if row is not None and int(row[0]) in (1, 2, 3):
         _migrate_3_to_4(conn)
     conn.executescript(DDL + CHANGES_DDL + QUEUE_INDEX)
+    if "matched_by" not in {r[1] for r in conn.execute("PRAGMA table_info(erasures)")}:  # rows from before: keys
+        conn.execute("ALTER TABLE erasures ADD COLUMN matched_by TEXT NOT NULL DEFAULT 'key'")
     conn.execute("INSERT OR IGNORE INTO state (key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
     conn.execute("INSERT OR IGNORE INTO state (key, value) VALUES ('applied_index', 0)")
     conn.execute("INSERT OR IGNORE INTO state (key, value) VALUES ('applied_term', 0)")

@@ -191,7 +191,8 @@ class ErasedPosition(BaseModel):
 
 
 class RequestErasure(_Command):
-    """``shale erase``: erase every record of one tenant whose key is ``key`` (base64 of the key's bytes) from
+    """``shale erase``: erase every record of one tenant whose key is ``key`` (base64 of the key's bytes), or whose
+    typed ``column`` holds the value of SHA-256 ``value_sha256``, from
     ``topics`` (empty: all of the tenant's topics), of the records Kafka held when it was asked (``watermarks``).
     ``id`` is derived from tenant, topics and key (``shale.metastore.erasures.erasure_id``): the same request
     again is a no-op that answers with the first. ``by`` is set by the API from the caller's token. Needs admin."""
@@ -203,7 +204,11 @@ class RequestErasure(_Command):
     by: str = Field(default="", max_length=200)
     tenant: str = Field(max_length=200)
     topics: list[str] = Field(default_factory=list, max_length=10_000)
-    key: str = Field(max_length=1_400_000, description="the record key's bytes, base64")
+    key: str = Field(max_length=1_400_000, description="the record key's bytes, base64 ('' with column)")
+    column: str = Field(default="", max_length=1000, description="erase by a typed column's value instead of a "
+                        "key: the column's path in the partition group (customer.id)")
+    value_sha256: str = Field(default="", pattern=r"^([0-9a-f]{64})?$", description="with column: the SHA-256 of "
+                              "the value's canonical form (shale.erase.column), never the value")
     watermarks: list[ErasureWatermark] = Field(default_factory=list)
 
 

@@ -8,9 +8,12 @@ compaction job kind run by the compaction workers under the service's leases and
 them and not written without it (``BlockMeta.erased``) gets an erase job too: a merge of blocks not rewritten yet,
 a new generation read from Kafka, a repair's rebuild. So no path brings an erased record back into the index.
 
-The state keeps the key's SHA-256, never the key: whoever knows the key can check a receipt against it, and the
-metastore does not keep the personal data it was asked to erase. The rows live in the index's ``erasures``,
-``erasure_positions`` and ``erasure_blocks`` tables, written only here, inside the apply transaction.
+An erasure by a typed column's value (``matched_by`` ``column:<path>``; ``key`` otherwise) keeps the SHA-256 of
+the value's canonical form in ``key_sha256`` (``shale.erase.column``); its positions were found in the partition
+group, and everything after the plan is the same. The state keeps the key's SHA-256, never the key: whoever knows
+the key can check a receipt against it, and the metastore does not keep the personal data it was asked to erase.
+The rows live in the index's ``erasures``, ``erasure_positions`` and ``erasure_blocks`` tables, written only here,
+inside the apply transaction.
 """
 
 from __future__ import annotations
@@ -32,13 +35,14 @@ from shale.metastore.commands import PlanErasure, RecordErasureReceipt, RequestE
 JOB_PREFIX = "erasure:"
 """Erase jobs are named ``erasure:<id>/<block>``; no tenant name holds a colon, so no merge job is named so."""
 _COLUMNS = ("id", "seq", "by", "tenant", "topics", "key_sha256", "watermarks", "state", "requested_at", "planned_at",
-            "ended_at", "matches", "receipt")
+            "ended_at", "matches", "receipt", "matched_by")
 _SELECT = ", ".join(f'"{c}"' for c in _COLUMNS)
 
 
-def erasure_id(tenant: str, topics: Iterable[str], key: bytes) -> str:
-    """What names a request: the same tenant, topics and key are the same erasure."""
-    text = json.dumps([tenant, sorted(set(topics)), base64.b64encode(key).decode()])
+def erasure_id(tenant: str, topics: Iterable[str], key: bytes, column: str = "", value_sha256: str = "") -> str:
+    """What names a request: the same tenant, topics and key (or column and value hash) are the same erasure."""
+    what: list[str] = [base64.b64encode(key).decode()] if not column else ["column", column, value_sha256]
+    text = json.dumps([tenant, sorted(set(topics)), *what])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -53,7 +57,9 @@ def erasure_of(job: str) -> str | None:
 
 def apply_request(w: IndexWriter, cmd: RequestErasure, index: int, time_ms: int) -> Result:
     key = _key_bytes(cmd.key)
-    if erasure_id(cmd.tenant, cmd.topics, key) != cmd.id:
+    if cmd.column and (key or not cmd.value_sha256):
+        raise CommandRejectedError("an erasure by column names the value's SHA-256 and no key", reason="malformed")
+    if erasure_id(cmd.tenant, cmd.topics, key, cmd.column, cmd.value_sha256) != cmd.id:
         raise CommandRejectedError(f"erasure id {cmd.id} does not name tenant {cmd.tenant}, these topics and key",
                                    reason="malformed")
     row = w.conn.execute("SELECT state, requested_at, by FROM erasures WHERE id = ?", (cmd.id,)).fetchone()
@@ -62,8 +68,9 @@ def apply_request(w: IndexWriter, cmd: RequestErasure, index: int, time_ms: int)
                                      "by": row[2]})
     w.conn.execute(f"INSERT INTO erasures ({_SELECT}) VALUES ({', '.join('?' * len(_COLUMNS))})",
                    (cmd.id, index, cmd.by, cmd.tenant, json.dumps(sorted(set(cmd.topics))),
-                    hashlib.sha256(key).hexdigest(),
-                    json.dumps([m.model_dump() for m in cmd.watermarks]), "requested", time_ms, 0, 0, 0, ""))
+                    cmd.value_sha256 if cmd.column else hashlib.sha256(key).hexdigest(),
+                    json.dumps([m.model_dump() for m in cmd.watermarks]), "requested", time_ms, 0, 0, 0, "",
+                    f"column:{cmd.column}" if cmd.column else "key"))
     return Result(ok=True, data={"id": cmd.id, "replay": False, "state": "requested", "requested_at": time_ms,
                                  "by": cmd.by})
 

@@ -3,6 +3,7 @@ to the first, and ``shale erase status``."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -43,3 +44,28 @@ def test_a_dry_run_then_an_erasure_then_its_status(tmp_path: Path) -> None:
     both = CliRunner().invoke(cli, [*base, "--key", "x", "--key-hex", "78"])
     assert both.exit_code == 2
     assert "give the key once" in both.output
+
+
+def test_an_erasure_by_a_typed_columns_value(tmp_path: Path) -> None:
+    from tests.unit.erase.test_erase_column import TARGET, _blocks
+
+    config = load_config(env={}, overrides=[s for s in _sets(tmp_path) if s != "--set"])
+    open_metastore(config).submit(AddBlocks(blocks=_blocks(open_bucket(config.bucket), "orders", 0, 0,
+                                                           [1, TARGET, 2, TARGET])))
+    base = [*_sets(tmp_path), "erase", "--tenant", "acme", "--no-kafka", "--column", "customer.id"]
+    dry = CliRunner().invoke(cli, [*base, "--value", str(TARGET)])
+    assert dry.exit_code == 0, dry.output
+    assert "records: 2" in dry.output
+    bad = CliRunner().invoke(cli, [*base, "--value", "forty-two"])
+    assert bad.exit_code == 1
+    assert "'forty-two' is not a number (the column is int64)" in bad.output
+    both = CliRunner().invoke(cli, [*base, "--value", "42", "--key", "x"])
+    assert both.exit_code == 2
+    assert "not both" in both.output
+    done = CliRunner().invoke(cli, [*base, "--value-stdin", "--yes", "--json"], input=f"{TARGET}\n")
+    assert done.exit_code == 0, done.output
+    report = json.loads(done.output)
+    assert report["matches"] == 2
+    assert len(report["jobs"]) == 2
+    row = open_metastore(config).erasures(report["id"])[0]
+    assert row["key_sha256"] == hashlib.sha256(b"number:42").hexdigest()  # the hash, never the value
