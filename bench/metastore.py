@@ -108,11 +108,17 @@ def _raft_throughput(work: Path, name: str, durable: bool, batch: int, commands:
                    for c in range(4) for i in range(commands // 4)]
         per_client = [batches[c::4] for c in range(4)]
 
+        failures: list[BaseException] = []
+
         def run(mine: list[list[BlockMeta]]) -> None:
             client = cluster.client()
-            for batch in mine:
-                assert client.submit(AddBlocks(blocks=batch)).ok
-            client.close()
+            try:
+                for batch in mine:
+                    assert client.submit(AddBlocks(blocks=batch)).ok
+            except BaseException as exc:  # a failed client fails the run: its blocks were never committed
+                failures.append(exc)
+            finally:
+                client.close()
 
         threads = [threading.Thread(target=run, args=(p,)) for p in per_client]
         with timed() as t:
@@ -120,6 +126,8 @@ def _raft_throughput(work: Path, name: str, durable: bool, batch: int, commands:
                 th.start()
             for th in threads:
                 th.join()
+        if failures:
+            raise RuntimeError(f"{name}: {len(failures)} of 4 clients failed: {failures[0]!r}") from failures[0]
         return sum(len(b) for b in batches) / t[0]
     finally:
         cluster.stop()
