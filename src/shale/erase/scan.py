@@ -9,7 +9,7 @@ key column and the position columns are read (a ranged read for a large object).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -147,24 +147,33 @@ def holds(block: BlockMeta, positions: Iterable[Position]) -> bool:
     return False
 
 
+def _scan(blocks: list[BlockMeta], topics: Iterable[str], group: str,
+          datasets_of: Callable[[BlockMeta, set[str]], list[Dataset]],
+          matches_of: Callable[[BlockMeta, list[Dataset]], Iterable[Match]]) -> ScanResult:
+    """The matches in ``group``'s blocks among ``blocks`` of ``topics`` (all when empty), reading only the datasets
+    ``datasets_of`` names, and the blocks of either group that hold a matched position."""
+    wanted = set(topics)
+    scoped = [b for b in blocks if not wanted or _topics_of(b) & wanted]
+    result = ScanResult(blocks_total=len(scoped))
+    for block in scoped:
+        if block.group != group:
+            continue
+        datasets = datasets_of(block, wanted)
+        if datasets:
+            result.opened.append(block.id)
+            result.matches.extend(matches_of(block, datasets))
+    positions = result.positions
+    result.affected = [b for b in scoped if positions and holds(b, positions)]
+    return result
+
+
 def find_matches(bucket: BucketReader, blocks: list[BlockMeta], key: bytes, topics: Iterable[str] = (),
                  ends: Mapping[tuple[str, int], int] | None = None) -> ScanResult:
     """The records of ``key`` in the backup blocks among ``blocks`` (a tenant's live blocks), and the blocks of
     either group that hold one. A record the backup group holds in several generations is one match per copy;
     its position is one."""
-    wanted = set(topics)
-    scoped = [b for b in blocks if not wanted or _topics_of(b) & wanted]
-    result = ScanResult(blocks_total=len(scoped))
-    for block in scoped:
-        if block.group != "backup":
-            continue
-        datasets = candidates(bucket, block, key, wanted)
-        if datasets:
-            result.opened.append(block.id)
-            result.matches.extend(block_matches(bucket, block, key, datasets, ends or {}))
-    positions = result.positions
-    result.affected = [b for b in scoped if positions and holds(b, positions)]
-    return result
+    return _scan(blocks, topics, "backup", lambda block, wanted: candidates(bucket, block, key, wanted),
+                 lambda block, datasets: block_matches(bucket, block, key, datasets, ends or {}))
 
 
 def find_column_matches(bucket: BucketReader, blocks: list[BlockMeta], path: str, sha256: str,
@@ -173,16 +182,7 @@ def find_column_matches(bucket: BucketReader, blocks: list[BlockMeta], path: str
     blocks among ``blocks``, and the blocks of either group that hold one: a record's backup copies are found by
     its position, as a key's partition rows are. Partition blocks have no filter on a column: every records
     dataset of the topics that has the column is read (the position columns and the column's top-level field)."""
-    wanted = set(topics)
-    scoped = [b for b in blocks if not wanted or _topics_of(b) & wanted]
-    result = ScanResult(blocks_total=len(scoped))
-    for block in scoped:
-        if block.group != "partition":
-            continue
-        datasets = [d for d, _ in column_datasets(block, path, wanted)]
-        if datasets:
-            result.opened.append(block.id)
-            result.matches.extend(block_matches(bucket, block, b"", datasets, ends or {}, column=(path, sha256)))
-    positions = result.positions
-    result.affected = [b for b in scoped if positions and holds(b, positions)]
-    return result
+    return _scan(blocks, topics, "partition",
+                 lambda block, wanted: [d for d, _ in column_datasets(block, path, wanted)],
+                 lambda block, datasets: block_matches(bucket, block, b"", datasets, ends or {},
+                                                       column=(path, sha256)))
