@@ -231,14 +231,15 @@ class IndexReads:
             limit={"ge": 1, "le": 1000})
     def erasures(self, erasure: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         """Erasures newest first, or the one named, with the blocks rewritten for each (``shale erase status``).
-        Over HTTP: needs a reader of every tenant."""
-        self.fresh("erasures", current=False)
+        Over HTTP: needs a reader of every tenant. Linearized: it is the proof an erasure finished, so a node that
+        restarted behind the others must not report it unfinished again."""
+        self.fresh("erasures")
         return erasure_rows(self.reader.conn, erasure, limit)
 
     @served("/v1/restores", "restores", limit={"ge": 1, "le": KEPT})
     def restores(self, limit: int = 100) -> list[dict[str, Any]]:
         """The newest runs of ``shale restore`` first. Over HTTP: needs a reader of every tenant."""
-        self.fresh("restores", current=False)
+        self.fresh("restores")  # linearized, as erasures: a finished run never reads as running again
         return restore_rows(self.reader.conn, limit)
 
 

@@ -91,3 +91,20 @@ def test_the_client_answers_every_read_as_the_service_does(both: tuple[Metastore
     assert service.offsets(), "and offsets"
     assert service.tombstones(), "and a tombstone"
     assert service.generation_rules("acme"), "and a generation rule"
+
+
+def test_status_reads_a_user_acts_on_are_linearized(tmp_path: Path) -> None:
+    """A node restarted from its journal answers from its own state until it catches up: a status read there could
+    report a finished erasure as rewriting again (found by the leader-kill erasure test). These reads run the
+    barrier."""
+    asked: list[tuple[str, bool]] = []
+
+    class Recording(IndexReads):
+        def fresh(self, api: str, *, current: bool = True) -> None:
+            asked.append((api, current))
+
+    _, service = app_for(tmp_path, issue(tmp_path)[1])
+    reads = Recording(service.reader)
+    reads.erasures()
+    reads.restores()
+    assert asked == [("erasures", True), ("restores", True)]
