@@ -60,20 +60,26 @@ def _local_user() -> str:
                                                   "the command line; one trailing newline is dropped).")
 @click.option("--no-kafka", is_flag=True, help="Do not ask Kafka for the high watermarks (the topics are gone, or "
                                                "Kafka cannot be reached): every backed-up record of the key is erased.")
+@click.option("--delete-delay", default=None, help="A shorter delete delay for the replaced blocks' objects "
+              "('1h'; default block.delete_delay): at least bucket_index.max_stale_period, block.sync_delay and "
+              "metastore.query_timeout, since readers may still use them that long.")
 @click.option("--yes", is_flag=True, help="Erase. Without it, a dry run: the blocks and records it would erase.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 @shale_errors
 def erase(ctx: click.Context, tenant: str | None, topics: tuple[str, ...], key: str | None, key_hex: str | None,
           key_base64: str | None, key_stdin: bool, column: str | None, value: str | None, value_stdin: bool,
-          no_kafka: bool, yes: bool, as_json: bool) -> None:
+          no_kafka: bool, delete_delay: str | None, yes: bool, as_json: bool) -> None:
     """Erase every record of one key (GDPR article 17): the request is committed to the metastore with the
     Kafka high watermarks, the backup group is scanned for the key, and every block of both groups holding one of
     its records is rewritten without it by the compaction workers (`shale compact`). With --column and --value, the
     records whose typed column holds the value are erased instead: the partition group is scanned for it and the
     backup group's records at the same Kafka offsets go too. Needs admin. A second identical request answers with
     the first. `shale erase status ID` shows the progress."""
-    from shale.erase import ErasureRequest, column_request
+    from dataclasses import replace
+
+    from shale.config.types import parse_duration
+    from shale.erase import ErasureRequest, check_delete_delay, column_request
     from shale.erase import erase as run_erasure
     from shale.metastore import open_index_view, open_metastore
 
@@ -82,6 +88,12 @@ def erase(ctx: click.Context, tenant: str | None, topics: tuple[str, ...], key: 
     if not tenant:
         raise click.UsageError("--tenant is required")
     config = get_config(ctx)
+    delay = 0.0
+    if delete_delay is not None:
+        try:
+            delay = check_delete_delay(config, parse_duration(delete_delay))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--delete-delay") from None
     metastore = open_metastore(config) if yes else open_index_view(config)
     if column is not None:
         if any(k is not None for k in (key, key_hex, key_base64)) or key_stdin:
@@ -95,8 +107,8 @@ def erase(ctx: click.Context, tenant: str | None, topics: tuple[str, ...], key: 
         raise click.UsageError("--value needs --column")
     else:
         request = ErasureRequest(tenant=tenant, key=_key(key, key_hex, key_base64, key_stdin), topics=topics)
-    report = run_erasure(metastore, config.bucket, request, kafka=None if no_kafka else config.kafka,
-                         dry_run=not yes, by=_local_user())
+    report = run_erasure(metastore, config.bucket, replace(request, delete_delay=delay),
+                         kafka=None if no_kafka else config.kafka, dry_run=not yes, by=_local_user())
     click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report_text(report))
 
 
@@ -147,6 +159,9 @@ def report_text(report: ErasureReport) -> str:
         what = (f"-> {b['new']}, {b['rows_removed']} rows removed" if "new" in b
                 else f"level {b['level']}, {b['positions']} of its records to erase")
         lines.append(f"  block {b['id']} {b['group']} g{b['generation']} {what}")
+    if report.delete_delay:
+        lines.append(f"replaced blocks' objects are deleted {report.delete_delay:g} s after their rewrite "
+                     "(asked for; the metastore leader never goes below its floor)")
     if report.jobs:
         lines.append(f"erase jobs waiting for the compaction workers: {len(report.jobs)}")
     if report.dry_run:

@@ -498,3 +498,10 @@ class ShaleConfig(_Section):
                              f"bucket_index.max_stale_period ({self.bucket_index.max_stale_period:g} s): a reader "
                              "may use an index that old, and would list blocks already deleted")
         return self
+
+    @property
+    def erasure_delay_floor(self) -> float:
+        """The shortest delete delay an erasure may ask for (``shale erase --delete-delay``), in seconds: the
+        rules above without their margin. A reader may use a bucket index ``max_stale_period`` old, a bucket
+        scanner trusts no block younger than ``sync_delay``, and an index query runs up to ``query_timeout``."""
+        return max(self.bucket_index.max_stale_period, self.block.sync_delay, self.metastore.query_timeout)

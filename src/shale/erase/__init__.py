@@ -1,10 +1,9 @@
 """Erasure: remove every record of one key from a tenant's blocks, and prove it (docs/DESIGN.md, "Erasure")."""
 
-from shale.erase.api import ErasureReport, ErasureRequest, column_request, erase, erasure_status
+from shale.erase.api import ErasureReport, ErasureRequest, check_delete_delay, column_request, erase, erasure_status
 from shale.erase.column import ColumnValueError
 from shale.erase.receipt import ReceiptNotReadyError, write_receipt
 from shale.erase.scan import Match, find_matches
 
-__all__ = ["ColumnValueError", "ErasureReport", "ErasureRequest", "Match", "ReceiptNotReadyError", "column_request",
-           "erase", "erasure_status",
-           "find_matches", "write_receipt"]
+__all__ = ["ColumnValueError", "ErasureReport", "ErasureRequest", "Match", "ReceiptNotReadyError", "check_delete_delay",
+           "column_request", "erase", "erasure_status", "find_matches", "write_receipt"]

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from shale.block import BlockMeta
-from shale.config import BucketConfig, KafkaConfig
+from shale.config import BucketConfig, KafkaConfig, ShaleConfig
 from shale.erase.column import request_hash
 from shale.erase.scan import ScanResult, column_datasets, find_column_matches, find_matches
 from shale.metastore.commands import ErasedPosition, ErasureWatermark, PlanErasure, RequestErasure, Result
@@ -50,10 +50,29 @@ class ErasureRequest:
     """Erase by a typed column's value instead of a key: the column's path in the partition group (``customer.id``)."""
     value_sha256: str = ""
     """With ``column``: the SHA-256 of the value's canonical form (``column_request`` computes it)."""
+    delete_delay: float = 0.0
+    """A shorter delete delay for the replaced blocks' objects, in seconds (0: ``block.delete_delay``). Not part of
+    the request's identity: the same request again keeps the first one's. ``check_delete_delay`` says whether a
+    configuration allows it; the metastore leader never goes below its own floor."""
 
     @property
     def id(self) -> str:
         return erasure_id(self.tenant, self.topics, self.key, self.column, self.value_sha256)
+
+
+def check_delete_delay(config: ShaleConfig, seconds: float) -> float:
+    """``seconds`` if an erasure may ask for that delete delay under ``config``: at least the floor
+    (``ShaleConfig.erasure_delay_floor``: readers may use an index that old) and below ``block.delete_delay`` (it
+    is a shorter delay). Otherwise a ``ValueError`` that names the bounds."""
+    floor, default = config.erasure_delay_floor, config.block.delete_delay
+    if not floor <= seconds <= default:
+        raise ValueError(
+            f"an erasure's delete delay must be between {floor:g} s and block.delete_delay ({default:g} s), not "
+            f"{seconds:g} s: readers may use a bucket index bucket_index.max_stale_period old "
+            f"({config.bucket_index.max_stale_period:g} s), bucket scanners trust no block younger than "
+            f"block.sync_delay ({config.block.sync_delay:g} s) and an index query runs up to metastore.query_timeout "
+            f"({config.metastore.query_timeout:g} s); a replaced block's objects must outlive all three")
+    return seconds
 
 
 def column_request(metastore: ErasureMetastore, tenant: str, column: str, value: str,
@@ -87,6 +106,8 @@ class ErasureReport:
     blocks_total: int = 0
     blocks_opened: int = 0
     jobs: list[str] = field(default_factory=list)
+    delete_delay: float = 0.0
+    """The delete delay asked for the replaced blocks' objects, in seconds (0: ``block.delete_delay``)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -144,12 +165,13 @@ def erase(metastore: ErasureMetastore, bucket: BucketConfig, request: ErasureReq
     else:
         marks = high_watermarks(kafka, topics) if kafka is not None and topics else []
     report = ErasureReport(id=request.id, dry_run=dry_run, state="dry-run" if dry_run else "requested",
-                           watermarks=[m.model_dump() for m in marks])
+                           watermarks=[m.model_dump() for m in marks],
+                           delete_delay=first[0]["delete_delay_ms"] / 1000 if first else request.delete_delay)
     if not dry_run:
         answer = metastore_writer(metastore).submit(RequestErasure(
             id=request.id, by=by, tenant=request.tenant, topics=sorted(set(request.topics)),
             key=base64.b64encode(request.key).decode(), column=request.column, value_sha256=request.value_sha256,
-            watermarks=marks)).raise_for_rejection()
+            watermarks=marks, delete_delay_ms=int(request.delete_delay * 1000))).raise_for_rejection()
         report.by, report.requested_at = answer.data["by"], answer.data["requested_at"]
         if answer.data["replay"] and answer.data["state"] != "requested":  # another run got there meanwhile
             return _report(metastore.erasures(request.id)[0], replay=True)
@@ -184,7 +206,7 @@ def _report(row: dict[str, Any], *, replay: bool = False) -> ErasureReport:
         watermarks=row["watermarks"], matches=row["matches"],
         blocks=[{"id": b["old"], "new": b["new"], "group": b["group"], "generation": b["generation"],
                  "rows_removed": b["rows_removed"]} for b in row["blocks"]],
-        jobs=list(row["pending_jobs"]))
+        jobs=list(row["pending_jobs"]), delete_delay=row["delete_delay_ms"] / 1000)
 
 
 def erasure_status(metastore: ErasureMetastore, erasure: str) -> ErasureReport:

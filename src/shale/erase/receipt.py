@@ -184,7 +184,9 @@ def write_receipt(metastore: ReceiptMetastore, bucket: Bucket, erasure: str, *,
     if pending:
         raise ReceiptNotReadyError(
             f"erasure {erasure}: {len(pending)} replaced blocks still have objects in the bucket (marked for "
-            "deletion; the metastore leader removes them after block.delete_delay): "
+            "deletion; the metastore leader removes them after "
+            + (f"the {row['delete_delay_ms'] / 1000:g} s asked for" if row["delete_delay_ms"] else "block.delete_delay")
+            + "): "
             + ", ".join(p["block"] for p in pending[:5]))
     topics = list(row["topics"])
     ends = {(m["topic"], m["partition"]): m["end"] for m in row["watermarks"]}
@@ -205,6 +207,7 @@ def write_receipt(metastore: ReceiptMetastore, bucket: Bucket, erasure: str, *,
         "erasure": erasure, "tenant": tenant, "topics": topics or "all", "key_sha256": row["key_sha256"],
         "matched_by": row["matched_by"],
         "requested_by": row["by"], "requested_at_ms": row["requested_at"], "watermarks": row["watermarks"],
+        "delete_delay_ms": row["delete_delay_ms"] or "block.delete_delay",
         "records": len(positions), "positions": row["positions"], "rewritten_at_ms": row["ended_at"],
         "blocks_rewritten": rewritten, "objects_deleted": deleted,
         "final_scan": {"blocks": len(scan.blocks), "block_ids": scan.blocks, "rows_read": scan.rows_read,

@@ -27,6 +27,8 @@ SUMMARY_ERASURES = "shale.erasures"
 """Snapshot summary key: the erasures this snapshot publishes (JSON list of ids; DESIGN 19.6)."""
 SUMMARY_EXPIRES = "shale.erasure-expires"
 """Snapshot summary key: the snapshots expired because they name a file holding an erased record (JSON list)."""
+SUMMARY_DELETE_DELAY = "shale.erasure-delete-delay-ms"
+"""Snapshot summary key: the shortest delete delay its erasures asked for (ms): the copies it released go then."""
 TABLE_PROPERTIES = {
     # Shale owns the data files: Iceberg must never delete them (docs/DESIGN.md 16.5).
     "gc.enabled": "false",

@@ -200,7 +200,8 @@ def evidence(catalog: Any, bucket: Bucket, bucket_config: BucketConfig, row: dic
     copies = [o.key for o in bucket.list(copy_key(tenant, "")) if o.key.rsplit("/", 1)[-1][:26] in replaced]
     if copies:
         pending.append(f"{len(copies)} Iceberg copies of replaced blocks are still in the bucket ({COPIES_DIR}/; "
-                       "the publisher deletes them block.delete_delay after the erasure's snapshot)")
+                       "the publisher deletes them block.delete_delay, or the shorter delay the erasure asked for, "
+                       "after the erasure's snapshot)")
     return {"tables": tables, "files_read": scanned, "rows_read": rows, "matches": matches}, pending
 
 

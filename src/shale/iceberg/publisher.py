@@ -41,6 +41,7 @@ from shale.block.schemas import decode_column_types
 from shale.config import ShaleConfig
 from shale.errors import NotFoundError, ShaleError
 from shale.iceberg.catalog import (
+    SUMMARY_DELETE_DELAY,
     SUMMARY_ERASURES,
     SUMMARY_EXPIRES,
     SUMMARY_INDEX,
@@ -120,6 +121,8 @@ class _Table:
     files: dict[str, Any] = field(default_factory=dict)
     blocks: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     swept_ms: int = 0
+    swept_early: set[int] = field(default_factory=set)
+    """Erasure snapshots past their shorter delete delay whose copies are deleted already (``_sweep``)."""
 
 
 @dataclass
@@ -567,6 +570,8 @@ class IcebergPublisher:
             doomed = tainted(table, erased[1])
             properties[SUMMARY_ERASURES] = json.dumps(erased[0])
             properties[SUMMARY_EXPIRES] = json.dumps(doomed)
+            if delay := self.reader.erasure_delete_delay_ms(erased[0]):
+                properties[SUMMARY_DELETE_DELAY] = str(delay)
             released += [k for s in table.metadata.snapshots if s.snapshot_id in doomed
                          and s.timestamp_ms > state.swept_ms for k in json.loads(_summary(s, SUMMARY_RELEASED) or "[]")
                          if isinstance(k, str) and k not in released]
@@ -626,14 +631,21 @@ class IcebergPublisher:
         """Delete copies released by snapshots older than the delete delay (idempotent: a delete of a missing
         object is a no-op). A released key is deleted only when it is one of its tenant's copies and no table's
         current snapshot holds it: a copy released and added again (a switch A -> B -> A within the delay) stays,
-        and a summary written by another catalog writer can name nothing else for deletion."""
-        horizon = int((self.clock() - self.config.block.delete_delay) * 1000)
+        and a summary written by another catalog writer can name nothing else for deletion. An erasure's snapshot
+        that asked for a shorter delay (never below ``erasure_delay_floor``) is swept after that one."""
+        now, default = self.clock(), self.config.block.delete_delay
+        horizon = int((now - default) * 1000)
         held = {key_of(self.config.bucket, uri) for state in self._tables.values() for uri in state.files}
         for table_key, state in self._tables.items():
             copies = copy_key(table_key.tenant, "")
             for snapshot in state.table.metadata.snapshots:
-                if not state.swept_ms < snapshot.timestamp_ms <= horizon:
+                asked = int(_summary(snapshot, SUMMARY_DELETE_DELAY) or 0) / 1000
+                delay = min(default, max(asked, self.config.erasure_delay_floor)) if asked else default
+                if not state.swept_ms < snapshot.timestamp_ms <= int((now - delay) * 1000) \
+                        or snapshot.snapshot_id in state.swept_early:
                     continue
+                if delay < default:
+                    state.swept_early.add(snapshot.snapshot_id)
                 for key in json.loads(_summary(snapshot, SUMMARY_RELEASED) or "[]"):
                     if not isinstance(key, str) or not key.startswith(copies) or key in held:
                         continue

@@ -45,7 +45,7 @@ HASHED_TABLES = ("state", "strings", "partitions", "blocks", "tombstones", "tena
 def _tombstone(r: tuple[Any, ...]) -> TombstoneRow:
     meta = decode_meta(r[6])
     return TombstoneRow(seq=r[0], block_id=r[1], tenant=r[2], shard=r[3], created_at=r[4], reason=r[5],
-                        files=[f.name for f in meta.files], prefix=block_prefix(meta))
+                        files=[f.name for f in meta.files], prefix=block_prefix(meta), delay_ms=r[7])
 
 
 class IndexReader:
@@ -268,7 +268,7 @@ class IndexReader:
 
     def tombstones(self, created_before: int | None = None, limit: int = 1000) -> list[TombstoneRow]:
         rows = self.conn.execute(
-            "SELECT seq, block_id, tenant, shard, created_at, reason, meta FROM tombstones "
+            "SELECT seq, block_id, tenant, shard, created_at, reason, meta, delay_ms FROM tombstones "
             "WHERE created_at <= ? ORDER BY seq LIMIT ?", (created_before if created_before is not None else 2**62,
                                                              limit))
         return [_tombstone(r) for r in rows]
@@ -315,7 +315,7 @@ class IndexReader:
 
     def tenant_tombstones(self, tenant: str) -> list[TombstoneRow]:
         rows = self.conn.execute(
-            "SELECT seq, block_id, tenant, shard, created_at, reason, meta FROM tombstones WHERE tenant = ? "
+            "SELECT seq, block_id, tenant, shard, created_at, reason, meta, delay_ms FROM tombstones WHERE tenant = ? "
             "ORDER BY seq", (tenant,))
         return [_tombstone(r) for r in rows]
 
@@ -338,6 +338,12 @@ class IndexReader:
         """The (topic, partition, offset, incarnation) of the records ``erasures`` remove."""
         return sorted({(r[0], int(r[1]), int(r[2]), r[3]) for e in erasures for r in self.conn.execute(
             "SELECT topic, partition, offset, incarnation FROM erasure_positions WHERE erasure = ?", (e,))})
+
+    def erasure_delete_delay_ms(self, erasures: Sequence[str]) -> int:
+        """The shortest delete delay ``erasures`` asked for (ms); 0 if none asked for one."""
+        asked = [int(r[0]) for e in erasures for r in self.conn.execute(
+            "SELECT delete_delay_ms FROM erasures WHERE id = ? AND delete_delay_ms > 0", (e,))]
+        return min(asked, default=0)
 
     def tenant_tombstone_ids(self, tenant: str) -> set[str]:
         return {r[0] for r in self.conn.execute("SELECT block_id FROM tombstones WHERE tenant = ?", (tenant,))}

@@ -70,6 +70,8 @@ class TombstoneRow(_Row):
     prefix: str = ""
     """The folder of the block's objects (``shale.block.layout.block_prefix`` of its metadata); '' from a
     metastore of before, whose blocks were all under ``<tenant>/blocks/``."""
+    delay_ms: int = 0
+    """The delete delay an erasure asked for (ms); 0: ``block.delete_delay``."""
 
 
 class SchemaVersionRow(_Row):

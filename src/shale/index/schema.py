@@ -75,7 +75,8 @@ CREATE TABLE IF NOT EXISTS tombstones (
     shard INTEGER NOT NULL,
     created_at INTEGER NOT NULL,
     reason TEXT NOT NULL,
-    meta BLOB NOT NULL
+    meta BLOB NOT NULL,
+    delay_ms INTEGER NOT NULL DEFAULT 0  -- an erasure's shorter delete delay; 0: block.delete_delay
 );
 
 CREATE TABLE IF NOT EXISTS tenant_versions (
@@ -192,7 +193,8 @@ CREATE TABLE IF NOT EXISTS erasures (
     ended_at INTEGER NOT NULL,
     matches INTEGER NOT NULL,
     receipt TEXT NOT NULL,
-    matched_by TEXT NOT NULL DEFAULT 'key'  -- 'key', or 'column:<path>' (key_sha256: the value's canonical hash)
+    matched_by TEXT NOT NULL DEFAULT 'key',  -- 'key', or 'column:<path>' (key_sha256: the value's canonical hash)
+    delete_delay_ms INTEGER NOT NULL DEFAULT 0  -- the delete delay asked for its replaced blocks; 0: the configured
 ) WITHOUT ROWID;
 
 CREATE TABLE IF NOT EXISTS erasure_positions (
@@ -334,6 +336,13 @@ def copy_state(path: Path, target: Path) -> None:
         source.close()
 
 
+def _add_column(conn: sqlite3.Connection, table: str, column: str) -> None:
+    """A column added since the schema version last changed, to a table of before (deterministic: every replica
+    adds it the same way)."""
+    if column.split(maxsplit=1)[0] not in {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}:
+        conn.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
+
+
 def create(conn: sqlite3.Connection) -> None:
     """Create the schema, or migrate an older one in place."""
     row = None
@@ -350,8 +359,9 @@ def create(conn: sqlite3.Connection) -> None:
     if row is not None and int(row[0]) in (1, 2, 3):
         _migrate_3_to_4(conn)
     conn.executescript(DDL + CHANGES_DDL + QUEUE_INDEX)
-    if "matched_by" not in {r[1] for r in conn.execute("PRAGMA table_info(erasures)")}:  # rows from before: keys
-        conn.execute("ALTER TABLE erasures ADD COLUMN matched_by TEXT NOT NULL DEFAULT 'key'")
+    _add_column(conn, "erasures", "matched_by TEXT NOT NULL DEFAULT 'key'")  # rows from before: keys
+    _add_column(conn, "erasures", "delete_delay_ms INTEGER NOT NULL DEFAULT 0")  # rows from before: the configured
+    _add_column(conn, "tombstones", "delay_ms INTEGER NOT NULL DEFAULT 0")
     conn.execute("INSERT OR IGNORE INTO state (key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
     conn.execute("INSERT OR IGNORE INTO state (key, value) VALUES ('applied_index', 0)")
     conn.execute("INSERT OR IGNORE INTO state (key, value) VALUES ('applied_term', 0)")

@@ -350,10 +350,12 @@ class IndexWriter:
 
     # -- tombstones -----------------------------------------------------------------------------
 
-    def add_tombstone(self, meta: BlockMeta, created_at: int, reason: str) -> None:
+    def add_tombstone(self, meta: BlockMeta, created_at: int, reason: str, delay_ms: int = 0) -> None:
+        """``delay_ms``: an erasure's shorter delete delay (0: ``block.delete_delay``)."""
         self.conn.execute(
-            "INSERT OR IGNORE INTO tombstones (block_id, tenant, shard, created_at, reason, meta) "
-            "VALUES (?, ?, ?, ?, ?, ?)", (meta.id, meta.tenant, meta.shard, created_at, reason, encode_meta(meta)))
+            "INSERT OR IGNORE INTO tombstones (block_id, tenant, shard, created_at, reason, meta, delay_ms) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (meta.id, meta.tenant, meta.shard, created_at, reason, encode_meta(meta), delay_ms))
 
     def tombstone_reason(self, block_id: str) -> str | None:
         row = self.conn.execute("SELECT reason FROM tombstones WHERE block_id = ?", (block_id,)).fetchone()

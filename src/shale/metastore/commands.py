@@ -210,6 +210,9 @@ class RequestErasure(_Command):
     value_sha256: str = Field(default="", pattern=r"^([0-9a-f]{64})?$", description="with column: the SHA-256 of "
                               "the value's canonical form (shale.erase.column), never the value")
     watermarks: list[ErasureWatermark] = Field(default_factory=list)
+    delete_delay_ms: int = Field(default=0, ge=0, description="a shorter delete delay for the replaced blocks' "
+                                 "objects (ms; 0: block.delete_delay); the leader never goes below its floor "
+                                 "(shale.erase.delete_delay_floor)")
 
 
 class PlanErasure(_Command):

@@ -35,7 +35,7 @@ from shale.metastore.commands import PlanErasure, RecordErasureReceipt, RequestE
 JOB_PREFIX = "erasure:"
 """Erase jobs are named ``erasure:<id>/<block>``; no tenant name holds a colon, so no merge job is named so."""
 _COLUMNS = ("id", "seq", "by", "tenant", "topics", "key_sha256", "watermarks", "state", "requested_at", "planned_at",
-            "ended_at", "matches", "receipt", "matched_by")
+            "ended_at", "matches", "receipt", "matched_by", "delete_delay_ms")
 _SELECT = ", ".join(f'"{c}"' for c in _COLUMNS)
 
 
@@ -70,7 +70,7 @@ def apply_request(w: IndexWriter, cmd: RequestErasure, index: int, time_ms: int)
                    (cmd.id, index, cmd.by, cmd.tenant, json.dumps(sorted(set(cmd.topics))),
                     cmd.value_sha256 if cmd.column else hashlib.sha256(key).hexdigest(),
                     json.dumps([m.model_dump() for m in cmd.watermarks]), "requested", time_ms, 0, 0, 0, "",
-                    f"column:{cmd.column}" if cmd.column else "key"))
+                    f"column:{cmd.column}" if cmd.column else "key", cmd.delete_delay_ms))
     return Result(ok=True, data={"id": cmd.id, "replay": False, "state": "requested", "requested_at": time_ms,
                                  "by": cmd.by})
 
@@ -221,7 +221,8 @@ def complete(w: IndexWriter, job: Job, update: JobUpdate, at: int) -> str:
     if problem is not None or out is None:
         return f"invalid-outputs: {problem}"
     w.remove_block(source.id)
-    w.add_tombstone(source, at, f"erased by {erasure} into {out.id}")
+    delay = w.conn.execute("SELECT delete_delay_ms FROM erasures WHERE id = ?", (erasure,)).fetchone()
+    w.add_tombstone(source, at, f"erased by {erasure} into {out.id}", delay[0] if delay else 0)
     w.add_blocks([out], at)
     w.conn.execute(
         "INSERT OR REPLACE INTO erasure_blocks (erasure, old_block, new_block, grp, generation, rows_removed, "

@@ -85,6 +85,9 @@ class Maintenance:
     clock: Callable[[], float] = time.time
 
     sync_delay: float = 900.0
+    erasure_delay_floor: float = 3600.0
+    """The shortest delete delay this leader gives an erasure's replaced blocks, whatever the request asked
+    (``ShaleConfig.erasure_delay_floor``)."""
     write_deltas: bool = False
 
     def __post_init__(self) -> None:
@@ -212,7 +215,7 @@ class Maintenance:
             if row.block_id not in self._marked and row.created_at / 1000 + self.sync_delay <= now:
                 write_deletion_mark(self.bucket, row.tenant, row.block_id, row.created_at / 1000, row.reason)
                 self._marked.add(row.block_id)
-        due = [r for r in rows if r.created_at / 1000 + self.delete_delay <= now]
+        due = [r for r in rows if r.created_at / 1000 + self.delay_of(r) <= now]
         for row in due:
             remove_block_objects(self.bucket, row)
         if due:
@@ -226,6 +229,13 @@ class Maintenance:
             DELETED.inc(len(due))
             log.info("removed tombstoned blocks from the bucket", extra={"blocks": len(due)})
         return len(due)
+
+    def delay_of(self, row: TombstoneRow) -> float:
+        """How long a tombstoned block's objects stay: the delete delay, or the shorter one its erasure asked for,
+        never below the floor."""
+        if not row.delay_ms:
+            return self.delete_delay
+        return min(self.delete_delay, max(row.delay_ms / 1000, self.erasure_delay_floor, self.sync_delay))
 
     def replay_dlq(self) -> int:
         report = self.dlq.replay(self.service.submit_bytes)

@@ -176,6 +176,7 @@ class MetastoreNode:
         self.maintenance = Maintenance(self.service, self.bucket, config.retention, config.block.delete_delay,
                                        self.is_leader, lambda: self.log.status().term,
                                        sync_delay=config.block.sync_delay,
+                                       erasure_delay_floor=config.erasure_delay_floor,
                                        write_deltas=config.bucket_index.deltas)
         self.index_writer = BucketIndexWriter(self.bucket, self.state.reader, config.bucket_index)
         self._stop = threading.Event()

@@ -266,3 +266,53 @@ def test_a_key_no_block_holds_opens_no_block(service: MetastoreService, bucket: 
     assert report.blocks_opened == 0
     assert report.matches == 0
     assert report.blocks_total == len(service.tenant_blocks("acme"))
+
+
+def test_an_erasure_that_asked_for_a_shorter_delay_has_its_objects_deleted_then(service: MetastoreService,
+                                                                               bucket: BucketConfig,
+                                                                               clock: Clock) -> None:
+    """The replaced blocks of an erasure that asked for 1 h go 1 h after their rewrite, where the others (a
+    compaction's sources) wait for block.delete_delay (2 h); a request below the leader's floor gets the floor."""
+    hour = 3600.0
+    store = open_bucket(bucket)
+    report = erase(service, bucket, ErasureRequest("acme", ERASED, topics=["app"], delete_delay=hour),
+                   dry_run=False)
+    low = erase(service, bucket, ErasureRequest("acme", ERASED, topics=["other"], delete_delay=60), dry_run=False)
+    assert erasure_status(service, report.id).delete_delay == hour
+    _worker(service, bucket).run(until_idle=True)
+    leader = Maintenance(service, store, RetentionConfig(), delete_delay=2 * hour, is_leader=lambda: True,
+                         term=lambda: 1, clock=clock, sync_delay=900, erasure_delay_floor=hour)
+
+    def left() -> dict[str, int]:
+        out: Counter[str] = Counter()
+        for row in service.tombstones(limit=10_000):
+            out["erased" if row.reason.startswith("erased by") else "other"] += 1
+        return dict(out)
+
+    before = left()
+    assert before["erased"] == 14 + len(erasure_status(service, low.id).blocks)
+    assert before["other"] > 0  # the fixture's compaction, and the merges of rewritten blocks
+    clock.advance(hour - 60)  # (the clock moves from the real time, which the test's own work advances)
+    assert leader.collect_tombstones() == 0
+    clock.advance(120)  # past the hour, after both rewrites: every erased block's objects go, the 60 s one too
+    assert leader.collect_tombstones() == before["erased"]
+    assert left() == {"other": before["other"]}
+    assert write_receipt(service, store, low.id)["delete_delay_ms"] == 60_000  # asked; the floor applied
+    assert write_receipt(service, store, report.id)["delete_delay_ms"] == hour * 1000
+    clock.advance(hour - 120)
+    assert leader.collect_tombstones() == 0  # the others wait for block.delete_delay
+    clock.advance(120)
+    assert leader.collect_tombstones() == before["other"]
+
+
+def test_a_delete_delay_outside_the_bounds_is_refused_with_them() -> None:
+    from shale.config import ShaleConfig
+    from shale.erase import check_delete_delay
+
+    config = ShaleConfig()
+    assert config.erasure_delay_floor == 3600
+    assert check_delete_delay(config, 3600) == 3600
+    for wrong in (60, 3599, config.block.delete_delay + 1):
+        with pytest.raises(ValueError, match="max_stale_period") as refused:
+            check_delete_delay(config, wrong)
+        assert f"{wrong:g} s" in str(refused.value)

@@ -41,6 +41,12 @@ def test_a_dry_run_then_an_erasure_then_its_status(tmp_path: Path) -> None:
     status = CliRunner().invoke(cli, [*_sets(tmp_path), "erase", "status", report["id"]])
     assert status.exit_code == 3  # the erase jobs wait for a compaction worker
     assert "erase jobs waiting for the compaction workers: 2" in status.output
+    short = CliRunner().invoke(cli, [*base, "--key", ERASED.decode(), "--delete-delay", "10m", "--yes"])
+    assert short.exit_code == 2  # under bucket_index.max_stale_period (1 h)
+    assert "between 3600 s and block.delete_delay (7200 s), not 600 s" in short.output
+    shorter = CliRunner().invoke(cli, [*base, "--key", "other", "--delete-delay", "1h", "--yes"])
+    assert shorter.exit_code == 0, shorter.output
+    assert "deleted 3600 s after their rewrite" in shorter.output
     both = CliRunner().invoke(cli, [*base, "--key", "x", "--key-hex", "78"])
     assert both.exit_code == 2
     assert "give the key once" in both.output

@@ -179,3 +179,63 @@ def test_a_hold_that_runs_out_publishes_what_is_rewritten_and_the_rest_later(tmp
     read = table.scan().to_arrow()
     positions = Counter(zip(read.column("partition").to_pylist(), read.column("offset").to_pylist(), strict=True))
     assert positions == Counter({(p, o): 1 for p in (0, 1) for o in range(20) if o % 3 and _key(TOPIC, o) != ERASED})
+
+
+def test_copies_an_erasure_released_go_after_its_shorter_delay_and_the_others_after_the_delete_delay(
+        tmp_path: Path) -> None:
+    """The publisher's sweep: copies released by an erasure's snapshot that asked for 600 s go once it is past
+    600 s (never before the floor, here 300 s); those a plain snapshot released wait for block.delete_delay."""
+    from types import SimpleNamespace
+
+    from shale.config import ShaleConfig
+    from shale.errors import NotFoundError
+    from shale.iceberg.catalog import SUMMARY_DELETE_DELAY, SUMMARY_RELEASED
+    from shale.iceberg.files import copy_key
+    from shale.iceberg.plan import TableKey
+    from shale.iceberg.publisher import _Table
+    from shale.objstore import open_bucket
+
+    config = ShaleConfig.model_validate({
+        "bucket": {"url": f"file://{tmp_path}/bucket"}, "iceberg": {"enabled": True},
+        "block": {"delete_delay": 7200, "sync_delay": 300}, "bucket_index": {"max_stale_period": 300}})
+    bucket = open_bucket(config.bucket)
+    now = [1_000_000.0]
+    keys = {name: copy_key(TENANT, name) for name in ("plain", "erased", "too-soon")}
+    for key in keys.values():
+        bucket.put(key, b"rows")
+
+    def snapshot(sid: int, released: str, delay_ms: int | None) -> Any:
+        props = {SUMMARY_RELEASED: json.dumps([keys[released]])}
+        if delay_ms is not None:
+            props[SUMMARY_DELETE_DELAY] = str(delay_ms)
+        return SimpleNamespace(snapshot_id=sid, timestamp_ms=int(now[0] * 1000),
+                               summary=SimpleNamespace(additional_properties=props))
+
+    snapshots = [snapshot(1, "plain", None), snapshot(2, "erased", 600_000), snapshot(3, "too-soon", 1_000)]
+    publisher = IcebergPublisher(config, None, lambda c: None, bucket, clock=lambda: now[0])  # type: ignore[arg-type]
+    publisher._tables = {TableKey(TENANT, TOPIC): _Table(SimpleNamespace(metadata=SimpleNamespace(
+        snapshots=snapshots)), 0)}
+
+    def left() -> set[str]:
+        found = set()
+        for name, key in keys.items():
+            with contextlib.suppress(NotFoundError):
+                bucket.get(key)
+                found.add(name)
+        return found
+
+    now[0] += 299
+    publisher._sweep()
+    assert left() == {"plain", "erased", "too-soon"}
+    now[0] += 2  # past the floor: the erasure that asked for 1 s gets the floor
+    publisher._sweep()
+    assert left() == {"plain", "erased"}
+    now[0] += 300
+    publisher._sweep()
+    assert left() == {"plain"}
+    now[0] += 7200 - 602
+    publisher._sweep()
+    assert left() == {"plain"}
+    now[0] += 2
+    publisher._sweep()
+    assert left() == set()
