@@ -7,8 +7,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha1sum | cut -c1-12)
 export SHALE_CACHE_DIR ?= $(CURDIR)/.cache
 # The integration tests wait on real services far more than they compute: two workers, each test file whole on one
-# (its module fixtures and its services with it).
-INTEGRATION_WORKERS ?= -n 2 --dist loadfile
+# (its module fixtures and its services with it), the longest files first (tests/conftest.py).
+INTEGRATION_WORKERS ?= -n 2 --dist loadfile --no-loadscope-reorder
 
 .PHONY: demo demo-env demo-deps bench-deps test checks unit integration lint typecheck bench env deps venv browser fuse clean
 

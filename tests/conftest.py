@@ -33,6 +33,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    _longest_files_first(items)
     for item in items:
         parts = Path(str(item.fspath)).parts
         if "integration" in parts:
@@ -43,6 +44,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             if "services_dir" in getattr(item, "fixturenames", ()):
                 raise pytest.UsageError(f"{item.nodeid} starts a service: move it to tests/integration")
             item.add_marker(pytest.mark.unit)
+
+
+def _longest_files_first(items: list[pytest.Item]) -> None:
+    """Integration test files in the order of the seconds they last took in CI (tests/integration/seconds.json: the
+    slowest 40 of a run, per file), then by their number of tests. ``make test`` hands whole files to two workers in
+    this order (``--dist loadfile --no-loadscope-reorder``), so the longest start first and no long file is left
+    to run alone at the end while the other worker idles."""
+    import json
+
+    seconds = json.loads((ROOT / "tests" / "integration" / "seconds.json").read_text())
+    files = [Path(str(item.fspath)) for item in items]
+    counts = {f: files.count(f) for f in set(files)}
+    order = {id(item): (-seconds.get(f.name, 0), -counts[f], f.name) if "integration" in f.parts else (1, 0, "")
+             for item, f in zip(items, files, strict=True)}
+    items.sort(key=lambda item: order[id(item)])  # stable: a file's tests keep their order, the unit tests theirs
 
 
 @pytest.fixture(scope="session")
