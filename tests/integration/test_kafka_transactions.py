@@ -52,8 +52,9 @@ def test_transactional_topic_with_aborts_and_two_sigkills(kafka, minio_bucket, t
     assert producer.error is None, producer.error
     assert len(producer.aborted) == producer.written // 5 * 40
     assert producer.written >= 100
-    for group in GROUPS:
-        finish(ingest_process(file, group, tmp_path / f"{group}-final.log", available_now=True))
+    finals = [ingest_process(file, group, tmp_path / f"{group}-final.log", available_now=True) for group in GROUPS]
+    for process in finals:  # both groups catch up side by side
+        finish(process)
 
     bucket = open_bucket(config.bucket)
     for group in GROUPS:

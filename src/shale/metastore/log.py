@@ -212,8 +212,17 @@ class RaftLog:
             connectionRetryTime=1.0,
             useFork=False,
             autoTickPeriod=0.02,
+            onStateChanged=self._role_changed,
         )
         self.node = _RaftNode(state, self_address, peers, conf, raftwire.cluster_encryptor(secret, accepted_secrets))
+
+    def _role_changed(self, old: int, new: int) -> None:
+        """Log each change of this node's Raft role (pysyncobj's tick thread): a leader stepping down after
+        ``LEADER_FALLBACK``, elections, a new leader. Repeated changes mean an unstable cluster."""
+        roles = {0: "follower", 1: "candidate", 2: "leader"}
+        node = getattr(self, "node", None)
+        log.info(f"raft role: {roles.get(old, old)} -> {roles.get(new, new)}",
+                 extra={"node": self.self_address, "term": getattr(node, "raftCurrentTerm", None)})
 
     # -- snapshots: pysyncobj's custom serializer hooks ---------------------------------------------
 
