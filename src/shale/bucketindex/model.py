@@ -116,8 +116,16 @@ class BucketIndex(BaseModel):
                    uploaded={i: times[i] for i in sorted(by_id) if i in times})
 
     def to_bytes(self) -> bytes:
-        """Gzip-compressed JSON, without null fields. ``mtime=0`` keeps the bytes a function of the contents."""
-        return gzip.compress(self.model_dump_json(exclude_none=True).encode(), compresslevel=6, mtime=0)
+        """Gzip-compressed JSON, without null fields. ``mtime=0`` keeps the bytes a function of the contents.
+
+        The same bytes as ``model_dump_json`` of the whole index, but the blocks are serialized one at a time:
+        pydantic holds the GIL for the whole of one call, and on the metastore leader one call over an index of
+        tens of thousands of blocks held it for hundreds of milliseconds, long enough for the Raft heartbeats to
+        stop and the followers to elect another leader (issue 44). gzip releases the GIL as it compresses."""
+        head = self.model_copy(update={"blocks": []}).model_dump_json(exclude_none=True)
+        blocks = ",".join(b.model_dump_json(exclude_none=True) for b in self.blocks)
+        text = head.replace('"blocks":[]', f'"blocks":[{blocks}]', 1)
+        return gzip.compress(text.encode(), compresslevel=6, mtime=0)
 
     @classmethod
     def parse(cls, data: bytes, *, tenant: str, key: str) -> BucketIndex:

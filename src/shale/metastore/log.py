@@ -14,6 +14,7 @@ import os
 import struct
 import threading
 import time
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,9 +32,18 @@ from shale.metastore.fsm import Entry, StateMachine
 
 log = logging.getLogger(__name__)
 SNAPSHOT_MAGIC = b"SHALESNAP1"
-ELECTION_TIMEOUT = (0.4, 1.4)
-"""A follower that hears nothing from a leader for a random time in this range (seconds) asks to be elected."""
-LEADER_FALLBACK = 2 * ELECTION_TIMEOUT[1]
+ELECTION_TIMEOUT = (1.0, 2.5)
+"""A follower that hears nothing from a leader for a random time in this range (seconds) asks to be elected.
+pysyncobj's default, 0.4-1.4 s, is shorter than the pauses of a Python leader under load: its heartbeats go out from
+one thread that shares the GIL with the HTTP threads, the applier and the bucket-index writer, and on the 2-core
+machine a 3-node cluster under 4 clients of 500-block commands paused them for 0.3-0.6 s again and again
+(measured on the leader: each tick's socket wait of 20 ms took that long to get the GIL back). Followers then
+elected a new leader 10-25 times a minute (20-52 role changes in 35-60 s runs), each election a pause of every
+request; with this range, 2-11 role changes in a run (six runs), 2 of them the first election
+(docs/design/metastore.md).
+The price: a dead leader is replaced 1-2.5 s after its last heartbeat instead of 0.4-1.4 s. etcd and
+hashicorp/raft (Pyroscope's) wait 1 s by default."""
+LEADER_FALLBACK = ELECTION_TIMEOUT[1] + 1.0
 """A leader that has had no answer from a majority for this long steps down (pysyncobj's ``leaderFallbackTimeout``,
 30 s by default). Cut off from its followers, it would otherwise go on calling itself the leader for 30 s while the
 majority elects another: every request sent to it waits for its timeout, and two nodes report ``role: leader``.
@@ -41,7 +51,8 @@ Once it has stepped down it answers at once that it knows no leader, and a clien
 followers' longest election timeout, so that a slow but connected cluster elects no more often than its followers
 already make it; well under an ingest lease (15 s by default, ``ingest.lease_duration``): a holder's renewal is due
 every third of a lease and must land within the two thirds left, so the renewals that follow the one a cut-off
-leader swallowed reach the new leader in time (the partition tests' 5 s lease leaves 3.3 s)."""
+leader swallowed reach the new leader in time (the partition tests' 5 s lease leaves 3.3 s, against 3.5 s here:
+their clients give up on a node after 3 s and try the next)."""
 
 
 @dataclass
@@ -119,6 +130,91 @@ def _journal_dirty(node: Any) -> bool:
     return isinstance(raft_journal, journal.DurableJournal) and raft_journal.dirty
 
 
+class _Applier:
+    """Applies committed entries to the state on a thread of its own, in log order. pysyncobj applies them on its
+    tick thread, the one that also sends the leader's heartbeats and reads the followers' answers: a command of 500
+    blocks took 0.04 s to apply alone but 0.3-3.6 s on a loaded 3-node cluster (the GIL shared with the HTTP
+    threads), longer than the election timeout, so followers elected one leader after another (tens of elections a
+    minute, requests waiting up to 16 s, once a minute with no leader; issue 44). The tick now only queues an entry;
+    a proposer waits for its result (``result``), and a snapshot waits until the state has caught up (``drain``).
+    The journal stays the truth: entries queued but not applied when a node stops are applied again by its replay
+    (the state skips those it holds)."""
+
+    KEPT = 10_000
+    """Results kept for proposers (the oldest dropped first): a follower's entries have none waiting."""
+
+    def __init__(self, state: StateMachine) -> None:
+        self.state = state
+        self._queue: deque[tuple[Entry, bytes]] = deque()
+        self._results: OrderedDict[int, Result] = OrderedDict()
+        self._cond = threading.Condition()
+        self._busy = False
+        self._failed: BaseException | None = None
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="raft-apply", daemon=True)
+        self._thread.start()
+
+    def submit(self, entry: Entry, data: bytes) -> None:
+        with self._cond:
+            self._queue.append((entry, data))
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._stopping:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                entry, data = self._queue.popleft()
+                self._busy = True
+            try:
+                result = self.state.apply(entry, data)
+            except BaseException as exc:  # the state cannot move past this entry: stop applying, say so
+                log.critical("the metastore state could not apply a committed entry; this node applies nothing "
+                             "more until it restarts", extra={"index": entry.index}, exc_info=True)
+                with self._cond:
+                    self._failed, self._busy = exc, False
+                    self._cond.notify_all()
+                return
+            with self._cond:
+                self._results[entry.index] = result
+                while len(self._results) > self.KEPT:
+                    self._results.popitem(last=False)
+                self._busy = False
+                self._cond.notify_all()
+
+    def _check(self) -> None:
+        if self._failed is not None:
+            raise MetastoreUnavailableError(f"this node stopped applying entries: {self._failed!r}; restart it")
+
+    def result(self, index: int, timeout: float) -> Result | None:
+        """The result of entry ``index`` once applied (None after ``timeout`` seconds)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while index not in self._results:
+                self._check()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._cond.wait(remaining)
+            return self._results.pop(index)
+
+    def drain(self) -> None:
+        """Wait until every queued entry is applied (the state is at pysyncobj's last applied entry)."""
+        with self._cond:
+            while (self._queue or self._busy) and self._failed is None:
+                self._cond.wait()
+            self._check()
+
+    def close(self) -> None:
+        """Apply what is queued, then stop the thread."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join(timeout=60)
+
+
 class _RaftNode(SyncObj):  # type: ignore[misc]
     """The pysyncobj object. Its one replicated method carries our command bytes and the leader's clock.
 
@@ -129,9 +225,9 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
     runs again at the end of each tick, before it waits for messages: the leader's fdatasync of the entries it
     has just sent then overlaps with the followers' work on them instead of following it."""
 
-    def __init__(self, state: StateMachine, self_address: str, peers: list[str], conf: SyncObjConf,
+    def __init__(self, applier: _Applier, self_address: str, peers: list[str], conf: SyncObjConf,
                  encryptor: MultiFernet) -> None:
-        self._state = state
+        self._applier = applier
         self._shale_encryptor = encryptor
         super().__init__(self_address, peers, conf, transportClass=_AckAfterSyncTransport)
         self.addOnTickCallback(self._sync_journal)  # pysyncobj calls these last in a tick, before its poll
@@ -159,9 +255,11 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         return self._shale_encryptor
 
     @replicated  # type: ignore[untyped-decorator]
-    def apply_command(self, data: bytes, time_ms: int) -> bytes:
-        index = self.raftLastApplied + 1
-        return self._state.apply(Entry(index, self._entry_term(index), time_ms), data).model_dump_json().encode()
+    def apply_command(self, data: bytes, time_ms: int) -> int:
+        """Queue the committed entry for the applier (``_Applier``); the proposer gets its index."""
+        index = int(self.raftLastApplied) + 1
+        self._applier.submit(Entry(index, self._entry_term(index), time_ms), data)
+        return index
 
     def _entry_term(self, index: int) -> int:
         # The term of the entry being applied (not the node's current term, which is newer when a restarted
@@ -214,7 +312,9 @@ class RaftLog:
             autoTickPeriod=0.02,
             onStateChanged=self._role_changed,
         )
-        self.node = _RaftNode(state, self_address, peers, conf, raftwire.cluster_encryptor(secret, accepted_secrets))
+        self.applier = _Applier(state)  # before the node: its first tick may replay the journal or load a snapshot
+        self.node = _RaftNode(self.applier, self_address, peers, conf,
+                              raftwire.cluster_encryptor(secret, accepted_secrets))
 
     def _role_changed(self, old: int, new: int) -> None:
         """Log each change of this node's Raft role (pysyncobj's tick thread): a leader stepping down after
@@ -229,6 +329,7 @@ class RaftLog:
     def _serialize(self, filename: str, raft_data: Any) -> None:
         """Write the snapshot file: our header, pysyncobj's own bookkeeping (its log entries and members, never
         client data), then a SQLite backup of the state at exactly the last applied entry."""
+        self.applier.drain()
         self.state.backup_to(self._snapshot_db)
         header = raft_pickle.dumps(raft_data)
         with open(filename, "wb") as out:
@@ -247,6 +348,7 @@ class RaftLog:
             raft_data = raftwire.snapshot_loads(source.read(size))
             db = source.read()
         snapshot_index = int(raft_data[0][1])
+        self.applier.drain()
         if self.state.applied()[0] < snapshot_index:
             # The local state is older than the snapshot (a new or lagging member): replace it. A local state
             # at or past the snapshot is kept: it holds only committed entries, and replay skips them.
@@ -271,6 +373,7 @@ class RaftLog:
             result.extend([res, err])
             done.set()
 
+        deadline = time.monotonic() + timeout
         self.node.apply_command(data, int(self.clock() * 1000), callback=callback)
         if not done.wait(timeout):
             raise MetastoreUnavailableError(
@@ -278,7 +381,12 @@ class RaftLog:
                 "are idempotent, so retrying is safe")
         res, err = result
         if err == FAIL_REASON.SUCCESS:
-            return Result.model_validate_json(res)
+            applied = self.applier.result(int(res), max(0.0, deadline - time.monotonic()))
+            if applied is None:
+                raise MetastoreUnavailableError(
+                    f"command committed at index {res} but not applied within {timeout:.0f}s; it will be: commands "
+                    "are idempotent, so retrying is safe")
+            return applied
         if err in (FAIL_REASON.NOT_LEADER, FAIL_REASON.MISSING_LEADER, FAIL_REASON.LEADER_CHANGED,
                    FAIL_REASON.DISCARDED):
             raise NotLeaderError(f"leadership changed while applying (reason {err}); retry on the new leader",
@@ -319,3 +427,4 @@ class RaftLog:
         thread = getattr(self.node, "_SyncObj__thread", None)
         if isinstance(thread, threading.Thread) and thread is not threading.current_thread():
             thread.join(timeout=30)
+        self.applier.close()  # after the tick thread: nothing more is queued

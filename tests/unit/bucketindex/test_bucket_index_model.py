@@ -39,6 +39,11 @@ def test_round_trip_is_gzip_json_with_full_block_metas() -> None:
     assert raw["uploaded"] == {marked: T0 - 100, block("acme", 2).id: T0 - 50}
     assert BucketIndex.parse(data, tenant="acme", key=KEY) == index
     assert _index().to_bytes() == data, "equal contents must give equal bytes"
+    # Serialized a block at a time (the GIL is released between them), the bytes are those of one call.
+    whole = gzip.compress(index.model_dump_json(exclude_none=True).encode(), compresslevel=6, mtime=0)
+    assert data == whole
+    empty = BucketIndex.empty("acme", T0)
+    assert gzip.decompress(empty.to_bytes()) == empty.model_dump_json(exclude_none=True).encode()
 
 
 @pytest.mark.parametrize(("data", "expected"), [
