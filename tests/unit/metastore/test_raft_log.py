@@ -130,6 +130,43 @@ def test_nothing_is_acknowledged_or_applied_before_it_is_on_disk(tmp_path: Path,
     assert max(acks) >= 100  # the check saw the acknowledgements of the entries proposed
 
 
+def test_a_follower_keeps_the_entries_it_holds_when_the_leader_sends_them_again(tmp_path: Path) -> None:
+    """Raft deletes a follower's entries only from the first one that conflicts with the leader's (same index,
+    another term). The leader sends entries again all the time (each acknowledgement of an earlier message moves
+    its next index for the follower back), so a follower that dropped and rewrote what it held had, many times a
+    second, a journal without entries it had acknowledged. With one leader and no conflict, nothing is deleted."""
+    deleted: list[str] = []
+    cluster = Cluster(tmp_path)
+    try:
+        for i, log in enumerate(cluster.logs):
+            assert log is not None
+            journal = log.node._SyncObj__raftLog
+            delete = journal.deleteEntriesFrom
+
+            def recorded(position: int, journal: Any = journal, delete: Any = delete, i: int = i) -> None:
+                if position < len(journal):
+                    deleted.append(f"node {i} deleted entries {journal[position][1]}-{journal[-1][1]}")
+                delete(position)
+
+            journal.deleteEntriesFrom = recorded
+        leader = cluster.leader()
+        term = leader.status().term
+        proposers = [threading.Thread(target=lambda c=c: [leader.propose(encode(AddBlocks(blocks=[
+            meta(partition=c, start=i, end=i + 1)]))) for i in range(50)]) for c in range(4)]
+        for t in proposers:
+            t.start()
+        for t in proposers:
+            t.join()
+        cluster.settle(leader.barrier())
+        assert leader.is_leader()
+        assert leader.status().term == term
+        hashes = {log.state.state_hash() for log in cluster.logs if log is not None}
+        assert len(hashes) == 1
+    finally:
+        cluster.close()
+    assert deleted == []
+
+
 def test_commands_see_the_entry_term_and_stale_plans_are_rejected(cluster: Cluster) -> None:
     leader = cluster.leader()
     term = leader.status().term
