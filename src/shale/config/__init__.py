@@ -24,6 +24,7 @@ from shale.config.model import (
     ShaleConfig,
     SparkConfig,
     TenantRule,
+    granted_delete_delay,
 )
 from shale.config.secrets import Secret, masked, secret_values
 from shale.config.types import parse_duration, parse_size
@@ -46,6 +47,7 @@ __all__ = [
     "ShaleConfig",
     "SparkConfig",
     "TenantRule",
+    "granted_delete_delay",
     "load_config",
     "masked",
     "parse_duration",

@@ -468,6 +468,13 @@ class RunConfig(_Section):
     restart_delay: Duration = Field(default=5.0, description="wait before restarting a process that died")
 
 
+def granted_delete_delay(asked: float, floor: float, delete_delay: float) -> float:
+    """How long the objects an erasure replaced stay, in seconds: ``delete_delay``, or the shorter delay the
+    erasure asked for (0: none), never below ``floor`` (``ShaleConfig.erasure_delay_floor`` of the one deleting,
+    so a client with another configuration cannot go below it)."""
+    return min(delete_delay, max(asked, floor)) if asked else delete_delay
+
+
 class ShaleConfig(_Section):
     """The whole configuration. Sections are documented field by field; see ``shale config check``."""
 

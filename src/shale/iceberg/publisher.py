@@ -38,7 +38,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from shale.block import BlockMeta, block_file_key
 from shale.block.schemas import decode_column_types
-from shale.config import ShaleConfig
+from shale.config import ShaleConfig, granted_delete_delay
 from shale.errors import NotFoundError, ShaleError
 from shale.iceberg.catalog import (
     SUMMARY_DELETE_DELAY,
@@ -640,7 +640,7 @@ class IcebergPublisher:
             copies = copy_key(table_key.tenant, "")
             for snapshot in state.table.metadata.snapshots:
                 asked = int(_summary(snapshot, SUMMARY_DELETE_DELAY) or 0) / 1000
-                delay = min(default, max(asked, self.config.erasure_delay_floor)) if asked else default
+                delay = granted_delete_delay(asked, self.config.erasure_delay_floor, default)
                 if not state.swept_ms < snapshot.timestamp_ms <= int((now - delay) * 1000) \
                         or snapshot.snapshot_id in state.swept_early:
                     continue

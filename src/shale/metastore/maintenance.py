@@ -34,7 +34,7 @@ from shale.block.overlap import Overlap, overlaps
 from shale.bucketindex import DeltaLink, DeltaWriter
 from shale.compaction.planner import uncompactable
 from shale.compaction.state import CompactionState
-from shale.config import RetentionConfig
+from shale.config import RetentionConfig, granted_delete_delay
 from shale.index import PartitionRow, TombstoneRow
 from shale.metastore.commands import DeleteTombstones, PartitionKey, TruncateIndex
 from shale.metastore.dlq import Committed, DeadLetterQueue
@@ -233,9 +233,8 @@ class Maintenance:
     def delay_of(self, row: TombstoneRow) -> float:
         """How long a tombstoned block's objects stay: the delete delay, or the shorter one its erasure asked for,
         never below the floor."""
-        if not row.delay_ms:
-            return self.delete_delay
-        return min(self.delete_delay, max(row.delay_ms / 1000, self.erasure_delay_floor, self.sync_delay))
+        return granted_delete_delay(row.delay_ms / 1000, max(self.erasure_delay_floor, self.sync_delay),
+                                    self.delete_delay)
 
     def replay_dlq(self) -> int:
         report = self.dlq.replay(self.service.submit_bytes)
