@@ -12,7 +12,8 @@
   on a fresh cluster; the figures are the medians, with the slowest and fastest run beside them.
   ``ratios.durable_vs_before`` is the ratio of the batched medians, ``durable_vs_before_unbatched`` of the
   one-block ones; ``..._pairs_min`` and ``..._pairs_max`` the lowest and highest ratio of one round's two runs
-  (the spread of the comparison itself).
+  (the spread of the comparison itself). ``raft3_leader_elections_per_run_max``: the most times a node became
+  leader in one durable cluster run (1: the first election only; a loaded leader losing its followers shows here).
 * Query latency at 1,000,000 entries (10 tenants x 100,000 blocks over 30 days): one tenant, a random 1-hour
   range, two matchers ``{topic="app-3", level="ERROR"}``, 300 queries.
 * Baseline: a plain SQLite table (id, tenant, time range, labels JSON, meta JSON) with an index on
@@ -98,8 +99,9 @@ def _throughput(add: Any, batches: list[list[BlockMeta]]) -> float:
     return sum(len(b) for b in batches) / t[0]
 
 
-def _raft_throughput(work: Path, name: str, durable: bool, batch: int, commands: int) -> float:
-    """Blocks/s of a fresh 3-node cluster: ``commands`` AddBlocks of ``batch`` blocks, spread over 4 clients."""
+def _raft_throughput(work: Path, name: str, durable: bool, batch: int, commands: int) -> tuple[float, int]:
+    """Blocks/s of a fresh 3-node cluster: ``commands`` AddBlocks of ``batch`` blocks, spread over 4 clients; and
+    how many times a node became leader (its log's ``raft role: ... -> leader``; 1 is the first election)."""
     (work / name).mkdir()
     cluster = MetastoreCluster(work / name, 3,
                                environment={} if durable else {UNSYNCED_BASELINE_ENV: "1"}).start()
@@ -128,21 +130,31 @@ def _raft_throughput(work: Path, name: str, durable: bool, batch: int, commands:
                 th.join()
         if failures:
             raise RuntimeError(f"{name}: {len(failures)} of 4 clients failed: {failures[0]!r}") from failures[0]
-        return sum(len(b) for b in batches) / t[0]
+        return sum(len(b) for b in batches) / t[0], _elections(work / name)
     finally:
         cluster.stop()
 
 
-def _raft_rounds(work: Path, mode: str) -> tuple[list[float], list[float]]:
-    """Blocks/s of ``RAFT_ROUNDS`` runs on each journal (unsynced, durable), interleaved, each on a fresh cluster."""
+def _elections(directory: Path) -> int:
+    return sum(1 for log in directory.glob("node*.log") for line in log.read_text(errors="replace").splitlines()
+               if "raft role:" in line and "-> leader" in line)
+
+
+def _raft_rounds(work: Path, mode: str) -> tuple[list[float], list[float], list[int]]:
+    """Blocks/s of ``RAFT_ROUNDS`` runs on each journal (unsynced, durable), interleaved, each on a fresh cluster;
+    and the leader elections of each durable run."""
     batch, commands = RAFT_COMMANDS[mode]
     runs: dict[bool, list[float]] = {False: [], True: []}
+    elections: list[int] = []
     for r in range(RAFT_ROUNDS):
         for durable in (False, True) if r % 2 == 0 else (True, False):
             name = f"{mode}-{'durable' if durable else 'unsynced'}-{r}"
-            runs[durable].append(_raft_throughput(work, name, durable, batch, commands))
-            progress(f"  {name}: {runs[durable][-1]:,.0f} blocks/s")
-    return runs[False], runs[True]
+            rate, elected = _raft_throughput(work, name, durable, batch, commands)
+            runs[durable].append(rate)
+            if durable:
+                elections.append(elected)
+            progress(f"  {name}: {rate:,.0f} blocks/s, {elected} leader election(s)")
+    return runs[False], runs[True], elections
 
 
 def _spread(prefix: str, runs: list[float]) -> dict[str, float]:
@@ -195,14 +207,15 @@ def run() -> dict[str, Any]:
 
         progress(f"3-node Raft cluster: 4 clients, batches of 500 and single blocks, {RAFT_ROUNDS} runs on each "
                  "journal, interleaved")
-        raft_before, raft = _raft_rounds(work, "batched")
-        raft_before_single, raft_single = _raft_rounds(work, "unbatched")
+        raft_before, raft, elections = _raft_rounds(work, "batched")
+        raft_before_single, raft_single, elections_single = _raft_rounds(work, "unbatched")
 
     p50, p99 = _percentiles(ours_ms)
     b50, b99 = _percentiles(plain_ms)
     figures = {"add_blocks_per_s_single_batched": round(total / ours_time),
                **_spread("add_blocks_per_s_raft3_batched", raft),
                **_spread("add_blocks_per_s_raft3_unbatched", raft_single),
+               "raft3_leader_elections_per_run_max": max(elections + elections_single),
                "add_blocks_per_s_single_unbatched": round(ours_unbatched),
                "query_p50_ms_1m": round(p50, 2), "query_p99_ms_1m": round(p99, 2),
                "entries": total, "blocks_per_query_mean": round(statistics.mean(sizes), 1)}

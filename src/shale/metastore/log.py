@@ -264,6 +264,8 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
                  encryptor: MultiFernet) -> None:
         self._applier = applier
         self._shale_encryptor = encryptor
+        self._refused: dict[Any, tuple[int, int]] = {}
+        """Per follower, the term and the lowest next index a refusal named since its last acceptance."""
         super().__init__(self_address, peers, conf, transportClass=_AckAfterSyncTransport)
         self.addOnTickCallback(self._sync_journal)  # pysyncobj calls these last in a tick, before its poll
 
@@ -280,9 +282,35 @@ class _RaftNode(SyncObj):  # type: ignore[misc]
         super()._onTick(timeToWait)
 
     def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:  # noqa: N802 - pysyncobj's name
-        if message.get("type") == "append_entries" and "prevLogIdx" in message and "transmission" not in message:
+        kind = message.get("type")
+        if kind == "append_entries" and "prevLogIdx" in message and "transmission" not in message:
             message = held_entries_skipped(self._SyncObj__raftLog, message)
+        elif kind == "next_node_idx":
+            message = self._refusals_only_go_back(node, message)
         super()._SyncObj__onMessageReceived(node, message)
+
+    def _refusals_only_go_back(self, node: Any, message: dict[str, Any]) -> dict[str, Any]:
+        """A follower's refusal of an append moves the leader's next index for it back, never forward past an
+        earlier refusal of this term, until the follower accepts one.
+
+        pysyncobj's leader sends all the batches from its next index for a follower at once, and each refusal
+        sets that index to what the follower names: its own last index + 1 when the append starts past its end,
+        the append's ``prevLogIdx`` when the entry there conflicts. A follower with entries of its own (a leader
+        cut off, then back) refused the first batch at the conflict and every later batch past its end, so the
+        index went back one entry and forward again, for ever: the node never caught up (the long partitions
+        profile; ``test_a_leader_cut_off_with_entries_of_its_own_catches_up_once_the_cut_heals``). Raft goes back
+        until the logs match."""
+        term = self.raftCurrentTerm
+        if message.get("success"):
+            self._refused.pop(node, None)
+            return message
+        if not message.get("reset"):
+            return message
+        refused = self._refused.get(node)
+        if refused is not None and refused[0] == term and message["next_node_idx"] > refused[1]:
+            return {**message, "next_node_idx": refused[1]}
+        self._refused[node] = (term, message["next_node_idx"])
+        return message
 
     @property
     def encryptor(self) -> MultiFernet:

@@ -13,7 +13,7 @@ from pysyncobj.transport import TCPTransport
 from tests.unit.metastore.helpers import meta
 from tests.waiting import eventually
 
-from shale.errors import NotLeaderError
+from shale.errors import MetastoreUnavailableError, NotLeaderError
 from shale.metastore import AddBlocks, Noop, RaftLog, StateMachine, encode
 from shale.metastore.commands import PartitionKey, TruncateIndex
 from shale.metastore.fsm import Entry
@@ -165,6 +165,46 @@ def test_a_follower_keeps_the_entries_it_holds_when_the_leader_sends_them_again(
     finally:
         cluster.close()
     assert deleted == []
+
+
+def test_a_leader_cut_off_with_entries_of_its_own_catches_up_once_the_cut_heals(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The long partitions profile's leader-isolated scenario, in one process: the leader is cut off (every
+    message to or from it lost) and appends entries nobody else has; the others elect a leader that commits more
+    than one append message holds (pysyncobj's batches are 64 KiB); the cut heals. The old leader must drop its
+    entries and take the new leader's. pysyncobj's leader sends all its batches at once and each of the
+    follower's refusals sets its next index: the first refusal (a conflict at the follower's last entry) moved it
+    back one entry, the next one (a later batch, past the follower's end) forward again, for ever."""
+    cut: set[str] = set()
+    send = TCPTransport.send
+
+    def lossy(transport: Any, node: Any, message: Any) -> bool:
+        if cut & {transport._selfNode.address, node.address}:
+            return True  # lost on the way, as a cut link loses it
+        return bool(send(transport, node, message))
+
+    monkeypatch.setattr(TCPTransport, "send", lossy)
+    cluster = Cluster(tmp_path)
+    try:
+        old = cluster.leader()
+        assert old.propose(encode(AddBlocks(blocks=[meta(start=0, end=1)]))).ok
+        cut.add(old.self_address)
+        for i in range(3):  # entries of the old leader's term that nobody else gets
+            with pytest.raises(MetastoreUnavailableError):
+                old.propose(encode(AddBlocks(blocks=[meta(partition=9, start=i, end=i + 1)])), timeout=0.5)
+        new = eventually(lambda: next((log for log in cluster.logs if log is not None and log is not old
+                                       and log.is_leader()), None), 20, "the others to elect a leader")
+        for i in range(40):  # about 200 KiB of entries: more than one append message
+            assert new.propose(encode(AddBlocks(blocks=[
+                meta(partition=1, start=i * 50 + j, end=i * 50 + j + 1) for j in range(50)]))).ok
+        cut.clear()
+        index = new.barrier()
+        old.wait_applied(index, 30)
+        hashes = {log.state.state_hash() for log in cluster.logs if log is not None}
+        assert len(hashes) == 1
+        assert old.state.reader.count_blocks() == 1 + 40 * 50  # the cut-off entries are gone
+    finally:
+        cluster.close()
 
 
 def test_commands_see_the_entry_term_and_stale_plans_are_rejected(cluster: Cluster) -> None:
