@@ -32,6 +32,16 @@ settings.register_profile("nightly", max_examples=2000, deadline=None,
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Every Spark driver of the session, in process or a ``shale`` command it starts, maps Spark's classes from the
+    class archive when ``make test`` has built it (``shale.dev.spark_classes``)."""
+    from shale.dev.spark_classes import archive_path
+    from shale.spark import CLASS_ARCHIVE_ENV
+
+    if archive_path().is_file():
+        os.environ.setdefault(CLASS_ARCHIVE_ENV, str(archive_path()))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     _longest_files_first(items)
     for item in items:

@@ -48,6 +48,9 @@ KAFKA_CONNECTOR_EXCLUDES = ",".join([
     "org.xerial.snappy:snappy-java", "org.slf4j:slf4j-api", "com.google.code.findbugs:jsr305",
     "org.scala-lang.modules:scala-parallel-collections_2.13"])
 LOOPBACK = "127.0.0.1"
+CLASS_ARCHIVE_ENV = "SHALE_SPARK_CLASS_ARCHIVE"
+"""Names a class data sharing archive of Spark's classes the driver JVM maps (``shale.dev.spark_classes``, for the
+development machine's many short-lived drivers); unset, drivers start as Spark starts them."""
 
 _DEFAULTS = {
     "spark.ui.enabled": "false",
@@ -91,6 +94,10 @@ def session_conf(config: SparkConfig, *, kafka: bool, extra_conf: dict[str, str]
     conf.update(failpoints.executor_conf())
     conf.update(config.conf)
     conf.update(extra_conf or {})
+    archive = os.environ.get(CLASS_ARCHIVE_ENV, "")
+    options = conf.get("spark.driver.extraJavaOptions", "")
+    if archive and Path(archive).is_file() and "Archive" not in options:
+        conf["spark.driver.extraJavaOptions"] = f"{options} -XX:SharedArchiveFile={archive} -Xshare:auto".strip()
     if kafka and "spark.jars" not in conf and "spark.jars.packages" not in conf:
         conf["spark.jars.packages"] = KAFKA_CONNECTOR_PACKAGE
         conf.setdefault("spark.jars.excludes", KAFKA_CONNECTOR_EXCLUDES)

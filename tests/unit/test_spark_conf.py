@@ -4,6 +4,7 @@ come from, and a bucket executors cannot share is refused."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pyspark
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from shale.config import BucketConfig, SparkConfig
 from shale.dev import fetch
 from shale.errors import ConfigError
-from shale.spark import KAFKA_CONNECTOR_PACKAGE, check_shared_bucket, session_conf
+from shale.spark import CLASS_ARCHIVE_ENV, KAFKA_CONNECTOR_PACKAGE, check_shared_bucket, session_conf
 
 
 def test_connector_package_is_the_pinned_pyspark_version() -> None:
@@ -65,3 +66,18 @@ def test_a_bucket_executors_cannot_share_is_refused_on_a_cluster() -> None:
     for url in ("memory://x", "file://.shale/bucket"):
         with pytest.raises(ConfigError, match="cannot be shared with the executors"):
             check_shared_bucket(cluster, BucketConfig(url=url))
+
+
+def test_a_driver_maps_the_class_archive_the_environment_names_when_it_exists(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    archive = tmp_path / "spark.jsa"
+    monkeypatch.setenv(CLASS_ARCHIVE_ENV, str(archive))
+    assert "SharedArchiveFile" not in session_conf(SparkConfig(), kafka=False)["spark.driver.extraJavaOptions"]
+    archive.write_bytes(b"x")
+    options = session_conf(SparkConfig(), kafka=False)["spark.driver.extraJavaOptions"]
+    assert options == f"-Duser.timezone=UTC -XX:SharedArchiveFile={archive} -Xshare:auto"
+    # The operator's own archive option wins (and the archive's builder dumps rather than maps).
+    own = SparkConfig(conf={"spark.driver.extraJavaOptions": "-XX:ArchiveClassesAtExit=/tmp/a.jsa"})
+    assert session_conf(own, kafka=False)["spark.driver.extraJavaOptions"] == "-XX:ArchiveClassesAtExit=/tmp/a.jsa"
+    monkeypatch.delenv(CLASS_ARCHIVE_ENV)
+    assert "SharedArchiveFile" not in session_conf(SparkConfig(), kafka=False)["spark.driver.extraJavaOptions"]
