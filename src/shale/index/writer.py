@@ -390,6 +390,11 @@ class IndexWriter:
             found.setdefault(int(generation), {})[int(partition)] = (int(end), str(incarnation), str(writer))
         return found
 
+    def committed_partitions(self, group: str, generation: int) -> set[tuple[str, int]]:
+        """Every (topic, partition) of the group's generation with committed offsets."""
+        return {(str(t), int(p)) for t, p in self.conn.execute(
+            "SELECT topic, partition FROM offsets WHERE grp = ? AND generation = ?", (group, generation))}
+
     def committed_end(self, group: str, generation: int, topic: str, partition: int) -> int | None:
         current = self.committed(group, generation, topic, partition)
         return None if current is None else current[0]
