@@ -1,6 +1,6 @@
 """The SQLite schema of the metadata index (seed 004), with Shale's ingest offsets. A table family with a store of
 its own declares its tables there, beside its reads and writes: the compaction service's in
-``shale.compaction.state``, the ingest leases' and shard maps' in ``shale.index.leases``, the restore journal's in
+``shale.index.compaction``, the ingest leases' and shard maps' in ``shale.index.leases``, the restore journal's in
 ``shale.index.restores``.
 
 Entries are partitioned by 6-hour window of block creation time (the ULID time), tenant and shard; each
@@ -14,8 +14,9 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from shale.compaction.state import COMPACTION_DDL
 from shale.index.changes import DDL as CHANGES_DDL
+from shale.index.compaction import DDL as COMPACTION_DDL
+from shale.index.compaction import QUEUE_INDEX
 from shale.index.leases import LEASES_DDL, SHARDS_DDL
 from shale.index.restores import DDL as RESTORES_DDL
 
@@ -225,11 +226,6 @@ INSERT INTO commits (grp, generation, topic, partition, incarnation, start, "end
     SELECT grp, generation, topic, partition, '', start, "end", digest, committed_at FROM commits_v1;
 DROP TABLE commits_v1;
 """
-
-
-# The compaction queue (``shale.compaction.state``): the blocks whose ``queued`` is 1, in arrival order. Created after
-# the migrations, which run on tables without the column.
-QUEUE_INDEX = "CREATE INDEX IF NOT EXISTS blocks_queued ON blocks (added_at, id) WHERE queued = 1;"
 
 
 def _migrate_2_to_3(conn: sqlite3.Connection) -> None:

@@ -11,9 +11,9 @@ import msgpack
 
 from shale.block import BlockMeta
 from shale.bucketindex import state_digest
-from shale.compaction.state import CompactionState
 from shale.index.changes import PendingChanges
 from shale.index.changes import trim as trim_changes
+from shale.index.compaction import CompactionState
 from shale.index.records import decode_meta, encode_meta
 from shale.index.schema import PARTITION_WINDOW_MS
 
