@@ -1,6 +1,7 @@
 """The SQLite schema of the metadata index (seed 004), with Shale's ingest offsets. A table family with a store of
 its own declares its tables there, beside its reads and writes: the compaction service's in
-``shale.compaction.state``, the restore journal's in ``shale.index.restores``.
+``shale.index.compaction``, the ingest leases' and shard maps' in ``shale.index.leases``, the restore journal's in
+``shale.index.restores``.
 
 Entries are partitioned by 6-hour window of block creation time (the ULID time), tenant and shard; each
 partition keeps the data-time range of its blocks (seed 004's shard index) so a query skips partitions whose
@@ -13,8 +14,10 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from shale.compaction.state import COMPACTION_DDL
 from shale.index.changes import DDL as CHANGES_DDL
+from shale.index.compaction import DDL as COMPACTION_DDL
+from shale.index.compaction import QUEUE_INDEX
+from shale.index.leases import LEASES_DDL, SHARDS_DDL
 from shale.index.restores import DDL as RESTORES_DDL
 
 SCHEMA_VERSION = 4
@@ -163,20 +166,7 @@ CREATE TABLE IF NOT EXISTS losses (
     acknowledged_at INTEGER NOT NULL,
     PRIMARY KEY (grp, generation, topic, partition, incarnation, start)
 ) WITHOUT ROWID;
-
-CREATE TABLE IF NOT EXISTS ingest_leases (
-    grp TEXT NOT NULL,
-    generation INTEGER NOT NULL,
-    shard INTEGER NOT NULL,
-    holder TEXT NOT NULL,
-    token INTEGER NOT NULL,
-    acquired_at INTEGER NOT NULL,
-    expires_at INTEGER NOT NULL,
-    duration_ms INTEGER NOT NULL,
-    takeovers INTEGER NOT NULL,
-    PRIMARY KEY (grp, generation, shard)
-) WITHOUT ROWID;
-
+""" + LEASES_DDL + """
 -- Erasures (``shale erase``, ``shale.metastore.erasures``): each request, the Kafka positions of its records
 -- (found in the backup group, matched in both), and each block rewritten without them.
 CREATE TABLE IF NOT EXISTS erasures (
@@ -221,37 +211,7 @@ CREATE TABLE IF NOT EXISTS erasure_blocks (
     new_prefix TEXT NOT NULL,
     PRIMARY KEY (erasure, old_block)
 ) WITHOUT ROWID;
-
-CREATE TABLE IF NOT EXISTS ingest_shards (
-    grp TEXT NOT NULL,
-    generation INTEGER NOT NULL,
-    shards INTEGER NOT NULL,
-    version INTEGER NOT NULL,
-    PRIMARY KEY (grp, generation)
-) WITHOUT ROWID;
-
--- shale.metastore.shards: each committed partition's shard under the group's current map (the others follow the
--- hash), and each partition's load window (bytes per second of log time).
-CREATE TABLE IF NOT EXISTS ingest_placement (
-    grp TEXT NOT NULL,
-    generation INTEGER NOT NULL,
-    topic TEXT NOT NULL,
-    partition INTEGER NOT NULL,
-    shard INTEGER NOT NULL,
-    PRIMARY KEY (grp, generation, topic, partition)
-) WITHOUT ROWID;
-
-CREATE TABLE IF NOT EXISTS ingest_load (
-    grp TEXT NOT NULL,
-    generation INTEGER NOT NULL,
-    topic TEXT NOT NULL,
-    partition INTEGER NOT NULL,
-    rate INTEGER NOT NULL,
-    bytes INTEGER NOT NULL,
-    since INTEGER NOT NULL,
-    PRIMARY KEY (grp, generation, topic, partition)
-) WITHOUT ROWID;
-""" + RESTORES_DDL + COMPACTION_DDL
+""" + SHARDS_DDL + RESTORES_DDL + COMPACTION_DDL
 
 # Version 1 -> 2: committed offsets learn their topic incarnation, their writer and the offsets they skipped;
 # commits are keyed by incarnation. Deterministic, so every replica migrates its own copy the same way.
@@ -266,11 +226,6 @@ INSERT INTO commits (grp, generation, topic, partition, incarnation, start, "end
     SELECT grp, generation, topic, partition, '', start, "end", digest, committed_at FROM commits_v1;
 DROP TABLE commits_v1;
 """
-
-
-# The compaction queue (``shale.compaction.state``): the blocks whose ``queued`` is 1, in arrival order. Created after
-# the migrations, which run on tables without the column.
-QUEUE_INDEX = "CREATE INDEX IF NOT EXISTS blocks_queued ON blocks (added_at, id) WHERE queued = 1;"
 
 
 def _migrate_2_to_3(conn: sqlite3.Connection) -> None:

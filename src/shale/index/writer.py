@@ -11,9 +11,9 @@ import msgpack
 
 from shale.block import BlockMeta
 from shale.bucketindex import state_digest
-from shale.compaction.state import CompactionState
 from shale.index.changes import PendingChanges
 from shale.index.changes import trim as trim_changes
+from shale.index.compaction import CompactionState
 from shale.index.records import decode_meta, encode_meta
 from shale.index.schema import PARTITION_WINDOW_MS
 
@@ -389,6 +389,11 @@ class IndexWriter:
                 "topic = ? ORDER BY generation, partition", (group, topic)):
             found.setdefault(int(generation), {})[int(partition)] = (int(end), str(incarnation), str(writer))
         return found
+
+    def committed_partitions(self, group: str, generation: int) -> set[tuple[str, int]]:
+        """Every (topic, partition) of the group's generation with committed offsets."""
+        return {(str(t), int(p)) for t, p in self.conn.execute(
+            "SELECT topic, partition FROM offsets WHERE grp = ? AND generation = ?", (group, generation))}
 
     def committed_end(self, group: str, generation: int, topic: str, partition: int) -> int | None:
         current = self.committed(group, generation, topic, partition)

@@ -32,9 +32,9 @@ from shale.compaction.messages import Assigned, AssignJob, JobUpdate, NewJob, Po
 from shale.compaction.model import Assignment, Job, JobStatus, PlanLimits, PlanUpdate, QueueKey
 from shale.compaction.planner import plan_jobs
 from shale.compaction.scheduler import apply_assignment, choose_assignments, evictions, owns
-from shale.compaction.state import CompactionState
 from shale.errors import CommandRejectedError
 from shale.index import IndexWriter
+from shale.index.compaction import CompactionState
 from shale.metastore import erasures
 from shale.metastore.commands import Result, SetCompactionFailureLimit, UpdateCompactionPlan
 

@@ -24,8 +24,8 @@ first standby to get through once it ends; the holder's dead-lettered commits an
 outage. This only delays takeovers (by at most one lease, for a holder that died during the silence); fencing never
 depends on it, since the token decides.
 
-The state lives in the index's ``ingest_leases`` table, written only here, inside the apply transaction (and the
-log's last entry time in the ``state`` table, ``LOG_TIME``).
+The state lives in the index's lease store (``shale.index.leases``: the ``ingest_leases`` table, and the log's last
+entry time), written only from here, inside the apply transaction.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ from typing import Any
 
 from shale.errors import CommandRejectedError
 from shale.index import IndexWriter
+from shale.index import leases as store
+from shale.index.leases import ShardMap, placement, shard_map, shard_maps
 from shale.metastore.commands import (
     AcquireIngestLease,
     CommitIngestBatch,
@@ -43,11 +45,10 @@ from shale.metastore.commands import (
     RenewIngestLease,
     Result,
 )
-from shale.metastore.shards import MAX_SHARDS, ShardMap, placement, resize, seed, shard_map, shard_maps
+from shale.metastore.shards import MAX_SHARDS, resize, seed
 
 LEASE_REASONS = frozenset({"lease-required", "stale-lease", "lease-expired", "no-lease", "resharded"})
 """The reasons a commit or a renewal is refused because its writer does not hold the shard's lease."""
-_COLUMNS = "grp, generation, shard, holder, token, acquired_at, expires_at, duration_ms, takeovers"
 
 
 @dataclass
@@ -78,20 +79,18 @@ class Lease:
 
 
 def _lease(conn: sqlite3.Connection, group: str, generation: int, shard: int) -> Lease | None:
-    row = conn.execute(f"SELECT {_COLUMNS} FROM ingest_leases WHERE grp = ? AND generation = ? AND shard = ?",
-                       (group, generation, shard)).fetchone()
+    row = store.lease(conn, group, generation, shard)
     return Lease(*row) if row else None
 
 
 def _save(conn: sqlite3.Connection, lease: Lease) -> None:
-    conn.execute(f"INSERT OR REPLACE INTO ingest_leases ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                 (lease.group, lease.generation, lease.shard, lease.holder, lease.token, lease.acquired_at,
-                  lease.expires_at, lease.duration_ms, lease.takeovers))
+    store.save_lease(conn, (lease.group, lease.generation, lease.shard, lease.holder, lease.token, lease.acquired_at,
+                            lease.expires_at, lease.duration_ms, lease.takeovers))
 
 
 def leases(conn: sqlite3.Connection) -> list[Lease]:
     """Every shard's lease (a read connection or the writer's)."""
-    return [Lease(*r) for r in conn.execute(f"SELECT {_COLUMNS} FROM ingest_leases ORDER BY grp, generation, shard")]
+    return [Lease(*r) for r in store.leases(conn)]
 
 
 def lease_rows(conn: sqlite3.Connection, now_ms: int, group: str | None = None) -> list[dict[str, Any]]:
@@ -118,21 +117,17 @@ def lease_rows(conn: sqlite3.Connection, now_ms: int, group: str | None = None) 
 BRIDGED_SILENCE = 0.5
 """A silence in the log longer than this share of a lease was an outage (module docstring): above a holder's
 heartbeat period (a third) with room for its latency; below what a lease renewed on time has left (two thirds)."""
-LOG_TIME = "log_time_ms"
-"""The ``state`` key holding the time of the last entry applied (the leader's clock, never decreasing)."""
 
 
 def bridge_silence(w: IndexWriter, time_ms: int) -> None:
     """Before an entry at ``time_ms``: add the silence since the previous entry to every lease that was live when it
     began, if it was longer than ``BRIDGED_SILENCE`` of that lease (module docstring). Deterministic: log times only."""
-    row = w.conn.execute("SELECT value FROM state WHERE key = ?", (LOG_TIME,)).fetchone()
-    last = int(row[0]) if row else 0
+    last = store.log_time(w.conn)
     if time_ms <= last:
         return
-    w.conn.execute("INSERT OR REPLACE INTO state (key, value) VALUES (?, ?)", (LOG_TIME, time_ms))
+    store.set_log_time(w.conn, time_ms)
     if last:
-        w.conn.execute("UPDATE ingest_leases SET expires_at = expires_at + ? WHERE holder != '' AND expires_at > ? "
-                       "AND ? > duration_ms * ?", (time_ms - last, last, time_ms - last, BRIDGED_SILENCE))
+        store.extend_leases(w.conn, time_ms - last, last, BRIDGED_SILENCE)
 
 
 def _answer(lease: Lease, granted: bool, now_ms: int, version: int, shards: int) -> Result:

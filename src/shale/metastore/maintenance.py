@@ -33,9 +33,9 @@ from shale.block.layout import META_FILENAME, check_block_folder, check_file_nam
 from shale.block.overlap import Overlap, overlaps
 from shale.bucketindex import DeltaLink, DeltaWriter
 from shale.compaction.planner import uncompactable
-from shale.compaction.state import CompactionState
 from shale.config import RetentionConfig, granted_delete_delay
 from shale.index import PartitionRow, TombstoneRow
+from shale.index.compaction import CompactionState
 from shale.metastore.commands import DeleteTombstones, PartitionKey, TruncateIndex
 from shale.metastore.dlq import Committed, DeadLetterQueue
 from shale.metastore.garbage import Claims, unclaimed

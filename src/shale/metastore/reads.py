@@ -27,7 +27,6 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 from pydantic import TypeAdapter
 
 from shale.block import BlockMeta
-from shale.compaction.state import CompactionState
 from shale.errors import ConfigError
 from shale.index import (
     IncarnationRow,
@@ -40,6 +39,7 @@ from shale.index import (
     copy_state,
     parse_matchers,
 )
+from shale.index.compaction import CompactionState
 from shale.metastore.compaction import job_rows, queue_counts
 from shale.metastore.erasures import erasure_rows
 from shale.metastore.leases import lease_rows

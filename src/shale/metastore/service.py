@@ -17,9 +17,9 @@ from prometheus_client import Counter, Histogram
 
 from shale.compaction.messages import PollRequest, PollResponse
 from shale.compaction.model import PlanLimits
-from shale.compaction.state import CompactionState
 from shale.config import CompactionConfig
 from shale.errors import MetastoreUnavailableError
+from shale.index.compaction import CompactionState
 from shale.metastore.commands import Command, Result
 from shale.metastore.compaction import plan_command, prepare_plan
 from shale.metastore.fsm import StateMachine

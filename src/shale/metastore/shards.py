@@ -8,7 +8,8 @@ other, and every process (drivers, every metastore replica) computes the same an
 the partitions of the removed shards move. Offsets are per topic-partition, so a partition that moves resumes at
 its committed end under its new shard's driver.
 
-The map is stored in the index's ``ingest_shards`` table, written only here inside the apply transaction. The
+The map is stored in the index's ``ingest_shards`` table (``shale.index.leases``), written only from here inside
+the apply transaction. The
 first ``AcquireIngestLease`` of a group's generation seeds it with the driver's ``ingest.shards`` (version 0);
 ``SetIngestShards`` changes it and its version becomes that entry's log index. A lease granted before the current
 version (its token, a log index, is smaller) no longer holds its shard: its commits and renewals are refused as
@@ -35,18 +36,17 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
 
 from shale.errors import CommandRejectedError
 from shale.index import IndexWriter
+from shale.index import leases as store
+from shale.index.leases import Key, ShardMap, placement, shard_map
 from shale.metastore.commands import CommitIngestBatch, Result, SetIngestShards
 
 _MASK = (1 << 64) - 1
 MAX_SHARDS = 1024
 LOAD_WINDOW_MS = 60_000
 """A partition's load is the bytes its commits brought per second of log time over a window this long."""
-Key = tuple[str, int]
-"""A topic-partition."""
 
 
 def _key(topic: str, partition: int) -> int:
@@ -72,35 +72,12 @@ def shard_of(topic: str, partition: int, shards: int) -> int:
     return 0 if shards == 1 else jump_hash(_key(topic, partition), shards)
 
 
-@dataclass(frozen=True)
-class ShardMap:
-    shards: int
-    version: int
-    """The log index of the ``SetIngestShards`` that set this count (0: seeded by the first lease)."""
-
-
-def shard_map(conn: sqlite3.Connection, group: str, generation: int) -> ShardMap | None:
-    row = conn.execute("SELECT shards, version FROM ingest_shards WHERE grp = ? AND generation = ?",
-                       (group, generation)).fetchone()
-    return ShardMap(int(row[0]), int(row[1])) if row else None
-
-
-def shard_maps(conn: sqlite3.Connection) -> dict[tuple[str, int], ShardMap]:
-    return {(str(g), int(n)): ShardMap(int(s), int(v))
-            for g, n, s, v in conn.execute("SELECT grp, generation, shards, version FROM ingest_shards")}
-
-
-def _save(conn: sqlite3.Connection, group: str, generation: int, shards: ShardMap) -> None:
-    conn.execute("INSERT OR REPLACE INTO ingest_shards (grp, generation, shards, version) VALUES (?, ?, ?, ?)",
-                 (group, generation, shards.shards, shards.version))
-
-
 def seed(w: IndexWriter, group: str, generation: int, shards: int) -> ShardMap:
     """The group's map, created with ``shards`` at version 0 if it has none yet."""
     current = shard_map(w.conn, group, generation)
     if current is None:
         current = ShardMap(shards, 0)
-        _save(w.conn, group, generation, current)
+        store.save_shard_map(w.conn, group, generation, current)
     return current
 
 
@@ -111,29 +88,19 @@ def resize(w: IndexWriter, group: str, generation: int, shards: int, index: int,
     current = shard_map(w.conn, group, generation)
     before = current.shards if current else 1
     placed = placement(w.conn, group, generation)
-    keys = placed.keys() | {(str(t), int(p)) for t, p in w.conn.execute(
-        "SELECT topic, partition FROM offsets WHERE grp = ? AND generation = ?", (group, generation))}
+    keys = placed.keys() | w.committed_partitions(group, generation)
     previous = {k: placed.get(k, shard_of(*k, before)) for k in keys}
     new_placement = place(weights(loads(w.conn, group, generation, now_ms), keys), previous, before, shards, removed)
-    w.conn.execute("DELETE FROM ingest_placement WHERE grp = ? AND generation = ?", (group, generation))
-    w.conn.executemany("INSERT INTO ingest_placement (grp, generation, topic, partition, shard) VALUES (?, ?, ?, ?, ?)",
-                       [(group, generation, t, p, s) for (t, p), s in sorted(new_placement.items())])
+    store.save_placement(w.conn, group, generation, new_placement)
     new = ShardMap(shards, index)
-    _save(w.conn, group, generation, new)
+    store.save_shard_map(w.conn, group, generation, new)
     return new
-
-
-def placement(conn: sqlite3.Connection, group: str, generation: int) -> dict[Key, int]:
-    """The shard of each partition the group's map placed (the others follow ``shard_of``)."""
-    return {(str(t), int(p)): int(s) for t, p, s in conn.execute(
-        "SELECT topic, partition, shard FROM ingest_placement WHERE grp = ? AND generation = ?", (group, generation))}
 
 
 def owner(conn: sqlite3.Connection, group: str, generation: int, topic: str, partition: int, shards: int) -> int:
     """The shard that reads ``topic[partition]`` under the group's current map of ``shards``."""
-    row = conn.execute("SELECT shard FROM ingest_placement WHERE grp = ? AND generation = ? AND topic = ? AND "
-                       "partition = ?", (group, generation, topic, partition)).fetchone()
-    return int(row[0]) if row else shard_of(topic, partition, shards)
+    shard = store.placed(conn, group, generation, topic, partition)
+    return shard if shard is not None else shard_of(topic, partition, shards)
 
 
 def record_load(w: IndexWriter, cmd: CommitIngestBatch, time_ms: int) -> None:
@@ -145,13 +112,11 @@ def record_load(w: IndexWriter, cmd: CommitIngestBatch, time_ms: int) -> None:
         if r.bytes is None or r.end <= r.start:
             continue
         key = (cmd.group, cmd.generation, r.topic, r.partition)
-        row = w.conn.execute("SELECT rate, bytes, since FROM ingest_load WHERE grp = ? AND generation = ? AND "
-                             "topic = ? AND partition = ?", key).fetchone()
-        rate, total, since = (int(row[0]), int(row[1]) + r.bytes, int(row[2])) if row else (-1, 0, time_ms)
+        row = store.load_window(w.conn, *key)
+        rate, total, since = (row[0], row[1] + r.bytes, row[2]) if row else (-1, 0, time_ms)
         if time_ms - since >= LOAD_WINDOW_MS:
             rate, total, since = total * 1000 // (time_ms - since), 0, time_ms
-        w.conn.execute("INSERT OR REPLACE INTO ingest_load (grp, generation, topic, partition, rate, bytes, since) "
-                       "VALUES (?, ?, ?, ?, ?, ?, ?)", (*key, rate, total, since))
+        store.save_load_window(w.conn, *key, rate, total, since)
 
 
 def loads(conn: sqlite3.Connection, group: str, generation: int, now_ms: int) -> dict[Key, int]:
@@ -159,13 +124,12 @@ def loads(conn: sqlite3.Connection, group: str, generation: int, now_ms: int) ->
     current window's so far once it is overdue (the partition slowed down or stopped) or while no window has ended
     yet (after a second of it)."""
     known = {}
-    for t, p, rate, total, since in conn.execute("SELECT topic, partition, rate, bytes, since FROM ingest_load "
-                                                 "WHERE grp = ? AND generation = ?", (group, generation)):
-        elapsed = now_ms - int(since)
-        if int(rate) >= 0 and elapsed <= LOAD_WINDOW_MS:
-            known[(str(t), int(p))] = int(rate)
+    for key, rate, total, since in store.load_windows(conn, group, generation):
+        elapsed = now_ms - since
+        if rate >= 0 and elapsed <= LOAD_WINDOW_MS:
+            known[key] = rate
         elif elapsed >= 1000:
-            known[(str(t), int(p))] = int(total) * 1000 // elapsed
+            known[key] = total * 1000 // elapsed
     return known
 
 

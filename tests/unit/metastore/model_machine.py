@@ -34,6 +34,7 @@ from tests.unit.metastore.model import (
 from shale.block import KafkaRange, deterministic_block_id
 from shale.config import CompactionConfig
 from shale.index import parse_matchers
+from shale.index.leases import shard_maps
 from shale.metastore import MetastoreService, SingleNodeLog, StateMachine, encode
 from shale.metastore.commands import (
     AcknowledgeOffsetLoss,
@@ -48,7 +49,7 @@ from shale.metastore.commands import (
 )
 from shale.metastore.fsm import Entry
 from shale.metastore.leases import leases
-from shale.metastore.shards import owner, placement, shard_maps
+from shale.metastore.shards import owner, placement
 from shale.query.plan import plan_query
 
 SCRATCH = "/dev/shm" if Path("/dev/shm").is_dir() else None  # memory: every step commits (fsync)

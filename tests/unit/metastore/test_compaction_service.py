@@ -12,9 +12,9 @@ from tests.unit.metastore.helpers import meta, output_of
 
 from shale.block import BlockMeta, Compaction, deletion_mark_key
 from shale.compaction.messages import Assigned, JobUpdate, PollRequest
-from shale.compaction.state import CompactionState
 from shale.config import CompactionConfig, RetentionConfig
 from shale.errors import MetastoreUnavailableError
+from shale.index.compaction import CompactionState
 from shale.metastore import AddBlocks, MetastoreService, SingleNodeLog, StateMachine, encode
 from shale.metastore.commands import (
     PartitionKey,

@@ -48,9 +48,9 @@ from tests.unit.metastore.model_machine import REPORTS, MetastoreMachine, accept
 from shale.block import BlockMeta, KafkaRange
 from shale.compaction.messages import JobUpdate, PollRequest
 from shale.compaction.scheduler import owns
-from shale.compaction.state import CompactionState
 from shale.compactor.merge import merge_ranges, output_id
 from shale.index import PARTITION_WINDOW_MS
+from shale.index.compaction import CompactionState
 from shale.metastore.commands import (
     AddBlocks,
     Command,

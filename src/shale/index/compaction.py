@@ -1,6 +1,7 @@
-"""The compaction service's state, kept in the metastore's index: the planner's queues, the scheduler's jobs, each
-worker's last poll answer, and settings. The tables are declared here (``COMPACTION_DDL``, part of the index
-schema) beside the only code that reads and writes them.
+"""The compaction service's store: the planner's queues, the scheduler's jobs, each worker's last poll answer, and
+settings. The tables are declared here (``DDL`` and the queue's ``QUEUE_INDEX``, created by the index schema)
+beside the only code that reads and writes them; what a plan changes is decided by ``shale.compaction`` (pure)
+and ``shale.metastore.compaction``.
 
 Blocks join the queue when they are added to the index and leave it when a job takes them or when they leave
 the index; a job dropped before it completed (its sources changed) gives its surviving sources back to the queue.
@@ -17,7 +18,7 @@ from typing import Any
 
 from shale.compaction.model import DAY_MS, Job, JobStatus, QueuedBlock, QueueKey
 
-COMPACTION_DDL = """
+DDL = """
 CREATE TABLE IF NOT EXISTS compaction_jobs (
     name TEXT PRIMARY KEY,
     tenant TEXT NOT NULL,
@@ -42,6 +43,10 @@ CREATE TABLE IF NOT EXISTS compaction_polls (
     answer TEXT NOT NULL
 ) WITHOUT ROWID;
 """
+
+# The compaction queue: the blocks whose ``queued`` is 1, in arrival order. Created after the index's migrations,
+# which run on tables without the column.
+QUEUE_INDEX = "CREATE INDEX IF NOT EXISTS blocks_queued ON blocks (added_at, id) WHERE queued = 1;"
 
 _JOB_COLUMNS = ("name, tenant, shard, level, grp, generation, sources, raw_bytes, created_at, status, token, "
                 "lease_expires_at, failures, worker")
