@@ -134,7 +134,7 @@ def test_metastore_outage_goes_to_the_dead_letter_queue_and_recovers(kafka, mini
 
 def test_case12_a_metastore_outage_longer_than_the_lease_delays_commits_and_discards_nothing(
         kafka, minio_bucket, tmp_path: Path) -> None:
-    """The metastore is down for 60 s (four 15 s leases) while records keep arriving: the driver dead-letters its
+    """The metastore is down for 20 s (four 5 s leases) while records keep arriving: the driver dead-letters its
     commits and keeps its lease, since nobody took its shard, and a standby waiting beside it does not take the shard
     when the metastore returns (the outage does not count against the lease). Every queued commit is accepted (none
     set aside), and the bucket holds each record once; the same driver process ran throughout (one start, one lease,
@@ -150,9 +150,9 @@ def test_case12_a_metastore_outage_longer_than_the_lease_delays_commits_and_disc
         write_private(token_file, cluster.issue_token("ingest-backup", "ingest", groups=["backup"]))
         file = write_config(tmp_path, kafka.bootstrap_servers, minio_bucket, [topic], metastore={
             "mode": "remote", "addresses": cluster.addresses, "client_deadline": 3, "request_timeout": 2,
-            "token_file": str(token_file)})
+            "token_file": str(token_file)}, lease_duration="5s")
         config = load_config(file, env={})
-        assert config.ingest.lease_duration == 15.0
+        assert config.ingest.lease_duration == 5.0
         process = ingest_process(file, "backup", tmp_path / "ingest.log")
         drivers.append(process)
         assert process.popen is not None
@@ -169,18 +169,18 @@ def test_case12_a_metastore_outage_longer_than_the_lease_delays_commits_and_disc
         down = time.monotonic()
         produced = 2_000
 
-        rounds = [down - 5.0]  # when the last 500 records were produced
+        rounds = [down - 2.0]  # when the last 200 records were produced
 
-        def load_a_round() -> bool:  # load through the whole outage: 500 records every 5 s until 60 s have passed
+        def load_a_round() -> bool:  # load through the whole outage: 200 records every 2 s until 20 s have passed
             nonlocal produced
-            if time.monotonic() - rounds[-1] >= 5:
-                produce_json(kafka.bootstrap_servers, topic, 500, start=produced)
-                produced += 500
+            if time.monotonic() - rounds[-1] >= 2:
+                produce_json(kafka.bootstrap_servers, topic, 200, start=produced)
+                produced += 200
                 rounds.append(time.monotonic())
             assert process.alive(), process.log_path.read_text()[-3000:]
-            return time.monotonic() - down >= 60
+            return time.monotonic() - down >= 20
 
-        eventually(load_a_round, 180, "60 s of load through the metastore outage")
+        eventually(load_a_round, 120, "20 s of load through the metastore outage")
         assert list(bucket.list("_shale/dlq/")), "no commit reached the dead letter queue during the outage"
 
         cluster.start_node(0)  # same data directory and port; the leader replays the queue
