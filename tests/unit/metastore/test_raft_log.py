@@ -64,6 +64,19 @@ class Cluster:
                 log.close()
 
 
+def propose_concurrently(leader: RaftLog, per_client: int, clients: int = 4) -> None:
+    """``clients`` threads each propose ``per_client`` one-block ``AddBlocks`` to ``leader`` (partition = client)."""
+    def propose(client: int) -> None:
+        for i in range(per_client):
+            leader.propose(encode(AddBlocks(blocks=[meta(partition=client, start=i, end=i + 1)])))
+
+    proposers = [threading.Thread(target=propose, args=(c,)) for c in range(clients)]
+    for t in proposers:
+        t.start()
+    for t in proposers:
+        t.join()
+
+
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     c = Cluster(tmp_path)
@@ -116,12 +129,7 @@ def test_nothing_is_acknowledged_or_applied_before_it_is_on_disk(tmp_path: Path,
 
             log.state.apply = checked_apply  # type: ignore[method-assign]
         leader = cluster.leader()
-        proposers = [threading.Thread(target=lambda c=c: [leader.propose(encode(AddBlocks(blocks=[
-            meta(partition=c, start=i, end=i + 1)]))) for i in range(25)]) for c in range(4)]
-        for t in proposers:
-            t.start()
-        for t in proposers:
-            t.join()
+        propose_concurrently(leader, 25)
         cluster.settle(leader.barrier())
         assert all(log is not None and log.state.reader.count_blocks() == 100 for log in cluster.logs)
     finally:
@@ -151,12 +159,7 @@ def test_a_follower_keeps_the_entries_it_holds_when_the_leader_sends_them_again(
             journal.deleteEntriesFrom = recorded
         leader = cluster.leader()
         term = leader.status().term
-        proposers = [threading.Thread(target=lambda c=c: [leader.propose(encode(AddBlocks(blocks=[
-            meta(partition=c, start=i, end=i + 1)]))) for i in range(50)]) for c in range(4)]
-        for t in proposers:
-            t.start()
-        for t in proposers:
-            t.join()
+        propose_concurrently(leader, 50)
         cluster.settle(leader.barrier())
         assert leader.is_leader()
         assert leader.status().term == term
