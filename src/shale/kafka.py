@@ -32,13 +32,20 @@ FETCH_BYTES = 16 * 2**20
 1 MiB). The consumer fetches again only once its buffer is empty, so with 1-4 MiB a task waited on Kafka for
 about a third of its time (a 1,000,000-record read: 2.3 s at 1 MiB, 1.2-1.4 s at 8-32 MiB, CPU-bound from 8 MiB).
 A larger record is still fetched whole: the limit is a target, not a cap."""
-FETCH_WAIT_MS = 10
+FETCH_WAIT_MS = 1
 """How long the broker may hold a fetch of Spark's consumer that finds no new record (``fetch.max.wait.ms``;
-Kafka's default is 500). A batch reads ranges that are already written, so a long wait never brings a record; but
-the consumer sends its next fetch as it returns records, and one a task no longer wants (past the range's end, or
-before a seek to the next batch's start) holds the consumer until the broker answers it. At the default each
-partition a task read cost up to half a second of waiting: a warm read of 200,000 records took 67 s over 256
-partitions against 5 s over 8, and 11 s over 256 at 10 ms (two tasks, the project's machine under load)."""
+Kafka's default is 500). A batch reads ranges that are already written, so a wait never brings a record; but the
+consumer sends its next fetch as it returns records, and after every poll Spark's source asks the broker for the
+partition's earliest and latest offsets, which queue on the connection behind that held fetch. A task reads its
+partitions one after another, so it pays the wait once per partition: a warm read of 199,680 records to the log
+end over 256 partitions in two tasks took 2.6 s at 10 ms and 1.2-1.3 s at 1 ms (0.7 s and 0.3 s over 8; one
+run each, quiet machine); at Kafka's default it took 67 s (loaded machine). 0 measured no better than 1."""
+MAX_POLL_RECORDS = 100_000
+"""How many records one poll of Spark's consumer returns (``max.poll.records``; Kafka's default is 500): Spark's
+source asks for the partition's offset range (two round trips) after every poll, so a partition's range is read
+in as few polls as its fetched bytes allow. The records are in the consumer's fetch buffer either way. The same
+reads as ``FETCH_WAIT_MS``'s took 0.26-0.37 s instead of 0.27-0.35 s over 8 partitions and 0.9-1.2 s instead of
+1.2-1.3 s over 256, at 1 ms."""
 SAMPLE_RECORDS, SAMPLE_BYTES = 100, 2**20
 
 

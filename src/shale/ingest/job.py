@@ -59,8 +59,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
-WARM_RECORDS = 200  # per partition: the warm-up rehearsal's records (the last ones; read, parsed, not written)
-WARM_PARTITIONS = 64  # the warm-up reads at most this many partitions (each one's executor consumer is then ready)
+WARM_RECORDS = 10_000
+"""The warm-up rehearsal's records (read, parsed, not written): the last ones of each partition, shared out
+evenly, at least one each (it is reading a partition once that makes its consumer ready)."""
 AVAILABLE_NOW_ATTEMPTS = 5  # consecutive failed batches before `--available-now` gives up (about a minute)
 
 
@@ -276,9 +277,9 @@ class IngestJob:
     def _warm(self) -> None:
         """Start what a batch needs before waiting for the lease, so that the first batch after a start or a
         standby's takeover does not pay the cold start (docs/DESIGN.md 10.7): the Spark application, the Kafka
-        admin client, and a rehearsal of a batch on the last ``WARM_RECORDS`` records of each partition (of the
-        first ``WARM_PARTITIONS``): Spark's Kafka source reads them through the same columns, Arrow hand-off and
-        Python workers as a batch (creating the executor's pooled consumer of each partition), and each worker
+        admin client, and a rehearsal of a batch on the last ``WARM_RECORDS`` records of the partitions it may own:
+        Spark's Kafka source reads them through the same columns, tasks, Arrow hand-off and Python workers as a
+        batch (creating the executor's pooled consumer of each partition), and each worker
         imports the task's modules and parses and encodes them into a scratch bucket in its own memory (nothing is
         written, nothing committed). Partitions with no record yet are not read; with none at all, a tiny job
         still starts the Python workers with the task's modules imported. Best effort."""
@@ -292,9 +293,10 @@ class IngestJob:
             topics = describe_topics(self.config.kafka, ingest.topics, ingest.topic_pattern, client=self.kafka_admin)
             want = self.lease.want
             candidates = sorted((t, p) for t, state in topics.items() for p in state.partitions
-                                if want is None or self.lease.owner(t, p) == want)[:WARM_PARTITIONS]
+                                if want is None or self.lease.owner(t, p) == want)
             bounds = offset_bounds(self.config.kafka, candidates, client=self.kafka_admin) if candidates else {}
-            plan.ranges = [PartitionRange(t, p, topics[t].incarnation, max(low, end - WARM_RECORDS), end)
+            share = max(1, WARM_RECORDS // max(1, len(bounds)))
+            plan.ranges = [PartitionRange(t, p, topics[t].incarnation, max(low, end - share), end)
                            for (t, p), (low, end) in sorted(bounds.items()) if end > low]
             phases["kafka_admin"] = time.perf_counter() - started - sum(phases.values())
         except Exception as exc:

@@ -12,7 +12,7 @@ from shale.encoder.chunks import Chunk, GroupSpec, Written, write_chunks
 from shale.encoder.records import SPARK_COLUMNS, WRITTEN_SCHEMA
 from shale.ingest.plan import BatchPlan
 from shale.ingest.task import WARM_SCHEMA, Paused, make_task, make_warm_task, start_worker, tasks
-from shale.kafka import FETCH_BYTES, FETCH_WAIT_MS, java_options
+from shale.kafka import FETCH_BYTES, FETCH_WAIT_MS, MAX_POLL_RECORDS, java_options
 from shale.objstore import Bucket
 
 if TYPE_CHECKING:
@@ -64,20 +64,25 @@ class SparkRead:
                   .option("kafka.isolation.level", "read_committed")
                   .option("kafka.max.partition.fetch.bytes", str(FETCH_BYTES))
                   .option("kafka.fetch.max.wait.ms", str(FETCH_WAIT_MS))
+                  .option("kafka.max.poll.records", str(MAX_POLL_RECORDS))
                   .option("kafka.group.id", self.consumer_group))
         for key, value in java_options(self.config.kafka).items():
             reader = reader.option(f"kafka.{key}", value)
         return reader
 
-    def read(self, plan: BatchPlan) -> tuple[list[Written], list[Paused]]:
-        """Read and write one batch: the chunks its tasks wrote, and the partitions that paused on the registry.
-        Ranges that held no readable record at all are recorded by an empty block per topic."""
-        task = make_task(self.spec, plan, self.config.ingest.max_task_bytes)
+    def frame(self, plan: BatchPlan) -> Any:
+        """The plan's records in ``SPARK_COLUMNS``, in at most as many Spark partitions as a batch has tasks."""
         frame = self.kafka_source(plan).load().selectExpr(*SPARK_COLUMNS)
         count = tasks(len(plan.ranges), self.session().sparkContext.defaultParallelism)
         if count < len(plan.ranges):
             frame = frame.coalesce(count)  # each task reads several partitions in turn
-        rows = frame.mapInArrow(task, WRITTEN_SCHEMA).collect()
+        return frame
+
+    def read(self, plan: BatchPlan) -> tuple[list[Written], list[Paused]]:
+        """Read and write one batch: the chunks its tasks wrote, and the partitions that paused on the registry.
+        Ranges that held no readable record at all are recorded by an empty block per topic."""
+        task = make_task(self.spec, plan, self.config.ingest.max_task_bytes)
+        rows = self.frame(plan).mapInArrow(task, WRITTEN_SCHEMA).collect()
         written = [Written.model_validate_json(row["written"]) for row in rows if row["written"] is not None]
         paused = [Paused.model_validate_json(row["paused"]) for row in rows if row["paused"] is not None]
         seen = {(w.topic, w.partition) for w in written} | {(p.topic, p.partition) for p in paused}
@@ -89,14 +94,14 @@ class SparkRead:
 
     def rehearse(self, plan: BatchPlan) -> dict[str, float]:
         """A batch's once-per-process costs paid on ``plan``'s records (``make_warm_task``: read, parsed, encoded
-        into a scratch bucket, nothing written); with no range, a tiny job that starts the Python workers with the
-        task's modules imported. Returns the tasks' seconds by phase."""
+        into a scratch bucket, nothing written), in the tasks a batch of them would have; with no range, a tiny job
+        that starts the Python workers with the task's modules imported. Returns the tasks' seconds by phase."""
         task_seconds: dict[str, float] = {}
         if not plan.ranges:
             self.session().range(2).mapInArrow(start_worker, "id long").collect()
             return task_seconds
         task = make_warm_task(self.spec, plan, self.config.ingest.max_task_bytes)
-        rows = self.kafka_source(plan).load().selectExpr(*SPARK_COLUMNS).mapInArrow(task, WARM_SCHEMA).collect()
+        rows = self.frame(plan).mapInArrow(task, WARM_SCHEMA).collect()
         for row in rows:
             for phase, seconds in json.loads(row["seconds"]).items():
                 task_seconds[phase] = round(task_seconds.get(phase, 0.0) + seconds, 3)
