@@ -31,7 +31,7 @@ from shale.bucketindex import DeltaLink, DeltaWriter
 from shale.config import ShaleConfig
 from shale.encoder.chunks import GROUPS, GroupSpec, Written
 from shale.encoder.parsers.rulecheck import check_typed_rules, raise_for_errors
-from shale.errors import ConfigError, RetryableError
+from shale.errors import ConfigError, MetastoreUnavailableError, RetryableError
 from shale.failpoints import failpoint
 from shale.ingest import metrics
 from shale.ingest.committer import (
@@ -222,9 +222,10 @@ class IngestJob:
             stop = Stopper(f"ingest {self.group}").install().event
         if self.group == "partition":
             self._check_rules()
-        if not available_now:  # a run to the end has no freshness to protect and no standby: no rehearsal
-            self._warm()
-        while self.lease.wait(stop):
+        # A run to the end has no freshness to protect and no standby: no rehearsal.
+        held = bool(self._warm()) if not available_now else False
+        while held or self.lease.wait(stop):
+            held = False
             self.spec.shard = self.lease.shard
             self.committer.stream = stream_name(self.group, self.generation, self.lease.shard)
             ending = threading.Event()
@@ -274,18 +275,28 @@ class IngestJob:
                 "quarantined; the next run continues where it paused (ingest.schema_registry."
                 "available_now_attempts sets how often a one-shot run tries)", registry=held.registry)
 
-    def _warm(self) -> None:
-        """Start what a batch needs before waiting for the lease, so that the first batch after a start or a
-        standby's takeover does not pay the cold start (docs/DESIGN.md 10.7): the Spark application, the Kafka
-        admin client, and a rehearsal of a batch on the last ``WARM_RECORDS`` records of the partitions it may own:
-        Spark's Kafka source reads them through the same columns, tasks, Arrow hand-off and Python workers as a
-        batch (creating the executor's pooled consumer of each partition), and each worker
-        imports the task's modules and parses and encodes them into a scratch bucket in its own memory (nothing is
-        written, nothing committed). Partitions with no record yet are not read; with none at all, a tiny job
-        still starts the Python workers with the task's modules imported. Best effort."""
+    def _warm(self) -> bool:
+        """Start what a batch needs before waiting for the lease, so that the first batch after a standby's
+        takeover does not pay the cold start (docs/DESIGN.md 10.7). First the Spark application; then, if a lease
+        is free at once, this process takes it and returns True: its first batch pays the cold start, which a
+        rehearsal would only have paid before it. Otherwise, while others hold the leases, the Kafka admin client
+        and a rehearsal of a batch on the last ``WARM_RECORDS`` records of the partitions it may own: Spark's Kafka
+        source reads them through the same columns, tasks, Arrow hand-off and Python workers as a batch (creating
+        the executor's pooled consumer of each partition), and each worker imports the task's modules and parses
+        and encodes them into a scratch bucket in its own memory (nothing is written, nothing committed).
+        Partitions with no record yet are not read; with none at all, a tiny job still starts the Python workers
+        with the task's modules imported. Best effort: returns False."""
         started = time.perf_counter()
         self.spark.session()
         phases = {"spark": time.perf_counter() - started}
+        try:
+            if self.lease.step(time.monotonic()) is not None:
+                log.info("ingest driver warmed", extra={
+                    "group": self.group, "seconds": round(time.perf_counter() - started, 3), "partitions": 0,
+                    "records": 0, "phases": {k: round(v, 3) for k, v in phases.items()}, "lease": "free"})
+                return True
+        except MetastoreUnavailableError:
+            pass  # the lease is waited for after the rehearsal, as when it is held
         plan = BatchPlan(read_time_ms=int(time.time() * 1000))
         task_seconds: dict[str, float] = {}
         try:
@@ -311,7 +322,8 @@ class IngestJob:
         log.info("ingest driver warmed", extra={
             "group": self.group, "seconds": round(time.perf_counter() - started, 3), "partitions": len(plan.ranges),
             "records": plan.offsets, "phases": {k: round(v, 3) for k, v in phases.items()},
-            "task_seconds": task_seconds})
+            "task_seconds": task_seconds, "lease": "held"})
+        return False
 
     def _run(self, available_now: bool, stop: threading.Event) -> None:
         self.committer.load()  # after the lease: the offsets the previous holder committed are final now

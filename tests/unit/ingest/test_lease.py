@@ -384,3 +384,36 @@ def test_automatic_drivers_read_the_partitions_the_metastore_placed_and_a_joiner
     assert three[a.shard] <= two[a.shard]  # only the joiner gained partitions
     assert three[b.shard] <= two[b.shard]
     assert three[c.shard]
+
+
+class _SparkCalls:
+    """What an ingest job asked of its Spark side (no Spark application in a unit test)."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def session(self) -> None:
+        self.calls.append("session")
+
+    def rehearse(self, plan: object) -> dict[str, float]:
+        self.calls.append("rehearse")
+        return {}
+
+
+def test_a_driver_that_finds_the_lease_free_takes_it_without_a_rehearsal_and_a_standby_rehearses(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from shale.config import load_config
+    from shale.ingest.job import IngestJob
+
+    monkeypatch.setattr("shale.ingest.job.describe_topics", lambda *args, **kwargs: {})  # no Kafka here
+    service = _service(tmp_path, Clock(1_800_000_000.0))
+    config = load_config(env={}, overrides=["bucket.url=memory://", f"metastore.data_dir={tmp_path}",
+                                            "ingest.topic_pattern=app"])
+    first, second = IngestJob(config, "backup", metastore=service), IngestJob(config, "backup", metastore=service)
+    first.spark, second.spark = _SparkCalls(), _SparkCalls()  # type: ignore[assignment]
+    assert first._warm() is True  # the lease was free: taken at once, its first batch pays the cold start
+    assert first.spark.calls == ["session"]  # type: ignore[attr-defined]
+    assert first.lease.token is not None
+    assert second._warm() is False  # held by the first: the standby rehearses while it waits
+    assert second.spark.calls == ["session", "rehearse"]  # type: ignore[attr-defined]
+    assert second.lease.token is None
