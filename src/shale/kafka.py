@@ -28,29 +28,16 @@ T = TypeVar("T")
 TIMEOUT = 30.0
 UNKNOWN_TOPIC = 3  # librdkafka's UNKNOWN_TOPIC_OR_PART
 FETCH_BYTES = 16 * 2**20
-"""What Spark's consumer fetches per partition and request (``max.partition.fetch.bytes``; Kafka's default is
-1 MiB). The consumer fetches again only once its buffer is empty, so with 1-4 MiB a task waited on Kafka for
-about a third of its time (a 1,000,000-record read: 2.3 s at 1 MiB, 1.2-1.4 s at 8-32 MiB, CPU-bound from 8 MiB).
-A larger record is still fetched whole: the limit is a target, not a cap."""
+"""What an ingest task's consumer fetches per partition and request at most (``max.partition.fetch.bytes``;
+Kafka's default is 1 MiB; less under a small ``ingest.max_task_bytes``, ``shale.ingest.source``). With 1-4 MiB,
+Spark's consumer waited on Kafka for about a third of a task's time (a 1,000,000-record read: 2.3 s at 1 MiB,
+1.2-1.4 s at 8-32 MiB). A larger record is still fetched whole: the limit is a target, not a cap."""
 FETCH_WAIT_MS = 1
-"""How long the broker may hold a fetch of Spark's consumer that finds no new record (``fetch.max.wait.ms``;
-Kafka's default is 500). A batch reads ranges that are already written, so a wait never brings a record; but the
-consumer sends its next fetch as it returns records, and after every poll Spark's source asks the broker for the
-partition's earliest and latest offsets, which queue on the connection behind that held fetch. A task reads its
-partitions one after another, so it pays the wait once per partition: a warm read of 199,680 records to the log
-end over 256 partitions in two tasks took 2.6 s at 10 ms and 1.2-1.3 s at 1 ms (0.7 s and 0.3 s over 8; one
-run each, quiet machine); at Kafka's default it took 67 s (loaded machine). 0 measured no better than 1."""
-MAX_POLL_RECORDS = 100_000
-"""How many records one poll of Spark's consumer returns (``max.poll.records``; Kafka's default is 500): Spark's
-source asks for the partition's offset range (two round trips) after every poll, so a partition's range is read
-in as few polls as its fetched bytes allow. The records are in the consumer's fetch buffer either way. The same
-reads as ``FETCH_WAIT_MS``'s took 0.26-0.37 s instead of 0.27-0.35 s over 8 partitions and 0.9-1.2 s instead of
-1.2-1.3 s over 256, at 1 ms."""
+"""How long the broker may hold a fetch of an ingest task's consumer that finds no new record
+(``fetch.wait.max.ms``; Kafka's default is 500). A batch reads ranges that are already written, so a wait never
+brings a record; it only delays the answer for the partitions that do have records once one partition of the
+fetch is at its end."""
 SAMPLE_RECORDS, SAMPLE_BYTES = 100, 2**20
-
-
-def _jaas_quote(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _ca_pem(kafka: KafkaConfig) -> str:
@@ -58,24 +45,6 @@ def _ca_pem(kafka: KafkaConfig) -> str:
         return Path(kafka.ssl_ca_file).read_text()
     except OSError as exc:
         raise ConfigError(f"kafka.ssl_ca_file = {kafka.ssl_ca_file!r} cannot be read: {exc.strerror}") from None
-
-
-def java_options(kafka: KafkaConfig) -> dict[str, str]:
-    """Options of Spark's Java Kafka consumer (without Spark's ``kafka.`` prefix). Holds the SASL password:
-    never log the result."""
-    options: dict[str, str] = {"security.protocol": kafka.security_protocol}
-    if kafka.security_protocol.startswith("SASL"):
-        module = ("org.apache.kafka.common.security.plain.PlainLoginModule" if kafka.sasl_mechanism == "PLAIN"
-                  else "org.apache.kafka.common.security.scram.ScramLoginModule")
-        options["sasl.mechanism"] = kafka.sasl_mechanism
-        options["sasl.jaas.config"] = (f"{module} required username={_jaas_quote(kafka.sasl_username)} "
-                                       f"password={_jaas_quote(kafka.sasl_password.get_secret_value())};")
-    if kafka.security_protocol.endswith("SSL"):
-        if kafka.ssl_ca_file:
-            options["ssl.truststore.type"] = "PEM"
-            options["ssl.truststore.certificates"] = _ca_pem(kafka)
-        options["ssl.endpoint.identification.algorithm"] = "https" if kafka.ssl_verify_hostname else ""
-    return {**options, **kafka.spark_options}
 
 
 def client_options(kafka: KafkaConfig) -> dict[str, Any]:

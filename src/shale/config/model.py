@@ -80,9 +80,8 @@ class BlockConfig(_Section):
 
 
 class KafkaConfig(_Section):
-    """How Shale reaches Kafka. Security settings are typed and translated for each client Shale runs: Spark's
-    Java consumer (ingestion) and librdkafka (offsets, lag, verify). Anything else goes to one client only, through
-    ``spark_options`` or ``client_options``, because the two clients name their settings differently."""
+    """How Shale reaches Kafka. Every client Shale runs is librdkafka's (ingest tasks' consumers, offsets, lag,
+    verify, restore's producer): security settings are typed, anything else goes through ``client_options``."""
 
     bootstrap_servers: str = Field(default="127.0.0.1:9092", description="comma-separated host:port list")
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
@@ -95,18 +94,20 @@ class KafkaConfig(_Section):
     ssl_ca_file: str = Field(default="", description="PEM file of the CAs that sign the brokers' certificates "
                                                      "(SSL and SASL_SSL; empty: the system's CAs)")
     ssl_verify_hostname: bool = Field(default=True, description="check the broker's certificate names its host")
-    spark_options: dict[str, str] = Field(
-        default_factory=dict, description="extra options of Spark's Java Kafka consumer (without the 'kafka.' prefix)")
     client_options: dict[str, str] = Field(
-        default_factory=dict, description="extra options of Shale's librdkafka clients (verify, offsets, lag)")
+        default_factory=dict, description="extra options of Shale's librdkafka clients (ingest, verify, offsets, "
+                                          "lag, restore)")
 
     @model_validator(mode="before")
     @classmethod
     def _no_shared_options(cls, data: object) -> object:
         if isinstance(data, dict) and "options" in data:
-            raise ValueError("kafka.options is gone: Spark's Java client and librdkafka name their settings "
-                             "differently. Use the typed security keys (security_protocol, sasl_*, ssl_*) and "
-                             "kafka.spark_options / kafka.client_options for anything else")
+            raise ValueError("kafka.options is gone: use the typed security keys (security_protocol, sasl_*, ssl_*) "
+                             "and kafka.client_options (librdkafka's names) for anything else")
+        if isinstance(data, dict) and "spark_options" in data:
+            raise ValueError("kafka.spark_options is gone: ingest tasks read Kafka with librdkafka, not Spark's "
+                             "Java consumer. Put the setting in kafka.client_options under librdkafka's name "
+                             "(for example fetch.wait.max.ms, not fetch.max.wait.ms)")
         return data
 
     @field_validator("bootstrap_servers")

@@ -214,7 +214,7 @@ def chunk_bytes(bound: int, resident: int, group: str) -> int:
 
 
 PHASES = {
-    "wait": "waiting for Spark's next Arrow batch (the JVM reading Kafka and converting to Arrow, the hand-off)",
+    "wait": "waiting for the task's Kafka consumer's next records (shale.ingest.source)",
     "normalize": "Spark's columns to the backup schema",
     "encode": "parsing, partitioning, Parquet encoding and checksums",
     "upload": "object-store requests (put-if-absent, the existence check, meta.json)",
@@ -259,13 +259,26 @@ def tasks(ranges: int, cores: int) -> int:
     return max(1, min(ranges, cores))
 
 
-def make_task(spec: GroupSpec, plan: BatchPlan, bound: int) -> Callable[[Iterable[pa.RecordBatch]],
-                                                                           Iterator[pa.RecordBatch]]:
-    """The function Spark runs per task. It returns one row per chunk written (``written``: a ``Written`` record as
-    JSON), then one for a paused partition (``paused``: a ``Paused`` record as JSON). ``bound`` is the memory the
-    task process may use (``ingest.max_task_bytes``)."""
+Records = Callable[[int], Iterable[pa.RecordBatch]]
+"""A task's records by its index (``shale.ingest.source.read_ranges`` over the task's share of the plan)."""
 
-    def task(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+
+def task_index(inputs: Iterable[pa.RecordBatch]) -> int:
+    """Which task this is: the one row of ``spark.range`` its Spark partition holds (its input, read to the end)."""
+    ids = [i for batch in inputs for i in batch.column(0).to_pylist()]
+    if len(ids) != 1:
+        raise ShaleError(f"an ingest task expects one task index as its input, got {ids[:5]}")
+    return int(ids[0])
+
+
+def make_task(spec: GroupSpec, plan: BatchPlan, bound: int, records: Records) -> Callable[
+        [Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The function Spark runs per task, on its index. It returns one row per chunk written (``written``: a
+    ``Written`` record as JSON), then one for a paused partition (``paused``: a ``Paused`` record as JSON).
+    ``bound`` is the memory the task process may use (``ingest.max_task_bytes``)."""
+
+    def task(inputs: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        batches = records(task_index(inputs))
         failpoint("ingest.task")
         release_free_memory()  # a reused worker starts from what it really holds, not an earlier task's peak
         with PeakMemory() as memory:
@@ -293,26 +306,27 @@ WARM_SCHEMA = "records long, seconds string"
 """What a warm-up task returns: the records it rehearsed with, and its seconds by phase (``PHASES``, JSON)."""
 
 
-def make_warm_task(spec: GroupSpec, plan: BatchPlan, bound: int) -> Callable[[Iterable[pa.RecordBatch]],
-                                                                                Iterator[pa.RecordBatch]]:
+def make_warm_task(spec: GroupSpec, plan: BatchPlan, bound: int, records: Records) -> Callable[
+        [Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The function of the driver's warm-up read (before its lease): an ingest task's once-per-process costs, paid
     in each Python worker Spark starts (workers are reused by the batches): the imports, the topic's parser, the
     first normalizing, parsing and Parquet encoding, on the records ``plan`` names (the last few of each
     partition), written to a scratch bucket in the worker's memory that is dropped afterwards (nothing is written
     to the real bucket), and the real bucket's client with a connection (one HEAD of a key that does not exist)."""
 
-    def warm(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def warm(inputs: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        batches = records(task_index(inputs))
         bucket = task_bucket(spec.bucket)
         with contextlib.suppress(ShaleError):  # NotFoundError as expected; a bucket's trouble shows in the batches
             bucket.head("shale-warm-up-probe")
         writer = ChunkWriter(spec, scratch_bucket(), plan, chunk_bytes(bound, PeakMemory.resident(), spec.group))
-        records = 0
+        count = 0
         written = []
         for batch in _timed(batches, writer.spent):
-            records += batch.num_rows
+            count += batch.num_rows
             written += writer.add(batch)
         written += writer.finish()
-        yield pa.RecordBatch.from_pylist([{"records": records, "seconds": json.dumps(phase_sums(written))}],
+        yield pa.RecordBatch.from_pylist([{"records": count, "seconds": json.dumps(phase_sums(written))}],
                                          schema=pa.schema([("records", pa.int64()), ("seconds", pa.string())]))
 
     return warm

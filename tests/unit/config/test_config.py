@@ -132,3 +132,11 @@ def test_a_tenant_template_that_cannot_work_is_refused(tmp_path: Path, template:
     assert named in str(info.value)
     path.write_text('[[ingest.tenants]]\ntopic_pattern = "(?P<team>[a-z]+)\\\\..*"\ntenant = "t-{team}"\n')
     assert load_config(path, env={}).ingest.tenants[0].tenant == "t-{team}"
+
+
+@pytest.mark.parametrize("key", ["options", "spark_options"])
+def test_a_kafka_options_table_of_an_earlier_release_is_refused_naming_client_options(key: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_config(env={}, overrides=[f'kafka.{key}={{"fetch.min.bytes" = "1"}}'])
+    assert f"kafka.{key} is gone" in str(refused.value)
+    assert "kafka.client_options" in str(refused.value)

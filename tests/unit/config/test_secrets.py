@@ -37,8 +37,8 @@ token = "{TOKEN}"
 security_protocol = "SASL_SSL"
 sasl_username = "shale"
 sasl_password = {json.dumps(KAFKA_PASSWORD)}
-[kafka.spark_options]
-"sasl.jaas.config" = "org.apache.kafka.common.security.plain.PlainLoginModule required password='{RAFT_SECRET}x';"
+[kafka.client_options]
+"ssl.key.password" = "{RAFT_SECRET}x"
 "fetch.min.bytes" = "1"
 """)
     return path
@@ -60,7 +60,7 @@ def test_config_show_check_and_reprs_mask_every_secret(config_file: Path) -> Non
     assert data["metastore"]["token"] == "***"
     assert data["metastore"]["accepted_secrets"] == []
     assert data["kafka"]["sasl_password"] == "***"
-    assert data["kafka"]["spark_options"] == {"sasl.jaas.config": "***", "fetch.min.bytes": "1"}
+    assert data["kafka"]["client_options"] == {"ssl.key.password": "***", "fetch.min.bytes": "1"}
     defaults = runner.invoke(cli, ["config", "check", "--defaults"])
     assert defaults.exit_code == 0, defaults.output
     assert 'secret = ""' in defaults.output
@@ -99,9 +99,9 @@ def test_every_log_line_is_redacted(fmt: str, config_file: Path, capsys: pytest.
     config = load_config(config_file, env={})
     logs.setup_logging("INFO", fmt, secret_values(config))
     log = logging.getLogger("shale.test")
-    from shale.kafka import java_options
+    from shale.kafka import client_options
 
-    log.info("connecting with %s", KAFKA_PASSWORD, extra={"jaas": java_options(config.kafka)["sasl.jaas.config"]})
+    log.info("connecting with %s", KAFKA_PASSWORD, extra={"sasl": client_options(config.kafka)["sasl.password"]})
     try:
         raise RuntimeError(f"auth failed for {TOKEN}")
     except RuntimeError:

@@ -19,11 +19,13 @@ from tests.factories import BASE_MS, backup_table
 
 from shale.block import backup_rows, read_dataset
 from shale.block.layout import block_file_key
+from shale.block.schemas import HEADERS
 from shale.config import BucketConfig, IngestConfig, ParserRule, TenantRule
 from shale.encoder.chunks import Chunk, GroupSpec, Written, write_chunk
 from shale.errors import ShaleError
 from shale.ingest.committer import IngestConflictError, batch_commit
 from shale.ingest.plan import BatchPlan, PartitionRange
+from shale.ingest.source import COLUMNS
 from shale.ingest.task import PHASES, ChunkWriter, make_task, make_warm_task, partition_runs, tasks
 from shale.objstore import open_bucket
 
@@ -37,14 +39,19 @@ def bucket_config() -> BucketConfig:
 
 
 def spark_batch(table: pa.Table) -> pa.RecordBatch:
-    """Records as Spark's Kafka source hands them to a task."""
-    spark = pa.table({
+    """Records as a task's Kafka consumer hands them on (``shale.ingest.source.COLUMNS``)."""
+    records = pa.table({
         "key": table.column("key"), "value": table.column("value"), "topic": table.column("topic"),
         "partition": table.column("partition"), "offset": table.column("offset"),
         "timestamp": table.column("timestamp").cast(pa.timestamp("us", tz="UTC")),
         "timestampType": pa.array([0] * table.num_rows, pa.int32()),
-        "headers_json": pa.nulls(table.num_rows, pa.string())})
-    return spark.combine_chunks().to_batches()[0]
+        "headers": pa.nulls(table.num_rows, HEADERS)})
+    return records.cast(COLUMNS).combine_chunks().to_batches()[0]
+
+
+def _index(i: int = 0) -> Iterator[pa.RecordBatch]:
+    """A task's input: its index, as ``spark.range`` gives it."""
+    return iter([pa.RecordBatch.from_pydict({"id": pa.array([i], pa.int64())})])
 
 
 def _plan(start: int, end: int, partition: int = 0) -> BatchPlan:
@@ -184,7 +191,7 @@ def test_a_task_reports_where_its_time_went_per_chunk(bucket_config: BucketConfi
             time.sleep(0.01)  # Spark's JVM taking its time to hand over the next batch
             yield batch
 
-    rows = list(make_task(spec, _plan(0, 1_000), bound=512 * 2**20)(slow_source()))
+    rows = list(make_task(spec, _plan(0, 1_000), 512 * 2**20, lambda _: slow_source())(_index()))
     written = [Written.model_validate_json(row.column("written")[0].as_py()) for row in rows]
     assert written
     assert all(set(w.seconds) <= set(PHASES) for w in written)
@@ -200,8 +207,9 @@ def test_the_warm_up_rehearses_a_batch_and_writes_nothing_to_the_bucket(bucket_c
                                               options={"time_field": "ts", "time_format": "epoch_ms"})])
     spec = GroupSpec(group, 1, bucket_config, ingest)
     table = backup_table("app", 0, 500, 40)
-    warm = make_warm_task(spec, _plan(500, 540), 512 * 2**20)
-    [out] = list(warm(iter([spark_batch(table.slice(0, 25)), spark_batch(table.slice(25))])))
+    warm = make_warm_task(spec, _plan(500, 540), 512 * 2**20,
+                          lambda _: iter([spark_batch(table.slice(0, 25)), spark_batch(table.slice(25))]))
+    [out] = list(warm(_index()))
     [row] = out.to_pylist()
     assert row["records"] == 40
     seconds = json.loads(row["seconds"])
@@ -233,7 +241,7 @@ def test_a_task_of_several_partitions_tiles_each_one_s_range_whatever_the_batche
     stream = pa.concat_tables([backup_table("app", p, first, n) for p, first, n in parts])
     bounds = [0, *cuts, stream.num_rows] if stream.num_rows else []
     batches = [spark_batch(stream.slice(a, b - a)) for a, b in itertools.pairwise(bounds)]
-    rows = list(make_task(spec, plan, bound=512 * 2**20)(iter(batches)))
+    rows = list(make_task(spec, plan, 512 * 2**20, lambda _: iter(batches))(_index()))
     written = [Written.model_validate_json(r.column("written")[0].as_py()) for r in rows]
     bucket = open_bucket(bucket_config)
     for p, first, n in parts:
@@ -283,7 +291,7 @@ def test_reading_each_partition_of_a_small_block_fetches_it_once(bucket_config: 
     plan = BatchPlan(READ_MS, [PartitionRange("app", p, INC, 0, 10) for p in range(4)])
     batches = [spark_batch(backup_table("app", p, 0, 10)) for p in range(4)]
     written = [Written.model_validate_json(r.column("written")[0].as_py())
-               for r in make_task(spec, plan, bound=512 * 2**20)(iter(batches))]
+               for r in make_task(spec, plan, 512 * 2**20, lambda _: iter(batches))(_index())]
     [meta] = {m.id: m for w in written for m in w.blocks}.values()
     bucket = CountingReader(open_bucket(bucket_config))
     for p in range(4):  # as restore's and reprocess's tasks do, one partition each, in one worker
@@ -299,7 +307,7 @@ def test_a_partition_seen_again_after_another_fails_the_task(bucket_config: Buck
     batches = [spark_batch(backup_table("app", 0, 0, 10)), spark_batch(backup_table("app", 1, 0, 10)),
                spark_batch(backup_table("app", 0, 10, 10))]
     with pytest.raises(ShaleError, match=r"app\[0\] again"):
-        list(make_task(spec, plan, bound=512 * 2**20)(iter(batches)))
+        list(make_task(spec, plan, 512 * 2**20, lambda _: iter(batches))(_index()))
 
 
 @given(st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 2), st.integers(1, 5)), min_size=1, max_size=6))
