@@ -97,6 +97,11 @@ class CompactionState:
         row = self.conn.execute(f"SELECT {_JOB_COLUMNS} FROM compaction_jobs WHERE name = ?", (name,)).fetchone()
         return _job(row) if row else None
 
+    def job_names(self, low: str, high: str, limit: int = -1) -> list[str]:
+        """The names of the jobs from ``low`` up to ``high`` (excluded), in order; at most ``limit`` (-1: all)."""
+        return [r[0] for r in self.conn.execute(
+            "SELECT name FROM compaction_jobs WHERE name >= ? AND name < ? ORDER BY name LIMIT ?", (low, high, limit))]
+
     def save_job(self, job: Job) -> None:
         k = job.key
         self.conn.execute(

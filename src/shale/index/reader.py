@@ -21,6 +21,7 @@ import msgpack
 from shale.block import BlockMeta, block_prefix
 from shale.block.names import MORE_LABEL_SETS
 from shale.errors import QueryTimeoutError
+from shale.index import erasures as erasures_store
 from shale.index.changes import BlockChange, change_metas, pending_entries, published_through, read_changes
 from shale.index.matchers import Matcher, match_label_sets, matching_datasets
 from shale.index.records import (
@@ -332,18 +333,15 @@ class IndexReader:
 
     def erasure_states(self) -> dict[str, str]:
         """Every erasure's state (requested, rewriting, rewritten, done)."""
-        return {r[0]: r[1] for r in self.conn.execute("SELECT id, state FROM erasures")}
+        return erasures_store.states(self.conn)
 
     def erased_positions(self, erasures: Sequence[str]) -> list[tuple[str, int, int, str]]:
         """The (topic, partition, offset, incarnation) of the records ``erasures`` remove."""
-        return sorted({(r[0], int(r[1]), int(r[2]), r[3]) for e in erasures for r in self.conn.execute(
-            "SELECT topic, partition, offset, incarnation FROM erasure_positions WHERE erasure = ?", (e,))})
+        return erasures_store.positions_of(self.conn, erasures)
 
     def erasure_delete_delay_ms(self, erasures: Sequence[str]) -> int:
         """The shortest delete delay ``erasures`` asked for (ms); 0 if none asked for one."""
-        asked = [int(r[0]) for e in erasures for r in self.conn.execute(
-            "SELECT delete_delay_ms FROM erasures WHERE id = ? AND delete_delay_ms > 0", (e,))]
-        return min(asked, default=0)
+        return erasures_store.shortest_delete_delay(self.conn, erasures)
 
     def tenant_tombstone_ids(self, tenant: str) -> set[str]:
         return {r[0] for r in self.conn.execute("SELECT block_id FROM tombstones WHERE tenant = ?", (tenant,))}

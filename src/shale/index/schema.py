@@ -17,6 +17,7 @@ from pathlib import Path
 from shale.index.changes import DDL as CHANGES_DDL
 from shale.index.compaction import DDL as COMPACTION_DDL
 from shale.index.compaction import QUEUE_INDEX
+from shale.index.erasures import DDL as ERASURES_DDL
 from shale.index.leases import LEASES_DDL, SHARDS_DDL
 from shale.index.restores import DDL as RESTORES_DDL
 
@@ -166,52 +167,7 @@ CREATE TABLE IF NOT EXISTS losses (
     acknowledged_at INTEGER NOT NULL,
     PRIMARY KEY (grp, generation, topic, partition, incarnation, start)
 ) WITHOUT ROWID;
-""" + LEASES_DDL + """
--- Erasures (``shale erase``, ``shale.metastore.erasures``): each request, the Kafka positions of its records
--- (found in the backup group, matched in both), and each block rewritten without them.
-CREATE TABLE IF NOT EXISTS erasures (
-    id TEXT PRIMARY KEY,
-    seq INTEGER NOT NULL,
-    by TEXT NOT NULL,
-    tenant TEXT NOT NULL,
-    topics TEXT NOT NULL,
-    key_sha256 TEXT NOT NULL,
-    watermarks TEXT NOT NULL,
-    state TEXT NOT NULL,
-    requested_at INTEGER NOT NULL,
-    planned_at INTEGER NOT NULL,
-    ended_at INTEGER NOT NULL,
-    matches INTEGER NOT NULL,
-    receipt TEXT NOT NULL,
-    matched_by TEXT NOT NULL DEFAULT 'key',  -- 'key', or 'column:<path>' (key_sha256: the value's canonical hash)
-    delete_delay_ms INTEGER NOT NULL DEFAULT 0  -- the delete delay asked for its replaced blocks; 0: the configured
-) WITHOUT ROWID;
-
-CREATE TABLE IF NOT EXISTS erasure_positions (
-    tenant TEXT NOT NULL,
-    topic TEXT NOT NULL,
-    partition INTEGER NOT NULL,
-    offset INTEGER NOT NULL,
-    incarnation TEXT NOT NULL,
-    erasure TEXT NOT NULL,
-    PRIMARY KEY (tenant, topic, partition, offset, incarnation, erasure)
-) WITHOUT ROWID;
-
-CREATE TABLE IF NOT EXISTS erasure_blocks (
-    erasure TEXT NOT NULL,
-    old_block TEXT NOT NULL,
-    new_block TEXT NOT NULL,
-    grp TEXT NOT NULL,
-    generation INTEGER NOT NULL,
-    rows_removed INTEGER NOT NULL,
-    old_files TEXT NOT NULL,
-    new_files TEXT NOT NULL,
-    rewritten_at INTEGER NOT NULL,
-    old_prefix TEXT NOT NULL,
-    new_prefix TEXT NOT NULL,
-    PRIMARY KEY (erasure, old_block)
-) WITHOUT ROWID;
-""" + SHARDS_DDL + RESTORES_DDL + COMPACTION_DDL
+""" + LEASES_DDL + ERASURES_DDL + SHARDS_DDL + RESTORES_DDL + COMPACTION_DDL
 
 # Version 1 -> 2: committed offsets learn their topic incarnation, their writer and the offsets they skipped;
 # commits are keyed by incarnation. Deterministic, so every replica migrates its own copy the same way.
