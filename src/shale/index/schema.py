@@ -18,7 +18,9 @@ from shale.index.changes import DDL as CHANGES_DDL
 from shale.index.compaction import DDL as COMPACTION_DDL
 from shale.index.compaction import QUEUE_INDEX
 from shale.index.erasures import DDL as ERASURES_DDL
+from shale.index.generations import DDL as GENERATIONS_DDL
 from shale.index.leases import LEASES_DDL, SHARDS_DDL
+from shale.index.offsets import DDL as OFFSETS_DDL
 from shale.index.restores import DDL as RESTORES_DDL
 
 SCHEMA_VERSION = 4
@@ -87,87 +89,9 @@ CREATE TABLE IF NOT EXISTS tenant_versions (
     tenant TEXT PRIMARY KEY,
     version INTEGER NOT NULL
 ) WITHOUT ROWID;
-
-CREATE TABLE IF NOT EXISTS generations (
-    tenant TEXT NOT NULL,
-    topic TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    start INTEGER NOT NULL,
-    "end" INTEGER NOT NULL,
-    generation INTEGER NOT NULL,
-    PRIMARY KEY (tenant, topic, seq)
-) WITHOUT ROWID;
-
--- An operator's switch (SetActiveGeneration) over [start, end], and the newest generation of the topic it binds
--- (``binds``: every generation that had committed offsets of the topic when it was made): ingestion never switches
--- one of those generations in over it (``shale.metastore.generations``). A table of its own, created on open, so
--- a state of the same schema version gains it empty (no switch of before was recorded as an operator's).
-CREATE TABLE IF NOT EXISTS generation_pins (
-    tenant TEXT NOT NULL,
-    topic TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    start INTEGER NOT NULL,
-    "end" INTEGER NOT NULL,
-    generation INTEGER NOT NULL,
-    binds INTEGER NOT NULL,
-    PRIMARY KEY (tenant, topic, seq)
-) WITHOUT ROWID;
-
+""" + GENERATIONS_DDL + """
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
-
-CREATE TABLE IF NOT EXISTS offsets (
-    grp TEXT NOT NULL,
-    generation INTEGER NOT NULL,
-    topic TEXT NOT NULL,
-    partition INTEGER NOT NULL,
-    committed_end INTEGER NOT NULL,
-    max_event_time INTEGER NOT NULL,
-    updated_at INTEGER NOT NULL,
-    incarnation TEXT NOT NULL DEFAULT '',
-    writer TEXT NOT NULL DEFAULT '',
-    skipped INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (grp, generation, topic, partition)
-) WITHOUT ROWID;
-
-CREATE TABLE IF NOT EXISTS commits (
-    grp TEXT NOT NULL,
-    generation INTEGER NOT NULL,
-    topic TEXT NOT NULL,
-    partition INTEGER NOT NULL,
-    incarnation TEXT NOT NULL,
-    start INTEGER NOT NULL,
-    "end" INTEGER NOT NULL,
-    digest TEXT NOT NULL,
-    committed_at INTEGER NOT NULL,
-    PRIMARY KEY (grp, generation, topic, partition, incarnation, start)
-) WITHOUT ROWID;
-
-CREATE TABLE IF NOT EXISTS incarnations (
-    grp TEXT NOT NULL,
-    generation INTEGER NOT NULL,
-    topic TEXT NOT NULL,
-    partition INTEGER NOT NULL,
-    incarnation TEXT NOT NULL,
-    committed_end INTEGER NOT NULL,
-    max_event_time INTEGER NOT NULL,
-    skipped INTEGER NOT NULL,
-    ended_at INTEGER NOT NULL,
-    PRIMARY KEY (grp, generation, topic, partition, incarnation)
-) WITHOUT ROWID;
-
-CREATE TABLE IF NOT EXISTS losses (
-    grp TEXT NOT NULL,
-    generation INTEGER NOT NULL,
-    topic TEXT NOT NULL,
-    partition INTEGER NOT NULL,
-    incarnation TEXT NOT NULL,
-    start INTEGER NOT NULL,
-    "end" INTEGER NOT NULL,
-    reason TEXT NOT NULL,
-    acknowledged_at INTEGER NOT NULL,
-    PRIMARY KEY (grp, generation, topic, partition, incarnation, start)
-) WITHOUT ROWID;
-""" + LEASES_DDL + ERASURES_DDL + SHARDS_DDL + RESTORES_DDL + COMPACTION_DDL
+""" + OFFSETS_DDL + LEASES_DDL + ERASURES_DDL + SHARDS_DDL + RESTORES_DDL + COMPACTION_DDL
 
 # Version 1 -> 2: committed offsets learn their topic incarnation, their writer and the offsets they skipped;
 # commits are keyed by incarnation. Deterministic, so every replica migrates its own copy the same way.
