@@ -1,7 +1,11 @@
-"""The SQLite schema of the metadata index (seed 004), with Shale's ingest offsets. A table family with a store of
-its own declares its tables there, beside its reads and writes: the compaction service's in
-``shale.index.compaction``, the ingest leases' and shard maps' in ``shale.index.leases``, the restore journal's in
-``shale.index.restores``.
+"""The SQLite schema of the metadata index (seed 004). Each table family has a store that declares its tables beside
+their reads and writes, and ``DDL`` joins them in the order the tables have always been created: the blocks family
+here (``state``, ``strings``, ``partitions``, ``blocks``, ``block_schemas``, ``tombstones``, ``tenant_versions``,
+read and written by ``IndexReader`` and ``IndexWriter``; and ``settings``, which holds the compaction failure
+limit), the generation switches' in ``shale.index.generations``, the committed offsets' in ``shale.index.offsets``, the
+ingest leases' and shard maps' in ``shale.index.leases``, the erasures' in ``shale.index.erasures``, the restore
+journal's in ``shale.index.restores``, the compaction service's in ``shale.index.compaction`` and the change
+feed's in ``shale.index.changes``.
 
 Entries are partitioned by 6-hour window of block creation time (the ULID time), tenant and shard; each
 partition keeps the data-time range of its blocks (seed 004's shard index) so a query skips partitions whose
