@@ -4,7 +4,7 @@ here (``state``, ``strings``, ``partitions``, ``blocks``, ``block_schemas``, ``t
 read and written by ``IndexReader`` and ``IndexWriter``; and ``settings``, which holds the compaction failure
 limit), the generation switches' in ``shale.index.generations``, the committed offsets' in ``shale.index.offsets``, the
 ingest leases' and shard maps' in ``shale.index.leases``, the erasures' in ``shale.index.erasures``, the restore
-journal's in ``shale.index.restores``, the compaction service's in ``shale.index.compaction`` and the change
+journal's in ``shale.index.restores``, the compaction service's in ``shale.index.compaction_state`` and the change
 feed's in ``shale.index.changes``.
 
 Entries are partitioned by 6-hour window of block creation time (the ULID time), tenant and shard; each
@@ -19,8 +19,8 @@ import sqlite3
 from pathlib import Path
 
 from shale.index.changes import DDL as CHANGES_DDL
-from shale.index.compaction import DDL as COMPACTION_DDL
-from shale.index.compaction import QUEUE_INDEX
+from shale.index.compaction_state import DDL as COMPACTION_DDL
+from shale.index.compaction_state import QUEUE_INDEX
 from shale.index.erasures import DDL as ERASURES_DDL
 from shale.index.generations import DDL as GENERATIONS_DDL
 from shale.index.leases import LEASES_DDL, SHARDS_DDL

@@ -14,7 +14,7 @@ from shale.bucketindex import state_digest
 from shale.index import generations as generation_store
 from shale.index.changes import PendingChanges
 from shale.index.changes import trim as trim_changes
-from shale.index.compaction import CompactionState
+from shale.index.compaction_state import CompactionState
 from shale.index.records import decode_meta, encode_meta
 from shale.index.schema import PARTITION_WINDOW_MS
 

@@ -31,7 +31,7 @@ from shale.compaction.model import Job, QueueKey
 from shale.errors import CommandRejectedError
 from shale.index import IndexWriter
 from shale.index import erasures as store
-from shale.index.compaction import CompactionState
+from shale.index.compaction_state import CompactionState
 from shale.metastore.commands import PlanErasure, RecordErasureReceipt, RequestErasure, Result
 
 JOB_PREFIX = "erasure:"

@@ -51,7 +51,7 @@ from shale.metastore.commands import (
     UpdateCompactionPlan,
     decode,
 )
-from shale.metastore.compaction import apply_failure_limit, apply_plan
+from shale.metastore.compaction_service import apply_failure_limit, apply_plan
 from shale.metastore.erasures import apply_plan as apply_erasure_plan
 from shale.metastore.erasures import apply_receipt as apply_erasure_receipt
 from shale.metastore.erasures import apply_request as apply_erasure_request

@@ -39,8 +39,8 @@ from shale.index import (
     copy_state,
     parse_matchers,
 )
-from shale.index.compaction import CompactionState
-from shale.metastore.compaction import job_rows, queue_counts
+from shale.index.compaction_state import CompactionState
+from shale.metastore.compaction_service import job_rows, queue_counts
 from shale.metastore.erasures import erasure_rows
 from shale.metastore.leases import lease_rows
 from shale.metastore.restores import KEPT, restore_rows
