@@ -161,6 +161,25 @@ def connect(path: str, *, readonly: bool = False) -> sqlite3.Connection:
     return conn
 
 
+def begin(conn: sqlite3.Connection) -> None:
+    """Start a write transaction holding the state's write lock from its first statement (the apply transaction:
+    the metastore's state machine decides where each one starts and ends)."""
+    conn.execute("BEGIN IMMEDIATE")
+
+
+def commit(conn: sqlite3.Connection) -> None:
+    conn.execute("COMMIT")
+
+
+def rollback(conn: sqlite3.Connection) -> None:
+    conn.execute("ROLLBACK")
+
+
+def checkpoint(conn: sqlite3.Connection) -> None:
+    """Write the write-ahead log into the database file and empty it (the file is then complete on its own)."""
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
 def copy_state(path: Path, target: Path) -> None:
     """A consistent copy of the index at ``path``: SQLite's online backup from a separate read-only connection in
     one step, which is one read transaction, so the copy is exactly one committed state while a writer goes on

@@ -24,6 +24,7 @@ from shale.block.layout import META_FILENAME
 from shale.errors import CommandRejectedError
 from shale.index import PARTITION_WINDOW_MS, IndexReader, IndexWriter, connect, copy_state, create
 from shale.index import offsets as offset_store
+from shale.index.schema import begin, checkpoint, commit, rollback
 from shale.metastore.commands import (
     COMMAND_KINDS,
     AcknowledgeOffsetLoss,
@@ -448,14 +449,14 @@ class StateMachine:
     def apply(self, entry: Entry, data: bytes) -> Result:
         """Apply the command in ``data`` at ``entry``; an entry at or below the applied index is skipped."""
         with self.lock:
-            self.conn.execute("BEGIN IMMEDIATE")
+            begin(self.conn)
             return self._apply_in_transaction(lambda _: entry, lambda: decode(data))
 
     def apply_next(self, term: int, time_ms: int, command: Command) -> Result:
         """Apply an already-validated command at the next index, chosen inside the write transaction (so that
         processes sharing one state file agree on the order). The single-node log's path: no bytes at all."""
         with self.lock:
-            self.conn.execute("BEGIN IMMEDIATE")
+            begin(self.conn)
             return self._apply_in_transaction(lambda applied: Entry(applied + 1, term, time_ms), lambda: command)
 
     def _apply_in_transaction(self, entry_for: Callable[[int], Entry], command_for: Callable[[], Command]) -> Result:
@@ -463,32 +464,32 @@ class StateMachine:
             applied, _ = self.writer.applied()
             entry = entry_for(applied)
             if entry.index <= applied:
-                self.conn.execute("ROLLBACK")
+                rollback(self.conn)
                 return Result(ok=True, reason="already-applied", data={"index": entry.index})
             command = command_for()
             bridge_silence(self.writer, entry.time_ms)
             result = HANDLERS[command.kind](self.writer, command, entry)
             self.writer.set_applied(entry.index, entry.term)
-            self.conn.execute("COMMIT")
+            commit(self.conn)
             return result
         except CommandRejectedError as exc:
-            self.conn.execute("ROLLBACK")
+            rollback(self.conn)
             self.writer.forget_cache()
-            self.conn.execute("BEGIN IMMEDIATE")
+            begin(self.conn)
             bridge_silence(self.writer, entry.time_ms)  # the entry happened, whatever its command's outcome
             self.writer.set_applied(entry.index, entry.term)
-            self.conn.execute("COMMIT")
+            commit(self.conn)
             return Result(ok=False, reason=exc.reason, message=str(exc))
         except BaseException:
             if self.conn.in_transaction:
-                self.conn.execute("ROLLBACK")
+                rollback(self.conn)
             self.writer.forget_cache()
             raise
 
     def close(self) -> None:
         """Checkpoint the write-ahead log into the file and close (the file is then complete on its own)."""
         with self.lock:
-            self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            checkpoint(self.conn)
             self.conn.close()
 
     def state_hash(self, *, with_applied: bool = True) -> str:

@@ -34,6 +34,7 @@ from shale.block import BlockFetcher, BlockMeta, BlockState
 from shale.block.recover import recover_meta
 from shale.errors import ConfigError
 from shale.index import offsets as offset_store
+from shale.index.schema import begin, commit
 from shale.metastore.fsm import StateMachine
 from shale.objstore import BucketReader
 
@@ -187,7 +188,7 @@ def rebuild_from_bucket(bucket: BucketReader, target: Path, clock: Callable[[], 
             event_times[key] = max(event_times[key], meta.max_time)
     state = StateMachine(target)
     w = state.writer
-    state.conn.execute("BEGIN IMMEDIATE")
+    begin(state.conn)
     for meta in kept:
         w.add_block(meta, now_ms)
     for meta, reason in dead:
@@ -199,7 +200,7 @@ def rebuild_from_bucket(bucket: BucketReader, target: Path, clock: Callable[[], 
             offset_store.end_incarnation(w.conn, group, generation, topic, partition, now_ms)
         offset_store.set_committed_end(w.conn, group, generation, topic, partition, ends[key], event_times[key], now_ms,
                             incarnation=incarnation)
-    state.conn.execute("COMMIT")
+    commit(state.conn)
     state.close()
     report.blocks, report.tombstones, report.offsets = len(kept), len(dead), len(ends)
     return report
