@@ -1,5 +1,6 @@
-"""The metadata index as state (seed 004): SQLite schema, writes for the metastore's command handlers, and
-queries. No networking and no clock: the metastore drives it."""
+"""The metadata index as state (seed 004): one store per table family (its DDL, reads and writes; ``schema`` joins
+them), the writes the metastore's command handlers call, and queries. No networking and no clock: the metastore
+drives it."""
 
 from shale.index.matchers import Matcher, match_label_sets, matching_datasets, parse_matchers
 from shale.index.reader import IndexReader

@@ -21,6 +21,9 @@ import msgpack
 from shale.block import BlockMeta, block_prefix
 from shale.block.names import MORE_LABEL_SETS
 from shale.errors import QueryTimeoutError
+from shale.index import erasures as erasure_store
+from shale.index import generations as generation_store
+from shale.index import offsets as offset_store
 from shale.index.changes import BlockChange, change_metas, pending_entries, published_through, read_changes
 from shale.index.matchers import Matcher, match_label_sets, matching_datasets
 from shale.index.records import (
@@ -241,30 +244,15 @@ class IndexReader:
     # -- offsets and tombstones ------------------------------------------------------------------
 
     def offsets(self, group: str | None = None, generation: int | None = None) -> list[OffsetRow]:
-        rows = self.conn.execute(
-            "SELECT grp, generation, topic, partition, committed_end, max_event_time, updated_at, incarnation, writer, "
-            "skipped FROM offsets ORDER BY grp, generation, topic, partition")
-        return [OffsetRow(group=r[0], generation=r[1], topic=r[2], partition=r[3], committed_end=r[4],
-                          max_event_time=r[5], updated_at=r[6], incarnation=r[7], writer=r[8], skipped=r[9])
-                for r in rows if (group is None or r[0] == group) and (generation is None or r[1] == generation)]
+        return offset_store.offset_rows(self.conn, group, generation)
 
     def incarnations(self, group: str | None = None, generation: int | None = None) -> list[IncarnationRow]:
         """Past incarnations of topic-partitions (the current one is in ``offsets``)."""
-        rows = self.conn.execute(
-            "SELECT grp, generation, topic, partition, incarnation, committed_end, max_event_time, skipped, ended_at "
-            "FROM incarnations ORDER BY grp, generation, topic, partition, ended_at")
-        return [IncarnationRow(group=r[0], generation=r[1], topic=r[2], partition=r[3], incarnation=r[4],
-                               committed_end=r[5], max_event_time=r[6], skipped=r[7], ended_at=r[8])
-                for r in rows if (group is None or r[0] == group) and (generation is None or r[1] == generation)]
+        return offset_store.incarnation_rows(self.conn, group, generation)
 
     def losses(self, group: str | None = None, generation: int | None = None) -> list[LossRow]:
         """Offset ranges acknowledged as lost."""
-        rows = self.conn.execute(
-            'SELECT grp, generation, topic, partition, incarnation, start, "end", reason, acknowledged_at FROM losses '
-            "ORDER BY grp, generation, topic, partition, start")
-        return [LossRow(group=r[0], generation=r[1], topic=r[2], partition=r[3], incarnation=r[4], start=r[5],
-                        end=r[6], reason=r[7], acknowledged_at=r[8])
-                for r in rows if (group is None or r[0] == group) and (generation is None or r[1] == generation)]
+        return offset_store.loss_rows(self.conn, group, generation)
 
     def tombstones(self, created_before: int | None = None, limit: int = 1000) -> list[TombstoneRow]:
         rows = self.conn.execute(
@@ -293,8 +281,7 @@ class IndexReader:
 
     def generation_rules(self, tenant: str) -> list[tuple[str, int, int, int]]:
         """The tenant's generation switches, oldest first: (topic, start ms, end ms, generation)."""
-        return [(r[0], r[1], r[2], r[3]) for r in self.conn.execute(
-            'SELECT topic, start, "end", generation FROM generations WHERE tenant = ? ORDER BY seq', (tenant,))]
+        return generation_store.rules(self.conn, tenant)
 
     def schema_versions(self, tenant: str, topic: str | None = None) -> list[SchemaVersionRow]:
         """The writer schemas the tenant's live blocks were written with (typed parsers), per topic, group and
@@ -332,18 +319,15 @@ class IndexReader:
 
     def erasure_states(self) -> dict[str, str]:
         """Every erasure's state (requested, rewriting, rewritten, done)."""
-        return {r[0]: r[1] for r in self.conn.execute("SELECT id, state FROM erasures")}
+        return erasure_store.states(self.conn)
 
     def erased_positions(self, erasures: Sequence[str]) -> list[tuple[str, int, int, str]]:
         """The (topic, partition, offset, incarnation) of the records ``erasures`` remove."""
-        return sorted({(r[0], int(r[1]), int(r[2]), r[3]) for e in erasures for r in self.conn.execute(
-            "SELECT topic, partition, offset, incarnation FROM erasure_positions WHERE erasure = ?", (e,))})
+        return erasure_store.positions_of(self.conn, erasures)
 
     def erasure_delete_delay_ms(self, erasures: Sequence[str]) -> int:
         """The shortest delete delay ``erasures`` asked for (ms); 0 if none asked for one."""
-        asked = [int(r[0]) for e in erasures for r in self.conn.execute(
-            "SELECT delete_delay_ms FROM erasures WHERE id = ? AND delete_delay_ms > 0", (e,))]
-        return min(asked, default=0)
+        return erasure_store.shortest_delete_delay(self.conn, erasures)
 
     def tenant_tombstone_ids(self, tenant: str) -> set[str]:
         return {r[0] for r in self.conn.execute("SELECT block_id FROM tombstones WHERE tenant = ?", (tenant,))}

@@ -1,7 +1,11 @@
-"""The SQLite schema of the metadata index (seed 004), with Shale's ingest offsets. A table family with a store of
-its own declares its tables there, beside its reads and writes: the compaction service's in
-``shale.index.compaction``, the ingest leases' and shard maps' in ``shale.index.leases``, the restore journal's in
-``shale.index.restores``.
+"""The SQLite schema of the metadata index (seed 004). Each table family has a store that declares its tables beside
+their reads and writes, and ``DDL`` joins them in the order the tables have always been created: the blocks family
+here (``state``, ``strings``, ``partitions``, ``blocks``, ``block_schemas``, ``tombstones``, ``tenant_versions``,
+read and written by ``IndexReader`` and ``IndexWriter``; and ``settings``, which holds the compaction failure
+limit), the generation switches' in ``shale.index.generations``, the committed offsets' in ``shale.index.offsets``, the
+ingest leases' and shard maps' in ``shale.index.leases``, the erasures' in ``shale.index.erasures``, the restore
+journal's in ``shale.index.restores``, the compaction service's in ``shale.index.compaction_state`` and the change
+feed's in ``shale.index.changes``.
 
 Entries are partitioned by 6-hour window of block creation time (the ULID time), tenant and shard; each
 partition keeps the data-time range of its blocks (seed 004's shard index) so a query skips partitions whose
@@ -15,9 +19,12 @@ import sqlite3
 from pathlib import Path
 
 from shale.index.changes import DDL as CHANGES_DDL
-from shale.index.compaction import DDL as COMPACTION_DDL
-from shale.index.compaction import QUEUE_INDEX
+from shale.index.compaction_state import DDL as COMPACTION_DDL
+from shale.index.compaction_state import QUEUE_INDEX
+from shale.index.erasures import DDL as ERASURES_DDL
+from shale.index.generations import DDL as GENERATIONS_DDL
 from shale.index.leases import LEASES_DDL, SHARDS_DDL
+from shale.index.offsets import DDL as OFFSETS_DDL
 from shale.index.restores import DDL as RESTORES_DDL
 
 SCHEMA_VERSION = 4
@@ -86,132 +93,9 @@ CREATE TABLE IF NOT EXISTS tenant_versions (
     tenant TEXT PRIMARY KEY,
     version INTEGER NOT NULL
 ) WITHOUT ROWID;
-
-CREATE TABLE IF NOT EXISTS generations (
-    tenant TEXT NOT NULL,
-    topic TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    start INTEGER NOT NULL,
-    "end" INTEGER NOT NULL,
-    generation INTEGER NOT NULL,
-    PRIMARY KEY (tenant, topic, seq)
-) WITHOUT ROWID;
-
--- An operator's switch (SetActiveGeneration) over [start, end], and the newest generation of the topic it binds
--- (``binds``: every generation that had committed offsets of the topic when it was made): ingestion never switches
--- one of those generations in over it (``shale.metastore.generations``). A table of its own, created on open, so
--- a state of the same schema version gains it empty (no switch of before was recorded as an operator's).
-CREATE TABLE IF NOT EXISTS generation_pins (
-    tenant TEXT NOT NULL,
-    topic TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    start INTEGER NOT NULL,
-    "end" INTEGER NOT NULL,
-    generation INTEGER NOT NULL,
-    binds INTEGER NOT NULL,
-    PRIMARY KEY (tenant, topic, seq)
-) WITHOUT ROWID;
-
+""" + GENERATIONS_DDL + """
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
-
-CREATE TABLE IF NOT EXISTS offsets (
-    grp TEXT NOT NULL,
-    generation INTEGER NOT NULL,
-    topic TEXT NOT NULL,
-    partition INTEGER NOT NULL,
-    committed_end INTEGER NOT NULL,
-    max_event_time INTEGER NOT NULL,
-    updated_at INTEGER NOT NULL,
-    incarnation TEXT NOT NULL DEFAULT '',
-    writer TEXT NOT NULL DEFAULT '',
-    skipped INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (grp, generation, topic, partition)
-) WITHOUT ROWID;
-
-CREATE TABLE IF NOT EXISTS commits (
-    grp TEXT NOT NULL,
-    generation INTEGER NOT NULL,
-    topic TEXT NOT NULL,
-    partition INTEGER NOT NULL,
-    incarnation TEXT NOT NULL,
-    start INTEGER NOT NULL,
-    "end" INTEGER NOT NULL,
-    digest TEXT NOT NULL,
-    committed_at INTEGER NOT NULL,
-    PRIMARY KEY (grp, generation, topic, partition, incarnation, start)
-) WITHOUT ROWID;
-
-CREATE TABLE IF NOT EXISTS incarnations (
-    grp TEXT NOT NULL,
-    generation INTEGER NOT NULL,
-    topic TEXT NOT NULL,
-    partition INTEGER NOT NULL,
-    incarnation TEXT NOT NULL,
-    committed_end INTEGER NOT NULL,
-    max_event_time INTEGER NOT NULL,
-    skipped INTEGER NOT NULL,
-    ended_at INTEGER NOT NULL,
-    PRIMARY KEY (grp, generation, topic, partition, incarnation)
-) WITHOUT ROWID;
-
-CREATE TABLE IF NOT EXISTS losses (
-    grp TEXT NOT NULL,
-    generation INTEGER NOT NULL,
-    topic TEXT NOT NULL,
-    partition INTEGER NOT NULL,
-    incarnation TEXT NOT NULL,
-    start INTEGER NOT NULL,
-    "end" INTEGER NOT NULL,
-    reason TEXT NOT NULL,
-    acknowledged_at INTEGER NOT NULL,
-    PRIMARY KEY (grp, generation, topic, partition, incarnation, start)
-) WITHOUT ROWID;
-""" + LEASES_DDL + """
--- Erasures (``shale erase``, ``shale.metastore.erasures``): each request, the Kafka positions of its records
--- (found in the backup group, matched in both), and each block rewritten without them.
-CREATE TABLE IF NOT EXISTS erasures (
-    id TEXT PRIMARY KEY,
-    seq INTEGER NOT NULL,
-    by TEXT NOT NULL,
-    tenant TEXT NOT NULL,
-    topics TEXT NOT NULL,
-    key_sha256 TEXT NOT NULL,
-    watermarks TEXT NOT NULL,
-    state TEXT NOT NULL,
-    requested_at INTEGER NOT NULL,
-    planned_at INTEGER NOT NULL,
-    ended_at INTEGER NOT NULL,
-    matches INTEGER NOT NULL,
-    receipt TEXT NOT NULL,
-    matched_by TEXT NOT NULL DEFAULT 'key',  -- 'key', or 'column:<path>' (key_sha256: the value's canonical hash)
-    delete_delay_ms INTEGER NOT NULL DEFAULT 0  -- the delete delay asked for its replaced blocks; 0: the configured
-) WITHOUT ROWID;
-
-CREATE TABLE IF NOT EXISTS erasure_positions (
-    tenant TEXT NOT NULL,
-    topic TEXT NOT NULL,
-    partition INTEGER NOT NULL,
-    offset INTEGER NOT NULL,
-    incarnation TEXT NOT NULL,
-    erasure TEXT NOT NULL,
-    PRIMARY KEY (tenant, topic, partition, offset, incarnation, erasure)
-) WITHOUT ROWID;
-
-CREATE TABLE IF NOT EXISTS erasure_blocks (
-    erasure TEXT NOT NULL,
-    old_block TEXT NOT NULL,
-    new_block TEXT NOT NULL,
-    grp TEXT NOT NULL,
-    generation INTEGER NOT NULL,
-    rows_removed INTEGER NOT NULL,
-    old_files TEXT NOT NULL,
-    new_files TEXT NOT NULL,
-    rewritten_at INTEGER NOT NULL,
-    old_prefix TEXT NOT NULL,
-    new_prefix TEXT NOT NULL,
-    PRIMARY KEY (erasure, old_block)
-) WITHOUT ROWID;
-""" + SHARDS_DDL + RESTORES_DDL + COMPACTION_DDL
+""" + OFFSETS_DDL + LEASES_DDL + ERASURES_DDL + SHARDS_DDL + RESTORES_DDL + COMPACTION_DDL
 
 # Version 1 -> 2: committed offsets learn their topic incarnation, their writer and the offsets they skipped;
 # commits are keyed by incarnation. Deterministic, so every replica migrates its own copy the same way.
@@ -275,6 +159,25 @@ def connect(path: str, *, readonly: bool = False) -> sqlite3.Connection:
     conn.execute("PRAGMA cache_size=-131072")
     conn.execute("PRAGMA mmap_size=2147483648")
     return conn
+
+
+def begin(conn: sqlite3.Connection) -> None:
+    """Start a write transaction holding the state's write lock from its first statement (the apply transaction:
+    the metastore's state machine decides where each one starts and ends)."""
+    conn.execute("BEGIN IMMEDIATE")
+
+
+def commit(conn: sqlite3.Connection) -> None:
+    conn.execute("COMMIT")
+
+
+def rollback(conn: sqlite3.Connection) -> None:
+    conn.execute("ROLLBACK")
+
+
+def checkpoint(conn: sqlite3.Connection) -> None:
+    """Write the write-ahead log into the database file and empty it (the file is then complete on its own)."""
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
 def copy_state(path: Path, target: Path) -> None:

@@ -11,9 +11,10 @@ import msgpack
 
 from shale.block import BlockMeta
 from shale.bucketindex import state_digest
+from shale.index import generations as generation_store
 from shale.index.changes import PendingChanges
 from shale.index.changes import trim as trim_changes
-from shale.index.compaction import CompactionState
+from shale.index.compaction_state import CompactionState
 from shale.index.records import decode_meta, encode_meta
 from shale.index.schema import PARTITION_WINDOW_MS
 
@@ -253,7 +254,7 @@ class IndexWriter:
             self.touch(untouched, index, 0)
         switched = self.changes.tenants("generations")
         for tenant, links in self._links.items():
-            rules = self.topic_rules_of(tenant)
+            rules = generation_store.rules_by_topic(self.conn, tenant)
             digest = state_digest(self.tenant_block_ids(tenant), rules)
             for link in links:
                 link.extend([digest, [list(r) for r in rules] if tenant in switched else None])
@@ -265,62 +266,16 @@ class IndexWriter:
             "SELECT b.id FROM partitions p JOIN strings s ON p.tenant = s.id JOIN blocks b ON b.partition_id = p.id "
             "WHERE s.value = ?", (tenant,))]
 
-    def topic_rules_of(self, tenant: str) -> list[tuple[str, int, int, int]]:
-        """The tenant's generation switches, each topic's oldest first: (topic, start ms, end ms, generation)."""
-        return [(r[0], r[1], r[2], r[3]) for r in self.conn.execute(
-            'SELECT topic, start, "end", generation FROM generations WHERE tenant = ? ORDER BY topic, seq',
-            (tenant,))]
-
     def tenant_version(self, tenant: str) -> int:
         row = self.conn.execute("SELECT version FROM tenant_versions WHERE tenant = ?", (tenant,)).fetchone()
         return int(row[0]) if row else 0
 
-    def topic_rules(self, tenant: str, topic: str) -> list[tuple[int, int, int]]:
-        """The topic's generation switches, oldest first: (start ms, end ms, generation)."""
-        return [(r[0], r[1], r[2]) for r in self.conn.execute(
-            'SELECT start, "end", generation FROM generations WHERE tenant = ? AND topic = ? ORDER BY seq',
-            (tenant, topic))]
-
     def add_generation_rule(self, tenant: str, topic: str, start: int, end: int, generation: int) -> bool:
-        """Append a switch; False (nothing done) if the latest switch of this topic is the same one."""
-        last = self.conn.execute(
-            'SELECT start, "end", generation FROM generations WHERE tenant = ? AND topic = ? ORDER BY seq DESC '
-            "LIMIT 1", (tenant, topic)).fetchone()
-        if last is not None and tuple(last) == (start, end, generation):
+        """Append a switch (``shale.index.generations.add_rule``) and record it in the change feed; False (nothing
+        done) if the latest switch of this topic is the same one."""
+        if not generation_store.add_rule(self.conn, tenant, topic, start, end, generation):
             return False
-        (seq,) = self.conn.execute("SELECT coalesce(max(seq), 0) + 1 FROM generations WHERE tenant = ? AND topic = ?",
-                                   (tenant, topic)).fetchone()
-        self.conn.execute('INSERT INTO generations (tenant, topic, seq, start, "end", generation) '
-                          "VALUES (?, ?, ?, ?, ?, ?)", (tenant, topic, seq, start, end, generation))
         self.changes.record("generations", tenant, topic)
-        return True
-
-    def topic_rules_by_tenant(self, topic: str) -> dict[str, list[tuple[int, int, int]]]:
-        """Every tenant's switches of ``topic``, oldest first: (start ms, end ms, generation); one query."""
-        found: dict[str, list[tuple[int, int, int]]] = {}
-        for tenant, start, end, generation in self.conn.execute(
-                'SELECT tenant, start, "end", generation FROM generations WHERE topic = ? ORDER BY tenant, seq',
-                (topic,)):
-            found.setdefault(str(tenant), []).append((int(start), int(end), int(generation)))
-        return found
-
-    def generation_pins(self, tenant: str, topic: str) -> list[tuple[int, int, int]]:
-        """The operator's switches of the topic, oldest first: (start ms, end ms, newest generation it binds)."""
-        return [(r[0], r[1], r[2]) for r in self.conn.execute(
-            'SELECT start, "end", binds FROM generation_pins WHERE tenant = ? AND topic = ? ORDER BY seq',
-            (tenant, topic))]
-
-    def add_generation_pin(self, tenant: str, topic: str, start: int, end: int, generation: int, binds: int) -> bool:
-        """Record an operator's switch; False (nothing done) if the latest one of this topic is the same."""
-        last = self.conn.execute(
-            'SELECT start, "end", generation, binds FROM generation_pins WHERE tenant = ? AND topic = ? '
-            "ORDER BY seq DESC LIMIT 1", (tenant, topic)).fetchone()
-        if last is not None and tuple(last) == (start, end, generation, binds):
-            return False
-        self.conn.execute(
-            'INSERT INTO generation_pins (tenant, topic, seq, start, "end", generation, binds) SELECT ?, ?, '
-            "coalesce(max(seq), 0) + 1, ?, ?, ?, ? FROM generation_pins WHERE tenant = ? AND topic = ?",
-            (tenant, topic, start, end, generation, binds, tenant, topic))
         return True
 
     def group_block_metas(self, group: str, *, generation: int | None = None,
@@ -369,96 +324,3 @@ class IndexWriter:
     def delete_tombstones(self, block_ids: list[str]) -> int:
         cur = self.conn.executemany("DELETE FROM tombstones WHERE block_id = ?", [(b,) for b in block_ids])
         return cur.rowcount
-
-    # -- ingest offsets ----------------------------------------------------------------------------
-    # Committed offsets are kept per (group, generation, topic, partition) for the topic's current incarnation (its
-    # Kafka topic id); when a topic is deleted and recreated, the old incarnation's row moves to ``incarnations``.
-
-    def committed(self, group: str, generation: int, topic: str, partition: int) -> tuple[int, str, str] | None:
-        """(committed end, incarnation, writer) of the current incarnation, or None before the first commit."""
-        row = self.conn.execute(
-            "SELECT committed_end, incarnation, writer FROM offsets WHERE grp = ? AND generation = ? AND topic = ? "
-            "AND partition = ?", (group, generation, topic, partition)).fetchone()
-        return (int(row[0]), str(row[1]), str(row[2])) if row else None
-
-    def topic_offsets(self, group: str, topic: str) -> dict[int, dict[int, tuple[int, str, str]]]:
-        """Per generation of the group, per partition of ``topic``: (committed end, incarnation, writer)."""
-        found: dict[int, dict[int, tuple[int, str, str]]] = {}
-        for generation, partition, end, incarnation, writer in self.conn.execute(
-                "SELECT generation, partition, committed_end, incarnation, writer FROM offsets WHERE grp = ? AND "
-                "topic = ? ORDER BY generation, partition", (group, topic)):
-            found.setdefault(int(generation), {})[int(partition)] = (int(end), str(incarnation), str(writer))
-        return found
-
-    def committed_partitions(self, group: str, generation: int) -> set[tuple[str, int]]:
-        """Every (topic, partition) of the group's generation with committed offsets."""
-        return {(str(t), int(p)) for t, p in self.conn.execute(
-            "SELECT topic, partition FROM offsets WHERE grp = ? AND generation = ?", (group, generation))}
-
-    def committed_end(self, group: str, generation: int, topic: str, partition: int) -> int | None:
-        current = self.committed(group, generation, topic, partition)
-        return None if current is None else current[0]
-
-    def is_past_incarnation(self, group: str, generation: int, topic: str, partition: int, incarnation: str) -> bool:
-        return self.conn.execute(
-            "SELECT 1 FROM incarnations WHERE grp = ? AND generation = ? AND topic = ? AND partition = ? "
-            "AND incarnation = ?", (group, generation, topic, partition, incarnation)).fetchone() is not None
-
-    def end_incarnation(self, group: str, generation: int, topic: str, partition: int, now: int) -> None:
-        """Move the current incarnation's offsets to the history (its topic was deleted and recreated)."""
-        self.conn.execute(
-            "INSERT OR REPLACE INTO incarnations (grp, generation, topic, partition, incarnation, committed_end, "
-            "max_event_time, skipped, ended_at) SELECT grp, generation, topic, partition, incarnation, committed_end, "
-            "max_event_time, skipped, ? FROM offsets WHERE grp = ? AND generation = ? AND topic = ? AND partition = ?",
-            (now, group, generation, topic, partition))
-        for table in ("offsets", "commits"):  # an ended incarnation's commits can never be replayed
-            self.conn.execute(f"DELETE FROM {table} WHERE grp = ? AND generation = ? AND topic = ? AND partition = ?",
-                              (group, generation, topic, partition))
-
-    def set_committed_end(self, group: str, generation: int, topic: str, partition: int, end: int,
-                          event_time: int, now: int, *, incarnation: str = "", writer: str = "",
-                          skipped: int = 0) -> None:
-        """Advance the committed end. An empty ``incarnation`` or ``writer`` keeps the stored one."""
-        self.conn.execute(
-            "INSERT INTO offsets (grp, generation, topic, partition, committed_end, max_event_time, updated_at, "
-            "incarnation, writer, skipped) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (grp, generation, topic, partition) DO UPDATE SET "
-            "committed_end = excluded.committed_end, max_event_time = max(max_event_time, excluded.max_event_time), "
-            "updated_at = excluded.updated_at, skipped = skipped + excluded.skipped, "
-            "incarnation = CASE WHEN excluded.incarnation = '' THEN incarnation ELSE excluded.incarnation END, "
-            "writer = CASE WHEN excluded.writer = '' THEN writer ELSE excluded.writer END",
-            (group, generation, topic, partition, end, event_time, now, incarnation, writer, skipped))
-
-    def find_commit(self, group: str, generation: int, topic: str, partition: int, incarnation: str,
-                    start: int) -> tuple[int, str] | None:
-        row = self.conn.execute(
-            'SELECT "end", digest FROM commits WHERE grp = ? AND generation = ? AND topic = ? AND partition = ? '
-            "AND incarnation = ? AND start = ?", (group, generation, topic, partition, incarnation, start)).fetchone()
-        return (int(row[0]), str(row[1])) if row else None
-
-    def record_commit(self, group: str, generation: int, topic: str, partition: int, incarnation: str, start: int,
-                      end: int, digest: str, now: int, keep: int) -> None:
-        """Remember a committed range (exact replays are recognised by it); keep the last ``keep`` per partition."""
-        self.conn.execute(
-            'INSERT OR REPLACE INTO commits (grp, generation, topic, partition, incarnation, start, "end", digest, '
-            "committed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (group, generation, topic, partition, incarnation, start, end, digest, now))
-        key = (group, generation, topic, partition, incarnation)
-        self.conn.execute(
-            "DELETE FROM commits WHERE grp = ? AND generation = ? AND topic = ? AND partition = ? AND incarnation = ? "
-            "AND start < (SELECT start FROM commits WHERE grp = ? AND generation = ? AND topic = ? AND partition = ? "
-            "AND incarnation = ? ORDER BY start DESC LIMIT 1 OFFSET ?)", (*key, *key, keep - 1))
-
-    def find_loss(self, group: str, generation: int, topic: str, partition: int, incarnation: str,
-                  start: int) -> int | None:
-        row = self.conn.execute(
-            'SELECT "end" FROM losses WHERE grp = ? AND generation = ? AND topic = ? AND partition = ? '
-            "AND incarnation = ? AND start = ?", (group, generation, topic, partition, incarnation, start)).fetchone()
-        return int(row[0]) if row else None
-
-    def record_loss(self, group: str, generation: int, topic: str, partition: int, incarnation: str, start: int,
-                    end: int, reason: str, now: int) -> None:
-        self.conn.execute(
-            'INSERT OR REPLACE INTO losses (grp, generation, topic, partition, incarnation, start, "end", reason, '
-            "acknowledged_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (group, generation, topic, partition, incarnation, start, end, reason, now))

@@ -12,8 +12,8 @@ An erasure by a typed column's value (``matched_by`` ``column:<path>``; ``key`` 
 the value's canonical form in ``key_sha256`` (``shale.erase.column``); its positions were found in the partition
 group, and everything after the plan is the same. The state keeps the key's SHA-256, never the key: whoever knows
 the key can check a receipt against it, and the metastore does not keep the personal data it was asked to erase.
-The rows live in the index's ``erasures``, ``erasure_positions`` and ``erasure_blocks`` tables, written only here,
-inside the apply transaction.
+The rows live in the index's erasure store (``shale.index.erasures``: the ``erasures``, ``erasure_positions`` and
+``erasure_blocks`` tables), written only from here, inside the apply transaction.
 """
 
 from __future__ import annotations
@@ -30,13 +30,12 @@ from shale.compaction.messages import ErasePlan, JobUpdate
 from shale.compaction.model import Job, QueueKey
 from shale.errors import CommandRejectedError
 from shale.index import IndexWriter
+from shale.index import erasures as store
+from shale.index.compaction_state import CompactionState
 from shale.metastore.commands import PlanErasure, RecordErasureReceipt, RequestErasure, Result
 
 JOB_PREFIX = "erasure:"
 """Erase jobs are named ``erasure:<id>/<block>``; no tenant name holds a colon, so no merge job is named so."""
-_COLUMNS = ("id", "seq", "by", "tenant", "topics", "key_sha256", "watermarks", "state", "requested_at", "planned_at",
-            "ended_at", "matches", "receipt", "matched_by", "delete_delay_ms")
-_SELECT = ", ".join(f'"{c}"' for c in _COLUMNS)
 
 
 def erasure_id(tenant: str, topics: Iterable[str], key: bytes, column: str = "", value_sha256: str = "") -> str:
@@ -62,15 +61,16 @@ def apply_request(w: IndexWriter, cmd: RequestErasure, index: int, time_ms: int)
     if erasure_id(cmd.tenant, cmd.topics, key, cmd.column, cmd.value_sha256) != cmd.id:
         raise CommandRejectedError(f"erasure id {cmd.id} does not name tenant {cmd.tenant}, these topics and key",
                                    reason="malformed")
-    row = w.conn.execute("SELECT state, requested_at, by FROM erasures WHERE id = ?", (cmd.id,)).fetchone()
+    row = store.request(w.conn, cmd.id)
     if row is not None:
         return Result(ok=True, data={"id": cmd.id, "replay": True, "state": row[0], "requested_at": row[1],
                                      "by": row[2]})
-    w.conn.execute(f"INSERT INTO erasures ({_SELECT}) VALUES ({', '.join('?' * len(_COLUMNS))})",
-                   (cmd.id, index, cmd.by, cmd.tenant, json.dumps(sorted(set(cmd.topics))),
-                    cmd.value_sha256 if cmd.column else hashlib.sha256(key).hexdigest(),
-                    json.dumps([m.model_dump() for m in cmd.watermarks]), "requested", time_ms, 0, 0, 0, "",
-                    f"column:{cmd.column}" if cmd.column else "key", cmd.delete_delay_ms))
+    store.add_request(w.conn, {
+        "id": cmd.id, "seq": index, "by": cmd.by, "tenant": cmd.tenant, "topics": json.dumps(sorted(set(cmd.topics))),
+        "key_sha256": cmd.value_sha256 if cmd.column else hashlib.sha256(key).hexdigest(),
+        "watermarks": json.dumps([m.model_dump() for m in cmd.watermarks]), "state": "requested",
+        "requested_at": time_ms, "planned_at": 0, "ended_at": 0, "matches": 0, "receipt": "",
+        "matched_by": f"column:{cmd.column}" if cmd.column else "key", "delete_delay_ms": cmd.delete_delay_ms})
     return Result(ok=True, data={"id": cmd.id, "replay": False, "state": "requested", "requested_at": time_ms,
                                  "by": cmd.by})
 
@@ -83,7 +83,7 @@ def _key_bytes(text: str) -> bytes:
 
 
 def apply_plan(w: IndexWriter, cmd: PlanErasure, index: int, time_ms: int) -> Result:
-    row = w.conn.execute("SELECT state, tenant, topics, watermarks FROM erasures WHERE id = ?", (cmd.id,)).fetchone()
+    row = store.scope(w.conn, cmd.id)
     if row is None:
         raise CommandRejectedError(f"no erasure {cmd.id} was requested", reason="unknown-erasure")
     state, tenant, topics_json, marks_json = row
@@ -98,18 +98,16 @@ def apply_plan(w: IndexWriter, cmd: PlanErasure, index: int, time_ms: int) -> Re
         if (p.topic, p.partition) in ends and p.offset >= ends[(p.topic, p.partition)]:
             raise CommandRejectedError(f"position {p.topic}[{p.partition}]@{p.offset} is at or past the high "
                                        "watermark the erasure was requested at", reason="malformed")
-    w.conn.executemany("INSERT OR IGNORE INTO erasure_positions (tenant, topic, partition, offset, incarnation, "
-                       "erasure) VALUES (?, ?, ?, ?, ?, ?)",
-                       [(tenant, p.topic, p.partition, p.offset, p.incarnation, cmd.id) for p in cmd.positions])
-    w.conn.execute("UPDATE erasures SET state = 'rewriting', planned_at = ?, matches = ? WHERE id = ?",
-                   (time_ms, len(set(cmd.positions)), cmd.id))
+    store.add_positions(w.conn, cmd.id, tenant,
+                        [(p.topic, p.partition, p.offset, p.incarnation) for p in cmd.positions])
+    store.set_planned(w.conn, cmd.id, time_ms, len(set(cmd.positions)))
     jobs = cover(w, w.tenant_block_metas(tenant), time_ms, only=cmd.id)
     _finish_if_done(w, cmd.id, time_ms)
     return Result(ok=True, data={"id": cmd.id, "replay": False, "jobs": jobs, "matches": len(set(cmd.positions))})
 
 
 def apply_receipt(w: IndexWriter, cmd: RecordErasureReceipt, time_ms: int) -> Result:
-    row = w.conn.execute("SELECT state, receipt FROM erasures WHERE id = ?", (cmd.id,)).fetchone()
+    row = store.receipt(w.conn, cmd.id)
     if row is None:
         raise CommandRejectedError(f"no erasure {cmd.id} was requested", reason="unknown-erasure")
     if row[0] == "done":
@@ -117,8 +115,7 @@ def apply_receipt(w: IndexWriter, cmd: RecordErasureReceipt, time_ms: int) -> Re
     if row[0] != "rewritten":
         raise CommandRejectedError(f"erasure {cmd.id} is {row[0]}: a receipt comes after its last rewrite",
                                    reason="not-rewritten")
-    w.conn.execute("UPDATE erasures SET state = 'done', receipt = ?, ended_at = ? WHERE id = ?",
-                   (cmd.key, time_ms, cmd.id))
+    store.set_done(w.conn, cmd.id, cmd.key, time_ms)
     return Result(ok=True, data={"id": cmd.id, "replay": False, "receipt": cmd.key})
 
 
@@ -127,16 +124,9 @@ def positions_in(w: Any, erasure: str | None, block: BlockMeta) -> list[tuple[st
     one erasure, or of all); ``w`` is an index writer or reader (anything with ``conn``)."""
     out: list[tuple[str, str, int, int, str]] = []
     for r in block.kafka:
-        if r.end <= r.start:
-            continue
-        sql = ("SELECT erasure, topic, partition, offset, incarnation FROM erasure_positions WHERE tenant = ? AND "
-               "topic = ? AND partition = ? AND offset >= ? AND offset < ? AND (incarnation = ? OR incarnation = '' "
-               "OR ? = '')")
-        args: list[object] = [block.tenant, r.topic, r.partition, r.start, r.end, r.incarnation, r.incarnation]
-        if erasure is not None:
-            sql += " AND erasure = ?"
-            args.append(erasure)
-        out.extend(w.conn.execute(sql, args))
+        if r.end > r.start:
+            out.extend(store.positions_between(w.conn, erasure, block.tenant, r.topic, r.partition, r.start, r.end,
+                                               r.incarnation))
     return sorted(set(out))
 
 
@@ -146,7 +136,7 @@ def cover(w: IndexWriter, blocks: Iterable[BlockMeta], time_ms: int, only: str |
     one) and was not written without it an erase job; the names of the jobs made. Cheap when no erasure exists.
     ``parents`` are the blocks a merge output was made of: it lacks an erasure's records when every parent whose
     ranges hold one was written without them (the merge records only the erasures all its sources name)."""
-    if only is None and w.conn.execute("SELECT 1 FROM erasure_positions LIMIT 1").fetchone() is None:
+    if only is None and not store.any_positions(w.conn):
         return []
     made = []
     for block in blocks:
@@ -221,15 +211,11 @@ def complete(w: IndexWriter, job: Job, update: JobUpdate, at: int) -> str:
     if problem is not None or out is None:
         return f"invalid-outputs: {problem}"
     w.remove_block(source.id)
-    delay = w.conn.execute("SELECT delete_delay_ms FROM erasures WHERE id = ?", (erasure,)).fetchone()
-    w.add_tombstone(source, at, f"erased by {erasure} into {out.id}", delay[0] if delay else 0)
+    w.add_tombstone(source, at, f"erased by {erasure} into {out.id}", store.delete_delay(w.conn, erasure))
     w.add_blocks([out], at)
-    w.conn.execute(
-        "INSERT OR REPLACE INTO erasure_blocks (erasure, old_block, new_block, grp, generation, rows_removed, "
-        "old_files, new_files, rewritten_at, old_prefix, new_prefix) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (erasure, source.id, out.id, source.group, source.generation, source.rows - out.rows,
-         json.dumps([f.model_dump() for f in source.files]), json.dumps([f.model_dump() for f in out.files]), at,
-         block_prefix(source), block_prefix(out)))
+    store.add_rewrite(w.conn, erasure, source.id, out.id, source.group, source.generation, source.rows - out.rows,
+                      [f.model_dump() for f in source.files], [f.model_dump() for f in out.files], at,
+                      block_prefix(source), block_prefix(out))
     w.compaction.delete_job(job.name)
     cover(w, [out], at)
     _finish_if_done(w, erasure, at)
@@ -237,14 +223,15 @@ def complete(w: IndexWriter, job: Job, update: JobUpdate, at: int) -> str:
 
 
 def _finish_if_done(w: IndexWriter, erasure: str, at: int) -> None:
-    left = w.conn.execute("SELECT 1 FROM compaction_jobs WHERE name >= ? AND name < ? LIMIT 1",
-                          (job_name(erasure, ""), job_name(erasure, "\x7f"))).fetchone()
-    if left is None:
-        w.conn.execute("UPDATE erasures SET state = 'rewritten', ended_at = ? WHERE id = ? AND state = 'rewriting'",
-                       (at, erasure))
+    if not _jobs_of(w.compaction, erasure, limit=1):
+        store.set_rewritten(w.conn, erasure, at)
     else:
-        w.conn.execute("UPDATE erasures SET state = 'rewriting', ended_at = 0 WHERE id = ? AND state = 'rewritten'",
-                       (erasure,))
+        store.set_rewriting(w.conn, erasure)
+
+
+def _jobs_of(compaction: CompactionState, erasure: str, limit: int = -1) -> list[str]:
+    """The names of the erasure's erase jobs still to run."""
+    return compaction.job_names(job_name(erasure, ""), job_name(erasure, "\x7f"), limit)
 
 
 def already_completed(w: IndexWriter, update: JobUpdate) -> bool:
@@ -257,31 +244,11 @@ def already_completed(w: IndexWriter, update: JobUpdate) -> bool:
 
 
 def erasure_rows(conn: Any, erasure: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-    """Erasures, newest first (or the one named), with the blocks rewritten for each, as the API shows them."""
-    sql = f"SELECT {_SELECT} FROM erasures"
-    args: list[object] = []
-    if erasure is not None:
-        sql += " WHERE id = ?"
-        args.append(erasure)
-    rows = []
-    for r in conn.execute(sql + " ORDER BY seq DESC LIMIT ?", [*args, limit]).fetchall():
-        row = dict(zip(_COLUMNS, r, strict=True))
-        row["topics"] = json.loads(row["topics"])
-        row["watermarks"] = json.loads(row["watermarks"])
-        row["blocks"] = [
-            {"old": b[0], "new": b[1], "group": b[2], "generation": b[3], "rows_removed": b[4],
-             "old_files": json.loads(b[5]), "new_files": json.loads(b[6]), "rewritten_at": b[7],
-             "old_prefix": b[8], "new_prefix": b[9]}
-            for b in conn.execute("SELECT old_block, new_block, grp, generation, rows_removed, old_files, new_files, "
-                                  "rewritten_at, old_prefix, new_prefix FROM erasure_blocks WHERE erasure = ? "
-                                  "ORDER BY rewritten_at, old_block", (row["id"],))]
-        row["positions"] = [list(p) for p in conn.execute(
-            "SELECT topic, partition, offset, incarnation FROM erasure_positions WHERE erasure = ? "
-            "ORDER BY topic, partition, offset, incarnation", (row["id"],))]
-        row["pending_jobs"] = [j[0] for j in conn.execute(
-            "SELECT name FROM compaction_jobs WHERE name >= ? AND name < ? ORDER BY name",
-            (job_name(row["id"], ""), job_name(row["id"], "\x7f")))]
-        rows.append(row)
+    """Erasures, newest first (or the one named), with the blocks rewritten for each and the erase jobs still to
+    run, as the API shows them."""
+    rows = store.erasure_rows(conn, erasure, limit)
+    for row in rows:
+        row["pending_jobs"] = _jobs_of(CompactionState(conn), row["id"])
     return rows
 
 

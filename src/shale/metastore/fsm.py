@@ -23,6 +23,8 @@ from shale.block import BlockMeta
 from shale.block.layout import META_FILENAME
 from shale.errors import CommandRejectedError
 from shale.index import PARTITION_WINDOW_MS, IndexReader, IndexWriter, connect, copy_state, create
+from shale.index import offsets as offset_store
+from shale.index.schema import begin, checkpoint, commit, rollback
 from shale.metastore.commands import (
     COMMAND_KINDS,
     AcknowledgeOffsetLoss,
@@ -50,7 +52,7 @@ from shale.metastore.commands import (
     UpdateCompactionPlan,
     decode,
 )
-from shale.metastore.compaction import apply_failure_limit, apply_plan
+from shale.metastore.compaction_service import apply_failure_limit, apply_plan
 from shale.metastore.erasures import apply_plan as apply_erasure_plan
 from shale.metastore.erasures import apply_receipt as apply_erasure_receipt
 from shale.metastore.erasures import apply_request as apply_erasure_request
@@ -156,7 +158,7 @@ def _continuity(w: IndexWriter, cmd: CommitIngestBatch, r: OffsetRange) -> bool:
     topic and may start anywhere; a range of an incarnation that has ended is stale. ``''`` (not recorded, from
     before incarnations were kept) matches any incarnation.
     """
-    current = w.committed(cmd.group, cmd.generation, r.topic, r.partition)
+    current = offset_store.committed(w.conn, cmd.group, cmd.generation, r.topic, r.partition)
     if current is None:
         return False
     end, incarnation, writer = current
@@ -166,7 +168,7 @@ def _continuity(w: IndexWriter, cmd: CommitIngestBatch, r: OffsetRange) -> bool:
             f"{where} is written by {writer}; a {cmd.writer} commit must use another generation (live ingestion and "
             "reprocessing never write the same generation)", reason="generation-owned")
     if incarnation and r.incarnation and incarnation != r.incarnation:
-        if w.is_past_incarnation(cmd.group, cmd.generation, r.topic, r.partition, r.incarnation):
+        if offset_store.is_past_incarnation(w.conn, cmd.group, cmd.generation, r.topic, r.partition, r.incarnation):
             raise CommandRejectedError(
                 f"{where}: topic incarnation {r.incarnation} has ended (the topic was deleted and recreated as "
                 f"{incarnation}); this batch was read from the old topic and can never be committed",
@@ -191,7 +193,8 @@ def _commit_ingest_batch(w: IndexWriter, cmd: CommitIngestBatch, entry: Entry) -
     _check_batch(cmd)
     digest = _batch_digest(cmd)
     ranges = [r for r in cmd.ranges if r.end > r.start]
-    known = [w.find_commit(cmd.group, cmd.generation, r.topic, r.partition, r.incarnation, r.start) for r in ranges]
+    conn, group = w.conn, (cmd.group, cmd.generation)
+    known = [offset_store.find_commit(conn, *group, r.topic, r.partition, r.incarnation, r.start) for r in ranges]
     if ranges and all(k == (r.end, digest) for k, r in zip(known, ranges, strict=True)):
         return Result(ok=True, data={"replay": True, "blocks": len(cmd.blocks)})
     check_commit_lease(w, cmd, entry.time_ms)
@@ -202,18 +205,18 @@ def _commit_ingest_batch(w: IndexWriter, cmd: CommitIngestBatch, entry: Entry) -
         raise CommandRejectedError(f"blocks {sorted(tombstoned)} were already compacted or deleted",
                                    reason="tombstoned")
     for r in restarts:
-        w.end_incarnation(cmd.group, cmd.generation, r.topic, r.partition, entry.time_ms)
+        offset_store.end_incarnation(conn, *group, r.topic, r.partition, entry.time_ms)
     w.add_blocks(cmd.blocks, entry.time_ms)
     cover(w, cmd.blocks, entry.time_ms)  # a new generation read from Kafka never brings an erased record back
     for r in ranges:
         event_time = max((b.event_time_of(r.topic, r.partition) for b in cmd.blocks
                           if any(k.topic == r.topic and k.partition == r.partition for k in b.kafka)), default=0)
         skipped = r.end - r.start - r.stored if r.stored is not None else 0
-        w.set_committed_end(cmd.group, cmd.generation, r.topic, r.partition, r.end, event_time, entry.time_ms,
-                            incarnation=r.incarnation, writer=cmd.writer, skipped=skipped)
-        incarnation = (w.committed(cmd.group, cmd.generation, r.topic, r.partition) or (0, "", ""))[1]
-        w.record_commit(cmd.group, cmd.generation, r.topic, r.partition, r.incarnation or incarnation, r.start,
-                        r.end, digest, entry.time_ms, COMMITS_KEPT_PER_PARTITION)
+        offset_store.set_committed_end(conn, *group, r.topic, r.partition, r.end, event_time, entry.time_ms,
+                                       incarnation=r.incarnation, writer=cmd.writer, skipped=skipped)
+        incarnation = (offset_store.committed(conn, *group, r.topic, r.partition) or (0, "", ""))[1]
+        offset_store.record_commit(conn, *group, r.topic, r.partition, r.incarnation or incarnation, r.start, r.end,
+                                   digest, entry.time_ms, COMMITS_KEPT_PER_PARTITION)
     record_load(w, cmd, entry.time_ms)
     # After the offsets: whether the generation has caught up is decided by what this commit brings too.
     switches = switch_when_caught_up(w, cmd) if cmd.group == "partition" and cmd.writer == "ingest" else {}
@@ -268,7 +271,7 @@ def _acknowledge_offset_loss(w: IndexWriter, cmd: AcknowledgeOffsetLoss, entry: 
     where = f"{cmd.group} generation {cmd.generation} {cmd.topic}[{cmd.partition}]"
     if cmd.end <= cmd.start:
         raise CommandRejectedError(f"{where}: the lost range [{cmd.start},{cmd.end}) is empty", reason="malformed")
-    current = w.committed(cmd.group, cmd.generation, cmd.topic, cmd.partition)
+    current = offset_store.committed(w.conn, cmd.group, cmd.generation, cmd.topic, cmd.partition)
     if current is None:
         raise CommandRejectedError(f"{where} has no committed offsets: ingestion starts where Kafka's log starts, "
                                    "there is no loss to acknowledge", reason="no-offsets")
@@ -277,13 +280,14 @@ def _acknowledge_offset_loss(w: IndexWriter, cmd: AcknowledgeOffsetLoss, entry: 
         raise CommandRejectedError(f"{where}: the current topic incarnation is {incarnation}, not {cmd.incarnation}",
                                    reason="stale-incarnation")
     key = (cmd.group, cmd.generation, cmd.topic, cmd.partition, incarnation or cmd.incarnation)
-    if end == cmd.end and w.find_loss(*key, cmd.start) == cmd.end:
+    if end == cmd.end and offset_store.find_loss(w.conn, *key, cmd.start) == cmd.end:
         return Result(ok=True, data={"replay": True})
     if end != cmd.start:
         raise CommandRejectedError(f"{where}: the committed end is {end}, not {cmd.start}; look again at the "
                                    "partition's committed offsets before acknowledging a loss", reason="offset-moved")
-    w.set_committed_end(cmd.group, cmd.generation, cmd.topic, cmd.partition, cmd.end, 0, entry.time_ms)
-    w.record_loss(*key, cmd.start, cmd.end, cmd.reason or "acknowledged by an operator", entry.time_ms)
+    offset_store.set_committed_end(w.conn, *key[:4], cmd.end, 0, entry.time_ms)
+    offset_store.record_loss(w.conn, *key, cmd.start, cmd.end, cmd.reason or "acknowledged by an operator",
+                             entry.time_ms)
     return Result(ok=True, data={"replay": False, "lost": cmd.end - cmd.start})
 
 
@@ -445,14 +449,14 @@ class StateMachine:
     def apply(self, entry: Entry, data: bytes) -> Result:
         """Apply the command in ``data`` at ``entry``; an entry at or below the applied index is skipped."""
         with self.lock:
-            self.conn.execute("BEGIN IMMEDIATE")
+            begin(self.conn)
             return self._apply_in_transaction(lambda _: entry, lambda: decode(data))
 
     def apply_next(self, term: int, time_ms: int, command: Command) -> Result:
         """Apply an already-validated command at the next index, chosen inside the write transaction (so that
         processes sharing one state file agree on the order). The single-node log's path: no bytes at all."""
         with self.lock:
-            self.conn.execute("BEGIN IMMEDIATE")
+            begin(self.conn)
             return self._apply_in_transaction(lambda applied: Entry(applied + 1, term, time_ms), lambda: command)
 
     def _apply_in_transaction(self, entry_for: Callable[[int], Entry], command_for: Callable[[], Command]) -> Result:
@@ -460,32 +464,32 @@ class StateMachine:
             applied, _ = self.writer.applied()
             entry = entry_for(applied)
             if entry.index <= applied:
-                self.conn.execute("ROLLBACK")
+                rollback(self.conn)
                 return Result(ok=True, reason="already-applied", data={"index": entry.index})
             command = command_for()
             bridge_silence(self.writer, entry.time_ms)
             result = HANDLERS[command.kind](self.writer, command, entry)
             self.writer.set_applied(entry.index, entry.term)
-            self.conn.execute("COMMIT")
+            commit(self.conn)
             return result
         except CommandRejectedError as exc:
-            self.conn.execute("ROLLBACK")
+            rollback(self.conn)
             self.writer.forget_cache()
-            self.conn.execute("BEGIN IMMEDIATE")
+            begin(self.conn)
             bridge_silence(self.writer, entry.time_ms)  # the entry happened, whatever its command's outcome
             self.writer.set_applied(entry.index, entry.term)
-            self.conn.execute("COMMIT")
+            commit(self.conn)
             return Result(ok=False, reason=exc.reason, message=str(exc))
         except BaseException:
             if self.conn.in_transaction:
-                self.conn.execute("ROLLBACK")
+                rollback(self.conn)
             self.writer.forget_cache()
             raise
 
     def close(self) -> None:
         """Checkpoint the write-ahead log into the file and close (the file is then complete on its own)."""
         with self.lock:
-            self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            checkpoint(self.conn)
             self.conn.close()
 
     def state_hash(self, *, with_applied: bool = True) -> str:

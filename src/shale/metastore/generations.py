@@ -29,6 +29,8 @@ from collections.abc import Sequence
 
 from shale.block import BlockMeta
 from shale.index import IndexWriter
+from shale.index import generations as generation_store
+from shale.index import offsets as offset_store
 from shale.metastore.commands import CommitIngestBatch, SetActiveGeneration
 
 OPEN_END = 2**62
@@ -78,8 +80,8 @@ def subtract(spans: Sequence[Span], cuts: Sequence[Span]) -> list[Span]:
 def pin_switch(w: IndexWriter, cmd: SetActiveGeneration) -> None:
     """Record an operator's switch with the newest generation of its topic it binds: its own, or one that has
     committed offsets of the topic in the partition group (live or reprocessed)."""
-    binds = max([cmd.generation, *w.topic_offsets("partition", cmd.topic)])
-    w.add_generation_pin(cmd.tenant, cmd.topic, cmd.start, cmd.end, cmd.generation, binds)
+    binds = max([cmd.generation, *offset_store.topic_offsets(w.conn, "partition", cmd.topic)])
+    generation_store.add_pin(w.conn, cmd.tenant, cmd.topic, cmd.start, cmd.end, cmd.generation, binds)
 
 
 def switch_when_caught_up(w: IndexWriter, cmd: CommitIngestBatch) -> Switches:
@@ -90,8 +92,8 @@ def switch_when_caught_up(w: IndexWriter, cmd: CommitIngestBatch) -> Switches:
     generation = cmd.generation
     for topic in sorted({r.topic for r in cmd.ranges}):
         tenants = {m.tenant for m in cmd.blocks for d in m.datasets if d.rows and d.topic == topic}
-        offsets = w.topic_offsets(cmd.group, topic)
-        every = w.topic_rules_by_tenant(topic)
+        offsets = offset_store.topic_offsets(w.conn, cmd.group, topic)
+        every = generation_store.rules_by_tenant(w.conn, topic)
         held: dict[tuple[int, str], list[tuple[int, int]]] | None = None
         for tenant in sorted(tenants | set(every)):
             rules = every.get(tenant, [])
@@ -115,7 +117,7 @@ def _free(w: IndexWriter, tenant: str, topic: str, generation: int, rules: Seque
     now = serving(rules)
     if now is not None and now >= generation:
         return []
-    pins = [(s, e) for s, e, binds in w.generation_pins(tenant, topic) if binds >= generation]
+    pins = [(s, e) for s, e, binds in generation_store.pins(w.conn, tenant, topic) if binds >= generation]
     if any(s <= OPEN_END <= e for s, e in pins):
         return []
     mine = [(a, b) for a, b, g in owners(rules, 0, OPEN_END) if g == generation]
@@ -143,7 +145,7 @@ def _caught_up(w: IndexWriter, group: str, topic: str, generation: int, behind: 
             if own is None:
                 return False
             if incarnation and own[1] and incarnation != own[1]:
-                if not w.is_past_incarnation(group, generation, topic, partition, incarnation):
+                if not offset_store.is_past_incarnation(w.conn, group, generation, topic, partition, incarnation):
                     return False
             elif own[0] < end:
                 return False

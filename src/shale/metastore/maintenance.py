@@ -35,7 +35,7 @@ from shale.bucketindex import DeltaLink, DeltaWriter
 from shale.compaction.planner import uncompactable
 from shale.config import RetentionConfig, granted_delete_delay
 from shale.index import PartitionRow, TombstoneRow
-from shale.index.compaction import CompactionState
+from shale.index.compaction_state import CompactionState
 from shale.metastore.commands import DeleteTombstones, PartitionKey, TruncateIndex
 from shale.metastore.dlq import Committed, DeadLetterQueue
 from shale.metastore.garbage import Claims, unclaimed

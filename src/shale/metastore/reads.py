@@ -7,9 +7,10 @@ status.
 
 A read declared with ``@served(path, key)`` is also a GET route: the HTTP API mounts one route per path from the
 declarations (``http.mount_reads``), answering ``{key: value}``, and a ``RemoteReads`` answers the read by calling
-that route and decoding ``key`` as the method's return type. Adding a read takes its query in
-``shale.index.IndexReader`` and its declaration here; a route needs its rule in ``auth.RULES`` (closed until then).
-The few routes that page, filter by the caller or join two reads are written by hand in http.py and client.py.
+that route and decoding ``key`` as the method's return type. Adding a read takes its query in the store of its
+tables (``shale.index``; ``IndexReader`` for the blocks) and its declaration here; a route needs its rule in
+``auth.RULES`` (closed until then). The few routes that page, filter by the caller or join two reads are written
+by hand in http.py and client.py.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ from shale.index import (
     copy_state,
     parse_matchers,
 )
-from shale.index.compaction import CompactionState
-from shale.metastore.compaction import job_rows, queue_counts
+from shale.index.compaction_state import CompactionState
+from shale.metastore.compaction_service import job_rows, queue_counts
 from shale.metastore.erasures import erasure_rows
 from shale.metastore.leases import lease_rows
 from shale.metastore.restores import KEPT, restore_rows

@@ -33,6 +33,8 @@ from pathlib import Path
 from shale.block import BlockFetcher, BlockMeta, BlockState
 from shale.block.recover import recover_meta
 from shale.errors import ConfigError
+from shale.index import offsets as offset_store
+from shale.index.schema import begin, commit
 from shale.metastore.fsm import StateMachine
 from shale.objstore import BucketReader
 
@@ -186,7 +188,7 @@ def rebuild_from_bucket(bucket: BucketReader, target: Path, clock: Callable[[], 
             event_times[key] = max(event_times[key], meta.max_time)
     state = StateMachine(target)
     w = state.writer
-    state.conn.execute("BEGIN IMMEDIATE")
+    begin(state.conn)
     for meta in kept:
         w.add_block(meta, now_ms)
     for meta, reason in dead:
@@ -194,11 +196,11 @@ def rebuild_from_bucket(bucket: BucketReader, target: Path, clock: Callable[[], 
     # Per topic-partition, its incarnations oldest first: each older one is recorded as ended by the next.
     for key in sorted(ends, key=lambda k: (k[:4], newest[k], k[4])):
         group, generation, topic, partition, incarnation = key
-        if w.committed(group, generation, topic, partition) is not None:
-            w.end_incarnation(group, generation, topic, partition, now_ms)
-        w.set_committed_end(group, generation, topic, partition, ends[key], event_times[key], now_ms,
+        if offset_store.committed(w.conn, group, generation, topic, partition) is not None:
+            offset_store.end_incarnation(w.conn, group, generation, topic, partition, now_ms)
+        offset_store.set_committed_end(w.conn, group, generation, topic, partition, ends[key], event_times[key], now_ms,
                             incarnation=incarnation)
-    state.conn.execute("COMMIT")
+    commit(state.conn)
     state.close()
     report.blocks, report.tombstones, report.offsets = len(kept), len(dead), len(ends)
     return report

@@ -19,9 +19,9 @@ from shale.compaction.messages import PollRequest, PollResponse
 from shale.compaction.model import PlanLimits
 from shale.config import CompactionConfig
 from shale.errors import MetastoreUnavailableError
-from shale.index.compaction import CompactionState
+from shale.index.compaction_state import CompactionState
 from shale.metastore.commands import Command, Result
-from shale.metastore.compaction import plan_command, prepare_plan
+from shale.metastore.compaction_service import plan_command, prepare_plan
 from shale.metastore.fsm import StateMachine
 from shale.metastore.log import CommandLog
 from shale.metastore.reads import IndexReads

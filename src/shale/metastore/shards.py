@@ -40,6 +40,7 @@ from collections.abc import Collection, Mapping
 from shale.errors import CommandRejectedError
 from shale.index import IndexWriter
 from shale.index import leases as store
+from shale.index import offsets as offset_store
 from shale.index.leases import Key, ShardMap, placement, shard_map
 from shale.metastore.commands import CommitIngestBatch, Result, SetIngestShards
 
@@ -88,7 +89,7 @@ def resize(w: IndexWriter, group: str, generation: int, shards: int, index: int,
     current = shard_map(w.conn, group, generation)
     before = current.shards if current else 1
     placed = placement(w.conn, group, generation)
-    keys = placed.keys() | w.committed_partitions(group, generation)
+    keys = placed.keys() | offset_store.committed_partitions(w.conn, group, generation)
     previous = {k: placed.get(k, shard_of(*k, before)) for k in keys}
     new_placement = place(weights(loads(w.conn, group, generation, now_ms), keys), previous, before, shards, removed)
     store.save_placement(w.conn, group, generation, new_placement)

@@ -14,7 +14,7 @@ from tests.unit.metastore.helpers import meta
 from shale.block import BlockMeta
 from shale.compaction.messages import PollRequest
 from shale.config import CompactionConfig
-from shale.index.compaction import CompactionState
+from shale.index.compaction_state import CompactionState
 from shale.index.reader import HASHED_TABLES
 from shale.index.schema import SCHEMA_VERSION, connect, create
 from shale.metastore import AddBlocks, MetastoreService, SingleNodeLog, StateMachine

@@ -14,7 +14,7 @@ from shale.block import BlockMeta, Compaction, deletion_mark_key
 from shale.compaction.messages import Assigned, JobUpdate, PollRequest
 from shale.config import CompactionConfig, RetentionConfig
 from shale.errors import MetastoreUnavailableError
-from shale.index.compaction import CompactionState
+from shale.index.compaction_state import CompactionState
 from shale.metastore import AddBlocks, MetastoreService, SingleNodeLog, StateMachine, encode
 from shale.metastore.commands import (
     PartitionKey,
@@ -23,7 +23,7 @@ from shale.metastore.commands import (
     SetCompactionFailureLimit,
     TruncateIndex,
 )
-from shale.metastore.compaction import plan_command, prepare_plan
+from shale.metastore.compaction_service import plan_command, prepare_plan
 from shale.metastore.fsm import Entry
 from shale.metastore.maintenance import Maintenance
 from shale.objstore import open_bucket_url

@@ -50,7 +50,7 @@ from shale.compaction.messages import JobUpdate, PollRequest
 from shale.compaction.scheduler import owns
 from shale.compactor.merge import merge_ranges, output_id
 from shale.index import PARTITION_WINDOW_MS
-from shale.index.compaction import CompactionState
+from shale.index.compaction_state import CompactionState
 from shale.metastore.commands import (
     AddBlocks,
     Command,

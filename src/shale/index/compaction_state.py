@@ -1,7 +1,7 @@
 """The compaction service's store: the planner's queues, the scheduler's jobs, each worker's last poll answer, and
 settings. The tables are declared here (``DDL`` and the queue's ``QUEUE_INDEX``, created by the index schema)
 beside the only code that reads and writes them; what a plan changes is decided by ``shale.compaction`` (pure)
-and ``shale.metastore.compaction``.
+and ``shale.metastore.compaction_service``.
 
 Blocks join the queue when they are added to the index and leave it when a job takes them or when they leave
 the index; a job dropped before it completed (its sources changed) gives its surviving sources back to the queue.
@@ -96,6 +96,11 @@ class CompactionState:
     def job(self, name: str) -> Job | None:
         row = self.conn.execute(f"SELECT {_JOB_COLUMNS} FROM compaction_jobs WHERE name = ?", (name,)).fetchone()
         return _job(row) if row else None
+
+    def job_names(self, low: str, high: str, limit: int = -1) -> list[str]:
+        """The names of the jobs from ``low`` up to ``high`` (excluded), in order; at most ``limit`` (-1: all)."""
+        return [r[0] for r in self.conn.execute(
+            "SELECT name FROM compaction_jobs WHERE name >= ? AND name < ? ORDER BY name LIMIT ?", (low, high, limit))]
 
     def save_job(self, job: Job) -> None:
         k = job.key

@@ -34,7 +34,7 @@ from shale.compaction.planner import plan_jobs
 from shale.compaction.scheduler import apply_assignment, choose_assignments, evictions, owns
 from shale.errors import CommandRejectedError
 from shale.index import IndexWriter
-from shale.index.compaction import CompactionState
+from shale.index.compaction_state import CompactionState
 from shale.metastore import erasures
 from shale.metastore.commands import Result, SetCompactionFailureLimit, UpdateCompactionPlan
 
