@@ -60,17 +60,6 @@ _DEFAULTS = {
     "spark.sql.session.timeZone": "UTC",
     "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
     "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
-    # The Kafka source prefers to run a partition's task on the executor that read it before (a cached consumer);
-    # on a cluster a free executor would otherwise sit idle for 3 s per locality level while another is busy.
-    # Shale's other inputs have no preferred locations. Local mode has one executor, so it changes nothing there.
-    "spark.locality.wait": "0s",
-    # Spark's Kafka source pools one consumer per (group, partition) on each executor, up to this many; past it
-    # every new borrow first closes the oldest idle ones, so a driver reading more partitions than the capacity
-    # (Spark's default, 64) reopened most consumers every batch (connection, metadata, a cold fetch). An idle
-    # pooled consumer holds its connection, its client buffers and whatever it fetched past its range (up to
-    # `kafka.max.partition.fetch.bytes` per partition); the pool's evictor closes consumers idle longer than
-    # `spark.kafka.consumer.cache.timeout` (5 min). Drivers reading more partitions set it higher in [spark].conf.
-    "spark.kafka.consumer.cache.capacity": "1024",
     # pyspark's daemon without Spark's archives on the Python workers' path: 80 ms of CPU less per task.
     "spark.python.daemon.module": "shale.spark_daemon",
 }

@@ -50,7 +50,7 @@ class SparkRead:
         spark = self.session()
         shares = assign_tasks(plan.ranges, tasks(len(plan.ranges), spark.sparkContext.defaultParallelism))
         bound = self.config.ingest.max_task_bytes
-        held = min(HELD_BYTES, bound // 16)
+        held = min(HELD_BYTES, bound // 32)
         options = consumer_options(client_options(self.config.kafka), self.consumer_group, held)
         task = make(self.spec, plan, bound, functools.partial(read_share, options, shares, held))
         return spark.range(0, len(shares), 1, len(shares)).mapInArrow(task, schema).collect()

@@ -37,7 +37,7 @@ RUN_ROWS = 50_000
 what the task may hold (``held_bytes``) as soon as a record passes it."""
 HELD_BYTES = 64 * 2**20
 """At most this many bytes of records a task's consumer holds or prefetches (less under a small
-``ingest.max_task_bytes``: a sixteenth of it)."""
+``ingest.max_task_bytes``: a thirty-second of it)."""
 STALL_SECONDS = 60.0
 """How long a read may go without a record or a partition's end before it fails (the batch is planned again)."""
 TIMESTAMP_TYPES = {0: -1, 1: 0, 2: 1}

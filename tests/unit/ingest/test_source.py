@@ -76,6 +76,7 @@ class _Consumer:
         self.paused: set[tuple[str, int]] = set()
         self.at_end: set[tuple[str, int]] = set()
         self.closed = False
+        self.queue: list[_Message] = []
         _Consumer.opened.append(self)
 
     def assign(self, partitions: list[TopicPartition]) -> None:
@@ -91,7 +92,10 @@ class _Consumer:
         self.closed = True
 
     def consume(self, num_messages: int, timeout: float) -> list[_Message]:
-        out: list[_Message] = []
+        # What was fetched and not returned yet comes first (a paused partition's included, as librdkafka may).
+        out, self.queue = self.queue[:num_messages], self.queue[num_messages:]
+        if out:
+            return out
         live = [tp for tp in self.position if tp not in self.paused]
         self.rng.shuffle(live)
         for tp in live:
@@ -105,7 +109,8 @@ class _Consumer:
                 self.position[tp] = end  # offsets without records up to the end are skipped
                 self.at_end.add(tp)
                 out.append(_Message(*tp, end, _Error(KafkaError._PARTITION_EOF)))
-        return out[:num_messages]
+        out, self.queue = out[:num_messages], out[num_messages:]
+        return out
 
 
 @st.composite
