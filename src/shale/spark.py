@@ -94,9 +94,8 @@ def session_conf(config: SparkConfig, *, kafka: bool, extra_conf: dict[str, str]
     return conf
 
 
-# Spark's log4j2 configuration for Shale's drivers: warnings to the console as before, except the ones Shale causes
-# on purpose (docs/DESIGN.md 10.1: one kafka.group.id per ingest group; no native Hadoop library is needed), which
-# go only to the Spark log file named in the process's log.
+# Spark's log4j2 configuration for Shale's drivers: warnings to the console as before, except the one Shale causes
+# on purpose (no native Hadoop library is needed), which goes only to the Spark log file named in the process's log.
 _LOG4J2 = """
 status = error
 appender.console.type = Console
@@ -113,10 +112,6 @@ rootLogger.level = warn
 rootLogger.appenderRefs = console, file
 rootLogger.appenderRef.console.ref = console
 rootLogger.appenderRef.file.ref = file
-logger.groupid.name = org.apache.spark.sql.kafka010.KafkaSourceProvider
-logger.groupid.level = warn
-logger.groupid.additivity = false
-logger.groupid.appenderRef.file.ref = file
 logger.native.name = org.apache.hadoop.util.NativeCodeLoader
 logger.native.level = warn
 logger.native.additivity = false
