@@ -30,8 +30,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from shale import failpoints
-from shale.config import BucketConfig, SparkConfig
-from shale.config.secrets import looks_secret
+from shale.config import BucketConfig, SparkConfig, looks_secret
 from shale.errors import ConfigError
 from shale.signals import keep_handler
 

@@ -54,6 +54,67 @@ def test_imports_only_go_down_the_documented_layers() -> None:
     assert wrong == []
 
 
+# Modules another package imports as a namespace, not through the face, and why. Nothing else below a face.
+_FORMAT = "the formats share their verbs (arrow_type, Decoder, fingerprint): a parser names its format"
+_STORE = "a table family's store: the metastore's command rules call its reads and writes as store.verb"
+NAMESPACES = {
+    "shale.schemas.avro": _FORMAT,
+    "shale.schemas.jsonschema": _FORMAT,
+    "shale.schemas.protobuf": _FORMAT,
+    "shale.index.erasures": _STORE,
+    "shale.index.generations": _STORE,
+    "shale.index.leases": _STORE,
+    "shale.index.offsets": _STORE,
+    "shale.index.restores": _STORE,
+    "shale.metastore.auth": "the token file's helpers (digest, new_token, write_private) read as auth.*",
+    "shale.metastore.sessions": "the status page's session cookie (Sessions, cookie_header) reads as sessions.*",
+}
+
+
+def deep_imports(path: Path, own: str, modules: set[str]) -> list[str]:
+    """The modules of a Shale package other than ``own`` that the file's imports name: ``from shale.block.meta
+    import X``, ``import shale.block.meta`` and ``from shale.block import meta`` all name ``shale.block.meta``."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            named = {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            named = {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+        else:
+            continue
+        for name in named:
+            parts = name.split(".")
+            if parts[0] == "shale" and len(parts) > 2 and parts[1] != own and name in modules:
+                found.add(name)
+    return sorted(found)
+
+
+def test_other_packages_are_imported_through_their_faces() -> None:
+    """An import from another Shale package names the package itself (``from shale.block import BlockMeta``),
+    never one of its modules: a package's face (its ``__init__`` and ``__all__``) is its contract, so moving or
+    splitting a module inside a package changes no other package. The few modules other packages use as a
+    namespace are listed in NAMESPACES with the reason."""
+    modules = {_module(p) for p in SRC.rglob("*.py")}
+    assert set(NAMESPACES) <= modules
+    wrong = [f"{path.relative_to(ROOT)} imports {name}" for path in sorted(SRC.rglob("*.py"))
+             if package_of(path) not in ("__init__", "__main__")
+             for name in deep_imports(path, package_of(path), modules) if name not in NAMESPACES]
+    assert wrong == []
+
+
+def test_the_face_check_sees_every_form_of_a_deep_import(tmp_path: Path) -> None:
+    modules = {"shale.block.meta", "shale.block", "shale.query.plan"}
+    for text in ("from shale.block.meta import BlockMeta\n", "def f():\n    import shale.block.meta\n",
+                 "from shale.block import meta\n"):
+        sample = tmp_path / "sample.py"
+        sample.write_text(text)
+        assert deep_imports(sample, "query", modules) == ["shale.block.meta"], text
+        assert deep_imports(sample, "block", modules) == []
+    sample = tmp_path / "sample.py"
+    sample.write_text("from shale.block import BlockMeta\nfrom shale import block\n")
+    assert deep_imports(sample, "query", modules) == []
+
+
 def test_the_layering_check_catches_an_upward_import(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("def f():\n    from shale.cli import main\n")

@@ -5,36 +5,123 @@ A block is immutable once its meta.json exists. Writers upload data objects firs
 sync delay (``BlockFetcher``); deletion is a mark, a delay, then removal in reverse order (``Cleaner``).
 """
 
+import typing as _typing
+
 from shale.block.cleaner import Action, Cleaner, CleanupReport, MetastoreView, delete_block
-from shale.block.fetcher import BlockFetcher, BlockState, BlockView, FetchResult
+from shale.block.fetcher import BlockFetcher, BlockState, BlockView, FetchResult, by_source, covering
 from shale.block.ids import check_block_id, deterministic_block_id, new_block_id, ulid_time_ms
 from shale.block.layout import (
+    DLQ_PREFIX,
+    META_FILENAME,
+    RESTORE_JOB,
+    RESTORE_JOB_PATTERN,
     Place,
     block_file_key,
     block_prefix,
     blocks_prefixes,
+    bucket_index_deltas_prefix,
     bucket_index_key,
+    check_block_folder,
+    check_file_name,
     deletion_mark_key,
+    erasure_receipt_key,
+    legacy_block_prefix,
     markers_prefix,
     meta_key,
+    parse_restore_dead_letter_key,
     quarantine_mark_key,
+    restore_dead_letter_key,
+    restore_dead_letters_prefix,
     tenant_group_prefix,
 )
 from shale.block.marks import DeletionMark, QuarantineMark, write_deletion_mark, write_quarantine_mark
-from shale.block.meta import BlockMeta, Compaction, Dataset, FileInfo, KafkaRange, ParserInfo, parse_meta
-from shale.block.names import check_label_name, check_tenant, check_topic
-from shale.block.reader import BucketFile, backup_rows, read_dataset, read_footer_meta, read_meta
+from shale.block.meta import (
+    INCARNATION_PATTERN,
+    BlockMeta,
+    Compaction,
+    Dataset,
+    FileInfo,
+    KafkaRange,
+    ParserInfo,
+    parse_meta,
+)
+from shale.block.names import (
+    MORE_LABEL_SETS,
+    RECORD_LABEL,
+    check_label_name,
+    check_record_name,
+    check_tenant,
+    check_topic,
+)
+from shale.block.reader import BucketFile, backup_rows, may_hold_key, read_dataset, read_footer_meta, read_meta
+from shale.block.records import (
+    INCARNATION_COLUMN,
+    IncarnationCodes,
+    RecordScope,
+    row_incarnation_names,
+    row_incarnations,
+    shared_scopes,
+)
+from shale.block.recover import recover_meta
+from shale.block.schemas import (
+    BACKUP_SCHEMA,
+    BASE_COLUMNS,
+    HEADERS,
+    KAFKA_FIELDS,
+    PARTITION_BASE_FIELDS,
+    QUARANTINE_SCHEMA,
+    RESERVED_COLUMNS,
+    TIMESTAMP,
+    TIMESTAMP_MS,
+    decode_column_types,
+    partition_schema,
+)
 from shale.block.writer import (
+    DEFAULT_ROW_GROUP_ROWS,
     BlockSpec,
     DatasetInput,
     DatasetStream,
+    crc32_hex,
     encode_parquet,
     plan_block,
     write_block,
     write_block_streamed,
 )
+from shale.exports import lazy_exports as _lazy_exports
+
+if _typing.TYPE_CHECKING:
+    from shale.block.overlap import Holders, Overlap, Scope, overlaps, scopes, spans
+    from shale.block.verify import verify_tenant
+
+__getattr__ = _lazy_exports(__name__, {  # each public name's module, imported on first use
+    "Holders": "overlap",
+    "Overlap": "overlap",
+    "Scope": "overlap",
+    "overlaps": "overlap",
+    "scopes": "overlap",
+    "spans": "overlap",
+    "verify_tenant": "verify",
+})
 
 __all__ = [
+    "BACKUP_SCHEMA",
+    "BASE_COLUMNS",
+    "DEFAULT_ROW_GROUP_ROWS",
+    "DLQ_PREFIX",
+    "HEADERS",
+    "INCARNATION_COLUMN",
+    "INCARNATION_PATTERN",
+    "KAFKA_FIELDS",
+    "META_FILENAME",
+    "MORE_LABEL_SETS",
+    "PARTITION_BASE_FIELDS",
+    "QUARANTINE_SCHEMA",
+    "RECORD_LABEL",
+    "RESERVED_COLUMNS",
+    "RESTORE_JOB",
+    "RESTORE_JOB_PATTERN",
+    "TIMESTAMP",
+    "TIMESTAMP_MS",
     "Action",
     "BlockFetcher",
     "BlockMeta",
@@ -51,35 +138,63 @@ __all__ = [
     "DeletionMark",
     "FetchResult",
     "FileInfo",
+    "Holders",
+    "IncarnationCodes",
     "KafkaRange",
     "MetastoreView",
+    "Overlap",
     "ParserInfo",
     "Place",
     "QuarantineMark",
+    "RecordScope",
+    "Scope",
     "backup_rows",
     "block_file_key",
     "block_prefix",
     "blocks_prefixes",
+    "bucket_index_deltas_prefix",
     "bucket_index_key",
+    "by_source",
+    "check_block_folder",
     "check_block_id",
+    "check_file_name",
     "check_label_name",
+    "check_record_name",
     "check_tenant",
     "check_topic",
+    "covering",
+    "crc32_hex",
+    "decode_column_types",
     "delete_block",
     "deletion_mark_key",
     "deterministic_block_id",
     "encode_parquet",
+    "erasure_receipt_key",
+    "legacy_block_prefix",
     "markers_prefix",
+    "may_hold_key",
     "meta_key",
     "new_block_id",
+    "overlaps",
     "parse_meta",
+    "parse_restore_dead_letter_key",
+    "partition_schema",
     "plan_block",
     "quarantine_mark_key",
     "read_dataset",
     "read_footer_meta",
     "read_meta",
+    "recover_meta",
+    "restore_dead_letter_key",
+    "restore_dead_letters_prefix",
+    "row_incarnation_names",
+    "row_incarnations",
+    "scopes",
+    "shared_scopes",
+    "spans",
     "tenant_group_prefix",
     "ulid_time_ms",
+    "verify_tenant",
     "write_block",
     "write_block_streamed",
     "write_deletion_mark",

@@ -45,12 +45,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from shale.block import BlockMeta, DeletionMark, check_block_id, check_tenant
-from shale.block.layout import bucket_index_deltas_prefix
+from shale.block import BlockMeta, DeletionMark, bucket_index_deltas_prefix, check_block_id, check_tenant
 from shale.bucketindex.model import BucketIndex, IndexedMark, Rule, view_digest
 from shale.errors import CorruptObjectError, NotFoundError, ShaleError
-from shale.objstore import Bucket, BucketReader, ObjectInfo
-from shale.objstore.naming import OrderedNames
+from shale.objstore import Bucket, BucketReader, ObjectInfo, OrderedNames
 
 log = logging.getLogger(__name__)
 DELTA_MARGIN = 60.0

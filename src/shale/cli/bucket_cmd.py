@@ -54,7 +54,7 @@ def ls(ctx: click.Context, tenant: str | None, as_json: bool) -> None:
     result = fetcher.sync(tenant)
     # A block younger than the sync delay whose records a newer block already holds (a compaction's sources, just
     # merged) is said to be, not shown as plainly fresh beside its output.
-    from shale.block.fetcher import by_source, covering
+    from shale.block import by_source, covering
 
     with_meta = [v for v in result.blocks.values() if v.meta is not None]
     inside = by_source(with_meta)
@@ -123,7 +123,7 @@ def inspect(ctx: click.Context, tenant: str, block_id: str) -> None:
 @shale_errors
 def verify(ctx: click.Context, tenant: tuple[str, ...], no_data: bool, as_json: bool) -> None:
     """Check metadata, checksums, Kafka-offset overlaps, partial blocks and marks. Exits 1 on a problem."""
-    from shale.block.verify import verify_tenant
+    from shale.block import verify_tenant
 
     bucket_, fetcher = _fetcher(ctx)
     ok = True

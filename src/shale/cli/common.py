@@ -63,8 +63,7 @@ def reachable_metastore(config: ShaleConfig, *, write: bool
     state file exists: a reader gets the read-only view (``open_index_view``), a writer the embedded service (which
     would otherwise create an empty index that protects nothing)."""
     from shale.errors import RetryableError
-    from shale.metastore import open_index_view, open_metastore
-    from shale.metastore.server import remote_client, state_path
+    from shale.metastore import open_index_view, open_metastore, remote_client, state_path
 
     m = config.metastore
     if m.mode == "embedded":

@@ -25,8 +25,7 @@ if TYPE_CHECKING:
 def compact(ctx: click.Context, until_idle: bool, show_jobs: bool, set_failure_limit: int | None,
             save_reports: Path | None) -> None:
     """Poll the metastore for compaction jobs and merge blocks on Spark (seed 003's worker)."""
-    from shale.metastore import open_index_view, open_metastore
-    from shale.metastore.commands import SetCompactionFailureLimit
+    from shale.metastore import SetCompactionFailureLimit, open_index_view, open_metastore
 
     config = get_config(ctx)
     if show_jobs:
@@ -38,7 +37,7 @@ def compact(ctx: click.Context, until_idle: bool, show_jobs: bool, set_failure_l
         result = metastore.submit(SetCompactionFailureLimit(limit=set_failure_limit))
         click.echo(f"compaction failure limit set to {result.data['limit']}")
         return
-    from shale.compactor.worker import CompactionWorker
+    from shale.compactor import CompactionWorker
     from shale.signals import Stopper
     from shale.spark import spark_session
 

@@ -7,8 +7,7 @@ import json
 import click
 
 from shale.cli.common import get_config, shale_errors
-from shale.config import ShaleConfig
-from shale.config.secrets import masked
+from shale.config import ShaleConfig, masked
 
 
 @click.group()
@@ -27,9 +26,9 @@ def check(ctx: click.Context, defaults: bool) -> None:
     if defaults:
         _print_defaults()
         return
-    from shale.encoder.parsers.rulecheck import check_typed_rules, raise_for_errors
+    from shale.encoder import check_typed_rules, raise_for_errors
     from shale.errors import ConfigError
-    from shale.schemas.registry import RegistryUnavailableError
+    from shale.schemas import RegistryUnavailableError
 
     config = get_config(ctx)
     try:
@@ -49,14 +48,13 @@ def check(ctx: click.Context, defaults: bool) -> None:
 def explain(key: str, markdown: bool) -> None:
     """Every field under KEY (a section such as ingest, a rule list such as ingest.parsers, or one key) with its
     type, default and meaning; ingest.parsers lists each installed parser's options."""
-    from shale.config.explain import explain as find
-    from shale.config.explain import render_markdown, render_text
+    from shale.config import explain_key, render_markdown, render_text
 
     if markdown:
         click.echo(render_markdown(), nl=False)
         return
     try:
-        click.echo(render_text(find(key)))
+        click.echo(render_text(explain_key(key)))
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -84,9 +82,9 @@ def _print_defaults(model: type | None = None, prefix: str = "") -> None:
         note = f"  # {field.description}" if field.description else ""
         click.echo(f"{name} = {json.dumps(default, default=str)}{note}")
         if default == [] and f"{prefix}{name}" in _RULE_LISTS:  # the shape of a rule, which the empty list hides
-            from shale.config.explain import explain
+            from shale.config import explain_key
 
             click.echo(f"# each [[{prefix}{name}]] rule (`shale config explain {prefix}{name}`):")
-            for entry in explain(f"{prefix}{name}")[1:]:
+            for entry in explain_key(f"{prefix}{name}")[1:]:
                 click.echo(f"#   {entry.key.removeprefix(prefix + name + '.')}: {entry.type}"
                            + (f", default {entry.default}" if entry.default else "") + f"; {entry.meaning}")

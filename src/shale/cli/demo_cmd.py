@@ -19,7 +19,7 @@ from shale.cli.common import shale_errors
 def demo(workdir: Path | None) -> None:
     """Produce real logs to Kafka, persist them with both ingest groups, show the ledger, a verify summary and
     sample records, then query, compact on Spark, verify again, write the bucket indexes and query through one."""
-    from shale.demo.pipeline import run_demo
+    from shale.demo import run_demo
     from shale.logs import setup_logging
 
     setup_logging("WARNING")

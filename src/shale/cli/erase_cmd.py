@@ -78,7 +78,7 @@ def erase(ctx: click.Context, tenant: str | None, topics: tuple[str, ...], key: 
     the first. `shale erase status ID` shows the progress."""
     from dataclasses import replace
 
-    from shale.config.types import parse_duration
+    from shale.config import parse_duration
     from shale.erase import ErasureRequest, check_delete_delay, column_request
     from shale.erase import erase as run_erasure
     from shale.metastore import open_index_view, open_metastore
@@ -123,7 +123,7 @@ def status(ctx: click.Context, erasure: str, receipt: bool, as_json: bool) -> No
     """An erasure's request, state, the blocks rewritten and the jobs left. Exit 0 when it is rewritten (or done,
     with its receipt), 3 while it is not."""
     from shale.erase import ReceiptNotReadyError, erasure_status, write_receipt
-    from shale.iceberg.erasure import receipt_check
+    from shale.iceberg import receipt_check
     from shale.metastore import open_index_view, open_metastore
     from shale.objstore import open_bucket
 

@@ -26,8 +26,7 @@ def sync(ctx: click.Context, full: bool) -> None:
         raise click.ClickException("iceberg.enabled is false: set it (and iceberg.catalog_uri) first")
     if config.metastore.mode == "embedded":
         from shale.iceberg import IcebergPublisher
-        from shale.metastore import MetastoreService, SingleNodeLog, StateMachine
-        from shale.metastore.server import state_path
+        from shale.metastore import MetastoreService, SingleNodeLog, StateMachine, state_path
         from shale.objstore import open_bucket
 
         state = StateMachine(state_path(config))
@@ -36,8 +35,7 @@ def sync(ctx: click.Context, full: bool) -> None:
     else:
         import httpx
 
-        from shale.metastore.client import tls_verify
-        from shale.metastore.server import client_token
+        from shale.metastore import client_token, tls_verify
 
         last = ""
         # An admin call like any other: the token, the CA, and a JSON body (the API refuses other types).

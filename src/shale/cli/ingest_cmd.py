@@ -28,7 +28,7 @@ def ingest(ctx: click.Context, group: str, topics: str | None, topic_pattern: st
     the records stored and quarantined with the top reasons; --available-now ends with a table of them."""
     from prometheus_client import start_http_server
 
-    from shale.ingest.job import IngestJob
+    from shale.ingest import IngestJob
     from shale.signals import Stopper
 
     config = get_config(ctx)
@@ -85,10 +85,9 @@ def verify(ctx: click.Context, group: str, topic: str, generation: int | None, a
     import json
 
     from shale.errors import ConfigError, RetryableError
-    from shale.ingest.verify import NothingStored, StoredBlocks, verify_topic
+    from shale.ingest import NothingStored, StoredBlocks, verify_topic
     from shale.logs import redact
-    from shale.metastore import open_index_view
-    from shale.metastore.server import state_path
+    from shale.metastore import open_index_view, state_path
     from shale.objstore import open_bucket
 
     config = get_config(ctx)
@@ -139,7 +138,7 @@ def ledger(ctx: click.Context, group: str, topic: str, day: str | None, generati
     import datetime as dt
     import json
 
-    from shale.ingest.ledger import build_ledger
+    from shale.ingest import build_ledger
     from shale.metastore import open_index_view
 
     config = get_config(ctx)

@@ -22,8 +22,7 @@ def metastore() -> None:
 def serve(ctx: click.Context) -> None:
     """Serve one metastore node (single node, or a Raft member when metastore.raft_address is set)."""
     from shale.iceberg import IcebergPublisher, mount_sync
-    from shale.metastore import read_only_index
-    from shale.metastore.server import MetastoreNode, state_path
+    from shale.metastore import MetastoreNode, read_only_index, state_path
     from shale.web import mount
 
     config = get_config(ctx)
@@ -56,7 +55,7 @@ def status(ctx: click.Context) -> None:
 @shale_errors
 def rebuild(ctx: click.Context, from_bucket: bool, out: Path) -> None:
     """Rebuild the index, tombstones and committed offsets from the bucket alone."""
-    from shale.metastore.rebuild import rebuild_from_bucket
+    from shale.metastore import rebuild_from_bucket
     from shale.objstore import open_bucket
 
     report = rebuild_from_bucket(open_bucket(get_config(ctx).bucket), out)
@@ -88,8 +87,7 @@ def snapshot(ctx: click.Context, out: Path) -> None:
 def restore(ctx: click.Context, source: Path) -> None:
     """Install a snapshot or rebuilt state into this node's data dir. The node must be stopped; in a Raft
     cluster, restore one node and let the others catch up from it, or restore every node from one file."""
-    from shale.metastore.fsm import restore_file
-    from shale.metastore.server import state_path
+    from shale.metastore import restore_file, state_path
 
     config = get_config(ctx)
     target = state_path(config)

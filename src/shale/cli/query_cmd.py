@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from shale.cli.common import get_config, shale_errors
-from shale.query.output import FORMATS
+from shale.query import FORMATS
 
 RAW_COLUMNS = ("value", "headers", "timestamp_type")
 """Not shown in the table when a parser's columns are (its parsed fields say more than the raw value)."""
@@ -46,13 +46,22 @@ def query(ctx: click.Context, selector: str, tenant: str, start: str, end: str, 
           stats: bool) -> None:
     """Read records: shale query --tenant acme --from -1h '{topic="app", level="ERROR"}'. Times are printed as
     ISO 8601 in UTC with microseconds (2026-11-25T07:36:05.383971Z) in every format."""
-    from shale.block.schemas import BASE_COLUMNS
+    from shale.block import BASE_COLUMNS
     from shale.objstore import open_bucket
-    from shale.query import Query, hints, run_query
-    from shale.query.output import by_time, write_csv, write_json, write_parquet
-    from shale.query.plan import UnknownColumnsError
-    from shale.query.sources import open_source
-    from shale.query.times import parse_time
+    from shale.query import (
+        Query,
+        UnknownColumnsError,
+        by_time,
+        column_outside_window,
+        open_source,
+        outside_window,
+        parse_time,
+        run_query,
+        unmatched,
+        write_csv,
+        write_json,
+        write_parquet,
+    )
 
     config = get_config(ctx)
     started = time.perf_counter()
@@ -73,8 +82,8 @@ def query(ctx: click.Context, selector: str, tenant: str, start: str, end: str, 
         try:
             reader = run_query(q, blocks, bucket)
         except UnknownColumnsError as exc:
-            raise click.ClickException(hints.column_outside_window(blocks, q, exc.unknown) or str(exc)) from exc
-        if q.stats.blocks == 0 and (miss := hints.unmatched(blocks, q)):
+            raise click.ClickException(column_outside_window(blocks, q, exc.unknown) or str(exc)) from exc
+        if q.stats.blocks == 0 and (miss := unmatched(blocks, q)):
             raise click.ClickException(miss)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -97,7 +106,7 @@ def query(ctx: click.Context, selector: str, tenant: str, start: str, end: str, 
         if raw:
             click.echo(f"{', '.join(raw)} not shown (--columns or --format json shows them)", err=True)
         _table([n for n in reader.schema.names if n not in raw], batches, shown, output)
-    if (hint := hints.outside_window(blocks, q)) is not None:
+    if (hint := outside_window(blocks, q)) is not None:
         click.echo(hint, err=True)
     elif q.stats.rows == 0:
         click.echo("no row matched the selector in the window", err=True)
@@ -113,7 +122,7 @@ def _table(names: list[str], batches: Iterator[pa.RecordBatch], limit: int | Non
     from rich.console import Console
     from rich.table import Table
 
-    from shale.query.output import text_value
+    from shale.query import text_value
 
     table = Table(*names)
     total = 0

@@ -13,8 +13,7 @@ if TYPE_CHECKING:
     from shale.config import ShaleConfig
     from shale.metastore import IndexReads, MetastoreClient, MetastoreService
     from shale.objstore import Bucket
-    from shale.repair.model import Plan
-    from shale.repair.scan import Scan
+    from shale.repair import Plan, Scan
 
 NO_METASTORE = (
     "nothing was applied: the metastore cannot be reached ({why}). A repair changes the index and the bucket "
@@ -79,8 +78,7 @@ def repair(ctx: click.Context, tenant: str, group: str | None, dry_run: bool, as
     records found nowhere else are never deleted."""
     from shale.block import check_tenant
     from shale.objstore import open_bucket
-    from shale.repair.plan import plan_repair
-    from shale.repair.scan import current_parsers, kafka_state, scan_tenant
+    from shale.repair import current_parsers, kafka_state, plan_repair, scan_tenant
 
     check_tenant(tenant)
     config = get_config(ctx)
@@ -115,8 +113,7 @@ def repair(ctx: click.Context, tenant: str, group: str | None, dry_run: bool, as
 def _apply(config: ShaleConfig, plan: Plan, scan: Scan, bucket: Bucket,
            metastore: MetastoreService | MetastoreClient) -> dict[str, Any]:
     """Apply the plan; merges and rebuilds run as Spark tasks (a session is started only if one is needed)."""
-    from shale.repair.apply import apply_plan
-    from shale.repair.build import Builder, LocalBuilder, SparkBuilder
+    from shale.repair import Builder, LocalBuilder, SparkBuilder, apply_plan
 
     builder: Builder = LocalBuilder(config.bucket, config.ingest, config.kafka)  # builds nothing: all written
     if any(s.action in ("merge", "rebuild") and not s.written for s in plan.steps):

@@ -48,7 +48,7 @@ def reprocess(ctx: click.Context, tenant: str, topic: str, start: str, end: str,
     from rich.progress import Progress
 
     from shale.metastore import open_metastore
-    from shale.query.times import parse_time
+    from shale.query import parse_time
     from shale.reprocess import ReaderSchema, ReprocessJob
     from shale.spark import spark_session
 
@@ -82,7 +82,7 @@ def generation() -> None:
 def switch(ctx: click.Context, tenant: str, topic: str, gen: int, start: str, end: str, retire: bool) -> None:
     """Make a generation the active one for a tenant's topic over a time range (atomic)."""
     from shale.metastore import SetActiveGeneration, open_metastore
-    from shale.query.times import parse_time
+    from shale.query import parse_time
 
     result = open_metastore(get_config(ctx)).submit(SetActiveGeneration(
         tenant=tenant, topic=topic, generation=gen, start=parse_time(start), end=parse_time(end), retire=retire))

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 def _time(text: str | None) -> int | None:
-    from shale.query.times import parse_time
+    from shale.query import parse_time
 
     return parse_time(text) if text else None
 
@@ -107,8 +107,7 @@ def restore(ctx: click.Context, tenant: str | None, topic: str | None, target_to
     partition stopped (a gap, a corrupt block, a refused record: the report names it).
     `shale restore offsets` carries a consumer group's position over."""
     from shale.metastore import open_index_view, open_metastore
-    from shale.restore import RestoreJob, RestoreRequest
-    from shale.restore.throttle import RestoreLimits
+    from shale.restore import RestoreJob, RestoreLimits, RestoreRequest
 
     if ctx.invoked_subcommand is not None:
         return
@@ -169,10 +168,17 @@ def offsets_cmd(ctx: click.Context, tenant: str, topic: str, target_topic: str |
     from shale.kafka import client_options
     from shale.metastore import open_index_view
     from shale.objstore import open_bucket
-    from shale.restore import RestoreJob, RestoreRequest
-    from shale.restore.job import job_name
-    from shale.restore.offsets import committed_offsets, dead_lettered, set_offsets, translate
-    from shale.restore.progress import read_anchors, read_progress
+    from shale.restore import (
+        RestoreJob,
+        RestoreRequest,
+        committed_offsets,
+        dead_lettered,
+        job_name,
+        read_anchors,
+        read_progress,
+        set_offsets,
+        translate,
+    )
 
     config = get_config(ctx)
     target = _target(config, target_config, target_bootstrap)

@@ -20,8 +20,7 @@ log = logging.getLogger(__name__)
 def run(ctx: click.Context, log_dir: Path) -> None:
     """Start the metastore (with the status page), both ingest groups and a compaction worker (or what
     run.services lists); stop them all cleanly on SIGTERM or Ctrl-C."""
-    from shale.config import ShaleConfig, parse_override
-    from shale.config.secrets import is_secret_location
+    from shale.config import ShaleConfig, is_secret_location, parse_override
     from shale.launcher import run_deployment
 
     config = get_config(ctx)

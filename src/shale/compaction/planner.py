@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-from shale.block.overlap import Overlap
+from shale.block import Overlap
 from shale.compaction.model import Job, PlanLimits, QueuedBlock, QueueKey
 
 

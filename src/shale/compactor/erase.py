@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from shale.block import (
+    DEFAULT_ROW_GROUP_ROWS,
     BlockMeta,
     BlockSpec,
     Dataset,
@@ -27,11 +28,10 @@ from shale.block import (
     block_file_key,
     deterministic_block_id,
     read_dataset,
+    row_incarnation_names,
     write_block_streamed,
 )
-from shale.block.records import row_incarnation_names
-from shale.block.writer import DEFAULT_ROW_GROUP_ROWS
-from shale.compaction.messages import ErasePlan
+from shale.compaction import ErasePlan
 from shale.compactor.merge import MergeResult
 from shale.failpoints import failpoint
 from shale.objstore import Bucket

@@ -29,24 +29,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shale.block import (
+    DEFAULT_ROW_GROUP_ROWS,
+    INCARNATION_COLUMN,
     BlockMeta,
     BlockSpec,
     Dataset,
     DatasetStream,
+    IncarnationCodes,
     KafkaRange,
     block_file_key,
     deterministic_block_id,
     read_dataset,
-    write_block_streamed,
-)
-from shale.block.records import (
-    INCARNATION_COLUMN,
-    IncarnationCodes,
     row_incarnation_names,
     row_incarnations,
     shared_scopes,
+    write_block_streamed,
 )
-from shale.block.writer import DEFAULT_ROW_GROUP_ROWS
 from shale.errors import IncompatibleColumnError
 from shale.failpoints import failpoint
 from shale.objstore import Bucket

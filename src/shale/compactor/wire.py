@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from pydantic import TypeAdapter
 
-from shale.compaction.messages import Assigned
+from shale.compaction import Assigned
 from shale.compactor.merge import MergeResult
 
 ERROR_CHARS = 2000

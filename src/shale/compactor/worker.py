@@ -33,7 +33,7 @@ from prometheus_client import Counter, Gauge
 
 from shale.block import write_deletion_mark
 from shale.bucketindex import DeltaLink, DeltaWriter
-from shale.compaction.messages import MAX_POLL_CAPACITY, Assigned, JobUpdate, PollRequest, PollResponse
+from shale.compaction import MAX_POLL_CAPACITY, Assigned, JobUpdate, PollRequest, PollResponse
 from shale.compactor.erase import erase_block
 from shale.compactor.merge import READ_THREADS, MergeResult, fetch_sources, merge_blocks
 from shale.compactor.wire import (

@@ -6,6 +6,8 @@ flags. Everything is validated on load; an invalid value is a ``ConfigError`` th
 and what is allowed. ``shale config check`` runs exactly this validation.
 """
 
+import typing as _typing
+
 from shale.config.load import load_config, parse_override
 from shale.config.model import (
     BlockConfig,
@@ -26,8 +28,27 @@ from shale.config.model import (
     TenantRule,
     granted_delete_delay,
 )
-from shale.config.secrets import Secret, masked, secret_values
+from shale.config.parsers import (
+    ParserOptions,
+    Pattern,
+    StrftimeFormat,
+    TimeFormat,
+    TimeZone,
+    describe_errors,
+    parser_entry_points,
+)
+from shale.config.secrets import Secret, is_secret_location, looks_secret, masked, secret_values
 from shale.config.types import parse_duration, parse_size
+from shale.exports import lazy_exports as _lazy_exports
+
+if _typing.TYPE_CHECKING:
+    from shale.config.explain import explain_key, render_markdown, render_text
+
+__getattr__ = _lazy_exports(__name__, {  # each public name's module, imported on first use
+    "explain_key": "explain",
+    "render_markdown": "explain",
+    "render_text": "explain",
+})
 
 __all__ = [
     "BlockConfig",
@@ -40,18 +61,30 @@ __all__ = [
     "LoggingConfig",
     "MetastoreConfig",
     "MetastoreMember",
+    "ParserOptions",
     "ParserRule",
+    "Pattern",
     "RetentionConfig",
     "SchemaRegistryConfig",
     "Secret",
     "ShaleConfig",
     "SparkConfig",
+    "StrftimeFormat",
     "TenantRule",
+    "TimeFormat",
+    "TimeZone",
+    "describe_errors",
+    "explain_key",
     "granted_delete_delay",
+    "is_secret_location",
     "load_config",
+    "looks_secret",
     "masked",
     "parse_duration",
     "parse_override",
     "parse_size",
+    "parser_entry_points",
+    "render_markdown",
+    "render_text",
     "secret_values",
 ]

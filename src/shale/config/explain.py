@@ -104,7 +104,7 @@ def entries(model: type[BaseModel], prefix: str = "") -> Iterator[Entry]:
                 yield from entries(parsers.options_model(parser), f"{key}.options.")
 
 
-def explain(key: str = "") -> list[Entry]:
+def explain_key(key: str = "") -> list[Entry]:
     """The entries under ``key`` (a section, a rule list or one field); ValueError if there are none."""
     found = [e for e in entries(ShaleConfig) if not key or e.key == key or e.key.startswith(key + ".")
              or e.key.startswith(key + " (")]

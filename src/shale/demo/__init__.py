@@ -1,23 +1,15 @@
-"""The demo pipeline and its data: 2,000-line samples of six real system logs from Loghub (see
-loghub/README.md and loghub/LICENSE: free for research use; cite the Loghub paper; keep the notice)."""
+"""The demo pipeline (``run_demo``, imported on first use: the pipeline imports the development services) and its
+data: 2,000-line samples of six real system logs from Loghub (``samples``; see loghub/README.md and loghub/LICENSE:
+free for research use; cite the Loghub paper; keep the notice)."""
 
-from __future__ import annotations
+import typing as _typing
 
-from pathlib import Path
+from shale.demo.samples import LOGHUB, LOGHUB_FORMATS, loghub_lines
+from shale.exports import lazy_exports as _lazy_exports
 
-LOGHUB = Path(__file__).resolve().parent / "loghub"
+if _typing.TYPE_CHECKING:
+    from shale.demo.pipeline import run_demo
 
-# Sample file -> the text parser preset that reads it.
-LOGHUB_FORMATS = {
-    "Apache": "apache",
-    "HDFS": "hdfs",
-    "OpenSSH": "openssh",
-    "Spark": "spark",
-    "Zookeeper": "zookeeper",
-    "Linux": "linux",
-}
+__getattr__ = _lazy_exports(__name__, {"run_demo": "pipeline"})
 
-
-def loghub_lines(name: str) -> list[bytes]:
-    """The lines of one sample (without line ends), as Kafka record values."""
-    return [line.rstrip(b"\r\n") for line in (LOGHUB / f"{name}_2k.log").read_bytes().splitlines()]
+__all__ = ["LOGHUB", "LOGHUB_FORMATS", "loghub_lines", "run_demo"]

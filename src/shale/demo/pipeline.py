@@ -24,7 +24,7 @@ from confluent_kafka import Producer
 
 from shale.block import read_dataset
 from shale.bucketindex import BucketIndexReader, BucketIndexWriter
-from shale.compactor.worker import CompactionWorker
+from shale.compactor import CompactionWorker
 from shale.config import (
     BucketConfig,
     CompactionConfig,
@@ -35,17 +35,14 @@ from shale.config import (
     SparkConfig,
     TenantRule,
 )
-from shale.demo import LOGHUB_FORMATS, loghub_lines, typed
+from shale.demo import typed
+from shale.demo.samples import LOGHUB_FORMATS, loghub_lines
 from shale.dev import KafkaBroker, SchemaRegistry, connector_conf
-from shale.ingest.job import IngestJob
-from shale.ingest.ledger import build_ledger
-from shale.ingest.verify import group_blocks, verify_topic
+from shale.ingest import IngestJob, build_ledger, group_blocks, verify_topic
 from shale.kafka import list_partitions
 from shale.metastore import MetastoreService, open_metastore
 from shale.objstore import Bucket, open_bucket
-from shale.query import Query, run_query
-from shale.query.plan import BlockSource
-from shale.query.sources import BucketIndexSource
+from shale.query import BlockSource, BucketIndexSource, Query, run_query
 
 TENANT_OF = {"apache": "web", "openssh": "security", "linux": "security"}  # everything else: infra
 DEMO_QUERY = ("infra", '{topic="logs.zookeeper", level="WARN"}')

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from shale.config import IcebergConfig, ParserRule, ShaleConfig
-from shale.dev.fetch import DUCKDB_VERSION
+from shale.dev import DUCKDB_VERSION
 from shale.metastore import MetastoreService
 from shale.objstore import Bucket
 
@@ -99,7 +99,7 @@ def show_typed(say: Callable[[str], None], spark: Any, config_file: Path, shale:
     """The typed table through ``shale query`` (``shale`` runs the command line: the CLI's own ``shale demo`` passes
     it, in this process) and a Spark SQL query over Shale's data source, both finding the blocks through the bucket
     index (the metastore is this process's own). Returns the Spark query's rows: level, lines, kB."""
-    from shale.query.datasource import register
+    from shale.query import register
 
     selector = f'{{topic="{TOPIC}", level="ERROR"}}'
     args = ["--config", str(config_file), "query", "--tenant", "infra", "--from", "2015-01-01", "--to", "now",
@@ -136,9 +136,8 @@ def show_duckdb(say: Callable[[str], None], config: ShaleConfig, metastore: Meta
     """The typed topic's Iceberg table (published by Shale's publisher into a SQLite catalog beside the demo, the
     metadata in the bucket folder), read by DuckDB 1.5.5's Iceberg extension directly on the table's metadata file
     (its own environment, a subprocess: ``shale.dev.duckdb_iceberg``). True when DuckDB's answer is Spark's."""
-    from shale.dev.fetch import fetch_duckdb
-    from shale.iceberg import IcebergPublisher
-    from shale.iceberg.catalog import identifier
+    from shale.dev import fetch_duckdb
+    from shale.iceberg import IcebergPublisher, identifier
 
     published = config.model_copy(update={"iceberg": IcebergConfig(
         enabled=True, catalog_uri=f"sqlite:///{catalog_db}")})

@@ -6,11 +6,22 @@ needed in production, where Kafka, the bucket and Spark already exist; no module
 ``shale.demo`` and the ``shale dev`` command imports it (``tests/unit/test_layering.py`` checks).
 """
 
+from shale.dev.fetch import DUCKDB_VERSION, fetch_duckdb
 from shale.dev.kafka import KafkaBroker
 from shale.dev.minio import MinioServer
 from shale.dev.registry import SchemaRegistry
 from shale.dev.spark_cluster import SparkStandalone, connector_conf, driver_conf
 from shale.dev.stack import DevStack, StackState
 
-__all__ = ["DevStack", "KafkaBroker", "MinioServer", "SchemaRegistry", "SparkStandalone", "StackState",
-           "connector_conf", "driver_conf"]
+__all__ = [
+    "DUCKDB_VERSION",
+    "DevStack",
+    "KafkaBroker",
+    "MinioServer",
+    "SchemaRegistry",
+    "SparkStandalone",
+    "StackState",
+    "connector_conf",
+    "driver_conf",
+    "fetch_duckdb",
+]

@@ -22,8 +22,7 @@ import httpx
 
 from shale.config import BucketConfig
 from shale.errors import ServiceStartError
-from shale.metastore import auth
-from shale.metastore.client import MetastoreClient, tls_verify
+from shale.metastore import MetastoreClient, auth, tls_verify
 from shale.process import ManagedProcess, free_port
 
 READY_TIMEOUT_S = 60.0

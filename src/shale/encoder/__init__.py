@@ -12,9 +12,11 @@ import typing as _typing
 from shale.exports import lazy_exports as _lazy_exports
 
 if _typing.TYPE_CHECKING:
-    from shale.encoder.chunks import GROUPS, Chunk, GroupSpec, Written, write_chunk
+    from shale.encoder.chunks import GROUPS, Chunk, GroupSpec, Written, top_reasons, write_chunk, write_chunks
     from shale.encoder.parsers import ParseError, Parser, load_parser
-    from shale.encoder.records import normalize
+    from shale.encoder.parsers.registryparser import RegistryParser
+    from shale.encoder.parsers.rulecheck import check_typed_rules, raise_for_errors
+    from shale.encoder.records import WRITTEN_SCHEMA, normalize
     from shale.encoder.tenants import TenantMapper
 
 __getattr__ = _lazy_exports(__name__, {  # each public name's module, imported on first use
@@ -22,23 +24,35 @@ __getattr__ = _lazy_exports(__name__, {  # each public name's module, imported o
     "Chunk": "chunks",
     "GroupSpec": "chunks",
     "Written": "chunks",
+    "top_reasons": "chunks",
     "write_chunk": "chunks",
+    "write_chunks": "chunks",
     "ParseError": "parsers",
     "Parser": "parsers",
     "load_parser": "parsers",
+    "RegistryParser": "parsers.registryparser",
+    "check_typed_rules": "parsers.rulecheck",
+    "raise_for_errors": "parsers.rulecheck",
+    "WRITTEN_SCHEMA": "records",
     "normalize": "records",
     "TenantMapper": "tenants",
 })
 
 __all__ = [
     "GROUPS",
+    "WRITTEN_SCHEMA",
     "Chunk",
     "GroupSpec",
     "ParseError",
     "Parser",
+    "RegistryParser",
     "TenantMapper",
     "Written",
+    "check_typed_rules",
     "load_parser",
     "normalize",
+    "raise_for_errors",
+    "top_reasons",
     "write_chunk",
+    "write_chunks",
 ]

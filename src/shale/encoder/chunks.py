@@ -37,9 +37,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field
 
-from shale.block import BlockMeta, BlockSpec, DatasetInput, KafkaRange, ParserInfo, deterministic_block_id, write_block
-from shale.block.names import check_record_name
-from shale.block.schemas import KAFKA_FIELDS, PARTITION_BASE_FIELDS, QUARANTINE_SCHEMA, TIMESTAMP, TIMESTAMP_MS
+from shale.block import (
+    KAFKA_FIELDS,
+    PARTITION_BASE_FIELDS,
+    QUARANTINE_SCHEMA,
+    TIMESTAMP,
+    TIMESTAMP_MS,
+    BlockMeta,
+    BlockSpec,
+    DatasetInput,
+    KafkaRange,
+    ParserInfo,
+    check_record_name,
+    deterministic_block_id,
+    write_block,
+)
 from shale.config import BucketConfig, IngestConfig
 from shale.encoder.parsers import ParseError, Parser, load_parser
 from shale.encoder.records import header_value

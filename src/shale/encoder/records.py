@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shale.block.schemas import BACKUP_SCHEMA, HEADERS, TIMESTAMP
+from shale.block import BACKUP_SCHEMA, HEADERS, TIMESTAMP
 
 WRITTEN_SCHEMA = "written string, paused string"
 """What an ingest task returns to the driver: one row per chunk written, a ``Written`` record as JSON, and one for a

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from shale.block.names import check_tenant
+from shale.block import check_tenant
 from shale.config import IngestConfig
 from shale.errors import ConfigError, InvalidNameError
 

@@ -23,8 +23,7 @@ from shale.block import BlockMeta
 from shale.config import BucketConfig, KafkaConfig, ShaleConfig
 from shale.erase.column import request_hash
 from shale.erase.scan import ScanResult, column_datasets, find_column_matches, find_matches
-from shale.metastore.commands import ErasedPosition, ErasureWatermark, PlanErasure, RequestErasure, Result
-from shale.metastore.erasures import erasure_id
+from shale.metastore import ErasedPosition, ErasureWatermark, PlanErasure, RequestErasure, Result, erasure_id
 from shale.objstore import open_bucket
 
 

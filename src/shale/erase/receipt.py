@@ -21,14 +21,13 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from shale.block import BlockMeta, read_dataset
-from shale.block.layout import META_FILENAME, check_file_name, erasure_receipt_key
-from shale.compactor.erase import erased_rows
+from shale.block import META_FILENAME, BlockMeta, check_file_name, erasure_receipt_key, read_dataset
+from shale.compactor import erased_rows
 from shale.config import KafkaConfig
 from shale.erase.column import column_values, matching
 from shale.erase.scan import column_datasets, holds
 from shale.errors import ConflictError, NotFoundError, ShaleError
-from shale.metastore.commands import RecordErasureReceipt, Result
+from shale.metastore import RecordErasureReceipt, Result
 from shale.objstore import Bucket
 
 

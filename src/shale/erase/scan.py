@@ -15,10 +15,15 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shale.block import BlockMeta, Dataset, read_dataset
-from shale.block.reader import may_hold_key
-from shale.block.records import INCARNATION_COLUMN, row_incarnation_names
-from shale.block.schemas import decode_column_types
+from shale.block import (
+    INCARNATION_COLUMN,
+    BlockMeta,
+    Dataset,
+    decode_column_types,
+    may_hold_key,
+    read_dataset,
+    row_incarnation_names,
+)
 from shale.erase.column import column_type, column_values, matching
 from shale.objstore import BucketReader
 

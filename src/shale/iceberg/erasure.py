@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shale.block import BlockMeta
-from shale.compactor.erase import erased_rows
+from shale.compactor import erased_rows
 from shale.config import BucketConfig, ShaleConfig
 from shale.errors import NotFoundError
 from shale.iceberg.catalog import (

@@ -16,15 +16,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from shale.block import block_file_key, read_dataset
-from shale.block.reader import BucketFile
-from shale.block.writer import encode_parquet
+from shale.block import BucketFile, block_file_key, encode_parquet, read_dataset
 from shale.config import BucketConfig
 from shale.iceberg.catalog import object_uri
 from shale.iceberg.plan import FileSpec
 from shale.iceberg.types import needs_copy, to_iceberg
 from shale.objstore import Bucket
-from shale.query.plan import Part, QueryPlan, row_filter
+from shale.query import Part, QueryPlan, row_filter
 
 COPIES_DIR = "iceberg-copies"
 

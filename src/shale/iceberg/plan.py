@@ -20,8 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from shale.block import BlockMeta, Dataset
-from shale.index.changes import BlockChange
-from shale.query.plan import active_intervals
+from shale.index import BlockChange
+from shale.query import active_intervals
 
 Rule = tuple[str, int, int, int]
 """A generation switch: (topic, start ms, end ms, generation), oldest first."""

@@ -36,8 +36,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from shale.block import BlockMeta, block_file_key
-from shale.block.schemas import decode_column_types
+from shale.block import BlockMeta, block_file_key, decode_column_types
 from shale.config import ShaleConfig, granted_delete_delay
 from shale.errors import NotFoundError, ShaleError
 from shale.iceberg.catalog import (
@@ -67,9 +66,8 @@ from shale.iceberg.plan import (
     tables_of,
 )
 from shale.iceberg.types import conflicts, iceberg_schema, table_schema
-from shale.index import IndexReader
-from shale.index.changes import BlockChange
-from shale.metastore.commands import Result, TrimBlockChanges
+from shale.index import BlockChange, IndexReader
+from shale.metastore import Result, TrimBlockChanges
 from shale.objstore import Bucket
 
 log = logging.getLogger(__name__)

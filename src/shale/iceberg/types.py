@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from shale.block.schemas import PARTITION_BASE_FIELDS
+from shale.block import PARTITION_BASE_FIELDS
 
 
 def iceberg_arrow(t: pa.DataType, *, nullable: bool = False) -> pa.DataType:

@@ -16,7 +16,7 @@ import json
 import sqlite3
 from typing import Any
 
-from shale.compaction.model import DAY_MS, Job, JobStatus, QueuedBlock, QueueKey
+from shale.compaction import DAY_MS, Job, JobStatus, QueuedBlock, QueueKey
 
 DDL = """
 CREATE TABLE IF NOT EXISTS compaction_jobs (

@@ -15,7 +15,7 @@ from typing import Any
 
 import re2
 
-from shale.block.names import MORE_LABEL_SETS, check_label_name
+from shale.block import MORE_LABEL_SETS, check_label_name
 from shale.errors import InvalidNameError
 
 _RE2_OPTIONS = re2.Options()

@@ -18,8 +18,7 @@ from typing import Any
 
 import msgpack
 
-from shale.block import BlockMeta, block_prefix
-from shale.block.names import MORE_LABEL_SETS
+from shale.block import MORE_LABEL_SETS, BlockMeta, block_prefix
 from shale.errors import QueryTimeoutError
 from shale.index import erasures as erasure_store
 from shale.index import generations as generation_store

@@ -15,7 +15,8 @@ if _typing.TYPE_CHECKING:
     from shale.ingest.job import IngestJob
     from shale.ingest.ledger import Ledger, build_ledger
     from shale.ingest.plan import BatchPlan, Loss, PartitionRange, plan_batch
-    from shale.ingest.verify import VerifyReport, verify_topic
+    from shale.ingest.task import ChunkWriter, chunk_bytes
+    from shale.ingest.verify import NothingStored, StoredBlocks, VerifyReport, group_blocks, verify_topic
 
 __getattr__ = _lazy_exports(__name__, {  # each public name's module, imported on first use
     "Committer": "committer",
@@ -28,22 +29,32 @@ __getattr__ = _lazy_exports(__name__, {  # each public name's module, imported o
     "Loss": "plan",
     "PartitionRange": "plan",
     "plan_batch": "plan",
+    "ChunkWriter": "task",
+    "chunk_bytes": "task",
+    "NothingStored": "verify",
+    "StoredBlocks": "verify",
     "VerifyReport": "verify",
+    "group_blocks": "verify",
     "verify_topic": "verify",
 })
 
 
 __all__ = [
     "BatchPlan",
+    "ChunkWriter",
     "Committer",
     "IngestConflictError",
     "IngestJob",
     "Ledger",
     "Loss",
+    "NothingStored",
     "PartitionRange",
+    "StoredBlocks",
     "VerifyReport",
     "batch_commit",
     "build_ledger",
+    "chunk_bytes",
+    "group_blocks",
     "plan_batch",
     "verify_topic",
 ]

@@ -18,12 +18,11 @@ from typing import Literal, Protocol
 
 from prometheus_client import Histogram
 
-from shale.encoder.chunks import Written
+from shale.encoder import Written
 from shale.errors import MetastoreUnavailableError, ShaleError
 from shale.index import OffsetRow
 from shale.ingest.plan import PartitionRange
-from shale.metastore import Command, CommitIngestBatch, DeadLetterQueue, OffsetRange, Result, decode
-from shale.metastore.leases import LEASE_REASONS
+from shale.metastore import LEASE_REASONS, Command, CommitIngestBatch, DeadLetterQueue, OffsetRange, Result, decode
 
 log = logging.getLogger(__name__)
 COMMIT_SECONDS = Histogram("shale_ingest_commit_seconds", "Time to make a batch's commit durable.",

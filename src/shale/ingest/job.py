@@ -29,8 +29,7 @@ from typing import TYPE_CHECKING
 
 from shale.bucketindex import DeltaLink, DeltaWriter
 from shale.config import ShaleConfig
-from shale.encoder.chunks import GROUPS, GroupSpec, Written
-from shale.encoder.parsers.rulecheck import check_typed_rules, raise_for_errors
+from shale.encoder import GROUPS, GroupSpec, Written, check_typed_rules, raise_for_errors
 from shale.errors import ConfigError, MetastoreUnavailableError, RetryableError
 from shale.failpoints import failpoint
 from shale.ingest import metrics
@@ -51,7 +50,7 @@ from shale.ingest.task import phase_sums
 from shale.kafka import admin, describe_topics, offset_bounds, value_bytes_per_offset
 from shale.metastore import DeadLetterQueue, open_metastore
 from shale.objstore import open_bucket
-from shale.schemas.registry import RegistryUnavailableError
+from shale.schemas import RegistryUnavailableError
 from shale.signals import Stopper
 
 if TYPE_CHECKING:

@@ -27,9 +27,7 @@ from prometheus_client import Counter, Gauge
 
 from shale.errors import MetastoreUnavailableError
 from shale.ingest.committer import CommitTarget, LeaseLostError
-from shale.metastore import AcquireIngestLease, ReleaseIngestLease, RenewIngestLease
-from shale.metastore.leases import BRIDGED_SILENCE
-from shale.metastore.shards import shard_of
+from shale.metastore import BRIDGED_SILENCE, AcquireIngestLease, ReleaseIngestLease, RenewIngestLease, shard_of
 
 log = logging.getLogger(__name__)
 HELD = Gauge("shale_ingest_lease_held", "1 while this process holds the shard's ingest lease, 0 while it waits as "

@@ -9,10 +9,9 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from shale.block.schemas import BACKUP_SCHEMA
+from shale.block import BACKUP_SCHEMA
 from shale.config import ShaleConfig
-from shale.encoder.chunks import Chunk, GroupSpec, Written, write_chunks
-from shale.encoder.records import WRITTEN_SCHEMA
+from shale.encoder import WRITTEN_SCHEMA, Chunk, GroupSpec, Written, write_chunks
 from shale.ingest.plan import BatchPlan
 from shale.ingest.source import HELD_BYTES, assign_tasks, consumer_options, read_share
 from shale.ingest.task import WARM_SCHEMA, Paused, make_task, make_warm_task, start_worker, tasks

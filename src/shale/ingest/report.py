@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 
-from shale.encoder.chunks import Written
+from shale.encoder import Written
 from shale.ingest import metrics
 from shale.ingest.committer import Committer
 from shale.ingest.pauses import RegistryBackoff

@@ -25,7 +25,7 @@ from typing import Any, cast
 import pyarrow as pa
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, KafkaException, TopicPartition
 
-from shale.block.schemas import HEADERS
+from shale.block import HEADERS
 from shale.errors import RetryableError
 from shale.ingest.plan import PartitionRange
 from shale.kafka import FETCH_BYTES, FETCH_WAIT_MS

@@ -8,7 +8,7 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
-from shale.encoder.chunks import Written, top_reasons
+from shale.encoder import Written, top_reasons
 from shale.ingest import metrics
 
 log = logging.getLogger("shale.ingest.job")

@@ -34,14 +34,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict
 
-from shale.encoder.chunks import Chunk, GroupSpec, Written, write_chunks
-from shale.encoder.records import normalize
+from shale.encoder import Chunk, GroupSpec, Written, normalize, write_chunks
 from shale.errors import ShaleError
 from shale.failpoints import failpoint
 from shale.ingest.plan import BatchPlan, PartitionRange, TopicPartition
 from shale.objstore import Bucket, CallCounter, scratch_bucket, task_bucket
 from shale.resources import PeakMemory, release_free_memory
-from shale.schemas.registry import RegistryUnavailableError
+from shale.schemas import RegistryUnavailableError
 
 ERROR_CHARS = 1000
 """How much of the registry's error a ``Paused`` carries."""

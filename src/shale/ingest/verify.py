@@ -29,13 +29,12 @@ from typing import NamedTuple, Protocol
 
 import pyarrow as pa
 
-from shale.block import BlockMeta, Dataset, read_dataset
-from shale.block.records import IncarnationCodes, row_incarnations
+from shale.block import BlockMeta, Dataset, IncarnationCodes, read_dataset, row_incarnations
 from shale.config import KafkaConfig
 from shale.errors import ConfigError
 from shale.index import OffsetRow
 from shale.kafka import admin, describe_topics, existing_offsets, offset_bounds
-from shale.metastore.erasures import erased_offsets
+from shale.metastore import erased_offsets
 from shale.objstore import BucketReader
 
 

@@ -7,7 +7,10 @@ writes), ``http``/``client`` (the API), ``dlq`` (dead letter queue), ``maintenan
 readers).
 """
 
-from shale.metastore.client import MetastoreClient
+import typing as _typing
+
+from shale.exports import lazy_exports as _lazy_exports
+from shale.metastore.client import MetastoreClient, tls_verify
 from shale.metastore.commands import (
     AcknowledgeOffsetLoss,
     AcquireIngestLease,
@@ -15,36 +18,67 @@ from shale.metastore.commands import (
     Command,
     CommitIngestBatch,
     DeleteTombstones,
+    ErasedPosition,
+    ErasureWatermark,
     Noop,
     OffsetRange,
     PartitionKey,
+    PlanErasure,
     QuarantineBlocks,
+    RecordErasureReceipt,
+    RecordRestore,
     ReleaseIngestLease,
     RenewIngestLease,
     ReplaceBlocks,
+    RequestErasure,
     Result,
     SetActiveGeneration,
+    SetCompactionFailureLimit,
     SetIngestShards,
+    TrimBlockChanges,
     TruncateIndex,
     decode,
     encode,
 )
 from shale.metastore.dlq import DeadLetterQueue
-from shale.metastore.fsm import Entry, StateMachine
+from shale.metastore.erasures import erased_offsets, erasure_id
+from shale.metastore.fsm import Entry, StateMachine, restore_file
+from shale.metastore.garbage import Claims, unclaimed
+from shale.metastore.leases import BRIDGED_SILENCE, LEASE_REASONS
 from shale.metastore.log import RaftLog, SingleNodeLog
 from shale.metastore.reads import IndexReads, read_only_index
-from shale.metastore.server import MetastoreNode, open_index_view, open_metastore
+from shale.metastore.server import (
+    MetastoreNode,
+    client_token,
+    open_index_view,
+    open_metastore,
+    remote_client,
+    state_path,
+)
 from shale.metastore.service import MetastoreService
+from shale.metastore.shards import shard_of
+
+if _typing.TYPE_CHECKING:
+    from shale.metastore.rebuild import rebuild_from_bucket
+
+__getattr__ = _lazy_exports(__name__, {  # each public name's module, imported on first use
+    "rebuild_from_bucket": "rebuild",
+})
 
 __all__ = [
+    "BRIDGED_SILENCE",
+    "LEASE_REASONS",
     "AcknowledgeOffsetLoss",
     "AcquireIngestLease",
     "AddBlocks",
+    "Claims",
     "Command",
     "CommitIngestBatch",
     "DeadLetterQueue",
     "DeleteTombstones",
     "Entry",
+    "ErasedPosition",
+    "ErasureWatermark",
     "IndexReads",
     "MetastoreClient",
     "MetastoreNode",
@@ -52,20 +86,36 @@ __all__ = [
     "Noop",
     "OffsetRange",
     "PartitionKey",
+    "PlanErasure",
     "QuarantineBlocks",
     "RaftLog",
+    "RecordErasureReceipt",
+    "RecordRestore",
     "ReleaseIngestLease",
     "RenewIngestLease",
     "ReplaceBlocks",
+    "RequestErasure",
     "Result",
     "SetActiveGeneration",
+    "SetCompactionFailureLimit",
     "SetIngestShards",
     "SingleNodeLog",
     "StateMachine",
+    "TrimBlockChanges",
     "TruncateIndex",
+    "client_token",
     "decode",
     "encode",
+    "erased_offsets",
+    "erasure_id",
     "open_index_view",
     "open_metastore",
     "read_only_index",
+    "rebuild_from_bucket",
+    "remote_client",
+    "restore_file",
+    "shard_of",
+    "state_path",
+    "tls_verify",
+    "unclaimed",
 ]

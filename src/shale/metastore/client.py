@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from shale.block import BlockMeta
-from shale.compaction.messages import PollRequest, PollResponse
+from shale.compaction import PollRequest, PollResponse
 from shale.errors import (
     AccessDeniedError,
     CommandRejectedError,

@@ -12,10 +12,8 @@ from typing import Annotated, Any, ClassVar, Literal, get_args
 import msgpack
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from shale.block import BlockMeta
-from shale.block.layout import RESTORE_JOB_PATTERN
-from shale.block.meta import INCARNATION_PATTERN
-from shale.compaction.messages import AssignJob, JobUpdate, NewJob
+from shale.block import INCARNATION_PATTERN, RESTORE_JOB_PATTERN, BlockMeta
+from shale.compaction import AssignJob, JobUpdate, NewJob
 from shale.errors import CommandRejectedError
 
 

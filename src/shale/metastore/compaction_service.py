@@ -26,15 +26,27 @@ from typing import Any
 
 from prometheus_client import Counter, Histogram
 
-from shale.block import BlockMeta
-from shale.block.records import shared_scopes
-from shale.compaction.messages import Assigned, AssignJob, JobUpdate, NewJob, PollRequest
-from shale.compaction.model import Assignment, Job, JobStatus, PlanLimits, PlanUpdate, QueueKey
-from shale.compaction.planner import plan_jobs
-from shale.compaction.scheduler import apply_assignment, choose_assignments, evictions, owns
+from shale.block import BlockMeta, shared_scopes
+from shale.compaction import (
+    Assigned,
+    AssignJob,
+    Assignment,
+    Job,
+    JobStatus,
+    JobUpdate,
+    NewJob,
+    PlanLimits,
+    PlanUpdate,
+    PollRequest,
+    QueueKey,
+    apply_assignment,
+    choose_assignments,
+    evictions,
+    owns,
+    plan_jobs,
+)
 from shale.errors import CommandRejectedError
-from shale.index import IndexWriter
-from shale.index.compaction_state import CompactionState
+from shale.index import CompactionState, IndexWriter
 from shale.metastore import erasures
 from shale.metastore.commands import Result, SetCompactionFailureLimit, UpdateCompactionPlan
 

@@ -28,12 +28,10 @@ from dataclasses import dataclass, field
 
 from prometheus_client import Counter, Gauge
 
-from shale.block.layout import DLQ_PREFIX
-from shale.block.names import check_tenant
+from shale.block import DLQ_PREFIX, check_tenant
 from shale.errors import CommandRejectedError, MetastoreUnavailableError, NotFoundError, RetryableError
 from shale.metastore.commands import Command, CommitIngestBatch, Result, decode, encode
-from shale.objstore import Bucket
-from shale.objstore.naming import OrderedNames
+from shale.objstore import Bucket, OrderedNames
 
 log = logging.getLogger(__name__)
 REJECTED_PREFIX = "_shale/dlq-rejected/"

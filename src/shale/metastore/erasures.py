@@ -24,14 +24,11 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from shale.block import BlockMeta
-from shale.block.layout import block_prefix
-from shale.compaction.messages import ErasePlan, JobUpdate
-from shale.compaction.model import Job, QueueKey
+from shale.block import BlockMeta, block_prefix
+from shale.compaction import ErasePlan, Job, JobUpdate, QueueKey
 from shale.errors import CommandRejectedError
-from shale.index import IndexWriter
+from shale.index import CompactionState, IndexWriter
 from shale.index import erasures as store
-from shale.index.compaction_state import CompactionState
 from shale.metastore.commands import PlanErasure, RecordErasureReceipt, RequestErasure, Result
 
 JOB_PREFIX = "erasure:"

@@ -19,12 +19,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from shale.block import BlockMeta
-from shale.block.layout import META_FILENAME
+from shale.block import META_FILENAME, BlockMeta
 from shale.errors import CommandRejectedError
-from shale.index import PARTITION_WINDOW_MS, IndexReader, IndexWriter, connect, copy_state, create
+from shale.index import (
+    PARTITION_WINDOW_MS,
+    IndexReader,
+    IndexWriter,
+    begin,
+    checkpoint,
+    commit,
+    connect,
+    copy_state,
+    create,
+    rollback,
+)
 from shale.index import offsets as offset_store
-from shale.index.schema import begin, checkpoint, commit, rollback
 from shale.metastore.commands import (
     COMMAND_KINDS,
     AcknowledgeOffsetLoss,

@@ -31,7 +31,7 @@ from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from shale.compaction.messages import PollRequest
+from shale.compaction import PollRequest
 from shale.errors import (
     AccessDeniedError,
     CommandRejectedError,

@@ -35,9 +35,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from shale.errors import CommandRejectedError
-from shale.index import IndexWriter
+from shale.index import IndexWriter, ShardMap, placement, shard_map, shard_maps
 from shale.index import leases as store
-from shale.index.leases import ShardMap, placement, shard_map, shard_maps
 from shale.metastore.commands import (
     AcquireIngestLease,
     CommitIngestBatch,

@@ -21,21 +21,24 @@ from typing import Any
 from prometheus_client import Counter, Gauge
 
 from shale.block import (
+    META_FILENAME,
     BlockFetcher,
     BlockState,
     Cleaner,
     DeletionMark,
     MetastoreView,
+    Overlap,
+    check_block_folder,
+    check_file_name,
     deletion_mark_key,
+    legacy_block_prefix,
+    overlaps,
     write_deletion_mark,
 )
-from shale.block.layout import META_FILENAME, check_block_folder, check_file_name, legacy_block_prefix
-from shale.block.overlap import Overlap, overlaps
 from shale.bucketindex import DeltaLink, DeltaWriter
-from shale.compaction.planner import uncompactable
+from shale.compaction import uncompactable
 from shale.config import RetentionConfig, granted_delete_delay
-from shale.index import PartitionRow, TombstoneRow
-from shale.index.compaction_state import CompactionState
+from shale.index import CompactionState, PartitionRow, TombstoneRow
 from shale.metastore.commands import DeleteTombstones, PartitionKey, TruncateIndex
 from shale.metastore.dlq import Committed, DeadLetterQueue
 from shale.metastore.garbage import Claims, unclaimed

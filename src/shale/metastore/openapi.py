@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import FastAPI
 from pydantic import TypeAdapter
 
-from shale.compaction.messages import PollRequest
+from shale.compaction import PollRequest
 from shale.metastore.commands import Command
 from shale.metastore.reads import served_reads
 

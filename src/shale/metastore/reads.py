@@ -30,6 +30,7 @@ from pydantic import TypeAdapter
 from shale.block import BlockMeta
 from shale.errors import ConfigError
 from shale.index import (
+    CompactionState,
     IncarnationRow,
     IndexReader,
     LossRow,
@@ -40,7 +41,6 @@ from shale.index import (
     copy_state,
     parse_matchers,
 )
-from shale.index.compaction_state import CompactionState
 from shale.metastore.compaction_service import job_rows, queue_counts
 from shale.metastore.erasures import erasure_rows
 from shale.metastore.leases import lease_rows

@@ -30,11 +30,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shale.block import BlockFetcher, BlockMeta, BlockState
-from shale.block.recover import recover_meta
+from shale.block import BlockFetcher, BlockMeta, BlockState, recover_meta
 from shale.errors import ConfigError
+from shale.index import begin, commit
 from shale.index import offsets as offset_store
-from shale.index.schema import begin, commit
 from shale.metastore.fsm import StateMachine
 from shale.objstore import BucketReader
 

@@ -13,9 +13,8 @@ transaction.
 from __future__ import annotations
 
 from shale.errors import CommandRejectedError
-from shale.index import IndexWriter
+from shale.index import IndexWriter, restore_rows
 from shale.index import restores as store
-from shale.index.restores import restore_rows
 from shale.metastore.commands import RecordRestore, Result
 
 KEPT = 1000

@@ -15,11 +15,10 @@ from typing import Any
 
 from prometheus_client import Counter, Histogram
 
-from shale.compaction.messages import PollRequest, PollResponse
-from shale.compaction.model import PlanLimits
+from shale.compaction import PlanLimits, PollRequest, PollResponse
 from shale.config import CompactionConfig
 from shale.errors import MetastoreUnavailableError
-from shale.index.compaction_state import CompactionState
+from shale.index import CompactionState
 from shale.metastore.commands import Command, Result
 from shale.metastore.compaction_service import plan_command, prepare_plan
 from shale.metastore.fsm import StateMachine

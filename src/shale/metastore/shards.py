@@ -38,10 +38,9 @@ import sqlite3
 from collections.abc import Collection, Mapping
 
 from shale.errors import CommandRejectedError
-from shale.index import IndexWriter
+from shale.index import IndexWriter, Key, ShardMap, placement, shard_map
 from shale.index import leases as store
 from shale.index import offsets as offset_store
-from shale.index.leases import Key, ShardMap, placement, shard_map
 from shale.metastore.commands import CommitIngestBatch, Result, SetIngestShards
 
 _MASK = (1 << 64) - 1

@@ -1,5 +1,8 @@
 """Object storage: one small bucket interface over obstore (see protocols.py for the contract)."""
 
+import typing as _typing
+
+from shale.exports import lazy_exports as _lazy_exports
 from shale.objstore.counting import CallCounter
 from shale.objstore.obstore_bucket import ObstoreBucket
 from shale.objstore.open import local_path, open_bucket, open_bucket_url, scratch_bucket, task_bucket
@@ -13,6 +16,13 @@ from shale.objstore.protocols import (
 )
 from shale.objstore.types import ObjectInfo, PutResult, check_key
 
+if _typing.TYPE_CHECKING:
+    from shale.objstore.naming import OrderedNames
+
+__getattr__ = _lazy_exports(__name__, {  # each public name's module, imported on first use
+    "OrderedNames": "naming",
+})
+
 __all__ = [
     "Bucket",
     "BucketReader",
@@ -23,6 +33,7 @@ __all__ = [
     "ObjectReader",
     "ObjectWriter",
     "ObstoreBucket",
+    "OrderedNames",
     "PutResult",
     "check_key",
     "local_path",

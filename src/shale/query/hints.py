@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from shale.block import BlockMeta
-from shale.block.names import RECORD_LABEL
+from shale.block import RECORD_LABEL, BlockMeta
 from shale.query.plan import BlockSource, plan_query
 from shale.query.reader import Query
 

@@ -17,10 +17,18 @@ from typing import Any, Literal, Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shale.block import BlockMeta, Dataset
-from shale.block.names import RECORD_LABEL
-from shale.block.records import RecordScope, shared_scopes
-from shale.block.schemas import BACKUP_SCHEMA, QUARANTINE_SCHEMA, TIMESTAMP, decode_column_types, partition_schema
+from shale.block import (
+    BACKUP_SCHEMA,
+    QUARANTINE_SCHEMA,
+    RECORD_LABEL,
+    TIMESTAMP,
+    BlockMeta,
+    Dataset,
+    RecordScope,
+    decode_column_types,
+    partition_schema,
+    shared_scopes,
+)
 from shale.index import Matcher
 
 Kind = Literal["records", "quarantine"]

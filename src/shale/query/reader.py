@@ -16,9 +16,7 @@ from typing import Protocol, runtime_checkable
 
 import pyarrow as pa
 
-from shale.block import read_dataset
-from shale.block.names import check_tenant
-from shale.block.records import IncarnationCodes, row_incarnations
+from shale.block import IncarnationCodes, check_tenant, read_dataset, row_incarnations
 from shale.errors import IncompatibleColumnError
 from shale.index import Matcher, parse_matchers
 from shale.objstore import BucketReader, CallCounter

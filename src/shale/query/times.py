@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 
-from shale.config.types import parse_duration
+from shale.config import parse_duration
 
 
 def parse_time(text: str, now: float | None = None) -> int:

@@ -27,7 +27,7 @@ from typing import Protocol
 from shale.block import BlockMeta, quarantine_mark_key, write_deletion_mark, write_quarantine_mark
 from shale.errors import ShaleError
 from shale.failpoints import failpoint
-from shale.metastore.commands import QuarantineBlocks, ReplaceBlocks, Result
+from shale.metastore import QuarantineBlocks, ReplaceBlocks, Result
 from shale.objstore import Bucket
 from shale.repair.build import Builder
 from shale.repair.model import REPAIR, BuildRequest, Plan, Step

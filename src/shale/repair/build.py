@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 from obstore.store import MemoryStore
 
 from shale.block import (
+    BACKUP_SCHEMA,
     BlockMeta,
     BlockSpec,
     Dataset,
@@ -33,10 +34,9 @@ from shale.block import (
     read_dataset,
     write_block,
 )
-from shale.block.schemas import BACKUP_SCHEMA
-from shale.compactor.merge import merge_blocks
+from shale.compactor import merge_blocks
 from shale.config import BucketConfig, IngestConfig, KafkaConfig
-from shale.encoder.chunks import Chunk, GroupSpec, write_chunk
+from shale.encoder import Chunk, GroupSpec, write_chunk
 from shale.errors import RetryableError, ShaleError
 from shale.kafka import client_options, describe_topics
 from shale.objstore import Bucket, ObstoreBucket, task_bucket

@@ -35,9 +35,18 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from shale.block import BlockMeta, BlockState, KafkaRange, deterministic_block_id
-from shale.block.overlap import Holders, Scope, overlaps, scopes, spans
-from shale.compactor.merge import output_id
+from shale.block import (
+    BlockMeta,
+    BlockState,
+    Holders,
+    KafkaRange,
+    Scope,
+    deterministic_block_id,
+    overlaps,
+    scopes,
+    spans,
+)
+from shale.compactor import output_id
 from shale.repair.model import ABSENT, REPAIR, BlockFacts, Plan, Sources, Step
 
 LIVE = (BlockState.HEALTHY.value, BlockState.HEALTHY_OVERLAPPED.value)

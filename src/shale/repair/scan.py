@@ -14,13 +14,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from shale.block import BlockFetcher, BlockMeta, BlockState, BlockView, ParserInfo, block_file_key
-from shale.block.writer import crc32_hex
+from shale.block import BlockFetcher, BlockMeta, BlockState, BlockView, ParserInfo, block_file_key, crc32_hex
 from shale.config import BucketConfig, IngestConfig, KafkaConfig
 from shale.errors import NotFoundError
 from shale.logs import redact
-from shale.metastore.garbage import Claims, unclaimed
-from shale.metastore.reads import IndexReads
+from shale.metastore import Claims, IndexReads, unclaimed
 from shale.objstore import BucketReader
 from shale.repair.model import ABSENT, BlockFacts, KafkaPartition, Sources
 
@@ -139,7 +137,7 @@ def kafka_state(config: KafkaConfig) -> Callable[[list[tuple[str, int]]], dict[t
 
 def current_parsers(bucket: BucketConfig, ingest: IngestConfig) -> Callable[[list[str]], dict[str, ParserInfo | str]]:
     """The parser each topic gets now from ``ingest.parsers`` (or why it gets none), for ``scan_tenant``."""
-    from shale.encoder.chunks import GroupSpec
+    from shale.encoder import GroupSpec
 
     spec = GroupSpec("partition", ingest.generation, bucket, ingest)
 

@@ -26,17 +26,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from shale.block import BlockMeta
 from shale.config import ParserRule, ShaleConfig
-from shale.encoder.parsers import load_parser
+from shale.encoder import load_parser
 from shale.errors import ConfigError
 from shale.failpoints import failpoint
 from shale.index import OffsetRow
-from shale.ingest.committer import IngestConflictError, batch_commit
-from shale.ingest.plan import PartitionRange
+from shale.ingest import IngestConflictError, PartitionRange, batch_commit
 from shale.metastore import Command, Result
 from shale.reprocess.schema import ReaderSchema, resolve_reader
 from shale.reprocess.task import run_partition
 from shale.reprocess.wire import PartitionWork, RoundSpec, decode_written, encode_spec, encode_work
-from shale.schemas.registry import KnownSchemas
+from shale.schemas import KnownSchemas
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -15,11 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from shale.config import SchemaRegistryConfig
-from shale.encoder.parsers import ParseError, load_parser
-from shale.encoder.parsers.registryparser import RegistryParser
+from shale.encoder import ParseError, RegistryParser, load_parser
 from shale.errors import ConfigError
-from shale.schemas.registry import KnownSchemas, RegistryClient, UnknownSchemaError, with_references
-from shale.schemas.wire import frame
+from shale.schemas import KnownSchemas, RegistryClient, UnknownSchemaError, frame, with_references
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,12 @@ import pyarrow as pa
 
 from shale.block import backup_rows
 from shale.config import BucketConfig, SchemaRegistryConfig
-from shale.encoder.chunks import GroupSpec, Written
-from shale.ingest.plan import BatchPlan
-from shale.ingest.task import ChunkWriter, chunk_bytes
+from shale.encoder import GroupSpec, Written
+from shale.ingest import BatchPlan, ChunkWriter, chunk_bytes
 from shale.objstore import task_bucket
 from shale.reprocess.wire import decode_spec, decode_work, encode_written
 from shale.resources import PeakMemory
-from shale.schemas.registry import RegistryClient
+from shale.schemas import RegistryClient
 
 
 def run_partition(work_json: str, spec_json: str, bucket_config: BucketConfig,

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 
 from shale.block import BlockMeta, read_dataset
 from shale.errors import NotFoundError
-from shale.metastore.reads import IndexReads
+from shale.metastore import IndexReads
 from shale.objstore import BucketReader
 
 

@@ -16,9 +16,9 @@ from pydantic import TypeAdapter
 
 from shale.block import BlockMeta
 from shale.config import IngestConfig
-from shale.encoder.chunks import Written
-from shale.ingest.plan import PartitionRange
-from shale.schemas.registry import KnownSchemas
+from shale.encoder import Written
+from shale.ingest import PartitionRange
+from shale.schemas import KnownSchemas
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shale.block import BlockMeta
-from shale.block.records import row_incarnation_names
+from shale.block import BlockMeta, row_incarnation_names
 
 
 @dataclass(frozen=True)

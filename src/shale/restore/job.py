@@ -21,14 +21,12 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from shale.block.layout import RESTORE_JOB
+from shale.block import RESTORE_JOB
 from shale.config import BucketConfig, KafkaConfig
 from shale.errors import ConfigError
 from shale.kafka import client_options, describe_topics
 from shale.logs import redact
-from shale.metastore.commands import RecordRestore, Result
-from shale.metastore.erasures import erased_offsets
-from shale.metastore.reads import IndexReads
+from shale.metastore import IndexReads, RecordRestore, Result, erased_offsets
 from shale.restore import metrics
 from shale.restore.plan import (
     PartitionPlan,

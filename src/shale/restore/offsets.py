@@ -26,7 +26,7 @@ from typing import Any
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from shale.block.layout import parse_restore_dead_letter_key, restore_dead_letters_prefix
+from shale.block import parse_restore_dead_letter_key, restore_dead_letters_prefix
 from shale.config import BucketConfig
 from shale.errors import ConfigError, RetryableError
 from shale.objstore import BucketReader

@@ -29,8 +29,7 @@ import pyarrow.compute as pc
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from pydantic import TypeAdapter
 
-from shale.block import BlockMeta, backup_rows
-from shale.block.layout import restore_dead_letter_key
+from shale.block import BlockMeta, backup_rows, restore_dead_letter_key
 from shale.config import BucketConfig
 from shale.errors import ShaleError
 from shale.failpoints import failpoint

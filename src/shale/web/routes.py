@@ -13,8 +13,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from shale.config import ShaleConfig
-from shale.metastore import auth, sessions
-from shale.metastore.reads import IndexReads
+from shale.metastore import IndexReads, auth, sessions
 from shale.objstore import BucketReader
 from shale.web.page import login_page, render
 from shale.web.status import collect

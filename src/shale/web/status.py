@@ -7,12 +7,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from shale.block import bucket_index_key
-from shale.block.layout import DLQ_PREFIX
+from shale.block import DLQ_PREFIX, bucket_index_key
 from shale.config import ShaleConfig
 from shale.errors import NotFoundError, ShaleError
 from shale.logs import redact
-from shale.metastore.reads import IndexReads
+from shale.metastore import IndexReads
 from shale.objstore import BucketReader
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shale.config.parsers import parser_entry_points
+from shale.config import parser_entry_points
 from shale.encoder.parsers.base import ParseError, Parser, infer_year, to_ms, to_us
 from shale.errors import ConfigError
 

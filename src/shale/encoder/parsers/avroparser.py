@@ -28,8 +28,7 @@ from pydantic import Field
 
 from shale.encoder.parsers.base import ParseError
 from shale.encoder.parsers.registryparser import ONE_TYPE, RegistryOptions, RegistryParser
-from shale.schemas import avro
-from shale.schemas.wire import FramingError, id_counts, payload, schema_id
+from shale.schemas import FramingError, avro, id_counts, payload, schema_id
 
 
 class AvroOptions(RegistryOptions):

@@ -20,10 +20,8 @@ from typing import Any, ClassVar, Literal
 import pyarrow as pa
 from pydantic import ValidationError
 
-from shale.block.names import check_label_name
-from shale.block.schemas import RESERVED_COLUMNS
-from shale.config import IngestConfig
-from shale.config.parsers import ParserOptions, describe_errors
+from shale.block import RESERVED_COLUMNS, check_label_name
+from shale.config import IngestConfig, ParserOptions, describe_errors
 from shale.errors import ConfigError
 
 

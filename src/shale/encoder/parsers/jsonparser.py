@@ -12,7 +12,7 @@ import orjson
 import pyarrow as pa
 from pydantic import Field, field_validator, model_validator
 
-from shale.config.parsers import ParserOptions, TimeFormat, TimeZone
+from shale.config import ParserOptions, TimeFormat, TimeZone
 from shale.encoder.parsers.base import ParseError, Parser, infer_year, to_us
 from shale.encoder.parsers.jsontypes import TYPE_HELP, arrow_type, check_type, converter, iso_timestamp
 

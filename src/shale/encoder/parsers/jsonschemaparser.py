@@ -26,9 +26,7 @@ import pyarrow as pa
 
 from shale.encoder.parsers.base import ParseError
 from shale.encoder.parsers.registryparser import ONE_TYPE, RegistryOptions, RegistryParser
-from shale.schemas import jsonschema
-from shale.schemas.avro import SchemaError
-from shale.schemas.wire import FramingError, id_counts, payload, schema_id
+from shale.schemas import FramingError, SchemaError, id_counts, jsonschema, payload, schema_id
 
 
 class JsonSchemaOptions(RegistryOptions):

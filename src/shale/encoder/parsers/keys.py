@@ -20,11 +20,19 @@ import pyarrow as pa
 from google.protobuf.message import DecodeError
 
 from shale.encoder.parsers.base import ParseError
-from shale.schemas import avro, jsonschema, protobuf
-from shale.schemas.avro import SchemaError
-from shale.schemas.protobuf_versions import Resolver
-from shale.schemas.registry import RegisteredSchema, RegistryClient, UnknownSchemaError
-from shale.schemas.wire import FramingError, message_indexes, schema_id
+from shale.schemas import (
+    FramingError,
+    RegisteredSchema,
+    RegistryClient,
+    Resolver,
+    SchemaError,
+    UnknownSchemaError,
+    avro,
+    jsonschema,
+    message_indexes,
+    protobuf,
+    schema_id,
+)
 
 KeyFormat = Literal["", "avro", "protobuf", "json_schema"]
 SCHEMA_TYPES = {"avro": "AVRO", "protobuf": "PROTOBUF", "json_schema": "JSON"}

@@ -31,11 +31,17 @@ from google.protobuf.message import DecodeError
 
 from shale.encoder.parsers.base import ParseError
 from shale.encoder.parsers.registryparser import ONE_TYPE, RegistryOptions, RegistryParser
-from shale.schemas import protobuf
-from shale.schemas.avro import SchemaError
-from shale.schemas.protobuf_versions import Resolver, ValueMismatchError
-from shale.schemas.registry import RegisteredSchema, UnknownSchemaError
-from shale.schemas.wire import FramingError, message_indexes, schema_id
+from shale.schemas import (
+    FramingError,
+    RegisteredSchema,
+    Resolver,
+    SchemaError,
+    UnknownSchemaError,
+    ValueMismatchError,
+    message_indexes,
+    protobuf,
+    schema_id,
+)
 
 Key = tuple[int, tuple[int, ...]]
 """A record's schema id and message-index array."""

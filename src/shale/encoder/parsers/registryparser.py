@@ -17,15 +17,12 @@ from typing import Any, ClassVar, Literal
 import pyarrow as pa
 from pydantic import Field, model_validator
 
-from shale.block.names import RECORD_LABEL, check_label_name
-from shale.block.schemas import RESERVED_COLUMNS
-from shale.config import IngestConfig, SchemaRegistryConfig
-from shale.config.parsers import ParserOptions
+from shale.block import RECORD_LABEL, RESERVED_COLUMNS, check_label_name
+from shale.config import IngestConfig, ParserOptions, SchemaRegistryConfig
 from shale.encoder.parsers.base import ParseError, Parser, to_us
 from shale.encoder.parsers.keys import KeyDecoder, KeyFormat
 from shale.errors import ConfigError
-from shale.schemas.registry import RegisteredSchema, RegistryClient, UnknownSchemaError
-from shale.schemas.wire import FramingError, schema_id
+from shale.schemas import FramingError, RegisteredSchema, RegistryClient, UnknownSchemaError, schema_id
 
 ONE_TYPE = ("under subject_name_strategy 'topic' (set the parser's subject_name_strategy to 'record' or "
             "'topic_record' to store each record type as its own dataset)")

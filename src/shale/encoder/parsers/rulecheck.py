@@ -30,9 +30,7 @@ from shale.encoder.parsers import load_parser
 from shale.encoder.parsers.base import ParseError
 from shale.encoder.parsers.registryparser import RegistryParser
 from shale.errors import ConfigError
-from shale.schemas import SchemaError, protobuf
-from shale.schemas.registry import RegisteredSchema, UnknownSchemaError
-from shale.schemas.wire import frame
+from shale.schemas import RegisteredSchema, SchemaError, UnknownSchemaError, frame, protobuf
 
 MAX_MESSAGES = 64
 """A Protobuf file's first top-level messages the check tries (their index fits in one byte)."""

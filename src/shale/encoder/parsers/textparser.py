@@ -17,7 +17,7 @@ from typing import Any, Literal
 import pyarrow as pa
 from pydantic import Field, field_validator, model_validator
 
-from shale.config.parsers import ParserOptions, Pattern, StrftimeFormat, TimeZone
+from shale.config import ParserOptions, Pattern, StrftimeFormat, TimeZone
 from shale.encoder.parsers.base import ParseError, Parser, infer_year, to_us
 
 PRESETS: dict[str, dict[str, Any]] = {
