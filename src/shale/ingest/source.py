@@ -1,5 +1,4 @@
-"""An ingest task's Kafka read: one librdkafka consumer assigned every partition the task reads (kept by the Python
-worker for its next task, ``_CONSUMERS``).
+"""An ingest task's Kafka read: one librdkafka consumer per task, assigned every partition the task reads.
 
 Spark's Kafka source reads a task's partitions one after another, each through its own pooled consumer, and asks
 the broker for the partition's offset range after every poll; a batch over many partitions paid those round trips
@@ -19,7 +18,6 @@ transaction's markers, aborted records, compacted records) need no record. An of
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
@@ -109,11 +107,9 @@ def read_ranges(options: dict[str, Any], ranges: Sequence[PartitionRange], held_
     parts = {(r.topic, r.partition): _Partition(r) for r in ranges if r.end > r.start}
     if not parts:
         return
-    consumer = _consumer(options)
+    consumer = Consumer(options)
     try:
-        assigned = [TopicPartition(t, p, x.range.start) for (t, p), x in parts.items()]
-        consumer.assign(assigned)
-        consumer.resume(assigned)  # a kept consumer's partitions may be paused from its last task
+        consumer.assign([TopicPartition(t, p, x.range.start) for (t, p), x in parts.items()])
         order = list(parts)  # the order partitions are handed on in: the first to end, then the fullest
         current = order[0]
         paused: list[TopicPartition] = []
@@ -126,7 +122,7 @@ def read_ranges(options: dict[str, Any], ranges: Sequence[PartitionRange], held_
             if cur.done:
                 order.remove(current)
                 if not order:
-                    break
+                    return
                 current = max(order, key=lambda tp: (parts[tp].done, parts[tp].bytes))
                 if paused:
                     consumer.resume([tp for tp in paused if not parts[(tp.topic, tp.partition)].done])
@@ -177,30 +173,10 @@ def read_ranges(options: dict[str, Any], ranges: Sequence[PartitionRange], held_
                 seen, seen_bytes = seen + 1, seen_bytes + size
                 if offset >= x.range.end - 1:
                     _finish(consumer, x)
-        consumer.unassign()  # read to the end: kept for the task after this one, with nothing fetched ahead
-    except BaseException as exc:  # a failed read, or a task that stopped reading: the consumer is not kept
-        _CONSUMERS.pop(_key(options), None)
+    except KafkaException as exc:
+        raise RetryableError(f"Kafka failed the read: {exc}") from None
+    finally:
         consumer.close()
-        if isinstance(exc, KafkaException):
-            raise RetryableError(f"Kafka failed the read: {exc}") from None
-        raise
-
-
-_CONSUMERS: dict[str, Consumer] = {}
-"""This process's consumer per configuration, kept from one task to the next (Spark reuses a Python worker for the
-tasks of later batches): a new consumer per task paid its connections, authentication and metadata again in
-every batch, which a low-latency profile's small batches felt most."""
-
-
-def _key(options: dict[str, Any]) -> str:
-    return json.dumps(sorted((k, str(v)) for k, v in options.items() if k != "logger"))
-
-
-def _consumer(options: dict[str, Any]) -> Consumer:
-    key = _key(options)
-    if key not in _CONSUMERS:
-        _CONSUMERS[key] = Consumer(options)
-    return _CONSUMERS[key]
 
 
 def read_share(options: dict[str, Any], shares: Sequence[Sequence[PartitionRange]], held: int,

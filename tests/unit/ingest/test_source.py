@@ -91,9 +91,6 @@ class _Consumer:
     def close(self) -> None:
         self.closed = True
 
-    def unassign(self) -> None:
-        self.position, self.queue = {}, []
-
     def consume(self, num_messages: int, timeout: float) -> list[_Message]:
         # What was fetched and not returned yet comes first (a paused partition's included, as librdkafka may).
         out, self.queue = self.queue[:num_messages], self.queue[num_messages:]
@@ -133,7 +130,6 @@ def _read(monkeypatch: pytest.MonkeyPatch, logs: dict[tuple[str, int], tuple[lis
           ranges: list[PartitionRange], held: int, seed: int) -> list[pa.RecordBatch]:
     _Consumer.logs, _Consumer.rng, _Consumer.opened = logs, random.Random(seed), []
     monkeypatch.setattr(source, "Consumer", _Consumer)
-    monkeypatch.setattr(source, "_CONSUMERS", {})
     monkeypatch.setattr(source, "RUN_ROWS", 7)
     return list(source.read_ranges({}, ranges, held))
 
@@ -164,9 +160,7 @@ def test_every_planned_record_is_handed_on_once_in_partition_runs_whatever_the_i
     expected = {(r.topic, r.partition): [o for o in logs[(r.topic, r.partition)][0] if r.start <= o < r.end]
                 for r in ranges}
     assert got == {tp: offsets for tp, offsets in expected.items() if offsets}
-    # One consumer, kept for the next task with nothing assigned (none when nothing was planned).
-    assert len(_Consumer.opened) == (1 if any(r.end > r.start for r in ranges) else 0)
-    assert all(not c.closed and not c.position for c in _Consumer.opened)
+    assert all(c.closed for c in _Consumer.opened)
 
 
 def test_a_read_that_gets_no_record_fails_so_that_the_batch_is_planned_again(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -174,12 +168,10 @@ def test_a_read_that_gets_no_record_fails_so_that_the_batch_is_planned_again(mon
     logs = {("t", 0): ([0, 1], 2)}
     _Consumer.logs, _Consumer.opened = logs, []
     monkeypatch.setattr(source, "Consumer", _Consumer)
-    monkeypatch.setattr(source, "_CONSUMERS", {})
     reader: Iterator[pa.RecordBatch] = source.read_ranges({}, [PartitionRange("t", 0, "inc", 0, 5)], 10**9, stall=0.0)
     with pytest.raises(RetryableError, match=r"t\[0\]"):
         list(reader)
-    assert _Consumer.opened[0].closed  # a failed read's consumer is not kept
-    assert source._CONSUMERS == {}
+    assert _Consumer.opened[0].closed
 
 
 def test_tasks_share_the_ranges_evenly_and_the_same_way_every_time() -> None:
@@ -190,13 +182,3 @@ def test_tasks_share_the_ranges_evenly_and_the_same_way_every_time() -> None:
     assert max(sizes) - min(sizes) <= 100  # never more apart than the largest range
     assert shares == source.assign_tasks(list(reversed(ranges)), 2)
     assert len(source.assign_tasks(ranges[:1], 4)) == 1  # no empty task
-
-
-def test_a_worker_keeps_its_consumer_for_the_next_task(monkeypatch: pytest.MonkeyPatch) -> None:
-    _Consumer.logs, _Consumer.opened = {("t", 0): ([0, 1, 2], 3), ("t", 1): ([0, 1], 2)}, []
-    monkeypatch.setattr(source, "Consumer", _Consumer)
-    monkeypatch.setattr(source, "_CONSUMERS", {})
-    first = list(source.read_ranges({}, [PartitionRange("t", 0, "inc", 0, 3)], 10**9))
-    second = list(source.read_ranges({}, [PartitionRange("t", 1, "inc", 0, 2)], 10**9))
-    assert [b.column("offset").to_pylist() for b in first + second] == [[0, 1, 2], [0, 1]]
-    assert len(_Consumer.opened) == 1
