@@ -1,4 +1,4 @@
-"""The record encoder (seed 002's parsing and writing): Kafka records, as Spark's Kafka source gives them, into
+"""The record encoder (seed 002's parsing and writing): Kafka records, as an ingest task's consumer gives them, into
 blocks of the backup or partition group, for whoever writes blocks (ingest, reprocess, repair).
 
 The public face: ``write_chunk`` turns one chunk of one Kafka partition's records into blocks (``Written``),

@@ -4,9 +4,9 @@ Per batch (docs/DESIGN.md, section 10):
 
 1. Plan (``plan.py``): from the metastore's committed offsets and Kafka's current state, the exact offsets
    ``[start, end)`` each partition reads, in its topic incarnation; lost offsets are reported, never skipped.
-2. Read those offsets with Spark's Kafka source (a batch read, ``read_committed``; ``read.py``), in at most as
-   many tasks as Spark has cores; tasks write blocks in byte-bounded chunks that tile each partition's range
-   (``task.py``), data objects then meta.json, under deterministic ids.
+2. Read those offsets in at most as many Spark tasks as Spark has cores, each with one librdkafka consumer
+   (``read_committed``; ``read.py``, ``source.py``); tasks write blocks in byte-bounded chunks that tile each
+   partition's range (``task.py``), data objects then meta.json, under deterministic ids.
 3. Send one ``CommitIngestBatch`` with every block and every planned range; the metastore accepts it only if
    each range starts at the committed end (or it is an exact replay). Only then is the next batch planned.
    A partition whose task paused on the Schema Registry commits only the chunks written before the pause

@@ -3,7 +3,7 @@ after another (the driver gives a batch no more tasks than Spark has cores: ``ta
 span the partitions the task reached (a chunk's blocks are cut by topic, tenant and hour, never by partition, so a
 batch writes objects in proportion to its tasks, not its partitions).
 
-Records arrive as Arrow batches (at most ``spark.sql.execution.arrow.maxBytesPerBatch`` each). They are buffered
+Records arrive as Arrow batches of one partition each (``shale.ingest.source``). They are buffered
 until the buffer reaches the chunk size, so a task holds at most about two chunks and one batch however large
 its partitions' ranges or its records; the chunk size is what the task process's memory bound leaves once its
 interpreter and libraries are loaded (``chunk_bytes``), measured again after every chunk (a reused Python worker
@@ -117,7 +117,7 @@ class ChunkWriter:
         planned = self.planned[tp]
         offsets = pc.min_max(table.column("offset"))
         if offsets["min"].as_py() < planned.start or offsets["max"].as_py() >= planned.end:
-            raise ShaleError(f"{tp[0]}[{tp[1]}]: Spark read offsets [{offsets['min']}, {offsets['max']}] outside "
+            raise ShaleError(f"{tp[0]}[{tp[1]}]: the task read offsets [{offsets['min']}, {offsets['max']}] outside "
                              f"the planned range [{planned.start},{planned.end})")
         return tp
 
@@ -164,8 +164,8 @@ class ChunkWriter:
         return _partition_of(self.buffer[0]) if self.buffer else None
 
     def add(self, batch: pa.RecordBatch) -> list[Written]:
-        """Records as Spark's Kafka source hands them over (one Arrow batch may end one partition and start the
-        next)."""
+        """Records as a task's reader hands them over (a batch that ends one partition and starts the next is cut
+        there)."""
         written = []
         for run in partition_runs(batch):
             started = time.perf_counter()
@@ -214,7 +214,7 @@ def chunk_bytes(bound: int, resident: int, group: str) -> int:
 
 PHASES = {
     "wait": "waiting for the task's Kafka consumer's next records (shale.ingest.source)",
-    "normalize": "Spark's columns to the backup schema",
+    "normalize": "Kafka's columns to the backup schema",
     "encode": "parsing, partitioning, Parquet encoding and checksums",
     "upload": "object-store requests (put-if-absent, the existence check, meta.json)",
 }
