@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
 import pyarrow as pa
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from shale.block import HEADERS
 from shale.errors import RetryableError
@@ -72,31 +72,29 @@ def assign_tasks(ranges: Sequence[PartitionRange], count: int) -> list[list[Part
 
 
 class _Partition:
-    """One partition's range, and its records read and not handed on yet, by column."""
+    """One partition's range, and its messages read and not handed on yet."""
 
     def __init__(self, r: PartitionRange) -> None:
         self.range = r
         self.done = False
-        self._clear()
-
-    def _clear(self) -> None:
-        self.keys: list[bytes | None] = []
-        self.values: list[bytes | None] = []
-        self.offsets: list[int] = []
-        self.stamps: list[int | None] = []
-        self.types: list[int] = []
-        self.headers: list[list[dict[str, Any]] | None] = []
+        self.messages: list[Message] = []
         self.bytes = 0
 
     def batch(self) -> pa.RecordBatch:
-        """The records held, handed on (and no longer held)."""
-        n, r = len(self.offsets), self.range
+        """The messages held, handed on as Arrow columns (and no longer held)."""
+        ms, r = self.messages, self.range
+        stamps = [m.timestamp() for m in ms]
+        headers = [cast(list[tuple[str, bytes | None]] | None, m.headers()) for m in ms]
         out = pa.RecordBatch.from_arrays([
-            pa.array(self.keys, pa.binary()), pa.array(self.values, pa.binary()),
-            pa.array([r.topic] * n, pa.string()), pa.array([r.partition] * n, pa.int32()),
-            pa.array(self.offsets, pa.int64()), pa.array(self.stamps, pa.timestamp("us", "UTC")),
-            pa.array(self.types, pa.int32()), pa.array(self.headers, HEADERS)], schema=COLUMNS)
-        self._clear()
+            pa.array([m.key() for m in ms], pa.binary()), pa.array([m.value() for m in ms], pa.binary()),
+            pa.array([r.topic] * len(ms), pa.string()), pa.array([r.partition] * len(ms), pa.int32()),
+            pa.array([m.offset() for m in ms], pa.int64()),
+            pa.array([None if kind == TIMESTAMP_NOT_AVAILABLE else at * 1000 for kind, at in stamps],
+                     pa.timestamp("us", "UTC")),
+            pa.array([TIMESTAMP_TYPES.get(kind, -1) for kind, _ in stamps], pa.int32()),
+            pa.array([[{"key": k, "value": v} for k, v in h] if h else None for h in headers], HEADERS)],
+            schema=COLUMNS)
+        self.messages, self.bytes = [], 0
         return out
 
 
@@ -117,7 +115,7 @@ def read_ranges(options: dict[str, Any], ranges: Sequence[PartitionRange], held_
         seen, seen_bytes = 0, 1
         while True:
             cur = parts[current]
-            if cur.offsets and (cur.done or len(cur.offsets) >= RUN_ROWS or cur.bytes >= held_bytes // 4):
+            if cur.messages and (cur.done or len(cur.messages) >= RUN_ROWS or cur.bytes >= held_bytes // 4):
                 yield cur.batch()
             if cur.done:
                 order.remove(current)
@@ -133,9 +131,10 @@ def read_ranges(options: dict[str, Any], ranges: Sequence[PartitionRange], held_
                 paused = [TopicPartition(t, p) for (t, p) in order if (t, p) != current and not parts[(t, p)].done]
                 if paused:
                     consumer.pause(paused)
-            # As many records as a quarter of what may be held, by the records' average size so far.
+            # As many records as a quarter of what may be held, by the records' average size so far. A call that
+            # waits asks for one record: librdkafka's consume() waits for its full count or its timeout.
             want = 1 if not seen else max(1, min(CONSUME_BATCH, held_bytes // 4 * seen // seen_bytes))
-            messages = consumer.consume(want, timeout=1.0)
+            messages = consumer.consume(want, timeout=0) or consumer.consume(1, timeout=1.0)
             if messages:
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > stall:
@@ -143,32 +142,24 @@ def read_ranges(options: dict[str, Any], ranges: Sequence[PartitionRange], held_
                 raise RetryableError(f"Kafka gave no record of {', '.join(waiting[:10])} for {stall:.0f} s; the "
                                      "batch is planned again")
             for m in messages:
-                tp = (cast(str, m.topic()), cast(int, m.partition()))
-                x = parts.get(tp)
                 error = m.error()
+                x = parts.get((cast(str, m.topic()), cast(int, m.partition())))
                 if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        if x is not None and cast(int, m.offset()) >= x.range.end:
-                            _finish(consumer, x)
-                        continue
-                    raise RetryableError(f"Kafka refused the read of {tp[0]}[{tp[1]}]: {error.str()} (offsets the "
-                                         "broker no longer holds are reported by the next plan)")
+                    if error.code() != KafkaError._PARTITION_EOF:
+                        raise RetryableError(f"Kafka refused the read of {m.topic()}[{m.partition()}]: "
+                                             f"{error.str()} (offsets the broker no longer holds are reported by "
+                                             "the next plan)")
+                    if x is not None and not x.done and cast(int, m.offset()) >= x.range.end:
+                        _finish(consumer, x)
+                    continue
                 if x is None or x.done:
                     continue
                 offset = cast(int, m.offset())
                 if offset >= x.range.end:
                     _finish(consumer, x)
                     continue
-                kind, ms = m.timestamp()
-                key, value = m.key(), m.value()
-                headers = cast(list[tuple[str, bytes | None]] | None, m.headers())
-                x.keys.append(key)
-                x.values.append(value)
-                x.offsets.append(offset)
-                x.stamps.append(None if kind == TIMESTAMP_NOT_AVAILABLE else ms * 1000)
-                x.types.append(TIMESTAMP_TYPES.get(kind, -1))
-                x.headers.append([{"key": k, "value": v} for k, v in headers] if headers else None)
-                size = len(value or b"") + len(key or b"") + 64
+                x.messages.append(m)
+                size = len(m) + 64  # the value's length, and about what the rest of a record takes
                 x.bytes += size
                 seen, seen_bytes = seen + 1, seen_bytes + size
                 if offset >= x.range.end - 1:

@@ -1,8 +1,8 @@
 """An ingest task's Kafka read (``shale.ingest.source``) against a model of librdkafka's consumer: whatever order the
 consumer interleaves partitions in, whichever offsets hold no record (markers, aborted or compacted records), and
 however little the task may hold, every record of the planned ranges is handed on exactly once, each partition's
-in one run in offset order, and nothing outside them. The real consumer is exercised by the integration tests
-(transactions, compacted topics, secured brokers)."""
+in one run in offset order, nothing outside them, and no record waits out the consumer's timeout. The real
+consumer is exercised by the integration tests (transactions, compacted topics, secured brokers)."""
 
 from __future__ import annotations
 
@@ -60,11 +60,16 @@ class _Message:
     def headers(self) -> list[tuple[str, bytes | None]] | None:
         return [("h", b"%d" % self._o)] if self._o % 5 == 0 else None
 
+    def __len__(self) -> int:
+        return len(self.value())
+
 
 class _Consumer:
     """librdkafka's consumer as the read uses it: each assigned, unpaused partition delivers its next records in
     fetches of a few records, partitions interleaved in a random order, and a partition-end event each time a
-    partition reaches its log end. ``logs`` holds each partition's offsets that have a record, and its end."""
+    partition reaches its log end, and, like librdkafka's, a call with a timeout that returns fewer records than it
+    asked for has waited out its timeout (counted in ``sat``). ``logs`` holds each partition's offsets that have a
+    record, and its end."""
 
     logs: dict[tuple[str, int], tuple[list[int], int]] = {}
     rng = random.Random(0)
@@ -77,6 +82,7 @@ class _Consumer:
         self.at_end: set[tuple[str, int]] = set()
         self.closed = False
         self.queue: list[_Message] = []
+        self.sat = 0
         _Consumer.opened.append(self)
 
     def assign(self, partitions: list[TopicPartition]) -> None:
@@ -110,6 +116,8 @@ class _Consumer:
                 self.at_end.add(tp)
                 out.append(_Message(*tp, end, _Error(KafkaError._PARTITION_EOF)))
         out, self.queue = out[:num_messages], out[num_messages:]
+        if out and len(out) < num_messages and timeout > 0:
+            self.sat += 1  # librdkafka would have held these records back for the whole timeout
         return out
 
 
@@ -161,6 +169,7 @@ def test_every_planned_record_is_handed_on_once_in_partition_runs_whatever_the_i
                 for r in ranges}
     assert got == {tp: offsets for tp, offsets in expected.items() if offsets}
     assert all(c.closed for c in _Consumer.opened)
+    assert not any(c.sat for c in _Consumer.opened), "the read waited out a timeout on records it could hand on"
 
 
 def test_a_read_that_gets_no_record_fails_so_that_the_batch_is_planned_again(monkeypatch: pytest.MonkeyPatch) -> None:
