@@ -48,7 +48,25 @@ BACKGROUND_NICE = 10
 """How much lower the CPU priority of the backup group and the compaction workers is in ``shale run``: when the
 machine is busy, the partition group (what queries read) gets the cores first, so its batches and the latency
 from produce to query stay short; the background services get every core the partition group leaves idle, and
-their work is the same, only later (the backup group's records wait in Kafka, within its retention)."""
+their work is the same, only later (the backup group's records wait in Kafka, within its retention).
+
+Each service is a session of its own (its process group is stopped as one), and where Linux groups a session's
+processes for the scheduler (``/proc/sys/kernel/sched_autogroup_enabled``, on by default in many distributions) a
+process's nice value weighs only against the other processes of its session: the whole session's autogroup gets
+the same nice value (``lower_autogroup_priority``). Without it the background services took as much of the cores
+as the partition group: a full topic of 1,000,000 records over 256 partitions reached the partition group's last
+commit in 33 s with them and 17 s without them."""
+
+
+def lower_autogroup_priority(pid: int, nice: int) -> bool:
+    """Give the scheduler autogroup of ``pid``'s session the nice value ``nice`` (sched(7), "The autogroup
+    feature"); False where the kernel has no autogroups or refuses (then the per-process nice value stands)."""
+    try:
+        Path(f"/proc/{pid}/autogroup").write_text(f"{nice}\n")
+    except OSError as exc:
+        log.debug("the session's autogroup keeps its priority", extra={"pid": pid, "error": str(exc)})
+        return False
+    return True
 
 
 FOREGROUND_WAIT = 120.0
@@ -156,6 +174,8 @@ class Deployment:
         service.process = ManagedProcess(service.name, command, self.log_dir / f"{service.name}.log",
                                          env=self._environment())
         service.process.start()
+        if service.background:
+            lower_autogroup_priority(service.process.pid, BACKGROUND_NICE)
         self._write_manifest()
         log.info("started", extra={"service": service.name, "pid": service.process.pid, "log":
                                    str(service.process.log_path)})
