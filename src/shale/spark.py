@@ -57,7 +57,10 @@ _DEFAULTS = {
     "spark.sql.shuffle.partitions": "4",
     "spark.python.worker.reuse": "true",
     "spark.sql.session.timeZone": "UTC",
-    "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
+    # Shale's drivers only schedule: every task's work is Python (ingest, compaction, restore, reprocess, repair).
+    # The JIT's first tier alone compiles what they run at a fraction of the CPU: a local session and three small
+    # jobs took 8.5 CPU-seconds of the JVM instead of 11.9 (docs/DESIGN.md, "Cost at scale").
+    "spark.driver.extraJavaOptions": "-Duser.timezone=UTC -XX:TieredStopAtLevel=1",
     "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
     # pyspark's daemon without Spark's archives on the Python workers' path: 80 ms of CPU less per task.
     "spark.python.daemon.module": "shale.spark_daemon",

@@ -71,7 +71,7 @@ def test_a_driver_maps_the_class_archive_the_environment_names_when_it_exists(
     assert "SharedArchiveFile" not in session_conf(SparkConfig(), kafka=False)["spark.driver.extraJavaOptions"]
     archive.write_bytes(b"x")
     options = session_conf(SparkConfig(), kafka=False)["spark.driver.extraJavaOptions"]
-    assert options == f"-Duser.timezone=UTC -XX:SharedArchiveFile={archive} -Xshare:auto"
+    assert options == f"-Duser.timezone=UTC -XX:TieredStopAtLevel=1 -XX:SharedArchiveFile={archive} -Xshare:auto"
     # The operator's own archive option wins (and the archive's builder dumps rather than maps).
     own = SparkConfig(conf={"spark.driver.extraJavaOptions": "-XX:ArchiveClassesAtExit=/tmp/a.jsa"})
     assert session_conf(own, kafka=False)["spark.driver.extraJavaOptions"] == "-XX:ArchiveClassesAtExit=/tmp/a.jsa"
