@@ -336,6 +336,13 @@ def _parse(spec: GroupSpec, table: pa.Table, topic: str,
     good: list[int] = []
     times: list[int] = []
     columns: dict[str, list[Any]] = {name: [] for name in types}
+    parsed: list[dict[str, Any]] = []  # the last few records' fields, moved into ``columns`` a thousand at a time
+
+    def to_columns() -> None:
+        for name, values_of in columns.items():
+            values_of.extend([fields.get(name) for fields in parsed])
+        parsed.clear()
+
     rejected: list[tuple[int, str]] = []
     labels = parser.labels()
     per_ms = 1000 if parser.time_unit == "us" else 1
@@ -360,8 +367,10 @@ def _parse(spec: GroupSpec, table: pa.Table, topic: str,
             continue
         good.append(i)
         times.append(event_time)
-        for name, values_of in columns.items():
-            values_of.append(fields.get(name))
+        parsed.append(fields)
+        if len(parsed) >= 1024:
+            to_columns()
+    to_columns()
     bad = _field_problems(columns, labels, parser.typed) if columns else {}
     bad.update({k: v for k, v in _truncated(columns, types).items() if k not in bad})
     if bad:

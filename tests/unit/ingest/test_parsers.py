@@ -7,6 +7,8 @@ import json
 
 import msgpack
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shale.demo import LOGHUB_FORMATS, loghub_lines
 from shale.encoder.parsers import ParseError, available_parsers, infer_year, load_parser
@@ -148,3 +150,32 @@ def test_json_reads_every_record_as_the_standard_library_does(value: bytes) -> N
     ts = document["ts"]
     assert parser.parse(value, 0) == (ts * 1_000_000 if isinstance(ts, int) else round(float(ts) * 1_000_000),
                                       expected)
+
+
+_json_leaves = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.text(max_size=5),
+                         st.floats(allow_nan=False, allow_infinity=False))
+_json_values = st.recursive(_json_leaves, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+    st.sampled_from(["a", "b", "level"]), inner, max_size=3), max_leaves=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(["level", "a", "b", "x"]), _json_values, max_size=4),
+       st.sampled_from([["level", "x"], ["level", "a.b"], ["a.level"], []]))
+def test_json_columns_are_the_documents_values_whatever_their_paths(document: dict[str, object],
+                                                                     fields: list[str]) -> None:
+    # Top-level paths are looked up directly and dot paths walked: either way a column holds the document's
+    # value at its path, a string as it is and anything else as its JSON text (the standard library's reading).
+    value = json.dumps({"ts": 7, **document}).encode()
+    parser = load_parser("json", {"time_field": "ts", "time_format": "epoch_ms", "fields": fields})
+
+    def at(path: str) -> object:
+        found: object = json.loads(value)
+        for part in path.split("."):
+            if not isinstance(found, dict) or part not in found:
+                return None
+            found = found[part]
+        return found
+
+    expected = {path.replace(".", "_"): None if at(path) is None else at(path) if isinstance(at(path), str) else
+                json.dumps(at(path)) for path in fields}
+    assert parser.parse(value, 0) == (7000, expected)

@@ -17,6 +17,10 @@ from shale.encoder.parsers.base import ParseError, Parser, infer_year, to_us
 from shale.encoder.parsers.jsontypes import TYPE_HELP, arrow_type, check_type, converter, iso_timestamp
 
 EPOCH_FORMATS = {"epoch_ms": 1000, "epoch_s": 1_000_000, "epoch_us": 1}  # microseconds per unit
+INEXACT = frozenset({float, dict, list})
+"""The types of values orjson may have read inexactly (a number) or that hold numbers (``parse``)."""
+TEXT = frozenset({str, type(None)})
+"""The types of values a string column takes as they are."""
 
 
 def dig(document: Any, path: list[str]) -> Any:
@@ -99,6 +103,10 @@ class JsonTimestampParser(Parser):
         self.label_paths = {p.replace(".", "_"): p.split(".") for p in settings.label_fields}
         self.field_paths = {p.replace(".", "_"): p.split(".") for p in settings.fields}
         self.column_paths = {**self.label_paths, **self.field_paths}
+        # Top-level fields, the common case, are looked up directly (``dig`` for dot paths).
+        self.time_key = self.time_path[0] if len(self.time_path) == 1 else None
+        flat = all(len(path) == 1 for path in self.column_paths.values())
+        self.column_keys = {name: path[0] for name, path in self.column_paths.items()} if flat else None
         declared = {p.replace(".", "_"): name for p, name in settings.types.items() if name != "string"}
         self.types = {column: arrow_type(name) for column, name in declared.items()}
         read_time = iso_timestamp(self.tz)
@@ -139,12 +147,14 @@ class JsonTimestampParser(Parser):
         document = self.decode(value)
         if not isinstance(document, dict):
             raise ParseError(f"expected an object, got {type(document).__name__}")
-        raw_time = dig(document, self.time_path)
+        raw_time = document.get(self.time_key) if self.time_key is not None else dig(document, self.time_path)
         if raw_time is None:
             raise ParseError(f"no time field {'.'.join(self.time_path)!r}")
         event_time = parse_time(raw_time, self.time_format, kafka_time_ms, self.tz)
-        found = {name: dig(document, path) for name, path in self.column_paths.items()}
-        if self.approximate and any(isinstance(v, float | dict | list) for v in found.values()):
+        keys = self.column_keys
+        found = ({name: document.get(key) for name, key in keys.items()} if keys is not None else
+                 {name: dig(document, path) for name, path in self.column_paths.items()})
+        if self.approximate and not INEXACT.isdisjoint(map(type, found.values())):
             # orjson reads an integer beyond 64 bits as a float: a column that may hold a number is written from
             # the exact document, so it keeps every digit (the time field is read through a float either way).
             exact = self.decode_exact(value)
@@ -153,6 +163,8 @@ class JsonTimestampParser(Parser):
             exact = self.decode_numbers(value)  # a decimal is read from its text, never through a float
             found.update({c: dig(exact, self.column_paths[c]) for c in self.decimals})
         convert = self.converters
+        if not convert and TEXT.issuperset(map(type, found.values())):
+            return event_time, found  # every value a string or missing: the columns take them as they are
         return event_time, {name: None if v is None else convert[name](name, v) if name in convert else
                             (v if isinstance(v, str) else as_text(name, v)) for name, v in found.items()}
 
