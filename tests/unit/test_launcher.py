@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from shale.cli import cli
 from shale.config import load_config
 from shale.errors import ConfigError
-from shale.launcher import Deployment, lease_held
+from shale.launcher import BACKGROUND_NICE, Deployment, lease_held, lower_autogroup_priority
 from shale.metastore import auth
 from shale.process import ManagedProcess, free_port
 
@@ -184,3 +184,22 @@ def test_background_services_wait_for_the_partition_groups_lease(tmp_path: Path)
 def test_a_holder_with_a_brace_still_holds_the_lease() -> None:
     """Found by the property above: a line pattern stopping at the first "}" missed this lease."""
     assert lease_held('shale_ingest_lease_held{group="partition",holder="a}b",shard="0"} 1.0\n')
+
+
+def test_a_background_service_s_whole_session_gets_the_lower_priority(tmp_path: Path) -> None:
+    # A service is a session of its own (its own scheduler autogroup where the kernel has them): its nice value
+    # must be the group's, or it weighs only against the service's own processes.
+    child = ManagedProcess("sleeper", [sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "s.log")
+    child.start()
+    try:
+        autogroup = Path(f"/proc/{child.pid}/autogroup")
+        if not Path("/proc/self/autogroup").exists():
+            assert not lower_autogroup_priority(child.pid, BACKGROUND_NICE)  # no autogroups: nothing to set
+            return
+        assert autogroup.read_text().split()[-1] == "0"
+        assert lower_autogroup_priority(child.pid, BACKGROUND_NICE)
+        assert autogroup.read_text().split()[-1] == str(BACKGROUND_NICE)
+        assert Path("/proc/self/autogroup").read_text() != autogroup.read_text()  # its own group, not ours
+    finally:
+        child.stop()
+    assert not lower_autogroup_priority(child.pid, BACKGROUND_NICE)  # gone: refused, not raised
