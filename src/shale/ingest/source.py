@@ -159,7 +159,7 @@ def read_ranges(options: dict[str, Any], ranges: Sequence[PartitionRange], held_
                     _finish(consumer, x)
                     continue
                 x.messages.append(m)
-                size = len(m) + 64  # the value's length, and about what the rest of a record takes
+                size = len(m) + len(m.key() or b"") + 64  # value, key, and about what the rest of a record takes
                 x.bytes += size
                 seen, seen_bytes = seen + 1, seen_bytes + size
                 if offset >= x.range.end - 1:
