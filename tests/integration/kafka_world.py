@@ -14,8 +14,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from tests.waiting import eventually
 
-from shale.ingest.verify import StoredBlocks, group_blocks, stored_offsets
 from shale.objstore import BucketReader
+from shale.verify import StoredBlocks, group_blocks
+from shale.verify.reconcile import stored_offsets
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, **config: str) -> None:

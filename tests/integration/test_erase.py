@@ -41,14 +41,13 @@ from shale.iceberg.catalog import SUMMARY_ERASURES, SUMMARY_EXPIRES, identifier
 from shale.iceberg.erasure import receipt_check, snapshot_files
 from shale.iceberg.files import key_of
 from shale.ingest.job import IngestJob
-from shale.ingest.ledger import build_ledger
-from shale.ingest.verify import verify_topic
 from shale.metastore import MetastoreService, open_metastore
 from shale.metastore.auth import write_private
 from shale.metastore.maintenance import Maintenance
 from shale.objstore import open_bucket
 from shale.process import ManagedProcess
 from shale.restore import RestoreJob, RestoreRequest
+from shale.verify import build_ledger, verify_topic
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = 3

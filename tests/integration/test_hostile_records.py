@@ -16,9 +16,9 @@ from tests.integration.kafka_world import create_topic, json_value, stored
 from tests.integration.test_kafka_realities import _ingest, _produce
 
 from shale.block import read_dataset
-from shale.ingest.verify import group_blocks, verify_topic
 from shale.metastore import open_metastore
 from shale.objstore import open_bucket
+from shale.verify import group_blocks, verify_topic
 
 GROUPS = ("backup", "partition")
 TS = 1_795_000_000

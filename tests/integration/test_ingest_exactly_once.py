@@ -10,10 +10,9 @@ from pathlib import Path
 from tests.integration.ingest_helpers import config_of, create_topic, produce_json, write_config
 
 from shale.ingest.job import IngestJob
-from shale.ingest.ledger import build_ledger
-from shale.ingest.verify import verify_topic
 from shale.metastore import open_metastore
 from shale.objstore import open_bucket
+from shale.verify import build_ledger, verify_topic
 
 
 def _run(config, group: str, spark, metastore) -> None:  # type: ignore[no-untyped-def]

@@ -23,10 +23,10 @@ from tests.waiting import eventually
 from shale.config import load_config
 from shale.dev import KafkaBroker
 from shale.dev.metastore import MetastoreCluster
-from shale.ingest.verify import verify_topic
 from shale.metastore import open_metastore
 from shale.metastore.auth import write_private
 from shale.objstore import open_bucket
+from shale.verify import verify_topic
 
 
 def _verify(file: Path, topic: str, group: str, expected: int) -> None:

@@ -19,11 +19,11 @@ from typing import Any
 from tests.integration.ingest_helpers import config_of, create_topic, ingest_process, produce_json, write_config
 from tests.waiting import eventually
 
-from shale.ingest.verify import verify_topic
 from shale.metastore import open_metastore
 from shale.metastore.server import state_path
 from shale.metastore.shards import placement, shard_map, shard_of
 from shale.objstore import open_bucket
+from shale.verify import verify_topic
 
 PARTITIONS = 12
 CHUNK = 300

@@ -24,10 +24,10 @@ from tests.integration.ingest_helpers import (
 )
 from tests.waiting import eventually
 
-from shale.ingest.verify import verify_topic
 from shale.metastore import MetastoreService, open_metastore
 from shale.metastore.shards import owner, shard_of
 from shale.objstore import open_bucket
+from shale.verify import verify_topic
 
 STANDBY = "standby: another process holds the ingest lease"
 TAKEOVER = "ingest lease taken over"

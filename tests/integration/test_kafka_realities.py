@@ -28,11 +28,11 @@ from shale.compactor.worker import CompactionWorker
 from shale.ingest.committer import IngestConflictError
 from shale.ingest.job import IngestJob
 from shale.ingest.plan import Loss
-from shale.ingest.verify import group_blocks, verify_topic
 from shale.kafka import delete_records_before, describe_topics, existing_offsets, offset_bounds
 from shale.metastore import CommitIngestBatch, OffsetRange, open_metastore
 from shale.objstore import open_bucket
 from shale.query import Query, run_query
+from shale.verify import group_blocks, verify_topic
 
 GROUPS = ("backup", "partition")
 

@@ -17,10 +17,10 @@ from tests.integration.ingest_helpers import config_of, write_config
 from shale.config import KafkaConfig
 from shale.dev import KafkaBroker
 from shale.ingest.job import IngestJob
-from shale.ingest.verify import verify_topic
 from shale.kafka import client_options, describe_topics
 from shale.metastore import open_metastore
 from shale.objstore import open_bucket
+from shale.verify import verify_topic
 
 
 @pytest.mark.parametrize("security", ["sasl", "ssl"])

@@ -14,10 +14,10 @@ from tests.integration.ingest_helpers import config_of, finish, ingest_process, 
 from tests.integration.kafka_world import TransactionalProducer, create_topic, stored
 from tests.waiting import eventually
 
-from shale.ingest.verify import verify_topic
 from shale.metastore import open_metastore
 from shale.objstore import open_bucket
 from shale.process import ManagedProcess
+from shale.verify import verify_topic
 
 GROUPS = ("backup", "partition")
 

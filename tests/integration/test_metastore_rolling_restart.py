@@ -17,9 +17,9 @@ from tests.waiting import eventually
 from shale.dev import SparkStandalone, driver_conf
 from shale.dev.metastore import MetastoreCluster
 from shale.errors import MetastoreUnavailableError
-from shale.ingest.verify import verify_topic
 from shale.metastore import MetastoreClient, auth
 from shale.objstore import open_bucket
+from shale.verify import verify_topic
 
 BATCH = 500
 

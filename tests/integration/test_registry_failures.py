@@ -27,10 +27,10 @@ from shale.block import read_dataset
 from shale.cli import cli
 from shale.config import BucketConfig, SchemaRegistryConfig
 from shale.dev import KafkaBroker, SchemaRegistry
-from shale.ingest.verify import group_blocks
 from shale.metastore import open_index_view
 from shale.objstore import open_bucket
 from shale.schemas.registry import RegistryClient, RegistryUnavailableError, UnknownSchemaError
+from shale.verify import group_blocks
 
 TOPIC = "payments-wrong-url"
 SCHEMA: dict[str, Any] = {"type": "record", "name": "Payment", "namespace": "shop",

@@ -43,11 +43,11 @@ from shale.block import (
 from shale.config import BucketConfig
 from shale.dev import MinioServer
 from shale.ingest.job import IngestJob
-from shale.ingest.verify import verify_topic
 from shale.kafka import delete_records_before, offset_bounds
 from shale.metastore import AddBlocks, MetastoreService, ReplaceBlocks, open_metastore
 from shale.objstore import ObstoreBucket, open_bucket
 from shale.process import ManagedProcess
+from shale.verify import verify_topic
 
 TENANT = "default"
 ORDER = ["mark", "drop", "merge", "rebuild", "quarantine"]

@@ -31,10 +31,10 @@ from tests.waiting import eventually
 from shale.config import BucketConfig
 from shale.dev import SparkStandalone, driver_conf
 from shale.failpoints import paused, paused_pid
-from shale.ingest.verify import verify_topic
 from shale.metastore import AddBlocks, open_metastore
 from shale.objstore import open_bucket
 from shale.process import ManagedProcess
+from shale.verify import verify_topic
 
 RECORDS = 20_000
 SLOW_SECONDS = 60

@@ -9,7 +9,8 @@ import types
 import pytest
 
 PACKAGES = ["shale.block", "shale.bucketindex", "shale.compaction", "shale.compactor", "shale.encoder", "shale.index",
-            "shale.ingest", "shale.metastore", "shale.objstore", "shale.query", "shale.reprocess"]
+            "shale.ingest", "shale.metastore", "shale.objstore", "shale.query", "shale.reprocess",
+            "shale.verify"]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

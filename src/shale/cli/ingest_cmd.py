@@ -85,10 +85,10 @@ def verify(ctx: click.Context, group: str, topic: str, generation: int | None, a
     import json
 
     from shale.errors import ConfigError, RetryableError
-    from shale.ingest import NothingStored, StoredBlocks, verify_topic
     from shale.logs import redact
     from shale.metastore import open_index_view, state_path
     from shale.objstore import open_bucket
+    from shale.verify import NothingStored, StoredBlocks, verify_topic
 
     config = get_config(ctx)
     gen = config.ingest.generation if generation is None else generation
@@ -138,8 +138,8 @@ def ledger(ctx: click.Context, group: str, topic: str, day: str | None, generati
     import datetime as dt
     import json
 
-    from shale.ingest import build_ledger
     from shale.metastore import open_index_view
+    from shale.verify import build_ledger
 
     config = get_config(ctx)
     gen = config.ingest.generation if generation is None else generation

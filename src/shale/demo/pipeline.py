@@ -38,11 +38,12 @@ from shale.config import (
 from shale.demo import typed
 from shale.demo.samples import LOGHUB_FORMATS, loghub_lines
 from shale.dev import KafkaBroker, SchemaRegistry, connector_conf
-from shale.ingest import IngestJob, build_ledger, group_blocks, verify_topic
+from shale.ingest import IngestJob
 from shale.kafka import list_partitions
 from shale.metastore import MetastoreService, open_metastore
 from shale.objstore import Bucket, open_bucket
 from shale.query import BlockSource, BucketIndexSource, Query, run_query
+from shale.verify import build_ledger, group_blocks, verify_topic
 
 TENANT_OF = {"apache": "web", "openssh": "security", "linux": "security"}  # everything else: infra
 DEMO_QUERY = ("infra", '{topic="logs.zookeeper", level="WARN"}')

@@ -12,7 +12,7 @@ import datetime as dt
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
-from shale.ingest.verify import StoredBlocks, erased_of, group_blocks
+from shale.verify.reconcile import StoredBlocks, erased_of, group_blocks
 
 
 @dataclass

@@ -12,9 +12,10 @@ from tests.factories import BASE_MS, write_backup_block
 
 from shale.compactor.merge import merge_blocks
 from shale.index import OffsetRow
-from shale.ingest.verify import NothingStored, PartitionReport, VerifyReport, pending, stored_offsets, verify_topic
 from shale.kafka import TopicState
 from shale.objstore import open_bucket_url
+from shale.verify import NothingStored, VerifyReport, verify_topic
+from shale.verify.reconcile import PartitionReport, pending, stored_offsets
 
 
 def _report(**counts: int) -> VerifyReport:
@@ -103,13 +104,13 @@ class _Committed(NothingStored):
 def _verify_against(monkeypatch: pytest.MonkeyPatch, bounds: dict[int, tuple[int, int]],
                     committed: dict[int, int]) -> VerifyReport:
     """``verify_topic`` over Kafka answers given here (bounds per partition; every offset it holds is a record)."""
-    monkeypatch.setattr("shale.ingest.verify.describe_topics",
+    monkeypatch.setattr("shale.verify.reconcile.describe_topics",
                         lambda kafka, topics: {"logs": TopicState("logs", "INC", tuple(sorted(bounds)))})
-    monkeypatch.setattr("shale.ingest.verify.offset_bounds",
+    monkeypatch.setattr("shale.verify.reconcile.offset_bounds",
                         lambda kafka, tps: {("logs", p): bounds[p] for _, p in tps})
-    monkeypatch.setattr("shale.ingest.verify.existing_offsets",
+    monkeypatch.setattr("shale.verify.reconcile.existing_offsets",
                         lambda kafka, topic, partition, start, end: list(range(start, end)))
-    monkeypatch.setattr("shale.ingest.verify._compacted", lambda kafka, topic: False)
+    monkeypatch.setattr("shale.verify.reconcile._compacted", lambda kafka, topic: False)
     rows = [OffsetRow(group="backup", generation=1, topic="logs", partition=p, committed_end=end, max_event_time=0,
                       updated_at=0, incarnation="INC") for p, end in committed.items()]
     from shale.config import KafkaConfig
@@ -142,7 +143,7 @@ def test_case11_the_verify_command_prints_the_lost_range_and_the_command_and_exi
     from shale.cli import cli
 
     report = _verify_against(monkeypatch, {0: (300, 400)}, {0: 100})
-    monkeypatch.setattr("shale.ingest.verify.verify_topic", lambda *args: report)
+    monkeypatch.setattr("shale.verify.reconcile.verify_topic", lambda *args: report)
     config = tmp_path / "shale.toml"
     config.write_text(f'[bucket]\nurl = "memory://verify-cli"\n[metastore]\ndata_dir = "{tmp_path}"\n')
     result = CliRunner().invoke(cli, ["--config", str(config), "verify", "--group", "backup", "--topic", "logs"])
@@ -163,7 +164,7 @@ def test_kafka_that_does_not_answer_is_not_a_verdict_and_has_its_own_exit(monkey
     def unreachable(*_: object) -> None:
         raise RetryableError("Kafka at 127.0.0.1:1 did not answer a metadata request: timed out")
 
-    monkeypatch.setattr("shale.ingest.verify.verify_topic", unreachable)
+    monkeypatch.setattr("shale.verify.reconcile.verify_topic", unreachable)
     config = tmp_path / "shale.toml"
     config.write_text(f'[bucket]\nurl = "memory://verify-cli"\n[metastore]\ndata_dir = "{tmp_path}"\n')
     result = CliRunner().invoke(cli, ["--config", str(config), "verify", "--group", "backup", "--topic", "logs"])
