@@ -9,10 +9,10 @@ end (Spark's session start-up is excluded). Both persist the whole record, heade
 as a backup must.
 
 * Shale: the backup group (``IngestJob.run(available_now=True)``): per batch, offsets planned from the metastore,
-  Spark's Kafka batch source, ``mapInArrow`` into the chunk writer, put-if-absent, checksums, meta.json last and
-  one metastore commit. Its headline figures write to MinIO over HTTP on the same disk; Shale writing to a
-  ``file://`` bucket is reported too (obstore's local store syncs every object to disk, which Spark's sink does
-  not).
+  one Spark task per core reading its share of the ranges with one librdkafka consumer (``shale.ingest.source``)
+  into the chunk writer, put-if-absent, checksums, meta.json last and one metastore commit. Its headline
+  figures write to MinIO over HTTP on the same disk; Shale writing to a ``file://`` bucket is reported too
+  (obstore's local store syncs every object to disk, which Spark's sink does not).
 * Spark's file sink: an ``availableNow`` Structured Streaming query (Kafka source, ``maxOffsetsPerTrigger``
   500,000, Parquet sink, checkpoint on local disk). That is Spark's own exactly-once Kafka-to-Parquet pipeline,
   the one a user would run to keep a topic in Parquet (offsets in its checkpoint, files in the sink's

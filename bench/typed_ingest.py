@@ -4,15 +4,16 @@ One topic of 4 partitions holds 200,000 records of ``bench/typed_decode.py``'s s
 an array, a map, a nullable union, decimal, timestamp-millis, date, uuid, enum), written with confluent-kafka's
 ``AvroSerializer`` through the real registry (Apicurio 3.0.9), so each value is the Confluent wire format (a zero
 byte, the schema id, the Avro datum). Both contenders run in the same local-mode SparkSession (``local[2]``: this
-machine's two cores), read the topic from the earliest offsets in batches of at most 50,000 records with the same
+machine's two cores), read the topic from the earliest offsets in batches of at most 50,000 records with matching
 Kafka consumer settings (``max.partition.fetch.bytes`` 16 MiB, ``read_committed``, headers included), write zstd
 Parquet to the same MinIO, and are timed from their start to their end (the session's start-up excluded).
 
 * Shale: the partition group with the ``avro`` parser (``IngestJob.run(available_now=True)``): per batch, offsets
-  planned from the metastore, Spark's Kafka batch source, ``mapInArrow`` into the chunk writer, which fetches the
-  writer schema from the registry once per id and process and decodes with fastavro into typed Arrow columns
-  (decimal128(12, 2), timestamp, date32, struct, list, map), then put-if-absent, meta.json last and one metastore
-  commit. Each row keeps the Kafka record (key, value, headers, offsets) beside the typed columns.
+  planned from the metastore, one Spark task per core reading its share of the ranges with one librdkafka
+  consumer (``shale.ingest.source``) into the chunk writer, which fetches the writer schema from the registry
+  once per id and process and decodes with fastavro into typed Arrow columns (decimal128(12, 2), timestamp,
+  date32, struct, list, map), then put-if-absent, meta.json last and one metastore commit. Each row keeps the
+  Kafka record (key, value, headers, offsets) beside the typed columns.
 * Spark: an ``availableNow`` Structured Streaming query (Kafka source, ``maxOffsetsPerTrigger`` 50,000), the
   5-byte Confluent header cut with ``substring(value, 6)``, ``from_avro`` of ``spark-avro`` (at pyspark's version,
   ``make bench-deps``) with the same schema, the Kafka columns kept beside the decoded ones as Shale keeps them,

@@ -5,7 +5,7 @@ configured group, and the compaction workers. The others reach the metastore ove
 except that the background services (the backup group and the compaction workers, ``BACKGROUND_NICE``) start
 once the partition group holds its ingest lease, or after ``FOREGROUND_WAIT``: Spark applications that start at
 once share the cores, and three of them on two cores each took 2-3 times as long to start as one alone
-(docs/BENCHMARKS.md, peers), so the group that queries read started last of all.
+(docs/design/operating.md, "`shale run`"), so the group that queries read started last of all.
 ``run.services`` selects which of them this machine runs (docs/DEPLOY.md): a machine without the metastore uses
 the configuration's remote metastore nodes.
 Each runs in its own process group; one that dies is restarted after ``run.restart_delay``. SIGTERM or SIGINT
