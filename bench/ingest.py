@@ -159,7 +159,7 @@ def _breakdown_note(b: dict[str, float]) -> str:
         f"the group's phase counters ``shale_ingest_batch_seconds_total`` and ``shale_ingest_task_seconds_total`` "
         f"and the processes' CPU seconds in /proc): wall {f('wall')}; the driver's loop: plan {f('driver.plan')}, "
         f"Spark jobs {f('driver.spark')}, commits {f('driver.commit')}. The Spark tasks (two at a time, summed): "
-        f"waiting for Spark's next Arrow batch (the JVM reading Kafka and converting to Arrow) {f('tasks.wait')}, "
+        f"waiting for the task's Kafka consumer's next records {f('tasks.wait')}, "
         f"normalizing {f('tasks.normalize')}, Parquet encoding and checksums {f('tasks.encode')}, object-store "
         f"requests {f('tasks.upload')}. CPU: Spark's JVM {f('cpu.jvm')}, Python workers {f('cpu.python_workers')}, "
         f"the driver {f('cpu.driver')}, MinIO {f('cpu.minio')}, Kafka {f('cpu.kafka')}, the rest of the machine "

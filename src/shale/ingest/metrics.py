@@ -37,7 +37,7 @@ TASK_PEAK_RSS = Gauge("shale_ingest_task_peak_rss_bytes", "Peak resident memory 
 FAILED = Counter("shale_ingest_batch_failures_total", "Batches that failed before their commit and were planned "
                  "again (Kafka or the object store unavailable, offsets deleted while reading).", ["group"])
 TASK_SECONDS = Counter("shale_ingest_task_seconds_total", "Seconds the batches' Spark tasks spent, by phase: wait "
-                       "(for Spark's Kafka read and Arrow hand-off), normalize, encode (parse, Parquet, checksums), "
+                       "(for the task's Kafka consumer's next records), normalize, encode (parse, Parquet, checksums), "
                        "upload (object-store requests); summed over tasks that run in parallel.", ["group", "phase"])
 BATCH_SECONDS = Counter("shale_ingest_batch_seconds_total", "Seconds of the driver's batch loop, by phase: plan "
                         "(asking Kafka and the metastore), spark (the batch's Spark job), commit.", ["group", "phase"])
