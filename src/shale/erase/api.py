@@ -23,20 +23,25 @@ from shale.block import BlockMeta
 from shale.config import BucketConfig, KafkaConfig, ShaleConfig
 from shale.erase.column import request_hash
 from shale.erase.scan import ScanResult, column_datasets, find_column_matches, find_matches
-from shale.metastore import ErasedPosition, ErasureWatermark, PlanErasure, RequestErasure, Result, erasure_id
+from shale.metastore import (
+    Commands,
+    ErasedPosition,
+    ErasureReads,
+    ErasureWatermark,
+    PlanErasure,
+    RequestErasure,
+    TenantBlocks,
+    erasure_id,
+)
 from shale.objstore import open_bucket
 
 
-class ErasureMetastore(Protocol):
+class ErasureMetastore(TenantBlocks, ErasureReads, Protocol):
     """What an erasure reads (any view) and, unless a dry run, writes (``open_metastore`` fits)."""
 
-    def tenant_blocks(self, tenant: str) -> list[BlockMeta]: ...
 
-    def erasures(self, erasure: str | None = None, limit: int = 100) -> list[dict[str, Any]]: ...
-
-
-class ErasureWriter(ErasureMetastore, Protocol):
-    def submit(self, command: RequestErasure | PlanErasure) -> Result: ...
+class ErasureWriter(ErasureMetastore, Commands, Protocol):
+    """An erasure's metastore when it writes."""
 
 
 @dataclass(frozen=True)

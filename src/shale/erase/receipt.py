@@ -27,18 +27,12 @@ from shale.config import KafkaConfig
 from shale.erase.column import column_values, matching
 from shale.erase.scan import column_datasets, holds
 from shale.errors import ConflictError, NotFoundError, ShaleError
-from shale.metastore import RecordErasureReceipt, Result
+from shale.metastore import Commands, ErasureReads, RecordErasureReceipt, RestoreReads, TenantBlocks
 from shale.objstore import Bucket
 
 
-class ReceiptMetastore(Protocol):
-    def tenant_blocks(self, tenant: str) -> list[BlockMeta]: ...
-
-    def erasures(self, erasure: str | None = None, limit: int = 100) -> list[dict[str, Any]]: ...
-
-    def restores(self, limit: int = 100) -> list[dict[str, Any]]: ...
-
-    def submit(self, command: RecordErasureReceipt) -> Result: ...
+class ReceiptMetastore(TenantBlocks, ErasureReads, RestoreReads, Commands, Protocol):
+    """What a receipt reads from the metastore, and records in it."""
 
 
 IcebergCheck = Callable[[dict[str, Any], list[BlockMeta]], tuple[dict[str, Any], list[str]]]

@@ -20,9 +20,17 @@ from prometheus_client import Histogram
 
 from shale.encoder import Written
 from shale.errors import MetastoreUnavailableError, ShaleError
-from shale.index import OffsetRow
 from shale.ingest.plan import PartitionRange
-from shale.metastore import LEASE_REASONS, Command, CommitIngestBatch, DeadLetterQueue, OffsetRange, Result, decode
+from shale.metastore import (
+    LEASE_REASONS,
+    Commands,
+    CommitIngestBatch,
+    DeadLetterQueue,
+    OffsetRange,
+    OffsetReads,
+    Result,
+    decode,
+)
 
 log = logging.getLogger(__name__)
 COMMIT_SECONDS = Histogram("shale_ingest_commit_seconds", "Time to make a batch's commit durable.",
@@ -79,12 +87,8 @@ def stream_name(group: str, generation: int, shard: int) -> str:
     return f"ingest-{group}-g{generation}" + (f"-s{shard}" if shard else "")
 
 
-class CommitTarget(Protocol):
+class CommitTarget(Commands, OffsetReads, Protocol):
     """What committing needs from the metastore (the embedded service and the HTTP client both fit)."""
-
-    def submit(self, command: Command) -> Result: ...
-
-    def offsets(self, group: str | None = None, generation: int | None = None) -> list[OffsetRow]: ...
 
 
 class Committer:

@@ -30,6 +30,7 @@ from shale.block import (
     shared_scopes,
 )
 from shale.index import Matcher
+from shale.metastore import BlockQueries, GenerationRules
 
 Kind = Literal["records", "quarantine"]
 
@@ -42,16 +43,9 @@ class UnknownColumnsError(ValueError):
         self.unknown = unknown
 
 
-class BlockSource(Protocol):
+class BlockSource(BlockQueries, GenerationRules, Protocol):
     """Where a query finds its blocks: the metastore, a read-only view of its state, or a bucket index. Every
     source answers both questions, so every source returns the same rows."""
-
-    def query_blocks(self, tenants: Sequence[str], start: int, end: int, selector: str = "",
-                     group: str | None = None) -> list[BlockMeta]: ...
-
-    def generation_rules(self, tenant: str) -> list[tuple[str, int, int, int]]:
-        """The tenant's generation switches, oldest first: (topic, start ms, end ms, generation)."""
-        ...
 
 
 @dataclass(frozen=True)

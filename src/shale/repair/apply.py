@@ -22,23 +22,16 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from shale.block import BlockMeta, quarantine_mark_key, write_deletion_mark, write_quarantine_mark
 from shale.errors import ShaleError
 from shale.failpoints import failpoint
-from shale.metastore import QuarantineBlocks, ReplaceBlocks, Result
+from shale.metastore import Commands, QuarantineBlocks, ReplaceBlocks, Result
 from shale.objstore import Bucket
 from shale.repair.build import Builder
 from shale.repair.model import REPAIR, BuildRequest, Plan, Step
 
 log = logging.getLogger(__name__)
-
-
-class IndexCommands(Protocol):
-    """The metastore's command path (the HTTP client and the embedded service both fit)."""
-
-    def submit(self, command: ReplaceBlocks | QuarantineBlocks) -> Result: ...
 
 
 @dataclass
@@ -50,7 +43,7 @@ class ApplyReport:
 
 
 class Applier:
-    def __init__(self, plan: Plan, metas: Mapping[str, BlockMeta], bucket: Bucket, index: IndexCommands,
+    def __init__(self, plan: Plan, metas: Mapping[str, BlockMeta], bucket: Bucket, index: Commands,
                  builder: Builder, clock: Callable[[], float] = time.time) -> None:
         self.plan, self.metas, self.bucket, self.index, self.builder, self.clock = (
             plan, metas, bucket, index, builder, clock)
@@ -134,7 +127,7 @@ class Applier:
             self._submit(QuarantineBlocks(tenant=self.tenant, block_ids=step.indexed, reason=step.reason))
 
 
-def apply_plan(plan: Plan, metas: Mapping[str, BlockMeta], bucket: Bucket, index: IndexCommands,
+def apply_plan(plan: Plan, metas: Mapping[str, BlockMeta], bucket: Bucket, index: Commands,
                builder: Builder, clock: Callable[[], float] = time.time) -> ApplyReport:
     """Apply every step of ``plan`` (see the module docstring). ``metas`` holds the scan's metadata of every
     block the steps name."""

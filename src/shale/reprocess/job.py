@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -29,9 +29,8 @@ from shale.config import ParserRule, ShaleConfig
 from shale.encoder import load_parser
 from shale.errors import ConfigError
 from shale.failpoints import failpoint
-from shale.index import OffsetRow
 from shale.ingest import IngestConflictError, PartitionRange, batch_commit
-from shale.metastore import Command, Result
+from shale.metastore import BlockQueries, Commands, OffsetReads
 from shale.reprocess.schema import ReaderSchema, resolve_reader
 from shale.reprocess.task import run_partition
 from shale.reprocess.wire import PartitionWork, RoundSpec, decode_written, encode_spec, encode_work
@@ -65,15 +64,8 @@ class Interval:
     block: BlockMeta
 
 
-class ReprocessStore(Protocol):
+class ReprocessStore(BlockQueries, OffsetReads, Commands, Protocol):
     """What reprocessing needs from the metastore."""
-
-    def query_blocks(self, tenants: Sequence[str], start: int, end: int, selector: str = "",
-                     group: str | None = None) -> list[BlockMeta]: ...
-
-    def offsets(self, group: str | None = None, generation: int | None = None) -> list[OffsetRow]: ...
-
-    def submit(self, command: Command) -> Result: ...
 
 
 class ReprocessJob:

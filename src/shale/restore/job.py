@@ -16,7 +16,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
@@ -26,7 +26,7 @@ from shale.config import BucketConfig, KafkaConfig
 from shale.errors import ConfigError
 from shale.kafka import client_options, describe_topics
 from shale.logs import redact
-from shale.metastore import IndexReads, RecordRestore, Result, erased_offsets
+from shale.metastore import Commands, IndexReads, RecordRestore, erased_offsets
 from shale.restore import metrics
 from shale.restore.plan import (
     PartitionPlan,
@@ -53,12 +53,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ALL_TIME = (0, 1 << 53)
-
-
-class RestoreJournal(Protocol):
-    """Where a restore records its runs: the metastore (``open_metastore`` fits)."""
-
-    def submit(self, command: RecordRestore) -> Result: ...
 
 
 @dataclass(frozen=True)
@@ -128,7 +122,7 @@ class RestoreJob:
     def __init__(self, index: IndexReads, bucket: BucketConfig, target: KafkaConfig, request: RestoreRequest,
                  spark: SparkSession | None = None, clock: Callable[[], float] = time.time,
                  on_progress: Callable[[str, ProgressLine], None] | None = None,
-                 progress_interval: float = 5.0, journal: RestoreJournal | None = None, by: str = "") -> None:
+                 progress_interval: float = 5.0, journal: Commands | None = None, by: str = "") -> None:
         """``journal`` records each run (who: ``by``, or the API caller's token); without one nothing is recorded
         (tests of the protocol alone)."""
         self.clock, self.on_progress, self.progress_interval = clock, on_progress, progress_interval

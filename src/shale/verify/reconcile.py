@@ -34,7 +34,7 @@ from shale.config import KafkaConfig
 from shale.errors import ConfigError
 from shale.index import OffsetRow
 from shale.kafka import admin, describe_topics, existing_offsets, offset_bounds
-from shale.metastore import erased_offsets
+from shale.metastore import BlockQueries, OffsetReads, Tenants, erased_offsets
 from shale.objstore import BucketReader
 
 
@@ -145,15 +145,8 @@ def acknowledge_command(group: str, generation: int, topic: str, partition: int,
             f"--partition {partition} --to {to}")
 
 
-class StoredBlocks(Protocol):
+class StoredBlocks(Tenants, BlockQueries, OffsetReads, Protocol):
     """What verify and the ledger read from the metastore (the embedded service and the HTTP client both fit)."""
-
-    def tenants(self) -> list[str]: ...
-
-    def query_blocks(self, tenants: Sequence[str], start: int, end: int, selector: str = "",
-                     group: str | None = None) -> list[BlockMeta]: ...
-
-    def offsets(self, group: str | None = None, generation: int | None = None) -> list[OffsetRow]: ...
 
 
 def erased_of(metastore: object, topic: str, incarnation: str = "") -> dict[int, dict[int, str]]:
