@@ -5,6 +5,8 @@ A field added to one of these types without a round trip fails here, not in a Sp
 
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 import pytest
 from hypothesis import given
@@ -25,7 +27,7 @@ from shale.compactor.wire import (
     encode_result,
 )
 from shale.config import IngestConfig, ParserRule
-from shale.encoder.chunks import Written
+from shale.encoder.chunks import Written, decode_written, encode_written
 from shale.ingest.plan import PartitionRange
 from shale.ingest.task import ERROR_CHARS as PAUSE_ERROR_CHARS
 from shale.ingest.task import TASK_RESULT, Paused
@@ -34,10 +36,8 @@ from shale.reprocess.wire import (
     RoundSpec,
     decode_spec,
     decode_work,
-    decode_written,
     encode_spec,
     encode_work,
-    encode_written,
 )
 
 names = st.from_regex(r"[a-z][a-z0-9-]{0,12}", fullmatch=True)
@@ -123,3 +123,13 @@ def test_a_paused_partition_crosses_unchanged(paused: Paused) -> None:
     row = pa.RecordBatch.from_pylist([{"written": None, "paused": paused.model_dump_json()}], schema=TASK_RESULT)
     [back] = [Paused.model_validate_json(r["paused"]) for r in row.to_pylist() if r["paused"] is not None]
     assert back == paused
+
+
+@given(shared=st.lists(blocks(), min_size=1, max_size=3), ranges=st.integers(1, 40))
+def test_a_chunks_shared_blocks_cross_once(shared: list[BlockMeta], ranges: int) -> None:
+    """A chunk's ranges all name its blocks: each block crosses once, whatever the number of ranges."""
+    chunks = [Written(topic="t", partition=p, start=0, end=1, records=1, quarantined=0, bytes=1, blocks=shared)
+              for p in range(ranges)]
+    text = encode_written(chunks)
+    assert decode_written(text) == chunks
+    assert len(json.loads(text)["blocks"]) <= len(shared)

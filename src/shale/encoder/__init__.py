@@ -12,7 +12,17 @@ import typing as _typing
 from shale.exports import lazy_exports as _lazy_exports
 
 if _typing.TYPE_CHECKING:
-    from shale.encoder.chunks import GROUPS, Chunk, GroupSpec, Written, top_reasons, write_chunk, write_chunks
+    from shale.encoder.chunks import (
+        GROUPS,
+        Chunk,
+        GroupSpec,
+        Written,
+        decode_written,
+        encode_written,
+        top_reasons,
+        write_chunk,
+        write_chunks,
+    )
     from shale.encoder.parsers import ParseError, Parser, load_parser
     from shale.encoder.parsers.registryparser import RegistryParser
     from shale.encoder.parsers.rulecheck import check_typed_rules, raise_for_errors
@@ -24,6 +34,8 @@ __getattr__ = _lazy_exports(__name__, {  # each public name's module, imported o
     "Chunk": "chunks",
     "GroupSpec": "chunks",
     "Written": "chunks",
+    "decode_written": "chunks",
+    "encode_written": "chunks",
     "top_reasons": "chunks",
     "write_chunk": "chunks",
     "write_chunks": "chunks",
@@ -49,6 +61,8 @@ __all__ = [
     "TenantMapper",
     "Written",
     "check_typed_rules",
+    "decode_written",
+    "encode_written",
     "load_parser",
     "normalize",
     "raise_for_errors",

@@ -129,6 +129,45 @@ class Written(BaseModel):
                                     "reason (an example of each) and how many records each sent there")
 
 
+class _WrittenWire(BaseModel):
+    """``Written`` records on the wire between a task and its driver: every block once, each record naming its
+    blocks by their place in ``blocks`` (a chunk's block names all of its partitions' ranges, and each range's
+    ``Written`` names the block: written out per range, a task over P partitions would send, and its driver
+    validate, P copies of a block of P ranges)."""
+
+    model_config = ConfigDict(extra="forbid")
+    blocks: list[BlockMeta]
+    written: list[Written] = Field(description="each with no blocks: ``refs`` names them")
+    refs: list[list[int]]
+
+
+def encode_written(written: list[Written]) -> str:
+    """``written`` as one JSON text (``decode_written`` reads it), every block in it once."""
+    blocks: list[BlockMeta] = []
+    places: dict[str, list[int]] = defaultdict(list)  # a block id's places in ``blocks`` (one, unless ids collide)
+    refs = []
+    for w in written:
+        mine = []
+        for block in w.blocks:
+            at = next((i for i in places[block.id] if blocks[i] is block or blocks[i] == block), None)
+            if at is None:
+                at = len(blocks)
+                blocks.append(block)
+                places[block.id].append(at)
+            mine.append(at)
+        refs.append(mine)
+    return _WrittenWire(blocks=blocks, written=[w.model_copy(update={"blocks": []}) for w in written],
+                        refs=refs).model_dump_json()
+
+
+def decode_written(text: str) -> list[Written]:
+    """The ``Written`` records ``encode_written`` wrote, each block validated once and shared by the records that
+    name it."""
+    wire = _WrittenWire.model_validate_json(text)
+    return [w.model_copy(update={"blocks": [wire.blocks[i] for i in refs]})
+            for w, refs in zip(wire.written, wire.refs, strict=True)]
+
+
 def reason_kind(reason: str) -> str:
     """A reason without its record's values (quoted text and numbers), so that reasons of one kind count together."""
     return _VALUES.sub("…", reason)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from shale.block import BACKUP_SCHEMA
 from shale.config import ShaleConfig
-from shale.encoder import WRITTEN_SCHEMA, Chunk, GroupSpec, Written, write_chunks
+from shale.encoder import WRITTEN_SCHEMA, Chunk, GroupSpec, Written, decode_written, write_chunks
 from shale.ingest.plan import BatchPlan
 from shale.ingest.source import HELD_BYTES, assign_tasks, consumer_options, read_share
 from shale.ingest.task import WARM_SCHEMA, Paused, make_task, make_warm_task, start_worker, tasks
@@ -58,7 +58,7 @@ class SparkRead:
         """Read and write one batch: the chunks its tasks wrote, and the partitions that paused on the registry.
         Ranges that held no readable record at all are recorded by an empty block per topic."""
         rows = self._run(plan, make_task, WRITTEN_SCHEMA)
-        written = [Written.model_validate_json(row["written"]) for row in rows if row["written"] is not None]
+        written = [w for row in rows if row["written"] is not None for w in decode_written(row["written"])]
         paused = [Paused.model_validate_json(row["paused"]) for row in rows if row["paused"] is not None]
         seen = {(w.topic, w.partition) for w in written} | {(p.topic, p.partition) for p in paused}
         empty = [Chunk(r.topic, r.partition, r.incarnation, r.start, r.end, plan.read_time_ms)

@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict
 
-from shale.encoder import Chunk, GroupSpec, Written, normalize, write_chunks
+from shale.encoder import Chunk, GroupSpec, Written, encode_written, normalize, write_chunks
 from shale.errors import ShaleError
 from shale.failpoints import failpoint
 from shale.ingest.plan import BatchPlan, PartitionRange, TopicPartition
@@ -272,8 +272,9 @@ def task_index(inputs: Iterable[pa.RecordBatch]) -> int:
 
 def make_task(spec: GroupSpec, plan: BatchPlan, bound: int, records: Records) -> Callable[
         [Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The function Spark runs per task, on its index. It returns one row per chunk written (``written``: a
-    ``Written`` record as JSON), then one for a paused partition (``paused``: a ``Paused`` record as JSON).
+    """The function Spark runs per task, on its index. It returns one row with the chunks it wrote (``written``:
+    ``encode_written``'s JSON of their ``Written`` records), and one per paused partition (``paused``: a ``Paused``
+    record as JSON).
     ``bound`` is the memory the task process may use (``ingest.max_task_bytes``)."""
 
     def task(inputs: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -292,11 +293,11 @@ def make_task(spec: GroupSpec, plan: BatchPlan, bound: int, records: Records) ->
             for batch in _timed(batches, writer.spent):
                 written += writer.add(batch)
             written += writer.finish()
-        for w in written:
-            row = w.model_copy(update={"peak_rss": memory.peak}).model_dump_json()
-            yield pa.RecordBatch.from_pylist([{"written": row, "paused": None}], schema=TASK_RESULT)
-        for p in writer.pauses:
-            yield pa.RecordBatch.from_pylist([{"written": None, "paused": p.model_dump_json()}], schema=TASK_RESULT)
+        rows = [{"written": encode_written([w.model_copy(update={"peak_rss": memory.peak}) for w in written]),
+                 "paused": None}] if written else []
+        rows += [{"written": None, "paused": p.model_dump_json()} for p in writer.pauses]
+        if rows:
+            yield pa.RecordBatch.from_pylist(rows, schema=TASK_RESULT)
 
     return task
 

@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from shale.block import BlockMeta
 from shale.config import ParserRule, ShaleConfig
-from shale.encoder import load_parser
+from shale.encoder import decode_written, load_parser
 from shale.errors import ConfigError
 from shale.failpoints import failpoint
 from shale.ingest import IngestConflictError, PartitionRange, batch_commit
 from shale.metastore import BlockQueries, Commands, OffsetReads
 from shale.reprocess.schema import ReaderSchema, resolve_reader
 from shale.reprocess.task import run_partition
-from shale.reprocess.wire import PartitionWork, RoundSpec, decode_written, encode_spec, encode_work
+from shale.reprocess.wire import PartitionWork, RoundSpec, encode_spec, encode_work
 from shale.schemas import KnownSchemas
 
 if TYPE_CHECKING:

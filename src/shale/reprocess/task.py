@@ -8,10 +8,10 @@ import pyarrow as pa
 
 from shale.block import backup_rows
 from shale.config import BucketConfig, SchemaRegistryConfig
-from shale.encoder import GroupSpec, Written
+from shale.encoder import GroupSpec, Written, encode_written
 from shale.ingest import BatchPlan, ChunkWriter, chunk_bytes
 from shale.objstore import task_bucket
-from shale.reprocess.wire import decode_spec, decode_work, encode_written
+from shale.reprocess.wire import decode_spec, decode_work
 from shale.resources import PeakMemory
 from shale.schemas import RegistryClient
 

@@ -2,7 +2,8 @@
 alone, one function per direction.
 
 Into a task: the round's ``RoundSpec`` (the same for every task of the round) and the task's ``PartitionWork`` (a
-partition's offset range and the backup blocks that hold it). Out of it: the chunks it wrote (``Written``). All
+partition's offset range and the backup blocks that hold it). Out of it: the chunks it wrote (``Written``, in
+``shale.encoder.encode_written``'s encoding, as ingest's tasks return them). All
 three cross as JSON, so Spark pickles nothing of Shale's but the bucket's and the Schema Registry's
 configurations: JSON masks secrets (the ``ingest`` in the spec holds the registry's password as asterisks), so
 the task takes the pickled registry configuration instead of the spec's.
@@ -16,7 +17,6 @@ from pydantic import TypeAdapter
 
 from shale.block import BlockMeta
 from shale.config import IngestConfig
-from shale.encoder import Written
 from shale.ingest import PartitionRange
 from shale.schemas import KnownSchemas
 
@@ -47,7 +47,6 @@ class PartitionWork:
 
 _SPEC = TypeAdapter(RoundSpec)
 _WORK = TypeAdapter(PartitionWork)
-_WRITTEN = TypeAdapter(list[Written])
 
 
 def encode_spec(spec: RoundSpec) -> str:
@@ -64,11 +63,3 @@ def encode_work(work: PartitionWork) -> str:
 
 def decode_work(text: str) -> PartitionWork:
     return _WORK.validate_json(text)
-
-
-def encode_written(written: list[Written]) -> str:
-    return _WRITTEN.dump_json(written).decode()
-
-
-def decode_written(text: str) -> list[Written]:
-    return _WRITTEN.validate_json(text)

@@ -21,7 +21,7 @@ from shale.block import backup_rows, read_dataset
 from shale.block.layout import block_file_key
 from shale.block.schemas import HEADERS
 from shale.config import BucketConfig, IngestConfig, ParserRule, TenantRule
-from shale.encoder.chunks import Chunk, GroupSpec, Written, write_chunk
+from shale.encoder.chunks import Chunk, GroupSpec, Written, decode_written, write_chunk
 from shale.errors import ShaleError
 from shale.ingest.committer import IngestConflictError, batch_commit
 from shale.ingest.plan import BatchPlan, PartitionRange
@@ -192,7 +192,7 @@ def test_a_task_reports_where_its_time_went_per_chunk(bucket_config: BucketConfi
             yield batch
 
     rows = list(make_task(spec, _plan(0, 1_000), 512 * 2**20, lambda _: slow_source())(_index()))
-    written = [Written.model_validate_json(row.column("written")[0].as_py()) for row in rows]
+    written = [w for row in rows for text in row.column("written").to_pylist() if text for w in decode_written(text)]
     assert written
     assert all(set(w.seconds) <= set(PHASES) for w in written)
     total = {phase: sum(w.seconds.get(phase, 0.0) for w in written) for phase in PHASES}
@@ -242,7 +242,7 @@ def test_a_task_of_several_partitions_tiles_each_one_s_range_whatever_the_batche
     bounds = [0, *cuts, stream.num_rows] if stream.num_rows else []
     batches = [spark_batch(stream.slice(a, b - a)) for a, b in itertools.pairwise(bounds)]
     rows = list(make_task(spec, plan, 512 * 2**20, lambda _: iter(batches))(_index()))
-    written = [Written.model_validate_json(r.column("written")[0].as_py()) for r in rows]
+    written = [w for r in rows for text in r.column("written").to_pylist() if text for w in decode_written(text)]
     bucket = open_bucket(bucket_config)
     for p, first, n in parts:
         mine = [w for w in written if w.partition == p]
@@ -290,8 +290,8 @@ def test_reading_each_partition_of_a_small_block_fetches_it_once(bucket_config: 
     spec = GroupSpec("backup", 1, bucket_config, IngestConfig())
     plan = BatchPlan(READ_MS, [PartitionRange("app", p, INC, 0, 10) for p in range(4)])
     batches = [spark_batch(backup_table("app", p, 0, 10)) for p in range(4)]
-    written = [Written.model_validate_json(r.column("written")[0].as_py())
-               for r in make_task(spec, plan, 512 * 2**20, lambda _: iter(batches))(_index())]
+    written = [w for r in make_task(spec, plan, 512 * 2**20, lambda _: iter(batches))(_index())
+               for text in r.column("written").to_pylist() if text for w in decode_written(text)]
     [meta] = {m.id: m for w in written for m in w.blocks}.values()
     bucket = CountingReader(open_bucket(bucket_config))
     for p in range(4):  # as restore's and reprocess's tasks do, one partition each, in one worker

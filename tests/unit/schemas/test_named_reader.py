@@ -23,13 +23,13 @@ from tests.factories import BASE_MS, backup_table
 
 from shale.block import BlockMeta, read_dataset
 from shale.config import BucketConfig, IngestConfig, ParserRule, SchemaRegistryConfig
-from shale.encoder.chunks import Chunk, GroupSpec, write_chunk
+from shale.encoder.chunks import Chunk, GroupSpec, decode_written, write_chunk
 from shale.errors import ConfigError
 from shale.ingest.plan import PartitionRange
 from shale.objstore import task_bucket
 from shale.reprocess.schema import ReaderSchema, resolve_reader
 from shale.reprocess.task import run_partition
-from shale.reprocess.wire import PartitionWork, RoundSpec, decode_spec, decode_written, encode_spec, encode_work
+from shale.reprocess.wire import PartitionWork, RoundSpec, decode_spec, encode_spec, encode_work
 from shale.schemas import avro, jsonschema, protobuf
 from shale.schemas.registry import (
     KnownSchemas,
