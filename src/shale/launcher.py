@@ -1,8 +1,9 @@
 """``shale run``: a whole single-machine deployment from one configuration, supervised.
 
 Processes: the metastore (``shale metastore serve``, which also serves the status page), one ``shale ingest`` per
-configured group, and the compaction workers. The others reach the metastore over HTTP. They start in that order,
-except that the background services (the backup group and the compaction workers, ``BACKGROUND_NICE``) start
+configured group, and the compaction workers. The others reach the metastore over HTTP. The foreground ingest
+groups start beside the metastore (their client retries until it serves; their Spark application starts
+meanwhile); the background services (the backup group and the compaction workers, ``BACKGROUND_NICE``) start
 once the partition group holds its ingest lease, or after ``FOREGROUND_WAIT``: Spark applications that start at
 once share the cores, and three of them on two cores each took 2-3 times as long to start as one alone
 (docs/design/operating.md, "`shale run`"), so the group that queries read started last of all.
@@ -194,10 +195,11 @@ class Deployment:
         health = self.status_page.removesuffix("/ui") + "/healthz"
         for service in [s for s in self.services if not s.background]:
             self._start(service)
-            if service.name == "metastore":  # the others need it: wait until it serves
-                assert service.process is not None
-                with httpx.Client(timeout=1, verify=tls_verify(self.config.metastore.tls_ca_file)) as http:
-                    service.process.wait_ready(lambda: http.get(health).status_code == 200, 60, "serving HTTP")
+        metastore = next((s for s in self.services if s.name == "metastore"), None)
+        if metastore is not None:  # started: the deployment is up once it serves
+            assert metastore.process is not None
+            with httpx.Client(timeout=1, verify=tls_verify(self.config.metastore.tls_ca_file)) as http:
+                metastore.process.wait_ready(lambda: http.get(health).status_code == 200, 60, "serving HTTP")
 
     def start_background(self) -> None:
         """The background services, once a foreground ingest process holds its lease (not if stopped meanwhile)."""
