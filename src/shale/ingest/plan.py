@@ -81,9 +81,6 @@ class BatchPlan:
     """Offsets between each partition's start and Kafka's end (what is left after this plan: lag - planned)."""
     held: list[TopicPartition] = field(default_factory=list)
     """Partitions with records to read that this plan leaves out because the caller holds them."""
-    bytes: int = 0
-    """The record values' bytes the ranges hold, estimated from the sizes seen so far (0: a range's partition has
-    no size known yet)."""
 
     @property
     def offsets(self) -> int:
@@ -155,6 +152,4 @@ def plan_batch(incarnations: Mapping[str, str], bounds: Mapping[TopicPartition, 
             share = limits.max_bytes * available[tp] * known[tp] / estimated
             count = min(count, max(1, int(share / known[tp])))
         plan.ranges.append(PartitionRange(tp[0], tp[1], incarnation, start, start + count))
-    if all(tp in known for tp in wanted):
-        plan.bytes = int(sum((r.end - r.start) * known[(r.topic, r.partition)] for r in plan.ranges))
     return plan

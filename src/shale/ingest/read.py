@@ -47,7 +47,7 @@ class SparkRead:
         """Run ``make``'s task (``make_task``, ``make_warm_task``) over the plan: at most one task per core, each
         reading its share of the ranges with its own Kafka consumer (``shale.ingest.source``); its rows."""
         spark = self.session()
-        shares = assign_tasks(plan.ranges, tasks(len(plan.ranges), spark.sparkContext.defaultParallelism, plan.bytes))
+        shares = assign_tasks(plan.ranges, tasks(len(plan.ranges), spark.sparkContext.defaultParallelism))
         bound = self.config.ingest.max_task_bytes
         held = min(HELD_BYTES, bound // 32)
         options = consumer_options(client_options(self.config.kafka), self.consumer_group, held)

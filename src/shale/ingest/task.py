@@ -249,21 +249,13 @@ def partition_runs(batch: pa.RecordBatch) -> list[pa.RecordBatch]:
     return [batch.slice(a, b - a) for a, b in itertools.pairwise(cuts)]
 
 
-TASK_BYTES = 16 * 2**20
-"""A batch gets a task per this many bytes of record values it plans to read (by the sizes seen so far)."""
-
-
-def tasks(ranges: int, cores: int, planned_bytes: int = 0) -> int:
-    """How many Spark tasks read a batch of ``ranges`` partitions and ``planned_bytes`` of record values (0: not
-    known yet): one per partition up to Spark's cores, fewer than partitions beyond (``coalesce``: each task reads
-    several in turn), and one per ``TASK_BYTES``. A task's fixed cost (its launch, the Python hand-off, its Kafka
-    consumer) is paid once per task instead of per partition; with 8 partitions of a low-latency batch on 2 cores,
-    a Spark job took 1.93 s (median of 8; 1.27-2.34) as 8 tasks and 1.22 s (0.55-1.49) as 2, on the loaded machine
-    (docs/design/ingest.md 10.7). And each task writes its own blocks (a data object and meta.json each, and a
-    metastore entry): a caught-up batch of a few megabytes is one task's, whatever the executors' cores, so a
-    batch's objects follow its bytes rather than the cluster's size (10.9)."""
-    wanted = -(-planned_bytes // TASK_BYTES) if planned_bytes > 0 else cores
-    return max(1, min(ranges, cores, wanted))
+def tasks(ranges: int, cores: int) -> int:
+    """How many Spark tasks read a batch of ``ranges`` partitions: one per partition up to Spark's cores, fewer
+    than partitions beyond (``coalesce``: each task reads several in turn). A task's fixed cost (its launch, the
+    Python hand-off, its first Arrow batch) is paid once per task instead of per partition; with 8 partitions of a
+    low-latency batch on 2 cores, a Spark job took 1.93 s (median of 8; 1.27-2.34) as 8 tasks and 1.22 s
+    (0.55-1.49) as 2, on the loaded machine (docs/DESIGN.md 10.7)."""
+    return max(1, min(ranges, cores))
 
 
 Records = Callable[[int], Iterable[pa.RecordBatch]]

@@ -4,8 +4,6 @@ truncation, record and byte limits, --available-now targets)."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from shale.ingest.plan import PROBE_RECORDS, Ahead, Limits, Loss, PartitionRange, plan_batch, recreated
 
@@ -64,18 +62,6 @@ def test_bytes_bound_a_batch_of_large_records() -> None:
     limits = Limits(max_records=2_000_000, max_bytes=64 * 2**20, record_bytes={("t", 0): 5 * 2**20})
     plan = plan_batch({"t": A}, {("t", 0): (0, 100)}, {}, {}, limits, 1)
     assert plan.ranges == [PartitionRange("t", 0, A, 0, 12)]
-
-
-@given(sizes=st.lists(st.one_of(st.none(), st.floats(1, 10**6)), min_size=1, max_size=6),
-       ends=st.lists(st.integers(0, 10**6), min_size=6, max_size=6), max_bytes=st.integers(2**20, 2**34))
-def test_a_plan_knows_its_bytes_when_it_knows_every_partition_s_record_size(
-        sizes: list[float | None], ends: list[int], max_bytes: int) -> None:
-    known = {("t", p): size for p, size in enumerate(sizes) if size is not None}
-    bounds = {("t", p): (0, ends[p]) for p in range(len(sizes))}
-    plan = plan_batch({"t": A}, bounds, {}, {}, Limits(10**9, max_bytes, known), 1)
-    expected = sum((r.end - r.start) * known[(r.topic, r.partition)] for r in plan.ranges
-                   ) if all((r.topic, r.partition) in known for r in plan.ranges) else 0
-    assert plan.bytes == int(expected)
 
 
 def test_available_now_stops_at_the_targets_and_deleted_topics_are_left_alone() -> None:

@@ -26,7 +26,7 @@ from shale.errors import ShaleError
 from shale.ingest.committer import IngestConflictError, batch_commit
 from shale.ingest.plan import BatchPlan, PartitionRange
 from shale.ingest.source import COLUMNS
-from shale.ingest.task import PHASES, TASK_BYTES, ChunkWriter, make_task, make_warm_task, partition_runs, tasks
+from shale.ingest.task import PHASES, ChunkWriter, make_task, make_warm_task, partition_runs, tasks
 from shale.objstore import open_bucket
 
 READ_MS = BASE_MS + 86_400_000
@@ -330,16 +330,3 @@ def test_an_empty_batch_has_no_runs() -> None:
 def test_a_batch_gets_no_more_tasks_than_spark_has_cores() -> None:
     assert [tasks(ranges, 2) for ranges in (0, 1, 2, 8)] == [1, 1, 2, 2]
     assert tasks(8, 16) == 8
-
-
-@given(ranges=st.integers(0, 10_000), cores=st.integers(1, 512), planned=st.integers(0, 2**40))
-def test_a_batch_gets_a_task_per_task_bytes_of_records_within_its_cores(ranges: int, cores: int,
-                                                                         planned: int) -> None:
-    """Each task writes its own blocks: a batch's objects follow its bytes, not the executors' cores."""
-    n = tasks(ranges, cores, planned)
-    assert 1 <= n <= max(1, min(ranges, cores))
-    if planned:
-        assert n <= max(1, -(-planned // TASK_BYTES))
-        assert n == max(1, min(ranges, cores, -(-planned // TASK_BYTES)))
-    else:
-        assert n == tasks(ranges, cores)
