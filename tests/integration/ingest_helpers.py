@@ -61,7 +61,7 @@ def write_config(path: Path, bootstrap: str, bucket: BucketConfig, topics: list[
         "metastore": metastore or {"data_dir": str(path / "metastore")},
         "spark": {"master": (spark or {}).get("master", "local[2]"),
                   "conf": {**connector_conf(), **(spark or {}).get("conf", {})}},
-        "ingest": {"topics": topics, "trigger_interval": "1s",
+        "ingest": {"topics": topics, "trigger_interval": "1s", "backup_trigger_interval": "1s",
                    "parsers": parsers_override or [JSON_PARSER], **ingest},
     }
     lines: list[str] = []

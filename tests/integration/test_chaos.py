@@ -59,6 +59,7 @@ conf = {{"spark.jars" = "{connector_conf()["spark.jars"]}"}}
 [ingest]
 topics = ["{topic}"]
 trigger_interval = "1s"
+backup_trigger_interval = "1s"
 max_records_per_batch = 500
 [[ingest.parsers]]
 parser = "json"

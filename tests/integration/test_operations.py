@@ -76,6 +76,7 @@ master = "local[1]"
 [ingest]
 topics = ["{topic}"]
 trigger_interval = "2s"
+backup_trigger_interval = "2s"
 [[ingest.parsers]]
 parser = "json"
 options = {{time_field = "ts", time_format = "epoch_s", label_fields = ["level"]}}

@@ -315,6 +315,9 @@ class IngestConfig(_Section):
     partition_by_hour: bool = Field(default=False, description="partition values dt and hour (default: dt)")
     trigger_interval: Duration = Field(default=5.0, description="time policy: a caught-up group plans its next "
                                        "batch this long after its last plan (at once if that batch took longer)")
+    backup_trigger_interval: Duration = Field(default=30.0, description="the backup group's trigger_interval: its "
+                                              "blocks are read only to restore or reprocess, so it writes fewer, "
+                                              "larger objects (seed 002's upload policy is per group)")
     max_records_per_batch: int = Field(default=2_000_000, ge=1, description="size policy: at most this many "
                                                                              "records in one batch")
     max_batch_bytes: ByteSize = Field(default=1024 * 2**20, ge=2**20, description="size policy: about this many "

@@ -92,7 +92,12 @@ class IngestJob:
         # Stale-tolerant bucket index: tell readers about committed blocks before the index writer does.
         self.deltas = DeltaWriter(self.bucket) if config.bucket_index.deltas else None
         self.summary = IngestSummary(group, ingest.quarantine_warn_share)
-        self.pauses = RegistryBackoff(ingest.trigger_interval)
+        # The time policy, per group as seed 002's upload policy: the backup group's blocks are read only on a bad
+        # day, so it plans less often (fewer, larger objects).
+        self.trigger = ingest.backup_trigger_interval if group == "backup" else ingest.trigger_interval
+        # A failure's first delay, doubling with each in a row: at least a second, even when batches run back to back.
+        self.retry_base = max(1.0, ingest.trigger_interval)
+        self.pauses = RegistryBackoff(self.retry_base)
         self.report = BatchReport(group, self.pauses, self.committer)
         if shard is not None and ingest.shards == "auto":
             raise ConfigError(f"--shard {shard}: ingest.shards is auto (each driver takes the shard it is given)")
@@ -346,12 +351,12 @@ class IngestJob:
                 plan = self.plan(targets)
             except RetryableError as exc:
                 log.warning("Kafka did not answer; retrying", extra={"group": self.group, "error": str(exc)})
-                stop.wait(self.config.ingest.trigger_interval)
+                stop.wait(self.retry_base)
                 continue
             self.last_plan = plan
             if available_now and not plan.ranges and plan.held:
                 self._give_up_on_registry()
-                stop.wait(self.config.ingest.trigger_interval)  # the paused partitions' delay passes
+                stop.wait(self.retry_base)  # the paused partitions' delay passes
                 continue
             if available_now and not plan.ranges:
                 blocked = [f"{x.topic}[{x.partition}]" for x in plan.losses] + [
@@ -365,12 +370,12 @@ class IngestJob:
             if plan.ranges and minimum and plan.offsets < minimum and not available_now:
                 waiting_since = waiting_since or time.monotonic()
                 if time.monotonic() - waiting_since < self.config.ingest.max_batch_delay:
-                    stop.wait(min(1.0, self.config.ingest.trigger_interval))
+                    stop.wait(min(1.0, self.trigger))
                     continue
             waiting_since = None
             if not plan.ranges:
                 metrics.BATCHES.labels(self.group, "empty").inc()
-                stop.wait(self.config.ingest.trigger_interval)
+                stop.wait(self.trigger)
                 continue
             try:
                 self.run_batch(plan)
@@ -381,16 +386,16 @@ class IngestJob:
                 metrics.FAILED.labels(self.group).inc()
                 if available_now and failures >= AVAILABLE_NOW_ATTEMPTS:
                     raise  # a one-shot run reports a persistent failure instead of retrying for ever
-                delay = min(60.0, self.config.ingest.trigger_interval * 2 ** min(failures, 6))
+                delay = min(60.0, self.retry_base * 2 ** min(failures, 6))
                 log.error("batch failed before its commit; planning it again", extra={
                     "group": self.group, "error": f"{type(exc).__name__}: {str(exc)[:2000]}", "retry_in": delay})
                 stop.wait(delay)
                 continue
             failures = 0
             if not available_now and sum(v for tp, v in plan.lag.items() if tp not in plan.held) <= plan.offsets:
-                # Caught up: the next plan comes trigger_interval after this one, at once if the batch took longer
+                # Caught up: the next plan comes the group's trigger after this one, at once if the batch took longer
                 # (as Spark's processing-time trigger). A pause after the batch would add its duration to every
                 # record's latency; the object count stays bounded by one batch per interval either way.
-                stop.wait(max(0.0, self.config.ingest.trigger_interval - (time.monotonic() - planned_at)))
+                stop.wait(max(0.0, self.trigger - (time.monotonic() - planned_at)))
         log.info("ingest stopped", extra={"group": self.group, "batches": self.batches})
 

@@ -58,7 +58,8 @@ class RegistryBackoff:
     """The partitions paused on the registry, each with its consecutive pauses and when to try it again."""
 
     base: float
-    """The first delay (the group's trigger interval); it doubles with each pause in a row, up to ``MAX_DELAY``."""
+    """The first delay (``ingest.trigger_interval``, at least a second); it doubles with each pause in a row, up to
+    ``MAX_DELAY``."""
     held: dict[TopicPartition, Held] = field(default_factory=dict)
 
     def waiting(self, now: float) -> set[TopicPartition]:

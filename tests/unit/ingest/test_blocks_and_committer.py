@@ -258,6 +258,7 @@ def test_available_now_gives_up_after_repeated_batch_failures_and_a_service_keep
     config = load_config(env={}, overrides=["bucket.url=memory://", f"metastore.data_dir={tmp_path}",
                                             "ingest.topic_pattern=app", "ingest.trigger_interval=0.001s"])
     job = IngestJob(config, "backup")
+    job.retry_base = 0.001  # a service's delays start at a second (test_trigger.py): not waited for here
     attempts: list[int] = []
     stop = threading.Event()
 
