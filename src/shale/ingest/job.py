@@ -41,7 +41,7 @@ from shale.ingest.committer import (
     stream_name,
 )
 from shale.ingest.lease import IngestLease, LeaseTarget
-from shale.ingest.pauses import RegistryBackoff, commit_ranges
+from shale.ingest.pauses import RegistryBackoff, backoff, commit_ranges
 from shale.ingest.plan import BatchPlan, Limits, PartitionRange, TopicPartition, plan_batch, recreated
 from shale.ingest.read import SparkRead
 from shale.ingest.report import BatchReport
@@ -386,7 +386,7 @@ class IngestJob:
                 metrics.FAILED.labels(self.group).inc()
                 if available_now and failures >= AVAILABLE_NOW_ATTEMPTS:
                     raise  # a one-shot run reports a persistent failure instead of retrying for ever
-                delay = min(60.0, self.retry_base * 2 ** min(failures, 6))
+                delay = backoff(self.retry_base, failures)
                 log.error("batch failed before its commit; planning it again", extra={
                     "group": self.group, "error": f"{type(exc).__name__}: {str(exc)[:2000]}", "retry_in": delay})
                 stop.wait(delay)

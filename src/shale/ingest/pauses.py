@@ -26,6 +26,12 @@ from shale.ingest.task import Paused
 MAX_DELAY = 60.0
 
 
+def backoff(base: float, failures: int) -> float:
+    """The delay after ``failures`` in a row: ``base`` doubled per failure, up to ``MAX_DELAY`` (a failed batch's
+    and a registry pause's)."""
+    return min(MAX_DELAY, base * 2.0 ** min(failures, 6))
+
+
 def commit_ranges(ranges: Sequence[PartitionRange], paused: Iterable[Paused]) -> list[PartitionRange]:
     """The ranges a batch commits: each planned range, cut where its partition paused (left out when it paused at
     its start). A pause outside its partition's planned range, or of a partition the batch did not plan, is a bug:
@@ -75,13 +81,13 @@ class RegistryBackoff:
             del self.held[tp]
         for tp, p in now_paused.items():
             failures = self.held[tp].failures + 1 if tp in self.held else 1
-            delay = min(MAX_DELAY, self.base * 2 ** min(failures, 6))
+            delay = backoff(self.base, failures)
             self.held[tp] = Held(failures, now + delay, p.registry, p.error)
         return sorted(resumed)
 
     def delay(self, tp: TopicPartition) -> float:
         held = self.held.get(tp)
-        return min(MAX_DELAY, self.base * 2 ** min(held.failures, 6)) if held else 0.0
+        return backoff(self.base, held.failures) if held else 0.0
 
     def forget(self, keep: Iterable[TopicPartition]) -> None:
         """Drop partitions no longer planned at all (a topic deleted, a shard that moved)."""
