@@ -30,7 +30,7 @@ def _key(text: str | None, hex_text: str | None, b64_text: str | None, from_stdi
     except (ValueError, binascii.Error) as exc:
         raise click.BadParameter(f"the key is not valid: {exc}") from None
     if from_stdin:
-        return sys.stdin.buffer.read().rstrip(b"\n")
+        return sys.stdin.buffer.read().removesuffix(b"\n")  # one newline, as an echo adds: a key may end in 0x0A
     assert text is not None
     return text.encode()
 
@@ -74,8 +74,9 @@ def erase(ctx: click.Context, tenant: str | None, topics: tuple[str, ...], key: 
     Kafka high watermarks, the backup group is scanned for the key, and every block of both groups holding one of
     its records is rewritten without it by the compaction workers (`shale compact`). With --column and --value, the
     records whose typed column holds the value are erased instead: the partition group is scanned for it and the
-    backup group's records at the same Kafka offsets go too. Needs admin. A second identical request answers with
-    the first. `shale erase status ID` shows the progress."""
+    backup group's records at the same Kafka offsets go too. Needs admin. The same request made again once the
+    first is past `requested` is a new erasure (the key's records produced since); a run killed before its plan is
+    resumed. `shale erase status ID` shows the progress."""
     from dataclasses import replace
 
     from shale.config import parse_duration
@@ -147,14 +148,20 @@ def status(ctx: click.Context, erasure: str, receipt: bool, as_json: bool) -> No
 def report_text(report: ErasureReport) -> str:
     """The report for people (``--json`` gives every field)."""
     head = (f"erasure {report.id}: " + ("dry run, nothing changed" if report.dry_run else report.state)
-            + (" (requested before: this is the first request's state)" if report.replay else ""))
+            + (" (another run made this erasure meanwhile: this is its state)" if report.replay else ""))
     lines = [head]
+    if report.previous:
+        lines.append(f"the same request was made before (erasure {report.previous}): this one erases the records "
+                     "not erased then")
     if report.by:
         lines.append(f"requested by {report.by} at {report.requested_at} ms")
     lines.append(f"records: {report.matches}; blocks opened {report.blocks_opened} of {report.blocks_total}")
     for r in report.records:
         lines.append(f"  record {r['topic']}[{r['partition']}]@{r['offset']} time {r['timestamp_ms']} "
                      f"({len(r['copies'])} backup copies)")
+    for u in report.undecided:
+        lines.append(f"  not erased: {u['topic']}[{u['partition']}]@{u['offset']} in block {u['block']}, at or past "
+                     "the high watermark and of an incarnation the block cannot tell (--no-kafka erases it)")
     for b in report.blocks:
         what = (f"-> {b['new']}, {b['rows_removed']} rows removed" if "new" in b
                 else f"level {b['level']}, {b['positions']} of its records to erase")

@@ -173,6 +173,7 @@ def offsets_cmd(ctx: click.Context, tenant: str, topic: str, target_topic: str |
         RestoreRequest,
         committed_offsets,
         dead_lettered,
+        erased_source_offsets,
         job_name,
         read_anchors,
         read_progress,
@@ -184,7 +185,8 @@ def offsets_cmd(ctx: click.Context, tenant: str, topic: str, target_topic: str |
     target = _target(config, target_config, target_bootstrap)
     request = RestoreRequest(tenant=tenant, topic=topic, target_topic=target_topic or topic,
                              range=_range(until, restored), incarnation=incarnation, job=job)
-    plan = RestoreJob(open_index_view(config), config.bucket, target, request).plan()
+    index = open_index_view(config)
+    plan = RestoreJob(index, config.bucket, target, request).plan()
     if source_offsets:
         source = {int(p): int(o) for p, _, o in (item.partition(":") for item in source_offsets.split(",") if item)}
     else:
@@ -195,7 +197,8 @@ def offsets_cmd(ctx: click.Context, tenant: str, topic: str, target_topic: str |
     skipped = dead_lettered(open_bucket(config.bucket), tenant, name)
     progress = {p: next_offset for p, (next_offset, _) in read_progress(client_options(target), name).items()}
     translated = translate(plan, config.bucket, client_options(target), request.target_topic, source, skipped,
-                           read_anchors(client_options(target), name), progress)
+                           read_anchors(client_options(target), name), progress,
+                           erased_source_offsets(index, plan))
     click.echo(json.dumps({"group": group, "topic": request.target_topic,
                            "partitions": [{"partition": p, "source": source[p], "target": o}
                                           for p, o in translated.items()]}, indent=2))

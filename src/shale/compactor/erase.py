@@ -5,7 +5,8 @@ positions, as a new block that replaces the source through the compaction servic
 A row is the record at a position when its topic, partition and offset are the position's and its incarnation is
 too (a position or a row whose incarnation is not known matches any: an erasure must not leave a copy behind).
 The output keeps the source's Kafka ranges (the erased offsets stay accounted for: they are erased, not missing),
-its lineage, level, group and generation, and adds the erasure to ``erased``. Its id is derived from the job, the
+level, group and generation, and its lineage plus its own id (``erased_lineage``: the rewrite supersedes its
+source), and adds the erasure to ``erased``. Its id is derived from the job, the
 fencing token and the source, as a merge output's is: a repeated report of one attempt names the same block, and a
 stale attempt's output never collides with the current owner's.
 """
@@ -40,6 +41,15 @@ from shale.resources import PeakMemory
 
 def erase_output_id(source: BlockMeta, erasure: str, job: str, token: int) -> str:
     return deterministic_block_id(source.time_ms, f"erasure/{erasure}/{job}/{token}/{source.id}")
+
+
+def erased_lineage(source: BlockMeta, output_id: str) -> list[str]:
+    """A rewrite's ``compaction.sources``: its source's and its own id. A strict superset of the source's, so
+    seed 000's full-overlap rule (a bucket scanner's, ``shale.block.fetcher``; the bucket index's live blocks)
+    judges the source overlapped by its rewrite while both are in the bucket unmarked; with equal sets the greater
+    id would win, which may be the source's, still holding the erased records. Merges carry the id on like any
+    source's."""
+    return sorted({*source.compaction.sources, output_id})
 
 
 def erased_rows(meta: BlockMeta, topic: str, table: pa.Table, positions: list[tuple[str, int, int, str]]) -> np.ndarray:
@@ -86,10 +96,11 @@ def erase_block(bucket: Bucket, source: BlockMeta, plan: ErasePlan, *, job: str,
             if drop.any():
                 table = table.filter(pa.array(~drop))
             streams.append(_stream(dataset, table))
+        output_id = erase_output_id(source, plan.erasure, job, token)
         spec = BlockSpec(
-            id=erase_output_id(source, plan.erasure, job, token), tenant=source.tenant, group=source.group,
+            id=output_id, tenant=source.tenant, group=source.group,
             generation=source.generation, shard=source.shard, level=source.level, kafka=list(source.kafka),
-            partition_values=dict(source.partition_values), sources=list(source.compaction.sources),
+            partition_values=dict(source.partition_values), sources=erased_lineage(source, output_id),
             parents=[source.id], parser=source.parser, derived_from=list(source.derived_from),
             erased=sorted({*(source.erased or ()), plan.erasure}))
         failpoint("erasure.write")

@@ -1,15 +1,18 @@
 """``shale erase``'s driver, also the Python API: commit the request, find its records, plan the rewrites.
 
 1. ``RequestErasure`` is committed first: who, when, the tenant, the topics, the key, and each partition's high
-   watermark as Kafka reports it now (records produced later are new data, not part of the request). The id is
-   derived from tenant, topics and key, so the same request again answers with the first one.
-2. The backup group is scanned for the key (``shale.erase.scan``), below those watermarks; for an erasure by a
-   typed column's value, the partition group is scanned for the value's hash instead (``shale.erase.column``).
+   watermark and topic incarnation as Kafka reports them now (records produced later are new data, not part of
+   the request). The id is derived from tenant, topics, key and round: the same request again, once the one
+   before is past ``requested``, is the next round (a new erasure with its own watermarks).
+2. The backup group is scanned for the key (``shale.erase.scan``), below those watermarks (each bounds its own
+   incarnation: ``shale.metastore.Watermarks``); for an erasure by a typed column's value, the partition group is
+   scanned for the value's hash instead (``shale.erase.column``).
 3. ``PlanErasure`` records the positions found; the metastore gives every block of either group that holds one an
    erase job, which the compaction workers run under their leases and fencing tokens (DESIGN 19).
 
-Killed between 1 and 3, the same request again finds the first in state ``requested`` and scans with its
-watermarks; after 3 it only reports. A dry run commits nothing and reads the index and the bucket only.
+Killed between 1 and 3, the same request again finds its round in state ``requested`` and scans with its
+watermarks. A dry run commits nothing and reads the index and the bucket only (it always scans, with the
+watermarks the run would use).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from shale.metastore import (
     PlanErasure,
     RequestErasure,
     TenantBlocks,
+    Watermarks,
     erasure_id,
 )
 from shale.objstore import open_bucket
@@ -56,12 +60,18 @@ class ErasureRequest:
     """With ``column``: the SHA-256 of the value's canonical form (``column_request`` computes it)."""
     delete_delay: float = 0.0
     """A shorter delete delay for the replaced blocks' objects, in seconds (0: ``block.delete_delay``). Not part of
-    the request's identity: the same request again keeps the first one's. ``check_delete_delay`` says whether a
+    the request's identity: a resumed request keeps the one it was made with. ``check_delete_delay`` says whether a
     configuration allows it; the metastore leader never goes below its own floor."""
 
     @property
     def id(self) -> str:
-        return erasure_id(self.tenant, self.topics, self.key, self.column, self.value_sha256)
+        """The request's first erasure's id (``id_at(0)``)."""
+        return self.id_at(0)
+
+    def id_at(self, round_: int) -> str:
+        """The id of the request's erasure ``round_`` (0: the first; each later one a request made again once the
+        one before was past ``requested``)."""
+        return erasure_id(self.tenant, self.topics, self.key, self.column, self.value_sha256, round_)
 
 
 def check_delete_delay(config: ShaleConfig, seconds: float) -> float:
@@ -97,7 +107,9 @@ class ErasureReport:
     dry_run: bool
     state: str
     replay: bool = False
-    """The same request was made before: this report is the first one's."""
+    """Another run made this erasure meanwhile and got past ``requested``: this report is its."""
+    previous: str = ""
+    """The erasure of the same request this one follows (made again: its own watermarks), if any."""
     by: str = ""
     requested_at: int = 0
     watermarks: list[dict[str, Any]] = field(default_factory=list)
@@ -110,6 +122,9 @@ class ErasureReport:
     blocks_total: int = 0
     blocks_opened: int = 0
     jobs: list[str] = field(default_factory=list)
+    undecided: list[dict[str, Any]] = field(default_factory=list)
+    """Records of the key at or past a watermark whose incarnation their block cannot tell: not erased
+    (``shale.metastore.Watermarks``); ``--no-kafka`` erases them, with every other record of the key."""
     delete_delay: float = 0.0
     """The delete delay asked for the replaced blocks' objects, in seconds (0: ``block.delete_delay``)."""
 
@@ -118,12 +133,14 @@ class ErasureReport:
 
 
 def high_watermarks(kafka: KafkaConfig, topics: Sequence[str]) -> list[ErasureWatermark]:
-    """Each partition's end offset now (read_committed), for the topics Kafka still has."""
-    from shale.kafka import list_partitions, watermarks
+    """Each partition's end offset now (read_committed) and the topic's incarnation, for the topics Kafka still
+    has."""
+    from shale.kafka import describe_topics, offset_bounds
 
-    partitions = {t: ps for t, ps in list_partitions(kafka, topics).items() if t in set(topics)}
-    ends = watermarks(kafka, partitions) if partitions else {}
-    return [ErasureWatermark(topic=t, partition=p, end=end) for (t, p), (_, end) in sorted(ends.items())]
+    states = {t: s for t, s in describe_topics(kafka, topics).items() if t in set(topics)}
+    ends = offset_bounds(kafka, [(t, p) for t, s in states.items() for p in s.partitions]) if states else {}
+    return [ErasureWatermark(topic=t, partition=p, end=end, incarnation=states[t].incarnation)
+            for (t, p), (_, end) in sorted(ends.items())]
 
 
 def _topics(request: ErasureRequest, blocks: list[BlockMeta]) -> list[str]:
@@ -154,47 +171,65 @@ def _blocks(scan: ScanResult) -> list[dict[str, Any]]:
     return out
 
 
+def open_round(metastore: ErasureReads, request: ErasureRequest) -> tuple[int, dict[str, Any] | None]:
+    """The round a run of ``request`` makes or resumes, and that round's row if it was requested: the first round
+    still ``requested`` (killed before its plan: resumed with its watermarks), else the round after the last."""
+    round_ = 0
+    while rows := metastore.erasures(request.id_at(round_)):
+        if rows[0]["state"] == "requested":
+            return round_, rows[0]
+        round_ += 1
+    return round_, None
+
+
 def erase(metastore: ErasureMetastore, bucket: BucketConfig, request: ErasureRequest, *,
           kafka: KafkaConfig | None = None, dry_run: bool = True, by: str = "") -> ErasureReport:
     """Erase ``request.key`` (or the records whose ``request.column`` holds the value hashed: ``column_request``)
     from the tenant's blocks (``dry_run``: only say what would be erased). ``kafka`` gives the high watermarks;
-    without it (the topic is gone) every backed-up record of the key is erased."""
+    without it (the topic is gone) every backed-up record of the key is erased. A request made again once the
+    first is past ``requested`` is a new erasure (its own id and watermarks: the key's records produced since);
+    one still ``requested`` (a run killed before its plan) is resumed."""
     blocks = metastore.tenant_blocks(request.tenant)
     topics = _topics(request, blocks)
-    first = metastore.erasures(request.id)
-    if first and first[0]["state"] != "requested":
-        return _report(first[0], replay=True)
-    if first:
-        marks = [ErasureWatermark.model_validate(m) for m in first[0]["watermarks"]]
+    round_, row = open_round(metastore, request)
+    erasure = request.id_at(round_)
+    if row is not None:
+        marks = [ErasureWatermark.model_validate(m) for m in row["watermarks"]]
     else:
         marks = high_watermarks(kafka, topics) if kafka is not None and topics else []
-    report = ErasureReport(id=request.id, dry_run=dry_run, state="dry-run" if dry_run else "requested",
+    report = ErasureReport(id=erasure, dry_run=dry_run, state="dry-run" if dry_run else "requested",
+                           previous=request.id_at(round_ - 1) if round_ else "",
                            watermarks=[m.model_dump() for m in marks],
-                           delete_delay=first[0]["delete_delay_ms"] / 1000 if first else request.delete_delay)
+                           delete_delay=row["delete_delay_ms"] / 1000 if row else request.delete_delay)
     if not dry_run:
         answer = metastore_writer(metastore).submit(RequestErasure(
-            id=request.id, by=by, tenant=request.tenant, topics=sorted(set(request.topics)),
+            id=erasure, round=round_, by=by, tenant=request.tenant, topics=sorted(set(request.topics)),
             key=base64.b64encode(request.key).decode(), column=request.column, value_sha256=request.value_sha256,
             watermarks=marks, delete_delay_ms=int(request.delete_delay * 1000))).raise_for_rejection()
         report.by, report.requested_at = answer.data["by"], answer.data["requested_at"]
-        if answer.data["replay"] and answer.data["state"] != "requested":  # another run got there meanwhile
-            return _report(metastore.erasures(request.id)[0], replay=True)
-    ends = {(m.topic, m.partition): m.end for m in marks}
+        if answer.data["replay"]:  # another run requested this round meanwhile: its watermarks stand
+            row = metastore.erasures(erasure)[0]
+            if row["state"] != "requested":
+                return _report(row, replay=True)
+            marks = [ErasureWatermark.model_validate(m) for m in row["watermarks"]]
+            report.watermarks = [m.model_dump() for m in marks]
     if request.column:
         scan = find_column_matches(open_bucket(bucket), blocks, request.column, request.value_sha256,
-                                   request.topics, ends)
+                                   request.topics, Watermarks(marks))
     else:
-        scan = find_matches(open_bucket(bucket), blocks, request.key, request.topics, ends)
+        scan = find_matches(open_bucket(bucket), blocks, request.key, request.topics, Watermarks(marks))
     report.records, report.blocks = _records(scan), _blocks(scan)
+    report.undecided = [{"topic": m.topic, "partition": m.partition, "offset": m.offset, "block": m.block}
+                        for m in scan.undecided]
     report.matches = len(report.records)
     report.blocks_total, report.blocks_opened = scan.blocks_total, len(scan.opened)
     if dry_run:
         return report
-    result = metastore_writer(metastore).submit(PlanErasure(id=request.id, positions=[
+    result = metastore_writer(metastore).submit(PlanErasure(id=erasure, positions=[
         ErasedPosition(topic=t, partition=p, offset=o, incarnation=i) for t, p, o, i in scan.positions]))
     result.raise_for_rejection()
     report.jobs = list(result.data.get("jobs", []))
-    report.state = erasure_status(metastore, request.id).state
+    report.state = erasure_status(metastore, erasure).state
     return report
 
 

@@ -17,7 +17,9 @@ unit a version of the schema gave it:
 - ``date``: ``YYYY-MM-DD``.
 
 A value that cannot be parsed for the column's type (``abc`` for an integer, ``42.123`` for ``decimal(12,2)``, a
-number out of the type's range) is a clear error, before anything is committed.
+number out of the type's range) is a clear error, before anything is committed. A column whose types in scope
+differ in kind (``string`` in old blocks, ``long`` once a JSON rule was given types) is matched in each dataset by
+the value's form for that dataset's kind: the request keeps one hash per kind (``request_hash``).
 """
 
 from __future__ import annotations
@@ -166,18 +168,39 @@ def column_values(table: pa.Table, path: str) -> pa.ChunkedArray:
 
 
 def matching(values: pa.Array | pa.ChunkedArray, sha256: str) -> pa.Array:
-    """A mask of the values whose canonical form's SHA-256 is ``sha256``."""
-    return pa.array([f is not None and value_sha256(f) == sha256 for f in canonical_forms(values)], pa.bool_())
+    """A mask of the values whose canonical form's SHA-256 is ``sha256`` (one of them, where a request keeps one
+    per kind, comma-separated: ``request_hash``). A form names its kind, so a value matches only its own kind's."""
+    wanted = set(sha256.split(","))
+    return pa.array([f is not None and value_sha256(f) in wanted for f in canonical_forms(values)], pa.bool_())
 
 
 def request_hash(text: str, types: Iterable[pa.DataType], path: str) -> str:
-    """The SHA-256 an erasure of ``path = text`` keeps: ``text`` read as each type the column has in the datasets
-    in scope (``types``). The types must share one kind, so the value has one canonical form; none (no dataset in
-    scope holds the column) is an error too."""
-    forms = {parse(text, t) for t in types}
-    if not forms:
+    """What an erasure of ``path = text`` keeps: ``text`` read as each type the column has in the datasets in scope
+    (``types``), the SHA-256 of its canonical form for each kind among them, sorted and comma-separated (one hash
+    when the types share one kind). Each dataset is then matched by the form of its own type's kind: a column
+    whose types differ in kind (a JSON rule given ``types`` later: old blocks ``string``, new ones ``long``) is
+    matched as each. Every type of a kind must read ``text`` (``4.5`` for an integer is an error); a kind none of
+    whose types reads it cannot hold it and is left out while another kind reads it (``abc`` erases the
+    ``string`` records only). No type that reads it, or no dataset in scope with the column, is an error."""
+    by_kind: dict[str, list[pa.DataType]] = {}
+    for type_ in types:
+        by_kind.setdefault(kind_of(type_), []).append(type_)
+    if not by_kind:
         raise ColumnValueError(f"no records dataset of the topics in scope has a column {path}")
-    if len(forms) > 1:
-        raise ColumnValueError(f"the column {path} has types of different kinds in the datasets in scope: "
-                               f"{sorted(f.decode().split(':', 1)[0] for f in forms)}; name the topics")
-    return value_sha256(forms.pop())
+    forms: set[bytes] = set()
+    refused: list[ColumnValueError] = []
+    for _, kind_types in sorted(by_kind.items()):
+        read, failed = [], []
+        for type_ in kind_types:
+            try:
+                read.append(parse(text, type_))
+            except ColumnValueError as exc:
+                failed.append(exc)
+        if failed and read:  # a value some types of one kind hold and others cannot
+            raise failed[0]
+        forms.update(read)
+        refused.extend(failed[:1])
+    if not forms:
+        raise refused[0] if len(refused) == 1 else ColumnValueError(
+            f"{text!r} is a value of none of the column {path}'s types in scope: " + "; ".join(map(str, refused)))
+    return ",".join(sorted(value_sha256(f) for f in forms))

@@ -21,13 +21,13 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from shale.block import META_FILENAME, BlockMeta, check_file_name, erasure_receipt_key, read_dataset
+from shale.block import META_FILENAME, BlockMeta, check_file_name, erasure_receipt_key, row_incarnation_names
 from shale.compactor import erased_rows
 from shale.config import KafkaConfig
 from shale.erase.column import column_values, matching
-from shale.erase.scan import column_datasets, holds
+from shale.erase.scan import column_datasets, holds, read_rows
 from shale.errors import ConflictError, NotFoundError, ShaleError
-from shale.metastore import Commands, ErasureReads, RecordErasureReceipt, RestoreReads, TenantBlocks
+from shale.metastore import Commands, ErasureReads, RecordErasureReceipt, RestoreReads, TenantBlocks, Watermarks
 from shale.objstore import Bucket
 
 
@@ -57,14 +57,14 @@ def _sha256(data: bytes) -> str:
 
 
 def final_scan(bucket: Bucket, blocks: list[BlockMeta], topics: list[str], key_sha256: str,
-               positions: list[tuple[str, int, int, str]], ends: dict[tuple[str, int], int] | None = None,
+               positions: list[tuple[str, int, int, str]], marks: Watermarks | None = None,
                column: str = "") -> FinalScan:
     """Read every live block that could hold the key: backup blocks of ``topics`` (empty: any) for a key whose
-    SHA-256 is ``key_sha256`` below the request's high watermarks (``ends``: records produced later are new data),
+    SHA-256 is ``key_sha256`` not produced after the request (``marks``, per incarnation: ``Watermarks``),
     and blocks of either group whose ranges hold a position, at the positions. With ``column`` (an erasure by a
     typed column's value), partition blocks' records datasets having the column are read for a value whose
     canonical form's SHA-256 is ``key_sha256`` instead of backup blocks for a key."""
-    ends = ends or {}
+    marks = marks or Watermarks([])
     scan = FinalScan()
     for block in blocks:
         if column:
@@ -80,17 +80,17 @@ def final_scan(bucket: Bucket, blocks: list[BlockMeta], topics: list[str], key_s
         scan.blocks.append(block.id)
         for dataset in block.datasets:
             extra = (column.split(".", 1)[0] if column else "key") if dataset.name in hashed else None
-            table = read_dataset(bucket, block, dataset, columns=["topic", "partition", "offset"]
-                                 + ([extra] if extra else []), whole_object=None)
+            table = read_rows(bucket, block, dataset, ["topic", "partition", "offset"] + ([extra] if extra else []))
             scan.rows_read += table.num_rows
             if extra:
                 if column:
                     found = matching(column_values(table, column), key_sha256).to_pylist()
                 else:
                     found = [k is not None and _sha256(k) == key_sha256 for k in table.column("key").to_pylist()]
-                for partition, offset, hit in zip(table.column("partition").to_pylist(),
-                                                  table.column("offset").to_pylist(), found, strict=True):
-                    if hit and offset < ends.get((dataset.topic, partition), 2**63):
+                names = row_incarnation_names(block, dataset.topic, table).to_pylist()
+                for partition, offset, name, hit in zip(table.column("partition").to_pylist(),
+                                                        table.column("offset").to_pylist(), names, found, strict=True):
+                    if hit and not marks.produced_later(dataset.topic, partition, offset, name or ""):
                         scan.matches.append({"block": block.id, "dataset": dataset.name,
                                              "why": "value" if column else "key",
                                              "partition": partition, "offset": offset})
@@ -182,7 +182,7 @@ def write_receipt(metastore: ReceiptMetastore, bucket: Bucket, erasure: str, *,
             + "): "
             + ", ".join(p["block"] for p in pending[:5]))
     topics = list(row["topics"])
-    ends = {(m["topic"], m["partition"]): m["end"] for m in row["watermarks"]}
+    marks = Watermarks(row["watermarks"])
     live = metastore.tenant_blocks(tenant)
     tables: dict[str, Any] | None = None
     if iceberg is not None:
@@ -190,7 +190,7 @@ def write_receipt(metastore: ReceiptMetastore, bucket: Bucket, erasure: str, *,
         if waiting:
             raise ReceiptNotReadyError(f"erasure {erasure}: " + "; ".join(waiting))
     column = row["matched_by"].removeprefix("column:") if row["matched_by"] != "key" else ""
-    scan = final_scan(bucket, live, topics, row["key_sha256"], positions, ends, column=column)
+    scan = final_scan(bucket, live, topics, row["key_sha256"], positions, marks, column=column)
     found = scan.matches + (tables["matches"] if tables else [])
     if found:
         raise ShaleError(f"erasure {erasure}: the final scan found {len(found)} records still stored: "

@@ -1,5 +1,6 @@
 """Finding an erasure's records: the backup group's rows whose key is the erased key, below the high watermarks
-the request recorded, and the blocks of either group whose Kafka ranges hold one of them.
+the request recorded (each bounding its own topic incarnation: ``shale.metastore.Watermarks``), and the blocks of
+either group whose Kafka ranges hold one of them.
 
 The backup group stores every record verbatim, so it is where a key is matched; the partition group's rows of
 the same records are found by their Kafka position (topic, partition, offset, incarnation), whatever their parser
@@ -9,7 +10,8 @@ key column and the position columns are read (a ranged read for a large object).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import contextlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -25,6 +27,7 @@ from shale.block import (
     row_incarnation_names,
 )
 from shale.erase.column import column_type, column_values, matching
+from shale.metastore import Watermarks
 from shale.objstore import BucketReader
 
 Position = tuple[str, int, int, str]
@@ -57,6 +60,9 @@ class ScanResult:
     """The backup blocks whose data were read (the others' key bloom filters ruled the key out)."""
     affected: list[BlockMeta] = field(default_factory=list)
     """The blocks of either group whose Kafka ranges hold a match: each is rewritten."""
+    undecided: list[Match] = field(default_factory=list)
+    """Rows of the key at or past a watermark whose incarnation their block cannot tell: not erased (they may be
+    records produced after the request, ``Watermarks``), reported."""
 
     @property
     def positions(self) -> list[Position]:
@@ -67,26 +73,19 @@ def _topics_of(block: BlockMeta) -> set[str]:
     return {d.topic for d in block.datasets} | {r.topic for r in block.kafka}
 
 
-def _columns(block: BlockMeta, dataset: Dataset) -> list[str] | None:
-    """The columns to read: position, time and key, plus the incarnation column a backup dataset merged from two
-    incarnations of its topic carries (``shale.block.records``)."""
+def read_rows(bucket: BucketReader, block: BlockMeta, dataset: Dataset, columns: list[str]) -> pa.Table:
+    """``columns`` of ``dataset``'s rows, with the incarnation column a backup dataset merged from two incarnations
+    of its topic carries (``shale.block.records``; ``row_incarnation_names`` reads it)."""
     if block.level > 0 and len({r.incarnation for r in block.kafka if r.topic == dataset.topic}) > 1:
-        return ["topic", "partition", "offset", "timestamp", "key", INCARNATION_COLUMN]
-    return ["topic", "partition", "offset", "timestamp", "key"]
+        # An older compactor merged two incarnations without naming rows: then the ranges tell (or say '').
+        with contextlib.suppress(Exception):
+            return read_dataset(bucket, block, dataset, columns=[*columns, INCARNATION_COLUMN], whole_object=None)
+    return read_dataset(bucket, block, dataset, columns=columns, whole_object=None)
 
 
 def _read(bucket: BucketReader, block: BlockMeta, dataset: Dataset, also: str | None = None) -> pa.Table:
-    columns = _columns(block, dataset)
-    if also is not None and columns is not None:  # by a column: the partition group's column, not the key
-        columns = [c for c in columns if c != "key"] + [also]
-    try:
-        return read_dataset(bucket, block, dataset, columns=columns, whole_object=None)
-    except Exception:
-        if columns is None or INCARNATION_COLUMN not in columns:
-            raise
-        # An older compactor merged two incarnations without naming rows: the ranges tell (or say '').
-        return read_dataset(bucket, block, dataset, columns=[c for c in columns if c != INCARNATION_COLUMN],
-                            whole_object=None)
+    """Position, time and key columns (with ``also``, a column erasure's top-level field instead of the key)."""
+    return read_rows(bucket, block, dataset, ["topic", "partition", "offset", "timestamp", also or "key"])
 
 
 def candidates(bucket: BucketReader, block: BlockMeta, key: bytes, topics: set[str]) -> list[Dataset]:
@@ -112,10 +111,12 @@ def column_datasets(block: BlockMeta, path: str, topics: set[str]) -> list[tuple
 
 
 def block_matches(bucket: BucketReader, block: BlockMeta, key: bytes, datasets: list[Dataset],
-                  ends: Mapping[tuple[str, int], int], column: tuple[str, str] | None = None) -> list[Match]:
-    """The rows of ``datasets`` of ``block`` (a backup block) whose key is ``key``, below ``ends``; with ``column``
-    (path, SHA-256 of the value's canonical form, ``shale.erase.column``), the rows of a partition block whose
-    column holds that value instead."""
+                  marks: Watermarks, column: tuple[str, str] | None = None,
+                  undecided: list[Match] | None = None) -> list[Match]:
+    """The rows of ``datasets`` of ``block`` (a backup block) whose key is ``key``, not produced after the request
+    (``marks``); with ``column`` (path, SHA-256 of the value's canonical form, ``shale.erase.column``), the rows of
+    a partition block whose column holds that value instead. Rows left out only because their incarnation is
+    unknown go to ``undecided``."""
     found: list[Match] = []
     for dataset in datasets:
         if column is None:
@@ -134,11 +135,12 @@ def block_matches(bucket: BucketReader, block: BlockMeta, key: bytes, datasets: 
                                                         table.column("partition").to_pylist(),
                                                         table.column("offset").to_pylist(), times, names,
                                                         strict=True):
-            end = ends.get((topic, partition))
-            if end is not None and offset >= end:
-                continue  # produced after the request: new data
-            found.append(Match(block.id, block.generation, topic, partition, offset, name or "",
-                               when // 1000 if unit == "us" else when))
+            match = Match(block.id, block.generation, topic, partition, offset, name or "",
+                          when // 1000 if unit == "us" else when)
+            if not marks.produced_later(topic, partition, offset, match.incarnation):
+                found.append(match)
+            elif undecided is not None and marks.undecided(topic, partition, offset, match.incarnation):
+                undecided.append(match)
     return found
 
 
@@ -154,7 +156,7 @@ def holds(block: BlockMeta, positions: Iterable[Position]) -> bool:
 
 def _scan(blocks: list[BlockMeta], topics: Iterable[str], group: str,
           datasets_of: Callable[[BlockMeta, set[str]], list[Dataset]],
-          matches_of: Callable[[BlockMeta, list[Dataset]], Iterable[Match]]) -> ScanResult:
+          matches_of: Callable[[BlockMeta, list[Dataset], list[Match]], Iterable[Match]]) -> ScanResult:
     """The matches in ``group``'s blocks among ``blocks`` of ``topics`` (all when empty), reading only the datasets
     ``datasets_of`` names, and the blocks of either group that hold a matched position."""
     wanted = set(topics)
@@ -166,28 +168,30 @@ def _scan(blocks: list[BlockMeta], topics: Iterable[str], group: str,
         datasets = datasets_of(block, wanted)
         if datasets:
             result.opened.append(block.id)
-            result.matches.extend(matches_of(block, datasets))
+            result.matches.extend(matches_of(block, datasets, result.undecided))
     positions = result.positions
     result.affected = [b for b in scoped if positions and holds(b, positions)]
     return result
 
 
 def find_matches(bucket: BucketReader, blocks: list[BlockMeta], key: bytes, topics: Iterable[str] = (),
-                 ends: Mapping[tuple[str, int], int] | None = None) -> ScanResult:
+                 marks: Watermarks | None = None) -> ScanResult:
     """The records of ``key`` in the backup blocks among ``blocks`` (a tenant's live blocks), and the blocks of
     either group that hold one. A record the backup group holds in several generations is one match per copy;
     its position is one."""
     return _scan(blocks, topics, "backup", lambda block, wanted: candidates(bucket, block, key, wanted),
-                 lambda block, datasets: block_matches(bucket, block, key, datasets, ends or {}))
+                 lambda block, datasets, undecided: block_matches(bucket, block, key, datasets,
+                                                                  marks or Watermarks([]), undecided=undecided))
 
 
 def find_column_matches(bucket: BucketReader, blocks: list[BlockMeta], path: str, sha256: str,
-                        topics: Iterable[str] = (), ends: Mapping[tuple[str, int], int] | None = None) -> ScanResult:
+                        topics: Iterable[str] = (), marks: Watermarks | None = None) -> ScanResult:
     """The records whose column ``path`` holds the value of SHA-256 ``sha256`` (canonical form) in the partition
     blocks among ``blocks``, and the blocks of either group that hold one: a record's backup copies are found by
     its position, as a key's partition rows are. Partition blocks have no filter on a column: every records
     dataset of the topics that has the column is read (the position columns and the column's top-level field)."""
     return _scan(blocks, topics, "partition",
                  lambda block, wanted: [d for d, _ in column_datasets(block, path, wanted)],
-                 lambda block, datasets: block_matches(bucket, block, b"", datasets, ends or {},
-                                                       column=(path, sha256)))
+                 lambda block, datasets, undecided: block_matches(bucket, block, b"", datasets,
+                                                                  marks or Watermarks([]), column=(path, sha256),
+                                                                  undecided=undecided))

@@ -178,13 +178,18 @@ def add_rewrite(conn: sqlite3.Connection, erasure: str, old_block: str, new_bloc
          json.dumps(new_files), at, old_prefix, new_prefix))
 
 
-def erasure_rows(conn: sqlite3.Connection, erasure: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-    """Erasures, newest first (or the one named), with the blocks rewritten for each and their positions."""
-    sql = f"SELECT {_SELECT} FROM erasures"
+def erasure_rows(conn: sqlite3.Connection, erasure: str | None = None, limit: int = 100,
+                 before: int | None = None) -> list[dict[str, Any]]:
+    """Erasures, newest first (or the one named), with the blocks rewritten for each and their positions; with
+    ``before``, only those requested before that log index (the next page: the last row's ``seq``)."""
+    sql = f"SELECT {_SELECT} FROM erasures WHERE 1"
     args: list[object] = []
     if erasure is not None:
-        sql += " WHERE id = ?"
+        sql += " AND id = ?"
         args.append(erasure)
+    if before is not None:
+        sql += " AND seq < ?"
+        args.append(before)
     rows = []
     for r in conn.execute(sql + " ORDER BY seq DESC LIMIT ?", [*args, limit]).fetchall():
         row = dict(zip(COLUMNS, r, strict=True))

@@ -51,7 +51,7 @@ from shale.metastore.commands import (
     encode,
 )
 from shale.metastore.dlq import DeadLetterQueue
-from shale.metastore.erasures import erased_offsets, erasure_id
+from shale.metastore.erasures import Watermarks, erased_offsets, erasure_id, every_erasure
 from shale.metastore.fsm import Entry, StateMachine, restore_file
 from shale.metastore.garbage import Claims, unclaimed
 from shale.metastore.leases import BRIDGED_SILENCE, LEASE_REASONS
@@ -121,11 +121,13 @@ __all__ = [
     "Tenants",
     "TrimBlockChanges",
     "TruncateIndex",
+    "Watermarks",
     "client_token",
     "decode",
     "encode",
     "erased_offsets",
     "erasure_id",
+    "every_erasure",
     "open_index_view",
     "open_metastore",
     "read_only_index",

@@ -47,8 +47,10 @@ class OffsetReads(Protocol):
 
 
 class ErasureReads(Protocol):
-    def erasures(self, erasure: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-        """Erasures newest first, or the one named, with the blocks rewritten for each."""
+    def erasures(self, erasure: str | None = None, limit: int = 100,
+                 before: int | None = None) -> list[dict[str, Any]]:
+        """Erasures newest first, or the one named, with the blocks rewritten for each; ``before``: the next page
+        (``every_erasure``)."""
         ...
 
 

@@ -168,13 +168,16 @@ class RecordRestore(_Command):
 
 
 class ErasureWatermark(BaseModel):
-    """A partition's high watermark when an erasure was requested: its records at or after ``end`` are new data,
-    not part of the request."""
+    """A partition's high watermark when an erasure was requested, of the topic's incarnation then: its records at
+    or after ``end`` are new data, not part of the request. Every record of another incarnation was produced
+    before (``shale.metastore.erasures.Watermarks`` says which records are new). ``incarnation`` '': a request
+    of a release that did not record it, whose ``end`` applies to every incarnation."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     topic: str = Field(max_length=249)
     partition: int = Field(ge=0)
     end: int = Field(ge=0)
+    incarnation: str = Field(default="", pattern=INCARNATION_PATTERN)
 
 
 class ErasedPosition(BaseModel):
@@ -192,21 +195,27 @@ class RequestErasure(_Command):
     """``shale erase``: erase every record of one tenant whose key is ``key`` (base64 of the key's bytes), or whose
     typed ``column`` holds the value of SHA-256 ``value_sha256``, from
     ``topics`` (empty: all of the tenant's topics), of the records Kafka held when it was asked (``watermarks``).
-    ``id`` is derived from tenant, topics and key (``shale.metastore.erasures.erasure_id``): the same request
-    again is a no-op that answers with the first. ``by`` is set by the API from the caller's token. Needs admin."""
+    ``id`` is derived from tenant, topics, key and ``round`` (``shale.metastore.erasures.erasure_id``): the same
+    command again is a no-op that answers with the first; the same request made again once its erasure is past
+    ``requested`` is the next round, a new erasure (refused while the round before is still ``requested``).
+    ``by`` is set by the API from the caller's token. Needs admin."""
 
     from_clients = True
 
     kind: Literal["RequestErasure"] = "RequestErasure"
     id: str = Field(pattern=r"^[0-9a-f]{16}$")
+    round: int = Field(default=0, ge=0, le=1_000_000, description="how many times the same request was made "
+                       "before, each past requested (0: the first; part of the id)")
     by: str = Field(default="", max_length=200)
     tenant: str = Field(max_length=200)
     topics: list[str] = Field(default_factory=list, max_length=10_000)
     key: str = Field(max_length=1_400_000, description="the record key's bytes, base64 ('' with column)")
     column: str = Field(default="", max_length=1000, description="erase by a typed column's value instead of a "
                         "key: the column's path in the partition group (customer.id)")
-    value_sha256: str = Field(default="", pattern=r"^([0-9a-f]{64})?$", description="with column: the SHA-256 of "
-                              "the value's canonical form (shale.erase.column), never the value")
+    value_sha256: str = Field(default="", pattern=r"^([0-9a-f]{64}(,[0-9a-f]{64}){0,7})?$", description="with "
+                              "column: the SHA-256 of the value's canonical form (shale.erase.column), never the "
+                              "value; one per kind, sorted and comma-separated, when the column's types differ in "
+                              "kind")
     watermarks: list[ErasureWatermark] = Field(default_factory=list)
     delete_delay_ms: int = Field(default=0, ge=0, description="a shorter delete delay for the replaced blocks' "
                                  "objects (ms; 0: block.delete_delay); the leader never goes below its floor "

@@ -1,7 +1,8 @@
 """Erasures (``shale erase``, DESIGN 19): a request to remove every record of one key, kept in the replicated state
 with the Kafka positions of its records and each block rewritten without them.
 
-An erasure goes ``requested`` (``RequestErasure``: who, when, what, the high watermarks) -> ``rewriting``
+An erasure goes ``requested`` (``RequestErasure``: who, when, what, the high watermarks per topic incarnation,
+``Watermarks``; a request made again once the one before is past ``requested`` is its next round) -> ``rewriting``
 (``PlanErasure``: the positions found in the backup group; every indexed block holding one gets an erase job, a
 compaction job kind run by the compaction workers under the service's leases and fencing tokens) -> ``rewritten``
 (its last erase job completed). While an erasure has positions, every block that enters the index holding one of
@@ -21,7 +22,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from shale.block import BlockMeta, block_prefix
@@ -29,17 +30,57 @@ from shale.compaction import ErasePlan, Job, JobUpdate, QueueKey
 from shale.errors import CommandRejectedError
 from shale.index import CompactionState, IndexWriter
 from shale.index import erasures as store
-from shale.metastore.commands import PlanErasure, RecordErasureReceipt, RequestErasure, Result
+from shale.metastore.commands import ErasureWatermark, PlanErasure, RecordErasureReceipt, RequestErasure, Result
 
 JOB_PREFIX = "erasure:"
 """Erase jobs are named ``erasure:<id>/<block>``; no tenant name holds a colon, so no merge job is named so."""
 
 
-def erasure_id(tenant: str, topics: Iterable[str], key: bytes, column: str = "", value_sha256: str = "") -> str:
-    """What names a request: the same tenant, topics and key (or column and value hash) are the same erasure."""
-    what: list[str] = [base64.b64encode(key).decode()] if not column else ["column", column, value_sha256]
-    text = json.dumps([tenant, sorted(set(topics)), *what])
+def erasure_id(tenant: str, topics: Iterable[str], key: bytes, column: str = "", value_sha256: str = "",
+               round_: int = 0) -> str:
+    """What names an erasure: the same tenant, topics and key (or column and value hash) are one request, and
+    ``round_`` counts the times it was made again after the one before got past ``requested`` (round 0 is named
+    as before rounds existed)."""
+    what: list[object] = [base64.b64encode(key).decode()] if not column else ["column", column, value_sha256]
+    text = json.dumps([tenant, sorted(set(topics)), *what, *([round_] if round_ else [])])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class Watermarks:
+    """An erasure request's high watermarks (``RequestErasure.watermarks``), and which of the key's records they
+    leave out as produced after the request: one rule for the scan, the plan's check and the receipt's final scan.
+
+    A watermark names the topic incarnation Kafka had when it was read, and bounds that incarnation only: a record
+    of another incarnation is of the request whatever its offset (an older incarnation's records were all produced
+    before it; a topic recreated after the request, between a killed request and its retry, is taken as older too:
+    erasing a later record of the key errs on the request's side). A record whose incarnation its block cannot tell
+    ('': written before Shale recorded incarnations, or merged from two without naming its rows) is bounded like
+    the watermark's incarnation: its position would match every incarnation's record at that offset, so erasing
+    it at or past the end could remove another key's record produced later. Such records of the key are reported
+    (``ScanResult.undecided``), not erased. A watermark without an incarnation (a request committed by an
+    earlier release) bounds every incarnation, as it did then."""
+
+    def __init__(self, marks: Iterable[ErasureWatermark | dict[str, Any]]) -> None:
+        self.ends: dict[tuple[str, int], dict[str, int]] = {}
+        for mark in marks:
+            m = mark if isinstance(mark, ErasureWatermark) else ErasureWatermark.model_validate(mark)
+            self.ends.setdefault((m.topic, m.partition), {})[m.incarnation] = m.end
+
+    def produced_later(self, topic: str, partition: int, offset: int, incarnation: str) -> bool:
+        """Whether the record at ``topic[partition]@offset`` of ``incarnation`` ('' unknown) is new data."""
+        ends = self.ends.get((topic, partition))
+        if not ends:
+            return False  # Kafka had no such partition then (or was not asked): every backed-up record
+        if "" in ends:
+            return offset >= ends[""]
+        if incarnation:
+            return incarnation in ends and offset >= ends[incarnation]
+        return offset >= max(ends.values())
+
+    def undecided(self, topic: str, partition: int, offset: int, incarnation: str) -> bool:
+        """Whether the record is left out only because its incarnation is unknown (see the class)."""
+        ends = self.ends.get((topic, partition), {})
+        return not incarnation and "" not in ends and self.produced_later(topic, partition, offset, incarnation)
 
 
 def job_name(erasure: str, block_id: str) -> str:
@@ -55,13 +96,21 @@ def apply_request(w: IndexWriter, cmd: RequestErasure, index: int, time_ms: int)
     key = _key_bytes(cmd.key)
     if cmd.column and (key or not cmd.value_sha256):
         raise CommandRejectedError("an erasure by column names the value's SHA-256 and no key", reason="malformed")
-    if erasure_id(cmd.tenant, cmd.topics, key, cmd.column, cmd.value_sha256) != cmd.id:
-        raise CommandRejectedError(f"erasure id {cmd.id} does not name tenant {cmd.tenant}, these topics and key",
-                                   reason="malformed")
+    if erasure_id(cmd.tenant, cmd.topics, key, cmd.column, cmd.value_sha256, cmd.round) != cmd.id:
+        raise CommandRejectedError(f"erasure id {cmd.id} does not name tenant {cmd.tenant}, these topics, key and "
+                                   f"round {cmd.round}", reason="malformed")
     row = store.request(w.conn, cmd.id)
     if row is not None:
         return Result(ok=True, data={"id": cmd.id, "replay": True, "state": row[0], "requested_at": row[1],
                                      "by": row[2]})
+    if cmd.round:  # one round at a time: the one before must exist and be past ``requested``
+        before = store.request(w.conn, erasure_id(cmd.tenant, cmd.topics, key, cmd.column, cmd.value_sha256,
+                                                  cmd.round - 1))
+        if before is None or before[0] == "requested":
+            raise CommandRejectedError(
+                f"erasure round {cmd.round} of this request comes after round {cmd.round - 1}, which is "
+                + ("not requested" if before is None else "still requested: run the request again to resume it"),
+                reason="not-next")
     store.add_request(w.conn, {
         "id": cmd.id, "seq": index, "by": cmd.by, "tenant": cmd.tenant, "topics": json.dumps(sorted(set(cmd.topics))),
         "key_sha256": cmd.value_sha256 if cmd.column else hashlib.sha256(key).hexdigest(),
@@ -87,12 +136,12 @@ def apply_plan(w: IndexWriter, cmd: PlanErasure, index: int, time_ms: int) -> Re
     if state != "requested":
         return Result(ok=True, data={"id": cmd.id, "replay": True, "state": state})
     topics = set(json.loads(topics_json))
-    ends = {(m["topic"], m["partition"]): m["end"] for m in json.loads(marks_json)}
+    marks = Watermarks(json.loads(marks_json))
     for p in cmd.positions:
         if topics and p.topic not in topics:
             raise CommandRejectedError(f"position {p.topic}[{p.partition}]@{p.offset} is of a topic the erasure "
                                        "does not name", reason="malformed")
-        if (p.topic, p.partition) in ends and p.offset >= ends[(p.topic, p.partition)]:
+        if marks.produced_later(p.topic, p.partition, p.offset, p.incarnation):
             raise CommandRejectedError(f"position {p.topic}[{p.partition}]@{p.offset} is at or past the high "
                                        "watermark the erasure was requested at", reason="malformed")
     store.add_positions(w.conn, cmd.id, tenant,
@@ -171,8 +220,8 @@ def merge_erased(w: Any, sources: list[BlockMeta]) -> list[str] | None:
 
 def output_problem(job: Job, source: BlockMeta, outputs: list[BlockMeta]) -> str | None:
     """Why ``outputs`` cannot replace an erase job's source, or None: one block of the source's kind, naming it as
-    its parent, with its lineage and Kafka ranges (the erased offsets stay accounted for), no more rows, and the
-    erasure in ``erased``."""
+    its parent, with its lineage (and its own id) and Kafka ranges (the erased offsets stay accounted for), no more
+    rows, and the erasure in ``erased``."""
     erasure = erasure_of(job.name)
     if len(outputs) != 1:
         return f"an erase job writes one block, not {len(outputs)}"
@@ -182,8 +231,11 @@ def output_problem(job: Job, source: BlockMeta, outputs: list[BlockMeta]) -> str
     if (out.tenant, out.shard, out.group, out.generation, out.level) != (source.tenant, source.shard, source.group,
                                                                          source.generation, source.level):
         return f"output {out.id} is not of its source's tenant, shard, group, generation and level"
-    if out.compaction.parents != [source.id] or sorted(out.compaction.sources) != sorted(source.compaction.sources):
-        return f"output {out.id} does not name its source as parent with the source's lineage"
+    # Its lineage is the source's and its own id (``shale.compactor.erase.erased_lineage``); the source's alone
+    # from a worker of an earlier release (a rolling upgrade), whose rewrite a bucket scanner may rank below it.
+    lineage = set(source.compaction.sources)
+    if out.compaction.parents != [source.id] or set(out.compaction.sources) not in (lineage | {out.id}, lineage):
+        return f"output {out.id} does not name its source as parent with the source's lineage and its own id"
     if sorted(out.kafka, key=str) != sorted(source.kafka, key=str):
         return f"output {out.id}'s Kafka ranges differ from its source's"
     if out.rows > source.rows:
@@ -240,20 +292,36 @@ def already_completed(w: IndexWriter, update: JobUpdate) -> bool:
     return all(w.tombstone_reason(p) == f"erased by {erasure} into {out.id}" for p in out.compaction.parents)
 
 
-def erasure_rows(conn: Any, erasure: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-    """Erasures, newest first (or the one named), with the blocks rewritten for each and the erase jobs still to
-    run, as the API shows them."""
-    rows = store.erasure_rows(conn, erasure, limit)
+def erasure_rows(conn: Any, erasure: str | None = None, limit: int = 100,
+                 before: int | None = None) -> list[dict[str, Any]]:
+    """Erasures, newest first (or the one named; ``before``: requested before that log index, the next page),
+    with the blocks rewritten for each and the erase jobs still to run, as the API shows them."""
+    rows = store.erasure_rows(conn, erasure, limit, before)
     for row in rows:
         row["pending_jobs"] = _jobs_of(CompactionState(conn), row["id"])
     return rows
 
 
-def erased_offsets(rows: list[dict[str, Any]], topic: str, incarnation: str = "",
+PAGE = 1000
+"""The most erasures one read answers (``GET /v1/erasures``'s ``limit``)."""
+
+
+def every_erasure(erasures: Callable[..., list[dict[str, Any]]]) -> Iterator[dict[str, Any]]:
+    """Every erasure, newest first, read a page at a time from ``erasures`` (an ``ErasureReads.erasures``)."""
+    before: int | None = None
+    while True:
+        page = erasures(limit=PAGE, before=before)
+        yield from page
+        if len(page) < PAGE:
+            return
+        before = int(page[-1]["seq"])
+
+
+def erased_offsets(rows: Iterable[dict[str, Any]], topic: str, incarnation: str = "",
                    tenant: str | None = None) -> dict[int, dict[int, str]]:
     """Per partition of ``topic`` (of ``incarnation``; '' any), each erased offset and the erasure that erased it,
-    from ``erasure_rows``' rows (of ``tenant``, or any): verify, the ledger and restore report these as erased,
-    never as missing."""
+    from ``erasure_rows``' rows (of ``tenant``, or any; every erasure's: ``every_erasure``): verify, the ledger
+    and restore report these as erased, never as missing."""
     out: dict[int, dict[int, str]] = {}
     for row in rows:
         if tenant is not None and row["tenant"] != tenant:

@@ -229,13 +229,15 @@ class IndexReads:
         return lease_rows(self.reader.conn, int(self.clock() * 1000), group)
 
     @served("/v1/erasures", "erasures", erasure={"alias": "id", "pattern": r"^[0-9a-f]{16}$"},
-            limit={"ge": 1, "le": 1000})
-    def erasures(self, erasure: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-        """Erasures newest first, or the one named, with the blocks rewritten for each (``shale erase status``).
+            limit={"ge": 1, "le": 1000}, before={"ge": 0})
+    def erasures(self, erasure: str | None = None, limit: int = 100,
+                 before: int | None = None) -> list[dict[str, Any]]:
+        """Erasures newest first, or the one named, with the blocks rewritten for each (``shale erase status``);
+        ``before``: the page after the one whose last row's ``seq`` it is (``every_erasure`` pages).
         Over HTTP: needs a reader of every tenant. Linearized: it is the proof an erasure finished, so a node that
         restarted behind the others must not report it unfinished again."""
         self.fresh("erasures")
-        return erasure_rows(self.reader.conn, erasure, limit)
+        return erasure_rows(self.reader.conn, erasure, limit, before)
 
     @served("/v1/restores", "restores", limit={"ge": 1, "le": KEPT})
     def restores(self, limit: int = 100) -> list[dict[str, Any]]:

@@ -6,7 +6,13 @@ from shale.exports import lazy_exports as _lazy_exports
 
 if _typing.TYPE_CHECKING:
     from shale.restore.job import RestoreJob, RestoreReport, RestoreRequest, job_name
-    from shale.restore.offsets import committed_offsets, dead_lettered, set_offsets, translate
+    from shale.restore.offsets import (
+        committed_offsets,
+        dead_lettered,
+        erased_source_offsets,
+        set_offsets,
+        translate,
+    )
     from shale.restore.partitioner import PartitionMapping, java_partition, murmur2
     from shale.restore.plan import RestorePlan, RestoreRange, build_plan, choose_incarnation
     from shale.restore.progress import read_anchors, read_progress
@@ -19,6 +25,7 @@ __getattr__ = _lazy_exports(__name__, {  # each public name's module, imported o
     "job_name": "job",
     "committed_offsets": "offsets",
     "dead_lettered": "offsets",
+    "erased_source_offsets": "offsets",
     "set_offsets": "offsets",
     "translate": "offsets",
     "PartitionMapping": "partitioner",
@@ -46,6 +53,7 @@ __all__ = [
     "choose_incarnation",
     "committed_offsets",
     "dead_lettered",
+    "erased_source_offsets",
     "java_partition",
     "job_name",
     "murmur2",

@@ -26,7 +26,7 @@ from shale.config import BucketConfig, KafkaConfig
 from shale.errors import ConfigError
 from shale.kafka import client_options, describe_topics
 from shale.logs import redact
-from shale.metastore import Commands, IndexReads, RecordRestore, erased_offsets
+from shale.metastore import Commands, IndexReads, RecordRestore, erased_offsets, every_erasure
 from shale.restore import metrics
 from shale.restore.plan import (
     PartitionPlan,
@@ -193,7 +193,7 @@ class RestoreJob:
         """Count, per partition, the records an erasure removed (``shale erase``) inside the range: a restore skips
         them (no block holds them any more) and says how many."""
         rows = getattr(self.index, "erasures", None)
-        erased = erased_offsets(rows(limit=1000), plan.topic, plan.incarnation, plan.tenant) if rows else {}
+        erased = erased_offsets(every_erasure(rows), plan.topic, plan.incarnation, plan.tenant) if rows else {}
         ids: set[str] = set()
         for part in report.plan["partitions"]:
             gone = {o: e for o, e in erased.get(part["partition"], {}).items() if part["start"] <= o < part["end"]}

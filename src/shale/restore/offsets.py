@@ -9,7 +9,12 @@ It is anchored on what the restore itself wrote: each transaction commits, with 
 target offsets its records landed at, as runs: ``shale.restore.progress.anchor_runs``). Within a run the records
 are consecutive in the target, so the translation is the run's first target offset plus the backup's records of
 the incarnation between the run's first source offset and ``S`` (read from the blocks: Kafka offsets are not
-contiguous), less the records the restore dead-lettered (too large for the target: not sent). Records the target
+contiguous), less the records the restore dead-lettered (too large for the target: not sent), plus the records an
+erasure removed from the blocks after the restore sent them (``shale erase``: the blocks no longer hold them, the
+target does). A run's count says how many records it sent from its source offsets (up to the next run's first):
+what the blocks no longer hold of those are erased records it sent, the first ones in offset order (the restore
+reads in offset order, so an erasure that ran meanwhile removed the later ones; one that ran before removed them
+before the restore read them, and the count says none was sent). Records the target
 held before the restore, records other producers wrote meanwhile and records its retention removed since do not
 change it. A job restored before anchors were written is translated by counting the target partition's committed
 records from its start (exact only when the restore wrote the partition alone, from its start). With a key-hash
@@ -29,6 +34,7 @@ from confluent_kafka.admin import AdminClient
 from shale.block import parse_restore_dead_letter_key, restore_dead_letters_prefix
 from shale.config import BucketConfig
 from shale.errors import ConfigError, RetryableError
+from shale.metastore import erased_offsets, every_erasure
 from shale.objstore import BucketReader
 from shale.restore.plan import RestorePlan
 from shale.restore.progress import Run
@@ -54,6 +60,31 @@ def records_between(plan: RestorePlan, bucket: BucketConfig, partition: int, lo:
 def records_before(plan: RestorePlan, bucket: BucketConfig, partition: int, source_offset: int) -> int:
     """How many of the backup's records of ``partition`` the restore sent before ``source_offset``."""
     return records_between(plan, bucket, partition, 0, source_offset)
+
+
+def with_erased(runs: Sequence[Run], kept_between: Callable[[int, int], int], erased: Sequence[int],
+                done: int) -> Callable[[int, int], int]:
+    """``sent_between`` for ``anchored_offset`` from ``kept_between(lo, hi)``, the records the blocks still hold
+    and the restore sent in ``[lo, hi)``, and the ``erased`` source offsets: plus each erased record the run
+    starting at ``lo`` sent (the module's docstring). ``done``: the job's next source offset (the last run's end)."""
+    ordered = sorted(runs)
+    firsts = [run[0] for run in ordered]
+    gone = sorted(erased)
+
+    def sent(lo: int, hi: int) -> int:
+        kept = kept_between(lo, hi)
+        i = bisect.bisect_right(firsts, lo) - 1
+        if i < 0 or not gone:
+            return kept
+        first, _, count = ordered[i]
+        end = firsts[i + 1] if i + 1 < len(ordered) else done
+        inside = gone[bisect.bisect_left(gone, first):bisect.bisect_left(gone, end)]
+        if not inside:
+            return kept
+        taken = max(0, min(len(inside), count - kept_between(first, end)))
+        return kept + sum(1 for o in inside[:taken] if lo <= o < hi)
+
+    return sent
 
 
 def anchored_offset(runs: Sequence[Run], source_offset: int, sent_between: Callable[[int, int], int]) -> int:
@@ -117,12 +148,16 @@ def dead_lettered(bucket: BucketReader, tenant: str, job: str) -> dict[int, list
 def translate(plan: RestorePlan, bucket: BucketConfig, client: Mapping[str, Any], target_topic: str,
               source: Mapping[int, int], skipped: Mapping[int, Sequence[int]] | None = None,
               anchors: Mapping[int, Sequence[Run]] | None = None,
-              restored: Mapping[int, int] | None = None) -> dict[int, int]:
+              restored: Mapping[int, int] | None = None,
+              erased: Mapping[int, Sequence[int]] | None = None) -> dict[int, int]:
     """Per partition, the target offset at which a consumer resumes with the first record it had not seen.
     ``skipped``: the offsets the restore dead-lettered (``dead_lettered``), which the target does not hold;
     ``anchors``: the job's runs per partition (``read_anchors``); ``restored``: the job's next source offset per
     partition (``read_progress``): the blocks are read only below it, where the restore read them (a partition
-    that stopped at a block it could not read is counted up to there)."""
+    that stopped at a block it could not read is counted up to there); ``erased``: the source offsets erasures
+    removed from the blocks (``erased_source_offsets``), counted where the restore sent them. A job restored
+    before anchors were written counts the blocks' records only (**known limit**: an erasure since makes its
+    translation low by the erased records before the group's offset)."""
     if plan.mapping.by_key:
         raise ConfigError("the restore mapped records by key into another partition count: a group's position has "
                           "no single offset per target partition; translate only same-partition restores")
@@ -130,16 +165,28 @@ def translate(plan: RestorePlan, bucket: BucketConfig, client: Mapping[str, Any]
     anchors = anchors or {}
     out: dict[int, int] = {}
     for p, offset in sorted(source.items()):
-        dead = skipped.get(p, ())
+        gone = (erased or {}).get(p, ())
+        erased_here = set(gone)
+        dead = [o for o in skipped.get(p, ()) if o not in erased_here]  # an erased one is not in the blocks either
         done = (restored or {}).get(p, offset)
         if anchors.get(p):
-            def sent(lo: int, hi: int, p: int = p, dead: Sequence[int] = dead, done: int = done) -> int:
+            def kept(lo: int, hi: int, p: int = p, dead: Sequence[int] = dead, done: int = done) -> int:
                 return records_between(plan, bucket, p, lo, min(hi, done)) - sum(1 for o in dead if lo <= o < hi)
-            out[p] = anchored_offset(anchors[p], offset, sent)
+            out[p] = anchored_offset(anchors[p], offset, with_erased(anchors[p], kept, gone, done))
         else:
             out[p] = target_offset(client, target_topic, p, records_before(plan, bucket, p, min(offset, done))
                                    - sum(1 for o in dead if o < offset))
     return out
+
+
+def erased_source_offsets(metastore: object, plan: RestorePlan) -> dict[int, list[int]]:
+    """Per source partition, the offsets (of the plan's tenant and incarnation) erasures removed from the blocks
+    (a metastore that keeps no erasures: none)."""
+    rows = getattr(metastore, "erasures", None)
+    if rows is None:
+        return {}
+    erased = erased_offsets(every_erasure(rows), plan.topic, plan.incarnation, plan.tenant)
+    return {p: sorted(offsets) for p, offsets in erased.items()}
 
 
 def set_offsets(client: Mapping[str, Any], group: str, topic: str, offsets: Mapping[int, int]) -> None:

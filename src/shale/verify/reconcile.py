@@ -34,7 +34,7 @@ from shale.config import KafkaConfig
 from shale.errors import ConfigError
 from shale.index import OffsetRow
 from shale.kafka import admin, describe_topics, existing_offsets, offset_bounds
-from shale.metastore import BlockQueries, OffsetReads, Tenants, erased_offsets
+from shale.metastore import BlockQueries, OffsetReads, Tenants, erased_offsets, every_erasure
 from shale.objstore import BucketReader
 
 
@@ -153,7 +153,7 @@ def erased_of(metastore: object, topic: str, incarnation: str = "") -> dict[int,
     """Per partition of ``topic``, its erased offsets and the erasure of each (a metastore that keeps no
     erasures: none)."""
     rows = getattr(metastore, "erasures", None)
-    return erased_offsets(rows(limit=1000), topic, incarnation) if rows is not None else {}
+    return erased_offsets(every_erasure(rows), topic, incarnation) if rows is not None else {}
 
 
 class NothingStored:

@@ -4,13 +4,19 @@ to the first, and ``shale erase status``."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import sys
 from pathlib import Path
+from unittest import mock
 
 from click.testing import CliRunner
+from hypothesis import assume, example, given, settings
+from hypothesis import strategies as st
 from tests.unit.erase.test_erase import ERASED, _block
 
 from shale.cli import cli
+from shale.cli.erase_cmd import _key
 from shale.config import load_config
 from shale.metastore import AddBlocks, open_metastore
 from shale.objstore import open_bucket
@@ -37,7 +43,7 @@ def test_a_dry_run_then_an_erasure_then_its_status(tmp_path: Path) -> None:
     assert report["state"] == "rewriting"
     assert len(report["jobs"]) == 2
     again = CliRunner().invoke(cli, [*base, "--key-stdin", "--yes"], input=ERASED.decode() + "\n")
-    assert "requested before" in again.output
+    assert f"the same request was made before (erasure {report['id']})" in again.output  # a new erasure
     status = CliRunner().invoke(cli, [*_sets(tmp_path), "erase", "status", report["id"]])
     assert status.exit_code == 3  # the erase jobs wait for a compaction worker
     assert "erase jobs waiting for the compaction workers: 2" in status.output
@@ -75,3 +81,15 @@ def test_an_erasure_by_a_typed_columns_value(tmp_path: Path) -> None:
     assert len(report["jobs"]) == 2
     row = open_metastore(config).erasures(report["id"])[0]
     assert row["key_sha256"] == hashlib.sha256(b"number:42").hexdigest()  # the hash, never the value
+
+
+@settings(max_examples=200)
+@given(key=st.binary(max_size=64), newline=st.booleans())
+@example(key=ERASED + b"\n", newline=True)  # a key ending in 0x0A lost it, and matched ERASED's records instead
+@example(key=b"\n\n", newline=True)
+def test_key_stdin_drops_exactly_one_trailing_newline(key: bytes, newline: bool) -> None:
+    """``--key-stdin`` reads the key's bytes: one trailing newline (as ``echo`` adds) is dropped, nothing else."""
+    assume(newline or not key.endswith(b"\n"))  # without one, a key's own last 0x0A is the one dropped
+    given = key + (b"\n" if newline else b"")
+    with mock.patch.object(sys, "stdin", io.TextIOWrapper(io.BytesIO(given))):
+        assert _key(None, None, None, True) == key

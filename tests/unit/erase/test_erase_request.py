@@ -1,0 +1,207 @@
+"""An erasure's request (DESIGN 19.1): the watermarks bound each topic incarnation on its own (a recreated topic's
+older records are all of the request), and the same request made again once the first is past ``requested`` is a
+new erasure with its own watermarks, while a run killed before its plan is resumed. Against a real embedded
+metastore and an in-memory bucket; Kafka's answer (``high_watermarks``) is given."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+from tests.factories import BASE_MS, Clock
+from tests.unit.erase.test_erase import ERASED, _rows, _worker
+
+from shale.block import BlockMeta, BlockSpec, DatasetInput, KafkaRange, deterministic_block_id, write_block
+from shale.block.schemas import BACKUP_SCHEMA
+from shale.config import BucketConfig, KafkaConfig
+from shale.erase import ErasureRequest, erase, erasure_status
+from shale.erase import api as erase_api
+from shale.errors import CommandRejectedError
+from shale.metastore import (
+    AddBlocks,
+    ErasureWatermark,
+    MetastoreService,
+    RequestErasure,
+    SingleNodeLog,
+    StateMachine,
+    Watermarks,
+)
+from shale.objstore import Bucket, open_bucket
+
+OLD, NEW = "A" * 22, "B" * 22
+"""The topic's incarnation before it was deleted and recreated, and after."""
+KAFKA = KafkaConfig(bootstrap_servers="127.0.0.1:1")
+
+
+def _backup(bucket: Bucket, start: int, count: int, incarnation: str, seed: str = "") -> BlockMeta:
+    """A level-0 backup block of app[0], offsets ``[start, start+count)`` of ``incarnation`` (the key at every
+    offset that is 3 modulo 7)."""
+    spec = BlockSpec(id=deterministic_block_id(BASE_MS + start * 1000, f"{incarnation}/{start}/{seed}"),
+                     tenant="acme", group="backup",
+                     kafka=[KafkaRange(topic="app", partition=0, start=start, end=start + count,
+                                       incarnation=incarnation)])
+    table = pa.table(_rows("app", 0, start, count), schema=BACKUP_SCHEMA)
+    return write_block(bucket, spec, [DatasetInput("records", "app", table, "timestamp", labels=[{"topic": "app"}])])
+
+
+def _keyed(start: int, count: int) -> list[int]:
+    return [o for o in range(start, start + count) if o % 7 == 3]
+
+
+@pytest.fixture
+def bucket() -> BucketConfig:
+    return BucketConfig(url=f"memory://erase-request-{uuid.uuid4().hex}")
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def service(tmp_path: Path, clock: Clock) -> MetastoreService:
+    state = StateMachine(tmp_path / "s.db")
+    return MetastoreService(state, SingleNodeLog(state, clock=clock), clock=clock)
+
+
+@pytest.fixture
+def kafka_ends(monkeypatch: pytest.MonkeyPatch) -> dict[str, tuple[int, str]]:
+    """What Kafka answers for app[0]: (end, incarnation), set by each test."""
+    now: dict[str, tuple[int, str]] = {}
+    monkeypatch.setattr(erase_api, "high_watermarks", lambda kafka, topics: [
+        ErasureWatermark(topic="app", partition=0, end=now["app"][0], incarnation=now["app"][1])])
+    return now
+
+
+# --- 1. a recreated topic -----------------------------------------------------------------------------------------
+
+def test_an_older_incarnations_records_past_the_new_ones_end_are_erased(
+        service: MetastoreService, bucket: BucketConfig, kafka_ends: dict[str, tuple[int, str]]) -> None:
+    """The topic held 40 records (incarnation OLD), was deleted and recreated (NEW) and holds 10 again: the
+    request's watermark is NEW's end, 10. OLD's records of the key at offsets 10 and past (17, 24, 31, 38) were
+    produced before the request too; they were skipped as "produced later" and stayed, with matches 0 for them."""
+    store = open_bucket(bucket)
+    service.submit(AddBlocks(blocks=[_backup(store, 0, 40, OLD), _backup(store, 0, 12, NEW)]))
+    kafka_ends["app"] = (10, NEW)  # NEW's offsets 10 and 11 were produced after the request
+    report = erase(service, bucket, ErasureRequest("acme", ERASED, topics=["app"]), kafka=KAFKA, dry_run=False)
+    assert report.watermarks == [{"topic": "app", "partition": 0, "end": 10, "incarnation": NEW}]
+    found = {(r["incarnation"], r["offset"]) for r in report.records}
+    assert found == {(OLD, o) for o in _keyed(0, 40)} | {(NEW, 3)}  # NEW's 10 is past its end: new data
+    _worker(service, bucket).run(until_idle=True)
+    assert erasure_status(service, report.id).state == "rewritten"
+    left = {(r.incarnation, o) for b in service.tenant_blocks("acme") for r in b.kafka
+            for o in _stored_keyed(store, b)}
+    assert left == {(NEW, 10)}
+
+
+def _stored_keyed(store: Bucket, block: BlockMeta) -> list[int]:
+    from shale.block import read_dataset
+
+    return [o for d in block.datasets for o, k in zip(
+        read_dataset(store, block, d).column("offset").to_pylist(),
+        read_dataset(store, block, d).column("key").to_pylist(), strict=True) if k == ERASED]
+
+
+def test_a_row_of_unknown_incarnation_past_the_end_is_reported_not_erased(
+        service: MetastoreService, bucket: BucketConfig, kafka_ends: dict[str, tuple[int, str]]) -> None:
+    """A block written before incarnations were recorded ('') cannot say whose its offset 17 is: a position of
+    any incarnation would also erase NEW's offset 17 when it is produced, another key's record. It is kept and
+    named in the report."""
+    store = open_bucket(bucket)
+    service.submit(AddBlocks(blocks=[_backup(store, 0, 20, "")]))
+    kafka_ends["app"] = (10, NEW)
+    report = erase(service, bucket, ErasureRequest("acme", ERASED, topics=["app"]), kafka=KAFKA, dry_run=True)
+    assert [r["offset"] for r in report.records] == [3]
+    assert [u["offset"] for u in report.undecided] == [10, 17]
+
+
+@given(offset=st.integers(0, 30), incarnation=st.sampled_from(["", OLD, NEW]),
+       marked=st.sampled_from(["", NEW]), end=st.integers(0, 30))
+@example(offset=20, incarnation=OLD, marked=NEW, end=10)  # an older incarnation's record: of the request
+def test_a_watermark_bounds_its_own_incarnation_and_a_legacy_one_every_incarnation(
+        offset: int, incarnation: str, marked: str, end: int) -> None:
+    """``marked`` '': a watermark a previous release committed (no incarnation): it bounds every record, as then."""
+    marks = Watermarks([ErasureWatermark(topic="app", partition=0, end=end, incarnation=marked).model_dump()])
+    later = marks.produced_later("app", 0, offset, incarnation)
+    assert later == (offset >= end and (marked == "" or incarnation in ("", marked)))
+    assert not marks.produced_later("app", 1, offset, incarnation)  # a partition Kafka did not have: every record
+    assert marks.undecided("app", 0, offset, incarnation) == (later and incarnation == "" and marked != "")
+
+
+def test_a_request_committed_without_incarnations_is_still_read(service: MetastoreService) -> None:
+    """The previous release's log entry and row: watermarks without incarnation."""
+    request = ErasureRequest("acme", ERASED, topics=["app"])
+    entry = {"kind": "RequestErasure", "id": request.id, "tenant": "acme", "topics": ["app"],
+             "key": base64.b64encode(ERASED).decode(), "watermarks": [{"topic": "app", "partition": 0, "end": 5}]}
+    service.submit(RequestErasure.model_validate(entry)).raise_for_rejection()
+    assert service.erasures(request.id)[0]["watermarks"] == [{"topic": "app", "partition": 0, "end": 5,
+                                                              "incarnation": ""}]
+
+
+# --- 3. the same request made again -------------------------------------------------------------------------------
+
+def test_the_same_request_made_again_after_the_first_is_a_new_erasure(
+        service: MetastoreService, bucket: BucketConfig, kafka_ends: dict[str, tuple[int, str]]) -> None:
+    """Records of the key produced after the first request's watermarks are erased by the same command run
+    again: its own id and watermarks. The dry run scans instead of showing the first report."""
+    store = open_bucket(bucket)
+    service.submit(AddBlocks(blocks=[_backup(store, 0, 20, NEW)]))
+    kafka_ends["app"] = (20, NEW)
+    request = ErasureRequest("acme", ERASED, topics=["app"])
+    first = erase(service, bucket, request, kafka=KAFKA, dry_run=False)
+    assert first.id == request.id
+    assert [r["offset"] for r in first.records] == _keyed(0, 20)
+    _worker(service, bucket).run(until_idle=True)
+    service.submit(AddBlocks(blocks=[_backup(store, 20, 20, NEW)]))  # produced and ingested since
+    kafka_ends["app"] = (40, NEW)
+    dry = erase(service, bucket, request, kafka=KAFKA, dry_run=True)
+    assert not dry.replay
+    assert dry.previous == first.id != dry.id
+    assert [r["offset"] for r in dry.records] == _keyed(20, 20)
+    second = erase(service, bucket, request, kafka=KAFKA, dry_run=False)
+    assert (second.id, second.previous, second.records) == (dry.id, first.id, dry.records)
+    assert second.watermarks == [{"topic": "app", "partition": 0, "end": 40, "incarnation": NEW}]
+    _worker(service, bucket).run(until_idle=True)
+    assert erasure_status(service, second.id).state == "rewritten"
+    assert erasure_status(service, first.id).matches == len(_keyed(0, 20))  # the first is what it was
+    assert not [o for b in service.tenant_blocks("acme") for o in _stored_keyed(store, b)]
+
+
+def test_a_request_killed_before_its_plan_is_resumed_with_its_own_watermarks(
+        service: MetastoreService, bucket: BucketConfig, kafka_ends: dict[str, tuple[int, str]]) -> None:
+    store = open_bucket(bucket)
+    service.submit(AddBlocks(blocks=[_backup(store, 0, 20, NEW)]))
+    request = ErasureRequest("acme", ERASED, topics=["app"])
+    marks = [ErasureWatermark(topic="app", partition=0, end=11, incarnation=NEW)]
+    service.submit(RequestErasure(id=request.id, tenant="acme", topics=["app"],
+                                  key=base64.b64encode(ERASED).decode(), watermarks=marks)).raise_for_rejection()
+    kafka_ends["app"] = (20, NEW)  # Kafka is further now: the recorded watermarks stand
+    for dry_run in (True, False):
+        report = erase(service, bucket, request, kafka=KAFKA, dry_run=dry_run)
+        assert (report.id, report.previous) == (request.id, "")
+        assert [r["offset"] for r in report.records] == [3, 10]
+    assert erasure_status(service, request.id).state == "rewriting"
+
+
+def test_a_round_is_requested_once_and_only_after_the_one_before(service: MetastoreService) -> None:
+    request = ErasureRequest("acme", ERASED, topics=["app"])
+
+    def command(round_: int) -> RequestErasure:
+        return RequestErasure(id=request.id_at(round_), round=round_, tenant="acme", topics=["app"],
+                              key=base64.b64encode(ERASED).decode())
+
+    with pytest.raises(CommandRejectedError, match="not requested"):
+        service.submit(command(1)).raise_for_rejection()
+    assert not service.submit(command(0)).raise_for_rejection().data["replay"]
+    assert service.submit(command(0)).data["replay"]  # the same command twice: one request
+    with pytest.raises(CommandRejectedError, match="still requested"):
+        service.submit(command(1)).raise_for_rejection()
+    wrong = command(2).model_copy(update={"round": 1})
+    with pytest.raises(CommandRejectedError, match="does not name"):
+        service.submit(wrong).raise_for_rejection()
+    assert len({request.id_at(r) for r in range(50)}) == 50
