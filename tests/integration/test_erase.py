@@ -298,9 +298,10 @@ def test_a_key_is_erased_from_both_groups_and_every_generation_of_blocks(kafka: 
                                                                          tmp_path: Path) -> None:
     erasure = _erase(world)
     again = erase(world.service, world.config.bucket, ErasureRequest("default", ERASED, [world.topic]),
-                  kafka=world.config.kafka, dry_run=False)
-    assert again.id == erasure
-    assert again.replay
+                  kafka=world.config.kafka, dry_run=True)  # made again now: a new erasure, of the same records
+    assert (again.previous, again.matches) == (erasure, erasure_status(world.service, erasure).matches)
+    assert again.watermarks
+    assert all(m["incarnation"] for m in again.watermarks)  # each names the topic's id
     CompactionWorker(world.service, world.config.bucket, spark, slots=4, poll_interval=0.3).run(until_idle=True)
     _after(world, erasure, kafka, spark, tmp_path)
 
@@ -411,9 +412,8 @@ def test_the_metastore_leader_killed_mid_erasure(kafka: Any, spark: Any, cluster
         old = world.cluster.wait_leader()
         world.cluster.kill9(old)
         again = erase(world.service, world.config.bucket, ErasureRequest("default", ERASED, [world.topic]),
-                      kafka=world.config.kafka, dry_run=False)  # answered by the new leader
-        assert again.id == erasure
-        assert again.replay
+                      kafka=world.config.kafka, dry_run=True)  # answered by the new leader
+        assert again.previous == erasure  # the first is past requested: made again, a new erasure
         assert world.cluster.wait_leader() != old
 
         def finished() -> bool:

@@ -6,6 +6,7 @@ metastore and an in-memory bucket; Kafka's answer (``high_watermarks``) is given
 from __future__ import annotations
 
 import base64
+import hashlib
 import uuid
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from shale.block.schemas import BACKUP_SCHEMA
 from shale.config import BucketConfig, KafkaConfig
 from shale.erase import ErasureRequest, erase, erasure_status
 from shale.erase import api as erase_api
+from shale.erase.receipt import final_scan
 from shale.errors import CommandRejectedError
 from shale.metastore import (
     AddBlocks,
@@ -118,6 +120,17 @@ def test_a_row_of_unknown_incarnation_past_the_end_is_reported_not_erased(
     report = erase(service, bucket, ErasureRequest("acme", ERASED, topics=["app"]), kafka=KAFKA, dry_run=True)
     assert [r["offset"] for r in report.records] == [3]
     assert [u["offset"] for u in report.undecided] == [10, 17]
+
+
+def test_the_receipts_final_scan_finds_an_older_incarnations_record_past_the_new_end(bucket: BucketConfig) -> None:
+    """The receipt's final scan applies the same rule: a record of the key left in OLD at offset 17 is found,
+    not skipped as produced after NEW's end (10)."""
+    store = open_bucket(bucket)
+    left = [_backup(store, 0, 20, OLD), _backup(store, 0, 12, NEW)]
+    marks = Watermarks([ErasureWatermark(topic="app", partition=0, end=10, incarnation=NEW)])
+    scan = final_scan(store, left, ["app"], hashlib.sha256(ERASED).hexdigest(), [], marks)
+    assert sorted((m["block"], m["offset"]) for m in scan.matches) == sorted(
+        [(left[0].id, o) for o in (3, 10, 17)] + [(left[1].id, 3)])
 
 
 @given(offset=st.integers(0, 30), incarnation=st.sampled_from(["", OLD, NEW]),
