@@ -10,8 +10,9 @@ them and not written without it (``BlockMeta.erased``) gets an erase job too: a 
 a new generation read from Kafka, a repair's rebuild. So no path brings an erased record back into the index.
 
 An erasure by a typed column's value (``matched_by`` ``column:<path>``; ``key`` otherwise) keeps the SHA-256 of
-the value's canonical form in ``key_sha256`` (``shale.erase.column``); its positions were found in the partition
-group, and everything after the plan is the same. The state keeps the key's SHA-256, never the key: whoever knows
+the value's canonical form in ``key_sha256`` (``shale.erase.column``; one per kind, sorted and comma-separated,
+when the column's types in scope differ in kind); its positions were found in the partition group, and everything
+after the plan is the same. The state keeps the key's SHA-256, never the key: whoever knows
 the key can check a receipt against it, and the metastore does not keep the personal data it was asked to erase.
 The rows live in the index's erasure store (``shale.index.erasures``: the ``erasures``, ``erasure_positions`` and
 ``erasure_blocks`` tables), written only from here, inside the apply transaction.
