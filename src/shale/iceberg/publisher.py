@@ -55,6 +55,7 @@ from shale.iceberg.catalog import (
     open_catalog,
 )
 from shale.iceberg.erasure import expire, expire_listed, suspect, tainted
+from shale.iceberg.failures import FailingTables
 from shale.iceberg.files import block_of, copy_key, is_copy, key_of, register
 from shale.iceberg.plan import (
     FileSpec,
@@ -94,13 +95,6 @@ EXPIRED = Counter("shale_iceberg_snapshots_expired_total", "Snapshots of Shale's
                   "data file is deleted).")
 STOPPED = Gauge("shale_iceberg_tables_stopped", "Shale's tables the publisher has stopped writing because a "
                 "snapshot it did not write changed their rows (the log and the status name the snapshot).")
-FAILING = Gauge("shale_iceberg_tables_failing", "Tables whose last publish failed for a reason of their own (an "
-                "object it cannot read, a catalog error for that table): the log and the status name each and its "
-                "error; retried with a backoff while every other table is published.")
-TABLE_FAILURES = Counter("shale_iceberg_table_failures_total", "Publishes of one table that failed while the other "
-                         "tables went on (each retried with a backoff).")
-RETRY_BASE, RETRY_MAX = 5.0, 600.0
-"""A failing table's retry delay: ``RETRY_BASE`` doubled per failure in a row, at most ``RETRY_MAX`` (seconds)."""
 LAST_SUCCESS = Gauge("shale_iceberg_last_success_timestamp_seconds", "When a publisher round last succeeded.")
 
 
@@ -116,21 +110,6 @@ class ForeignChangeError(ShaleError):
 
 NOT_WRITTEN = (TableNameConflictError, ForeignChangeError)
 """A table the publisher leaves as it is (logged once, in the status; its topic's rows stay readable)."""
-
-
-@dataclass
-class _Failing:
-    """A table whose publish failed for a reason of its own: skipped until ``retry_at``, then brought to the index's
-    state in one repair snapshot (``_repair``), so it needs nothing of the change feed, which is trimmed meanwhile."""
-
-    error: str
-    since: int
-    """The first log entry it did not take."""
-    failures: int
-    retry_at: float
-    erasures: set[str] = field(default_factory=set)
-    """Erasures whose snapshot it missed: its repair snapshot names them and expires the snapshots naming their
-    records."""
 
 
 @dataclass
@@ -198,7 +177,7 @@ class IcebergPublisher:
         self._holding: set[int] = set()
         """Feed entries the publisher holds back at (an erasure rewriting), each logged once."""
         self.applied = 0
-        self.failing: dict[TableKey, _Failing] = {}
+        self.failing = FailingTables()
         """Tables whose publish failed for a reason of their own (``_fail``): retried with a backoff."""
         self._lock = threading.Lock()  # the loop and an HTTP-triggered sync take turns
 
@@ -227,7 +206,7 @@ class IcebergPublisher:
 
     def _round(self) -> int:
         enabled = self.config.iceberg.enabled
-        due = sorted(k for k, f in self.failing.items() if f.retry_at <= self.clock()) if enabled else []
+        due = self.failing.due(self.clock()) if enabled else []
         read = self._read(whole_tenants=not self._started and enabled, also={k.tenant for k in due})
         self.applied, self.published_through = read.applied, read.published
         now = self.clock()
@@ -441,7 +420,7 @@ class IcebergPublisher:
             for key, (removed, added, switched) in sorted(touched.items()):
                 if key in self.failing:  # brought up to date by its repair at its next try (_retry)
                     if key in erasing:
-                        self.failing[key].erasures |= erasing[key].erasures
+                        self.failing.missed(key, erasing[key].erasures)
                     continue
                 later = [c for c in after if c.tenant == key.tenant]
                 rules = rules_at(read.rules.get(key.tenant, []), key.topic, later)
@@ -474,19 +453,12 @@ class IcebergPublisher:
         except Exception:
             raise exc from None  # the catalog's own failure: every table's, so the round's
         self._tables.pop(key, None)  # reloaded from the catalog at its retry
-        before = self.failing.get(key)
-        failures = before.failures + 1 if before else 1
-        error = f"{type(exc).__name__}: {exc}"[:500]
-        delay = min(RETRY_MAX, RETRY_BASE * 2.0 ** min(failures - 1, 10))
-        self.failing[key] = _Failing(error, before.since if before else index, failures, self.clock() + delay,
-                                     (before.erasures if before else set()) | set(erasures))
-        FAILING.set(len(self.failing))
-        TABLE_FAILURES.inc()
+        failure = self.failing.record(key, index, exc, self.clock(), erasures)
         log.error("iceberg: table %s/%s%s not published from entry %d (%s); the other tables go on, this one is "
                   "tried again in %.0f s (failure %d in a row)", key.tenant, key.topic,
-                  f" record {key.record}" if key.record else "", self.failing[key].since, error, delay, failures,
-                  exc_info=exc, extra={"tenant": key.tenant, "topic": key.topic, "record": key.record,
-                                       "index": index, "error": error})
+                  f" record {key.record}" if key.record else "", failure.since, failure.error, failure.delay,
+                  failure.failures, exc_info=exc, extra={"tenant": key.tenant, "topic": key.topic,
+                                                         "record": key.record, "index": index, "error": failure.error})
 
     def _retry(self, read: _Read, through: int, due: Sequence[TableKey]) -> int:
         """Bring each failing table whose retry is due to the index's state as of ``through``, in one snapshot."""
@@ -498,21 +470,21 @@ class IcebergPublisher:
             try:
                 committed += self._repair(read, key, through, later)
             except NOT_WRITTEN:
-                self.failing.pop(key)
+                self.failing.clear(key)
                 continue
             except Exception as exc:
                 self._fail(key, through, exc)
                 continue
+            failure = self.failing.clear(key)
             log.info("iceberg: table %s/%s published again after %d failures", key.tenant, key.topic,
-                     self.failing[key].failures, extra={"tenant": key.tenant, "topic": key.topic})
-            self.failing.pop(key)
-        FAILING.set(len(self.failing))
+                     failure.failures if failure else 0, extra={"tenant": key.tenant, "topic": key.topic})
         return committed
 
     def _repair(self, read: _Read, key: TableKey, index: int, later: list[BlockChange]) -> int:
         """One snapshot at ``index`` that makes the table hold what the index shows as of it (``later``: the feed's
         changes after it), naming the erasures it missed while failing. Nothing is committed when it already does."""
-        missed = self.failing[key].erasures if key in self.failing else set()
+        failure = self.failing.get(key)
+        missed = failure.erasures if failure else set()
         rules = rules_at(read.rules.get(key.tenant, []), key.topic, later)
         erased = None
         if missed:
@@ -842,9 +814,9 @@ class IcebergPublisher:
                 except Exception as exc:
                     self._fail(key, read.applied, exc)
                     continue
-                if key in self.failing and not self.failing[key].erasures:
-                    self.failing.pop(key)  # repaired
-                    FAILING.set(len(self.failing))
+                failure = self.failing.get(key)
+                if failure is not None and not failure.erasures:
+                    self.failing.clear(key)  # repaired
         return {"snapshots": committed + repaired, "repaired": repaired, "published_through": self.published_through,
                 "tables": len(self._tables)}
 
@@ -854,15 +826,13 @@ class IcebergPublisher:
                 "refused_files": self.refused, "expired_snapshots": self.expired,
                 "table_name_conflicts": sorted(self.conflicts.values()),
                 "stopped_tables": sorted(self.stopped.values()),
-                "failing_tables": [{"tenant": k.tenant, "topic": k.topic, "record": k.record, "error": f.error,
-                                    "since_entry": f.since, "failures": f.failures,
-                                    "retry_in": max(0.0, f.retry_at - self.clock())}
-                                   for k, f in sorted(self.failing.items())],
+                "failing_tables": self.failing.rows(self.clock()),
                 "lag_seconds": self.clock() - min(self._first_seen.values()) if self._first_seen else 0.0}
 
     def loop(self, stop: threading.Event, is_leader: Callable[[], bool] = lambda: True) -> None:
         """Run rounds every ``iceberg.interval`` while leader, until ``stop``. A follower forgets its tables (the
-        next leadership reloads them from the catalog, which another leader may have changed)."""
+        next leadership reloads them from the catalog, which another leader may have changed) and its failing ones
+        (a leader's first round repairs every table older than the published point)."""
         while not stop.is_set():
             try:
                 if is_leader():
@@ -870,6 +840,7 @@ class IcebergPublisher:
                 else:
                     self._tables.clear()
                     self._started = False
+                    self.failing = FailingTables()  # the next leader repairs them at its start (_start)
             except Exception:
                 log.exception("iceberg publisher round failed; retrying next period")
             stop.wait(self.config.iceberg.interval)

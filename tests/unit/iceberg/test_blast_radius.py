@@ -19,8 +19,9 @@ from tests.iceberg_helpers import commit, publisher_setup, typed_block
 from shale.block import BlockMeta, block_file_key
 from shale.iceberg import IcebergPublisher
 from shale.iceberg.catalog import identifier
+from shale.iceberg.failures import FAILING
 from shale.iceberg.files import block_of
-from shale.iceberg.publisher import FAILING, REFUSED
+from shale.iceberg.publisher import REFUSED
 
 TABLES = [("acme", "orders"), ("acme", "payments"), ("beta", "refunds")]
 POSITIONS = 3
@@ -130,3 +131,18 @@ def test_one_unwritable_item_stops_only_its_table(tmp_path_factory, bad_table: i
     assert len(publisher.catalog.load_table(identifier(tenant, topic)).snapshots()) == before + 1
     assert publisher.status()["failing_tables"] == []
     assert FAILING._value.get() == 0
+
+
+def test_a_failing_tables_retry_backs_off_doubling_up_to_its_cap() -> None:
+    from shale.iceberg.failures import RETRY_BASE, RETRY_MAX, FailingTables
+    from shale.iceberg.plan import TableKey
+
+    failing, key = FailingTables(), TableKey("acme", "orders")
+    delays = [failing.record(key, 7 + n, OSError("boom"), 0.0).delay for n in range(12)]
+    assert delays[:3] == [RETRY_BASE, 2 * RETRY_BASE, 4 * RETRY_BASE]
+    assert max(delays) == RETRY_MAX
+    assert failing.get(key).since == 7  # the first entry it did not take
+    assert failing.due(RETRY_MAX - 1) == []
+    assert failing.due(RETRY_MAX) == [key]
+    assert failing.clear(key) is not None
+    assert len(failing) == 0
