@@ -4,7 +4,9 @@ Pass context as ``extra``: ``log.info("block written", extra={"tenant": t, "bloc
 appears in both formats, so the tenant, block and job ids are in every line that concerns them.
 
 As a last line of defence, both formats replace every registered secret (the configuration's secrets, API
-tokens) by ``***`` in the finished line, tracebacks included; secrets should never be logged in the first place.
+tokens) by ``***``: in every string of the message's arguments and the extra fields before they are written out
+(a dict's ``str`` or JSON escapes a quote, a backslash or a non-ASCII letter, which would hide the secret), then in
+the finished line, tracebacks included. Secrets should never be logged in the first place.
 """
 
 from __future__ import annotations
@@ -40,8 +42,32 @@ def redact(text: str) -> str:
     return text
 
 
+def _scrubbed(value: Any) -> Any:
+    """``value`` with every string in it redacted, nested ones too: once a dict or a list is written out (``str``,
+    JSON), a secret holding a quote, a backslash or a non-ASCII letter is escaped and no longer found by ``redact``."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {_scrubbed(k): _scrubbed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrubbed(v) for v in value]
+    if type(value) is tuple:  # a named tuple keeps its own str (a secret in one is caught in the finished line)
+        return tuple(_scrubbed(v) for v in value)
+    return value
+
+
+def _message(record: logging.LogRecord) -> str:
+    """The record's message, its arguments redacted before they are formatted into it."""
+    if not record.args or not _secrets:
+        return record.getMessage()
+    try:
+        return str(str(record.msg) % _scrubbed(record.args))
+    except (TypeError, ValueError):
+        return record.getMessage()
+
+
 def _fields(record: logging.LogRecord) -> dict[str, Any]:
-    return {k: v for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")}
+    return {k: _scrubbed(v) for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")}
 
 
 class JsonFormatter(logging.Formatter):
@@ -50,7 +76,7 @@ class JsonFormatter(logging.Formatter):
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": _message(record),
         }
         entry.update(_fields(record))
         if record.exc_info:
@@ -64,7 +90,7 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         ts = time.strftime("%H:%M:%S", time.localtime(record.created))
         extra = " ".join(f"{k}={v}" for k, v in _fields(record).items())
-        line = f"{ts} {record.levelname:<7} {record.name}: {record.getMessage()}" + (f" {extra}" if extra else "")
+        line = f"{ts} {record.levelname:<7} {record.name}: {_message(record)}" + (f" {extra}" if extra else "")
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         return redact(line)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from shale import failpoints
-from shale.config import BucketConfig, SparkConfig, looks_secret
+from shale.config import BucketConfig, SparkConfig, looks_secret, spark_redaction_regex
 from shale.errors import ConfigError
 from shale.signals import keep_handler
 
@@ -77,7 +77,8 @@ def _loopback(host: str) -> bool:
 
 def session_conf(config: SparkConfig, *, kafka: bool, extra_conf: dict[str, str] | None = None) -> dict[str, str]:
     """Every setting the session is built with: Shale's defaults, local-mode binding, the configuration, then
-    ``extra_conf``; the connector package when the session reads Kafka and nothing else names jars."""
+    ``extra_conf``; the connector package when the session reads Kafka and nothing else names jars; and a
+    ``spark.redaction.regex`` that names every secret-looking key (``shale.config.spark_redaction_regex``)."""
     conf = dict(_DEFAULTS)
     if _local(config.master):
         conf["spark.driver.host"] = LOOPBACK
@@ -93,6 +94,9 @@ def session_conf(config: SparkConfig, *, kafka: bool, extra_conf: dict[str, str]
         conf["spark.jars.packages"] = KAFKA_CONNECTOR_PACKAGE
         conf.setdefault("spark.jars.excludes", KAFKA_CONNECTOR_EXCLUDES)
     conf.setdefault("spark.pyspark.python", sys.executable)
+    # Spark's UI, REST API and event log show every setting but those its redaction regex names; its default misses
+    # credential and header.* (a REST catalog's), so the session redacts every key Shale takes as secret too.
+    conf["spark.redaction.regex"] = spark_redaction_regex(conf.get("spark.redaction.regex", ""))
     return conf
 
 

@@ -79,6 +79,9 @@ def _offsets(text: str) -> dict[int, tuple[int, int]]:
 @click.option("--incarnation", default=None, help="The source topic's incarnation (topic id; default: the newest).")
 @click.option("--incarnation-at", default=None, help="The incarnation that was live at this time.")
 @click.option("--partitions", type=int, default=None, help="Partitions of a target topic the restore creates.")
+@click.option("--source-partitions", type=click.IntRange(min=1), default=None,
+              help="The source topic's partition count, when it is gone and its last partitions never held a "
+                   "record (default: the live source topic's, else the partitions the metastore saw records of).")
 @click.option("--job", default="", help="Name of the restore job (default: derived from what it restores).")
 @click.option("--commit-every", type=click.IntRange(min=1), default=20_000, show_default=True,
               help="Records per Kafka transaction.")
@@ -99,7 +102,8 @@ def _offsets(text: str) -> dict[int, tuple[int, int]]:
 @shale_errors
 def restore(ctx: click.Context, tenant: str | None, topic: str | None, target_topic: str | None,
             target_bootstrap: str | None, target_config: str | None, until: str | None, offsets: str | None,
-            incarnation: str | None, incarnation_at: str | None, partitions: int | None, job: str, commit_every: int,
+            incarnation: str | None, incarnation_at: str | None, partitions: int | None,
+            source_partitions: int | None, job: str, commit_every: int,
             max_records_per_second: float | None, max_bytes_per_second: float | None, oversized: str,
             metrics_port: int, dry_run: bool, as_json: bool, into_existing: bool,
             allow_log_append_time: bool) -> None:
@@ -118,7 +122,8 @@ def restore(ctx: click.Context, tenant: str | None, topic: str | None, target_to
     request = RestoreRequest(
         tenant=tenant, topic=topic, target_topic=target_topic or topic, range=_range(until, offsets),
         incarnation=incarnation, incarnation_at_ms=_time(incarnation_at),
-        partitions=partitions, job=job, commit_every=commit_every, allow_log_append_time=allow_log_append_time,
+        partitions=partitions, source_partitions=source_partitions, job=job, commit_every=commit_every,
+        allow_log_append_time=allow_log_append_time,
         limits=RestoreLimits(max_records_per_second, max_bytes_per_second), dead_letter=oversized == "dead-letter")
     spark = None
     if not dry_run:
@@ -206,6 +211,13 @@ def offsets_cmd(ctx: click.Context, tenant: str, topic: str, target_topic: str |
         set_offsets(client_options(target), group, request.target_topic, translated)
 
 
+_COUNTED = {
+    "kafka": "the source topic's own count", "operator": "--source-partitions",
+    "metastore": "the partitions records were backed up from: the source topic is not on the target's cluster; a "
+                 "last partition that never held a record is not counted, give --source-partitions if it had one",
+}
+
+
 def report_text(report: RestoreReport) -> str:
     """The plan and what was done, for people (``--json`` gives every field)."""
     plan = report.plan
@@ -216,6 +228,8 @@ def report_text(report: RestoreReport) -> str:
              f"({'exists' if target.get('exists') else 'to be created'}, {target.get('partitions')} partitions)",
              f"planned: {plan['records']} records, {plan['bytes']} bytes from {plan['blocks']} blocks"
              + (f", up to {until} ms" if until else ""),
+             f"source partitions: {plan.get('source_partitions')} "
+             f"({_COUNTED.get(str(plan.get('source_partitions_from')), '')})",
              "PARTITION  OFFSETS          RECORDS  GAPS"]
     outcomes = {o.partition: o for o in report.partitions}
     for part in plan["partitions"]:

@@ -37,7 +37,14 @@ from shale.config.parsers import (
     describe_errors,
     parser_entry_points,
 )
-from shale.config.secrets import Secret, is_secret_location, looks_secret, masked, secret_values
+from shale.config.secrets import (
+    Secret,
+    is_secret_location,
+    looks_secret,
+    masked,
+    secret_values,
+    spark_redaction_regex,
+)
 from shale.config.types import parse_duration, parse_size
 from shale.exports import lazy_exports as _lazy_exports
 
@@ -87,4 +94,5 @@ __all__ = [
     "render_markdown",
     "render_text",
     "secret_values",
+    "spark_redaction_regex",
 ]

@@ -433,6 +433,14 @@ class IcebergConfig(_Section):
         "snapshots back for at most this long, so each table gets one snapshot for the whole erasure (keep it well "
         "below block.delete_delay: the tables still name the replaced blocks meanwhile)")
 
+    @field_validator("catalog_uri", "oauth2_server_uri")
+    @classmethod
+    def _no_userinfo(cls, value: str) -> str:
+        if urlparse(value).username or urlparse(value).password:
+            raise ValueError("put the REST catalog's credentials in credential or token (secrets, masked wherever "
+                             "shown), not in a url")
+        return value
+
     @field_validator("catalog_name")
     @classmethod
     def _name(cls, value: str) -> str:

@@ -2,9 +2,12 @@
 
 A field declared ``Secret`` (pydantic's ``SecretStr``) shows as ``***`` in ``shale config show``, in reprs, in
 JSON dumps and in validation errors; code reads it with ``.get_secret_value()`` at the one place that needs it.
-Free-form option maps (``kafka.options``, ``bucket.options``, ``spark.conf``) cannot be typed per key, so a value
-whose key looks secret (password, secret, jaas, token, key, credential) is masked the same way. A new secret
-field needs nothing more than its type.
+Free-form option maps (``kafka.client_options``, ``bucket.options``, ``spark.conf``, ``iceberg.rest_options``)
+cannot be typed per key, so a value whose key looks secret (``SECRET_KEY_PATTERN``: password, secret, jaas,
+token, key, credential, authorization, cookie, signature, and every HTTP header a REST client sends, ``header.*``)
+is masked the same way, registered for the log redactor, kept off command lines (``shale.spark``) and named by
+the Spark redaction regex Shale sets (``spark_redaction_regex``). A new secret field needs nothing more than its
+type.
 """
 
 from __future__ import annotations
@@ -12,11 +15,19 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, BeforeValidator, SecretStr
 
 MASK = "***"
-_SECRET_KEY = re.compile(r"password|passwd|secret|jaas|token|key|credential", re.IGNORECASE)
+SECRET_KEY_PATTERN = (r"password|passwd|secret|jaas|token|key|credential|authori[sz]ation|cookie|signature"  # noqa: S105 (a pattern of key names)
+                      r"|(^|[.])headers?[.]")
+"""What an option key naming a secret contains (case ignored). ``header.<name>``: a REST catalog client sends
+``header.Authorization``, ``header.X-Api-Key`` and the like as HTTP headers, so every header is taken as secret. The
+pattern is written so that Java reads it the same way (Spark's ``spark.redaction.regex``)."""
+_SECRET_KEY = re.compile(SECRET_KEY_PATTERN, re.IGNORECASE)
+SPARK_DEFAULT_REDACTION = r"(?i)secret|password|token|access[.]?key"
+"""Spark 4.0's default ``spark.redaction.regex``: it misses ``credential`` and ``header.Authorization``."""
 
 
 def _as_text(value: object) -> object:
@@ -34,15 +45,38 @@ def looks_secret(key: str) -> bool:
     return bool(_SECRET_KEY.search(key))
 
 
+def spark_redaction_regex(configured: str = "") -> str:
+    """The ``spark.redaction.regex`` of a session Shale builds: Spark's default (or the ``configured`` one) and every
+    key ``looks_secret`` names, so Spark's UI, its REST API and the event log show those settings' values as
+    ``*********(redacted)``."""
+    theirs = configured or SPARK_DEFAULT_REDACTION
+    if SECRET_KEY_PATTERN in theirs:
+        return theirs
+    return f"(?i)(?:{theirs.removeprefix('(?i)')})|(?:{SECRET_KEY_PATTERN})"
+
+
 def mask_options(options: dict[str, Any]) -> dict[str, Any]:
     """The option map with every secret-looking value replaced by ``***``."""
     return {k: MASK if looks_secret(k) and v else v for k, v in options.items()}
 
 
+def _url_password(value: str) -> str:
+    """The password of a URL's user information (``https://user:PASSWORD@host``), '' if none."""
+    if "://" not in value or "@" not in value:
+        return ""
+    try:
+        return urlsplit(value).password or ""
+    except ValueError:
+        return ""
+
+
 def masked(value: object) -> Any:
-    """A JSON-ready copy of a configuration (or any part of it) with every secret masked."""
+    """A JSON-ready copy of a configuration (or any part of it) with every secret masked, a URL's password too
+    (the settings that take a URL refuse one, but a refused value is shown in the error)."""
     if isinstance(value, SecretStr):
         return MASK if value.get_secret_value() else ""
+    if isinstance(value, str) and (password := _url_password(value)):
+        return value.replace(f":{password}@", f":{MASK}@")
     if isinstance(value, BaseModel):
         return {name: masked(getattr(value, name)) for name in type(value).model_fields}
     if isinstance(value, dict):
@@ -55,6 +89,8 @@ def masked(value: object) -> Any:
 def _secrets(value: object) -> Iterator[str]:
     if isinstance(value, SecretStr):
         yield value.get_secret_value()
+    elif isinstance(value, str):
+        yield _url_password(value)
     elif isinstance(value, BaseModel):
         for name in type(value).model_fields:
             yield from _secrets(getattr(value, name))

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from shale.config import BucketConfig, ShaleConfig
+from shale.config import BucketConfig, ShaleConfig, spark_redaction_regex
 from shale.errors import ConfigError
 from shale.failpoints import failpoint
 from shale.objstore import local_path
@@ -158,6 +158,9 @@ def spark_catalog_conf(config: ShaleConfig, name: str | None = None) -> dict[str
         if bucket.access_key_id:
             conf[f"{prefix}.s3.access-key-id"] = bucket.access_key_id
             conf[f"{prefix}.s3.secret-access-key"] = bucket.secret_access_key.get_secret_value()
+    # Spark's default redaction misses the catalog's credential and headers: a session built with this conf shows
+    # none of them in its UI or event log (Shale's own sessions set the same regex, shale.spark.session_conf).
+    conf["spark.redaction.regex"] = spark_redaction_regex()
     return conf
 
 

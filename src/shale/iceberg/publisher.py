@@ -29,6 +29,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import groupby
@@ -54,6 +55,7 @@ from shale.iceberg.catalog import (
     open_catalog,
 )
 from shale.iceberg.erasure import expire, expire_listed, suspect, tainted
+from shale.iceberg.failures import FailingTables
 from shale.iceberg.files import block_of, copy_key, is_copy, key_of, register
 from shale.iceberg.plan import (
     FileSpec,
@@ -65,7 +67,7 @@ from shale.iceberg.plan import (
     table_files,
     tables_of,
 )
-from shale.iceberg.types import conflicts, iceberg_schema, table_schema
+from shale.iceberg.types import conflicts, iceberg_schema, table_schema, unrepresentable
 from shale.index import BlockChange, IndexReader
 from shale.metastore import Result, TrimBlockChanges
 from shale.objstore import Bucket
@@ -175,6 +177,8 @@ class IcebergPublisher:
         self._holding: set[int] = set()
         """Feed entries the publisher holds back at (an erasure rewriting), each logged once."""
         self.applied = 0
+        self.failing = FailingTables()
+        """Tables whose publish failed for a reason of their own (``_fail``): retried with a backoff."""
         self._lock = threading.Lock()  # the loop and an HTTP-triggered sync take turns
 
     # -- one round --------------------------------------------------------------------------------
@@ -202,7 +206,8 @@ class IcebergPublisher:
 
     def _round(self) -> int:
         enabled = self.config.iceberg.enabled
-        read = self._read(whole_tenants=not self._started and enabled)
+        due = self.failing.due(self.clock()) if enabled else []
+        read = self._read(whole_tenants=not self._started and enabled, also={k.tenant for k in due})
         self.applied, self.published_through = read.applied, read.published
         now = self.clock()
         for index in sorted({c.index for c in read.changes}):
@@ -214,6 +219,7 @@ class IcebergPublisher:
             if not self._started:
                 committed += self._start(read)
             committed += self._publish(read, through, folds)
+            committed += self._retry(read, through, due)
             self._sweep()
             self._expire()
             self._expire_erased()
@@ -229,7 +235,7 @@ class IcebergPublisher:
         LAG_SECONDS.set(self.clock() - min(self._first_seen.values()) if self._first_seen else 0)
         return committed
 
-    def _read(self, *, whole_tenants: bool) -> _Read:
+    def _read(self, *, whole_tenants: bool, also: AbstractSet[str] = frozenset()) -> _Read:
         reader = self.reader
         with reader.snapshot():
             applied, _ = reader.applied()
@@ -240,7 +246,7 @@ class IcebergPublisher:
             replaced = reader.erasure_rewrites(sorted({c.subject for c in changes if c.change == "remove"}))
             erasures = reader.erasure_states() if replaced else {}
             whole = set(reader.tenants()) if whole_tenants else {
-                c.tenant for c in changes if c.change == "generations" or c.subject in replaced}
+                c.tenant for c in changes if c.change == "generations" or c.subject in replaced} | also
             rules = {t: reader.generation_rules(t) for t in sorted(tenants | whole)}
             live = {t: {m.id: m for m in reader.tenant_blocks(t)} for t in sorted(whole)}
         return _Read(applied, published, changes, metas, rules, live, replaced, erasures)
@@ -372,19 +378,24 @@ class IcebergPublisher:
         keys = sorted({k for blocks in read.live.values() for m in blocks.values() for k in tables_of(m)})
         committed = 0
         for key in keys:
+            before = [c for c in read.changes if c.tenant == key.tenant]
             try:
-                if self._load(key) is not None:
+                state = self._load(key)
+                if state is not None:
+                    if state.last_index < read.published:  # it may have missed trimmed entries (a failing table)
+                        committed += self._repair(read, key, read.published, before)
                     continue
+                blocks = blocks_at(read.live[key.tenant], read.metas, before)
+                files = desired(blocks.values(), key, rules_at(read.rules.get(key.tenant, []), key.topic, before),
+                                self.config.ingest.generation)
+                self._create(key)
+                specs = [s for f in files.values() for s in f]
+                if specs:
+                    committed += self._commit_retried(key, read.published, partial(_not_held, specs))
             except NOT_WRITTEN:
                 continue  # logged once; its blocks are left out
-            before = [c for c in read.changes if c.tenant == key.tenant]
-            blocks = blocks_at(read.live[key.tenant], read.metas, before)
-            files = desired(blocks.values(), key, rules_at(read.rules.get(key.tenant, []), key.topic, before),
-                            self.config.ingest.generation)
-            self._create(key)
-            specs = [s for f in files.values() for s in f]
-            if specs:
-                committed += self._commit_retried(key, read.published, partial(_not_held, specs))
+            except Exception as exc:
+                self._fail(key, read.published, exc)
         self._started = True
         return committed
 
@@ -407,6 +418,10 @@ class IcebergPublisher:
                         touched[key] = ([], [], True)
                         erasing[key] = fold
             for key, (removed, added, switched) in sorted(touched.items()):
+                if key in self.failing:  # brought up to date by its repair at its next try (_retry)
+                    if key in erasing:
+                        self.failing.missed(key, erasing[key].erasures)
+                    continue
                 later = [c for c in after if c.tenant == key.tenant]
                 rules = rules_at(read.rules.get(key.tenant, []), key.topic, later)
 
@@ -423,7 +438,68 @@ class IcebergPublisher:
                     committed += self._commit_retried(key, index, plan, erased=self._erased(read, erasing.get(key)))
                 except NOT_WRITTEN:
                     continue  # logged once; its blocks are left out
+                except Exception as exc:
+                    self._fail(key, index, exc, erasing[key].erasures if key in erasing else set())
         return committed
+
+    # -- one table's failure ----------------------------------------------------------------------------
+
+    def _fail(self, key: TableKey, index: int, exc: Exception, erasures: AbstractSet[str] = frozenset()) -> None:
+        """Entry ``index`` could not be published to ``key``: the table is set aside (logged, counted, in the status)
+        and retried with a backoff, while every other table is published and the feed trimmed. Unless the catalog
+        itself does not answer: then no table can be published, and the round fails as a whole (nothing trimmed)."""
+        try:
+            self.catalog.list_namespaces()
+        except Exception:
+            raise exc from None  # the catalog's own failure: every table's, so the round's
+        self._tables.pop(key, None)  # reloaded from the catalog at its retry
+        failure = self.failing.record(key, index, exc, self.clock(), erasures)
+        log.error("iceberg: table %s/%s%s not published from entry %d (%s); the other tables go on, this one is "
+                  "tried again in %.0f s (failure %d in a row)", key.tenant, key.topic,
+                  f" record {key.record}" if key.record else "", failure.since, failure.error, failure.delay,
+                  failure.failures, exc_info=exc, extra={"tenant": key.tenant, "topic": key.topic,
+                                                         "record": key.record, "index": index, "error": failure.error})
+
+    def _retry(self, read: _Read, through: int, due: Sequence[TableKey]) -> int:
+        """Bring each failing table whose retry is due to the index's state as of ``through``, in one snapshot."""
+        committed = 0
+        for key in due:
+            if key not in self.failing:
+                continue
+            later = [c for c in read.changes if c.index > through and c.tenant == key.tenant]
+            try:
+                committed += self._repair(read, key, through, later)
+            except NOT_WRITTEN:
+                self.failing.clear(key)
+                continue
+            except Exception as exc:
+                self._fail(key, through, exc)
+                continue
+            failure = self.failing.clear(key)
+            log.info("iceberg: table %s/%s published again after %d failures", key.tenant, key.topic,
+                     failure.failures if failure else 0, extra={"tenant": key.tenant, "topic": key.topic})
+        return committed
+
+    def _repair(self, read: _Read, key: TableKey, index: int, later: list[BlockChange]) -> int:
+        """One snapshot at ``index`` that makes the table hold what the index shows as of it (``later``: the feed's
+        changes after it), naming the erasures it missed while failing. Nothing is committed when it already does."""
+        failure = self.failing.get(key)
+        missed = failure.erasures if failure else set()
+        rules = rules_at(read.rules.get(key.tenant, []), key.topic, later)
+        erased = None
+        if missed:
+            def meta(block_id: str) -> BlockMeta | None:
+                live = read.live.get(key.tenant, {})
+                return live[block_id] if block_id in live else self.reader.change_metas([block_id]).get(block_id)
+
+            state = self._load(key) or self._create(key)
+            erased = (sorted(missed), suspect(missed, self.reader.erasure_rewrites(sorted(state.blocks)), meta,
+                                              self.reader.erased_positions(sorted(missed))))
+        return self._commit_retried(key, index, partial(self._rediff_plan, read, key, rules, later), erased=erased)
+
+    def _rediff_plan(self, read: _Read, key: TableKey, rules: list[Rule], later: Sequence[BlockChange],
+                     state: _Table) -> tuple[list[str], list[FileSpec]]:
+        return self._rediff(read, key, state, rules, later)
 
     def _erased(self, read: _Read, fold: _Fold | None) -> tuple[list[str], Callable[[str], bool]] | None:
         """For a table's snapshot that publishes erasures: their ids, and which blocks' files may hold one of
@@ -607,16 +683,19 @@ class IcebergPublisher:
         """Evolve the table's schema (in ``tx``) so it holds each file's columns with their types, oldest file
         first, by name (pyiceberg's ``union_by_name``: field ids kept, new ones fresh, the name mapping updated);
         return the files the table can take. A file whose column types conflict with the table's is left out,
-        logged and counted (``shale_iceberg_refused_files_total``): the table stays readable and unchanged for it."""
+        logged and counted (``shale_iceberg_refused_files_total``): the table stays readable and unchanged for it.
+        So is a file holding a type Iceberg has none for (a decimal of more than 38 digits: ``unrepresentable``)."""
         taken: list[FileSpec] = []
         for spec in sorted(add, key=lambda s: (s.dataset.min_time, s.block.id)):
             d = spec.dataset
-            wanted = iceberg_schema(table_schema(d.columns, decode_column_types(d.column_types)))
-            problems = conflicts(tx.table_metadata.schema(), wanted)
+            arrow = table_schema(d.columns, decode_column_types(d.column_types))
+            problems = unrepresentable(arrow)
+            wanted = None if problems else iceberg_schema(arrow)
+            problems = problems or conflicts(tx.table_metadata.schema(), wanted)
             if problems:
                 REFUSED.inc()
                 self.refused += 1
-                log.error("iceberg: block %s of %s/%s left out of the table, its column types conflict: %s",
+                log.error("iceberg: block %s of %s/%s left out of the table, its column types do not fit it: %s",
                           spec.block.id, key.tenant, key.topic, "; ".join(problems),
                           extra={"tenant": key.tenant, "topic": key.topic, "block": spec.block.id})
                 continue
@@ -727,11 +806,17 @@ class IcebergPublisher:
             for key in sorted(keys):
                 try:
                     state = self._load(key) or self._create(key)
+                    remove, add = self._rediff(read, key, state, read.rules.get(key.tenant, []), [])
+                    if remove or add:
+                        repaired += self._commit(key, state, max(read.applied, state.last_index), remove, add)
                 except NOT_WRITTEN:
                     continue
-                remove, add = self._rediff(read, key, state, read.rules.get(key.tenant, []), [])
-                if remove or add:
-                    repaired += self._commit(key, state, max(read.applied, state.last_index), remove, add)
+                except Exception as exc:
+                    self._fail(key, read.applied, exc)
+                    continue
+                failure = self.failing.get(key)
+                if failure is not None and not failure.erasures:
+                    self.failing.clear(key)  # repaired
         return {"snapshots": committed + repaired, "repaired": repaired, "published_through": self.published_through,
                 "tables": len(self._tables)}
 
@@ -741,11 +826,13 @@ class IcebergPublisher:
                 "refused_files": self.refused, "expired_snapshots": self.expired,
                 "table_name_conflicts": sorted(self.conflicts.values()),
                 "stopped_tables": sorted(self.stopped.values()),
+                "failing_tables": self.failing.rows(self.clock()),
                 "lag_seconds": self.clock() - min(self._first_seen.values()) if self._first_seen else 0.0}
 
     def loop(self, stop: threading.Event, is_leader: Callable[[], bool] = lambda: True) -> None:
         """Run rounds every ``iceberg.interval`` while leader, until ``stop``. A follower forgets its tables (the
-        next leadership reloads them from the catalog, which another leader may have changed)."""
+        next leadership reloads them from the catalog, which another leader may have changed) and its failing ones
+        (a leader's first round repairs every table older than the published point)."""
         while not stop.is_set():
             try:
                 if is_leader():
@@ -753,6 +840,7 @@ class IcebergPublisher:
                 else:
                     self._tables.clear()
                     self._started = False
+                    self.failing = FailingTables()  # the next leader repairs them at its start (_start)
             except Exception:
                 log.exception("iceberg publisher round failed; retrying next period")
             stop.wait(self.config.iceberg.interval)

@@ -124,6 +124,35 @@ def conflicts(table: Any, schema: Any, path: str = "") -> list[str]:
     return [f"{path}: table type {table}, block type {schema}"]
 
 
+ICEBERG_MAX_PRECISION = 38
+"""Iceberg's widest decimal (its spec: precision at most 38)."""
+
+
+def unrepresentable(schema: pa.Schema) -> list[str]:
+    """The columns (nested ones by path) of ``schema`` no Iceberg type holds, each as ``"column: why"``: a decimal of
+    more than 38 digits (Avro and JSON Schema allow any precision; Arrow stores it as decimal256)."""
+    out: list[str] = []
+
+    def visit(t: pa.DataType, path: str) -> None:
+        if pa.types.is_decimal(t) and t.precision > ICEBERG_MAX_PRECISION:
+            out.append(f"{path}: decimal({t.precision}, {t.scale}) has more digits than Iceberg's widest decimal "
+                       f"({ICEBERG_MAX_PRECISION})")
+        elif pa.types.is_struct(t):
+            for i in range(t.num_fields):
+                visit(t.field(i).type, f"{path}.{t.field(i).name}")
+        elif pa.types.is_map(t):
+            visit(t.key_type, f"{path}.key")
+            visit(t.item_type, f"{path}.value")
+        elif pa.types.is_list(t) or pa.types.is_large_list(t):
+            visit(t.value_type, f"{path}.element")
+        elif pa.types.is_dictionary(t):
+            visit(t.value_type, path)
+
+    for f in schema:
+        visit(f.type, f.name)
+    return out
+
+
 def iceberg_schema(schema: pa.Schema) -> Any:
     """The pyiceberg schema (field ids not yet assigned) of an Arrow schema in its Iceberg form."""
     from pyiceberg.io.pyarrow import _ConvertToIcebergWithoutIDs, visit_pyarrow

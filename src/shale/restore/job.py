@@ -35,6 +35,7 @@ from shale.restore.plan import (
     build_plan,
     choose_incarnation,
     recorded_partitions,
+    source_count,
 )
 from shale.restore.progress import (
     ProgressLine,
@@ -65,6 +66,9 @@ class RestoreRequest:
     incarnation_at_ms: int | None = None
     partitions: int | None = None
     """Partitions of a target topic created by the restore (default: the source's)."""
+    source_partitions: int | None = None
+    """The source topic's partition count, when it is gone and its last partitions never held a record (the
+    metastore knows only those that did; a live source topic of the same incarnation is asked)."""
     job: str = ""
     generation: int = 1
     commit_every: int = 20_000
@@ -139,10 +143,14 @@ class RestoreJob:
         history, losses = self.index.offset_history("backup", r.generation)
         recorded = recorded_partitions([*self.index.offsets("backup", r.generation), *history, *losses], r.topic,
                                        incarnation)
-        existing = describe_topics(self.target, [r.target_topic], client=self.admin).get(r.target_topic)
+        topics = describe_topics(self.target, sorted({r.target_topic, r.topic}), client=self.admin)
+        existing = topics.get(r.target_topic)
         target_partitions = len(existing.partitions) if existing else r.partitions
+        # The metastore knows the partitions that held a record; the topic itself, while it lives, knows them all.
+        counted = r.source_partitions or source_count(topics.get(r.topic), incarnation)
         return build_plan(blocks, tenant=r.tenant, topic=r.topic, incarnation=incarnation,
-                          target_partitions=target_partitions, range_=r.range, losses=losses, recorded=recorded)
+                          target_partitions=target_partitions, range_=r.range, losses=losses, recorded=recorded,
+                          counted=counted, counted_from="operator" if r.source_partitions else "kafka")
 
     def run(self, dry_run: bool = False, into_existing: bool = False) -> RestoreReport:
         r = self.request

@@ -18,11 +18,15 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from shale.block import BlockMeta
 from shale.errors import ConfigError, NotFoundError
 from shale.index import IncarnationRow, LossRow, OffsetRow
 from shale.restore.partitioner import PartitionMapping
+
+if TYPE_CHECKING:
+    from shale.kafka import TopicState
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,10 @@ class RestorePlan:
     mapping: PartitionMapping
     until_ms: int | None
     partitions: list[PartitionPlan]
+    counted_from: str = "metastore"
+    """Where the source's partition count comes from: ``kafka`` (the source topic itself, same incarnation),
+    ``operator`` (``--source-partitions``) or ``metastore`` (the partitions ingestion committed: a last partition
+    that never held a record is not among them)."""
 
     @property
     def oldest_ms(self) -> int:
@@ -91,6 +99,7 @@ class RestorePlan:
         return {
             "tenant": self.tenant, "topic": self.topic, "incarnation": self.incarnation,
             "incarnations": self.incarnations, "mapping": self.mapping.describe(), "until_ms": self.until_ms,
+            "source_partitions": self.mapping.source_partitions, "source_partitions_from": self.counted_from,
             "records": sum(p.records for p in self.partitions), "bytes": sum(p.bytes for p in self.partitions),
             "blocks": len({b for p in self.partitions for b in p.blocks}),
             "partitions": [{"partition": p.partition, "start": p.start, "end": p.end, "records": p.records,
@@ -189,28 +198,43 @@ def recorded_partitions(rows: Iterable[OffsetRow | IncarnationRow | LossRow], to
     return {row.partition for row in rows if row.topic == topic and row.incarnation == incarnation}
 
 
+def source_count(source: TopicState | None, incarnation: str) -> int | None:
+    """The source topic's partition count as Kafka describes it now, when it is still the incarnation restored (the
+    same topic id: a recreated topic of the same name is another topic); None otherwise."""
+    if source is None or source.incarnation != incarnation or not source.partitions:
+        return None
+    return max(source.partitions) + 1
+
+
 def build_plan(blocks: Sequence[BlockMeta], *, tenant: str, topic: str, incarnation: str,
                target_partitions: int | None, range_: RestoreRange = RestoreRange(),
-               losses: Sequence[LossRow] = (), recorded: Iterable[int] = ()) -> RestorePlan:
+               losses: Sequence[LossRow] = (), recorded: Iterable[int] = (), counted: int | None = None,
+               counted_from: str = "kafka") -> RestorePlan:
     """The plan over the backup ``blocks`` of ``topic`` (any order; blocks of other topics and incarnations are
     ignored). ``target_partitions`` is the target topic's partition count (None: it will be created with the
-    source's). The source's partition count is one more than the highest partition of the incarnation that
-    ingestion ever committed (``recorded``, ``recorded_partitions``) or that a block holds: a partition whose
-    blocks retention removed, or that has been quiet since, still counts."""
+    source's). The source's partition count is ``counted`` when known (from Kafka, ``source_count``, or the
+    operator: ``counted_from``), else one more than the highest partition of the incarnation that ingestion ever
+    committed (``recorded``, ``recorded_partitions``) or that a block holds: a partition whose blocks retention
+    removed, or that has been quiet since, still counts; one that never held a record leaves no such fact. A count
+    below those facts is refused (it would put records in partitions the topic does not have)."""
     per: dict[int, list[Interval]] = defaultdict(list)
     for meta in blocks:
         for r in meta.kafka:
             if r.topic == topic and r.incarnation == incarnation and r.end > r.start:
                 per[r.partition].append(Interval(r.start, r.end, meta))
     partitions = sorted(per) if range_.offsets is None else sorted(range_.offsets)
-    source_count = max([*per, *recorded, *(loss.partition for loss in losses
-                                           if loss.topic == topic and loss.incarnation == incarnation)],
-                       default=-1) + 1
-    mapping = PartitionMapping(source_count, target_partitions or source_count)
+    facts = max([*per, *recorded, *(loss.partition for loss in losses
+                                    if loss.topic == topic and loss.incarnation == incarnation)], default=-1) + 1
+    if counted is not None and counted < facts:
+        raise ConfigError(f"{topic}: the source's partition count is given as {counted} ({counted_from}), but "
+                          f"partition {facts - 1} of incarnation {incarnation} was backed up; give its real count")
+    count = facts if counted is None else counted
+    mapping = PartitionMapping(count, target_partitions or count)
     plans = []
     for partition in partitions:
         wanted = None if range_.offsets is None else range_.offsets[partition]
         lost = [loss for loss in losses if loss.topic == topic and loss.partition == partition
                 and loss.incarnation == incarnation]
         plans.append(plan_partition(partition, per.get(partition, []), wanted, range_.until_ms, lost))
-    return RestorePlan(tenant, topic, incarnation, incarnations_of(blocks, topic), mapping, range_.until_ms, plans)
+    return RestorePlan(tenant, topic, incarnation, incarnations_of(blocks, topic), mapping, range_.until_ms, plans,
+                       "metastore" if counted is None else counted_from)

@@ -92,7 +92,11 @@ def _iceberg(facts: dict[str, Any]) -> str:
             f'published through log index <b>{facts.get("published_through", 0)}</b> of '
             f'{facts.get("applied_index", 0)}; tables: {facts.get("tables", 0)}; lag: '
             f'<span class="{"bad" if lag > 300 else "ok"}">{_age(lag)}</span>'
-            + (f'; <span class="bad">last error: {escape(str(error))}</span>' if error else "") + "</p>")
+            + (f'; <span class="bad">last error: {escape(str(error))}</span>' if error else "") + "</p>"
+            + "".join(f'<p class="bad">table {escape(f["tenant"])}.{escape(f["topic"])}'
+                      f'{" record " + escape(f["record"]) if f.get("record") else ""} not published since entry '
+                      f'{f["since_entry"]} ({f["failures"]} failures; the other tables are): {escape(f["error"])}</p>'
+                      for f in facts.get("failing_tables", [])))
 
 
 def _overlaps(found: dict[str, list[dict[str, Any]]]) -> str:

@@ -7,7 +7,7 @@ import itertools
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.factories import BASE_MS, write_backup_block
 
@@ -122,3 +122,58 @@ def test_another_partition_count_maps_by_key(template: BlockMeta) -> None:
     plan = build_plan(blocks, tenant="acme", topic="app", incarnation=INC_A, target_partitions=5)
     assert (plan.mapping.source_partitions, plan.mapping.target_partitions, plan.mapping.by_key) == (3, 5, True)
     assert "murmur2" in plan.mapping.describe()
+
+
+class _Index:
+    """The index reads ``RestoreJob.plan`` makes: backup blocks of one topic, no committed offsets beyond them."""
+
+    def __init__(self, blocks: list[BlockMeta]) -> None:
+        self.blocks = blocks
+
+    def query_blocks(self, tenants: list[str], *args: object, group: str = "") -> list[BlockMeta]:
+        return self.blocks
+
+    def offset_history(self, group: str, generation: int) -> tuple[list[object], list[LossRow]]:
+        return [], []
+
+    def offsets(self, group: str, generation: int) -> list[object]:
+        return []
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(partitions=st.integers(2, 8), empty=st.integers(1, 3), recreated=st.booleans())
+def test_the_source_partition_count_counts_a_last_partition_that_never_held_a_record(
+        template: BlockMeta, monkeypatch: pytest.MonkeyPatch, partitions: int, empty: int, recreated: bool) -> None:
+    """Issue 54, point 14: the last ``empty`` partitions of the source never held a record, so no block and no
+    committed offset names them. While the source topic lives (same topic id), Kafka's count is the plan's and a
+    created target gets every partition; a recreated topic of the same name is another incarnation, not asked."""
+    from shale.config import BucketConfig, KafkaConfig
+    from shale.kafka import TopicState
+    from shale.restore import job as restore_job
+
+    empty = min(empty, partitions - 1)
+    held = partitions - empty
+    blocks = [block(template, p, 0, 5) for p in range(held)]
+    live = TopicState("app", INC_B if recreated else INC_A, tuple(range(partitions)))
+    monkeypatch.setattr(restore_job, "describe_topics", lambda kafka, topics, client=None: {"app": live})
+    request = restore_job.RestoreRequest(tenant="acme", topic="app", target_topic="app-restored")
+    job = restore_job.RestoreJob(_Index(blocks), BucketConfig(url="memory://x"),  # type: ignore[arg-type]
+                                 KafkaConfig(bootstrap_servers="127.0.0.1:1"), request)
+    plan = job.plan()
+    if recreated:  # the metastore's facts alone: only the partitions that held a record
+        assert (plan.mapping.source_partitions, plan.counted_from) == (held, "metastore")
+        return
+    assert (plan.mapping.source_partitions, plan.mapping.target_partitions) == (partitions, partitions)
+    assert plan.counted_from == "kafka"
+    assert plan.summary()["source_partitions"] == partitions
+    assert plan.mapping.describe() == "same partition"
+    # Given by the operator (the source topic gone): the same count, and a count below the facts is refused.
+    job.request = restore_job.RestoreRequest(tenant="acme", topic="app", target_topic="app-restored",
+                                             source_partitions=partitions)
+    monkeypatch.setattr(restore_job, "describe_topics", lambda kafka, topics, client=None: {})
+    assert (job.plan().mapping.source_partitions, job.plan().counted_from) == (partitions, "operator")
+    job.request = restore_job.RestoreRequest(tenant="acme", topic="app", target_topic="app-restored",
+                                             source_partitions=held - 1 or None)
+    if held > 1:
+        with pytest.raises(ConfigError, match="give its real count"):
+            job.plan()
