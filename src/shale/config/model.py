@@ -21,6 +21,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from shale.config.parsers import describe_errors, options_model
+from shale.config.profiles import apply_profile, describe
 from shale.config.secrets import Secret, mask_options
 from shale.config.types import ByteSize, Duration, Regex
 
@@ -482,6 +483,10 @@ def granted_delete_delay(asked: float, floor: float, delete_delay: float) -> flo
 class ShaleConfig(_Section):
     """The whole configuration. Sections are documented field by field; see ``shale config check``."""
 
+    profile: Literal["default", "trial"] = Field(  # the keys of PROFILES
+        default="default", description="trial: the delays that protect readers shortened for a one-machine trial "
+        f"({describe('trial')}; a key set explicitly keeps its value), so that an erasure's receipt comes in "
+        "minutes instead of about two hours; never in production")
     bucket: BucketConfig = Field(default_factory=BucketConfig)
     block: BlockConfig = Field(default_factory=BlockConfig)
     kafka: KafkaConfig = Field(default_factory=KafkaConfig)
@@ -494,6 +499,11 @@ class ShaleConfig(_Section):
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
     iceberg: IcebergConfig = Field(default_factory=IcebergConfig)
     run: RunConfig = Field(default_factory=RunConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _profile(cls, data: Any) -> Any:
+        return apply_profile(data)
 
     @model_validator(mode="after")
     def _delays(self) -> ShaleConfig:
