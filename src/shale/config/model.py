@@ -332,7 +332,9 @@ class IngestConfig(_Section):
         default="earliest", description="where partitions the metastore has never committed start")
     metrics_port: int = Field(default=0, ge=0, le=65535, description="Prometheus metrics port (0: none)")
     lease_duration: Duration = Field(default=15.0, ge=1.0, le=3600.0, description="a driver's ingest lease lasts "
-                                     "this long unless renewed; a standby takes over this long after a driver dies")
+                                     "this long unless renewed (every third of it): a dead driver's shard is free "
+                                     "two thirds to all of this after it died; the records then wait for the next "
+                                     "holder's start and first batch too (docs/OPERATING.md, Recovery after a kill)")
     shards: Annotated[int, Field(ge=1, le=1024)] | Literal["auto"] = Field(
         default=1, description="how many shards split a group's topic-partitions (jump consistent hash of topic and "
         "partition), each written by one driver at a time; seeds the group's shard map in the metastore, changed "
