@@ -18,10 +18,11 @@ from shale.dev import DevStack
 from shale.dev.stack import SECRET_ENV, StackState
 
 SECRET = "a-secret-nobody-may-see-0123456789"
+NO_PID = 2**22 + 1  # above Linux's largest pid_max: no process has it (never 0 or 1, which address groups)
 
 
 def _state() -> StackState:
-    return StackState(kafka_pid=1, kafka_bootstrap="127.0.0.1:9092", minio_pid=1, minio_endpoint="http://127.0.0.1:9000",
+    return StackState(kafka_pid=NO_PID, kafka_bootstrap="127.0.0.1:9092", minio_pid=NO_PID, minio_endpoint="http://127.0.0.1:9000",
                       bucket="shale", access_key="shale-dev", secret_key=SECRET)
 
 
@@ -71,3 +72,19 @@ def test_every_secret_of_the_stack_is_kept_out_of_the_exports(tmp_path: Path) ->
             assert key in SECRET_ENV, f"{key} looks like a secret: add it to SECRET_ENV"
     for value in secrets.values():
         assert all(value not in line for line in lines)
+
+
+def test_down_removes_the_secret_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Nothing may be signalled here: the state's pids are made up (see test_process_guard.py for why it matters).
+    monkeypatch.setattr("shale.dev.stack.pid_alive", lambda pid: False)
+    monkeypatch.setattr("shale.dev.stack.stop_process_group", _never)
+    folder = _stack(tmp_path / "dev")
+    stack = DevStack(folder)
+    stack.exports(_state())
+    assert stack.secret_file("SHALE_BUCKET__SECRET_ACCESS_KEY").exists()
+    assert stack.down() == []
+    assert not stack.secret_file("SHALE_BUCKET__SECRET_ACCESS_KEY").exists()
+
+
+def _never(pid: int, timeout: float = 0) -> None:
+    raise AssertionError(f"a unit test asked to stop process group {pid}")

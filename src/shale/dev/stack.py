@@ -248,6 +248,8 @@ class DevStack:
                 stop_process_group(pid)
                 stopped.append(name)
         self.state_file.unlink(missing_ok=True)
+        for key in SECRET_ENV:
+            self.secret_file(key).unlink(missing_ok=True)
         return sorted(stopped)
 
 
