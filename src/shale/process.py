@@ -45,6 +45,8 @@ def log_tail(path: Path, lines: int = 25) -> str:
 
 
 def pid_alive(pid: int) -> bool:
+    if pid <= 1:  # kill(0) and kill(-1) address a group, not a process; 1 is init, never one of ours
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -60,7 +62,13 @@ def pid_alive(pid: int) -> bool:
 
 
 def stop_process_group(pid: int, timeout: float = 15.0) -> None:
-    """SIGTERM the process group led by ``pid``, then SIGKILL what is left after ``timeout``."""
+    """SIGTERM the process group led by ``pid``, then SIGKILL what is left after ``timeout``.
+
+    Refuses ``pid`` 1 or less (ValueError) before signalling anything: ``killpg(1, sig)`` is ``kill(-1, sig)``,
+    which signals every process the caller may signal (for root, the whole machine), and ``killpg(0, sig)`` the
+    caller's own group. A pid read from a damaged or hand-written state file must never do that."""
+    if pid <= 1:
+        raise ValueError(f"refusing to stop process group {pid}: not a process group Shale started")
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(pid, sig)

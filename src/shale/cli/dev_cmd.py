@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 from pathlib import Path
 
 import click
@@ -70,8 +69,8 @@ def up(directory: Path | None, spark_workers: int, schema_registry: bool, iceber
         found = _running_stack(directory)
         state = DevStack(found).load()
         assert state is not None
-        for key, value in {**state.env(), DIR_ENV: str(found.resolve())}.items():
-            click.echo(f"export {key}={shlex.quote(value)}")
+        for line in DevStack(found).exports(state, {DIR_ENV: str(found.resolve())}):
+            click.echo(line)
         return
     directory = (directory or Path(DEFAULT_DIR)).resolve()
     if DevStack(directory).load() is None:
@@ -94,8 +93,8 @@ def up(directory: Path | None, spark_workers: int, schema_registry: bool, iceber
         click.echo(f"iceberg rest catalog:    {state.catalog_url}")
     click.echo(f"state:                   {directory}")
     click.echo("point Shale at them with:  eval \"$(shale dev up --env)\"  (it starts nothing), or:")
-    for key, value in {**state.env(), DIR_ENV: str(directory)}.items():
-        click.echo(f"  export {key}={shlex.quote(value)}")
+    for line in DevStack(directory).exports(state, {DIR_ENV: str(directory)}):
+        click.echo(f"  {line}")  # a secret's line names its file, never the secret
 
 
 def _running_stack(directory: Path | None) -> Path:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import types
 import typing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -20,13 +20,16 @@ from pydantic.fields import FieldInfo
 from shale.config import parsers
 from shale.config.model import ShaleConfig
 from shale.config.secrets import masked
-from shale.config.types import check_regex, parse_duration, parse_size
+from shale.config.types import check_regex, format_duration, format_size, parse_duration, parse_size
 
 _VALIDATED = {parse_duration: "duration ('250ms', '30s', '15m', '6h', '7d')",
               parse_size: "size ('512KiB', '64MiB', '1GB')", check_regex: "regex",
               parsers.check_time_format: "time format (iso8601, epoch_ms, epoch_s, "
               "epoch_us or a strftime pattern)", parsers.check_strftime: "strftime pattern ('%Y-%m-%d %H:%M:%S')",
               parsers.check_timezone: "IANA time zone"}
+
+# Defaults are shown as they are written in shale.toml ("15m", "64MiB"), not as the seconds and bytes they parse to.
+_SPELLED: dict[Any, Callable[[Any], str]] = {parse_duration: format_duration, parse_size: format_size}
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,21 @@ class Entry:
     type: str
     default: str
     meaning: str
+
+
+def _validator(annotation: Any, metadata: list[Any] | None = None) -> Any:
+    """The value parser of a field (``parse_duration``, ``parse_size``, ...), optional fields included; else None."""
+    for item in metadata or []:
+        func = getattr(item, "func", None)
+        if func in _VALIDATED:
+            return func
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _validator(args[0], list(args[1:]))
+    if origin in (typing.Union, types.UnionType):
+        found = {_validator(a) for a in args if a is not type(None)}
+        return found.pop() if len(found) == 1 else None
+    return None
 
 
 def type_name(annotation: Any, metadata: list[Any] | None = None) -> str:
@@ -69,6 +87,9 @@ def _default(field: FieldInfo) -> str:
     if field.is_required():
         return "(required)"
     value = masked(field.get_default(call_default_factory=True))
+    spell = _SPELLED.get(_validator(field.annotation, field.metadata))
+    if spell is not None and isinstance(value, int | float) and not isinstance(value, bool):
+        value = spell(value)
     return json.dumps(value, default=str)
 
 
@@ -137,7 +158,7 @@ def render_markdown() -> str:
         if top != section:
             section = top
             lines += ["", f"## `{top}`", "", "| key | type | default | meaning |", "|---|---|---|---|"]
-        if e.key == top:
+        if e.key == top and e.type == "section":
             continue
         cell = e.meaning.replace("|", "\\|")
         default = e.default.replace("|", "\\|")

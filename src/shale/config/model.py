@@ -21,6 +21,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from shale.config.parsers import describe_errors, options_model
+from shale.config.profiles import apply_profile, describe
 from shale.config.secrets import Secret, mask_options
 from shale.config.types import ByteSize, Duration, Regex
 
@@ -331,7 +332,9 @@ class IngestConfig(_Section):
         default="earliest", description="where partitions the metastore has never committed start")
     metrics_port: int = Field(default=0, ge=0, le=65535, description="Prometheus metrics port (0: none)")
     lease_duration: Duration = Field(default=15.0, ge=1.0, le=3600.0, description="a driver's ingest lease lasts "
-                                     "this long unless renewed; a standby takes over this long after a driver dies")
+                                     "this long unless renewed (every third of it): a dead driver's shard is free "
+                                     "two thirds to all of this after it died; the records then wait for the next "
+                                     "holder's start and first batch too (docs/OPERATING.md, Recovery after a kill)")
     shards: Annotated[int, Field(ge=1, le=1024)] | Literal["auto"] = Field(
         default=1, description="how many shards split a group's topic-partitions (jump consistent hash of topic and "
         "partition), each written by one driver at a time; seeds the group's shard map in the metastore, changed "
@@ -490,6 +493,10 @@ def granted_delete_delay(asked: float, floor: float, delete_delay: float) -> flo
 class ShaleConfig(_Section):
     """The whole configuration. Sections are documented field by field; see ``shale config check``."""
 
+    profile: Literal["default", "trial"] = Field(  # the keys of PROFILES
+        default="default", description="trial: the delays that protect readers shortened for a one-machine trial "
+        f"({describe('trial')}; a key set explicitly keeps its value), so that an erasure's receipt comes in "
+        "minutes instead of about two hours; never in production")
     bucket: BucketConfig = Field(default_factory=BucketConfig)
     block: BlockConfig = Field(default_factory=BlockConfig)
     kafka: KafkaConfig = Field(default_factory=KafkaConfig)
@@ -502,6 +509,11 @@ class ShaleConfig(_Section):
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
     iceberg: IcebergConfig = Field(default_factory=IcebergConfig)
     run: RunConfig = Field(default_factory=RunConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _profile(cls, data: Any) -> Any:
+        return apply_profile(data)
 
     @model_validator(mode="after")
     def _delays(self) -> ShaleConfig:

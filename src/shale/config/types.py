@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import Decimal
 from typing import Annotated
 
 from pydantic import AfterValidator, BeforeValidator
@@ -63,6 +64,36 @@ def parse_size(value: object) -> int:
         if match and match.group(2) in _SIZE_UNITS:
             return int(float(match.group(1)) * _SIZE_UNITS[match.group(2)])
     raise ValueError(f"{value!r} is not a size; write it like '1048576', '512KiB', '64MiB' or '1GB'")
+
+
+_SPELLED_UNITS = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+_SIZE_SPELLED = (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024))
+
+
+def format_duration(seconds: float) -> str:
+    """``seconds`` the way people write it, which ``parse_duration`` reads back exactly: ``"15m"``, ``"1h30m"``,
+    ``"250ms"``, ``"1.5s"``, ``"0s"`` (the configuration reference shows defaults this way)."""
+    if seconds == int(seconds):
+        rest, parts = int(seconds), []
+        for unit, size in _SPELLED_UNITS:
+            count, rest = divmod(rest, size)
+            if count:
+                parts.append(f"{count}{unit}")
+        return "".join(parts) or "0s"
+    millis = seconds * 1000
+    if seconds < 1 and millis == int(millis) and parse_duration(f"{int(millis)}ms") == seconds:
+        return f"{int(millis)}ms"
+    # Decimal of the shortest repr: positional digits (never "1e-05", which the parser refuses), read back exactly.
+    return format(Decimal(repr(seconds)), "f") + "s"
+
+
+def format_size(size: int) -> str:
+    """``size`` bytes the way people write it, which ``parse_size`` reads back exactly: ``"64MiB"``, ``"1GiB"``,
+    or the number of bytes when no binary unit divides it."""
+    for unit, factor in _SIZE_SPELLED:
+        if size and size % factor == 0:
+            return f"{size // factor}{unit}"
+    return str(size)
 
 
 def check_regex(value: str) -> str:

@@ -6,11 +6,15 @@ The state (pids, ports, endpoints) is kept in ``<dir>/state.json`` so that ``sta
 processes again; every process runs in its own session, and ``down`` kills each whole process group (a Spark
 worker's group holds its executors). ``StackState.env`` is the configuration handed out: the endpoints, the
 bucket's credentials, the cached Kafka connector jars on ``spark.jars`` and, with a cluster, ``spark.master``.
+``DevStack.exports`` is what may be printed of it: a secret stays in a file of the stack's folder readable by its
+owner only (``secrets/<VARIABLE>``), and the printed line reads it from there (``"$(cat FILE)"``).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -22,6 +26,8 @@ from shale.dev.spark_cluster import SparkStandalone, connector_conf, driver_conf
 from shale.process import pid_alive, port_open, stop_process_group
 
 DEV_BUCKET = "shale"
+SECRET_ENV = frozenset({"SHALE_BUCKET__SECRET_ACCESS_KEY"})
+"""The variables of ``StackState.env`` whose values are secrets: never printed, read from their file."""
 Service = KafkaBroker | MinioServer | SparkStandalone | SchemaRegistry | IcebergRestCatalog
 
 
@@ -87,6 +93,22 @@ class DevStack:
         self.directory = directory
         self.state_file = directory / "state.json"
 
+    def secret_file(self, variable: str) -> Path:
+        return self.directory / "secrets" / variable
+
+    def exports(self, state: StackState, extra: dict[str, str] | None = None) -> list[str]:
+        """``export NAME=VALUE`` lines for a shell (``eval``), safe to print: a secret's line reads it from its
+        file (written here, owner-only, if missing) instead of holding it."""
+        lines = []
+        for key, value in {**state.env(), **(extra or {})}.items():
+            if key in SECRET_ENV:
+                path = self.secret_file(key)
+                _write_private(path, value)
+                lines.append(f'export {key}="$(cat {shlex.quote(str(path.resolve()))})"')
+            else:
+                lines.append(f"export {key}={shlex.quote(value)}")
+        return lines
+
     def load(self) -> StackState | None:
         try:
             return StackState(**json.loads(self.state_file.read_text()))
@@ -142,8 +164,10 @@ class DevStack:
             for service in reversed(started):
                 service.stop()
             raise
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.state_file.write_text(json.dumps(asdict(state), indent=2))
+        _write_private(self.state_file, json.dumps(asdict(state), indent=2))  # it holds the bucket's secret key
+        for key, value in state.env().items():
+            if key in SECRET_ENV:
+                _write_private(self.secret_file(key), value)
         return state, done
 
     def _start_catalog(self, state: StackState) -> IcebergRestCatalog:
@@ -224,4 +248,15 @@ class DevStack:
                 stop_process_group(pid)
                 stopped.append(name)
         self.state_file.unlink(missing_ok=True)
+        for key in SECRET_ENV:
+            self.secret_file(key).unlink(missing_ok=True)
         return sorted(stopped)
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``path`` readable and writable by its owner only (its folder created likewise)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # a file left by an older version may have had wider permissions
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
