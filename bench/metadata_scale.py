@@ -2,24 +2,26 @@
 fed synthetic commits, at 100, 1,000 and 10,000 partitions per topic and in tenants of 10,000, 100,000 and
 1,000,000 live blocks. Each figure is compared with its smallest counterpart in the same run (the baseline).
 
-* Partitions: per partition count, ``COMMITS`` ingest commits of one topic, each written by the ingest's own chunk
-  writer (``shale.encoder.chunks.write_chunks``, backup group, ``RECORDS`` records per partition, one block holding
-  every partition with a row group each, to a memory bucket) and made into one ``CommitIngestBatch`` by the
-  committer's ``batch_commit``. The command's JSON is what a Raft log entry holds (``raft_entry_bytes_*``); one
-  node's ``StateMachine.apply`` of those bytes, as a Raft follower applies an entry (decoding included), is the
-  apply time (``apply_*``: median of the commits). ``meta_bytes_*``: the block's meta.json as written. Then the
-  real ``BucketIndexWriter`` writes the tenant's bucket index (the commits' blocks) to the bucket:
-  ``index_bytes_per_block_*`` is its gzipped size over its blocks. With ``--raft`` or in a full run, one more commit
-  per partition count goes to a real 3-node Raft cluster (``shale.dev.metastore.MetastoreCluster``) through its HTTP
-  client: ``raft3_commit_s_*`` is the time until the leader answers (replicated and applied).
+* Partitions: per partition count, ``COMMITS`` ingest commits of one topic. The first is written by the ingest's
+  own chunk writer (``shale.encoder.chunks.write_chunks``, backup group, ``RECORDS`` records per partition, one
+  block holding every partition with a row group each, to a memory bucket) and made into one ``CommitIngestBatch``
+  by the committer's ``batch_commit``; the later ones carry a copy of its block ``RECORDS`` offsets on, with its own
+  id (the writer takes minutes for a block of 10,000 partitions on this machine; applying reads metadata only).
+  The command's JSON is what a Raft log entry holds (``raft_entry_bytes_*``); one node's ``StateMachine.apply`` of
+  those bytes, as a Raft follower applies an entry (decoding included), is the apply time (``apply_*``: median of
+  the commits). ``meta_bytes_*``: the written block's meta.json. Then the real ``BucketIndexWriter`` writes the
+  tenant's bucket index (the commits' blocks) to the bucket: ``index_bytes_per_block_*`` is its gzipped size over
+  its blocks. Unless ``--no-raft``, each count's first commit then goes to a real 3-node Raft cluster
+  (``shale.dev.metastore.MetastoreCluster``) through its HTTP client: ``raft3_commit_s_*`` is the time until the
+  leader answers (replicated and applied).
 * Tenants: each tenant's blocks are loaded straight into the index store: ``IndexWriter.add_blocks`` in batches of
   ``LOAD_BATCH``, one transaction each, without the change feed or the per-command bookkeeping (the benchmark
   measures commands into such tenants, not their loading). Blocks arrive at a constant rate, ``BLOCKS_PER_HOUR``
   (a million a year), so a bigger tenant spans more time, not more blocks an hour; each holds one partition of one
-  of 8 topics, with an ``ERROR`` label set on a third of them. Then per tenant: one warm-up ``AddBlocks`` and
-  ``ADDS`` one-block ``AddBlocks`` through the one-node service (``add_blocks_ms_*``: median), and ``QUERIES``
-  query plans (``query_plan_ms_*``: median): ``query_blocks`` for one random hour of the tenant's span with
-  ``{topic="app-3", level="ERROR"}``, then ``plan_query`` over what it returned.
+  of 8 topics, with an ``ERROR`` label set on a third of them. Then per tenant, in turns with the other tenants:
+  one warm-up ``AddBlocks``, ``ADDS`` one-block ``AddBlocks`` through the one-node service (``add_blocks_ms_*``:
+  median), and ``QUERIES`` query plans (``query_plan_ms_*``: median): ``query_blocks`` for one hour of the
+  tenant's span with ``{topic="app-3", level="ERROR"}``, then ``plan_query`` over what it returned.
 * ``other_cores``: the CPU the rest of the machine used while the one-node phases ran, in cores (it is shared).
 
 ``python -m bench.metadata_scale --quick`` runs tenants ten times smaller and 100 and 1,000 partitions only, and
@@ -59,8 +61,8 @@ PARTITIONS = (100, 1_000, 10_000)
 TENANT_BLOCKS = (10_000, 100_000, 1_000_000)
 COMMITS = 3
 RECORDS = 2
-ADDS = 10
-QUERIES = 30
+ADDS = 25
+QUERIES = 50
 LOAD_BATCH = 5_000
 BLOCKS_PER_HOUR = 114
 """A million blocks a year."""
@@ -90,52 +92,67 @@ def _commit_of(bucket: Bucket, bucket_config: BucketConfig, tenant: str, topic: 
     return command, t[0]
 
 
-def _partitions(work: Path, counts: tuple[int, ...]) -> dict[int, dict[str, float]]:
-    """Per partition count: apply seconds, Raft entry bytes, meta.json bytes, bucket-index bytes per block."""
+def _later_commit(first: CommitIngestBatch, round_: int) -> CommitIngestBatch:
+    """The commit of round ``round_`` after ``first``: the same partitions ``RECORDS`` offsets on, in a block like
+    ``first``'s (copied, with its own id: the objects of a block of 10,000 partitions take the writer minutes here,
+    and applying its commit reads only its metadata). Applying the command's bytes validates it all again."""
+    shift = round_ * RECORDS
+    blocks = []
+    for block in first.blocks:
+        block_id = deterministic_block_id(block.time_ms + round_ * 60_000, f"{block.id}/{round_}")
+        blocks.append(block.model_copy(update={
+            "id": block_id, "compaction": block.compaction.model_copy(update={"sources": [block_id]}),
+            "kafka": [r.model_copy(update={"start": r.start + shift, "end": r.end + shift}) for r in block.kafka]}))
+    return first.model_copy(update={
+        "batch": f"{first.batch}-{round_}", "blocks": blocks,
+        "ranges": [r.model_copy(update={"start": r.start + shift, "end": r.end + shift}) for r in first.ranges]})
+
+
+def _partitions(work: Path, counts: tuple[int, ...]
+                ) -> tuple[dict[int, dict[str, float]], dict[int, CommitIngestBatch]]:
+    """Per partition count: apply seconds, Raft entry bytes, meta.json bytes, bucket-index bytes per block; and
+    its first commit."""
     bucket_config = BucketConfig(url=f"memory://metadata-scale-{uuid.uuid4().hex}")
     bucket = open_bucket(bucket_config)
     state = StateMachine(work / "partitions.db")
     out: dict[int, dict[str, float]] = {}
+    firsts: dict[int, CommitIngestBatch] = {}
     for p in counts:
         tenant, topic = f"p{p}", f"topic-{p}"
-        applies, entries, metas, writes = [], [], [], []
+        firsts[p], write_s = _commit_of(bucket, bucket_config, tenant, topic, p, 0)
+        meta_bytes = statistics.median(len(bucket.get(meta_key(b))) for b in firsts[p].blocks)
+        applies, entries = [], []
         for c in range(COMMITS):
-            command, write_s = _commit_of(bucket, bucket_config, tenant, topic, p, c)
-            data = encode(command)
+            data = encode(_later_commit(firsts[p], c) if c else firsts[p])
             index = state.applied()[0] + 1
             with timed() as t:
                 result = state.apply(Entry(index, 1, BASE_MS + index), data)
             assert result.ok, result
             applies.append(t[0])
             entries.append(len(data))
-            metas.extend(len(bucket.get(meta_key(b))) for b in command.blocks)
-            writes.append(write_s)
             progress(f"  {p:,} partitions, commit {c + 1}/{COMMITS}: entry {len(data):,} bytes, applied in "
-                     f"{t[0]:.3f} s, written in {write_s:.2f} s")
+                     f"{t[0]:.3f} s" + (f" (its block written in {write_s:.2f} s)" if not c else ""))
         BucketIndexWriter(bucket, state.reader, BucketIndexConfig()).write_tenant(tenant)
         index_bytes = len(bucket.get(bucket_index_key(tenant)))
         blocks = state.reader.count_blocks(tenant)
         apply_s = statistics.median(applies)
         out[p] = {"apply_s": apply_s, "apply_us_per_partition": apply_s / p * 1e6,
                   "raft_entry_bytes_per_partition": statistics.median(entries) / p,
-                  "meta_bytes_per_partition": statistics.median(metas) / p,
-                  "index_bytes_per_block": index_bytes / blocks, "block_write_s": statistics.median(writes)}
+                  "meta_bytes_per_partition": meta_bytes / p,
+                  "index_bytes_per_block": index_bytes / blocks, "block_write_s": write_s}
     state.close()
-    return out
+    return out, firsts
 
 
-def _raft(work: Path, counts: tuple[int, ...]) -> dict[int, float]:
-    """Seconds until a 3-node cluster's leader answers one commit, per partition count (one fresh commit each)."""
+def _raft(work: Path, commands: dict[int, CommitIngestBatch]) -> dict[int, float]:
+    """Seconds until a 3-node cluster's leader answers one commit, per partition count (each count's first)."""
     from shale.dev.metastore import MetastoreCluster
 
-    bucket_config = BucketConfig(url=f"memory://metadata-scale-raft-{uuid.uuid4().hex}")
-    bucket = open_bucket(bucket_config)
     cluster = MetastoreCluster(work / "raft", 3).start()
     out: dict[int, float] = {}
     try:
         client = cluster.client(timeout=900.0, deadline=900.0)
-        for p in counts:
-            command, _ = _commit_of(bucket, bucket_config, f"r{p}", f"raft-{p}", p, 0)
+        for p, command in commands.items():
             with timed() as t:
                 result = client.submit(command)
             assert result.ok, result
@@ -191,34 +208,39 @@ def _load(state: StateMachine, tenant: str, blocks: int) -> float:
 
 
 def _tenants(work: Path, sizes: tuple[int, ...]) -> tuple[dict[int, dict[str, float]], float]:
-    """Per tenant size: median one-block AddBlocks and query-plan milliseconds; and the load's blocks/s."""
+    """Per tenant size: median one-block AddBlocks and query-plan milliseconds; and the load's blocks/s. The
+    tenants are loaded first, then measured in turns (one command or query each, round and round), so that a
+    change in the machine's load falls on all of them."""
     state = StateMachine(work / "tenants.db")
     service = MetastoreService(state, SingleNodeLog(state))
     matchers = parse_matchers(SELECTOR)
-    out: dict[int, dict[str, float]] = {}
     rates = []
     for n in sizes:
-        tenant = f"n{_name(n)}"
-        progress(f"  loading {n:,} blocks into tenant {tenant}")
-        rates.append(_load(state, tenant, n))
-        adds = []
-        for k in range(ADDS + 1):
-            block = _block(tenant, n + k)
+        progress(f"  loading {n:,} blocks into tenant n{_name(n)}")
+        rates.append(_load(state, f"n{_name(n)}", n))
+        assert service.submit(AddBlocks(blocks=[_block(f"n{_name(n)}", n)])).ok  # the warm-up
+    adds: dict[int, list[float]] = {n: [] for n in sizes}
+    plans: dict[int, list[float]] = {n: [] for n in sizes}
+    found: dict[int, list[int]] = {n: [] for n in sizes}
+    for k in range(1, ADDS + 1):
+        for n in sizes:
+            block = _block(f"n{_name(n)}", n + k)
             with timed() as t:
                 assert service.submit(AddBlocks(blocks=[block])).ok
-            if k:  # the first is the warm-up
-                adds.append(t[0] * 1000)
-        plans, found = [], []
-        span_hours = (n + ADDS) // BLOCKS_PER_HOUR
-        for q in range(QUERIES):
+            adds[n].append(t[0] * 1000)
+    for q in range(QUERIES):
+        for n in sizes:
+            span_hours = n // BLOCKS_PER_HOUR
             start = BASE_MS + (q * 7919 % max(1, span_hours - 1)) * HOUR
             with timed() as t:
-                blocks = service.query_blocks([tenant], start, start + HOUR, SELECTOR)
+                blocks = service.query_blocks([f"n{_name(n)}"], start, start + HOUR, SELECTOR)
                 plan = plan_query(blocks, "backup", "records", start=start, end=start + HOUR, matchers=matchers)
-            plans.append(t[0] * 1000)
-            found.append(len(plan.parts))
-        out[n] = {"add_blocks_ms": statistics.median(adds), "query_plan_ms": statistics.median(plans),
-                  "parts_per_query": statistics.mean(found)}
+            plans[n].append(t[0] * 1000)
+            found[n].append(len(plan.parts))
+    out: dict[int, dict[str, float]] = {}
+    for n in sizes:
+        out[n] = {"add_blocks_ms": statistics.median(adds[n]), "query_plan_ms": statistics.median(plans[n]),
+                  "parts_per_query": statistics.mean(found[n])}
         progress(f"  {n:,} blocks: AddBlocks {out[n]['add_blocks_ms']:.2f} ms, query plan "
                  f"{out[n]['query_plan_ms']:.2f} ms ({out[n]['parts_per_query']:.1f} parts)")
     state.close()
@@ -230,14 +252,14 @@ def measure(partitions: tuple[int, ...], tenants: tuple[int, ...], raft: bool) -
     with tempfile.TemporaryDirectory(prefix="shale-bench-metadata-scale-") as tmp:
         work = Path(tmp)
         progress(f"ingest commits at {', '.join(f'{p:,}' for p in partitions)} partitions, one node")
-        by_p = _partitions(work, partitions)
+        by_p, firsts = _partitions(work, partitions)
         progress(f"tenants of {', '.join(f'{n:,}' for n in tenants)} blocks")
         by_n, load_rate = _tenants(work, tenants)
         after, cpu_after = cpu_snapshot(), time.process_time()
         raft_s = {}
         if raft:
             progress("one commit per partition count on a 3-node Raft cluster")
-            raft_s = _raft(work, partitions)
+            raft_s = _raft(work, firsts)
     other = max(0.0, (after.busy - before.busy - (cpu_after - cpu_before)) / (after.at - before.at))
     small, big, low, high = partitions[0], partitions[-1], tenants[0], tenants[-1]
     figures: dict[str, float] = {}
