@@ -11,10 +11,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from tests.factories import BASE_MS
+from tests.unit.metastore.helpers import meta
 
 from shale.block import BlockMeta, Compaction, Dataset, FileInfo, KafkaRange, deterministic_block_id
-from shale.metastore.commands import CommitIngestBatch, OffsetRange
+from shale.bucketindex import state_digest
+from shale.metastore.commands import AddBlocks, CommitIngestBatch, OffsetRange, QuarantineBlocks, ReplaceBlocks
 from shale.metastore.fsm import StateMachine
 
 
@@ -79,6 +83,66 @@ def test_a_commit_costs_the_same_per_partition_at_400_partitions_as_at_50(tmp_pa
     # and row groups again (35.8 s for one commit of 10,000 partitions).
     small, big = _commit_cost(tmp_path, 50), _commit_cost(tmp_path, 400)
     assert big / small <= 1.25, (small, big)
+
+
+def _add_cost(tmp_path: Path, blocks: int) -> list[int]:
+    """Python calls and SQLite steps of a one-block AddBlocks into a tenant of ``blocks`` blocks (after one that
+    may set the tenant up)."""
+    state = StateMachine(tmp_path / f"tenant-{blocks}.db")
+    for first in range(0, blocks, 500):
+        batch = [meta(start=i * 100, end=i * 100 + 100, key=f"b{i}") for i in range(first, min(blocks, first + 500))]
+        assert state.apply_next(1, BASE_MS, AddBlocks(blocks=batch)).ok
+    assert state.apply_next(1, BASE_MS, AddBlocks(blocks=[meta(key="warm")])).ok
+    with counted(state) as costs:
+        assert state.apply_next(1, BASE_MS, AddBlocks(blocks=[meta(key="one")])).ok
+    state.close()
+    return costs
+
+
+def test_a_one_block_add_costs_the_same_into_3000_blocks_as_into_100(tmp_path: Path) -> None:
+    # Before: every command read (and sorted and hashed) every block id of its tenant to stamp its digest.
+    small, big = _add_cost(tmp_path, 100), _add_cost(tmp_path, 3000)
+    assert big[0] <= small[0] * 1.25, (small, big)
+    assert big[1] <= small[1] * 1.25, (small, big)
+
+
+_OPS = st.lists(st.tuples(st.sampled_from(["add", "replace", "quarantine", "forget"]), st.integers(0, 3)),
+                max_size=25)
+
+
+@settings(max_examples=25, deadline=None)
+@given(ops=_OPS)
+@example(ops=[("add", 2), ("forget", 0), ("replace", 1), ("add", 0)])
+def test_the_kept_digest_is_the_digest_of_the_tenants_blocks(tmp_path_factory: Any, ops: list[tuple[str, int]]
+                                                              ) -> None:
+    """Whatever adds, replaces and quarantines, each link's digest is ``state_digest`` of the tenant's blocks as
+    the entry leaves them; "forget" drops the kept set hashes as a state of the previous release has none (the next
+    change computes them from the blocks, once)."""
+    state = StateMachine(tmp_path_factory.mktemp("digest") / "state.db")
+    live: list[BlockMeta] = []
+    for n, (op, k) in enumerate(ops):
+        command: Any
+        if op == "forget":
+            with state.lock:
+                state.conn.execute("DELETE FROM tenant_digests")
+            continue
+        if op == "add" or not live:
+            new = [meta(start=n * 100 + i, end=n * 100 + i + 1, key=f"{n}/{i}") for i in range(k + 1)]
+            command = AddBlocks(blocks=new + live[:1])  # one already present: added once
+            live += new
+        elif op == "replace":
+            gone, live = live[:k + 1], live[k + 1:]
+            merged = [meta(start=10_000 + n, end=10_001 + n, key=f"merged/{n}")] if k % 2 else []
+            live += merged
+            command = ReplaceBlocks(tenant="acme", sources=[b.id for b in gone], blocks=merged, reason="compacted")
+        else:
+            gone, live = live[-1:], live[:-1]
+            command = QuarantineBlocks(tenant="acme", block_ids=[b.id for b in gone], reason="corrupt")
+        result = state.apply_next(1, BASE_MS + n, command)
+        assert result.ok, result
+        for link in result.data.get("links", {}).values():
+            assert link[3] == state_digest([b.id for b in live], [])
+    assert state.reader.tenant_block_ids("acme") == {b.id for b in live}
 
 
 def test_counting_sees_python_calls_and_sqlite_steps(tmp_path: Path) -> None:
