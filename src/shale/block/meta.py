@@ -199,6 +199,26 @@ class BlockMeta(_Record):
                     for g, p in zip(d.row_groups, d.row_group_partitions or [partition] * len(d.row_groups),
                                     strict=True) if p == partition), default=0)
 
+    def event_times(self) -> dict[tuple[str, int], int]:
+        """``event_time_of`` of every (topic, partition) of the block's Kafka ranges, in one pass over its datasets'
+        tables of contents (a block of many partitions asked one partition at a time is quadratic)."""
+        by_partition: dict[tuple[str, int], int] = {}
+        by_topic: dict[str, int] = {}
+        for d in self.datasets:
+            if d.kind != "records" or not d.rows or not d.row_groups:
+                continue
+            if d.row_group_partitions:
+                for g, p in zip(d.row_groups, d.row_group_partitions, strict=True):
+                    if (d.topic, p) not in by_partition or g[2] > by_partition[(d.topic, p)]:
+                        by_partition[(d.topic, p)] = g[2]
+            elif d.topic not in by_topic or d.max_time > by_topic[d.topic]:
+                by_topic[d.topic] = d.max_time
+        out: dict[tuple[str, int], int] = {}
+        for r in self.kafka:
+            times = [t for t in (by_partition.get((r.topic, r.partition)), by_topic.get(r.topic)) if t is not None]
+            out[(r.topic, r.partition)] = max(times, default=0)
+        return out
+
     def logical_key(self) -> tuple[object, ...]:
         """What makes two metas the same block, independent of byte-level encoding of its files."""
         return (self.id, self.tenant, self.group, self.generation, tuple(self.kafka),

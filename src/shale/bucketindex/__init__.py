@@ -23,7 +23,18 @@ from shale.bucketindex.deltas import (
     IndexDelta,
     apply_delta,
 )
-from shale.bucketindex.model import INDEX_VERSION, BucketIndex, IndexedMark, live_blocks, state_digest
+from shale.bucketindex.model import (
+    INDEX_VERSION,
+    SET_HASH_MODULUS,
+    BucketIndex,
+    IndexedMark,
+    block_id_hash,
+    digest_of_set,
+    legacy_state_digest,
+    live_blocks,
+    set_hash,
+    state_digest,
+)
 from shale.bucketindex.reader import BucketIndexReader, StaleIndexError
 from shale.bucketindex.scan import scan_index, write_scanned_index
 from shale.bucketindex.store import Published, StoredIndex, merge, publish, read_index
@@ -32,6 +43,7 @@ from shale.bucketindex.writer import BucketIndexWriter, IndexSource, TenantWrite
 __all__ = [
     "DELTA_MARGIN",
     "INDEX_VERSION",
+    "SET_HASH_MODULUS",
     "UNREFLECTED_DELTA_LIMIT",
     "BucketIndex",
     "BucketIndexReader",
@@ -47,11 +59,15 @@ __all__ = [
     "TenantWrite",
     "Tombstone",
     "apply_delta",
+    "block_id_hash",
+    "digest_of_set",
+    "legacy_state_digest",
     "live_blocks",
     "merge",
     "publish",
     "read_index",
     "scan_index",
+    "set_hash",
     "state_digest",
     "write_scanned_index",
 ]

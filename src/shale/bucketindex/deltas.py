@@ -135,7 +135,8 @@ def follow_chain(index: BucketIndex, deltas: Mapping[str, IndexDelta]) -> ChainV
             view = apply_delta(view, delta, key)
         at = version
         digests = {link.digest for _, _, link in group}
-        if digests == {view_digest(view)}:
+        digest = digests.pop() if len(digests) == 1 else None
+        if digest is not None and digest == view_digest(view, digest):
             result = ChainView(view, version, max(link.time for _, _, link in group))
         else:
             result = replace(result, unverified=version)

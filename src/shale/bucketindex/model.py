@@ -242,19 +242,62 @@ Rule = tuple[str, int, int, int]
 """A generation switch: (topic, start ms, end ms, generation)."""
 
 
+SET_HASH_MODULUS = 2**256
+DIGEST_FORM = "s1:"
+"""The prefix of a digest of the set-hash form (``state_digest``); a digest without it is of the first form
+(``legacy_state_digest``), as metastores before this one stamped it."""
+
+
+def block_id_hash(block_id: str) -> int:
+    """One block id's term of a tenant's set hash: its SHA-256 as a 256-bit number."""
+    return int.from_bytes(hashlib.sha256(block_id.encode()).digest(), "big")
+
+
+def set_hash(ids: Iterable[str]) -> int:
+    """The sum modulo 2**256 of the ids' ``block_id_hash``: equal for equal sets whatever their order, and kept up
+    to date by adding what a change adds and subtracting what it removes (the metastore keeps one per tenant, so a
+    command's digest costs what the command changes, not the tenant's history). A sum rather than a XOR: an id
+    counted twice by mistake changes it."""
+    return sum(block_id_hash(i) for i in ids) % SET_HASH_MODULUS
+
+
+def _rules_text(generations: Iterable[Rule] | None) -> str:
+    # Stable by topic: each topic's switches keep their order (a tuple again: a JSON delta gives lists).
+    rules = sorted(((str(t), int(s), int(e), int(g)) for t, s, e, g in generations or ()), key=lambda r: r[0])
+    return json.dumps(rules, separators=(",", ":"))
+
+
+def digest_of_set(block_set_hash: int, generations: Iterable[Rule] | None) -> str:
+    """``state_digest`` from the tenant's ``set_hash`` instead of its ids."""
+    text = f"{block_set_hash % SET_HASH_MODULUS:064x}\n{_rules_text(generations)}"
+    return DIGEST_FORM + hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
 def state_digest(live_ids: Iterable[str], generations: Iterable[Rule] | None) -> str:
     """A digest of what a tenant's queries can return: the ids of its blocks that are not marked for deletion
     (in the metastore: its blocks, tombstoned ones excluded) and its generation switches (each topic's in their
     order; no switches and unknown switches digest alike). The metastore stamps it on every delta link
     (``deltas.DeltaLink.digest``), and a stale-tolerant reader's view counts as fresh as of a change only if the
-    view digests the same: a change the deltas did not carry cannot hide behind a chain without holes."""
-    # Stable by topic: each topic's switches keep their order (a tuple again: a JSON delta gives lists).
-    rules = sorted(((str(t), int(s), int(e), int(g)) for t, s, e, g in generations or ()), key=lambda r: r[0])
-    text = "\n".join(sorted(live_ids)) + "\n\n" + json.dumps(rules, separators=(",", ":"))
+    view digests the same: a change the deltas did not carry cannot hide behind a chain without holes.
+
+    The ids enter through their ``set_hash``, which the metastore keeps per tenant; a digest of the first form
+    (``legacy_state_digest``, from a metastore of before) is still checked in that form (``view_digest``)."""
+    return digest_of_set(set_hash(live_ids), generations)
+
+
+def legacy_state_digest(live_ids: Iterable[str], generations: Iterable[Rule] | None) -> str:
+    """The first form of ``state_digest``: BLAKE2b of every id, sorted, and the switches. Computing it reads and
+    sorts the tenant's whole history, which made every command's cost grow with it; links stamped by a metastore of
+    before carry it, and readers still check them."""
+    text = "\n".join(sorted(live_ids)) + "\n\n" + _rules_text(generations)
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
-def view_digest(index: BucketIndex) -> str:
-    """``state_digest`` of an index (or a view with deltas applied)."""
+def view_digest(index: BucketIndex, form: str | None = None) -> str:
+    """``state_digest`` of an index (or a view with deltas applied), in the form of the digest ``form`` (a link's:
+    the first form if it lacks ``DIGEST_FORM``)."""
     marked = index.marked_ids()
-    return state_digest((b.id for b in index.blocks if b.id not in marked), index.generations)
+    ids = (b.id for b in index.blocks if b.id not in marked)
+    if form is not None and not form.startswith(DIGEST_FORM):
+        return legacy_state_digest(ids, index.generations)
+    return state_digest(ids, index.generations)

@@ -70,6 +70,15 @@ class PendingChanges:
         """The tenants with a pending change of one of these kinds (of any kind if none is named)."""
         return {tenant for change, tenant, _ in self._runs if not changes or change in changes}
 
+    def blocks_of(self, tenant: str) -> tuple[list[str], list[str]]:
+        """The tenant's blocks added and removed, in the order they were (a block may be in both)."""
+        added: list[str] = []
+        removed: list[str] = []
+        for change, owner, subjects in self._runs:
+            if owner == tenant and change != "generations":
+                (added if change == "add" else removed).extend(subjects)
+        return added, removed
+
     def mark(self) -> tuple[int, int]:
         return len(self._runs), len(self._runs[-1][2]) if self._runs else 0
 

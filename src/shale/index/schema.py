@@ -93,6 +93,14 @@ CREATE TABLE IF NOT EXISTS tenant_versions (
     tenant TEXT PRIMARY KEY,
     version INTEGER NOT NULL
 ) WITHOUT ROWID;
+
+-- Each tenant's set hash of its block ids (shale.bucketindex.set_hash, 64 hex digits), kept by IndexWriter from what
+-- each command adds and removes. Derived from blocks, so outside state_hash: a state of before has no row until its
+-- tenant's next change, which computes it from the blocks once.
+CREATE TABLE IF NOT EXISTS tenant_digests (
+    tenant TEXT PRIMARY KEY,
+    block_set TEXT NOT NULL
+) WITHOUT ROWID;
 """ + GENERATIONS_DDL + """
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 """ + OFFSETS_DDL + LEASES_DDL + ERASURES_DDL + SHARDS_DDL + RESTORES_DDL + COMPACTION_DDL

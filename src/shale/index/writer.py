@@ -10,7 +10,7 @@ import sqlite3
 import msgpack
 
 from shale.block import BlockMeta
-from shale.bucketindex import state_digest
+from shale.bucketindex import SET_HASH_MODULUS, block_id_hash, digest_of_set, set_hash
 from shale.index import generations as generation_store
 from shale.index.changes import PendingChanges
 from shale.index.changes import trim as trim_changes
@@ -255,10 +255,27 @@ class IndexWriter:
         switched = self.changes.tenants("generations")
         for tenant, links in self._links.items():
             rules = generation_store.rules_by_topic(self.conn, tenant)
-            digest = state_digest(self.tenant_block_ids(tenant), rules)
+            digest = digest_of_set(self._block_set_hash(tenant), rules)
             for link in links:
                 link.extend([digest, [list(r) for r in rules] if tenant in switched else None])
         self._links.clear()
+
+    def _block_set_hash(self, tenant: str) -> int:
+        """The tenant's ``set_hash`` as the command being applied leaves it: the stored one, plus the blocks the
+        command added, minus those it removed (a cost of the command's size, not of the tenant's history). A tenant
+        without a stored one (a state written before they were kept) gets it from its blocks, once."""
+        row = self.conn.execute("SELECT block_set FROM tenant_digests WHERE tenant = ?", (tenant,)).fetchone()
+        if row is None:
+            value = set_hash(self.tenant_block_ids(tenant))
+        else:
+            added, removed = self.changes.blocks_of(tenant)
+            if not added and not removed:
+                return int(row[0], 16)
+            value = (int(row[0], 16) + sum(map(block_id_hash, added)) - sum(map(block_id_hash, removed))) \
+                % SET_HASH_MODULUS
+        self.conn.execute("INSERT INTO tenant_digests (tenant, block_set) VALUES (?, ?) ON CONFLICT (tenant) DO UPDATE "
+                          "SET block_set = excluded.block_set", (tenant, f"{value:064x}"))
+        return value
 
     def tenant_block_ids(self, tenant: str) -> list[str]:
         """The tenant's block ids (tombstoned ones are not blocks any more), by its partitions."""

@@ -197,6 +197,17 @@ def _continuity(w: IndexWriter, cmd: CommitIngestBatch, r: OffsetRange) -> bool:
         f"--to {r.start}`.", reason="offset-gap")
 
 
+def _event_times(blocks: list[BlockMeta]) -> dict[tuple[str, int], int]:
+    """Per (topic, partition): the largest time of its stored records in the blocks that name it in their Kafka
+    ranges (``BlockMeta.event_time_of``), each block read once: linear in the ranges of the batch, where asking every
+    block once per range was quadratic in the partitions (35.8 s to apply one commit of 10,000 partitions)."""
+    out: dict[tuple[str, int], int] = {}
+    for block in blocks:
+        for key, time_ms in block.event_times().items():
+            out[key] = max(out[key], time_ms) if key in out else time_ms
+    return out
+
+
 @handles(CommitIngestBatch)
 def _commit_ingest_batch(w: IndexWriter, cmd: CommitIngestBatch, entry: Entry) -> Result:
     _check_batch(cmd)
@@ -217,9 +228,9 @@ def _commit_ingest_batch(w: IndexWriter, cmd: CommitIngestBatch, entry: Entry) -
         offset_store.end_incarnation(conn, *group, r.topic, r.partition, entry.time_ms)
     w.add_blocks(cmd.blocks, entry.time_ms)
     cover(w, cmd.blocks, entry.time_ms)  # a new generation read from Kafka never brings an erased record back
+    event_times = _event_times(cmd.blocks)
     for r in ranges:
-        event_time = max((b.event_time_of(r.topic, r.partition) for b in cmd.blocks
-                          if any(k.topic == r.topic and k.partition == r.partition for k in b.kafka)), default=0)
+        event_time = event_times.get((r.topic, r.partition), 0)
         skipped = r.end - r.start - r.stored if r.stored is not None else 0
         offset_store.set_committed_end(conn, *group, r.topic, r.partition, r.end, event_time, entry.time_ms,
                                        incarnation=r.incarnation, writer=cmd.writer, skipped=skipped)
