@@ -14,8 +14,9 @@ Per batch (docs/DESIGN.md, section 10):
    log lines of each plan and batch: ``report.py``.
 
 The metastore is the only record of progress: there is no Spark checkpoint. A crash anywhere leaves, at worst,
-blocks that no commit holds; the next batch is planned from the committed offsets again, and the metastore's
-bucket scan removes the orphans (section 9.5).
+blocks that no commit holds; the next batch is planned from the committed offsets again, and the commit that
+takes their offsets again is followed by marks on them (``orphans.py``; the metastore's bucket scan removes what
+is left, section 9.5).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from shale.ingest.committer import (
     stream_name,
 )
 from shale.ingest.lease import IngestLease, LeaseTarget
+from shale.ingest.orphans import CLOCK_SKEW_MS, OrphanSweep
 from shale.ingest.pauses import RegistryBackoff, backoff, commit_ranges
 from shale.ingest.plan import BatchPlan, Limits, PartitionRange, TopicPartition, plan_batch, recreated
 from shale.ingest.read import SparkRead
@@ -82,6 +84,7 @@ class IngestJob:
         self.metastore = metastore or open_metastore(config)
         self.bucket = open_bucket(config.bucket)
         self.committer = Committer(self.metastore, DeadLetterQueue(self.bucket), group, ingest.generation)
+        self.orphans = OrphanSweep(self.bucket, group, ingest.generation)
         self.run_id = uuid.uuid4().hex[:8]
         self.spark = SparkRead(config, self.spec, self.bucket, spark)
         self._admin: AdminClient | None = None
@@ -180,6 +183,10 @@ class IngestJob:
             for tenant in sorted({b.tenant for b in command.blocks}):
                 self.deltas.write(tenant, added=[b for b in command.blocks if b.tenant == tenant],
                                   link=DeltaLink.of(self.committer.links.get(tenant)))
+        if ranges:
+            self.orphans.record(command)
+        if outcome in ("committed", "replayed"):  # a lost batch's blocks hold these offsets too: mark them now
+            self.orphans.sweep(self.committer.committed)
         self.batches += 1
         metrics.BATCH_SECONDS.labels(self.group, "spark").inc(wrote - started)
         metrics.BATCH_SECONDS.labels(self.group, "commit").inc(time.perf_counter() - wrote)
@@ -331,6 +338,10 @@ class IngestJob:
 
     def _run(self, available_now: bool, stop: threading.Event) -> None:
         self.committer.load()  # after the lease: the offsets the previous holder committed are final now
+        # The previous holder's last batch may be lost (killed before its commit): its blocks are marked after this
+        # process's first commit takes their offsets. It was planned after the shard's last commit.
+        last = max((t for tp, t in self.committer.updated.items() if self.mine(*tp)), default=None)
+        self.orphans.arm(0 if last is None else last - CLOCK_SKEW_MS)
         targets = self._targets() if available_now else None
         if not available_now and self.config.ingest.topics:
             missing = sorted(set(self.config.ingest.topics) - set(describe_topics(
@@ -382,6 +393,7 @@ class IngestJob:
             except IngestConflictError:
                 raise  # the metastore refused the commit: this process must not write more
             except Exception as exc:  # Spark, Kafka or the bucket failed before the commit: nothing was committed
+                self.orphans.arm(plan.read_time_ms)  # blocks it completed carry its read time in their ids
                 failures += 1
                 metrics.FAILED.labels(self.group).inc()
                 if available_now and failures >= AVAILABLE_NOW_ATTEMPTS:
