@@ -177,16 +177,16 @@ class IngestJob:
             "block_ids": [b.id for b in command.blocks]})
         failpoint("ingest.before-commit")
         outcome = self.committer.commit(command) if ranges else "paused"
+        if ranges:
+            self.orphans.record(command)
+        if outcome in ("committed", "replayed"):  # a lost batch's blocks hold these offsets too: mark them now
+            self.orphans.sweep(self.committer.committed)
         failpoint("ingest.after-commit")
         self.report.pauses(plan, paused)
         if outcome == "committed" and self.deltas is not None:
             for tenant in sorted({b.tenant for b in command.blocks}):
                 self.deltas.write(tenant, added=[b for b in command.blocks if b.tenant == tenant],
                                   link=DeltaLink.of(self.committer.links.get(tenant)))
-        if ranges:
-            self.orphans.record(command)
-        if outcome in ("committed", "replayed"):  # a lost batch's blocks hold these offsets too: mark them now
-            self.orphans.sweep(self.committer.committed)
         self.batches += 1
         metrics.BATCH_SECONDS.labels(self.group, "spark").inc(wrote - started)
         metrics.BATCH_SECONDS.labels(self.group, "commit").inc(time.perf_counter() - wrote)
