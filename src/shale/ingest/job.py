@@ -339,9 +339,12 @@ class IngestJob:
     def _run(self, available_now: bool, stop: threading.Event) -> None:
         self.committer.load()  # after the lease: the offsets the previous holder committed are final now
         # The previous holder's last batch may be lost (killed before its commit): its blocks are marked after this
-        # process's first commit takes their offsets. It was planned after the shard's last commit.
-        last = max((t for tp, t in self.committer.updated.items() if self.mine(*tp)), default=None)
-        self.orphans.arm(0 if last is None else last - CLOCK_SKEW_MS)
+        # process's first commit takes their offsets. It was planned after the shard's last commit and after that
+        # holder took the lease (nothing to look for if nobody held the shard before).
+        since = max([t for tp, t in self.committer.updated.items() if self.mine(*tp)]
+                    + ([self.lease.previous_ms] if self.lease.previous_ms is not None else []), default=None)
+        if since is not None:
+            self.orphans.arm(since - CLOCK_SKEW_MS)
         targets = self._targets() if available_now else None
         if not available_now and self.config.ingest.topics:
             missing = sorted(set(self.config.ingest.topics) - set(describe_topics(

@@ -6,7 +6,8 @@ same offsets in blocks of its own, a reader of the bucket alone (a bucket scan, 
 would read those records twice. The leader's bucket scan marks such blocks, but only every
 ``metastore.bucket_scan_interval``; the driver that made the commit marks them at once::
 
-    arm(since_ms)    on taking the lease (the predecessor's last batch may be lost), and after a failed batch
+    arm(since_ms)    on taking the lease (the predecessor's last batch may be lost; from the later of the shard's
+                     last commit and the predecessor's grant), and after a failed batch (from its read time)
     record(command)  every commit this process sends while armed: its ranges and its blocks
     sweep(committed) once a commit is applied (every recorded one is then applied, in order): per tenant, LIST the
                      group's blocks made since ``since_ms`` (one LIST per day folder, from that time on: ids sort

@@ -167,6 +167,32 @@ def test_a_lost_block_that_still_holds_offsets_nobody_committed_is_kept_until_th
     assert [key for key, n in seen.items() if n > 1] == []
 
 
+def test_the_first_driver_of_a_shard_has_nothing_to_look_for_and_lists_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new group or generation (an upgrade's, beside months of the old one's blocks): no lease before, no
+    offsets, so no batch can be lost and the bucket is not listed; the next driver looks only from the time its
+    predecessor took the lease (less the clock margin), or from the shard's last commit if later."""
+    monkeypatch.setattr("shale.ingest.job.describe_topics", lambda *args, **kwargs: {})
+    clock = Clock(T0)
+    service = _service(tmp_path, clock)
+    first = _job(_config(tmp_path), "backup", service, 600)
+    listed: list[str] = []
+    monkeypatch.setattr(first.orphans.fetcher, "sync", lambda tenant, **kwargs: listed.append(tenant))
+    _run(first, (_plan(first, int(T0 * 1000), {0: 10}) for _ in range(1)))
+    assert listed == []
+    assert not first.orphans.armed
+    assert first.lease.previous_ms is None
+    clock.now += 5
+    second = _job(first.config, "backup", service, 600)
+    armed: list[int] = []
+    monkeypatch.setattr(second.orphans, "arm", armed.append)
+    _run(second, iter([]))
+    (last,) = [row.updated_at for row in service.offsets("backup")]
+    assert second.lease.previous_ms is not None
+    assert second.lease.previous_ms <= last
+    assert armed == [last - 60_000]
+
+
 # --- the rule, as data ------------------------------------------------------------------------------------------
 
 def _meta(*ranges: tuple[int, int, int, str], level: int = 0, parents: tuple[str, ...] = (), generation: int = 1,
