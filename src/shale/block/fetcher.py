@@ -164,17 +164,18 @@ class BlockFetcher:
         as LISTs return them.
         With ``since_ms``, each folder of block ids is listed from that time on (ids sort by time): the backup
         group's and the old layout's folder with one LIST each, the partition group's with one LIST of its day
-        folders and one of each day's blocks."""
+        folders and one of each day's blocks, ``concurrency`` at a time."""
         prefixes = blocks_prefixes(tenant) if group is None else (tenant_group_prefix(tenant, group),)
-        start = ulid_time_prefix(since_ms) if since_ms else ""
-        for prefix in prefixes:
-            if not since_ms:
+        if not since_ms:
+            for prefix in prefixes:
                 yield from self.bucket.list(prefix)
-                continue
-            folders = ([d for d in self.bucket.list_dirs(prefix) if d.startswith(prefix + DAY_KEY)]
-                       if prefix == tenant_group_prefix(tenant, "partition") else [prefix])
-            for folder in folders:
-                yield from self.bucket.list(folder, start_after=folder + start)
+            return
+        start = ulid_time_prefix(since_ms)
+        folders = [folder for prefix in prefixes for folder in (
+            [d for d in self.bucket.list_dirs(prefix) if d.startswith(prefix + DAY_KEY)]
+            if prefix == tenant_group_prefix(tenant, "partition") else [prefix])]
+        for found in self._map(lambda folder: list(self.bucket.list(folder, start_after=folder + start)), folders):
+            yield from found
 
     def _load_marks(self, tenant: str, since_ms: int = 0) -> tuple[dict[str, DeletionMark],
                                                                    dict[str, QuarantineMark]]:
