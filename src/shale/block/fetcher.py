@@ -31,17 +31,20 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TypeVar
 
-from shale.block.ids import ulid_time_ms
+from shale.block.ids import ulid_time_ms, ulid_time_prefix
 from shale.block.layout import (
+    DAY_KEY,
     GROUP_KEY,
     GROUP_NAMES,
     META_FILENAME,
     QUARANTINE_MARK_SUFFIX,
     block_prefix,
     blocks_prefixes,
+    group_prefix,
     markers_prefix,
     parse_block_key,
     parse_mark_key,
+    tenant_group_prefix,
     tenant_of_dir,
 )
 from shale.block.marks import DeletionMark, QuarantineMark, parse_mark, parse_quarantine_mark
@@ -108,25 +111,32 @@ class BlockFetcher:
         self._metas: dict[tuple[str, str], BlockMeta] = {}
         self._marks: dict[str, DeletionMark] = {}
 
-    def tenants(self) -> list[str]:
-        """Tenants with a folder of their own (markers, bucket index, blocks of before) or blocks in a group."""
+    def tenants(self, group: str | None = None) -> list[str]:
+        """Tenants with a folder of their own (markers, bucket index, blocks of before) or blocks in a group; with
+        ``group``, those with a folder in that group (one LIST)."""
+        if group is not None:
+            return sorted({t for d in self.bucket.list_dirs(group_prefix(group)) if (t := tenant_of_dir(d))})
         top = self.bucket.list_dirs("")
         groups = [d for d in top if d.removeprefix(GROUP_KEY).rstrip("/") in GROUP_NAMES]
         folders = [*top, *(d for g in groups for d in self.bucket.list_dirs(g))]
         return sorted({t for d in folders if not d.startswith("_") and (t := tenant_of_dir(d)) is not None})
 
-    def sync(self, tenant: str) -> FetchResult:
+    def sync(self, tenant: str, *, group: str | None = None, since_ms: int = 0) -> FetchResult:
+        """The tenant's blocks and their states. ``group`` narrows the sync to one group's blocks (in the current
+        layout), ``since_ms`` to blocks whose id was made at that time or later, listed from there on (``_listing``):
+        marks are then read for those alone, and a narrowed sync reports no orphan marks (it cannot tell a mark of
+        a block it did not list from one whose block is gone)."""
         now = self.clock()
         objects: dict[str, list[ObjectInfo]] = defaultdict(list)
         metas_at: dict[str, str] = {}
-        for prefix in blocks_prefixes(tenant):
-            for info in self.bucket.list(prefix):
-                parsed = parse_block_key(info.key)
-                if parsed is not None and parsed.tenant == tenant:
-                    objects[parsed.block_id].append(info)
-                    if parsed.name == META_FILENAME:
-                        metas_at[parsed.block_id] = info.key
-        marks, quarantined = self._load_marks(tenant)
+        for info in self._listing(tenant, group, since_ms):
+            parsed = parse_block_key(info.key)
+            if parsed is not None and parsed.tenant == tenant and (
+                    not since_ms or ulid_time_ms(parsed.block_id) >= since_ms):
+                objects[parsed.block_id].append(info)
+                if parsed.name == META_FILENAME:
+                    metas_at[parsed.block_id] = info.key
+        marks, quarantined = self._load_marks(tenant, since_ms)
         metas, errors = self._load_metas(tenant, metas_at)
         views: dict[str, BlockView] = {}
         for block_id, objs in objects.items():
@@ -145,16 +155,39 @@ class BlockFetcher:
                 view.state = BlockState.PARTIAL
             views[block_id] = view
         _judge_overlaps(views.values())
-        orphans = {bid: m for bid, m in marks.items() if bid not in objects}
+        narrowed = group is not None or since_ms > 0
+        orphans = {} if narrowed else {bid: m for bid, m in marks.items() if bid not in objects}
         return FetchResult(tenant, now, views, orphans)
 
-    def _load_marks(self, tenant: str) -> tuple[dict[str, DeletionMark], dict[str, QuarantineMark]]:
+    def _listing(self, tenant: str, group: str | None, since_ms: int) -> Iterator[ObjectInfo]:
+        """Every object of the tenant's blocks (of ``group`` in the current layout; made at ``since_ms`` or later),
+        as LISTs return them.
+        With ``since_ms``, each folder of block ids is listed from that time on (ids sort by time): the backup
+        group's and the old layout's folder with one LIST each, the partition group's with one LIST of its day
+        folders and one of each day's blocks, ``concurrency`` at a time."""
+        prefixes = blocks_prefixes(tenant) if group is None else (tenant_group_prefix(tenant, group),)
+        if not since_ms:
+            for prefix in prefixes:
+                yield from self.bucket.list(prefix)
+            return
+        start = ulid_time_prefix(since_ms)
+        folders = [folder for prefix in prefixes for folder in (
+            [d for d in self.bucket.list_dirs(prefix) if d.startswith(prefix + DAY_KEY)]
+            if prefix == tenant_group_prefix(tenant, "partition") else [prefix])]
+        for found in self._map(lambda folder: list(self.bucket.list(folder, start_after=folder + start)), folders):
+            yield from found
+
+    def _load_marks(self, tenant: str, since_ms: int = 0) -> tuple[dict[str, DeletionMark],
+                                                                   dict[str, QuarantineMark]]:
         keys, quarantine_keys = [], []
         for info in self.bucket.list(markers_prefix(tenant)):
             if (parsed := parse_mark_key(info.key)) is not None:
                 keys.append((parsed[1], info.key))
             elif (parsed := parse_mark_key(info.key, QUARANTINE_MARK_SUFFIX)) is not None:
                 quarantine_keys.append((parsed[1], info.key))
+        if since_ms:
+            keys = [(bid, key) for bid, key in keys if ulid_time_ms(bid) >= since_ms]
+            quarantine_keys = [(bid, key) for bid, key in quarantine_keys if ulid_time_ms(bid) >= since_ms]
         missing = [key for _, key in keys if key not in self._marks]
 
         def load(key: str) -> tuple[str, DeletionMark | None]:

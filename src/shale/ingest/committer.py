@@ -100,6 +100,8 @@ class Committer:
         self.stream = stream_name(group, generation, 0)
         self.committed: dict[tuple[str, int], tuple[int, str]] = {}
         """(committed end, incarnation) per topic-partition: the metastore's, plus this process's later commits."""
+        self.updated: dict[tuple[str, int], int] = {}
+        """When (the metastore's ms) each topic-partition's offsets were last committed, as ``load`` read them."""
         self.dlq_pending = False
         self.links: dict[str, list[object]] = {}
         """The last commit's link per tenant (``shale.bucketindex.DeltaLink``); empty if it was not applied now."""
@@ -126,6 +128,7 @@ class Committer:
                 log.warning("waiting for the metastore before starting ingestion", extra={"group": self.group})
                 time.sleep(2)
         self.committed = {(r.topic, r.partition): (r.committed_end, r.incarnation) for r in rows}
+        self.updated = {(r.topic, r.partition): r.updated_at for r in rows}
         self.dlq_pending = False
         return dict(self.committed)
 

@@ -14,8 +14,9 @@ Per batch (docs/DESIGN.md, section 10):
    log lines of each plan and batch: ``report.py``.
 
 The metastore is the only record of progress: there is no Spark checkpoint. A crash anywhere leaves, at worst,
-blocks that no commit holds; the next batch is planned from the committed offsets again, and the metastore's
-bucket scan removes the orphans (section 9.5).
+blocks that no commit holds; the next batch is planned from the committed offsets again, and the commit that
+takes their offsets again is followed by marks on them (``orphans.py``; the metastore's bucket scan removes what
+is left, section 9.5).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from shale.ingest.committer import (
     stream_name,
 )
 from shale.ingest.lease import IngestLease, LeaseTarget
+from shale.ingest.orphans import CLOCK_SKEW_MS, OrphanSweep
 from shale.ingest.pauses import RegistryBackoff, backoff, commit_ranges
 from shale.ingest.plan import BatchPlan, Limits, PartitionRange, TopicPartition, plan_batch, recreated
 from shale.ingest.read import SparkRead
@@ -82,6 +84,7 @@ class IngestJob:
         self.metastore = metastore or open_metastore(config)
         self.bucket = open_bucket(config.bucket)
         self.committer = Committer(self.metastore, DeadLetterQueue(self.bucket), group, ingest.generation)
+        self.orphans = OrphanSweep(self.bucket, group, ingest.generation)
         self.run_id = uuid.uuid4().hex[:8]
         self.spark = SparkRead(config, self.spec, self.bucket, spark)
         self._admin: AdminClient | None = None
@@ -174,6 +177,10 @@ class IngestJob:
             "block_ids": [b.id for b in command.blocks]})
         failpoint("ingest.before-commit")
         outcome = self.committer.commit(command) if ranges else "paused"
+        if ranges:
+            self.orphans.record(command)
+        if outcome in ("committed", "replayed"):  # a lost batch's blocks hold these offsets too: mark them now
+            self.orphans.sweep(self.committer.committed)
         failpoint("ingest.after-commit")
         self.report.pauses(plan, paused)
         if outcome == "committed" and self.deltas is not None:
@@ -331,6 +338,13 @@ class IngestJob:
 
     def _run(self, available_now: bool, stop: threading.Event) -> None:
         self.committer.load()  # after the lease: the offsets the previous holder committed are final now
+        # The previous holder's last batch may be lost (killed before its commit): its blocks are marked after this
+        # process's first commit takes their offsets. It was planned after the shard's last commit and after that
+        # holder took the lease (nothing to look for if nobody held the shard before).
+        since = max([t for tp, t in self.committer.updated.items() if self.mine(*tp)]
+                    + ([self.lease.previous_ms] if self.lease.previous_ms is not None else []), default=None)
+        if since is not None:
+            self.orphans.arm(since - CLOCK_SKEW_MS)
         targets = self._targets() if available_now else None
         if not available_now and self.config.ingest.topics:
             missing = sorted(set(self.config.ingest.topics) - set(describe_topics(
@@ -382,6 +396,7 @@ class IngestJob:
             except IngestConflictError:
                 raise  # the metastore refused the commit: this process must not write more
             except Exception as exc:  # Spark, Kafka or the bucket failed before the commit: nothing was committed
+                self.orphans.arm(plan.read_time_ms)  # blocks it completed carry its read time in their ids
                 failures += 1
                 metrics.FAILED.labels(self.group).inc()
                 if available_now and failures >= AVAILABLE_NOW_ATTEMPTS:

@@ -81,6 +81,9 @@ class IngestLease:
         self.reason = ""
         """The refusal's reason code ("resharded": the shard map changed, acquire a shard again)."""
         self.acquired = 0.0
+        self.previous_ms: int | None = None
+        """When the lease this process was granted last had been acquired by its previous holder (the log's ms;
+        None: the shard was never leased before): that holder's batches were all planned after it."""
         self.placement: dict[tuple[str, int], int] = {}
         """The partitions the group's map placed by load, with their shards (from the grant; the rest hash)."""
         self.ask_period = max(0.2, self.duration_ms / 10_000)
@@ -160,6 +163,8 @@ class IngestLease:
             self._asked[shard] = now
             data = self._ask(shard)
             if data["granted"]:
+                before = row if row is not None and int(row["token"]) else None
+                self.previous_ms = int(before["acquired_at"]) if before is not None else None
                 return self._granted(data)
             self._seen[shard] = int(data.get("takeovers", 0))
         if not self._announced and rows:

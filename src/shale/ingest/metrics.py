@@ -34,6 +34,9 @@ REGISTRY_FAILURES = Counter("shale_ingest_registry_failures_total", "Times a par
                             "401/403).", ["group"])
 TASK_PEAK_RSS = Gauge("shale_ingest_task_peak_rss_bytes", "Peak resident memory of a task process of the last "
                       "batch (bounded by ingest.max_task_bytes).", ["group"])
+ORPHANS = Counter("shale_ingest_lost_batch_blocks_marked_total", "Blocks of batches that never committed (a driver "
+                  "killed, a batch failed) that the driver marked for deletion right after its commit took their "
+                  "offsets again.", ["group"])
 FAILED = Counter("shale_ingest_batch_failures_total", "Batches that failed before their commit and were planned "
                  "again (Kafka or the object store unavailable, offsets deleted while reading).", ["group"])
 TASK_SECONDS = Counter("shale_ingest_task_seconds_total", "Seconds the batches' Spark tasks spent, by phase: wait "

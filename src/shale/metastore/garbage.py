@@ -3,7 +3,10 @@
 
 The rule is judged only for a block that is complete, older than the sync delay, not marked, and neither in the
 index nor tombstoned, and only with a ``Claims`` read *after* the bucket was listed: a block committed after the
-listing is then indexed in that read, or still claimable by it. ``unclaimed`` is pure.
+listing is then indexed in that read, or still claimable by it. ``unclaimed`` is pure. The ingest driver applies it
+too, right after its commit, to a lost batch's blocks (``shale.ingest.orphans``): there the block being one no
+commit holds follows from its overlap with offsets the driver committed in other blocks, and the claims are the
+driver's own committed offsets, the metastore's or behind them (which only makes the rule keep more).
 
 * A level-0 block (ingest or reprocess output) is claimable while some range ``r`` of it can still start a commit
   of its key (group, generation, topic, partition): the key has no committed offsets yet; or ``r`` is of the key's

@@ -30,7 +30,7 @@ from shale.block import (
 from shale.block.layout import parse_block_key
 from shale.block.marks import parse_mark
 from shale.errors import CorruptObjectError
-from shale.objstore import ObstoreBucket, open_bucket_url
+from shale.objstore import ObjectInfo, ObstoreBucket, open_bucket_url
 from shale.objstore.testing import DelayedVisibilityBucket
 
 SYNC, DELETE = 60.0, 120.0
@@ -321,3 +321,52 @@ def test_a_quarantined_block_is_skipped_by_readers_and_never_deleted(bucket: Obs
     # A quarantine mark is not a deletion mark: the deletion-mark parser refuses it.
     with pytest.raises(CorruptObjectError, match="deletion mark is not valid"):
         parse_mark(bucket.get(quarantine_mark_key("acme", damaged.id)), "k")
+
+
+# --- a narrowed sync: one group's blocks made since a time (what an ingest driver's lost-batch sweep lists) ---------
+
+class _Listing:
+    """The bucket, counting its LISTs and the keys they return."""
+
+    def __init__(self, inner: ObstoreBucket) -> None:
+        self.inner, self.lists, self.keys = inner, 0, 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    def list(self, prefix: str = "", start_after: str | None = None) -> list[ObjectInfo]:
+        self.lists += 1
+        found = list(self.inner.list(prefix, start_after))
+        self.keys += len(found)
+        return found
+
+
+def _block_at(bucket: ObstoreBucket, group: str, time_ms: int, day: str | None = None) -> BlockMeta:
+    spec = BlockSpec(id=deterministic_block_id(time_ms, f"{group}{day}"), tenant="acme", group=group,
+                     partition_values={"dt": day} if day else {})
+    return write_block(bucket, spec, [DatasetInput("records", "app", backup_table("app", 0, 0, 2), "timestamp")])
+
+
+@pytest.mark.parametrize("since", [0, 1, 2, 3])
+def test_a_sync_of_one_group_since_a_time_lists_from_that_time_on_in_each_day(bucket: ObstoreBucket,
+                                                                             since: int) -> None:
+    times = [BASE_MS + i * 60_000 for i in range(3)]
+    partition = [_block_at(bucket, "partition", t, day) for t in times for day in ("2026-11-17", "2026-11-18")]
+    backup = [_block_at(bucket, "backup", t) for t in times]
+    write_deletion_mark(bucket, "acme", partition[0].id, 0.0, "test")
+    write_deletion_mark(bucket, "acme", backup[0].id, 0.0, "test")
+    since_ms = [0, times[0], times[1] + 1, times[2] + 1][since]
+    listing = _Listing(bucket)
+    fetcher = BlockFetcher(listing, 0.0)  # type: ignore[arg-type]
+    assert fetcher.tenants("partition") == ["acme"]
+    for group, blocks in (("partition", partition), ("backup", backup)):
+        result = fetcher.sync("acme", group=group, since_ms=since_ms)
+        assert sorted(result.blocks) == sorted(b.id for b in blocks if b.time_ms >= since_ms)
+        assert result.orphan_marks == {}  # a narrowed sync cannot tell: the other group's marks are not orphans
+        marked = {b for b, v in result.blocks.items() if v.state is BlockState.MARKED_FOR_DELETION}
+        assert marked == {b.id for b in blocks[:1] if b.time_ms >= since_ms}
+    if since_ms > times[0]:  # each LIST began at the time: no key of an older block was returned
+        objects_per_block = len(partition[0].files) + 1
+        assert listing.keys == objects_per_block * sum(b.time_ms >= since_ms for b in partition + backup) + 2 * 2
+    whole = BlockFetcher(bucket, 0.0).sync("acme")
+    assert sorted(whole.blocks) == sorted(b.id for b in partition + backup)

@@ -3,6 +3,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from shale.block import (
     BlockMeta,
@@ -12,6 +14,7 @@ from shale.block import (
     parse_meta,
     ulid_time_ms,
 )
+from shale.block.ids import MAX_ULID_MS, ulid_time_prefix
 from shale.block.layout import (
     LEGACY_LAYOUT,
     Place,
@@ -36,6 +39,18 @@ def test_deterministic_ids_repeat_and_differ_by_key() -> None:
     assert ulid_time_ms(a) == 1_795_000_000_000
     assert new_block_id() != new_block_id()
     assert ulid_time_ms(new_block_id(42)) == 42
+
+
+@given(st.integers(0, MAX_ULID_MS), st.integers(0, MAX_ULID_MS), st.text(max_size=8))
+@example(0, 1, "")
+@example(MAX_ULID_MS - 1, MAX_ULID_MS, "k")
+def test_a_time_prefix_sorts_every_id_made_at_that_time_or_later_after_it(ms: int, other: int, key: str) -> None:
+    """What a LIST with start_after relies on (BlockFetcher.sync since a time): an id made at ``other`` sorts after
+    ``ms``'s prefix exactly when ``other`` is at or after ``ms``."""
+    prefix = ulid_time_prefix(ms)
+    assert prefix == deterministic_block_id(ms, key)[:10]
+    assert ulid_time_ms(prefix + "0" * 16) == ms
+    assert (deterministic_block_id(other, key) > prefix) is (other >= ms)
 
 
 @pytest.mark.parametrize("name", ["acme", "team-7", "a", "t_1", "0abc"])
