@@ -3,6 +3,7 @@ to the first, and ``shale erase status``."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from pathlib import Path
@@ -75,3 +76,31 @@ def test_an_erasure_by_a_typed_columns_value(tmp_path: Path) -> None:
     assert len(report["jobs"]) == 2
     row = open_metastore(config).erasures(report["id"])[0]
     assert row["key_sha256"] == hashlib.sha256(b"number:42").hexdigest()  # the hash, never the value
+
+
+def test_an_auditor_runs_the_leftover_scan_again_against_a_receipt(tmp_path: Path) -> None:
+    """``shale erase audit ID``: no key, no metastore; exit 1 naming the object that holds a record of the erasure,
+    never the key."""
+    from shale.block import erasure_receipt_key, restore_dead_letter_key
+
+    config = load_config(env={}, overrides=[s for s in _sets(tmp_path) if s != "--set"])
+    store = open_bucket(config.bucket)
+    _block(store, "backup", "app", 0, 0, 20)  # the key at offsets 3, 10 and 17: produced after the request
+    erasure = "0123456789abcdef"
+    store.put(erasure_receipt_key("acme", erasure), json.dumps({
+        "erasure": erasure, "tenant": "acme", "key_sha256": hashlib.sha256(ERASED).hexdigest(), "matched_by": "key",
+        "topics": ["app"], "watermarks": [{"topic": "app", "partition": 0, "end": 3}], "positions": []}).encode())
+    audit = [*_sets(tmp_path), "erase", "audit", erasure, "--tenant", "acme"]
+    clean = CliRunner().invoke(cli, audit)
+    assert clean.exit_code == 0, clean.output
+    assert "nothing left" in clean.output
+    letter = restore_dead_letter_key("acme", "r1", 0, 2)
+    store.put(letter, json.dumps({"topic": "app", "partition": 0, "offset": 2, "key": base64.b64encode(ERASED)
+                                  .decode(), "value": None}).encode())
+    found = CliRunner().invoke(cli, audit)
+    assert found.exit_code == 1, found.output
+    assert f"LEFT {letter} (restore-dead-letter)" in found.output
+    assert ERASED.decode() not in found.output
+    as_json = CliRunner().invoke(cli, [*audit, "--json"])
+    assert as_json.exit_code == 1
+    assert [f["object"] for f in json.loads(as_json.output)["found"]] == [letter]

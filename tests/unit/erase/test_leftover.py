@@ -1,0 +1,188 @@
+"""The leftover scan and what the receipt does with it: every object under the tenant's prefixes is read for the
+erasure's records, whatever the index says. Tombstoned sources and orphans make the receipt wait, restore dead
+letters are deleted and quarantined blocks' objects rewritten by the erasure itself, an unreadable object refuses
+the receipt; against a real embedded metastore and an in-memory bucket (the fixture of ``test_erase``)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import uuid
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from tests.factories import Clock
+from tests.unit.erase.test_erase import ERASED, _block, _key, _worker, make_service
+
+from shale.block import block_file_key, meta_key, write_quarantine_mark
+from shale.config import BucketConfig, RetentionConfig
+from shale.erase import ErasureRequest, Needle, ReceiptNotReadyError, erase, scan_leftovers, write_receipt
+from shale.erase.leftover import scan_prefixes
+from shale.errors import ShaleError
+from shale.metastore import MetastoreService
+from shale.metastore.maintenance import Maintenance
+from shale.objstore import Bucket, open_bucket
+from shale.restore.task import PartitionWork, _dead_letter
+
+HOUR = 3600.0
+
+
+@pytest.fixture
+def bucket() -> BucketConfig:
+    return BucketConfig(url=f"memory://leftover-{uuid.uuid4().hex}")
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def service(tmp_path: Path, bucket: BucketConfig, clock: Clock) -> MetastoreService:
+    return make_service(tmp_path, bucket, clock)
+
+
+def _erased(service: MetastoreService, bucket: BucketConfig, clock: Clock, delay: float = 0.0) -> str:
+    """An erasure of the key from topic app, rewritten, its replaced blocks' objects deleted (and, with no
+    ``delay`` asked, every other tombstoned block's too): ready for its receipt."""
+    report = erase(service, bucket, ErasureRequest("acme", ERASED, topics=["app"], delete_delay=delay),
+                   dry_run=False, by="tester")
+    _worker(service, bucket).run(until_idle=True)
+    clock.advance((delay or 0) + 120)
+    Maintenance(service, open_bucket(bucket), RetentionConfig(), delete_delay=0 if not delay else 2 * HOUR,
+                is_leader=lambda: True, term=lambda: 1, clock=clock, sync_delay=0,
+                erasure_delay_floor=HOUR).collect_tombstones()
+    return report.id
+
+
+def _holders(store: Bucket, erasure: str) -> set[str]:
+    """The objects the leftover scan finds holding a record of the erasure."""
+    row = {"tenant": "acme", "key_sha256": hashlib.sha256(ERASED).hexdigest(), "matched_by": "key",
+           "topics": ["app"], "watermarks": [], "positions": []}
+    return {f.object for f in scan_leftovers(store, "acme", Needle.of(row)).leftovers}
+
+
+def _keys(store: Bucket, key: str) -> list[bytes]:
+    return pq.read_table(io.BytesIO(store.get(key)), columns=["key"]).column("key").to_pylist()
+
+
+def test_tombstoned_merge_sources_holding_the_key_make_the_receipt_wait(service: MetastoreService,
+                                                                        bucket: BucketConfig, clock: Clock) -> None:
+    """A merge's sources tombstoned before the request stay block.delete_delay (2 h); the erasure asked for 1 h:
+    its own replaced blocks are gone, the merge's sources still hold the key verbatim. Before the leftover scan
+    the receipt was written then."""
+    store = open_bucket(bucket)
+    erasure = _erased(service, bucket, clock, delay=HOUR)
+    sources = _holders(store, erasure)
+    assert len(sources) == 3  # partition 0's first three backup blocks, merged by the fixture
+    with pytest.raises(ReceiptNotReadyError, match="marked for deletion") as waiting:
+        write_receipt(service, store, erasure)
+    for source in sources:
+        assert source in str(waiting.value)
+    assert "customer-42" not in str(waiting.value)
+    clock.advance(2 * HOUR)
+    Maintenance(service, store, RetentionConfig(), delete_delay=2 * HOUR, is_leader=lambda: True, term=lambda: 1,
+                clock=clock, sync_delay=0).collect_tombstones()
+    receipt = write_receipt(service, store, erasure)
+    assert receipt["leftover_scan"]["leftovers"] == 0
+    assert _holders(store, erasure) == set()
+
+
+def test_an_orphan_block_holding_the_key_makes_the_receipt_wait(service: MetastoreService, bucket: BucketConfig,
+                                                                clock: Clock) -> None:
+    """A block in the bucket the index never had (a lost lease's output, a refused dead letter commit's)."""
+    store = open_bucket(bucket)
+    erasure = _erased(service, bucket, clock)
+    orphan = _block(store, "backup", "app", 1, 0, 10, generation=7)
+    with pytest.raises(ReceiptNotReadyError, match="not in the index and not marked") as waiting:
+        write_receipt(service, store, erasure)
+    assert block_file_key(orphan, orphan.datasets[0].file) in str(waiting.value)
+    for item in list(store.list(meta_key(orphan).removesuffix("meta.json"))):
+        store.delete(item.key)  # the leader's bucket scan marks it, then deletes it
+    assert write_receipt(service, store, erasure)["leftover_scan"]["leftovers"] == 0
+
+
+def _dead_letters(bucket: BucketConfig) -> dict[str, str]:
+    """Dead letters of restore job r1 from topic app: the key's record at offset 3, another key's at 4; and the
+    key's record in topic other (not erased)."""
+    def work(topic: str) -> PartitionWork:
+        return PartitionWork(job="r1", topic=topic, target_topic=f"{topic}-back", partition=0, start=0, end=40,
+                             intervals=(), source_partitions=2, target_partitions=2, until_ms=None,
+                             commit_every=100, tenant="acme", max_message_bytes=10, dead_letter=True)
+    assert _key("app", 3) == ERASED
+    return {name: _dead_letter(bucket, work(topic), "b", offset, 99, key, b"v" * 50, [("h", key)], 1_000)
+            for name, topic, offset, key in (("erased", "app", 3, ERASED), ("kept", "app", 4, _key("app", 4)),
+                                             ("other topic", "other", 5, ERASED))}
+
+
+def test_a_restore_dead_letter_of_the_key_is_deleted_and_named_by_the_receipt(service: MetastoreService,
+                                                                              bucket: BucketConfig,
+                                                                              clock: Clock) -> None:
+    store = open_bucket(bucket)
+    erasure = _erased(service, bucket, clock)
+    letters = _dead_letters(bucket)
+    assert _holders(store, erasure) == {letters["erased"]}
+    receipt = write_receipt(service, store, erasure)
+    assert _holders(store, erasure) == set()
+    for kept in (letters["kept"], letters["other topic"]):
+        assert store.head(kept).size > 0
+    outside = receipt["leftover_scan"]["erased_outside_index"]
+    assert [(o["object"], o["kind"], o["records_removed"]) for o in outside] == [
+        (letters["erased"], "restore-dead-letter", 1)]
+    assert "customer-42" not in json.dumps(receipt)
+    assert receipt["leftover_scan"]["prefixes"] == scan_prefixes("acme")
+
+
+def test_a_quarantined_blocks_objects_are_rewritten_without_the_key(service: MetastoreService,
+                                                                    bucket: BucketConfig, clock: Clock) -> None:
+    """A damaged block kept by repair (its records found nowhere else) keeps its intact objects for ever: the
+    erasure rewrites each holding a record of the key without those rows, keeping the others."""
+    store = open_bucket(bucket)
+    erasure = _erased(service, bucket, clock)
+    damaged = _block(store, "partition", "app", 1, 0, 20, generation=3)
+    write_quarantine_mark(store, "acme", damaged.id, clock(), ["records: checksum"], "no other copy")
+    objects = {d.kind: block_file_key(damaged, d.file) for d in damaged.datasets}
+    before = {name: _keys(store, key) for name, key in objects.items()}
+    assert ERASED in before["records"] + before["quarantine"]
+    receipt = write_receipt(service, store, erasure)
+    assert _holders(store, erasure) == set()
+    outside = {o["object"]: o for o in receipt["leftover_scan"]["erased_outside_index"]}
+    for name, key in objects.items():
+        after = _keys(store, key)
+        assert after == [k for k in before[name] if k != ERASED]  # the others kept, in order
+        if ERASED in before[name]:
+            assert outside[key]["records_removed"] == before[name].count(ERASED)
+            assert outside[key]["state"] == "quarantined"
+            assert outside[key]["sha256_after"] == hashlib.sha256(store.get(key)).hexdigest()
+
+
+def test_an_unreadable_object_refuses_the_receipt(service: MetastoreService, bucket: BucketConfig,
+                                                  clock: Clock) -> None:
+    store = open_bucket(bucket)
+    erasure = _erased(service, bucket, clock)
+    damaged = _block(store, "backup", "app", 1, 0, 10, generation=4)
+    key = block_file_key(damaged, damaged.datasets[0].file)
+    store.put(key, b"PAR1 not a parquet object")
+    with pytest.raises(ShaleError, match="cannot be read") as refused:
+        write_receipt(service, store, erasure)
+    assert not isinstance(refused.value, ReceiptNotReadyError)
+    assert key in str(refused.value)
+
+
+def test_records_of_the_key_after_the_watermarks_or_in_other_topics_are_not_leftovers(bucket: BucketConfig) -> None:
+    store = open_bucket(bucket)
+    _block(store, "backup", "app", 0, 0, 20)  # the key at offsets 3, 10 and 17
+    _block(store, "backup", "other", 0, 0, 20)
+    row = {"tenant": "acme", "key_sha256": hashlib.sha256(ERASED).hexdigest(), "matched_by": "key",
+           "topics": ["app"], "watermarks": [{"topic": "app", "partition": 0, "end": 11}], "positions": []}
+    scan = scan_leftovers(store, "acme", Needle.of(row))
+    assert sorted((f.topic, f.offset) for f in scan.leftovers) == [("app", 3), ("app", 10)]
+    assert scan.objects_read == 2
+    assert scan.bytes_read > 0
+    everywhere = scan_leftovers(store, "acme", Needle.of(row | {"topics": "all", "watermarks": []}))
+    assert sorted((f.topic, f.offset) for f in everywhere.leftovers) == [
+        ("app", 3), ("app", 10), ("app", 17), ("other", 3), ("other", 10), ("other", 17)]
+    at = scan_leftovers(store, "acme", Needle.of(row | {"key_sha256": "0" * 64, "positions": [["app", 0, 5, ""]]}))
+    assert [(f.why, f.offset) for f in at.leftovers] == [("position", 5)]
