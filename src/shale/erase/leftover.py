@@ -10,7 +10,8 @@ record:
 * a Parquet object (a block's data object in any layout and state, an Iceberg copy): its position columns
   (``topic``, ``partition``, ``offset``, and ``incarnation`` where a merged dataset has it) and ``key`` (a key
   erasure: the SHA-256 of each distinct key) or the erased column's top-level field (a column erasure: the
-  canonical form's SHA-256, ``shale.erase.column``), a ranged read of those columns only;
+  canonical form's SHA-256, ``shale.erase.column``); an object up to 1 MiB in one GET, a larger one by ranged
+  reads of those columns only;
 * a restore dead letter (``<tenant>/restore-dead-letters/``, the record whole as JSON): its key and position.
 
 A row is a leftover when its key (or column value) is the erasure's and the record is part of the request
@@ -30,8 +31,9 @@ import base64
 import binascii
 import hashlib
 import json
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -59,6 +61,8 @@ Position = tuple[str, int, int, str]
 """(topic, partition, offset, incarnation); incarnation '' where it could not be told (matches any)."""
 
 POSITION_COLUMNS = ("topic", "partition", "offset")
+WHOLE_OBJECT_BYTES = 1 << 20
+"""An object up to this size is fetched whole (``shale.block.reader``'s ``SMALL_OBJECT_BYTES`` too)."""
 ICEBERG_COPIES_DIR = "iceberg-copies"
 """``shale.iceberg.files.COPIES_DIR``: the erase package cannot import the Iceberg one (layering)."""
 NOT_SEARCHED = (
@@ -220,8 +224,8 @@ def scan_leftovers(bucket: BucketReader, tenant: str, needle: Needle,
             if kind == "restore-dead-letter":
                 found = dead_letter_hits(metered.get(info.key), needle)
             else:
-                meta = block_meta(metered, info.key, folders) if kind == "block" else None
-                found = parquet_hits(metered, info.key, info.size, needle, meta)[1]
+                meta = partial(block_meta, metered, info.key, folders if kind == "block" else set())
+                found = parquet_hits(parquet_source(metered, info.key, info.size), needle, meta)[1]
         except Exception:
             scan.unreadable.append(info.key)
             continue
@@ -267,11 +271,20 @@ Hit = tuple[str, str, int, int]
 """(why, topic, partition, offset)."""
 
 
-def parquet_hits(bucket: BucketReader, key: str, size: int, needle: Needle,
-                 meta: BlockMeta | None) -> tuple[pa.Array, list[Hit]]:
-    """The rows of a Parquet object that are the erasure's: a mask over its rows and each hit. Reads only the
-    position columns and the one searched."""
-    parquet = pq.ParquetFile(BucketFile(bucket, key, size))
+def parquet_source(bucket: BucketReader, key: str, size: int) -> pa.NativeFile | BucketFile:
+    """A Parquet object to read: fetched whole in one GET when small (``WHOLE_OBJECT_BYTES``: fewer requests, and
+    no more bytes than a footer and its column chunks read apart), else read by ranges, the needed ones only."""
+    if size <= WHOLE_OBJECT_BYTES:
+        return pa.BufferReader(bucket.get(key))
+    return BucketFile(bucket, key, size)
+
+
+def parquet_hits(source: pa.NativeFile | BucketFile, needle: Needle,
+                 meta: Callable[[], BlockMeta | None]) -> tuple[pa.Array, list[Hit]]:
+    """The rows of a Parquet object (``parquet_source``) that are the erasure's: a mask over its rows and each hit.
+    Reads only the position columns and the one searched; ``meta`` (its block's, for the rows' incarnations) is
+    asked for only when a row may be a hit."""
+    parquet = pq.ParquetFile(source)
     names = set(parquet.schema_arrow.names)
     searched = needle.column.split(".", 1)[0] if needle.column else "key"
     columns = [c for c in (*POSITION_COLUMNS, INCARNATION_COLUMN, searched) if c in names]
@@ -295,7 +308,7 @@ def parquet_hits(bucket: BucketReader, key: str, size: int, needle: Needle,
     mask = [False] * rows
     for row, hashed, t, p, o, inc in zip(candidates.to_pylist(), by_value, column("topic", ""),
                                          column("partition", -1), column("offset", -1),
-                                         _incarnations(some, meta), strict=True):
+                                         _incarnations(some, meta()), strict=True):
         if hashed and needle.requested(t, p, inc, o):
             why = "value" if needle.column else "key"
         elif needle.at_position(t, p, o, inc):

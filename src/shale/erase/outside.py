@@ -21,8 +21,10 @@ from __future__ import annotations
 import hashlib
 import io
 from collections.abc import Iterable
+from functools import partial
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -60,13 +62,13 @@ def erase_outside(bucket: Bucket, needle: Needle, leftovers: Iterable[Leftover])
             bucket.delete(key)
             entry |= {"records_removed": 1, "deleted": True}
         else:
-            meta = block_meta(bucket, key)
-            mask, hits = parquet_hits(bucket, key, len(data), needle, meta)
+            meta = partial(block_meta, bucket, key)
+            mask, hits = parquet_hits(pa.BufferReader(data), needle, meta)
             if not hits:
                 continue
             kept = encode_parquet(pq.read_table(io.BytesIO(data)).filter(pc.invert(mask)))
             bucket.put(key, kept)
-            if parquet_hits(bucket, key, len(kept), needle, meta)[1]:
+            if parquet_hits(pa.BufferReader(bucket.get(key)), needle, meta)[1]:
                 raise ShaleError(f"{key}: rewritten without the erasure's records, it still holds some")
             entry |= {"records_removed": len(hits), "sha256_after": hashlib.sha256(kept).hexdigest(),
                       "bytes_before": len(data), "bytes_after": len(kept)}
