@@ -5,18 +5,28 @@ the receipt; against a real embedded metastore and an in-memory bucket (the fixt
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import json
 import uuid
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tests.factories import Clock
 from tests.unit.erase.test_erase import ERASED, _block, _key, _worker, make_service
 
-from shale.block import block_file_key, meta_key, write_quarantine_mark
+from shale.block import (
+    block_file_key,
+    meta_key,
+    restore_dead_letter_key,
+    write_deletion_mark,
+    write_quarantine_mark,
+)
 from shale.config import BucketConfig, RetentionConfig
 from shale.erase import ErasureRequest, Needle, ReceiptNotReadyError, erase, scan_leftovers, write_receipt
 from shale.erase.leftover import scan_prefixes
@@ -186,3 +196,62 @@ def test_records_of_the_key_after_the_watermarks_or_in_other_topics_are_not_left
         ("app", 3), ("app", 10), ("app", 17), ("other", 3), ("other", 10), ("other", 17)]
     at = scan_leftovers(store, "acme", Needle.of(row | {"key_sha256": "0" * 64, "positions": [["app", 0, 5, ""]]}))
     assert [(f.why, f.offset) for f in at.leftovers] == [("position", 5)]
+
+
+PLACES = st.tuples(st.sampled_from(["backup", "partition", "dead-letter"]),
+                   st.sampled_from(["unindexed", "marked", "quarantined"]), st.sampled_from(["app", "other"]),
+                   st.integers(0, 1), st.integers(0, 30), st.integers(1, 15))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(PLACES, max_size=6), st.dictionaries(st.integers(0, 1), st.integers(0, 50), max_size=2))
+def test_the_scan_finds_exactly_the_requested_records_of_the_key_wherever_they_are(
+        places: list[tuple[str, str, str, int, int, int]], ends: dict[int, int]) -> None:
+    """Blocks of either group in any state and dead letters, of the erased topic and another: the scan finds each
+    record of the key in the erased topic below its partition's watermark, in every object holding it, in the
+    state its marks give, and nothing else."""
+    store = open_bucket(BucketConfig(url=f"memory://leftover-{uuid.uuid4().hex}"))
+    expected: set[tuple[str, str, str, int, int]] = set()
+    for n, (kind, state, topic, partition, start, count) in enumerate(places):
+        wanted = [o for o in range(start, start + count) if _key(topic, o) == ERASED and topic == "app"
+                  and o < ends.get(partition, 2**62)]
+        if kind == "dead-letter":
+            for o in range(start, start + count):
+                key = restore_dead_letter_key("acme", f"r{n}", partition, o)
+                store.put(key, json.dumps({"topic": topic, "partition": partition, "offset": o,
+                                           "key": base64.b64encode(_key(topic, o)).decode()}).encode())
+                expected |= {(key, "", topic, partition, o)} if o in wanted else set()
+            continue
+        block = _block(store, kind, topic, partition, start, count, generation=n + 1)
+        if state == "marked":
+            write_deletion_mark(store, "acme", block.id, 0.0, "test")
+        elif state == "quarantined":
+            write_quarantine_mark(store, "acme", block.id, 0.0, ["test"], "test")
+        for d in block.datasets:
+            rows = pq.read_table(io.BytesIO(store.get(block_file_key(block, d.file))), columns=["offset"])
+            expected |= {(block_file_key(block, d.file), state, topic, partition, o)
+                         for o in rows.column("offset").to_pylist() if o in wanted}
+    needle = Needle(hashlib.sha256(ERASED).hexdigest(), topics=frozenset(["app"]),
+                    ends={("app", p): end for p, end in ends.items()})
+    scan = scan_leftovers(store, "acme", needle)
+    assert scan.unreadable == []
+    assert {(f.object, f.state, f.topic, f.partition, f.offset) for f in scan.leftovers} == expected
+    assert {f.why for f in scan.leftovers} <= {"key"}
+
+
+def test_a_column_erasure_finds_the_value_in_an_orphan_and_its_backup_copy_by_position(bucket: BucketConfig) -> None:
+    """By a typed column's value: a partition block the index does not know holds the value (found by its hash),
+    its backup copy and a dead letter of the same record are found at the erased position."""
+    from tests.unit.erase.test_erase_column import TARGET, _blocks
+
+    from shale.erase.column import parse, value_sha256
+
+    store = open_bucket(bucket)
+    backup, partition = _blocks(store, "orders", 0, 0, [1, TARGET, 2])
+    letter = restore_dead_letter_key("acme", "r1", 0, 1)
+    store.put(letter, json.dumps({"topic": "orders", "partition": 0, "offset": 1, "key": None}).encode())
+    needle = Needle(value_sha256(parse(str(TARGET), pa.int64())), column="customer.id",
+                    positions=frozenset({("orders", 0, 1, "")}))
+    found = {(f.object, f.why, f.offset) for f in scan_leftovers(store, "acme", needle).leftovers}
+    assert found == {(block_file_key(partition, partition.datasets[0].file), "value", 1),
+                     (block_file_key(backup, backup.datasets[0].file), "position", 1), (letter, "position", 1)}
