@@ -19,7 +19,7 @@ A row is a leftover when its key (or column value) is the erasure's and the reco
 or when it sits at one of the positions the erasure recorded (either group: a partition row's key is whatever its
 parser made of it). The other objects (meta.json, marks, the bucket index and its deltas, receipts) hold no record
 and are listed and counted, not read. An object that cannot be read as what its name says cannot be shown free of
-the key: it is ``unreadable``.
+the key: it is ``unreadable``, unless its block's meta.json gives it to a topic the erasure does not name.
 
 The scan needs no key: it compares hashes, so an auditor holding only the receipt runs the same scan
 (``shale erase audit``). It never writes; ``Metered`` counts what it reads.
@@ -149,12 +149,15 @@ class LeftoverScan:
     leftovers: list[Leftover] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)
     """Objects that cannot be read as what their names say: they cannot be shown free of the key."""
+    unreadable_elsewhere: list[str] = field(default_factory=list)
+    """Unreadable block data objects that their block's meta.json gives to a topic the erasure does not name."""
 
     def summary(self) -> dict[str, Any]:
         """What a receipt states of the scan (object keys, never a key or a value)."""
         return {"prefixes": self.prefixes, "objects_listed": self.objects, "bytes_listed": self.bytes,
                 "objects_read": self.objects_read, "bytes_read": self.bytes_read,
                 "leftovers": len(self.leftovers), "unreadable": len(self.unreadable),
+                "unreadable_of_other_topics": self.unreadable_elsewhere,
                 "not_searched": list(NOT_SEARCHED)}
 
 
@@ -227,7 +230,10 @@ def scan_leftovers(bucket: BucketReader, tenant: str, needle: Needle,
                 meta = partial(block_meta, metered, info.key, folders if kind == "block" else set())
                 found = parquet_hits(parquet_source(metered, info.key, info.size), needle, meta)[1]
         except Exception:
-            scan.unreadable.append(info.key)
+            if _out_of_scope(metered, info.key, folders, needle):
+                scan.unreadable_elsewhere.append(info.key)
+            else:
+                scan.unreadable.append(info.key)
             continue
         scan.leftovers.extend(Leftover(info.key, kind, state(block) if block else "", block, *hit) for hit in found)
     scan.bytes_read = metered.bytes_read
@@ -253,6 +259,17 @@ def object_kind(tenant: str, key: str) -> tuple[str, str]:
     if len(parts) == 4 and parts[0] == tenant and parts[1] == RESTORE_DEAD_LETTERS_DIR:
         return "restore-dead-letter", ""
     return "", ""
+
+
+def _out_of_scope(bucket: BucketReader, key: str, folders: set[str], needle: Needle) -> bool:
+    """Whether an unreadable block data object is, by its block's meta.json, a dataset of a topic the erasure does
+    not name (it then cannot hold one of its records, as far as that meta.json tells)."""
+    parsed = parse_block_key(key)
+    meta = block_meta(bucket, key, folders)
+    if not needle.topics or parsed is None or meta is None:
+        return False
+    topics = {d.topic for d in meta.datasets if d.file == parsed.name}
+    return bool(topics) and not topics & needle.topics
 
 
 def block_meta(bucket: BucketReader, key: str, folders: set[str] | None = None) -> BlockMeta | None:

@@ -179,6 +179,12 @@ def test_an_unreadable_object_refuses_the_receipt(service: MetastoreService, buc
         write_receipt(service, store, erasure)
     assert not isinstance(refused.value, ReceiptNotReadyError)
     assert key in str(refused.value)
+    store.delete(key)
+    elsewhere = _block(store, "backup", "other", 1, 0, 10, generation=4)  # a topic the erasure does not name
+    store.put(block_file_key(elsewhere, elsewhere.datasets[0].file), b"PAR1 not a parquet object")
+    receipt = write_receipt(service, store, erasure)
+    assert receipt["leftover_scan"]["unreadable_of_other_topics"] == [
+        block_file_key(elsewhere, elsewhere.datasets[0].file)]
 
 
 def test_records_of_the_key_after_the_watermarks_or_in_other_topics_are_not_leftovers(bucket: BucketConfig) -> None:
