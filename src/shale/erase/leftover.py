@@ -373,6 +373,8 @@ def dead_letter_hits(data: bytes, needle: Needle) -> list[Hit]:
     """Whether a restore dead letter (``shale.restore.task``) holds a record of the erasure: its key, or its
     source position (a column erasure: the value's bytes are the writer's, not parsed)."""
     body = json.loads(data)
+    if body.get("erased_by") and body.get("key") is None and body.get("value") is None and not body.get("headers"):
+        return []  # an erasure's stub (shale.erase.outside): the place of a record, nothing of it
     topic, partition, offset = str(body["topic"]), int(body["partition"]), int(body["offset"])
     incarnation = str(body.get("incarnation") or "")
     if not needle.column and body.get("key") is not None:

@@ -204,7 +204,7 @@ def write_receipt(metastore: ReceiptMetastore, bucket: Bucket, erasure: str, *,
     needle = Needle.of(row)
     leftovers = scan_leftovers(bucket, tenant, needle, indexed={b.id for b in live})
     check_leftovers(erasure, leftovers)
-    outside = _erase_outside(bucket, key, needle, leftovers.leftovers)
+    outside = _erase_outside(bucket, erasure, key, needle, leftovers.leftovers)
     seen = sorted({t for t, _, _, _ in positions} | set(topics))
     receipt = {
         "erasure": erasure, "tenant": tenant, "topics": topics or "all", "key_sha256": row["key_sha256"],
@@ -270,7 +270,8 @@ def check_leftovers(erasure: str, scan: LeftoverScan) -> None:
                 f"outside the index's live blocks; {said}")
 
 
-def _erase_outside(bucket: Bucket, receipt_key: str, needle: Needle, leftovers: list[Leftover]) -> list[dict[str, Any]]:
+def _erase_outside(bucket: Bucket, erasure: str, receipt_key: str, needle: Needle,
+                   leftovers: list[Leftover]) -> list[dict[str, Any]]:
     """Erase the dead letters and quarantined objects holding records of the erasure (``erase_outside``), named
     first in ``<tenant>/erasures/<id>/outside.json`` so that a receipt written after a crash still names them."""
     journal = receipt_key.removesuffix("receipt.json") + "outside.json"
@@ -284,7 +285,7 @@ def _erase_outside(bucket: Bucket, receipt_key: str, needle: Needle, leftovers: 
     if planned:
         named += list({p["object"]: p for p in planned}.values())
         bucket.put(journal, json.dumps(named, indent=1, sort_keys=True).encode())
-    done = {d["object"]: d for d in erase_outside(bucket, needle, leftovers)}
+    done = {d["object"]: d for d in erase_outside(bucket, erasure, needle, leftovers)}
     return [n | done.get(n["object"], {}) for n in named]
 
 

@@ -34,6 +34,7 @@ from shale.errors import ShaleError
 from shale.metastore import MetastoreService
 from shale.metastore.maintenance import Maintenance
 from shale.objstore import Bucket, open_bucket
+from shale.restore import dead_lettered
 from shale.restore.task import PartitionWork, _dead_letter
 
 HOUR = 3600.0
@@ -115,11 +116,12 @@ def test_an_orphan_block_holding_the_key_makes_the_receipt_wait(service: Metasto
 
 
 def _dead_letters(bucket: BucketConfig) -> dict[str, str]:
-    """Dead letters of restore job r1 from topic app: the key's record at offset 3, another key's at 4; and the
-    key's record in topic other (not erased)."""
+    """Dead letters of restore job r1 from topic app: the key's record at offset 3, another key's at 4; and, of
+    job r2, the key's record in topic other (not erased)."""
     def work(topic: str) -> PartitionWork:
-        return PartitionWork(job="r1", topic=topic, target_topic=f"{topic}-back", partition=0, start=0, end=40,
-                             intervals=(), source_partitions=2, target_partitions=2, until_ms=None,
+        return PartitionWork(job="r1" if topic == "app" else "r2", topic=topic, target_topic=f"{topic}-back",
+                             partition=0, start=0, end=40, intervals=(), source_partitions=2, target_partitions=2,
+                             until_ms=None,
                              commit_every=100, tenant="acme", max_message_bytes=10, dead_letter=True)
     assert _key("app", 3) == ERASED
     return {name: _dead_letter(bucket, work(topic), "b", offset, 99, key, b"v" * 50, [("h", key)], 1_000)
@@ -127,20 +129,29 @@ def _dead_letters(bucket: BucketConfig) -> dict[str, str]:
                                              ("other topic", "other", 5, ERASED))}
 
 
-def test_a_restore_dead_letter_of_the_key_is_deleted_and_named_by_the_receipt(service: MetastoreService,
+def test_a_restore_dead_letter_of_the_key_becomes_a_stub_named_by_the_receipt(service: MetastoreService,
                                                                               bucket: BucketConfig,
                                                                               clock: Clock) -> None:
+    """The dead letter keeps the record's place (``shale restore offsets`` counts it as not sent), not the
+    record; the others are untouched."""
     store = open_bucket(bucket)
     erasure = _erased(service, bucket, clock)
     letters = _dead_letters(bucket)
+    before = {name: store.get(key) for name, key in letters.items()}
     assert _holders(store, erasure) == {letters["erased"]}
     receipt = write_receipt(service, store, erasure)
     assert _holders(store, erasure) == set()
-    for kept in (letters["kept"], letters["other topic"]):
-        assert store.head(kept).size > 0
+    for kept in ("kept", "other topic"):
+        assert store.get(letters[kept]) == before[kept]
+    stub = json.loads(store.get(letters["erased"]))
+    assert (stub["key"], stub["value"], stub["headers"], stub["erased_by"]) == (None, None, [], erasure)
+    assert (stub["topic"], stub["partition"], stub["offset"], stub["job"]) == ("app", 0, 3, "r1")
+    assert "timestamp_ms" not in stub
+    assert dead_lettered(store, "acme", "r1") == {0: [3, 4]}
     outside = receipt["leftover_scan"]["erased_outside_index"]
     assert [(o["object"], o["kind"], o["records_removed"]) for o in outside] == [
         (letters["erased"], "restore-dead-letter", 1)]
+    assert outside[0]["sha256_after"] == hashlib.sha256(store.get(letters["erased"])).hexdigest()
     assert "customer-42" not in json.dumps(receipt)
     assert receipt["leftover_scan"]["prefixes"] == scan_prefixes("acme")
 
