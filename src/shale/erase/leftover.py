@@ -118,7 +118,8 @@ class Leftover:
 
     object: str
     kind: str
-    """``block`` (a block's data object), ``iceberg-copy`` or ``restore-dead-letter``."""
+    """``block`` (a block's data object), ``iceberg-copy``, ``restore-dead-letter`` or ``stray`` (a Parquet object
+    where the layout names none)."""
     state: str
     """A block's state: ``indexed``, ``marked`` (a deletion mark: the leader deletes it after the delay),
     ``quarantined`` or ``unindexed`` (neither indexed nor marked: tombstoned and not marked yet, or an orphan the
@@ -248,8 +249,8 @@ def audit(bucket: BucketReader, receipt: Mapping[str, Any]) -> LeftoverScan:
 
 
 def object_kind(tenant: str, key: str) -> tuple[str, str]:
-    """(kind, block id) of an object that can hold a record (``block``, ``iceberg-copy`` or
-    ``restore-dead-letter``), or ('', '') for one that cannot (metadata)."""
+    """(kind, block id) of an object that can hold a record (``block``, ``iceberg-copy``, ``restore-dead-letter``,
+    or ``stray``: a Parquet object the layout does not name), or ('', '') for one that cannot (metadata)."""
     parsed = parse_block_key(key)
     if parsed is not None:
         return ("block", parsed.block_id) if parsed.name != META_FILENAME else ("", "")  # every data object
@@ -258,6 +259,8 @@ def object_kind(tenant: str, key: str) -> tuple[str, str]:
         return "iceberg-copy", parts[2][:26]
     if len(parts) == 4 and parts[0] == tenant and parts[1] == RESTORE_DEAD_LETTERS_DIR:
         return "restore-dead-letter", ""
+    if key.endswith(".parquet"):
+        return "stray", ""  # a Parquet object where the layout names none (a hand copy, a foreign writer): read
     return "", ""
 
 

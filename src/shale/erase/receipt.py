@@ -246,6 +246,8 @@ WHAT_NEXT = {
                  "`shale offsets acknowledge-loss`)",
     "iceberg-copy": "Iceberg copies: the publisher's copy sweep deletes them once no snapshot names them",
     "indexed": "in a block the index serves: run the same `shale erase` again",
+    "stray": "Parquet objects Shale's layout does not name (copied there by hand, or by another writer): delete "
+             "them or move them out of the tenant's prefixes",
 }
 
 
@@ -262,7 +264,7 @@ def check_leftovers(erasure: str, scan: LeftoverScan) -> None:
         return
     groups: dict[str, set[str]] = {}
     for f in left:
-        groups.setdefault(f.kind if f.kind == "iceberg-copy" else f.state, set()).add(f.object)
+        groups.setdefault(f.kind if f.kind in ("iceberg-copy", "stray") else f.state, set()).add(f.object)
     said = "; ".join(f"{len(objects)} objects {WHAT_NEXT[why]}: {', '.join(sorted(objects)[:5])}"
                      for why, objects in sorted(groups.items()))
     error = ReceiptNotReadyError if set(groups) <= {"marked", "unindexed", "iceberg-copy"} else ShaleError

@@ -213,6 +213,14 @@ def test_records_of_the_key_after_the_watermarks_or_in_other_topics_are_not_left
         ("app", 3), ("app", 10), ("app", 17), ("other", 3), ("other", 10), ("other", 17)]
     at = scan_leftovers(store, "acme", Needle.of(row | {"key_sha256": "0" * 64, "positions": [["app", 0, 5, ""]]}))
     assert [(f.why, f.offset) for f in at.leftovers] == [("position", 5)]
+    # A Parquet object where the layout names none (a copy made by hand) is read too.
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"topic": ["app"], "partition": pa.array([0], pa.int32()),
+                             "offset": pa.array([3], pa.int64()), "key": pa.array([ERASED])}), sink)
+    store.put("acme/exports/copy.parquet", sink.getvalue())
+    stray = scan_leftovers(store, "acme", Needle.of(row))
+    assert [(f.object, f.kind, f.offset) for f in stray.leftovers if f.kind == "stray"] == [
+        ("acme/exports/copy.parquet", "stray", 3)]
 
 
 PLACES = st.tuples(st.sampled_from(["backup", "partition", "dead-letter"]),
