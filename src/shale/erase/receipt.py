@@ -244,10 +244,10 @@ WHAT_NEXT = {
                  "block.sync_delay old, an orphan after its bucket scan), unless a commit in _shale/dlq-rejected/ "
                  "holds one (replay it, after which the erasure rewrites the block, or acknowledge the loss with "
                  "`shale offsets acknowledge-loss`)",
-    "iceberg-copy": "Iceberg copies: the publisher's copy sweep deletes them once no snapshot names them",
+    "iceberg-copy": "in Iceberg copies: the publisher's copy sweep deletes them once no snapshot names them",
     "indexed": "in a block the index serves: run the same `shale erase` again",
-    "stray": "Parquet objects Shale's layout does not name (copied there by hand, or by another writer): delete "
-             "them or move them out of the tenant's prefixes",
+    "stray": "where Shale's layout names none (copied there by hand, or by another writer): delete them or move "
+             "them out of the tenant's prefixes",
 }
 
 
