@@ -49,12 +49,14 @@ from shale.block import (
     BlockMeta,
     BucketFile,
     blocks_prefixes,
+    markers_prefix,
     parse_block_key,
     parse_mark_key,
     parse_meta,
     row_incarnation_names,
 )
 from shale.erase.column import column_values, matching
+from shale.errors import NotFoundError
 from shale.objstore import BucketReader, ObjectInfo
 
 Position = tuple[str, int, int, str]
@@ -150,13 +152,15 @@ class LeftoverScan:
     leftovers: list[Leftover] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)
     """Objects that cannot be read as what their names say: they cannot be shown free of the key."""
+    gone: int = 0
+    """Objects deleted between the LIST and their read."""
     unreadable_elsewhere: list[str] = field(default_factory=list)
     """Unreadable block data objects that their block's meta.json gives to a topic the erasure does not name."""
 
     def summary(self) -> dict[str, Any]:
         """What a receipt states of the scan (object keys, never a key or a value)."""
         return {"prefixes": self.prefixes, "objects_listed": self.objects, "bytes_listed": self.bytes,
-                "objects_read": self.objects_read, "bytes_read": self.bytes_read,
+                "objects_read": self.objects_read, "bytes_read": self.bytes_read, "gone_while_read": self.gone,
                 "leftovers": len(self.leftovers), "unreadable": len(self.unreadable),
                 "unreadable_of_other_topics": self.unreadable_elsewhere,
                 "not_searched": list(NOT_SEARCHED)}
@@ -206,11 +210,9 @@ def scan_leftovers(bucket: BucketReader, tenant: str, needle: Needle,
     found holding one; the others are ``marked``, ``quarantined`` or ``unindexed`` by their marks in the bucket."""
     metered = Metered(bucket)
     scan = LeftoverScan(prefixes=scan_prefixes(tenant))
-    listed = [info for prefix in scan.prefixes for info in bucket.list(prefix)]
-    scan.objects, scan.bytes = len(listed), sum(i.size for i in listed)
-    marked = {mark[1] for i in listed if (mark := parse_mark_key(i.key, DELETION_MARK_SUFFIX))}
-    quarantined = {mark[1] for i in listed if (mark := parse_mark_key(i.key, QUARANTINE_MARK_SUFFIX))}
-    folders = {part.prefix for i in listed if (part := parse_block_key(i.key)) and part.name == META_FILENAME}
+    marks = [i.key for i in bucket.list(markers_prefix(tenant))]  # small: one mark per block waiting or kept
+    marked = {mark[1] for key in marks if (mark := parse_mark_key(key, DELETION_MARK_SUFFIX))}
+    quarantined = {mark[1] for key in marks if (mark := parse_mark_key(key, QUARANTINE_MARK_SUFFIX))}
 
     def state(block: str) -> str:
         if block in quarantined:
@@ -219,7 +221,9 @@ def scan_leftovers(bucket: BucketReader, tenant: str, needle: Needle,
             return "marked"
         return "indexed" if block in indexed else "unindexed"
 
-    for info in listed:
+    for info in (info for prefix in scan.prefixes for info in bucket.list(prefix)):  # streamed, not held
+        scan.objects += 1
+        scan.bytes += info.size
         kind, block = object_kind(tenant, info.key)
         if not kind:
             continue
@@ -228,10 +232,13 @@ def scan_leftovers(bucket: BucketReader, tenant: str, needle: Needle,
             if kind == "restore-dead-letter":
                 found = dead_letter_hits(metered.get(info.key), needle)
             else:
-                meta = partial(block_meta, metered, info.key, folders if kind == "block" else set())
+                meta = partial(block_meta, metered, info.key) if kind == "block" else _no_meta
                 found = parquet_hits(parquet_source(metered, info.key, info.size), needle, meta)[1]
+        except NotFoundError:
+            scan.gone += 1  # deleted since it was listed (the leader's deletions go on): it holds nothing now
+            continue
         except Exception:
-            if _out_of_scope(metered, info.key, folders, needle):
+            if _out_of_scope(metered, info.key, needle):
                 scan.unreadable_elsewhere.append(info.key)
             else:
                 scan.unreadable.append(info.key)
@@ -239,6 +246,10 @@ def scan_leftovers(bucket: BucketReader, tenant: str, needle: Needle,
         scan.leftovers.extend(Leftover(info.key, kind, state(block) if block else "", block, *hit) for hit in found)
     scan.bytes_read = metered.bytes_read
     return scan
+
+
+def _no_meta() -> BlockMeta | None:
+    return None
 
 
 def audit(bucket: BucketReader, receipt: Mapping[str, Any]) -> LeftoverScan:
@@ -264,22 +275,22 @@ def object_kind(tenant: str, key: str) -> tuple[str, str]:
     return "", ""
 
 
-def _out_of_scope(bucket: BucketReader, key: str, folders: set[str], needle: Needle) -> bool:
+def _out_of_scope(bucket: BucketReader, key: str, needle: Needle) -> bool:
     """Whether an unreadable block data object is, by its block's meta.json, a dataset of a topic the erasure does
     not name (it then cannot hold one of its records, as far as that meta.json tells)."""
     parsed = parse_block_key(key)
-    meta = block_meta(bucket, key, folders)
+    meta = block_meta(bucket, key)
     if not needle.topics or parsed is None or meta is None:
         return False
     topics = {d.topic for d in meta.datasets if d.file == parsed.name}
     return bool(topics) and not topics & needle.topics
 
 
-def block_meta(bucket: BucketReader, key: str, folders: set[str] | None = None) -> BlockMeta | None:
-    """The meta.json of the block folder holding ``key`` (when ``folders``, the folders known to have one, name
-    it), or None: none, or not readable (the rows then say their own incarnation, or none)."""
+def block_meta(bucket: BucketReader, key: str) -> BlockMeta | None:
+    """The meta.json of the block folder holding ``key``, or None: none, or not readable (the rows then say their
+    own incarnation, or none)."""
     parsed = parse_block_key(key)
-    if parsed is None or (folders is not None and parsed.prefix not in folders):
+    if parsed is None:
         return None
     try:
         return parse_meta(bucket.get(parsed.prefix + META_FILENAME), where=parsed.prefix + META_FILENAME)

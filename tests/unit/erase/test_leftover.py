@@ -29,7 +29,7 @@ from shale.block import (
 )
 from shale.config import BucketConfig, RetentionConfig
 from shale.erase import ErasureRequest, Needle, ReceiptNotReadyError, erase, scan_leftovers, write_receipt
-from shale.erase.leftover import scan_prefixes
+from shale.erase.leftover import Metered, scan_prefixes
 from shale.errors import ShaleError
 from shale.metastore import MetastoreService
 from shale.metastore.maintenance import Maintenance
@@ -280,3 +280,26 @@ def test_a_column_erasure_finds_the_value_in_an_orphan_and_its_backup_copy_by_po
     found = {(f.object, f.why, f.offset) for f in scan_leftovers(store, "acme", needle).leftovers}
     assert found == {(block_file_key(partition, partition.datasets[0].file), "value", 1),
                      (block_file_key(backup, backup.datasets[0].file), "position", 1), (letter, "position", 1)}
+
+
+def test_an_object_deleted_between_the_list_and_its_read_holds_nothing(bucket: BucketConfig) -> None:
+    """The leader deletes tombstoned blocks while the scan runs: an object gone when read is neither a leftover
+    nor unreadable."""
+    from shale.errors import NotFoundError
+    from shale.objstore import BucketReader
+
+    store = open_bucket(bucket)
+    block = _block(store, "backup", "app", 0, 0, 20)
+    gone = block_file_key(block, block.datasets[0].file)
+
+    class Deleting(Metered):
+        def get(self, key: str) -> bytes:
+            if key == gone:
+                raise NotFoundError(key)
+            return super().get(key)
+
+    row = {"tenant": "acme", "key_sha256": hashlib.sha256(ERASED).hexdigest(), "matched_by": "key",
+           "topics": ["app"], "watermarks": [], "positions": []}
+    reader: BucketReader = Deleting(store)
+    scan = scan_leftovers(reader, "acme", Needle.of(row))
+    assert (scan.leftovers, scan.unreadable, scan.gone) == ([], [], 1)
