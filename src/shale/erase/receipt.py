@@ -288,7 +288,12 @@ def _erase_outside(bucket: Bucket, erasure: str, receipt_key: str, needle: Needl
         named += list({p["object"]: p for p in planned}.values())
         bucket.put(journal, json.dumps(named, indent=1, sort_keys=True).encode())
     done = {d["object"]: d for d in erase_outside(bucket, erasure, needle, leftovers)}
-    return [n | done.get(n["object"], {}) for n in named]
+    out = [n | done.get(n["object"], {}) for n in named]
+    for entry in out:
+        if "sha256_after" not in entry:  # erased by an attempt that stopped before its receipt: as it is now
+            with contextlib.suppress(NotFoundError):
+                entry["sha256_after"] = _sha256(bucket.get(entry["object"]))
+    return out
 
 
 def _alive(bucket: Bucket, prefix: str) -> bool:

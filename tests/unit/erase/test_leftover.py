@@ -153,6 +153,7 @@ def test_a_restore_dead_letter_of_the_key_becomes_a_stub_named_by_the_receipt(se
         (letters["erased"], "restore-dead-letter", 1)]
     assert outside[0]["sha256_after"] == hashlib.sha256(store.get(letters["erased"])).hexdigest()
     assert "customer-42" not in json.dumps(receipt)
+    assert json.loads(store.get(f"acme/erasures/{erasure}/outside.json"))[0]["object"] == letters["erased"]
     assert receipt["leftover_scan"]["prefixes"] == scan_prefixes("acme")
 
 
@@ -303,3 +304,22 @@ def test_an_object_deleted_between_the_list_and_its_read_holds_nothing(bucket: B
     reader: BucketReader = Deleting(store)
     scan = scan_leftovers(reader, "acme", Needle.of(row))
     assert (scan.leftovers, scan.unreadable, scan.gone) == ([], [], 1)
+
+
+def test_a_receipt_after_a_crash_still_names_what_the_erasure_erased_outside_the_index(
+        service: MetastoreService, bucket: BucketConfig, clock: Clock) -> None:
+    """An attempt that erased a dead letter and stopped before writing the receipt: the next one finds nothing
+    left, and its receipt names the dead letter all the same (from ``outside.json``)."""
+    from shale.block import erasure_receipt_key
+    from shale.erase.receipt import _erase_outside
+
+    store = open_bucket(bucket)
+    erasure = _erased(service, bucket, clock)
+    letters = _dead_letters(bucket)
+    row = service.erasures(erasure)[0]
+    found = scan_leftovers(store, "acme", Needle.of(row)).leftovers
+    _erase_outside(store, erasure, erasure_receipt_key("acme", erasure), Needle.of(row), found)  # then killed
+    assert _holders(store, erasure) == set()
+    (named,) = write_receipt(service, store, erasure)["leftover_scan"]["erased_outside_index"]
+    assert (named["object"], named["kind"]) == (letters["erased"], "restore-dead-letter")
+    assert named["sha256_after"] == hashlib.sha256(store.get(letters["erased"])).hexdigest()
