@@ -115,14 +115,16 @@ def erase(ctx: click.Context, tenant: str | None, topics: tuple[str, ...], key: 
 
 @erase.command("status")
 @click.argument("erasure")
-@click.option("--receipt", is_flag=True, help="Once rewritten and the replaced objects are gone: scan once more, "
+@click.option("--receipt", is_flag=True, help="Once rewritten and the replaced objects are gone: scan once more "
+                                              "(the index's blocks, then every object under the tenant's prefixes), "
                                               "write the receipt to the bucket (once) and print it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 @shale_errors
 def status(ctx: click.Context, erasure: str, receipt: bool, as_json: bool) -> None:
     """An erasure's request, state, the blocks rewritten and the jobs left. Exit 0 when it is rewritten (or done,
-    with its receipt), 3 while it is not."""
+    with its receipt), 3 while it is not. With --receipt: 3 while the receipt must wait (jobs left, objects the
+    metastore leader will delete), 1 when the scans find what nothing will delete (the objects are named)."""
     from shale.erase import ReceiptNotReadyError, erasure_status, write_receipt
     from shale.iceberg import receipt_check
     from shale.metastore import open_index_view, open_metastore
