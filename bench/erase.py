@@ -8,11 +8,13 @@ out), plans the erase jobs and rewrites the blocks that hold the key under the c
 until the erasure is ``rewritten`` in the index. The baseline, what an erasure without an index or filters has to
 do, is a Spark job (the same ``local[2]`` session) whose tasks read every block's data object, drop the key's rows
 and write every block again (zstd Parquet), without any metadata or commit. ``blocks_opened`` counts the blocks
-whose data (not only the footer and filters) was read.
+whose data (not only the footer and filters) was read. Then the leftover scan every receipt runs
+(``shale.erase.leftover``): every object under the tenant's prefixes, by the key's hash (no bloom filter).
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import random
@@ -41,7 +43,7 @@ from shale.block import (
 from shale.block.schemas import BACKUP_SCHEMA
 from shale.compactor.worker import CompactionWorker
 from shale.config import BucketConfig, CompactionConfig, ShaleConfig, SparkConfig
-from shale.erase import ErasureRequest, erase, erasure_status
+from shale.erase import ErasureRequest, Needle, erase, erasure_status, scan_leftovers
 from shale.metastore import AddBlocks, MetastoreService, open_metastore
 from shale.objstore import ObstoreBucket, open_bucket, task_bucket
 from shale.spark import spark_session
@@ -97,6 +99,28 @@ def _warm_up(bucket_config: BucketConfig) -> str:
     return task_bucket(bucket_config).url
 
 
+def leftover_cost(bucket: ObstoreBucket) -> dict[str, float]:
+    """The leftover scan (``shale.erase.leftover``, what every receipt runs) over the bench tenant: objects and
+    bytes listed and read, the seconds it took, and the records it found (after the erasure, the replaced blocks
+    still in the bucket hold them until the delete delay)."""
+    needle = Needle(sha256=hashlib.sha256(KEY).hexdigest(), topics=frozenset(["billing"]))
+    with timed() as took:
+        scan = scan_leftovers(bucket, "bench", needle)
+    return {"leftover_scan_seconds": round(took[0], 2), "leftover_scan_objects_listed": scan.objects,
+            "leftover_scan_bytes_listed": scan.bytes, "leftover_scan_objects_read": scan.objects_read,
+            "leftover_scan_bytes_read": scan.bytes_read, "leftover_scan_records_found": len(scan.leftovers)}
+
+
+def leftover_only() -> dict[str, float]:
+    """The leftover scan alone over the month of blocks on MinIO, without Spark (``python -c 'from bench.erase
+    import leftover_only; print(leftover_only())'``): the key is in the three blocks that hold it."""
+    with minio_bucket() as bucket_config:
+        bucket = open_bucket(bucket_config)
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda i: _block(bucket, i), range(BLOCKS)))
+        return leftover_cost(bucket)
+
+
 def run() -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="shale-bench-erase-") as tmp, minio_bucket() as bucket_config:
         bucket = open_bucket(bucket_config)
@@ -134,11 +158,13 @@ def run() -> dict[str, Any]:
         assert status.state == "rewritten", status
         assert sum(b["rows_removed"] for b in status.blocks) == len(HOLDERS)
         spark.stop()
+        progress("the leftover scan of every object under the tenant's prefixes (what a receipt runs)")
+        leftover = leftover_cost(bucket)  # it finds the key in the replaced blocks, not deleted yet
     return write_result(
         "erase",
         figures={"seconds": round(ours[0], 2), "blocks_total": BLOCKS, "blocks_opened": report.blocks_opened,
                  "blocks_rewritten": len(status.blocks), "records_erased": report.matches,
-                 "records_total": BLOCKS * RECORDS},
+                 "records_total": BLOCKS * RECORDS, **leftover},
         baseline={"seconds": round(base[0], 2), "blocks_opened": BLOCKS, "blocks_rewritten": BLOCKS},
         ratios={"speedup_vs_full_rewrite": round(base[0] / ours[0], 2),
                 "blocks_opened_share": round(report.blocks_opened / BLOCKS, 4),

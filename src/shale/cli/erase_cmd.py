@@ -1,5 +1,6 @@
 """``shale erase``: erase every record of one key (or a typed column's value) from a tenant's blocks (dry run
-unless ``--yes``), and ``shale erase status ID``."""
+unless ``--yes``), ``shale erase status ID [--receipt]`` and ``shale erase audit ID`` (the receipt's leftover scan
+run again)."""
 
 from __future__ import annotations
 
@@ -115,14 +116,16 @@ def erase(ctx: click.Context, tenant: str | None, topics: tuple[str, ...], key: 
 
 @erase.command("status")
 @click.argument("erasure")
-@click.option("--receipt", is_flag=True, help="Once rewritten and the replaced objects are gone: scan once more, "
+@click.option("--receipt", is_flag=True, help="Once rewritten and the replaced objects are gone: scan once more "
+                                              "(the index's blocks, then every object under the tenant's prefixes), "
                                               "write the receipt to the bucket (once) and print it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 @shale_errors
 def status(ctx: click.Context, erasure: str, receipt: bool, as_json: bool) -> None:
     """An erasure's request, state, the blocks rewritten and the jobs left. Exit 0 when it is rewritten (or done,
-    with its receipt), 3 while it is not."""
+    with its receipt), 3 while it is not. With --receipt: 3 while the receipt must wait (jobs left, objects the
+    metastore leader will delete), 1 when the scans find what nothing will delete (the objects are named)."""
     from shale.erase import ReceiptNotReadyError, erasure_status, write_receipt
     from shale.iceberg import receipt_check
     from shale.metastore import open_index_view, open_metastore
@@ -143,6 +146,53 @@ def status(ctx: click.Context, erasure: str, receipt: bool, as_json: bool) -> No
     click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report_text(report))
     if report.state not in ("rewritten", "done"):
         sys.exit(3)
+
+
+@erase.command("audit")
+@click.argument("erasure")
+@click.option("--tenant", default=None, help="The erasure's tenant (default: asked of the metastore).")
+@click.option("--json", "as_json", is_flag=True, help="Print the scan as JSON.")
+@click.pass_context
+@shale_errors
+def audit(ctx: click.Context, erasure: str, tenant: str | None, as_json: bool) -> None:
+    """Run an erasure's leftover scan again, against its receipt in the bucket: every object under the tenant's
+    prefixes read for the key's SHA-256 (or the column value's) and the erased positions. Needs no key and writes
+    nothing. Exit 0 when nothing is left, 1 when something is (the objects are named; the key never is)."""
+    from shale.block import erasure_receipt_key
+    from shale.erase import audit as audit_scan
+    from shale.errors import NotFoundError
+    from shale.metastore import open_index_view
+    from shale.objstore import open_bucket
+
+    config = get_config(ctx)
+    if tenant is None:
+        rows = open_index_view(config).erasures(erasure)
+        if not rows:
+            raise NotFoundError(f"no erasure {erasure}")
+        tenant = str(rows[0]["tenant"])
+    bucket = open_bucket(config.bucket)
+    try:
+        receipt = json.loads(bucket.get(erasure_receipt_key(tenant, erasure)))
+    except NotFoundError:
+        raise NotFoundError(f"erasure {erasure} of tenant {tenant} has no receipt yet (`shale erase status "
+                            f"{erasure} --receipt` writes it)") from None
+    scan = audit_scan(bucket, receipt)
+    summary = scan.summary() | {"erasure": erasure, "tenant": tenant, "key_sha256": receipt["key_sha256"],
+                                "found": [f.to_dict() for f in scan.leftovers], "unreadable_objects": scan.unreadable}
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        click.echo(f"erasure {erasure}: searched {scan.objects_read} of {scan.objects} objects "
+                   f"({scan.bytes} bytes) under {', '.join(scan.prefixes)}; read {scan.bytes_read} bytes")
+        for f in scan.leftovers:
+            click.echo(f"  LEFT {f.object} ({f.kind}{', ' + f.state if f.state else ''}): a record at "
+                       f"{f.topic}[{f.partition}]@{f.offset}, by its {f.why}")
+        for key in scan.unreadable:
+            click.echo(f"  UNREADABLE {key}: cannot be shown free of the key")
+        click.echo("nothing left" if not (scan.leftovers or scan.unreadable) else
+                   f"{len(scan.leftovers)} records left, {len(scan.unreadable)} objects unreadable")
+    if scan.leftovers or scan.unreadable:
+        sys.exit(1)
 
 
 def report_text(report: ErasureReport) -> str:

@@ -2,8 +2,10 @@
 
 from shale.erase.api import ErasureReport, ErasureRequest, check_delete_delay, column_request, erase, erasure_status
 from shale.erase.column import ColumnValueError
+from shale.erase.leftover import Leftover, LeftoverScan, Needle, audit, scan_leftovers
 from shale.erase.receipt import ReceiptNotReadyError, write_receipt
 from shale.erase.scan import Match, find_matches
 
-__all__ = ["ColumnValueError", "ErasureReport", "ErasureRequest", "Match", "ReceiptNotReadyError", "check_delete_delay",
-           "column_request", "erase", "erasure_status", "find_matches", "write_receipt"]
+__all__ = ["ColumnValueError", "ErasureReport", "ErasureRequest", "Leftover", "LeftoverScan", "Match", "Needle",
+           "ReceiptNotReadyError", "audit", "check_delete_delay", "column_request", "erase", "erasure_status",
+           "find_matches", "scan_leftovers", "write_receipt"]

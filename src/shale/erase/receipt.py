@@ -5,9 +5,13 @@ maintenance deletes them after the delete delay, which protects readers still re
 when, tenant, topics, the key's SHA-256, the high watermarks), each block rewritten (old and new ids, the new data
 objects' SHA-256, the records removed), each replaced block's objects confirmed gone, and a final scan: every live
 backup block of the erasure's topics read for the key (by its SHA-256) and every live block of either group whose
-ranges hold an erased position read at those positions, all finding nothing. It also names what Shale cannot
-reach. The object is written put-if-absent under ``<tenant>/erasures/<id>/receipt.json``; then
-``RecordErasureReceipt`` marks the erasure ``done``.
+ranges hold an erased position read at those positions, all finding nothing; then the leftover scan
+(``shale.erase.leftover``): every object under the tenant's prefixes, whatever the index says, read for the key or
+the positions. What it finds in restore dead letters and quarantined blocks the erasure erases itself
+(``shale.erase.outside``, named in ``<tenant>/erasures/<id>/outside.json`` first); anything else makes the receipt
+wait (a block the leader will delete) or refuse. It also names what was searched and what Shale cannot reach. The
+object is written put-if-absent under ``<tenant>/erasures/<id>/receipt.json``; then ``RecordErasureReceipt`` marks
+the erasure ``done``.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from shale.block import META_FILENAME, BlockMeta, check_file_name, erasure_recei
 from shale.compactor import erased_rows
 from shale.config import KafkaConfig
 from shale.erase.column import column_values, matching
+from shale.erase.leftover import Leftover, LeftoverScan, Needle, scan_leftovers
+from shale.erase.outside import erasable, erase_outside
 from shale.erase.scan import column_datasets, holds, read_rows
 from shale.errors import ConflictError, NotFoundError, ShaleError
 from shale.metastore import Commands, ErasureReads, RecordErasureReceipt, RestoreReads, TenantBlocks, Watermarks
@@ -195,6 +201,10 @@ def write_receipt(metastore: ReceiptMetastore, bucket: Bucket, erasure: str, *,
     if found:
         raise ShaleError(f"erasure {erasure}: the final scan found {len(found)} records still stored: "
                          f"{found[:5]}; no receipt is written")
+    needle = Needle.of(row)
+    leftovers = scan_leftovers(bucket, tenant, needle, indexed={b.id for b in live})
+    check_leftovers(erasure, leftovers)
+    outside = _erase_outside(bucket, erasure, key, needle, leftovers.leftovers)
     seen = sorted({t for t, _, _, _ in positions} | set(topics))
     receipt = {
         "erasure": erasure, "tenant": tenant, "topics": topics or "all", "key_sha256": row["key_sha256"],
@@ -206,6 +216,7 @@ def write_receipt(metastore: ReceiptMetastore, bucket: Bucket, erasure: str, *,
         "final_scan": {"blocks": len(scan.blocks), "block_ids": scan.blocks, "rows_read": scan.rows_read,
                        "iceberg_files": tables["files_read"] if tables else 0,
                        "iceberg_rows_read": tables["rows_read"] if tables else 0, "matches": 0},
+        "leftover_scan": leftovers.summary() | {"erased_outside_index": outside},
         "iceberg": {"tables": tables["tables"]} if tables else "not checked (Iceberg is not enabled)",
         "not_reachable": {
             "kafka": kafka_retention(kafka, seen, row["requested_at"]) if kafka is not None else
@@ -224,6 +235,65 @@ def write_receipt(metastore: ReceiptMetastore, bucket: Bucket, erasure: str, *,
         bucket.put_if_absent(key, json.dumps(receipt, indent=1, sort_keys=True).encode())
     metastore.submit(RecordErasureReceipt(id=erasure, key=key)).raise_for_rejection()
     return dict(json.loads(bucket.get(key)))
+
+
+WHAT_NEXT = {
+    "marked": "marked for deletion: the metastore leader deletes them after the delete delay",
+    "unindexed": "not in the index and not marked yet (tombstoned shortly before, or an orphan of a lost lease or "
+                 "a refused dead letter commit): the leader marks and deletes them (a tombstoned block once "
+                 "block.sync_delay old, an orphan after its bucket scan), unless a commit in _shale/dlq-rejected/ "
+                 "holds one (replay it, after which the erasure rewrites the block, or acknowledge the loss with "
+                 "`shale offsets acknowledge-loss`)",
+    "iceberg-copy": "in Iceberg copies: the publisher's copy sweep deletes them once no snapshot names them",
+    "indexed": "in a block the index serves: run the same `shale erase` again",
+    "stray": "where Shale's layout names none (copied there by hand, or by another writer): delete them or move "
+             "them out of the tenant's prefixes",
+}
+
+
+def check_leftovers(erasure: str, scan: LeftoverScan) -> None:
+    """Nothing left that the erasure does not erase itself (``shale.erase.outside``), or why not: a
+    ``ReceiptNotReadyError`` while every leftover will be deleted in time, a ``ShaleError`` otherwise. Names the
+    objects, never the key."""
+    if scan.unreadable:
+        raise ShaleError(f"erasure {erasure}: {len(scan.unreadable)} objects under the tenant's prefixes cannot be "
+                         "read, so they cannot be shown free of the key (`shale bucket verify`, then repair or "
+                         f"delete them): {', '.join(scan.unreadable[:10])}; no receipt is written")
+    left = [f for f in scan.leftovers if not erasable(f)]
+    if not left:
+        return
+    groups: dict[str, set[str]] = {}
+    for f in left:
+        groups.setdefault(f.kind if f.kind in ("iceberg-copy", "stray") else f.state, set()).add(f.object)
+    said = "; ".join(f"{len(objects)} objects {WHAT_NEXT[why]}: {', '.join(sorted(objects)[:5])}"
+                     for why, objects in sorted(groups.items()))
+    error = ReceiptNotReadyError if set(groups) <= {"marked", "unindexed", "iceberg-copy"} else ShaleError
+    raise error(f"erasure {erasure}: the leftover scan found {len(left)} records of the erasure in the bucket "
+                f"outside the index's live blocks; {said}")
+
+
+def _erase_outside(bucket: Bucket, erasure: str, receipt_key: str, needle: Needle,
+                   leftovers: list[Leftover]) -> list[dict[str, Any]]:
+    """Erase the dead letters and quarantined objects holding records of the erasure (``erase_outside``), named
+    first in ``<tenant>/erasures/<id>/outside.json`` so that a receipt written after a crash still names them."""
+    journal = receipt_key.removesuffix("receipt.json") + "outside.json"
+    try:
+        named: list[dict[str, Any]] = json.loads(bucket.get(journal))
+    except NotFoundError:
+        named = []
+    known = {n["object"] for n in named}
+    planned = [{"object": f.object, "kind": f.kind, "block": f.block, "state": f.state}
+               for f in leftovers if erasable(f) and f.object not in known]
+    if planned:
+        named += list({p["object"]: p for p in planned}.values())
+        bucket.put(journal, json.dumps(named, indent=1, sort_keys=True).encode())
+    done = {d["object"]: d for d in erase_outside(bucket, erasure, needle, leftovers)}
+    out = [n | done.get(n["object"], {}) for n in named]
+    for entry in out:
+        if "sha256_after" not in entry:  # erased by an attempt that stopped before its receipt: as it is now
+            with contextlib.suppress(NotFoundError):
+                entry["sha256_after"] = _sha256(bucket.get(entry["object"]))
+    return out
 
 
 def _alive(bucket: Bucket, prefix: str) -> bool:

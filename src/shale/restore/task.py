@@ -356,8 +356,11 @@ def _dead_letter(bucket_config: BucketConfig, work: PartitionWork, block: str, o
         return None if data is None else base64.b64encode(data).decode()
 
     key_name = restore_dead_letter_key(work.tenant, work.job, work.partition, offset)
-    body = {"job": work.job, "topic": work.topic, "target_topic": work.target_topic, "partition": work.partition,
-            "offset": offset, "block": block, "size": size, "max_message_bytes": work.max_message_bytes,
+    # The source position in full (its incarnation too): an erasure decides by it whether the record is one of
+    # its own (shale.erase.leftover), and deletes it (shale.erase.outside).
+    body = {"job": work.job, "topic": work.topic, "incarnation": work.incarnation, "target_topic": work.target_topic,
+            "partition": work.partition, "offset": offset, "block": block, "size": size,
+            "max_message_bytes": work.max_message_bytes,
             "reason": "larger than the target topic's max.message.bytes", "timestamp_ms": timestamp_us // 1000,
             "key": b64(key), "value": b64(value), "headers": [[name, b64(data)] for name, data in headers]}
     task_bucket(bucket_config).put(key_name, json.dumps(body).encode())

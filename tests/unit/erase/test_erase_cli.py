@@ -3,6 +3,7 @@ to the first, and ``shale erase status``."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import json
@@ -93,3 +94,68 @@ def test_key_stdin_drops_exactly_one_trailing_newline(key: bytes, newline: bool)
     given = key + (b"\n" if newline else b"")
     with mock.patch.object(sys, "stdin", io.TextIOWrapper(io.BytesIO(given))):
         assert _key(None, None, None, True) == key
+
+
+def test_an_auditor_runs_the_leftover_scan_again_against_a_receipt(tmp_path: Path) -> None:
+    """``shale erase audit ID``: no key, no metastore; exit 1 naming the object that holds a record of the erasure,
+    never the key."""
+    from shale.block import erasure_receipt_key, restore_dead_letter_key
+
+    config = load_config(env={}, overrides=[s for s in _sets(tmp_path) if s != "--set"])
+    store = open_bucket(config.bucket)
+    _block(store, "backup", "app", 0, 0, 20)  # the key at offsets 3, 10 and 17: produced after the request
+    erasure = "0123456789abcdef"
+    store.put(erasure_receipt_key("acme", erasure), json.dumps({
+        "erasure": erasure, "tenant": "acme", "key_sha256": hashlib.sha256(ERASED).hexdigest(), "matched_by": "key",
+        "topics": ["app"], "watermarks": [{"topic": "app", "partition": 0, "end": 3}], "positions": []}).encode())
+    audit = [*_sets(tmp_path), "erase", "audit", erasure, "--tenant", "acme"]
+    clean = CliRunner().invoke(cli, audit)
+    assert clean.exit_code == 0, clean.output
+    assert "nothing left" in clean.output
+    letter = restore_dead_letter_key("acme", "r1", 0, 2)
+    store.put(letter, json.dumps({"topic": "app", "partition": 0, "offset": 2, "key": base64.b64encode(ERASED)
+                                  .decode(), "value": None}).encode())
+    found = CliRunner().invoke(cli, audit)
+    assert found.exit_code == 1, found.output
+    assert f"LEFT {letter} (restore-dead-letter)" in found.output
+    assert ERASED.decode() not in found.output
+    as_json = CliRunner().invoke(cli, [*audit, "--json"])
+    assert as_json.exit_code == 1
+    assert [f["object"] for f in json.loads(as_json.output)["found"]] == [letter]
+
+
+def test_the_receipt_waits_with_exit_3_while_an_orphan_holds_the_key(tmp_path: Path) -> None:
+    """``shale erase status ID --receipt``: exit 3 and the orphan's object named (never the key) while a block
+    the index does not know holds a record of the erasure; the receipt once it is gone."""
+    from tests.unit.compactor.test_worker import ThreadRunner
+
+    from shale.compactor.worker import CompactionWorker
+    from shale.config import RetentionConfig
+    from shale.metastore import MetastoreService
+    from shale.metastore.maintenance import Maintenance
+
+    config = load_config(env={}, overrides=[s for s in _sets(tmp_path) if s != "--set"])
+    store = open_bucket(config.bucket)
+    service = open_metastore(config)
+    assert isinstance(service, MetastoreService)
+    service.submit(AddBlocks(blocks=[_block(store, "backup", "app", 0, 0, 20)]))
+    done = CliRunner().invoke(cli, [*_sets(tmp_path), "erase", "--tenant", "acme", "--topic", "app", "--no-kafka",
+                                    "--key", ERASED.decode(), "--yes", "--json"])
+    assert done.exit_code == 0, done.output
+    erasure = json.loads(done.output)["id"]
+    CompactionWorker(service, config.bucket, None, slots=4, poll_interval=0.01,
+                     runner=ThreadRunner(config.bucket)).run(until_idle=True)
+    Maintenance(service, store, RetentionConfig(), delete_delay=0, is_leader=lambda: True, term=lambda: 1,
+                sync_delay=0).collect_tombstones()
+    orphan = _block(store, "backup", "app", 0, 0, 20, generation=5)  # a lost lease's output
+    receipt = [*_sets(tmp_path), "erase", "status", erasure, "--receipt"]
+    waiting = CliRunner().invoke(cli, receipt)
+    assert waiting.exit_code == 3, waiting.output
+    assert "no receipt yet" in waiting.output
+    assert f"group=backup/tenant=acme/{orphan.id}/" in waiting.output
+    assert ERASED.decode() not in waiting.output
+    for item in list(store.list(f"group=backup/tenant=acme/{orphan.id}/")):
+        store.delete(item.key)
+    written = CliRunner().invoke(cli, receipt)
+    assert written.exit_code == 0, written.output
+    assert json.loads(written.output)["leftover_scan"]["leftovers"] == 0
