@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from shale.config import BucketConfig, ShaleConfig, spark_redaction_regex
+from shale.config import BucketConfig, ShaleConfig
 from shale.errors import ConfigError
 from shale.failpoints import failpoint
 from shale.objstore import local_path
@@ -136,7 +136,10 @@ def spark_catalog_conf(config: ShaleConfig, name: str | None = None) -> dict[str
     """Spark configuration of Iceberg's own ``SparkCatalog`` over the same catalog (JDBC, or REST with the same
     credential) and bucket (S3FileIO),
     credentials included: pass it as Spark conf (``SparkSession.builder.config``), never on a command line. The
-    jars are ``shale.dev.fetch.iceberg_jars()``."""
+    jars are ``shale.dev.fetch.iceberg_jars()``. Every key is a runtime setting (``spark.conf.set`` on a running
+    session works too). Spark's default redaction misses the catalog's credential and headers: build the session
+    with ``spark.redaction.regex`` set to ``shale.config.spark_redaction_regex()`` (a static setting, so it is not
+    among these keys: a running session refuses it), as Shale's own sessions do (``shale.spark.session_conf``)."""
     name = name or config.iceberg.catalog_name
     prefix = f"spark.sql.catalog.{name}"
     # Every query sees the latest snapshot (Iceberg caches a loaded table for 30 s by default).
@@ -158,9 +161,6 @@ def spark_catalog_conf(config: ShaleConfig, name: str | None = None) -> dict[str
         if bucket.access_key_id:
             conf[f"{prefix}.s3.access-key-id"] = bucket.access_key_id
             conf[f"{prefix}.s3.secret-access-key"] = bucket.secret_access_key.get_secret_value()
-    # Spark's default redaction misses the catalog's credential and headers: a session built with this conf shows
-    # none of them in its UI or event log (Shale's own sessions set the same regex, shale.spark.session_conf).
-    conf["spark.redaction.regex"] = spark_redaction_regex()
     return conf
 
 

@@ -25,7 +25,7 @@ from pydantic import BaseModel, SecretStr
 
 from shale import logs
 from shale.cli import cli
-from shale.config import ShaleConfig, load_config, looks_secret, secret_values
+from shale.config import ShaleConfig, load_config, looks_secret, secret_values, spark_redaction_regex
 from shale.iceberg import spark_catalog_conf
 from shale.iceberg.catalog import rest_properties
 from shale.spark import session_conf
@@ -144,7 +144,7 @@ def _check(tmp_path: Path, path: str, key: str | None, value: str) -> None:
     # Spark: every setting holding the value is named by the redaction regex (UI, REST API, event log) and kept
     # off the JVM's command line (shale.spark passes secret-looking keys through a 0600 properties file).
     for conf in (session_conf(config.spark, kafka=False), spark_catalog_conf(config)):
-        regex = re.compile(conf["spark.redaction.regex"])
+        regex = re.compile(conf.get("spark.redaction.regex", spark_redaction_regex()))
         carrying = [k for k, v in conf.items() if value in v]
         assert [k for k in carrying if not (regex.search(k) and looks_secret(k))] == [], (path, key)
 
