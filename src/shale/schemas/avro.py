@@ -7,7 +7,8 @@ Avro                                       Arrow
 =========================================  ==========================================================
 null, boolean, int, long, float, double    null, bool, int32, int64, float32, float64
 string, bytes, fixed                       string, binary, binary
-record                                     struct (one field per Avro field, same order)
+record                                     struct (one field per Avro field, same order); a record with
+                                           no fields inside another: ``EMPTY_RECORD`` (``schemas.empty``)
 array, map                                 list, map<string, _>
 enum                                       string (the symbol)
 union [null, T] (either order)             T, nullable
@@ -58,6 +59,7 @@ from shale.schemas.avroresolution import (
     valid_decimal,
     without_invalid_decimals,
 )
+from shale.schemas.empty import EMPTY_RECORD, EMPTY_RECORD_VALUE
 
 __all__ = ["MAX_DECIMAL_DIGITS", "PRIMITIVES", "ConversionError", "Decoder", "SchemaError", "aliases", "arrow_type",
            "fingerprint", "full_name", "parse"]
@@ -196,6 +198,8 @@ class _Walker:
             if convert is not None:
                 converters[str(f["name"])] = convert
         self.open.discard(full)
+        if not fields:  # Parquet cannot write a struct without children: the marker stands for the empty record
+            return EMPTY_RECORD, _empty_record
         if not converters:
             return pa.struct(fields), None
 
@@ -256,6 +260,10 @@ class _Walker:
                     return out
             raise SchemaError(f"no branch of the union holds a {type(value).__name__}")
         return struct, union
+
+
+def _empty_record(value: Any) -> dict[str, bool]:
+    return EMPTY_RECORD_VALUE
 
 
 def _each(convert: Converter) -> Converter:
@@ -351,7 +359,10 @@ def _compile(schema: Any, resolving: bool = False) -> tuple[pa.DataType, Convert
     """``_Walker.compile``, every failure a ``SchemaError``: a schema the registry accepted must quarantine its
     records with the reason, never fail the task (which would stall the group)."""
     try:
-        return _Walker(resolving).compile(without_invalid_decimals(schema))
+        arrow, convert = _Walker(resolving).compile(without_invalid_decimals(schema))
+        if arrow == EMPTY_RECORD:  # a top-level record with no fields: a value with no columns, nothing to mark
+            return pa.struct([]), lambda value: {}
+        return arrow, convert
     except SchemaError:
         raise
     except (KeyError, ValueError, TypeError, IndexError, AttributeError, pa.ArrowException) as exc:

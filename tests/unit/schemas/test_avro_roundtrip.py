@@ -25,8 +25,8 @@ from shale.block import read_dataset
 from shale.config import BucketConfig, IngestConfig, ParserRule, SchemaRegistryConfig
 from shale.encoder.chunks import Chunk, GroupSpec, write_chunk
 from shale.objstore import open_bucket
-from shale.schemas import arrow_type, fingerprint, frame
-from shale.schemas.avro import Decoder
+from shale.schemas import EMPTY_RECORD, arrow_type, fingerprint, frame, read_type
+from shale.schemas.avro import MAX_DECIMAL_DIGITS, Decoder
 from shale.schemas.registry import RegisteredSchema, RegistryClient, RegistryUnavailableError
 
 READ_MS = BASE_MS + 7 * 86_400_000
@@ -53,12 +53,12 @@ def _name(prefix: str) -> str:
 
 @st.composite
 def decimals(draw: st.DrawFn) -> dict[str, Any]:
-    precision = draw(st.integers(1, 38))
+    precision = draw(st.integers(1, 38) | st.integers(39, MAX_DECIMAL_DIGITS))  # the widest too: decimal256
     scale = draw(st.integers(0, precision))
     if draw(st.booleans()):
         return {"type": "bytes", "logicalType": "decimal", "precision": precision, "scale": scale}
-    return {"type": "fixed", "name": _name("D"), "size": 16, "logicalType": "decimal", "precision": precision,
-            "scale": scale}
+    return {"type": "fixed", "name": _name("D"), "size": 16 if precision <= 38 else 32, "logicalType": "decimal",
+            "precision": precision, "scale": scale}
 
 
 def enums() -> st.SearchStrategy[dict[str, Any]]:
@@ -69,8 +69,9 @@ LEAVES = (st.sampled_from(PRIMITIVES) | st.sampled_from(LOGICAL) | decimals() | 
           | st.integers(1, 8).map(lambda n: {"type": "fixed", "name": _name("F"), "size": n}))
 
 
-def records(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
-    return st.lists(inner, min_size=1, max_size=3).map(lambda types: {
+def records(inner: st.SearchStrategy[Any], min_size: int = 0) -> st.SearchStrategy[dict[str, Any]]:
+    """Records of up to three fields; with none (valid, and a registry accepts it) unless ``min_size``."""
+    return st.lists(inner, min_size=min_size, max_size=3).map(lambda types: {
         "type": "record", "name": _name("R"), "fields": [{"name": f"f{i}", "type": t} for i, t in enumerate(types)]})
 
 
@@ -114,7 +115,9 @@ def _extend(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
 
 
 TYPES = st.recursive(LEAVES, _extend, max_leaves=6)
-SCHEMAS = records(TYPES)
+SCHEMAS = records(TYPES | st.just("null"), min_size=1)
+"""Top-level records; a field of type null only there: Arrow 26 cannot cast a list or map holding a null column to
+its own type (the cast leaves the child one value short), which ingest does (a known limit, docs/design/schemas.md)."""
 
 # --- data ----------------------------------------------------------------------------------------------------------
 
@@ -290,7 +293,40 @@ def _roundtrip(schema: Any, datum: Any) -> None:
     for field in schema["fields"]:
         name = field["name"]
         assert stored.schema.field(name).type == declared.field(name).type
-        assert stored.column(name).to_pylist() == [expected(field["type"], datum[name])]
+        # As readers return it: an empty record, stored with a marker (shale.schemas.empty), is the writer's {}.
+        column = stored.column(name).cast(read_type(declared.field(name).type))
+        assert column.to_pylist() == [expected(field["type"], datum[name])]
+
+
+EMPTY: dict[str, Any] = {"type": "record", "name": "Nothing", "fields": []}
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    (EMPTY, {}),
+    (["null", EMPTY], None),
+    (["null", EMPTY], {}),
+    ({"type": "array", "items": EMPTY}, [{}, {}]),
+    ({"type": "map", "values": EMPTY}, {"k": {}}),
+    (["string", EMPTY, "long"], ("Nothing", {})),
+    ({"type": "record", "name": "Outer", "fields": [{"name": "inner", "type": EMPTY}, {"name": "n", "type": "int"}]},
+     {"inner": {}, "n": 3}),
+])
+def test_a_record_with_no_fields_is_stored_and_read_back_as_an_empty_record(field: Any, value: Any) -> None:
+    """Parquet cannot write a struct without children: before the marker, every block holding one failed, and the
+    batch with it, for ever."""
+    schema = {"type": "record", "name": _name("R"),
+              "fields": [{"name": "e", "type": field}, {"name": "n", "type": "long"}]}
+    _roundtrip(schema, {"e": value, "n": 1})
+    assert str(EMPTY_RECORD) in str(arrow_type(schema))  # stored with its marker
+
+
+def test_a_top_level_record_with_no_fields_has_no_columns() -> None:
+    schema = {"type": "record", "name": _name("R"), "fields": []}
+    assert arrow_type(schema) == pa.struct([])
+    stored, reasons = _store([frame(_register(schema), _encode(schema, {}))])
+    assert reasons == []
+    assert stored is not None
+    assert stored.num_rows == 1
 
 
 @given(st.data())
