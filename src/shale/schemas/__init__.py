@@ -6,7 +6,7 @@ import typing as _typing
 
 from shale.exports import lazy_exports as _lazy_exports
 from shale.schemas.avro import Decoder, SchemaError, arrow_type, fingerprint
-from shale.schemas.empty import EMPTY_RECORD, EMPTY_RECORD_FIELD, read_type
+from shale.schemas.empty import EMPTY_RECORD, EMPTY_RECORD_FIELD, parquet_type, read_type
 from shale.schemas.registry import (
     KnownSchemas,
     RegisteredSchema,
@@ -45,6 +45,7 @@ __all__ = [
     "frame",
     "id_counts",
     "message_indexes",
+    "parquet_type",
     "payload",
     "read_type",
     "schema_id",

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.avro_values import TENANT, store, writer_rows
@@ -20,6 +21,7 @@ from shale.config import BucketConfig
 from shale.metastore import MetastoreService, SingleNodeLog, StateMachine
 from shale.objstore import open_bucket
 from shale.query import Query, run_query
+from shale.schemas import read_type
 
 EMPTY: dict[str, Any] = {"type": "record", "name": "Nothing", "fields": []}
 WIDE = {"type": "bytes", "logicalType": "decimal", "precision": 76, "scale": 10}
@@ -79,3 +81,13 @@ def test_any_avro_datum_comes_back_from_a_query_as_the_writer_wrote_it(tmp_path:
     table = read(service, bucket, store(service, bucket, schema, datums))
     names = [f["name"] for f in schema["fields"]]
     assert table.select(names).to_pylist() == writer_rows(schema, datums)
+
+
+def test_shale_query_writes_an_empty_record_to_parquet_with_its_marker(tmp_path: Path) -> None:
+    from shale.query.output import write_parquet
+    schema = pa.schema([pa.field("n", pa.int64()), pa.field("e", pa.list_(pa.struct([])))])
+    batch = pa.RecordBatch.from_pylist([{"n": 1, "e": [{}]}, {"n": 2, "e": None}], schema=schema)
+    write_parquet(schema, iter([batch]), str(tmp_path / "out.parquet"))  # was: "Cannot write struct type"
+    back = pq.read_table(tmp_path / "out.parquet")
+    assert back.column("n").to_pylist() == [1, 2]
+    assert back.column("e").cast(read_type(back.schema.field("e").type)).to_pylist() == [[{}], None]
