@@ -1,6 +1,6 @@
-"""Avro records stored as the partition group stores them (the registry answered from its per-process cache), and
-the values every reader must give back: the writer's (``tests/unit/schemas/test_avro_roundtrip.py`` says what
-fastavro's datum reads back as), in each reader's types."""
+"""Avro records (and JSON Schema documents) stored as the partition group stores them (the registry answered from
+its per-process cache), and the values every reader must give back: the writer's
+(``tests/unit/schemas/test_avro_roundtrip.py`` says what fastavro's datum reads back as), in each reader's types."""
 
 from __future__ import annotations
 
@@ -27,12 +27,24 @@ _topics = itertools.count()
 
 def store(service: MetastoreService, bucket: BucketConfig, schema: dict[str, Any], datums: list[Any]) -> str:
     """``datums`` of ``schema`` written and committed as one chunk of a new topic, whose name is returned."""
-    topic = f"avro{next(_topics)}"
     sid = _register(schema)
-    values = [frame(sid, _encode(schema, d)) for d in datums]
+    return _store_values(service, bucket, "avro", [frame(sid, _encode(schema, d)) for d in datums])
+
+
+def store_json_schema(service: MetastoreService, bucket: BucketConfig, schema: dict[str, Any],
+                      documents: list[Any]) -> str:
+    """As ``store``, for JSON documents of a JSON Schema (the ``json_schema`` parser)."""
+    from tests.unit.schemas.test_jsonschema_roundtrip import _framed
+    from tests.unit.schemas.test_jsonschema_roundtrip import _register as register_json_schema
+    sid = register_json_schema(schema)
+    return _store_values(service, bucket, "json_schema", [_framed(sid, d) for d in documents])
+
+
+def _store_values(service: MetastoreService, bucket: BucketConfig, parser: str, values: list[bytes]) -> str:
+    topic = f"typed{next(_topics)}"
     table = backup_table(topic, 0, 0, len(values))
     table = table.set_column(table.schema.get_field_index("value"), "value", pa.array(values, pa.binary()))
-    spec = GroupSpec("partition", 1, bucket, IngestConfig(parsers=[ParserRule(parser="avro")],
+    spec = GroupSpec("partition", 1, bucket, IngestConfig(parsers=[ParserRule(parser=parser)],
                                                           schema_registry=REGISTRY))
     written = write_chunk(spec, open_bucket(bucket), table, Chunk(topic, 0, "", 0, len(values), BASE_MS + 86_400_000))
     commit(service, written.blocks)
