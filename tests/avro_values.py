@@ -1,5 +1,5 @@
-"""Avro records (and JSON Schema documents) stored as the partition group stores them (the registry answered from
-its per-process cache), and the values every reader must give back: the writer's
+"""Avro records (and JSON Schema documents, Protobuf messages) stored as the partition group stores them (the
+registry answered from its per-process cache), and the values every reader must give back: the writer's
 (``tests/unit/schemas/test_avro_roundtrip.py`` says what fastavro's datum reads back as), in each reader's types."""
 
 from __future__ import annotations
@@ -38,6 +38,14 @@ def store_json_schema(service: MetastoreService, bucket: BucketConfig, schema: d
     from tests.unit.schemas.test_jsonschema_roundtrip import _register as register_json_schema
     sid = register_json_schema(schema)
     return _store_values(service, bucket, "json_schema", [_framed(sid, d) for d in documents])
+
+
+def store_protobuf(service: MetastoreService, bucket: BucketConfig, file_b64: str, messages: list[Any]) -> str:
+    """As ``store``, for Protobuf messages of one file (its first message; the ``protobuf`` parser)."""
+    from tests.unit.schemas.test_protobuf_roundtrip import _framed
+    from tests.unit.schemas.test_protobuf_roundtrip import _register as register_protobuf
+    sid = register_protobuf(file_b64)
+    return _store_values(service, bucket, "protobuf", [_framed(sid, m) for m in messages])
 
 
 def _store_values(service: MetastoreService, bucket: BucketConfig, parser: str, values: list[bytes]) -> str:

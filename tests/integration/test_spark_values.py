@@ -3,14 +3,14 @@ a zone-less timestamp (Avro ``local-timestamp-*``) is a ``timestamp_ntz`` showin
 its microseconds since midnight (Spark 4.0 has no time type), a decimal of more than 38 digits its exact text, a null
 column ``void``, an empty record ``struct<>``. Hypothesis properties hold ``shale.read`` and
 ``spark.read.format("shale")`` to the writer's values over generated Avro schemas (logical types, nulls, empty
-records, the widest decimals) and JSON Schema documents: ``SHALE_SPARK_VALUES_EXAMPLES`` examples each (5 in
-``make test``; the long profile, 200 Avro examples in 7 minutes on 2 shared cores, is
+records, the widest decimals), JSON Schema documents and Protobuf messages: ``SHALE_SPARK_VALUES_EXAMPLES``
+examples each (5 in ``make test``; the long profile, 200 Avro examples in 7 minutes on 2 shared cores, is
 ``SHALE_SPARK_VALUES_EXAMPLES=200 pytest tests/integration/test_spark_values.py``)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +18,26 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.avro_values import TENANT, canonical, config_file, store, store_json_schema, writer_rows
+from tests.avro_values import (
+    TENANT,
+    canonical,
+    config_file,
+    store,
+    store_json_schema,
+    store_protobuf,
+    writer_rows,
+)
 from tests.factories import BASE_MS
 from tests.unit.query.test_avro_values import EVERY_KIND, EVERY_KIND_DATA
 from tests.unit.schemas.test_avro_roundtrip import SCHEMAS, data
 from tests.unit.schemas.test_jsonschema_roundtrip import ROOTS
 from tests.unit.schemas.test_jsonschema_roundtrip import values as json_values
+from tests.unit.schemas.test_protobuf_roundtrip import Built, message_specs
+from tests.unit.schemas.test_protobuf_roundtrip import _b64 as as_b64
+from tests.unit.schemas.test_protobuf_roundtrip import _declared as declared
+from tests.unit.schemas.test_protobuf_roundtrip import _set as set_fields
+from tests.unit.schemas.test_protobuf_roundtrip import _unordered as unordered
+from tests.unit.schemas.test_protobuf_roundtrip import values as proto_values
 
 import shale
 from shale.config import BucketConfig, ShaleConfig
@@ -65,15 +79,16 @@ def _same_values(schema: dict[str, Any], datums: list[Any], file: Path, spark: A
     _readers_give(types, writer_rows(schema, datums), file, spark, topic)
 
 
-def _readers_give(types: dict[str, pa.DataType], rows: list[dict[str, Any]], file: Path, spark: Any,
-                  topic: str) -> None:
+def _readers_give(types: dict[str, pa.DataType], rows: list[dict[str, Any]], file: Path, spark: Any, topic: str,
+                  same: Callable[[Any], Any] = lambda rows: rows) -> None:
+    """``shale.read`` and Spark give ``rows`` (each side put through ``same``: Protobuf maps have no order)."""
     names = list(types)
-    wanted = [{n: canonical(types[n], row[n]) for n in names} for row in rows]
+    wanted = same([{n: canonical(types[n], row[n]) for n in names} for row in rows])
     read = shale.read(file, tenant=TENANT, selector=f'{{topic="{topic}"}}', start=BASE_MS - 1,
                       end=BASE_MS + 3_600_000).sort_by("offset")
-    assert [{n: canonical(types[n], row[n]) for n in names} for row in read.select(names).to_pylist()] == wanted
+    assert same([{n: canonical(types[n], row[n]) for n in names} for row in read.select(names).to_pylist()]) == wanted
     sparked = _frame(spark, file, topic).orderBy("offset").select(*(f"`{n}`" for n in names)).toArrow()
-    assert [{n: canonical(types[n], row[n]) for n in names} for row in sparked.to_pylist()] == wanted
+    assert same([{n: canonical(types[n], row[n]) for n in names} for row in sparked.to_pylist()]) == wanted
 
 
 def test_every_kind_of_avro_value_keeps_its_meaning_in_a_session_outside_utc(world, outside_utc) -> None:
@@ -117,6 +132,23 @@ def test_json_schema_documents_too(world, outside_utc, draw: st.DataObject) -> N
     pairs = draw.draw(st.lists(json_values(schema), min_size=1, max_size=3))
     topic = store_json_schema(service, bucket, schema, [document for document, _ in pairs])
     _readers_give({f.name: f.type for f in arrow}, [want for _, want in pairs], file, outside_utc, topic)
+
+
+@settings(max_examples=EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(st.data())
+def test_protobuf_messages_too(world, outside_utc, draw: st.DataObject) -> None:
+    service, bucket, file = world
+    spec = draw.draw(message_specs())
+    built = Built(spec)
+    pairs = [draw.draw(proto_values(spec)) for _ in range(draw.draw(st.integers(1, 3)))]
+    messages = []
+    for sets, _ in pairs:
+        message = built.message_class()()
+        set_fields(message, sets)
+        messages.append(message)
+    topic = store_protobuf(service, bucket, as_b64(built.file), messages)
+    _readers_give(declared(spec), [want for _, want in pairs], file, outside_utc, topic, same=unordered)
 
 
 def test_a_column_name_spark_would_misread_is_quoted() -> None:
