@@ -7,6 +7,7 @@ Avro                                       Arrow
 =========================================  ==========================================================
 null, boolean, int, long, float, double    null, bool, int32, int64, float32, float64
 string, bytes, fixed                       string, binary, binary
+null inside an array or a map              bool, always null (Arrow 26 cannot cast a list of null)
 record                                     struct (one field per Avro field, same order); a record with
                                            no fields inside another: ``EMPTY_RECORD`` (``schemas.empty``)
 array, map                                 list, map<string, _>
@@ -174,10 +175,10 @@ class _Walker:
             return pa.binary(), None
         if kind == "array":
             item_type, item = self.compile(schema["items"], namespace)
-            return pa.list_(item_type), None if item is None else _each(item)
+            return pa.list_(without_null_type(item_type)), None if item is None else _each(item)
         if kind == "map":
             value_type, value = self.compile(schema["values"], namespace)
-            return pa.map_(pa.string(), value_type), _entries(value or _identity)
+            return pa.map_(pa.string(), without_null_type(value_type)), _entries(value or _identity)
         if isinstance(kind, dict | list | str):
             return self.compile(kind, namespace)
         raise SchemaError(f"not an Avro schema: {schema!r}")
@@ -260,6 +261,21 @@ class _Walker:
                     return out
             raise SchemaError(f"no branch of the union holds a {type(value).__name__}")
         return struct, union
+
+
+def without_null_type(t: pa.DataType) -> pa.DataType:
+    """``t`` with every ``null`` type inside it an always-null boolean: Arrow 26 cannot cast a list or map holding a
+    null-typed column to its own type (the cast leaves the child one value short), and ingest and queries cast each
+    column; the values, all null, are the same."""
+    if pa.types.is_null(t):
+        return pa.bool_()
+    if pa.types.is_struct(t):
+        return pa.struct([t.field(i).with_type(without_null_type(t.field(i).type)) for i in range(t.num_fields)])
+    if pa.types.is_map(t):
+        return pa.map_(t.key_type, without_null_type(t.item_type))
+    if pa.types.is_list(t):
+        return pa.list_(without_null_type(t.value_type))
+    return t
 
 
 def _empty_record(value: Any) -> dict[str, bool]:

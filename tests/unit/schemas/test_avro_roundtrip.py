@@ -65,7 +65,7 @@ def enums() -> st.SearchStrategy[dict[str, Any]]:
     return st.integers(1, 4).map(lambda n: {"type": "enum", "name": _name("E"), "symbols": [f"S{i}" for i in range(n)]})
 
 
-LEAVES = (st.sampled_from(PRIMITIVES) | st.sampled_from(LOGICAL) | decimals() | enums()
+LEAVES = (st.sampled_from(PRIMITIVES) | st.sampled_from(LOGICAL) | decimals() | enums() | st.just("null")
           | st.integers(1, 8).map(lambda n: {"type": "fixed", "name": _name("F"), "size": n}))
 
 
@@ -106,7 +106,7 @@ def other_unions(draw: st.DrawFn, inner: st.SearchStrategy[Any]) -> list[Any]:
 
 
 def _extend(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
-    plain = inner.filter(lambda t: not _is_union(t))
+    plain = inner.filter(lambda t: not _is_union(t) and t != "null")
     return (records(inner)
             | inner.map(lambda t: {"type": "array", "items": t})
             | inner.map(lambda t: {"type": "map", "values": t})
@@ -115,9 +115,7 @@ def _extend(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
 
 
 TYPES = st.recursive(LEAVES, _extend, max_leaves=6)
-SCHEMAS = records(TYPES | st.just("null"), min_size=1)
-"""Top-level records; a field of type null only there: Arrow 26 cannot cast a list or map holding a null column to
-its own type (the cast leaves the child one value short), which ingest does (a known limit, docs/design/schemas.md)."""
+SCHEMAS = records(TYPES, min_size=1)
 
 # --- data ----------------------------------------------------------------------------------------------------------
 
@@ -318,6 +316,17 @@ def test_a_record_with_no_fields_is_stored_and_read_back_as_an_empty_record(fiel
               "fields": [{"name": "e", "type": field}, {"name": "n", "type": "long"}]}
     _roundtrip(schema, {"e": value, "n": 1})
     assert str(EMPTY_RECORD) in str(arrow_type(schema))  # stored with its marker
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ({"type": "array", "items": "null"}, [None, None]),  # found by the property: ingest's cast failed, for ever
+    ({"type": "map", "values": "null"}, {"a": None, "b": None}),
+    ({"type": "array", "items": {"type": "record", "name": "HasNull", "fields": [{"name": "n", "type": "null"}]}},
+     [{"n": None}, {"n": None}]),
+])
+def test_a_null_inside_an_array_or_a_map_is_stored(field: Any, value: Any) -> None:
+    schema = {"type": "record", "name": _name("R"), "fields": [{"name": "e", "type": field}]}
+    _roundtrip(schema, {"e": value})
 
 
 def test_a_top_level_record_with_no_fields_has_no_columns() -> None:
