@@ -28,13 +28,28 @@ from shale.query.times import parse_time
 
 PARTITION_BYTES = 128 * 2**20
 SPARK_TIMESTAMP = pa.timestamp("us", tz="UTC")
+SPARK_LOCAL_TIMESTAMP = pa.timestamp("us")
+SPARK_MAX_DECIMAL_DIGITS = 38
 
 
 def _spark_arrow(t: pa.DataType) -> pa.DataType:
-    """The Arrow type Spark takes for ``t``: microsecond UTC timestamps; unsigned integers, which Spark has not, as
-    the next signed type, and uint64 as decimal(20,0) (exact); nested types converted inside."""
+    """The Arrow type Spark 4.0 takes for ``t``, holding the same values with the same meaning:
+
+    * a timestamp with a zone: microseconds, UTC (Spark's ``timestamp``, an instant); one without a zone (Avro's
+      ``local-timestamp-*``): microseconds, no zone (``timestamp_ntz``, a wall-clock time that no session time zone
+      moves);
+    * a time of day (Avro's ``time-millis``/``-micros``; Spark 4.0 has no time type): microseconds since midnight,
+      ``bigint`` (as in Shale's Iceberg tables);
+    * a decimal of more than 38 digits (Spark's most): its exact text, ``string``;
+    * unsigned integers, which Spark has not, as the next signed type, uint64 as decimal(20,0);
+    * a null column (Avro ``null``): ``void``;
+    nested types converted inside."""
     if pa.types.is_timestamp(t):
-        return SPARK_TIMESTAMP
+        return SPARK_TIMESTAMP if t.tz else SPARK_LOCAL_TIMESTAMP
+    if pa.types.is_time(t):
+        return pa.int64()
+    if pa.types.is_decimal(t) and t.precision > SPARK_MAX_DECIMAL_DIGITS:
+        return pa.string()
     if pa.types.is_uint64(t):
         return pa.decimal128(20, 0)
     if pa.types.is_uint32(t):
@@ -52,6 +67,24 @@ def _spark_arrow(t: pa.DataType) -> pa.DataType:
     return t
 
 
+def _micros_of_day(t: pa.DataType) -> pa.DataType:
+    """``t`` with every time of day as time64(us): a cast to it scales milliseconds, the cast to int64 then keeps
+    the count (a direct cast of time32(ms) to int64 would keep milliseconds)."""
+    if pa.types.is_time(t):
+        return pa.time64("us")
+    if pa.types.is_map(t):
+        return pa.map_(t.key_type, _micros_of_day(t.item_type))
+    if pa.types.is_list(t):
+        return pa.list_(_micros_of_day(t.value_type))
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _micros_of_day(f.type)) for f in t])
+    return t
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
 def _spark_type(t: pa.DataType) -> str:
     t = _spark_arrow(t)
     if pa.types.is_string(t):
@@ -59,7 +92,7 @@ def _spark_type(t: pa.DataType) -> str:
     if pa.types.is_binary(t):
         return "binary"
     if pa.types.is_timestamp(t):
-        return "timestamp"
+        return "timestamp" if t.tz else "timestamp_ntz"
     if pa.types.is_int8(t):
         return "tinyint"
     if pa.types.is_int16(t):
@@ -78,22 +111,29 @@ def _spark_type(t: pa.DataType) -> str:
         return f"decimal({t.precision},{t.scale})"
     if pa.types.is_date32(t):
         return "date"
+    if pa.types.is_null(t):
+        return "void"
     if pa.types.is_map(t):
         return f"map<{_spark_type(t.key_type)},{_spark_type(t.item_type)}>"
     if pa.types.is_list(t):
         return f"array<{_spark_type(t.value_type)}>"
     if pa.types.is_struct(t):
-        return "struct<" + ",".join(f"{f.name}:{_spark_type(f.type)}" for f in t) + ">"
+        return "struct<" + ",".join(f"{_quoted(f.name)}:{_spark_type(f.type)}" for f in t) + ">"
     raise TypeError(f"no Spark type for {t}")
 
 
 def spark_ddl(schema: pa.Schema) -> str:
-    return ", ".join(f"`{f.name}` {_spark_type(f.type)}" for f in schema)
+    return ", ".join(f"{_quoted(f.name)} {_spark_type(f.type)}" for f in schema)
 
 
 def _for_spark(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """Spark's Arrow columns carry microsecond timestamps and signed integers (``_spark_arrow``)."""
-    arrays = [c if _spark_arrow(c.type) == c.type else c.cast(_spark_arrow(c.type)) for c in batch.columns]
+    """The batch in the Arrow types Spark takes (``_spark_arrow``), every value the same."""
+    arrays = []
+    for column in batch.columns:
+        wanted = _spark_arrow(column.type)
+        scaled = _micros_of_day(column.type)
+        arrays.append(column if wanted == column.type else
+                      (column if scaled == column.type else column.cast(scaled)).cast(wanted))
     return pa.RecordBatch.from_arrays(arrays, names=batch.schema.names)
 
 

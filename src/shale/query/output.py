@@ -13,6 +13,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from shale.schemas import parquet_type
+
 FORMATS = ("table", "json", "csv", "parquet")
 
 
@@ -91,6 +93,8 @@ def write_csv(schema: pa.Schema, batches: Iterator[pa.RecordBatch], out: IO[byte
 
 
 def write_parquet(schema: pa.Schema, batches: Iterator[pa.RecordBatch], path: str) -> None:
-    with pq.ParquetWriter(path, schema, compression="zstd") as writer:
+    """Parquet cannot write an empty record (``struct<>``): it goes out with its marker (``shale.schemas.empty``)."""
+    storable = pa.schema([f.with_type(parquet_type(f.type)) for f in schema])
+    with pq.ParquetWriter(path, storable, compression="zstd") as writer:
         for batch in batches:
-            writer.write_batch(batch)
+            writer.write_batch(batch if storable == schema else batch.cast(storable))

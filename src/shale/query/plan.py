@@ -31,6 +31,7 @@ from shale.block import (
 )
 from shale.index import Matcher
 from shale.metastore import BlockQueries, GenerationRules
+from shale.schemas import read_type
 
 Kind = Literal["records", "quarantine"]
 
@@ -100,10 +101,11 @@ def output_schema(group: str, kind: Kind, parts: list[Part]) -> pa.Schema:
     if group == "backup":
         return BACKUP_SCHEMA
     # A typed parser's columns keep their types; where blocks disagree (a schema evolved), the newest block's type
-    # wins (parts are in time order), and older rows are cast to it when read.
+    # wins (parts are in time order), and older rows are cast to it when read. An empty record is read as the
+    # writer's value, stored with a marker field (``shale.schemas.empty``): the cast drops the marker.
     types: dict[str, pa.DataType] = {}
     for part in parts:
-        types.update(decode_column_types(part.dataset.column_types))
+        types.update({c: read_type(t) for c, t in decode_column_types(part.dataset.column_types).items()})
     return partition_schema(sorted({c for p in parts for c in p.dataset.columns}), types)
 
 

@@ -6,6 +6,7 @@ import typing as _typing
 
 from shale.exports import lazy_exports as _lazy_exports
 from shale.schemas.avro import Decoder, SchemaError, arrow_type, fingerprint
+from shale.schemas.empty import EMPTY_RECORD, EMPTY_RECORD_FIELD, parquet_type, read_type
 from shale.schemas.registry import (
     KnownSchemas,
     RegisteredSchema,
@@ -26,6 +27,8 @@ __getattr__ = _lazy_exports(__name__, {  # each public name's module, imported o
 })
 
 __all__ = [
+    "EMPTY_RECORD",
+    "EMPTY_RECORD_FIELD",
     "Decoder",
     "FramingError",
     "KnownSchemas",
@@ -42,7 +45,9 @@ __all__ = [
     "frame",
     "id_counts",
     "message_indexes",
+    "parquet_type",
     "payload",
+    "read_type",
     "schema_id",
     "with_references",
 ]

@@ -7,7 +7,9 @@ Avro                                       Arrow
 =========================================  ==========================================================
 null, boolean, int, long, float, double    null, bool, int32, int64, float32, float64
 string, bytes, fixed                       string, binary, binary
-record                                     struct (one field per Avro field, same order)
+null inside an array or a map              bool, always null (Arrow 26 cannot cast a list of null)
+record                                     struct (one field per Avro field, same order); a record with
+                                           no fields inside another: ``EMPTY_RECORD`` (``schemas.empty``)
 array, map                                 list, map<string, _>
 enum                                       string (the symbol)
 union [null, T] (either order)             T, nullable
@@ -58,6 +60,7 @@ from shale.schemas.avroresolution import (
     valid_decimal,
     without_invalid_decimals,
 )
+from shale.schemas.empty import EMPTY_RECORD, EMPTY_RECORD_VALUE
 
 __all__ = ["MAX_DECIMAL_DIGITS", "PRIMITIVES", "ConversionError", "Decoder", "SchemaError", "aliases", "arrow_type",
            "fingerprint", "full_name", "parse"]
@@ -172,10 +175,10 @@ class _Walker:
             return pa.binary(), None
         if kind == "array":
             item_type, item = self.compile(schema["items"], namespace)
-            return pa.list_(item_type), None if item is None else _each(item)
+            return pa.list_(without_null_type(item_type)), None if item is None else _each(item)
         if kind == "map":
             value_type, value = self.compile(schema["values"], namespace)
-            return pa.map_(pa.string(), value_type), _entries(value or _identity)
+            return pa.map_(pa.string(), without_null_type(value_type)), _entries(value or _identity)
         if isinstance(kind, dict | list | str):
             return self.compile(kind, namespace)
         raise SchemaError(f"not an Avro schema: {schema!r}")
@@ -196,6 +199,8 @@ class _Walker:
             if convert is not None:
                 converters[str(f["name"])] = convert
         self.open.discard(full)
+        if not fields:  # Parquet cannot write a struct without children: the marker stands for the empty record
+            return EMPTY_RECORD, _empty_record
         if not converters:
             return pa.struct(fields), None
 
@@ -256,6 +261,25 @@ class _Walker:
                     return out
             raise SchemaError(f"no branch of the union holds a {type(value).__name__}")
         return struct, union
+
+
+def without_null_type(t: pa.DataType) -> pa.DataType:
+    """``t`` with every ``null`` type inside it an always-null boolean: Arrow 26 cannot cast a list or map holding a
+    null-typed column to its own type (the cast leaves the child one value short), and ingest and queries cast each
+    column; the values, all null, are the same."""
+    if pa.types.is_null(t):
+        return pa.bool_()
+    if pa.types.is_struct(t):
+        return pa.struct([t.field(i).with_type(without_null_type(t.field(i).type)) for i in range(t.num_fields)])
+    if pa.types.is_map(t):
+        return pa.map_(t.key_type, without_null_type(t.item_type))
+    if pa.types.is_list(t):
+        return pa.list_(without_null_type(t.value_type))
+    return t
+
+
+def _empty_record(value: Any) -> dict[str, bool]:
+    return EMPTY_RECORD_VALUE
 
 
 def _each(convert: Converter) -> Converter:
@@ -351,7 +375,10 @@ def _compile(schema: Any, resolving: bool = False) -> tuple[pa.DataType, Convert
     """``_Walker.compile``, every failure a ``SchemaError``: a schema the registry accepted must quarantine its
     records with the reason, never fail the task (which would stall the group)."""
     try:
-        return _Walker(resolving).compile(without_invalid_decimals(schema))
+        arrow, convert = _Walker(resolving).compile(without_invalid_decimals(schema))
+        if arrow == EMPTY_RECORD:  # a top-level record with no fields: a value with no columns, nothing to mark
+            return pa.struct([]), lambda value: {}
+        return arrow, convert
     except SchemaError:
         raise
     except (KeyError, ValueError, TypeError, IndexError, AttributeError, pa.ArrowException) as exc:

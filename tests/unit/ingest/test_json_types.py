@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
+import math
 from typing import Any
 
 import msgpack
@@ -126,3 +127,71 @@ def test_declared_types_become_typed_columns_of_the_block() -> None:
     assert types["amount"] == pa.decimal128(12, 2)
     assert types["at"] == pa.timestamp("us", tz="UTC")
     assert types["note"] == pa.string()  # undeclared: a string column, as before
+
+
+def literal_meant(text: str) -> float | None:
+    """What a JSON number literal with a fraction or an exponent means in a double column: the nearest double when
+    that double, written with the literal's significant digits, is the literal; None (quarantined) otherwise."""
+    number, written = float(text), decimal.Decimal(text)
+    if math.isinf(number) or (number == 0 and not written.is_zero()):
+        return None
+    mantissa = text.lstrip("-").lower().partition("e")[0].replace(".", "").lstrip("0")
+    digits = max(1, len(mantissa))
+    if decimal.Decimal(f"{number:.{digits - 1}e}") == written or decimal.Decimal(repr(number)) == written:
+        return number
+    return None
+
+
+LITERALS = st.builds(lambda sign, whole, fraction, exponent: f"{sign}{whole}{fraction}{exponent}",
+                     st.sampled_from(["", "-"]), st.from_regex(r"\A(0|[1-9][0-9]{0,19})\Z"),
+                     st.from_regex(r"\A(\.[0-9]{1,20})?\Z"),
+                     st.integers(-420, 420).map(lambda e: f"e{e}") | st.just("")).filter(
+    lambda text: "." in text or "e" in text)
+
+
+@given(LITERALS)
+@example("1e400")  # overflowed to inf, stored
+@example("-1e400")
+@example("1e-400")  # underflowed to 0.0, stored
+@example("9007199254740993.0")  # 2**53 + 1, stored rounded to 2**53
+@example("0.12345678901234567891")  # more digits than a double holds
+@example("2.5e-324")  # half the smallest subnormal: rounds to it, a digit dropped
+@example("0.1")  # the nearest double, as every JSON reader takes it
+@example("0.10000000000000001")  # %.17g's text of 0.1
+@example("1e300")
+@example("1.7976931348623157e308")  # the largest double
+@example("5e-324")  # the smallest subnormal
+@example("-0.0")
+def test_a_double_literal_is_the_nearest_double_or_the_record_is_quarantined(text: str) -> None:
+    parser = load_parser("json", OPTIONS)
+    record = f'{{"t": {BASE_MS}, "x": {text}}}'.encode()
+    expected = literal_meant(text)
+    if expected is None:
+        with pytest.raises(ParseError, match=r"column 'x': .* is not a double: "):
+            parser.parse(record, BASE_MS)
+        return
+    _, columns = parser.parse(record, BASE_MS)
+    assert type(columns["x"]) is float
+    assert columns["x"] == expected
+    assert math.copysign(1, columns["x"]) == math.copysign(1, expected)
+
+
+def test_a_double_the_writer_cannot_have_meant_quarantines_its_record_alone() -> None:
+    values = [b'{"t": %d, "x": %s}' % (BASE_MS, literal) for literal in
+              (b"0.5", b"1e400", b"1e-400", b"9007199254740993.0", b"NaN", b"2.25")]
+    table = backup_table("billing", 0, 0, len(values))
+    table = table.set_column(table.schema.get_field_index("value"), "value", pa.array(values, pa.binary()))
+    from shale.block import read_dataset
+    from shale.config import BucketConfig
+    spec = GroupSpec("partition", 1, BucketConfig(url="memory://json-doubles"),
+                     IngestConfig(parsers=[ParserRule(parser="json", options=OPTIONS)]))
+    bucket = open_bucket_url("memory://json-doubles")
+    written = write_chunk(spec, bucket, table, Chunk("billing", 0, "", 0, len(values), BASE_MS + 86_400_000))
+    stored = {d.kind: read_dataset(bucket, m, d) for m in written.blocks for d in m.datasets}
+    assert [x if x == x else "nan" for x in stored["records"].column("x").to_pylist()] == [0.5, "nan", 2.25]
+    reasons = stored["quarantine"].column("reason").to_pylist()
+    assert len(reasons) == 3
+    assert any("1E+400 is not a double: it overflows to infinity" in r for r in reasons), reasons
+    assert any("1E-400 is not a double: it underflows to 0" in r for r in reasons), reasons
+    assert any("9007199254740993.0 is not a double: the nearest double is 9007199254740992.0" in r
+               for r in reasons), reasons
