@@ -3,7 +3,7 @@
 import typing as _typing
 
 from shale.exports import lazy_exports as _lazy_exports
-from shale.objstore.counting import CallCounter
+from shale.objstore.counting import CallCounter, RequestReport, add_task_requests, counting_requests
 from shale.objstore.obstore_bucket import ObstoreBucket
 from shale.objstore.open import local_path, open_bucket, open_bucket_url, scratch_bucket, task_bucket
 from shale.objstore.protocols import (
@@ -35,7 +35,10 @@ __all__ = [
     "ObstoreBucket",
     "OrderedNames",
     "PutResult",
+    "RequestReport",
+    "add_task_requests",
     "check_key",
+    "counting_requests",
     "local_path",
     "open_bucket",
     "open_bucket_url",
