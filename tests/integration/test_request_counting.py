@@ -1,6 +1,7 @@
 """Every bucket request an ingest makes is counted by the process that exports the metrics, also the uploads of
 Spark's Python workers (issue 59: 46 PUTs were reported against at least 169 objects written): after a batch
-into a fresh bucket, the PUTs counted equal the objects the bucket holds."""
+into a fresh bucket, the PUTs counted equal the objects the bucket holds; after compaction, the objects it
+added."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client import REGISTRY
+from tests.factories import write_backup_block
 from tests.integration.ingest_helpers import config_of, create_topic, produce_json, write_config
 
+from shale.compactor.worker import CompactionWorker
+from shale.config import CompactionConfig, ShaleConfig
 from shale.ingest.job import IngestJob
-from shale.metastore import open_metastore
+from shale.metastore import AddBlocks, open_metastore
 from shale.objstore import open_bucket
 
 
@@ -44,3 +48,22 @@ def test_the_puts_counted_are_the_objects_written(kafka: Any, minio_bucket: Any,
     print(f"PUTs counted {puts}, objects in the bucket {len(objects)}")
     assert puts.get("tasks", 0) > 0  # the Python workers' uploads reached this process's metric
     assert sum(puts.values()) == len(objects), sorted(objects)
+
+
+def test_the_puts_counted_by_a_compaction_worker_are_the_objects_it_added(minio_bucket: Any, spark: Any,
+                                                                          tmp_path: Path) -> None:
+    config = ShaleConfig(bucket=minio_bucket, metastore={"data_dir": str(tmp_path / "ms")},  # type: ignore[arg-type]
+                         compaction=CompactionConfig(blocks_per_job=[10], max_level=1))
+    service = open_metastore(config)
+    bucket = open_bucket(minio_bucket)
+    service.submit(AddBlocks(blocks=[write_backup_block(bucket, "acme", "app", i % 2, (i // 2) * 5, 5)
+                                     for i in range(40)]))
+    objects_before = len(list(bucket.list("")))
+    before = requests_counted("put")
+    CompactionWorker(service, minio_bucket, spark, slots=2, poll_interval=0.2).run(until_idle=True)
+    after = requests_counted("put")
+    puts = {by: after.get(by, 0.0) - before.get(by, 0.0) for by in after}
+    objects = [o.key for o in bucket.list("")]
+    print(f"PUTs counted {puts}, objects added {len(objects) - objects_before}")
+    assert puts.get("tasks", 0) > 0
+    assert sum(puts.values()) == len(objects) - objects_before, sorted(objects)

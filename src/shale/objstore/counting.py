@@ -14,8 +14,9 @@ import os
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from typing import ParamSpec, TypeVar
 
 from prometheus_client import Counter as PromCounter
 from pydantic import BaseModel, ConfigDict
@@ -35,6 +36,8 @@ SECONDS = PromCounter("shale_objstore_request_seconds_total",
                       ["operation"])
 
 OPERATIONS = ("get", "get_range", "head", "list", "put", "delete")
+P = ParamSpec("P")
+T = TypeVar("T")
 
 _LEDGER_LOCK = threading.Lock()
 _LEDGER: Counter[tuple[str, str, str]] = Counter()
@@ -173,3 +176,26 @@ def add_task_requests(report: RequestReport) -> bool:
     for c in report.counts:
         REQUESTS.labels(c.operation, c.outcome, BY_TASKS).inc(c.n)
     return True
+
+
+def with_requests(fn: Callable[P, T]) -> Callable[P, tuple[T, str]]:
+    """``fn`` returning its result and the ``RequestReport`` (JSON) of the requests it made: the function of a Spark
+    task (``rdd.map(with_requests(lambda p: run(p, ...)))``), whose driver reads the results with
+    ``results_counted``."""
+
+    def counted(*args: P.args, **kwargs: P.kwargs) -> tuple[T, str]:
+        with counting_requests() as requests:
+            result = fn(*args, **kwargs)
+        return result, requests[0].model_dump_json()
+
+    return counted
+
+
+def results_counted(rows: Iterable[tuple[T, str]]) -> list[T]:
+    """The results of ``with_requests`` tasks, their requests added to this process's metric
+    (``add_task_requests``)."""
+    results = []
+    for result, report in rows:
+        add_task_requests(RequestReport.model_validate_json(report))
+        results.append(result)
+    return results

@@ -11,7 +11,15 @@ import pytest
 from prometheus_client import REGISTRY
 
 from shale.errors import NotFoundError
-from shale.objstore import RequestReport, add_task_requests, counting_requests, open_bucket_url, scratch_bucket
+from shale.objstore import (
+    RequestReport,
+    add_task_requests,
+    counting_requests,
+    open_bucket_url,
+    results_counted,
+    scratch_bucket,
+    with_requests,
+)
 from shale.objstore.counting import BY_PROCESS, BY_TASKS
 
 
@@ -82,3 +90,20 @@ def test_reports_add_up() -> None:
     total = a[0] + a[0]
     assert total.total("put") == 2
     assert total.process == a[0].process
+
+
+def test_with_requests_returns_a_tasks_report_and_results_counted_adds_it() -> None:
+    url = f"memory://counting-{uuid.uuid4().hex}"
+
+    def task(n: int) -> int:
+        for i in range(n):
+            open_bucket_url(url).put(f"k{i}", b"x")
+        return n
+
+    rows = [with_requests(task)(2), with_requests(task)(3)]
+    assert [RequestReport.model_validate_json(r).total("put") for _, r in rows] == [2, 3]
+    foreign = [(n, RequestReport.model_validate_json(r).model_copy(update={"process": "worker"}).model_dump_json())
+               for n, r in rows]
+    before = _metric("put", "ok", BY_TASKS)
+    assert results_counted(foreign) == [2, 3]
+    assert _metric("put", "ok", BY_TASKS) == before + 5
