@@ -13,6 +13,7 @@ from prometheus_client import REGISTRY
 from tests.factories import write_backup_block
 from tests.integration.ingest_helpers import config_of, create_topic, produce_json, write_config
 
+from shale.block import parse_meta
 from shale.compactor.worker import CompactionWorker
 from shale.config import CompactionConfig, ShaleConfig
 from shale.ingest.job import IngestJob
@@ -37,17 +38,31 @@ def test_the_puts_counted_are_the_objects_written(kafka: Any, minio_bucket: Any,
     produce_json(kafka.bootstrap_servers, topic, 20_000, seed=3)
     config = config_of(write_config(tmp_path, kafka.bootstrap_servers, minio_bucket, [topic]))
     metastore = open_metastore(config)
-    before = requests_counted("put")
+    before = {op: requests_counted(op) for op in ("put", "get", "list")}
+    batches = {}
     for group in ("backup", "partition"):
         job = IngestJob(config, group, spark=spark, metastore=metastore)
         job.run(available_now=True)
+        batches[group] = job.batches
         assert job.batches >= 1
-    after = requests_counted("put")
-    puts = {by: after.get(by, 0.0) - before.get(by, 0.0) for by in after}
-    objects = [o.key for o in open_bucket(config.bucket).list("")]
-    print(f"PUTs counted {puts}, objects in the bucket {len(objects)}")
+    counted = {op: {by: n - before[op].get(by, 0.0) for by, n in requests_counted(op).items()} for op in before}
+    puts = counted["put"]
+    bucket = open_bucket(config.bucket)
+    objects = [o.key for o in bucket.list("")]
+    print(f"batches {batches}, requests counted {counted}, objects in the bucket {len(objects)}")
     assert puts.get("tasks", 0) > 0  # the Python workers' uploads reached this process's metric
     assert sum(puts.values()) == len(objects), sorted(objects)
+
+    # The cost page's formulas (docs/OPERATING.md, "What the bucket costs"), on this run: a block per task, topic,
+    # tenant and data hour in each batch; its objects are its datasets and meta.json; one GET per block (meta.json
+    # looked for first, absent); a bucket-index delta per commit.
+    tasks = min(4, spark.sparkContext.defaultParallelism)
+    metas = [parse_meta(bucket.get(k), where=k) for k in objects if k.endswith("/meta.json")]
+    for group in batches:
+        hours = {m.min_time // 3_600_000 for m in metas if m.group == group}
+        assert len([m for m in metas if m.group == group]) == batches[group] * tasks * len(hours)
+    assert len(objects) == sum(len(m.datasets) + 1 for m in metas) + sum(batches.values())
+    assert sum(counted["get"].values()) == len(metas)
 
 
 def test_the_puts_counted_by_a_compaction_worker_are_the_objects_it_added(minio_bucket: Any, spark: Any,
