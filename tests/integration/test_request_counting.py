@@ -58,9 +58,9 @@ def test_the_puts_counted_are_the_objects_written(kafka: Any, minio_bucket: Any,
     # looked for first, absent); a bucket-index delta per commit.
     tasks = min(4, spark.sparkContext.defaultParallelism)
     metas = [parse_meta(bucket.get(k), where=k) for k in objects if k.endswith("/meta.json")]
-    for group in batches:
+    for group, runs in batches.items():
         hours = {m.min_time // 3_600_000 for m in metas if m.group == group}
-        assert len([m for m in metas if m.group == group]) == batches[group] * tasks * len(hours)
+        assert len([m for m in metas if m.group == group]) == runs * tasks * len(hours)
     assert len(objects) == sum(len(m.datasets) + 1 for m in metas) + sum(batches.values())
     assert sum(counted["get"].values()) == len(metas)
 
