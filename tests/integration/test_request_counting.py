@@ -74,11 +74,16 @@ def test_the_puts_counted_by_a_compaction_worker_are_the_objects_it_added(minio_
     service.submit(AddBlocks(blocks=[write_backup_block(bucket, "acme", "app", i % 2, (i // 2) * 5, 5)
                                      for i in range(40)]))
     objects_before = len(list(bucket.list("")))
-    before = requests_counted("put")
+    before = {op: requests_counted(op) for op in ("put", "get", "get_range", "head", "list", "delete")}
     CompactionWorker(service, minio_bucket, spark, slots=2, poll_interval=0.2).run(until_idle=True)
-    after = requests_counted("put")
-    puts = {by: after.get(by, 0.0) - before.get(by, 0.0) for by in after}
+    counted = {op: {by: n - before[op].get(by, 0.0) for by, n in requests_counted(op).items()} for op in before}
+    puts = counted["put"]
     objects = [o.key for o in bucket.list("")]
-    print(f"PUTs counted {puts}, objects added {len(objects) - objects_before}")
+    print(f"requests counted {counted}, objects added {len(objects) - objects_before}")
     assert puts.get("tasks", 0) > 0
     assert sum(puts.values()) == len(objects) - objects_before, sorted(objects)
+    # The cost page's formulas: a job per 10 sources; a GET per source data object and one per job (its output's
+    # meta.json looked for first); a PUT per output object (its one dataset and meta.json).
+    jobs = 40 // 10
+    assert sum(counted["get"].values()) == 40 + jobs
+    assert sum(puts.values()) == jobs * 2
