@@ -47,7 +47,7 @@ from shale.compactor.wire import (
 from shale.config import BucketConfig
 from shale.errors import RetryableError
 from shale.failpoints import failpoint
-from shale.objstore import open_bucket, task_bucket
+from shale.objstore import open_bucket, results_counted, task_bucket, with_requests
 from shale.resources import release_free_memory
 
 if TYPE_CHECKING:
@@ -162,8 +162,9 @@ class SparkMergeRunner:
             sc = self.spark.sparkContext
             sc.setJobGroup(group, f"compaction {names}"[:1000], interruptOnCancel=True)
             try:
-                results: list[list[str]] = (sc.parallelize(payloads, len(payloads))
-                                            .map(lambda share: run_merge_share(share, bucket)).collect())
+                results: list[list[str]] = results_counted(
+                    sc.parallelize(payloads, len(payloads))
+                    .map(with_requests(lambda share: run_merge_share(share, bucket))).collect())
             finally:
                 self.pending.pop(group, None)
             return results

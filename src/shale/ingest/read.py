@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 from shale.block import BACKUP_SCHEMA
 from shale.config import ShaleConfig
-from shale.encoder import WRITTEN_SCHEMA, Chunk, GroupSpec, Written, decode_written, write_chunks
+from shale.encoder import Chunk, GroupSpec, Written, decode_written, write_chunks
 from shale.ingest.plan import BatchPlan
 from shale.ingest.source import HELD_BYTES, assign_tasks, consumer_options, read_share
-from shale.ingest.task import WARM_SCHEMA, Paused, make_task, make_warm_task, start_worker, tasks
+from shale.ingest.task import TASK_SCHEMA, WARM_SCHEMA, Paused, make_task, make_warm_task, start_worker, tasks
 from shale.kafka import client_options
-from shale.objstore import Bucket
+from shale.objstore import Bucket, RequestReport, add_task_requests
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -52,12 +52,16 @@ class SparkRead:
         held = min(HELD_BYTES, bound // 32)
         options = consumer_options(client_options(self.config.kafka), self.consumer_group, held)
         task = make(self.spec, plan, bound, functools.partial(read_share, options, shares, held))
-        return spark.range(0, len(shares), 1, len(shares)).mapInArrow(task, schema).collect()
+        rows = spark.range(0, len(shares), 1, len(shares)).mapInArrow(task, schema).collect()
+        for row in rows:  # the bucket requests the tasks made in their Python workers: this process's metrics
+            if row["requests"] is not None:
+                add_task_requests(RequestReport.model_validate_json(row["requests"]))
+        return rows
 
     def read(self, plan: BatchPlan) -> tuple[list[Written], list[Paused]]:
         """Read and write one batch: the chunks its tasks wrote, and the partitions that paused on the registry.
         Ranges that held no readable record at all are recorded by an empty block per topic."""
-        rows = self._run(plan, make_task, WRITTEN_SCHEMA)
+        rows = self._run(plan, make_task, TASK_SCHEMA)
         written = [w for row in rows if row["written"] is not None for w in decode_written(row["written"])]
         paused = [Paused.model_validate_json(row["paused"]) for row in rows if row["paused"] is not None]
         seen = {(w.topic, w.partition) for w in written} | {(p.topic, p.partition) for p in paused}

@@ -38,7 +38,7 @@ from shale.encoder import Chunk, GroupSpec, Written, encode_written, normalize, 
 from shale.errors import ShaleError
 from shale.failpoints import failpoint
 from shale.ingest.plan import BatchPlan, PartitionRange, TopicPartition
-from shale.objstore import Bucket, CallCounter, scratch_bucket, task_bucket
+from shale.objstore import Bucket, CallCounter, counting_requests, scratch_bucket, task_bucket
 from shale.resources import PeakMemory, release_free_memory
 from shale.schemas import RegistryUnavailableError
 
@@ -221,8 +221,11 @@ PHASES = {
 """The phases of a task's time (``Written.seconds``, ``shale_ingest_task_seconds_total``)."""
 
 
-TASK_RESULT = pa.schema([("written", pa.string()), ("paused", pa.string())])
-"""An ingest task's rows (``shale.encoder.records.WRITTEN_SCHEMA`` in Spark's spelling): one of the two is set."""
+TASK_RESULT = pa.schema([("written", pa.string()), ("paused", pa.string()), ("requests", pa.string())])
+"""An ingest task's rows: one of the three is set. ``requests`` is the ``RequestReport`` (JSON) of the bucket
+requests the task made, in its own row after the others (the driver adds them to its metrics)."""
+TASK_SCHEMA = "written string, paused string, requests string"
+"""``TASK_RESULT`` in Spark's spelling."""
 
 
 def _timed(batches: Iterable[pa.RecordBatch], spent: defaultdict[str, float]) -> Iterator[pa.RecordBatch]:
@@ -281,7 +284,7 @@ def make_task(spec: GroupSpec, plan: BatchPlan, bound: int, records: Records) ->
         batches = records(task_index(inputs))
         failpoint("ingest.task")
         release_free_memory()  # a reused worker starts from what it really holds, not an earlier task's peak
-        with PeakMemory() as memory:
+        with counting_requests() as requests, PeakMemory() as memory:
             def resize(held: int) -> int:
                 # What the process keeps after a chunk (allocator caches, fragments of earlier tasks in a reused
                 # worker) counts against the bound: measure it again, without the chunk still pending.
@@ -294,16 +297,19 @@ def make_task(spec: GroupSpec, plan: BatchPlan, bound: int, records: Records) ->
                 written += writer.add(batch)
             written += writer.finish()
         rows = [{"written": encode_written([w.model_copy(update={"peak_rss": memory.peak}) for w in written]),
-                 "paused": None}] if written else []
-        rows += [{"written": None, "paused": p.model_dump_json()} for p in writer.pauses]
+                 "paused": None, "requests": None}] if written else []
+        rows += [{"written": None, "paused": p.model_dump_json(), "requests": None} for p in writer.pauses]
+        if requests[0].counts:
+            rows.append({"written": None, "paused": None, "requests": requests[0].model_dump_json()})
         if rows:
             yield pa.RecordBatch.from_pylist(rows, schema=TASK_RESULT)
 
     return task
 
 
-WARM_SCHEMA = "records long, seconds string"
-"""What a warm-up task returns: the records it rehearsed with, and its seconds by phase (``PHASES``, JSON)."""
+WARM_SCHEMA = "records long, seconds string, requests string"
+"""What a warm-up task returns: the records it rehearsed with, its seconds by phase (``PHASES``, JSON) and the
+``RequestReport`` of the real bucket's requests (JSON; the scratch bucket's are not counted)."""
 
 
 def make_warm_task(spec: GroupSpec, plan: BatchPlan, bound: int, records: Records) -> Callable[
@@ -317,8 +323,8 @@ def make_warm_task(spec: GroupSpec, plan: BatchPlan, bound: int, records: Record
     def warm(inputs: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         batches = records(task_index(inputs))
         bucket = task_bucket(spec.bucket)
-        with contextlib.suppress(ShaleError):  # NotFoundError as expected; a bucket's trouble shows in the batches
-            bucket.head("shale-warm-up-probe")
+        with counting_requests() as requests, contextlib.suppress(ShaleError):
+            bucket.head("shale-warm-up-probe")  # NotFoundError as expected; a bucket's trouble shows in the batches
         writer = ChunkWriter(spec, scratch_bucket(), plan, chunk_bytes(bound, PeakMemory.resident(), spec.group))
         count = 0
         written = []
@@ -326,8 +332,9 @@ def make_warm_task(spec: GroupSpec, plan: BatchPlan, bound: int, records: Record
             count += batch.num_rows
             written += writer.add(batch)
         written += writer.finish()
-        yield pa.RecordBatch.from_pylist([{"records": count, "seconds": json.dumps(phase_sums(written))}],
-                                         schema=pa.schema([("records", pa.int64()), ("seconds", pa.string())]))
+        yield pa.RecordBatch.from_pylist(
+            [{"records": count, "seconds": json.dumps(phase_sums(written)), "requests": requests[0].model_dump_json()}],
+            schema=pa.schema([("records", pa.int64()), ("seconds", pa.string()), ("requests", pa.string())]))
 
     return warm
 

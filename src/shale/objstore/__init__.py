@@ -3,7 +3,14 @@
 import typing as _typing
 
 from shale.exports import lazy_exports as _lazy_exports
-from shale.objstore.counting import CallCounter
+from shale.objstore.counting import (
+    CallCounter,
+    RequestReport,
+    add_task_requests,
+    counting_requests,
+    results_counted,
+    with_requests,
+)
 from shale.objstore.obstore_bucket import ObstoreBucket
 from shale.objstore.open import local_path, open_bucket, open_bucket_url, scratch_bucket, task_bucket
 from shale.objstore.protocols import (
@@ -35,10 +42,15 @@ __all__ = [
     "ObstoreBucket",
     "OrderedNames",
     "PutResult",
+    "RequestReport",
+    "add_task_requests",
     "check_key",
+    "counting_requests",
     "local_path",
     "open_bucket",
     "open_bucket_url",
+    "results_counted",
     "scratch_bucket",
     "task_bucket",
+    "with_requests",
 ]

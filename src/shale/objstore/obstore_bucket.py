@@ -84,12 +84,13 @@ class ObstoreBucket:
         *,
         local_root: Path | None = None,
         retry: RetryPolicy | None = None,
+        exported: bool = True,
     ) -> None:
         self._store = store
         self._url = url
         self._local_root = local_root
         self.retry = retry or RetryPolicy()
-        self.calls = CallCounter()
+        self.calls = CallCounter(url, exported=exported)  # exported=False: out of the metrics and task reports
 
     @property
     def url(self) -> str:

@@ -77,8 +77,9 @@ def task_bucket(config: BucketConfig) -> ObstoreBucket:
 
 def scratch_bucket() -> ObstoreBucket:
     """A bucket in this process's memory of its own (not shared with any other, dropped with the object): for
-    rehearsing a write path without writing anywhere."""
-    return ObstoreBucket(MemoryStore(), "memory://scratch")
+    rehearsing a write path without writing anywhere. Its requests cost nothing: they are counted on the instance
+    only, not in the metrics or a task's ``RequestReport``."""
+    return ObstoreBucket(MemoryStore(), "memory://scratch", exported=False)
 
 
 def open_bucket_url(url: str, **fields: Any) -> ObstoreBucket:

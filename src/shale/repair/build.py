@@ -39,7 +39,7 @@ from shale.config import BucketConfig, IngestConfig, KafkaConfig
 from shale.encoder import Chunk, GroupSpec, write_chunk
 from shale.errors import RetryableError, ShaleError
 from shale.kafka import client_options, describe_topics
-from shale.objstore import Bucket, ObstoreBucket, task_bucket
+from shale.objstore import Bucket, ObstoreBucket, results_counted, task_bucket, with_requests
 from shale.repair.model import BuildRequest, BuildResult
 
 if TYPE_CHECKING:
@@ -209,7 +209,8 @@ class SparkBuilder:
         bucket, ingest, kafka = self.bucket, self.ingest, self.kafka
         sc = self.spark.sparkContext
         sc.setJobGroup(f"shale-repair-{uuid.uuid4().hex[:8]}", f"repair {request.action} {request.output}")
-        [result] = sc.parallelize([payload], 1).map(lambda p: run_build(p, bucket, ingest, kafka)).collect()
+        [result] = results_counted(sc.parallelize([payload], 1)
+                                   .map(with_requests(lambda p: run_build(p, bucket, ingest, kafka))).collect())
         return BuildResult.model_validate_json(result)
 
 

@@ -31,6 +31,7 @@ from shale.errors import ConfigError
 from shale.failpoints import failpoint
 from shale.ingest import IngestConflictError, PartitionRange, batch_commit
 from shale.metastore import BlockQueries, Commands, OffsetReads
+from shale.objstore import results_counted, with_requests
 from shale.reprocess.schema import ReaderSchema, resolve_reader
 from shale.reprocess.task import run_partition
 from shale.reprocess.wire import PartitionWork, RoundSpec, encode_spec, encode_work
@@ -175,8 +176,9 @@ class ReprocessJob:
         for round_ in self._rounds():
             total = total or self.report.backup_blocks
             payloads = [encode_work(PartitionWork(work, tuple(metas))) for work, metas in round_]
-            results = (self.spark.sparkContext.parallelize(payloads, len(payloads))
-                       .map(lambda p: run_partition(p, spec, bucket, registry)).collect())
+            results = results_counted(self.spark.sparkContext.parallelize(payloads, len(payloads))
+                                      .map(with_requests(lambda p: run_partition(p, spec, bucket, registry)))
+                                      .collect())
             written = [w for raw in results for w in decode_written(raw)]
             command = batch_commit(written, [work for work, _ in round_], group="partition",
                                    generation=self.generation, writer="reprocess",

@@ -27,6 +27,7 @@ from shale.errors import ConfigError
 from shale.kafka import client_options, describe_topics
 from shale.logs import redact
 from shale.metastore import Commands, IndexReads, RecordRestore, erased_offsets, every_erasure
+from shale.objstore import results_counted, with_requests
 from shale.restore import metrics
 from shale.restore.plan import (
     PartitionPlan,
@@ -263,8 +264,8 @@ class RestoreJob:
                 self.on_progress(job, line)
 
         with ProgressWatcher(client, job, report_progress, self.progress_interval):
-            results = (self.spark.sparkContext.parallelize(works, len(works))
-                       .map(lambda w: run_partition(w, client, bucket)).collect())
+            results = results_counted(self.spark.sparkContext.parallelize(works, len(works))
+                                      .map(with_requests(lambda w: run_partition(w, client, bucket))).collect())
         report.partitions = sorted((PartitionOutcome(**json.loads(raw)) for raw in results),
                                    key=lambda o: o.partition)
         for outcome in report.partitions:

@@ -27,7 +27,7 @@ from shale.ingest.committer import IngestConflictError, batch_commit
 from shale.ingest.plan import BatchPlan, PartitionRange
 from shale.ingest.source import COLUMNS
 from shale.ingest.task import PHASES, ChunkWriter, make_task, make_warm_task, partition_runs, tasks
-from shale.objstore import open_bucket
+from shale.objstore import RequestReport, open_bucket
 
 READ_MS = BASE_MS + 86_400_000
 INC = "AAAAAAAAAAAAAAAAAAAAAA"
@@ -330,3 +330,17 @@ def test_an_empty_batch_has_no_runs() -> None:
 def test_a_batch_gets_no_more_tasks_than_spark_has_cores() -> None:
     assert [tasks(ranges, 2) for ranges in (0, 1, 2, 8)] == [1, 1, 2, 2]
     assert tasks(8, 16) == 8
+
+
+def test_a_task_returns_the_requests_it_made_and_its_puts_are_the_objects_it_wrote(
+        bucket_config: BucketConfig) -> None:
+    # A task runs in a Python worker that no one scrapes: its requests travel with its result (issue 59).
+    spec = GroupSpec("backup", 1, bucket_config, IngestConfig())
+    plan = BatchPlan(READ_MS, [PartitionRange("app", p, INC, 0, 200) for p in range(3)])
+    batches = [spark_batch(backup_table("app", p, 0, 200)) for p in range(3)]
+    rows = [r for b in make_task(spec, plan, 512 * 2**20, lambda _: iter(batches))(_index()) for r in b.to_pylist()]
+    [report] = [RequestReport.model_validate_json(r["requests"]) for r in rows if r["requests"] is not None]
+    objects = list(open_bucket(bucket_config).list(""))
+    assert objects
+    assert report.total("put", bucket=bucket_config.url) == len(objects)
+    assert {c.bucket for c in report.counts} == {bucket_config.url}
