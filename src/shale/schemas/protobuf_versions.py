@@ -77,15 +77,16 @@ def type_name(field: FieldDescriptor) -> str:
 
 
 class Resolver:
-    """Decodes the bytes of ``writer`` messages into the columns of ``reader`` (``Decoder.arrow`` of the reader).
-    ``decode`` raises ``DecodeError`` on bytes that are not a writer message and ``ValueMismatchError`` on a value the
-    reader's type cannot hold. Not thread-safe (nor needs to be: one per parser)."""
+    """Decodes the bytes of ``writer`` messages into the columns of ``reader`` (``Decoder.arrow`` of the reader), its
+    top-level fields matched by number; or, when ``columns`` is given, into those columns matched by NAME (see
+    ``by_name``). ``decode`` raises ``DecodeError`` on bytes that are not a writer message and ``ValueMismatchError``
+    on a value the reader's type cannot hold. Not thread-safe (nor needs to be: one per parser)."""
 
-    def __init__(self, writer: Descriptor, reader: Decoder) -> None:
+    def __init__(self, writer: Descriptor, reader: Decoder, columns: list[FieldDescriptor] | None = None) -> None:
         self.writer = writer
         self.reader = reader
         self._class = message_factory.GetMessageClass(writer)
-        self._convert = _struct(writer, reader.descriptor, "")
+        self._convert = _struct(writer, reader.descriptor, "") if columns is None else by_name(writer, columns)
 
     def decode(self, body: bytes | memoryview) -> dict[str, Any]:
         return dict(self._convert(self._class.FromString(bytes(body))))
@@ -98,6 +99,23 @@ def _struct(writer: Descriptor, reader: Descriptor, path: str) -> Converter:
         where = path + field.name
         parts.append((field.name, _unset(field) if written is None else _field(written, field, where)))
     only_read = {f.number: path + f.name for f in reader.fields if f.number not in writer.fields_by_number}
+
+    def convert(message: Message) -> dict[str, Any]:
+        if only_read:
+            _undeclared(message, only_read, writer)
+        return {name: part(message) for name, part in parts}
+    return convert
+
+
+def by_name(writer: Descriptor, columns: list[FieldDescriptor]) -> Converter:
+    """The converter of a ``writer`` message into ``columns`` (top-level fields of one or more versions, unique by
+    name) matched by name: a column takes the writer's field of its name, converted by the same rule as by number;
+    a column whose name the writer's schema does not declare is left out (null), so a renamed field's values stay in
+    the column of their writer's name whatever else a chunk holds. A field on the wire whose number the writer's
+    schema does not declare but a column's does is refused, as by number."""
+    parts = [(f.name, _field(writer.fields_by_name[f.name], f, f.name)) for f in columns
+             if f.name in writer.fields_by_name]
+    only_read = {f.number: f.name for f in reversed(columns) if f.number not in writer.fields_by_number}
 
     def convert(message: Message) -> dict[str, Any]:
         if only_read:
