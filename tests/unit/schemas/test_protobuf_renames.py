@@ -9,17 +9,37 @@ from __future__ import annotations
 
 import base64
 import itertools
+import json
 import logging
+import uuid
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
+from click.testing import CliRunner
 from google.protobuf import descriptor_pb2
 from hypothesis import example, given, note
 from hypothesis import strategies as st
-from tests.protobuf_evolution import Field, build, canonical, message_class, set_values, store_chunk, values
+from tests.factories import backup_table
+from tests.protobuf_evolution import (
+    READ_MS,
+    Field,
+    build,
+    canonical,
+    message_class,
+    set_values,
+    store_chunk,
+    values,
+)
 
-from shale.config import SchemaRegistryConfig
+from shale.block import BlockMeta
+from shale.cli import cli
+from shale.config import BucketConfig, IngestConfig, ParserRule, SchemaRegistryConfig, load_config
+from shale.encoder.chunks import Chunk, GroupSpec, write_chunk
+from shale.metastore import AddBlocks, open_metastore
+from shale.objstore import open_bucket
 from shale.schemas.registry import RegisteredSchema, RegistryClient
 from shale.schemas.wire import frame
 
@@ -123,3 +143,43 @@ def test_a_rename_keeps_each_versions_column_and_is_warned_of(caplog: pytest.Log
     assert [(r["device"], r["temp_c"], r["temp_dc"]) for _, r in sorted(rows.items())] == \
         [("a", 21, None), ("b", None, 215)]
     assert f"field 4: 'temp_c' in schema id {v2}; 'temp_dc' in schema id {v3}" in caplog.text
+
+
+def test_shale_schemas_shows_each_versions_own_fingerprint_and_fields(tmp_path: Path) -> None:
+    """Issue 59: `shale schemas` showed one fingerprint for schema ids 1, 2 and 3 (the one their chunk's rows are
+    stored under); each version's own is the one a chunk of that version alone is stored under."""
+    files = [build(TEMPERATURE, "tele"), build(RENAMED, "tele")]
+    v2, v3 = (_register(f) for f in files)
+    old, new = (message_class(f) for f in files)
+    both = _blocks(tmp_path, [frame(v2, b"\x00" + old(device="a", temp_c=21).SerializeToString()),
+                              frame(v3, b"\x00" + new(device="b", temp_dc=215).SerializeToString())])
+    alone = _blocks(tmp_path, [frame(v2, b"\x00" + old(device="c", temp_c=22).SerializeToString())])
+    [stored] = {d.schema_fingerprint for b in both for d in b.datasets if d.kind == "records"}
+    [own_v2] = {d.schema_fingerprint for b in alone for d in b.datasets if d.kind == "records"}
+    assert stored != own_v2
+    config = tmp_path / "shale.toml"
+    config.write_text(f'[bucket]\nurl = "memory://renames"\n[metastore]\ndata_dir = "{tmp_path}/ms"\n'
+                      f'[ingest]\ntopics = ["app"]\n[ingest.schema_registry]\nurl = "{REGISTRY.url}"\n'
+                      '[[ingest.parsers]]\nparser = "protobuf"\n')
+    assert open_metastore(load_config(config, env={})).submit(AddBlocks(blocks=both)).ok
+    listed = CliRunner().invoke(cli, ["--config", str(config), "schemas", "--tenant", "default", "--fields",
+                                      "--json"])
+    assert listed.exit_code == 0, listed.output
+    rows = {r["schema_id"]: r for r in map(json.loads, listed.output.splitlines())}
+    assert {sid: (r["version_fingerprint"], r["fingerprint"], r["fields"]) for sid, r in rows.items()} == {
+        v2: (own_v2, stored, ["device", "temp_c"]), v3: (stored, stored, ["device", "temp_dc"])}
+    table = CliRunner().invoke(cli, ["--config", str(config), "schemas", "--tenant", "default", "--fields"])
+    assert table.output.splitlines()[0].split()[:7] == ["TOPIC", "RECORD", "SCHEMA", "ID", "FINGERPRINT", "STORED",
+                                                        "AS"]
+    assert table.output.splitlines()[1].split()[2:5] == [str(v2), own_v2, stored]
+    assert table.output.splitlines()[1].split()[-1] == "device,temp_c"
+
+
+def _blocks(tmp_path: Path, values_: list[bytes]) -> list[BlockMeta]:
+    """The blocks ingest writes for a chunk of ``values_`` (topic app, partition 0)."""
+    table = backup_table("app", 0, 0, len(values_))
+    table = table.set_column(table.schema.get_field_index("value"), "value", pa.array(values_, pa.binary()))
+    spec = GroupSpec("partition", 1, BucketConfig(url=f"memory://renames-{uuid.uuid4().hex}"),
+                     IngestConfig(parsers=[ParserRule(parser="protobuf")], schema_registry=REGISTRY))
+    written = write_chunk(spec, open_bucket(spec.bucket), table, Chunk("app", 0, "", 0, len(values_), READ_MS))
+    return list(written.blocks)
