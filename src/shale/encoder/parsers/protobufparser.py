@@ -5,19 +5,20 @@ their schemas read from a Schema Registry; every field of the message becomes a 
 Per chunk, ``prepare`` reads each record's schema id and message-index array, fetches the schemas it has not cached
 (and the files they import, the registry's references), and picks the chunk's message type: the full name most of
 its records carry (with the option ``subject_name_strategy`` record or topic_record, ``record_types`` names each
-record's message and the chunk is prepared and parsed once per message type), read with the newest (highest id)
-schema that declares it: that schema's message gives the columns. Every record is parsed with ITS WRITER's
-descriptor (its schema id and message-index array name it), and a record of another version is then read into the
-columns by field number, each value converted only where the column's type holds it exactly
-(``shale.schemas.protobuf_versions``): an added field is unset, a removed one ignored, an int32 widens into int64,
-while an int64 of 5,000,000,000 in a column that became int32 quarantines its record with the reason (protobuf's
-own resolution would truncate it). Records of another message type, without the magic byte, with a broken
-message-index array, or with an id the registry says does not exist are quarantined with the reason too.
+record's message and the chunk is prepared and parsed once per message type). The columns are every top-level
+field name the chunk's versions of that message declare, each typed by the newest (highest id) version declaring
+it. Every record is parsed with ITS WRITER's descriptor (its schema id and message-index array name it) and fills
+the columns of its writer's field NAMES, so a field renamed between versions lands in the same column whatever
+else the chunk holds (a column the writer does not declare is null); each value is converted only where the
+column's type holds it exactly (``shale.schemas.protobuf_versions``): an int32 widens into int64, while an int64 of
+5,000,000,000 in a column that became int32 quarantines its record with the reason (protobuf's own resolution would
+truncate it). Records of another message type, without the magic byte, with a broken message-index array, or with
+an id the registry says does not exist are quarantined with the reason too.
 
 With the option ``reader_schema_id`` (a named reader schema: ``shale reprocess --schema-id``), the chunk's message
-type is read with the descriptor of that name in the named schema instead of the newest; a named schema that does
-not declare the message quarantines the chunk's records of that type with the reason; every record not written with
-the named schema itself is converted into it by the same rule.
+type is read with the descriptor of that name in the named schema, whose fields are the columns; a named schema that
+does not declare the message quarantines the chunk's records of that type with the reason; every record not written
+with the named schema itself is converted into it by field NUMBER, as protobuf reads old bytes, by the same rule.
 """
 
 from __future__ import annotations
