@@ -435,7 +435,21 @@ def expected_by_name(writer: tuple[Field, ...], columns: tuple[Field, ...], sets
     """The ``columns`` (``by_name``) of a record the writer set ``sets`` in: each column takes the writer's field of
     its name (nested fields by number, as ``expected``), a column whose name the writer does not declare is null."""
     named = {f.name: f for f in writer}
-    return {f.name: _column(named[f.name], f, sets, "") if f.name in named else None for f in columns}
+    return {f.name: _own_column(named[f.name], f, sets) if f.name in named else None for f in columns}
+
+
+def _own_column(w: Field, f: Field, sets: dict[str, Any]) -> Any:
+    """``_column`` by name: a singular field the writer left unset is the writer's unset value (null with presence,
+    else its default as the column holds it, null when it cannot)."""
+    if (w.name in sets and _written(w, sets[w.name])) or "repeated" in (w.label, f.label) or "map" in (w.label,
+                                                                                                       f.label):
+        return _column(w, f, sets, "")
+    if w.presence:
+        return None
+    try:
+        return _convert(w, f, 0 if w.type == "enum" else _unset(w), f.name)
+    except Quarantined:
+        return None
 
 
 def _column(w: Field | None, f: Field, sets: dict[str, Any], path: str) -> Any:

@@ -6,13 +6,15 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from shale.cli.common import get_config, shale_errors
-from shale.config import ShaleConfig
-from shale.index.records import SchemaVersionRow
+
+if TYPE_CHECKING:
+    from shale.config import ShaleConfig
+    from shale.index import SchemaVersionRow
 
 
 @click.command()
@@ -102,8 +104,7 @@ class _Versions:
         return self._typed[(topic, schema_id)]
 
     def _read(self, topic: str, schema_id: int) -> list[Typed]:
-        from shale.encoder.parsers import load_parser
-        from shale.encoder.parsers.registryparser import RegistryParser
+        from shale.encoder import RegistryParser, load_parser
         from shale.errors import RetryableError
         from shale.schemas import frame
 

@@ -114,6 +114,8 @@ def _stored(versions: Versions, writes: list[tuple[int, dict[str, Any]]], cuts: 
     return out
 
 
+F1 = Field(1, "f1", "int32", "implicit")
+OPTIONAL_F2 = (F1, Field(2, "f2", "int32", "optional"))
 TEMPERATURE = (Field(1, "device", "string", "implicit"), Field(4, "temp_c", "int32", "implicit"))
 RENAMED = (Field(1, "device", "string", "implicit"), Field(4, "temp_dc", "int32", "implicit"))
 
@@ -123,6 +125,10 @@ RENAMED = (Field(1, "device", "string", "implicit"), Field(4, "temp_dc", "int32"
                                    (1, {"device": "c", "temp_dc": 215})], [1])).via(
     "the issue's rename: temp_c (number 4) became temp_dc; the version 1 record of the second chunk landed in "
     "temp_dc beside the version 2 record, the one of the first chunk in temp_c")
+@example(((OPTIONAL_F2, (F1,), (F1, Field(2, "f2", "int32", "implicit"))),
+          [(0, {"f1": 0}), (0, {"f1": 0}), (2, {"f1": 0, "f2": 0})], [1])).via(
+    "found by this property: an optional f2 its writer left unset was null in a chunk of its own version and 0 in "
+    "one typed by a later version where f2 has no presence (the column's unset value, not the writer's)")
 def test_the_column_a_value_lands_in_does_not_depend_on_the_chunks(case: Case) -> None:
     versions, writes, cuts = case
     note(repr(case))
