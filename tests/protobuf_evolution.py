@@ -383,11 +383,12 @@ class Quarantined(Exception):  # noqa: N818 (an outcome of the model, not an err
         self.path = path
 
 
-def outcome(writer: tuple[Field, ...], reader: tuple[Field, ...], sets: dict[str, Any]) \
+def outcome(writer: tuple[Field, ...], reader: tuple[Field, ...], sets: dict[str, Any], named: bool = True) \
         -> dict[str, Any] | Quarantined:
-    """``expected``, with a quarantine as its value."""
+    """``expected`` (a named reader schema), or ``expected_by_name`` when not ``named`` (``reader`` then holds the
+    chunk's columns), with a quarantine as its value."""
     try:
-        return expected(writer, reader, sets)
+        return expected(writer, reader, sets) if named else expected_by_name(writer, reader, sets)
     except Quarantined as exc:
         return exc
 
@@ -417,23 +418,53 @@ def expected(writer: tuple[Field, ...], reader: tuple[Field, ...], sets: dict[st
         -> dict[str, Any]:
     """The reader's columns of a record the writer set ``sets`` in; ``Quarantined`` names a field that cannot be."""
     by_number = {f.number: f for f in writer}
-    out = {}
-    for f in reader:
-        w = by_number.get(f.number)
-        if w is None or w.name not in sets or not _written(w, sets[w.name]):
-            out[f.name] = _unset(f)
-            continue
-        where, value = path + f.name, sets[w.name]
-        if (w.label in ("repeated", "map") or f.label in ("repeated", "map")) and w.label != f.label:
-            raise Quarantined(where)
-        if f.label == "map":
-            out[f.name] = [(_convert(replace(w, type=w.key), replace(f, type=f.key), k, where),
-                            _convert(w, f, v, where)) for k, v in value.items()]
-        elif f.label == "repeated":
-            out[f.name] = [_convert(w, f, v, where) for v in value]
-        else:
-            out[f.name] = _convert(w, f, value, where)
-    return out
+    return {f.name: _column(by_number.get(f.number), f, sets, path) for f in reader}
+
+
+def by_name(versions: list[tuple[Field, ...]]) -> tuple[Field, ...]:
+    """The columns of a chunk of ``versions`` (newest first) read without a named reader schema: each field name of
+    any version, typed by the newest version that declares it; the newest's fields first."""
+    columns: dict[str, Field] = {}
+    for fields in versions:
+        for f in fields:
+            columns.setdefault(f.name, f)
+    return tuple(columns.values())
+
+
+def expected_by_name(writer: tuple[Field, ...], columns: tuple[Field, ...], sets: dict[str, Any]) -> dict[str, Any]:
+    """The ``columns`` (``by_name``) of a record the writer set ``sets`` in: each column takes the writer's field of
+    its name (nested fields by number, as ``expected``), a column whose name the writer does not declare is null."""
+    named = {f.name: f for f in writer}
+    return {f.name: _own_column(named[f.name], f, sets) if f.name in named else None for f in columns}
+
+
+def _own_column(w: Field, f: Field, sets: dict[str, Any]) -> Any:
+    """``_column`` by name: a singular field the writer left unset is the writer's unset value (null with presence,
+    else its default as the column holds it, null when it cannot)."""
+    if (w.name in sets and _written(w, sets[w.name])) or "repeated" in (w.label, f.label) or "map" in (w.label,
+                                                                                                       f.label):
+        return _column(w, f, sets, "")
+    if w.presence:
+        return None
+    try:
+        return _convert(w, f, 0 if w.type == "enum" else _unset(w), f.name)
+    except Quarantined:
+        return None
+
+
+def _column(w: Field | None, f: Field, sets: dict[str, Any], path: str) -> Any:
+    """Column ``f``'s value of a record whose writer's field ``w`` (None: not declared) was set as ``sets`` says."""
+    if w is None or w.name not in sets or not _written(w, sets[w.name]):
+        return _unset(f)
+    where, value = path + f.name, sets[w.name]
+    if (w.label in ("repeated", "map") or f.label in ("repeated", "map")) and w.label != f.label:
+        raise Quarantined(where)
+    if f.label == "map":
+        return [(_convert(replace(w, type=w.key), replace(f, type=f.key), k, where), _convert(w, f, v, where))
+                for k, v in value.items()]
+    if f.label == "repeated":
+        return [_convert(w, f, v, where) for v in value]
+    return _convert(w, f, value, where)
 
 
 def _number(w: Field, value: Any) -> int | None:

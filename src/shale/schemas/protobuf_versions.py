@@ -77,15 +77,16 @@ def type_name(field: FieldDescriptor) -> str:
 
 
 class Resolver:
-    """Decodes the bytes of ``writer`` messages into the columns of ``reader`` (``Decoder.arrow`` of the reader).
-    ``decode`` raises ``DecodeError`` on bytes that are not a writer message and ``ValueMismatchError`` on a value the
-    reader's type cannot hold. Not thread-safe (nor needs to be: one per parser)."""
+    """Decodes the bytes of ``writer`` messages into the columns of ``reader`` (``Decoder.arrow`` of the reader), its
+    top-level fields matched by number; or, when ``columns`` is given, into those columns matched by NAME (see
+    ``by_name``). ``decode`` raises ``DecodeError`` on bytes that are not a writer message and ``ValueMismatchError``
+    on a value the reader's type cannot hold. Not thread-safe (nor needs to be: one per parser)."""
 
-    def __init__(self, writer: Descriptor, reader: Decoder) -> None:
+    def __init__(self, writer: Descriptor, reader: Decoder, columns: list[FieldDescriptor] | None = None) -> None:
         self.writer = writer
         self.reader = reader
         self._class = message_factory.GetMessageClass(writer)
-        self._convert = _struct(writer, reader.descriptor, "")
+        self._convert = _struct(writer, reader.descriptor, "") if columns is None else by_name(writer, columns)
 
     def decode(self, body: bytes | memoryview) -> dict[str, Any]:
         return dict(self._convert(self._class.FromString(bytes(body))))
@@ -98,6 +99,24 @@ def _struct(writer: Descriptor, reader: Descriptor, path: str) -> Converter:
         where = path + field.name
         parts.append((field.name, _unset(field) if written is None else _field(written, field, where)))
     only_read = {f.number: path + f.name for f in reader.fields if f.number not in writer.fields_by_number}
+
+    def convert(message: Message) -> dict[str, Any]:
+        if only_read:
+            _undeclared(message, only_read, writer)
+        return {name: part(message) for name, part in parts}
+    return convert
+
+
+def by_name(writer: Descriptor, columns: list[FieldDescriptor]) -> Converter:
+    """The converter of a ``writer`` message into ``columns`` (top-level fields of one or more versions, unique by
+    name) matched by name: a column takes the writer's field of its name, converted by the same rule as by number
+    (unset, the writer's unset value: see ``_field``); a column whose name the writer's schema does not declare is
+    left out (null), so a renamed field's values stay in the column of their writer's name whatever else a chunk
+    holds. A field on the wire whose number the writer's
+    schema does not declare but a column's does is refused, as by number."""
+    parts = [(f.name, _field(writer.fields_by_name[f.name], f, f.name, writers_unset=True)) for f in columns
+             if f.name in writer.fields_by_name]
+    only_read = {f.number: f.name for f in reversed(columns) if f.number not in writer.fields_by_number}
 
     def convert(message: Message) -> dict[str, Any]:
         if only_read:
@@ -147,9 +166,14 @@ def _is_map(field: FieldDescriptor) -> bool:
     return field.is_repeated and field.message_type is not None and field.message_type.GetOptions().map_entry
 
 
-def _field(written: FieldDescriptor, field: FieldDescriptor, path: str) -> Converter:
+def _field(written: FieldDescriptor, field: FieldDescriptor, path: str, writers_unset: bool = False) -> Converter:
+    """The column ``field``'s value from the writer's field ``written``. Unset on the wire, it takes the column's unset
+    value; or, with ``writers_unset`` (by name), the WRITER's (null when the writer's field has presence, else its
+    default converted into the column, null when the column cannot hold it), so that the value does not depend on
+    which version's field types the column."""
     name = written.name
     convert: Converter
+    unset = _unset(field)
     if _is_map(written) and _is_map(field):
         entry, into = written.message_type, field.message_type
         key = _value(entry.fields_by_name["key"], into.fields_by_name["key"], path, field.number)
@@ -164,8 +188,20 @@ def _field(written: FieldDescriptor, field: FieldDescriptor, path: str) -> Conve
     else:
         one = _value(written, field, path, field.number)
         convert = lambda m: one(getattr(m, name))  # noqa: E731
-    unset, has = _unset(field), present(written)
+        if writers_unset:
+            unset = _writers_unset(written, one)
+    has = present(written)
     return lambda m: convert(m) if has(m) else unset(m)
+
+
+def _writers_unset(written: FieldDescriptor, one: Converter) -> Converter:
+    if written.has_presence:
+        return lambda _: None
+    try:
+        value = one(written.default_value)
+    except ValueMismatchError:
+        value = None
+    return lambda _: value
 
 
 def _label(field: FieldDescriptor) -> str:

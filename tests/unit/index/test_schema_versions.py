@@ -125,7 +125,7 @@ def test_shale_schemas_lists_them(tmp_path: Path) -> None:
         ("app", 12, 1)]
     table = runner.invoke(cli, [*sets, "schemas", "--tenant", "acme"])
     assert table.output.splitlines()[0].split()[:3] == ["TOPIC", "RECORD", "SCHEMA"]
-    assert table.output.splitlines()[1].split()[:4] == ["app", "-", "12", "f00d"]
+    assert table.output.splitlines()[1].split()[:5] == ["app", "-", "12", "-", "f00d"]  # no registry: no own
     none = runner.invoke(cli, [*sets, "schemas", "--tenant", "nobody"])
     assert none.exit_code == 0
     assert "no blocks of tenant 'nobody'" in none.output

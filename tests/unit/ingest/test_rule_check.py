@@ -32,10 +32,14 @@ import "google/protobuf/timestamp.proto";
 message Address { string city = 1; }
 message Shipment { int64 id = 1; google.protobuf.Timestamp shipped = 2; string carrier = 3; }
 """
-IDS = {("orders-value", 1): 5101, ("orders-value", 2): 5102, ("shipments-value", 1): 5201}
+TELEMETRY = 'syntax = "proto3";\npackage tele;\nmessage Reading { string device = 1; int32 %s = 4; }\n'
+IDS = {("orders-value", 1): 5101, ("orders-value", 2): 5102, ("shipments-value", 1): 5201,
+       **{("telemetry-value", v): 5300 + v for v in (1, 2, 3)}}
 SUBJECTS: dict[str, dict[int, tuple[str, str]]] = {
     "orders-value": {1: ("AVRO", json.dumps(V1)), 2: ("AVRO", json.dumps(V2))},
-    "shipments-value": {1: ("PROTOBUF", PROTO)}}
+    "shipments-value": {1: ("PROTOBUF", PROTO)},
+    "telemetry-value": {1: ("PROTOBUF", TELEMETRY % "temp_c"), 2: ("PROTOBUF", TELEMETRY % "temp_c"),
+                        3: ("PROTOBUF", TELEMETRY % "temp_dc")}}
 
 
 class _Registry(BaseHTTPRequestHandler):
@@ -155,3 +159,14 @@ def test_a_protobuf_rule_fits_when_one_of_the_files_messages_has_its_fields(tmp_
         wrong.output)
     assert "message Shipment: time_field 'shiped' is not a field of it (its fields: carrier, id, shipped)" in (
         wrong.output)
+
+
+def test_a_protobuf_field_renamed_between_versions_is_a_note_naming_the_subject_and_versions(
+        tmp_path: Path, registry_url: str) -> None:
+    """Issue 59: version 3 renamed `int32 temp_c = 4` to `temp_dc`; each record now fills its writer's column, and
+    the check (and the ingest's start, as a warning) says so, with no time field or label to check."""
+    result = _check(_config(tmp_path, registry_url, {}, topics=("telemetry",), parser="protobuf"))
+    assert result.exit_code == 0, result.output
+    assert ("note: topic 'telemetry', subject 'telemetry-value': message tele.Reading field number 4 is 'temp_c' in "
+            "version 2 (schema id 5302) and 'temp_dc' from version 3 (schema id 5303): a rename") in result.output
+    assert result.output.count("a rename") == 1  # versions 1 and 2 agree

@@ -23,6 +23,7 @@ from tests.protobuf_evolution import (
     Field,
     Quarantined,
     build,
+    by_name,
     canonical,
     evolutions,
     message_class,
@@ -145,7 +146,7 @@ def test_a_field_on_the_wire_that_the_writers_schema_does_not_declare_is_not_gue
     v1, v2 = _register(first), _register(added)
     old, new = message_class(first), message_class(added)
     rows, reasons = _store([_framed(v1, new(id=1, n=7)), _framed(v1, old(id=2)), _framed(v2, new(id=3, n=4))])
-    assert {o: (r["id"], r["n"]) for o, r in rows.items()} == {1: (2, 0), 2: (3, 4)}
+    assert {o: (r["id"], r["n"]) for o, r in rows.items()} == {1: (2, None), 2: (3, 4)}  # n: not version 1's
     assert "field 'n' (number 2) is on the wire, but the writer's schema does not declare it" in reasons[0]
 
 
@@ -184,11 +185,12 @@ def _check(v1_fields: tuple[Field, ...], v2_fields: tuple[Field, ...], writes: l
         set_values(message, versions[version], sets)
         framed.append(_framed(ids[version], message))
     reader = 1 if named else 2
+    columns = versions[1] if named else by_name([versions[v] for v in sorted({v for v, _ in writes}, reverse=True)])
     rows, reasons = _store(framed, **({"reader_schema_id": ids[1]} if named else {}))
     word = "named reader" if named else "newest"
     outcomes = []
     for offset, (version, sets) in enumerate(writes):
-        want = outcome(versions[version], versions[reader], sets)
+        want = outcome(versions[version], columns, sets, named)
         if isinstance(want, Quarantined):
             outcomes.append("a record quarantined")
             assert offset in reasons, (offset, rows.get(offset), want.path)
@@ -197,7 +199,7 @@ def _check(v1_fields: tuple[Field, ...], v2_fields: tuple[Field, ...], writes: l
         outcomes.append("a record of the other version stored" if version != reader else "a record of the reader's "
                         "version stored")
         assert offset not in reasons, (reasons[offset], want)
-        got = {f.name: rows[offset][f.name] for f in versions[reader]}
+        got = {f.name: rows[offset].get(f.name) for f in columns}
         assert canonical(got) == canonical(want), (version, sets)
     return outcomes
 

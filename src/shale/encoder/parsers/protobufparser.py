@@ -5,28 +5,31 @@ their schemas read from a Schema Registry; every field of the message becomes a 
 Per chunk, ``prepare`` reads each record's schema id and message-index array, fetches the schemas it has not cached
 (and the files they import, the registry's references), and picks the chunk's message type: the full name most of
 its records carry (with the option ``subject_name_strategy`` record or topic_record, ``record_types`` names each
-record's message and the chunk is prepared and parsed once per message type), read with the newest (highest id)
-schema that declares it: that schema's message gives the columns. Every record is parsed with ITS WRITER's
-descriptor (its schema id and message-index array name it), and a record of another version is then read into the
-columns by field number, each value converted only where the column's type holds it exactly
-(``shale.schemas.protobuf_versions``): an added field is unset, a removed one ignored, an int32 widens into int64,
-while an int64 of 5,000,000,000 in a column that became int32 quarantines its record with the reason (protobuf's
-own resolution would truncate it). Records of another message type, without the magic byte, with a broken
-message-index array, or with an id the registry says does not exist are quarantined with the reason too.
+record's message and the chunk is prepared and parsed once per message type). The columns are every top-level
+field name the chunk's versions of that message declare, each typed by the newest (highest id) version declaring
+it. Every record is parsed with ITS WRITER's descriptor (its schema id and message-index array name it) and fills
+the columns of its writer's field NAMES, so a field renamed between versions lands in the same column whatever
+else the chunk holds (a column the writer does not declare is null); each value is converted only where the
+column's type holds it exactly (``shale.schemas.protobuf_versions``): an int32 widens into int64, while an int64 of
+5,000,000,000 in a column that became int32 quarantines its record with the reason (protobuf's own resolution would
+truncate it). Records of another message type, without the magic byte, with a broken message-index array, or with
+an id the registry says does not exist are quarantined with the reason too.
 
 With the option ``reader_schema_id`` (a named reader schema: ``shale reprocess --schema-id``), the chunk's message
-type is read with the descriptor of that name in the named schema instead of the newest; a named schema that does
-not declare the message quarantines the chunk's records of that type with the reason; every record not written with
-the named schema itself is converted into it by the same rule.
+type is read with the descriptor of that name in the named schema, whose fields are the columns; a named schema that
+does not declare the message quarantines the chunk's records of that type with the reason; every record not written
+with the named schema itself is converted into it by field NUMBER, as protobuf reads old bytes, by the same rule.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import logging
 from typing import Any, ClassVar
 
-from google.protobuf.descriptor import Descriptor
+import pyarrow as pa
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError
 
 from shale.encoder.parsers.base import ParseError
@@ -42,6 +45,8 @@ from shale.schemas import (
     protobuf,
     schema_id,
 )
+
+log = logging.getLogger(__name__)
 
 Key = tuple[int, tuple[int, ...]]
 """A record's schema id and message-index array."""
@@ -64,7 +69,7 @@ class ProtobufParser(RegistryParser):
         self._files: dict[int, protobuf.ProtoFile | str] = {}
         self._decoders: dict[str, protobuf.Decoder] = {}
         self._chunk: dict[Key, protobuf.Decoder | Resolver | str] = {}
-        self._resolvers: dict[tuple[Key, str], Resolver] = {}
+        self._resolvers: dict[tuple[Key, str, tuple[tuple[str, str], ...] | None], Resolver] = {}
         self._problems: dict[int, str] = {}
         self._reader_id = 0
 
@@ -118,16 +123,17 @@ class ProtobufParser(RegistryParser):
         except SchemaError as exc:
             self._chunk.update({k: f"schema id {k[0]}: {exc}" for k, m in messages.items() if m.full_name == name})
             return
-        problem = self.set_columns(decoder.arrow)
+        columns = None if self.reader_schema_id else self._by_name(name, messages, reader_key)
+        problem = self.set_columns(decoder.arrow if columns is None else columns[1])
         for key, message in messages.items():
             if problem is not None:
-                self._chunk[key] = problem
+                self._chunk.setdefault(key, problem)
             elif message.full_name != name:
                 self._chunk[key] = _other_type(key, message, name)
             elif key[0] == self._reader_id:
                 self._chunk[key] = decoder
-            else:
-                self._chunk[key] = self._resolver(key, message, decoder)
+            elif key not in self._chunk:
+                self._chunk[key] = self._resolver(key, message, decoder, None if columns is None else columns[0])
         if problem is None:
             self.fingerprint = reader_file.fingerprint(reader)
             self.schema_ids = sorted({k[0] for k, v in self._chunk.items() if not isinstance(v, str)})
@@ -174,11 +180,43 @@ class ProtobufParser(RegistryParser):
             self._decoders[key] = protobuf.Decoder(message)
         return self._decoders[key]
 
-    def _resolver(self, key: Key, writer: Descriptor, reader: protobuf.Decoder) -> Resolver:
-        """How records of ``key`` (another version than the reader's) are read into the reader's columns."""
-        cached = (key, f"{self._reader_id}/{reader.descriptor.full_name}")
+    def _by_name(self, name: str, messages: dict[Key, Descriptor], newest: Key) \
+            -> tuple[list[FieldDescriptor], pa.StructType]:
+        """The chunk's columns when no reader schema is named: every top-level field name of the chunk's versions of
+        ``name``, each typed by the newest (highest id) version that declares it; the newest version's fields first,
+        in its order, then the names only older versions declare. A version whose message has no Arrow type is left
+        out, its records quarantined with the reason. Warns (once per process) of a field number two versions name
+        differently: a rename, whose records then fill two columns."""
+        fields: dict[str, FieldDescriptor] = {}
+        types: dict[str, pa.DataType] = {}
+        versions = sorted((k for k, m in messages.items() if m.full_name == name), reverse=True)
+        for key in versions:
+            try:
+                arrow = self._decoder(key[0], messages[key]).arrow
+            except SchemaError as exc:
+                self._chunk[key] = f"schema id {key[0]}: {exc}"
+                continue
+            for field in messages[key].fields:
+                if field.name not in fields:
+                    fields[field.name], types[field.name] = field, arrow.field(field.name).type
+        renamed = _renames({key[0]: messages[key] for key in versions})
+        if renamed and renamed not in _WARNED:
+            _WARNED.add(renamed)
+            log.warning(f"protobuf message {name} has renamed fields between the schema ids of this chunk ("
+                        f"{'; '.join(renamed)}): each record's values are stored in the columns of its writer's "
+                        "field names, so a renamed field fills one column per name (`shale schemas --fields` "
+                        "lists each schema id's fields)",
+                        extra={"protobuf_message": name, "newest_schema_id": newest[0]})
+        return list(fields.values()), pa.struct([pa.field(n, t) for n, t in types.items()])
+
+    def _resolver(self, key: Key, writer: Descriptor, reader: protobuf.Decoder,
+                  columns: list[FieldDescriptor] | None) -> Resolver:
+        """How records of ``key`` (another version than the reader's) are read into the chunk's columns: by name
+        into ``columns``, or by number into a named reader schema's when ``columns`` is None."""
+        shape = None if columns is None else tuple((f.containing_type.file.name, f.name) for f in columns)
+        cached = (key, f"{self._reader_id}/{reader.descriptor.full_name}", shape)
         if cached not in self._resolvers:
-            self._resolvers[cached] = Resolver(writer, reader)
+            self._resolvers[cached] = Resolver(writer, reader, columns)
         return self._resolvers[cached]
 
     def parse(self, value: bytes | None, kafka_time_ms: int) -> tuple[int, dict[str, Any]]:
@@ -206,6 +244,22 @@ class ProtobufParser(RegistryParser):
                              f"schema id {self._reader_id}: {exc} (its bytes are kept; `shale reprocess --schema-id "
                              f"{sid}` stores such records with their writer's types)") from None
         return self.finish(decoded, kafka_time_ms)
+
+
+def _renames(versions: dict[int, Descriptor]) -> tuple[str, ...]:
+    """Each top-level field number that ``versions`` (schema id -> message) name differently, as text: "field 4:
+    'temp_c' in schema ids 1, 2; 'temp_dc' in schema id 3"."""
+    names: dict[int, dict[str, list[int]]] = collections.defaultdict(lambda: collections.defaultdict(list))
+    for sid in sorted(versions):
+        for field in versions[sid].fields:
+            names[field.number][field.name].append(sid)
+    return tuple(f"field {number}: " + "; ".join(
+        f"{n!r} in schema id{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}" for n, ids in by_name.items())
+        for number, by_name in sorted(names.items()) if len(by_name) > 1)
+
+
+_WARNED: set[tuple[str, ...]] = set()
+"""The renames this process has warned of (a chunk of the same versions is not worth another line)."""
 
 
 def _other_type(key: Key, message: Descriptor, name: str) -> str:

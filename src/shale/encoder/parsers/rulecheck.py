@@ -10,6 +10,8 @@ rule is checked against it: the time field exists and is a timestamp or an integ
 milliseconds, each label field exists and is a string (or an enum, stored as one). A problem in the subject's newest
 version is an error (the records written now would be quarantined); in an older version, a note (its records,
 if any are left in Kafka, would be). Each finding names the topic, the subject, the version and the schema id.
+For a ``protobuf`` rule (with or without fields to check), a top-level field that two consecutive versions declare
+under one number and two names is a note too: a rename, whose records fill two columns (each its writer's name's).
 
 Not checked: topics only a ``topic_pattern`` matches (they are not known without Kafka), the ``record`` and
 ``topic_record`` strategies (subjects are named by record type, not by topic), a subject not registered yet (a
@@ -19,6 +21,7 @@ answer usefully) propagates: the caller says so, as it would for a record.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -49,7 +52,10 @@ def check_typed_rules(ingest: IngestConfig, topics: Iterable[str]) -> list[Findi
     for topic in topics:
         rule = next((r for r in ingest.parsers if re.fullmatch(r.topic_pattern, topic)), None)
         parser = load_parser(rule.parser, dict(rule.options)) if rule is not None else None
-        if not isinstance(parser, RegistryParser) or not (parser.time_path or parser.label_names):
+        if not isinstance(parser, RegistryParser):
+            continue
+        fields_named = bool(parser.time_path or parser.label_names)
+        if not fields_named and parser.schema_type != "PROTOBUF":
             continue
         parser.bind(ingest)
         if parser.by_record:
@@ -62,12 +68,41 @@ def check_typed_rules(ingest: IngestConfig, topics: Iterable[str]) -> list[Findi
                                     "(nothing produced, or the producers use another subject name strategy); the "
                                     f"{parser.name} rule is not checked against it"))
             continue
-        for version in versions:
-            registered = parser.registry.version(subject, version)
-            for problem in rule_problems(parser, registered):
+        registered = {version: parser.registry.version(subject, version) for version in versions}
+        for version in versions if fields_named else []:
+            for problem in rule_problems(parser, registered[version]):
                 findings.append(Finding(version == versions[-1], f"topic {topic!r}, subject {subject!r} version "
-                                        f"{version} (schema id {registered.id}): {problem}"))
+                                        f"{version} (schema id {registered[version].id}): {problem}"))
+        if parser.schema_type == "PROTOBUF":
+            findings.extend(Finding(False, f"topic {topic!r}, subject {subject!r}: {rename}")
+                            for rename in protobuf_renames(parser, registered))
     return findings
+
+
+def protobuf_renames(parser: RegistryParser, versions: dict[int, RegisteredSchema]) -> list[str]:
+    """Each top-level field of a message that two consecutive versions of a subject (version -> schema) declare
+    under one number and two names: a rename, whose records are stored in two columns (each record in its writer's
+    name's). Versions that do not load are left out (``rule_problems`` and their records say why)."""
+    fields: list[tuple[int, int, dict[tuple[str, int], str]]] = []
+    for version, registered in sorted(versions.items()):
+        parser.registry.remember(registered)
+        try:
+            file = protobuf.load(parser.registry, registered).file
+        except (SchemaError, UnknownSchemaError):
+            continue
+        fields.append((version, registered.id, {(m.full_name, f.number): f.name
+                                                for m in file.message_types_by_name.values() for f in m.fields}))
+    notes = []
+    for (old, old_id, before), (new, new_id, after) in itertools.pairwise(fields):
+        for (message, number), name in sorted(after.items()):
+            was = before.get((message, number))
+            if was is not None and was != name:
+                notes.append(f"message {message} field number {number} is {was!r} in version {old} (schema id "
+                             f"{old_id}) and {name!r} from version {new} (schema id {new_id}): a rename; each record "
+                             f"is stored in the column of its writer's field name, so records written with version "
+                             f"{old} fill {was!r} and those written with version {new} fill {name!r} (`shale schemas "
+                             "--fields` lists the fields, the columns, of each schema id)")
+    return notes
 
 
 def raise_for_errors(findings: list[Finding]) -> None:
