@@ -66,8 +66,10 @@ DELTA_READS = Counter("shale_bucket_index_delta_reads_total",
 META_READS = Counter("shale_bucket_index_meta_reads_total",
                      "GETs of a block's meta.json by bucket index readers, for the Kafka ranges and row groups that "
                      "index entries leave out (full_meta; cached).")
-FULL_META_CACHE = 256
-"""Full metas a reader keeps (most recently used): a block of 10,000 partitions' is about a megabyte decoded."""
+FULL_META_CACHE = 1_000_000
+"""How much of the full metas a reader keeps, most recently used first, in Kafka ranges and row groups (plus one
+per block): what their memory grows with. A block of 10,000 partitions weighs about 20,000 (a megabyte of
+meta.json), so about 50 such blocks, or thousands of small ones."""
 
 
 class StaleIndexError(ShaleError):
@@ -113,7 +115,8 @@ class BucketIndexReader:
         self._tenant_locks: dict[str, threading.Lock] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._full: OrderedDict[str, BlockMeta] = OrderedDict()
+        self._full: OrderedDict[str, tuple[BlockMeta, int]] = OrderedDict()
+        self._full_weight = 0
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -161,10 +164,10 @@ class BucketIndexReader:
         if not meta.summary:
             return meta
         with self._lock:
-            full = self._full.get(meta.id)
-            if full is not None:
+            cached = self._full.get(meta.id)
+            if cached is not None:
                 self._full.move_to_end(meta.id)
-                return full
+                return cached[0]
         key = meta_key(meta)
         META_READS.inc()
         full = parse_meta(self.bucket.get(key), where=key, block_id=meta.id)
@@ -174,9 +177,12 @@ class BucketIndexReader:
                                      f"(tenant, group or datasets); rebuild the index with `shale bucket index "
                                      f"--tenant {meta.tenant}`", key=key, block_id=meta.id)
         with self._lock:
-            self._full[meta.id] = full
-            while len(self._full) > FULL_META_CACHE:
-                self._full.popitem(last=False)
+            if meta.id not in self._full:
+                weight = 1 + len(full.kafka) + sum(len(d.row_groups) for d in full.datasets)
+                self._full[meta.id] = (full, weight)
+                self._full_weight += weight
+            while self._full_weight > FULL_META_CACHE and len(self._full) > 1:
+                self._full_weight -= self._full.popitem(last=False)[1][1]
         return full
 
     def generations(self, tenant: str) -> list[tuple[str, int, int, int]] | None:

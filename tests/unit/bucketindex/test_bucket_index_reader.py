@@ -394,3 +394,23 @@ def test_a_meta_json_that_disagrees_with_its_entry_is_corrupt(bucket: ObstoreBuc
     with BucketIndexReader(bucket, config(), Clock()) as reader, \
             pytest.raises(CorruptObjectError, match="disagrees with its bucket index entry"):
         BucketIndexSource(reader).query_blocks([tenant], 0, 2**62)
+
+
+def test_the_full_meta_cache_keeps_the_most_recently_used_within_its_weight(
+        bucket: ObstoreBucket, tenant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocks = [block(tenant, n) for n in range(3)]  # each weighs 1 + one range + its row groups
+    for m in blocks:
+        bucket.put(meta_key(m), m.to_json())
+    _write(bucket, tenant, blocks)
+    weight = 1 + len(blocks[0].kafka) + sum(len(d.row_groups) for d in blocks[0].datasets)
+    monkeypatch.setattr("shale.bucketindex.reader.FULL_META_CACHE", 2 * weight)
+    with BucketIndexReader(bucket, config(), Clock()) as reader:
+        a, b, c = reader.blocks(tenant)
+        for m in (a, b, a, c):  # a is used again before c comes: b is the least recently used
+            assert reader.full_meta(m).kafka == next(x for x in blocks if x.id == m.id).kafka
+        bucket.calls.reset()
+        reader.full_meta(a)
+        reader.full_meta(c)
+        assert bucket.calls.snapshot() == NO_CALLS
+        reader.full_meta(b)
+        assert bucket.calls.snapshot() == NO_CALLS | {"get": 1}
