@@ -139,6 +139,7 @@ class BlockMeta(_Record):
                         "its group's prefix; 1 (absent) under <tenant>/blocks/, as every block was before")
 
     _time_ms: int = PrivateAttr(0)
+    _summary: bool = PrivateAttr(False)
 
     @model_validator(mode="after")
     def _consistent(self) -> BlockMeta:
@@ -172,6 +173,12 @@ class BlockMeta(_Record):
         """The block's creation time: the time inside its ULID (decoded once, at validation). Read from the private
         attributes' dict directly: pydantic's attribute lookup for private attributes is about 30x slower."""
         return self.__pydantic_private__["_time_ms"]  # type: ignore[index,no-any-return]
+
+    @property
+    def summary(self) -> bool:
+        """Whether this is a bucket index entry of version 2 or later (``shale.bucketindex``): the block without
+        its Kafka ranges and its datasets' row groups, which a reader that needs them reads from meta.json."""
+        return self.__pydantic_private__["_summary"]  # type: ignore[index,no-any-return]
 
     @property
     def rows(self) -> int:

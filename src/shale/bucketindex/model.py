@@ -3,8 +3,8 @@ its entries into the blocks a reader may read.
 
 The object is gzip-compressed JSON::
 
-    {"version": 1, "tenant": "acme", "updated_at": 1795000000.0, "watermark": "<delta key or empty>",
-     "blocks": [<meta.json of each block, without null fields>],
+    {"version": 2, "tenant": "acme", "updated_at": 1795000000.0, "watermark": "<delta key or empty>",
+     "blocks": [<meta.json of each block, without null fields, Kafka ranges and row groups>],
      "deletion_marks": [{"id": "01J...", "deletion_time": 1795000000.0, "reason": "compacted"}],
      "uploaded": {"01J...": 1795000000.0}, "tenant_version": 57}
 
@@ -12,8 +12,11 @@ The object is gzip-compressed JSON::
   change its source knew of at that time. Readers refuse an index older than ``max_stale_period``.
 * ``watermark`` is the newest delta object (see ``deltas``) whose change the index is known to hold; readers in
   stale-tolerant mode apply only the deltas after it.
-* ``blocks`` keeps each block's full ``BlockMeta``, not seed 001's subset: the query path reads datasets, files
-  and compaction sources straight from the entries, without one more GET per block.
+* ``blocks`` keeps each block's ``BlockMeta`` without what grows with the partitions it spans (``SUMMARY_EXCLUDE``:
+  its Kafka ranges and its datasets' row groups), closer to seed 001's subset: the query path prunes by time,
+  labels, datasets, files and compaction sources straight from the entries, and reads the meta.json of the blocks
+  it selects for their Kafka ranges (``BucketIndexReader.full_meta``). Parsed entries say so (``BlockMeta.summary``).
+  Version 1 (the previous release) kept each full ``BlockMeta``; it is still read, its entries as full metas.
 * ``deletion_marks`` are blocks marked for deletion; a marked block may still be listed in ``blocks`` (it is
   readable by nobody, and deleted after the delay).
 * ``uploaded`` is when each block was first seen by an index writer (or its newest object's upload time).
@@ -23,8 +26,9 @@ The object is gzip-compressed JSON::
 
 A malformed index, an index of another tenant and an index of an unknown version are ``CorruptObjectError``s
 naming the tenant and the key. Unknown fields are refused too: a newer Shale bumps ``version`` when it adds a
-required one; an optional one (``tenant_version``, added later) keeps version 1, and a reader of a release that
-predates it refuses such an index, so readers are upgraded before the metastore (docs/DEPLOY.md).
+required one or drops one (version 2 dropped the entries' Kafka ranges, and a reader of version 1 refuses it,
+saying to upgrade); an optional one (``tenant_version``, added later) keeps the version, and a reader of a release
+that predates it refuses such an index, so readers are upgraded before the metastore (docs/DEPLOY.md).
 """
 
 from __future__ import annotations
@@ -37,14 +41,22 @@ import threading
 import zlib
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from shale.block import BlockMeta, check_block_id, check_tenant
 from shale.errors import CorruptObjectError
 
-INDEX_VERSION = 1
+if TYPE_CHECKING:
+    from pydantic.main import IncEx
+
+INDEX_VERSION: Literal[2] = 2
+READ_VERSIONS = (1, 2)
+_ROW_GROUPS: IncEx = {"row_groups", "row_group_partitions"}
+_EVERY_DATASET: IncEx = {"__all__": _ROW_GROUPS}
+SUMMARY_EXCLUDE: IncEx = {"kafka": True, "datasets": _EVERY_DATASET}
+"""What an index entry (version 2) leaves out of a block's meta.json: what grows with the partitions it spans."""
 REBUILD_HINT = "rebuild it with `shale bucket index --tenant {tenant}` or let the metastore leader rewrite it"
 
 
@@ -68,7 +80,7 @@ class BucketIndex(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    version: Literal[1] = 1
+    version: Literal[1, 2] = INDEX_VERSION
     tenant: str
     updated_at: float = Field(description="the writer's clock when it read its source, seconds since the epoch")
     watermark: str = Field(default="", description="the newest delta key whose change this index holds")
@@ -116,14 +128,15 @@ class BucketIndex(BaseModel):
                    uploaded={i: times[i] for i in sorted(by_id) if i in times})
 
     def to_bytes(self) -> bytes:
-        """Gzip-compressed JSON, without null fields. ``mtime=0`` keeps the bytes a function of the contents.
+        """Gzip-compressed JSON of version ``INDEX_VERSION``, without null fields, each block as its index entry
+        (``SUMMARY_EXCLUDE``). ``mtime=0`` keeps the bytes a function of the contents.
 
         The same bytes as ``model_dump_json`` of the whole index, but the blocks are serialized one at a time:
         pydantic holds the GIL for the whole of one call, and on the metastore leader one call over an index of
         tens of thousands of blocks held it for hundreds of milliseconds, long enough for the Raft heartbeats to
         stop and the followers to elect another leader (issue 44). gzip releases the GIL as it compresses."""
-        head = self.model_copy(update={"blocks": []}).model_dump_json(exclude_none=True)
-        blocks = ",".join(b.model_dump_json(exclude_none=True) for b in self.blocks)
+        head = self.model_copy(update={"blocks": [], "version": INDEX_VERSION}).model_dump_json(exclude_none=True)
+        blocks = ",".join(b.model_dump_json(exclude_none=True, exclude=SUMMARY_EXCLUDE) for b in self.blocks)
         text = head.replace('"blocks":[]', f'"blocks":[{blocks}]', 1)
         return gzip.compress(text.encode(), compresslevel=6, mtime=0)
 
@@ -141,10 +154,10 @@ class BucketIndex(BaseModel):
                 index = cls.model_validate_json(raw)
         except ValidationError as exc:
             version = peek_version(raw)
-            if version is not None and version != INDEX_VERSION:
+            if version is not None and version not in READ_VERSIONS:
                 raise CorruptObjectError(
-                    f"{key}: the bucket index of tenant {tenant} has version {version!r}; this Shale reads version "
-                    f"{INDEX_VERSION}. Upgrade Shale to read it.", key=key) from None
+                    f"{key}: the bucket index of tenant {tenant} has version {version!r}; this Shale reads versions "
+                    f"{', '.join(map(str, READ_VERSIONS))}. Upgrade Shale to read it.", key=key) from None
             problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}"
                                  for e in exc.errors()[:5])
             raise CorruptObjectError(
@@ -154,6 +167,9 @@ class BucketIndex(BaseModel):
             raise CorruptObjectError(
                 f"{key}: the bucket index of tenant {tenant} says it belongs to tenant {index.tenant}; "
                 + REBUILD_HINT.format(tenant=tenant), key=key)
+        if index.version >= 2:
+            for block in index.blocks:  # what BlockMeta.summary reads (set once, before anyone sees the block)
+                block.__pydantic_private__["_summary"] = True  # type: ignore[index]
         return index
 
     def block_ids(self) -> set[str]:

@@ -38,12 +38,13 @@ import hashlib
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from prometheus_client import Counter, Gauge
 
-from shale.block import BlockMeta, bucket_index_key
+from shale.block import BlockMeta, bucket_index_key, meta_key, parse_meta
 from shale.bucketindex.deltas import IndexDelta, follow_chain, list_deltas, read_delta
 from shale.bucketindex.model import BucketIndex, live_blocks
 from shale.config import BucketIndexConfig
@@ -60,6 +61,15 @@ DELTA_LISTS = Counter("shale_bucket_index_delta_lists_total",
                       "LISTs of bucket index deltas by readers whose index was stale (stale-tolerant mode).")
 DELTA_READS = Counter("shale_bucket_index_delta_reads_total",
                       "GETs of bucket index deltas by readers whose index was stale (stale-tolerant mode).")
+
+
+META_READS = Counter("shale_bucket_index_meta_reads_total",
+                     "GETs of a block's meta.json by bucket index readers, for the Kafka ranges and row groups that "
+                     "index entries leave out (full_meta; cached).")
+FULL_META_CACHE = 1_000_000
+"""How much of the full metas a reader keeps, most recently used first, in Kafka ranges and row groups (plus one
+per block): what their memory grows with. A block of 10,000 partitions weighs about 20,000 (a megabyte of
+meta.json), so about 50 such blocks, or thousands of small ones."""
 
 
 class StaleIndexError(ShaleError):
@@ -105,6 +115,8 @@ class BucketIndexReader:
         self._tenant_locks: dict[str, threading.Lock] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._full: OrderedDict[str, tuple[BlockMeta, int]] = OrderedDict()
+        self._full_weight = 0
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -143,6 +155,35 @@ class BucketIndexReader:
     def blocks(self, tenant: str) -> list[BlockMeta]:
         """The tenant's readable blocks in id order: not marked for deletion, not HealthyOverlapped."""
         return list(self._current(tenant).live)
+
+    def full_meta(self, meta: BlockMeta) -> BlockMeta:
+        """The block with its Kafka ranges and row groups: ``meta`` itself if it has them (an entry of a version 1
+        index, or of a delta), else its meta.json (one GET, then cached: a meta.json never changes). A meta.json
+        that is not this block's is a ``CorruptObjectError``; a missing one a ``NotFoundError`` (the block was
+        deleted since the index was written: the caller's view is out of date)."""
+        if not meta.summary:
+            return meta
+        with self._lock:
+            cached = self._full.get(meta.id)
+            if cached is not None:
+                self._full.move_to_end(meta.id)
+                return cached[0]
+        key = meta_key(meta)
+        META_READS.inc()
+        full = parse_meta(self.bucket.get(key), where=key, block_id=meta.id)
+        if (full.tenant, full.group, [d.name for d in full.datasets]) != (
+                meta.tenant, meta.group, [d.name for d in meta.datasets]):
+            raise CorruptObjectError(f"{key}: meta.json of block {meta.id} disagrees with its bucket index entry "
+                                     f"(tenant, group or datasets); rebuild the index with `shale bucket index "
+                                     f"--tenant {meta.tenant}`", key=key, block_id=meta.id)
+        with self._lock:
+            if meta.id not in self._full:
+                weight = 1 + len(full.kafka) + sum(len(d.row_groups) for d in full.datasets)
+                self._full[meta.id] = (full, weight)
+                self._full_weight += weight
+            while self._full_weight > FULL_META_CACHE and len(self._full) > 1:
+                self._full_weight -= self._full.popitem(last=False)[1][1]
+        return full
 
     def generations(self, tenant: str) -> list[tuple[str, int, int, int]] | None:
         """The tenant's generation switches as its index records them (None: the index could not know them)."""

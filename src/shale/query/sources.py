@@ -21,6 +21,8 @@ class IndexedBlocks(Protocol):
 
     def blocks(self, tenant: str) -> list[BlockMeta]: ...
 
+    def full_meta(self, meta: BlockMeta) -> BlockMeta: ...
+
     def generations(self, tenant: str) -> list[tuple[str, int, int, int]] | None: ...
 
 
@@ -42,8 +44,11 @@ class BucketIndexSource:
                     {"topic": d.topic, "kind": d.kind, "group": meta.group, **ls} for ls in (d.labels or [{}])])
                     for d in meta.datasets], start, end, matchers)
                 if keep:
-                    out.append(meta if len(keep) == len(meta.datasets) else
-                               meta.model_copy(update={"datasets": [meta.datasets[i] for i in keep]}))
+                    # Index entries leave out Kafka ranges (deduplication needs them) and row groups: the blocks
+                    # selected are read in full, which costs a GET per block the first time only.
+                    full = self.reader.full_meta(meta)
+                    out.append(full if len(keep) == len(full.datasets) else
+                               full.model_copy(update={"datasets": [full.datasets[i] for i in keep]}))
         return out
 
     def generation_rules(self, tenant: str) -> list[tuple[str, int, int, int]]:

@@ -7,11 +7,14 @@ import gzip
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tests.unit.bucketindex.helpers import T0, block
 
 import shale.bucketindex as bucketindex
-from shale.block import bucket_index_key
+from shale.block import KafkaRange, bucket_index_key
 from shale.bucketindex import BucketIndex, IndexedMark, live_blocks
+from shale.bucketindex.model import SUMMARY_EXCLUDE
 from shale.errors import CorruptObjectError
 
 KEY = bucket_index_key("acme")
@@ -23,27 +26,53 @@ def _index() -> BucketIndex:
                              {a.id: T0 - 100, b.id: T0 - 50}, watermark="acme/bucket-index-deltas/x.json")
 
 
-def test_round_trip_is_gzip_json_with_full_block_metas() -> None:
+def test_round_trip_is_gzip_json_with_block_summaries() -> None:
     index = _index()
     data = index.to_bytes()
     assert data[:2] == b"\x1f\x8b"
     raw = json.loads(gzip.decompress(data))
-    assert raw["version"] == 1
+    assert raw["version"] == 2
     assert raw["tenant"] == "acme"
     assert raw["updated_at"] == T0
     assert raw["watermark"] == "acme/bucket-index-deltas/x.json"
-    assert raw["blocks"] == [b.model_dump(mode="json", exclude_none=True) for b in index.blocks]
+    assert raw["blocks"] == [b.model_dump(mode="json", exclude_none=True, exclude=SUMMARY_EXCLUDE)
+                             for b in index.blocks]
+    assert all("kafka" not in b and all("row_groups" not in d for d in b["datasets"]) for b in raw["blocks"])
     assert [b["id"] for b in raw["blocks"]] == sorted(b["id"] for b in raw["blocks"])
     marked = block("acme", 1).id
     assert raw["deletion_marks"] == [{"id": marked, "deletion_time": T0 - 5, "reason": "retention"}]
     assert raw["uploaded"] == {marked: T0 - 100, block("acme", 2).id: T0 - 50}
-    assert BucketIndex.parse(data, tenant="acme", key=KEY) == index
+    parsed = BucketIndex.parse(data, tenant="acme", key=KEY)
+    assert all(b.summary for b in parsed.blocks)
+    assert not any(b.summary for b in index.blocks)
+    assert [b.model_dump(exclude=SUMMARY_EXCLUDE) for b in parsed.blocks] == \
+        [b.model_dump(exclude=SUMMARY_EXCLUDE) for b in index.blocks]
+    assert parsed.model_copy(update={"blocks": []}) == index.model_copy(update={"blocks": []})
+    assert parsed.to_bytes() == data, "a parsed index writes the same bytes"
     assert _index().to_bytes() == data, "equal contents must give equal bytes"
-    # Serialized a block at a time (the GIL is released between them), the bytes are those of one call.
-    whole = gzip.compress(index.model_dump_json(exclude_none=True).encode(), compresslevel=6, mtime=0)
-    assert data == whole
     empty = BucketIndex.empty("acme", T0)
     assert gzip.decompress(empty.to_bytes()) == empty.model_dump_json(exclude_none=True).encode()
+
+
+def test_an_index_of_the_previous_release_is_read_with_full_block_metas() -> None:
+    index = _index()
+    previous = index.model_copy(update={"version": 1})
+    data = gzip.compress(previous.model_dump_json(exclude_none=True).encode(), mtime=0)
+    parsed = BucketIndex.parse(data, tenant="acme", key=KEY)
+    assert parsed == previous
+    assert not any(b.summary for b in parsed.blocks)
+    assert parsed.blocks[0].kafka
+    assert parsed.blocks[0].kafka == index.blocks[0].kafka
+
+
+@given(st.integers(min_value=1, max_value=3_000))
+@settings(max_examples=10, deadline=None)
+def test_an_entry_does_not_grow_with_the_partitions_its_block_spans(partitions: int) -> None:
+    one = block("acme", 1)
+    many = one.model_copy(update={"kafka": [KafkaRange(topic="t", partition=p, start=p * 7, end=p * 7 + 5)
+                                            for p in range(partitions)]})
+    size = len(BucketIndex.build("acme", T0, [one]).to_bytes())
+    assert len(BucketIndex.build("acme", T0, [many]).to_bytes()) == size
 
 
 @pytest.mark.parametrize(("data", "expected"), [
@@ -51,7 +80,7 @@ def test_round_trip_is_gzip_json_with_full_block_metas() -> None:
     (gzip.compress(b"{not json"), "is invalid"),
     (gzip.compress(b'{"version": 1, "tenant": "acme"}'), "updated_at"),
     (gzip.compress(b'{"version": 1, "tenant": "acme", "updated_at": 1, "extra": 1}'), "extra"),
-    (gzip.compress(b'{"version": 2, "tenant": "acme", "updated_at": 1, "shiny": []}'), "version 2"),
+    (gzip.compress(b'{"version": 3, "tenant": "acme", "updated_at": 1, "shiny": []}'), "version 3"),
     (gzip.compress(b'{"version": 1, "tenant": "other", "updated_at": 1}'), "belongs to tenant other"),
 ])
 def test_a_bad_index_is_corrupt_and_names_tenant_and_key(data: bytes, expected: str) -> None:
@@ -62,7 +91,7 @@ def test_a_bad_index_is_corrupt_and_names_tenant_and_key(data: bytes, expected: 
     assert "acme" in message
     assert KEY in message
     assert info.value.key == KEY
-    assert ("Upgrade Shale" in message) if expected == "version 2" else ("shale bucket index --tenant acme" in message)
+    assert ("Upgrade Shale" in message) if expected == "version 3" else ("shale bucket index --tenant acme" in message)
 
 
 def test_an_index_holding_another_tenants_block_or_a_duplicate_is_refused() -> None:

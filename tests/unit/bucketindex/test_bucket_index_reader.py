@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import gzip
 import threading
 import uuid
 
 import pytest
 from tests.unit.bucketindex.helpers import T0, Clock, FakeSource, HookBucket, block, config, sample
 
-from shale.block import BlockMeta, bucket_index_key
+from shale.block import BlockMeta, bucket_index_key, meta_key, shared_scopes
 from shale.bucketindex import (
     BucketIndex,
     BucketIndexReader,
@@ -23,6 +24,7 @@ from shale.bucketindex import (
 )
 from shale.errors import ConfigError, CorruptObjectError, NotFoundError
 from shale.objstore import ObstoreBucket, open_bucket_url
+from shale.query.sources import BucketIndexSource
 
 STALE = 3600.0
 NO_CALLS = {"get": 0, "get_range": 0, "head": 0, "list": 0, "put": 0, "delete": 0}
@@ -351,3 +353,64 @@ def test_a_refresh_of_unchanged_bytes_keeps_the_parsed_index(bucket: ObstoreBuck
     reader.refresh_now()
     assert reader.index(tenant) is not first
     assert len(reader.blocks(tenant)) == 4
+
+
+def test_a_query_reads_the_kafka_ranges_the_index_leaves_out_from_meta_json_once(bucket: ObstoreBucket,
+                                                                                 tenant: str) -> None:
+    # Two blocks whose ranges intersect: deduplication needs their ranges, which version 2 entries leave out.
+    a, b = block(tenant, 1), block(tenant, 2)
+    b = b.model_copy(update={"kafka": a.kafka})
+    for m in (a, b):
+        bucket.put(meta_key(m), m.to_json())
+    _write(bucket, tenant, [a, b])
+    with BucketIndexReader(bucket, config(), Clock()) as reader:
+        assert all(m.summary and not m.kafka for m in reader.blocks(tenant))
+        source = BucketIndexSource(reader)
+        bucket.calls.reset()
+        found = source.query_blocks([tenant], 0, 2**62)
+        assert [(m.id, m.kafka, m.summary) for m in found] == [(m.id, m.kafka, False) for m in sorted(
+            [a, b], key=lambda m: m.id)]
+        assert shared_scopes(found) == {(r.topic, r.partition, r.incarnation) for r in a.kafka}
+        assert bucket.calls.snapshot() == NO_CALLS | {"get": 2}, "one GET per selected block"
+        source.query_blocks([tenant], 0, 2**62)
+        assert bucket.calls.snapshot() == NO_CALLS | {"get": 2}, "then from memory: a meta.json never changes"
+
+
+def test_entries_of_an_index_of_the_previous_release_are_used_as_they_are(bucket: ObstoreBucket,
+                                                                          tenant: str) -> None:
+    a = block(tenant, 1)
+    previous = BucketIndex.build(tenant, T0, [a]).model_copy(update={"version": 1})
+    bucket.put(bucket_index_key(tenant), gzip.compress(previous.model_dump_json(exclude_none=True).encode()))
+    with BucketIndexReader(bucket, config(), Clock()) as reader:
+        bucket.calls.reset()
+        assert [m.kafka for m in BucketIndexSource(reader).query_blocks([tenant], 0, 2**62)] == [a.kafka]
+        assert bucket.calls.snapshot() == NO_CALLS | {"get": 1}, "the index only: its entries are full metas"
+
+
+def test_a_meta_json_that_disagrees_with_its_entry_is_corrupt(bucket: ObstoreBucket, tenant: str) -> None:
+    a = block(tenant, 1)
+    bucket.put(meta_key(a), a.model_copy(update={"group": "partition"}).to_json())
+    _write(bucket, tenant, [a])
+    with BucketIndexReader(bucket, config(), Clock()) as reader, \
+            pytest.raises(CorruptObjectError, match="disagrees with its bucket index entry"):
+        BucketIndexSource(reader).query_blocks([tenant], 0, 2**62)
+
+
+def test_the_full_meta_cache_keeps_the_most_recently_used_within_its_weight(
+        bucket: ObstoreBucket, tenant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocks = [block(tenant, n) for n in range(3)]  # each weighs 1 + one range + its row groups
+    for m in blocks:
+        bucket.put(meta_key(m), m.to_json())
+    _write(bucket, tenant, blocks)
+    weight = 1 + len(blocks[0].kafka) + sum(len(d.row_groups) for d in blocks[0].datasets)
+    monkeypatch.setattr("shale.bucketindex.reader.FULL_META_CACHE", 2 * weight)
+    with BucketIndexReader(bucket, config(), Clock()) as reader:
+        a, b, c = reader.blocks(tenant)
+        for m in (a, b, a, c):  # a is used again before c comes: b is the least recently used
+            assert reader.full_meta(m).kafka == next(x for x in blocks if x.id == m.id).kafka
+        bucket.calls.reset()
+        reader.full_meta(a)
+        reader.full_meta(c)
+        assert bucket.calls.snapshot() == NO_CALLS
+        reader.full_meta(b)
+        assert bucket.calls.snapshot() == NO_CALLS | {"get": 1}

@@ -65,6 +65,9 @@ class Index:
     def generations(self, tenant: str) -> list[tuple[str, int, int, int]] | None:
         return []
 
+    def full_meta(self, meta: BlockMeta) -> BlockMeta:
+        return meta
+
 
 def _chunks(kinds: Sequence[str], per_chunk: int) -> tuple[Bucket, list[BlockMeta]]:
     spec = GroupSpec("partition", 1, BucketConfig(url=f"memory://records-{uuid.uuid4().hex}"),
