@@ -26,7 +26,7 @@ if _typing.TYPE_CHECKING:
     from shale.encoder.parsers import ParseError, Parser, load_parser
     from shale.encoder.parsers.registryparser import RegistryParser
     from shale.encoder.parsers.rulecheck import check_typed_rules, raise_for_errors
-    from shale.encoder.records import WRITTEN_SCHEMA, normalize
+    from shale.encoder.records import normalize
     from shale.encoder.tenants import TenantMapper
 
 __getattr__ = _lazy_exports(__name__, {  # each public name's module, imported on first use
@@ -45,14 +45,12 @@ __getattr__ = _lazy_exports(__name__, {  # each public name's module, imported o
     "RegistryParser": "parsers.registryparser",
     "check_typed_rules": "parsers.rulecheck",
     "raise_for_errors": "parsers.rulecheck",
-    "WRITTEN_SCHEMA": "records",
     "normalize": "records",
     "TenantMapper": "tenants",
 })
 
 __all__ = [
     "GROUPS",
-    "WRITTEN_SCHEMA",
     "Chunk",
     "GroupSpec",
     "ParseError",

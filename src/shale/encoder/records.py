@@ -7,11 +7,6 @@ import pyarrow.compute as pc
 
 from shale.block import BACKUP_SCHEMA, HEADERS, TIMESTAMP
 
-WRITTEN_SCHEMA = "written string, paused string"
-"""What an ingest task returns to the driver: one row with every chunk it wrote (``encode_written``'s JSON of its
-``Written`` records), and one for each partition it paused, a ``Paused`` record as JSON (each validated by the
-same model on both sides)."""
-
 
 def normalize(table: pa.Table) -> pa.Table:
     """Kafka's columns as a task's consumer gives them (key, value, topic, partition, offset, timestamp[us],
