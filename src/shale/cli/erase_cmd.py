@@ -196,7 +196,9 @@ def audit(ctx: click.Context, erasure: str, tenant: str | None, as_json: bool) -
 
 
 def report_text(report: ErasureReport) -> str:
-    """The report for people (``--json`` gives every field)."""
+    """The report for people (``--json`` gives every field); times in ISO 8601 UTC."""
+    from shale.erase.times import iso_ms
+
     head = (f"erasure {report.id}: " + ("dry run, nothing changed" if report.dry_run else report.state)
             + (" (another run made this erasure meanwhile: this is its state)" if report.replay else ""))
     lines = [head]
@@ -204,17 +206,22 @@ def report_text(report: ErasureReport) -> str:
         lines.append(f"the same request was made before (erasure {report.previous}): this one erases the records "
                      "not erased then")
     if report.by:
-        lines.append(f"requested by {report.by} at {report.requested_at} ms")
+        lines.append(f"requested by {report.by} at {iso_ms(report.requested_at)}")
     lines.append(f"records: {report.matches}; blocks opened {report.blocks_opened} of {report.blocks_total}")
+    for verb, rows in (("to remove" if report.dry_run else "to remove by the rewrites", report.rows_to_remove),
+                       ("removed by the blocks rewritten", report.rows_removed)):
+        if rows:
+            lines.append(f"rows {verb}: " + ", ".join(f"{g} group {n}" for g, n in rows.items())
+                         + " (one per copy of a record in a block)")
     for r in report.records:
-        lines.append(f"  record {r['topic']}[{r['partition']}]@{r['offset']} time {r['timestamp_ms']} "
+        lines.append(f"  record {r['topic']}[{r['partition']}]@{r['offset']} time {iso_ms(r['timestamp_ms'])} "
                      f"({len(r['copies'])} backup copies)")
     for u in report.undecided:
         lines.append(f"  not erased: {u['topic']}[{u['partition']}]@{u['offset']} in block {u['block']}, at or past "
                      "the high watermark and of an incarnation the block cannot tell (--no-kafka erases it)")
     for b in report.blocks:
         what = (f"-> {b['new']}, {b['rows_removed']} rows removed" if "new" in b
-                else f"level {b['level']}, {b['positions']} of its records to erase")
+                else f"level {b['level']}, {b['positions']} of its records to erase ({b['rows_to_remove']} rows)")
         lines.append(f"  block {b['id']} {b['group']} g{b['generation']} {what}")
     if report.delete_delay:
         lines.append(f"replaced blocks' objects are deleted {report.delete_delay:g} s after their rewrite "

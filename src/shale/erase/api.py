@@ -23,9 +23,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from shale.block import BlockMeta
+from shale.compactor import erased_rows
 from shale.config import BucketConfig, KafkaConfig, ShaleConfig
 from shale.erase.column import request_hash
-from shale.erase.scan import ScanResult, column_datasets, find_column_matches, find_matches
+from shale.erase.scan import Position, ScanResult, column_datasets, find_column_matches, find_matches, read_rows
+from shale.erase.times import iso_ms
 from shale.metastore import (
     Commands,
     ErasedPosition,
@@ -37,7 +39,9 @@ from shale.metastore import (
     Watermarks,
     erasure_id,
 )
-from shale.objstore import open_bucket
+from shale.objstore import BucketReader, open_bucket
+
+GROUPS = ("backup", "partition")
 
 
 class ErasureMetastore(TenantBlocks, ErasureReads, Protocol):
@@ -119,6 +123,12 @@ class ErasureReport:
     """The blocks to rewrite (or being rewritten)."""
     matches: int = 0
     """Positions (records) found."""
+    rows_to_remove: dict[str, int] = field(default_factory=dict)
+    """Per group (``backup``, ``partition``), the rows the rewrites remove: a record's every copy (the backup
+    group may hold one in several blocks; the partition group holds it as a record or quarantined, or not at all),
+    counted as the erase job counts them. A dry run's and a run's own figures (a status report has none)."""
+    rows_removed: dict[str, int] = field(default_factory=dict)
+    """Per group, the rows the blocks rewritten so far removed (a status report's figures; a dry run has none)."""
     blocks_total: int = 0
     blocks_opened: int = 0
     jobs: list[str] = field(default_factory=list)
@@ -129,7 +139,8 @@ class ErasureReport:
     """The delete delay asked for the replaced blocks' objects, in seconds (0: ``block.delete_delay``)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every field, and ``requested_at_iso`` beside ``requested_at`` (epoch milliseconds)."""
+        return asdict(self) | {"requested_at_iso": iso_ms(self.requested_at)}
 
 
 def high_watermarks(kafka: KafkaConfig, topics: Sequence[str]) -> list[ErasureWatermark]:
@@ -156,10 +167,23 @@ def _records(scan: ScanResult) -> list[dict[str, Any]]:
         copies.setdefault(m.position, []).append(m.block)
         times[m.position] = m.timestamp_ms
     return [{"topic": t, "partition": p, "offset": o, "incarnation": i, "timestamp_ms": times[(t, p, o, i)],
-             "copies": sorted(copies[(t, p, o, i)])} for (t, p, o, i) in sorted(copies)]
+             "timestamp_iso": iso_ms(times[(t, p, o, i)]), "copies": sorted(copies[(t, p, o, i)])}
+            for (t, p, o, i) in sorted(copies)]
 
 
-def _blocks(scan: ScanResult) -> list[dict[str, Any]]:
+def rows_at(bucket: BucketReader, block: BlockMeta, positions: list[Position]) -> int:
+    """The rows of ``block`` at ``positions``, any dataset (records, quarantine, backup): what its erase job removes
+    (``shale.compactor.erased_rows``, on the position columns only)."""
+    topics = {t for t, _, _, _ in positions}
+    total = 0
+    for dataset in block.datasets:
+        if dataset.rows and dataset.topic in topics:
+            table = read_rows(bucket, block, dataset, ["partition", "offset"])
+            total += int(erased_rows(block, dataset.topic, table, positions).sum())
+    return total
+
+
+def _blocks(bucket: BucketReader, scan: ScanResult) -> list[dict[str, Any]]:
     positions = scan.positions
     out = []
     for b in scan.affected:
@@ -167,8 +191,13 @@ def _blocks(scan: ScanResult) -> list[dict[str, Any]]:
             r.topic == t and r.partition == p and r.start <= o < r.end and (not i or not r.incarnation
                                                                           or r.incarnation == i) for r in b.kafka))
         out.append({"id": b.id, "group": b.group, "generation": b.generation, "level": b.level,
-                    "positions": held, "rows": b.rows})
+                    "positions": held, "rows": b.rows, "rows_to_remove": rows_at(bucket, b, positions)})
     return out
+
+
+def by_group(blocks: list[dict[str, Any]], field_: str) -> dict[str, int]:
+    """``field_`` of ``blocks`` summed per group (each group named, 0 where none)."""
+    return {g: sum(int(b[field_]) for b in blocks if b["group"] == g) for g in GROUPS}
 
 
 def open_round(metastore: ErasureReads, request: ErasureRequest) -> tuple[int, dict[str, Any] | None]:
@@ -213,12 +242,14 @@ def erase(metastore: ErasureMetastore, bucket: BucketConfig, request: ErasureReq
                 return _report(row, replay=True)
             marks = [ErasureWatermark.model_validate(m) for m in row["watermarks"]]
             report.watermarks = [m.model_dump() for m in marks]
+    reader = open_bucket(bucket)
     if request.column:
-        scan = find_column_matches(open_bucket(bucket), blocks, request.column, request.value_sha256,
+        scan = find_column_matches(reader, blocks, request.column, request.value_sha256,
                                    request.topics, Watermarks(marks))
     else:
-        scan = find_matches(open_bucket(bucket), blocks, request.key, request.topics, Watermarks(marks))
-    report.records, report.blocks = _records(scan), _blocks(scan)
+        scan = find_matches(reader, blocks, request.key, request.topics, Watermarks(marks))
+    report.records, report.blocks = _records(scan), _blocks(reader, scan)
+    report.rows_to_remove = by_group(report.blocks, "rows_to_remove")
     report.undecided = [{"topic": m.topic, "partition": m.partition, "offset": m.offset, "block": m.block}
                         for m in scan.undecided]
     report.matches = len(report.records)
@@ -240,12 +271,13 @@ def metastore_writer(metastore: ErasureMetastore) -> ErasureWriter:
 
 
 def _report(row: dict[str, Any], *, replay: bool = False) -> ErasureReport:
+    blocks = [{"id": b["old"], "new": b["new"], "group": b["group"], "generation": b["generation"],
+               "rows_removed": b["rows_removed"]} for b in row["blocks"]]
     return ErasureReport(
         id=row["id"], dry_run=False, state=row["state"], replay=replay, by=row["by"], requested_at=row["requested_at"],
         watermarks=row["watermarks"], matches=row["matches"],
-        blocks=[{"id": b["old"], "new": b["new"], "group": b["group"], "generation": b["generation"],
-                 "rows_removed": b["rows_removed"]} for b in row["blocks"]],
-        jobs=list(row["pending_jobs"]), delete_delay=row["delete_delay_ms"] / 1000)
+        blocks=blocks, rows_removed=by_group(blocks, "rows_removed"), jobs=list(row["pending_jobs"]),
+        delete_delay=row["delete_delay_ms"] / 1000)
 
 
 def erasure_status(metastore: ErasureMetastore, erasure: str) -> ErasureReport:

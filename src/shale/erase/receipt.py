@@ -32,6 +32,7 @@ from shale.erase.column import column_values, matching
 from shale.erase.leftover import Leftover, LeftoverScan, Needle, scan_leftovers
 from shale.erase.outside import erasable, erase_outside
 from shale.erase.scan import column_datasets, holds, read_rows
+from shale.erase.times import iso_ms
 from shale.errors import ConflictError, NotFoundError, ShaleError
 from shale.metastore import Commands, ErasureReads, RecordErasureReceipt, RestoreReads, TenantBlocks, Watermarks
 from shale.objstore import Bucket
@@ -141,6 +142,7 @@ def kafka_retention(kafka: KafkaConfig, topics: list[str], requested_at: int) ->
         segment = int(entries["segment.ms"].value) if "segment.ms" in entries else 0
         if "delete" in policy and retention >= 0:
             out.append({"topic": topic, "holds_until_ms": requested_at + retention + segment,
+                        "holds_until_iso": iso_ms(requested_at + retention + segment),
                         "note": f"retention.ms {retention} and segment.ms {segment}: Kafka deletes whole segments, "
                                 "so the records requested before the erasure are gone by then at the latest"})
         else:
@@ -209,10 +211,14 @@ def write_receipt(metastore: ReceiptMetastore, bucket: Bucket, erasure: str, *,
     receipt = {
         "erasure": erasure, "tenant": tenant, "topics": topics or "all", "key_sha256": row["key_sha256"],
         "matched_by": row["matched_by"],
-        "requested_by": row["by"], "requested_at_ms": row["requested_at"], "watermarks": row["watermarks"],
+        "requested_by": row["by"], "requested_at_ms": row["requested_at"],
+        "requested_at_iso": iso_ms(row["requested_at"]), "watermarks": row["watermarks"],
         "delete_delay_ms": row["delete_delay_ms"] or "block.delete_delay",
         "records": len(positions), "positions": row["positions"], "rewritten_at_ms": row["ended_at"],
+        "rewritten_at_iso": iso_ms(row["ended_at"]),
         "blocks_rewritten": rewritten, "objects_deleted": deleted,
+        "records_removed_by_group": {g: sum(b["records_removed"] for b in rewritten if b["group"] == g)
+                                     for g in ("backup", "partition")},
         "final_scan": {"blocks": len(scan.blocks), "block_ids": scan.blocks, "rows_read": scan.rows_read,
                        "iceberg_files": tables["files_read"] if tables else 0,
                        "iceberg_rows_read": tables["rows_read"] if tables else 0, "matches": 0},
@@ -221,7 +227,8 @@ def write_receipt(metastore: ReceiptMetastore, bucket: Bucket, erasure: str, *,
         "not_reachable": {
             "kafka": kafka_retention(kafka, seen, row["requested_at"]) if kafka is not None else
             [{"topic": t, "holds_until_ms": None, "note": "Kafka was not asked"} for t in seen],
-            "restores": [{"job": r["job"], "target": r["target"], "topic": r["topic"], "started_at": r["started_at"]}
+            "restores": [{"job": r["job"], "target": r["target"], "topic": r["topic"], "started_at": r["started_at"],
+                          "started_at_iso": iso_ms(r["started_at"])}
                          for r in metastore.restores(1000) if r["tenant"] == tenant
                          and (not topics or r["topic"] in topics) and r["started_at"] < row["requested_at"]],
             "exports": "copies made outside Shale (query results written elsewhere, tables or files copied out of "

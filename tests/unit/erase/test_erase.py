@@ -4,6 +4,7 @@ straight from the bucket."""
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import uuid
@@ -191,6 +192,33 @@ def test_an_erasure_rewrites_every_block_holding_the_key_and_nothing_else(servic
                if any(r.topic == "app" for r in m.kafka))
 
 
+def test_a_dry_runs_rows_per_group_are_what_the_rewrites_remove(service: MetastoreService,
+                                                              bucket: BucketConfig) -> None:
+    """The backup group holds partition 1's first ten records twice (a second generation): its rows differ from
+    the positions and from the partition group's, and the dry run says each group's, as the rewrites count them."""
+    service.submit(AddBlocks(blocks=[_block(open_bucket(bucket), "backup", "app", 1, 0, 10, generation=2)]))
+    request = ErasureRequest("acme", ERASED, topics=["app"])
+    dry = erase(service, bucket, request, dry_run=True)
+    again = sum(1 for o in range(10) if _key("app", o) == ERASED)
+    assert again > 0
+    assert dry.rows_to_remove == {"backup": dry.matches + again, "partition": dry.matches}
+    assert "requested_at_iso" in dry.to_dict()  # "" until requested
+    assert all(r["timestamp_iso"] == _iso(r["timestamp_ms"]) for r in dry.records)
+    report = erase(service, bucket, request, dry_run=False, by="tester")
+    assert report.rows_to_remove == dry.rows_to_remove
+    assert report.to_dict()["requested_at_iso"] == _iso(report.requested_at)
+    _worker(service, bucket).run(until_idle=True)
+    status = erasure_status(service, report.id)
+    assert status.state == "rewritten"
+    assert status.rows_removed == dry.rows_to_remove
+
+
+def _iso(ms: int) -> str:
+    """ISO 8601 UTC to the millisecond, as a person reads it (checked against the standard library's parser)."""
+    when = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=ms)
+    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def test_a_stale_workers_rewrite_is_refused_and_the_new_owner_finishes(service: MetastoreService,
                                                                        bucket: BucketConfig, clock: Clock) -> None:
     report = erase(service, bucket, ErasureRequest("acme", ERASED), dry_run=False)
@@ -246,6 +274,9 @@ def test_the_receipt_waits_for_the_deletes_then_scans_and_is_written_once(servic
     assert {d["gone"] for d in receipt["objects_deleted"]} == {True}
     assert len(receipt["objects_deleted"]) == len(receipt["blocks_rewritten"]) == 14
     assert sum(b["records_removed"] for b in receipt["blocks_rewritten"]) == 2 * report.matches
+    assert receipt["records_removed_by_group"] == {"backup": report.matches, "partition": report.matches}
+    assert receipt["requested_at_iso"] == _iso(receipt["requested_at_ms"])  # beside the epoch milliseconds
+    assert receipt["rewritten_at_iso"] == _iso(receipt["rewritten_at_ms"])
     assert receipt["not_reachable"]["kafka"][0]["topic"] == "app"
     assert erasure_status(service, report.id).state == "done"
     assert write_receipt(service, store, report.id) == receipt  # written once; asked again, the same object

@@ -14,7 +14,8 @@ from unittest import mock
 from click.testing import CliRunner
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
-from tests.unit.erase.test_erase import ERASED, _block
+from tests.factories import BASE_MS
+from tests.unit.erase.test_erase import ERASED, _block, _iso
 
 from shale.cli import cli
 from shale.cli.erase_cmd import _key
@@ -37,6 +38,8 @@ def test_a_dry_run_then_an_erasure_then_its_status(tmp_path: Path) -> None:
     assert dry.exit_code == 0, dry.output
     assert "dry run, nothing changed" in dry.output
     assert "records: 3" in dry.output  # offsets 3, 10 and 17
+    assert "rows to remove: backup group 3, partition group 3" in dry.output
+    assert f"record app[0]@3 time {_iso(BASE_MS + 3000)} " in dry.output  # ISO 8601, not epoch milliseconds
     assert "run again with --yes" in dry.output
     done = CliRunner().invoke(cli, [*base, "--key-hex", ERASED.hex(), "--yes", "--json"])
     assert done.exit_code == 0, done.output
@@ -48,6 +51,9 @@ def test_a_dry_run_then_an_erasure_then_its_status(tmp_path: Path) -> None:
     status = CliRunner().invoke(cli, [*_sets(tmp_path), "erase", "status", report["id"]])
     assert status.exit_code == 3  # the erase jobs wait for a compaction worker
     assert "erase jobs waiting for the compaction workers: 2" in status.output
+    assert f"at {_iso(report['requested_at'])}\n" in status.output
+    assert report["requested_at_iso"] == _iso(report["requested_at"])
+    assert report["rows_to_remove"] == {"backup": 3, "partition": 3}
     short = CliRunner().invoke(cli, [*base, "--key", ERASED.decode(), "--delete-delay", "10m", "--yes"])
     assert short.exit_code == 2  # under bucket_index.max_stale_period (1 h)
     assert "between 3600 s and block.delete_delay (7200 s), not 600 s" in short.output
