@@ -1,19 +1,21 @@
 """The erasure model (DESIGN 19.8): a hypothesis state machine interleaving produce and ingest of both groups,
-compaction, topic recreation, repair quarantining a damaged copy, erasures (repeated, overlapping, killed between
-request and plan and run again), the passing of time with the leader's maintenance, and receipts; against the
-real metastore service, block writer, compaction worker (``ThreadRunner``), erase driver, receipt writer and
-leftover scan, on an in-memory bucket.
+compaction, topic recreation, repair quarantining a damaged copy, restore dead letters, erasures (repeated,
+overlapping, killed between request and plan and run again), the passing of time with the leader's maintenance,
+and receipts; against the real metastore service, block writer, compaction worker (``ThreadRunner``), erase
+driver, receipt writer and leftover scan, on an in-memory bucket.
 
 Invariants: every record not erased is in the live blocks byte for byte, exactly once per group, after every
-step, and in each quarantined copy once; after each receipt the leftover scan finds nothing of that erasure, and
-none of its records is live.
+step, in each quarantined copy once, and in each dead letter until an erasure's receipt makes it a stub; after
+each receipt the leftover scan finds nothing of that erasure, and none of its records is live.
 
 ``make test`` runs a short profile; ``SHALE_HYPOTHESIS_PROFILE=long`` (or the nightly ``HYPOTHESIS_PROFILE=nightly``)
 runs a long one."""
 
 from __future__ import annotations
 
+import base64
 import io
+import json
 import os
 import shutil
 import tempfile
@@ -53,6 +55,7 @@ from shale.erase import api as erase_api
 from shale.metastore import AddBlocks, ErasureWatermark, MetastoreService, PlanErasure, SingleNodeLog, StateMachine
 from shale.metastore.maintenance import Maintenance
 from shale.objstore import open_bucket
+from shale.restore.task import PartitionWork, _dead_letter
 
 HOUR = 3600.0
 TOPIC = "app"
@@ -155,6 +158,8 @@ class ErasureModel(RuleBasedStateMachine):
         self.receipts: set[str] = set()
         self.quarantined: list[tuple[BlockMeta, set[Record]]] = []
         """Damaged copies repair keeps (outside the index, for ever): each with the records it must still hold."""
+        self.letters: dict[str, tuple[Record, bool]] = {}
+        """Restore dead letters: each object's record, and whether a receipt made it a stub."""
         self.killed: list[ErasureRequest] = []
         self.patch = mock.patch.object(erase_api, "high_watermarks", self.high_watermarks)
         self.patch.start()
@@ -193,6 +198,24 @@ class ErasureModel(RuleBasedStateMachine):
                       self.incarnation, generation=9 + len(self.quarantined))
         write_quarantine_mark(self.store, "acme", meta.id, self.clock(), ["records: checksum"], "no other copy")
         self.quarantined.append((meta, set(records)))
+
+    @precondition(lambda self: any(self.ends.values()))
+    @rule(partition=st.sampled_from(PARTITIONS), count=st.integers(1, 3))
+    def restore_dead_letters(self, partition: int, count: int) -> None:
+        """A restore of the partition's last ``count`` records whose target refused them: each a dead letter in
+        the bucket, key and value verbatim."""
+        end = self.ends[partition]
+        job = f"r{len(self.letters)}"
+        work = PartitionWork(job=job, topic=TOPIC, target_topic=f"{TOPIC}-back", partition=partition, start=0,
+                             end=end, intervals=(), source_partitions=2, target_partitions=2, until_ms=None,
+                             commit_every=100, tenant="acme", max_message_bytes=10, dead_letter=True,
+                             incarnation=self.incarnation)
+        for offset in range(max(0, end - count), end):
+            record = (partition, offset, self.incarnation)
+            if record in self.produced:
+                name = _dead_letter(self.bucket, work, "b", offset, 99, self.produced[record], _value(*record), [],
+                                    1_000)
+                self.letters[name] = (record, False)
 
     @rule()
     def compact(self) -> None:
@@ -259,6 +282,7 @@ class ErasureModel(RuleBasedStateMachine):
                 continue
             self.receipts.add(erasure)
             self.quarantined = [(meta, kept - self.erased[erasure]) for meta, kept in self.quarantined]
+            self.letters = {n: (r, stub or r in self.erased[erasure]) for n, (r, stub) in self.letters.items()}
             scanned = receipt["leftover_scan"]  # what it found before erasing outside the index, and what it erased
             assert bool(scanned["leftovers"]) == bool(scanned["erased_outside_index"])
             row = self.service.erasures(erasure)[0]  # the scan again, after the receipt: nothing
@@ -299,6 +323,18 @@ class ErasureModel(RuleBasedStateMachine):
             assert max(rows.values(), default=1) == 1
 
     @invariant()
+    def a_dead_letter_is_verbatim_until_erased(self) -> None:
+        """A dead letter of a record an erasure's receipt covers is a stub (no key, value or headers); every other
+        one holds its record as it was produced."""
+        for name, (record, stub) in self.letters.items():
+            body = json.loads(self.store.get(name))
+            if stub:
+                assert (body["key"], body["value"], body["headers"]) == (None, None, []), name
+            else:
+                assert base64.b64decode(body["key"]) == self.produced[record], name
+                assert base64.b64decode(body["value"]) == _value(*record), name
+
+    @invariant()
     def every_record_not_erased_is_there_once(self) -> None:
         erased = set().union(*self.erased.values()) if self.erased else set()
         live = self._live()
@@ -320,6 +356,7 @@ def _replay(*steps: tuple[str | Callable[..., None], dict[str, Any]]) -> set[str
             (getattr(model, step) if isinstance(step, str) else partial(step, model))(**args)
             model.every_record_not_erased_is_there_once()
             model.a_quarantined_copy_keeps_its_records_not_erased()
+            model.a_dead_letter_is_verbatim_until_erased()
     finally:
         model.teardown()
     return model.receipts
@@ -331,6 +368,7 @@ def test_a_sequence_through_every_rule_ends_in_receipts() -> None:
         ("produce_and_ingest", {"partition": 0, "keys": [KEYS[0], KEYS[1], KEYS[2], KEYS[0]]}),
         ("produce_and_ingest", {"partition": 0, "keys": [KEYS[1], KEYS[0]]}),
         ("repair_quarantines_a_copy", {"partition": 0, "count": 6}),
+        ("restore_dead_letters", {"partition": 0, "count": 3}),
         ("request_erasure", {"key": KEYS[0], "delay": HOUR, "killed": True}),
         ("compact", {}),
         ("rerun_killed_request", {}),
