@@ -2,7 +2,7 @@
 metastore's compaction service for jobs, merges each job's blocks in a Spark task and reports back. The pure
 planner, scheduler and the service's state are in ``shale.compaction``."""
 
-from shale.compactor.erase import erased_rows
+from shale.compactor.erase import erased_lineage, erased_rows
 from shale.compactor.merge import MergeResult, merge_blocks, output_id
 from shale.compactor.worker import CompactionService, CompactionWorker
 
@@ -10,6 +10,7 @@ __all__ = [
     "CompactionService",
     "CompactionWorker",
     "MergeResult",
+    "erased_lineage",
     "erased_rows",
     "merge_blocks",
     "output_id",

@@ -44,7 +44,8 @@ def erase_output_id(source: BlockMeta, erasure: str, job: str, token: int) -> st
 
 
 def erased_lineage(source: BlockMeta, output_id: str) -> list[str]:
-    """A rewrite's ``compaction.sources``: its source's and its own id. A strict superset of the source's, so
+    """A rewrite's ``compaction.sources`` (an erase job's, a repair's rebuild of a damaged block): its source's and
+    its own id. A strict superset of the source's, so
     seed 000's full-overlap rule (a bucket scanner's, ``shale.block.fetcher``; the bucket index's live blocks)
     judges the source overlapped by its rewrite while both are in the bucket unmarked; with equal sets the greater
     id would win, which may be the source's, still holding the erased records. Merges carry the id on like any

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from shale.block import BlockMeta
+from shale.block import INCARNATION_COLUMN, BlockMeta, row_incarnation_names
 from shale.compactor import erased_rows
 from shale.config import BucketConfig, ShaleConfig
 from shale.errors import NotFoundError
@@ -37,6 +37,7 @@ from shale.iceberg.catalog import (
     open_catalog,
 )
 from shale.iceberg.files import COPIES_DIR, block_of, copy_key, key_of
+from shale.metastore import Watermarks
 from shale.objstore import Bucket
 
 log = logging.getLogger(__name__)
@@ -137,10 +138,12 @@ def shale_tables(catalog: Any, tenant: str) -> list[tuple[str, Any]]:
 
 
 def _matches(data: bytes, topic: str, meta: BlockMeta | None, positions: list[Position],
-             key_sha256: str) -> list[int]:
-    """Offsets of the rows of a data file at an erased position or with the erased key."""
+             key_sha256: str, marks: Watermarks | None = None) -> list[int]:
+    """Offsets of the rows of a data file at an erased position, or with the erased key and not produced after the
+    request (``marks``, each bounding its own incarnation: ``Watermarks``; a row whose incarnation neither its
+    column nor its block tells is bounded like the watermark's, as the scan and the leftover scan bound it)."""
     names = pq.read_schema(io.BytesIO(data)).names
-    columns = [c for c in ("topic", "partition", "offset", "key") if c in names]
+    columns = [c for c in ("topic", "partition", "offset", "key", INCARNATION_COLUMN) if c in names]
     table = pq.read_table(io.BytesIO(data), columns=columns)
     if meta is not None:
         hit = erased_rows(meta, topic, table, positions)
@@ -149,8 +152,17 @@ def _matches(data: bytes, topic: str, meta: BlockMeta | None, positions: list[Po
         hit = np.array([(p, o) in wanted for p, o in zip(table.column("partition").to_pylist(),
                                                          table.column("offset").to_pylist(), strict=True)], dtype=bool)
     if "key" in columns:
-        keys = table.column("key").to_pylist()
-        hit |= np.array([k is not None and hashlib.sha256(k).hexdigest() == key_sha256 for k in keys], dtype=bool)
+        marks = marks or Watermarks([])
+        if meta is not None:
+            incarnations = row_incarnation_names(meta, topic, table).to_pylist()
+        elif INCARNATION_COLUMN in columns:
+            incarnations = table.column(INCARNATION_COLUMN).to_pylist()
+        else:
+            incarnations = [None] * table.num_rows
+        rows = zip(table.column("key").to_pylist(), table.column("partition").to_pylist(),
+                   table.column("offset").to_pylist(), incarnations, strict=True)
+        hit |= np.array([k is not None and hashlib.sha256(k).hexdigest() == key_sha256
+                         and not marks.produced_later(topic, p, o, i or "") for k, p, o, i in rows], dtype=bool)
     return [int(o) for o in table.filter(pa.array(hit)).column("offset").to_pylist()]
 
 
@@ -163,6 +175,7 @@ def evidence(catalog: Any, bucket: Bucket, bucket_config: BucketConfig, row: dic
     erasure, tenant = row["id"], row["tenant"]
     replaced = {b["old"] for b in row["blocks"]}
     positions = [(t, int(p), int(o), i) for t, p, o, i in row["positions"]]
+    marks = Watermarks(row["watermarks"])  # the key's records produced after the request are not the erasure's
     pending: list[str] = []
     tables: list[dict[str, Any]] = []
     scanned = rows = 0
@@ -190,7 +203,7 @@ def evidence(catalog: Any, bucket: Bucket, bucket_config: BucketConfig, row: dic
             except NotFoundError:
                 continue  # deleted: it holds nothing (the snapshot naming it is unreadable)
             scanned += 1
-            found = _matches(data, topic, metas.get(block_of(uri)), positions, row["key_sha256"])
+            found = _matches(data, topic, metas.get(block_of(uri)), positions, row["key_sha256"], marks)
             rows += pq.read_metadata(io.BytesIO(data)).num_rows
             matches += [{"table": name, "file": uri, "offset": o} for o in found]
         if mine or expired:

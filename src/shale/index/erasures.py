@@ -11,6 +11,9 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from shale.block import BlockMeta
+from shale.index.records import decode_meta
+
 DDL = """
 -- Erasures (``shale erase``, ``shale.metastore.erasures``): each request, the Kafka positions of its records
 -- (found in the backup group, matched in both), and each block rewritten without them.
@@ -128,6 +131,34 @@ def shortest_delete_delay(conn: sqlite3.Connection, erasures: Sequence[str]) -> 
     asked = [int(r[0]) for e in erasures for r in conn.execute(
         "SELECT delete_delay_ms FROM erasures WHERE id = ? AND delete_delay_ms > 0", (e,))]
     return min(asked, default=0)
+
+
+def held_delete_delay(conn: sqlite3.Connection, meta: BlockMeta) -> int:
+    """The shortest delete delay (ms; 0: none asked) of the erasures whose records ``meta`` still holds: those with
+    a position inside its Kafka ranges that it was not written without (``BlockMeta.erased``). A block removed from
+    the index while holding an erasure's records keeps them verbatim until its objects go, and the erasure's
+    receipt waits for them: they go with the erasure's delay, not ``block.delete_delay``."""
+    if not any_positions(conn):
+        return 0
+    done = set(meta.erased or ())
+    held = {row[0] for r in meta.kafka if r.end > r.start
+            for row in positions_between(conn, None, meta.tenant, r.topic, r.partition, r.start, r.end,
+                                         r.incarnation)} - done
+    return shortest_delete_delay(conn, sorted(held))
+
+
+def shorten_tombstones(conn: sqlite3.Connection, tenant: str) -> int:
+    """Give every tombstone of ``tenant`` whose block holds an erasure's records (``held_delete_delay``) that
+    erasure's delay where it is shorter than its own (a merge's sources tombstoned before the erasure was planned);
+    the tombstones changed."""
+    changed = []
+    for block_id, encoded, delay in conn.execute(
+            "SELECT block_id, meta, delay_ms FROM tombstones WHERE tenant = ?", (tenant,)).fetchall():
+        held = held_delete_delay(conn, decode_meta(encoded))
+        if held and (not delay or held < delay):
+            changed.append((held, block_id))
+    conn.executemany("UPDATE tombstones SET delay_ms = ? WHERE block_id = ?", changed)
+    return len(changed)
 
 
 # -- positions -------------------------------------------------------------------------------------

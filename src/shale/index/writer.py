@@ -11,6 +11,7 @@ import msgpack
 
 from shale.block import BlockMeta
 from shale.bucketindex import SET_HASH_MODULUS, block_id_hash, digest_of_set, set_hash
+from shale.index import erasures as erasure_store
 from shale.index import generations as generation_store
 from shale.index.changes import PendingChanges
 from shale.index.changes import trim as trim_changes
@@ -323,7 +324,10 @@ class IndexWriter:
     # -- tombstones -----------------------------------------------------------------------------
 
     def add_tombstone(self, meta: BlockMeta, created_at: int, reason: str, delay_ms: int = 0) -> None:
-        """``delay_ms``: an erasure's shorter delete delay (0: ``block.delete_delay``)."""
+        """``delay_ms``: an erasure's shorter delete delay (0: ``block.delete_delay``); a block that still holds an
+        erasure's records gets that erasure's delay where it is shorter (``erasures.held_delete_delay``)."""
+        held = erasure_store.held_delete_delay(self.conn, meta)
+        delay_ms = min(d for d in (delay_ms, held) if d) if delay_ms or held else 0
         self.conn.execute(
             "INSERT OR IGNORE INTO tombstones (block_id, tenant, shard, created_at, reason, meta, delay_ms) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",

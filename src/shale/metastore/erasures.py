@@ -148,6 +148,7 @@ def apply_plan(w: IndexWriter, cmd: PlanErasure, index: int, time_ms: int) -> Re
     store.add_positions(w.conn, cmd.id, tenant,
                         [(p.topic, p.partition, p.offset, p.incarnation) for p in cmd.positions])
     store.set_planned(w.conn, cmd.id, time_ms, len(set(cmd.positions)))
+    store.shorten_tombstones(w.conn, tenant)  # a merge's sources tombstoned before: they go with this delay
     jobs = cover(w, w.tenant_block_metas(tenant), time_ms, only=cmd.id)
     _finish_if_done(w, cmd.id, time_ms)
     return Result(ok=True, data={"id": cmd.id, "replay": False, "jobs": jobs, "matches": len(set(cmd.positions))})

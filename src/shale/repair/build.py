@@ -6,7 +6,9 @@ records are read from the backup group's blocks or from Kafka (a read_committed 
 same topic incarnation), written by the ingest path's own ``write_chunk`` into a scratch bucket in memory (the
 same tenant routing, parser, partition values and quarantine as when they were ingested), and the rows of the
 damaged block's tenant, partition values and kind are taken. The new block gets the damaged block's metadata
-(level, ranges, lineage, parser) and names it as its parent. If its rows differ from what the damaged block's
+(level, ranges, parser) and names it as its parent; its lineage is the damaged block's and its own id (as an erase
+rewrite's, ``erased_lineage``), so a bucket scanner seeing both judges the damaged block overlapped by it, whichever
+id is greater. If its rows differ from what the damaged block's
 metadata says it held, nothing is written: the damaged block is then quarantined instead.
 """
 
@@ -34,7 +36,7 @@ from shale.block import (
     read_dataset,
     write_block,
 )
-from shale.compactor import merge_blocks
+from shale.compactor import erased_lineage, merge_blocks
 from shale.config import BucketConfig, IngestConfig, KafkaConfig
 from shale.encoder import Chunk, GroupSpec, write_chunk
 from shale.errors import RetryableError, ShaleError
@@ -114,7 +116,7 @@ def rebuild(bucket: Bucket, request: BuildRequest, spec: GroupSpec, kafka: Kafka
     spec_out = BlockSpec(
         id=request.output, tenant=damaged.tenant, group=damaged.group, generation=damaged.generation,
         shard=damaged.shard, level=damaged.level, kafka=damaged.kafka, partition_values=damaged.partition_values,
-        sources=damaged.compaction.sources, parents=[damaged.id], parser=damaged.parser,
+        sources=erased_lineage(damaged, request.output), parents=[damaged.id], parser=damaged.parser,
         derived_from=sorted({*damaged.derived_from, *(m.id for m in request.source_blocks)}))
     planned = {d.name: d for d in plan_block(spec_out, datasets).datasets}
     for entry in damaged.datasets:

@@ -7,6 +7,7 @@ receipt lists the snapshots expired and scans every file the retained snapshots 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import time
@@ -14,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from tests.iceberg_helpers import publisher_setup
 from tests.unit.compactor.test_worker import ThreadRunner
@@ -239,3 +241,32 @@ def test_copies_an_erasure_released_go_after_its_shorter_delay_and_the_others_af
     now[0] += 2
     publisher._sweep()
     assert left() == set()
+
+
+def test_the_receipts_table_scan_leaves_the_keys_records_produced_after_the_request() -> None:
+    """A data file holding the key at offsets 3, 10 and 17 of incarnation A, the request's watermark at 10 of A:
+    offset 3 is the erasure's, 10 and 17 were produced after it (new data, not erased). Before, the receipt's
+    check matched the key's hash at every offset and the receipt could never be written while the table held
+    them. A row whose incarnation nothing tells is bounded like the watermark's (without the block's meta)."""
+    from shale.block import KafkaRange
+    from shale.config import BucketConfig
+    from shale.iceberg.erasure import _matches
+    from shale.metastore import ErasureWatermark, Watermarks
+    from shale.objstore import open_bucket
+
+    offsets = list(range(20))
+    table = pa.table({"topic": [TOPIC] * 20, "partition": pa.array([0] * 20, pa.int32()),
+                      "offset": pa.array(offsets, pa.int64()),
+                      "key": pa.array([_key(TOPIC, o) for o in offsets], pa.binary())})
+    sink = io.BytesIO()
+    pq.write_table(table, sink)
+    written = _block(open_bucket(BucketConfig(url="memory://iceberg-marks")), "partition", TOPIC, 0, 0, 20)
+    meta = written.model_copy(update={"kafka": [KafkaRange(topic=TOPIC, partition=0, start=0, end=20,
+                                                           incarnation="A" * 22)]})
+    marks = Watermarks([ErasureWatermark(topic=TOPIC, partition=0, end=10, incarnation="A" * 22)])
+    sha = hashlib.sha256(ERASED).hexdigest()
+    assert _matches(sink.getvalue(), TOPIC, meta, [], sha, marks) == [3]
+    assert _matches(sink.getvalue(), TOPIC, None, [], sha, marks) == [3]
+    assert _matches(sink.getvalue(), TOPIC, meta, [], sha, Watermarks([])) == [3, 10, 17]  # no watermark: all
+    other = Watermarks([ErasureWatermark(topic=TOPIC, partition=0, end=5, incarnation="B" * 22)])
+    assert _matches(sink.getvalue(), TOPIC, meta, [], sha, other) == [3, 10, 17]  # an older incarnation: all

@@ -85,3 +85,30 @@ def test_a_rebuild_keeps_each_record_type_of_a_topic_stored_per_type() -> None:
     assert result.output is not None
     assert [(d.name, d.record, d.rows, d.labels) for d in result.output.datasets] == [
         (d.name, d.record, d.rows, d.labels) for d in damaged.datasets]
+
+
+def test_a_rebuilt_block_supersedes_its_damaged_source_in_a_bucket_scan() -> None:
+    """The rebuilt block's lineage is the damaged block's and its own id (as an erase rewrite's,
+    ``shale.compactor.erase.erased_lineage``): a bucket scanner that sees both unmarked judges the damaged one
+    overlapped, whichever id is greater. Before, the lineage was the damaged block's alone: with equal source sets
+    the greater id won, here the damaged block's."""
+    from shale.block.fetcher import BlockState, BlockView, _judge_overlaps
+
+    config = BucketConfig(url=f"memory://rebuild-{uuid.uuid4().hex}")
+    bucket = open_bucket(config)
+    source = write_backup_block(bucket, "default", "app", 0, 0, 10)
+    written = write_chunk(_spec(config, PARSER), bucket, backup_table("app", 0, 0, 10), Chunk(
+        "app", 0, "", 0, 10, BASE_MS))
+    [damaged] = [m for m in written.blocks if m.datasets and m.datasets[0].kind == "records"]
+    output = deterministic_block_id(BASE_MS - 86_400_000, "rebuilt")  # an id below the damaged block's
+    assert output < damaged.id
+    request = BuildRequest(action="rebuild", output=output, attempt=0, inputs=[damaged], source="backup",
+                           source_blocks=[source])
+    rebuilt = rebuild(bucket, request, _spec(config, PARSER), KafkaConfig()).output
+    assert rebuilt is not None
+    assert set(rebuilt.compaction.sources) == {*damaged.compaction.sources, rebuilt.id}
+    views = [BlockView(tenant="default", id=m.id, state=BlockState.HEALTHY, age=3600.0, meta=m)
+             for m in (damaged, rebuilt)]
+    _judge_overlaps(views)
+    assert [(v.id, v.state, v.overlapped_by) for v in views] == [
+        (damaged.id, BlockState.HEALTHY_OVERLAPPED, rebuilt.id), (rebuilt.id, BlockState.HEALTHY, None)]

@@ -1,0 +1,441 @@
+"""The erasure model (DESIGN 19.8): a hypothesis state machine interleaving produce and ingest of both groups,
+compaction, topic recreation, repair quarantining a damaged copy, restore dead letters, erasures (repeated,
+overlapping, killed between request and plan and run again), the passing of time with the leader's maintenance,
+and receipts; against the real metastore service, block writer, compaction worker (``ThreadRunner``), erase
+driver, receipt writer and leftover scan, on an in-memory bucket.
+
+Invariants: every record not erased is in the live blocks byte for byte, exactly once per group, after every
+step, in each quarantined copy once, and in each dead letter until an erasure's receipt makes it a stub; after
+each receipt the leftover scan finds nothing of that erasure, and none of its records is live.
+
+``make test`` runs a short profile; ``SHALE_HYPOTHESIS_PROFILE=long`` (or the nightly ``HYPOTHESIS_PROFILE=nightly``)
+runs a long one."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from tests.factories import BASE_MS, Clock
+from tests.unit.erase.test_erase import _worker
+
+from shale.block import (
+    BlockMeta,
+    BlockSpec,
+    DatasetInput,
+    KafkaRange,
+    block_file_key,
+    deterministic_block_id,
+    read_dataset,
+    write_block,
+    write_quarantine_mark,
+)
+from shale.block.schemas import BACKUP_SCHEMA, QUARANTINE_SCHEMA, partition_schema
+from shale.config import BucketConfig, CompactionConfig, KafkaConfig, RetentionConfig
+from shale.erase import ErasureRequest, Needle, ReceiptNotReadyError, erase, scan_leftovers, write_receipt
+from shale.erase import api as erase_api
+from shale.metastore import AddBlocks, ErasureWatermark, MetastoreService, PlanErasure, SingleNodeLog, StateMachine
+from shale.metastore.maintenance import Maintenance
+from shale.objstore import open_bucket
+from shale.restore.task import PartitionWork, _dead_letter
+
+HOUR = 3600.0
+TOPIC = "app"
+PARTITIONS = (0, 1)
+KEYS = (b"k0", b"k1", b"k1\n")
+"""Three keys, one the prefix of another (a match is by the whole key's hash, never a prefix)."""
+KAFKA = KafkaConfig(bootstrap_servers="127.0.0.1:1")
+
+Record = tuple[int, int, str]
+"""A record's position: partition, offset, incarnation."""
+
+_long = os.environ.get("SHALE_HYPOTHESIS_PROFILE") == "long" or os.environ.get("HYPOTHESIS_PROFILE") == "nightly"
+MODEL_SETTINGS = settings(max_examples=int(os.environ.get("SHALE_MODEL_EXAMPLES", "400" if _long else "6")),
+                          stateful_step_count=40 if _long else 12, deadline=None,
+                          suppress_health_check=list(HealthCheck))
+"""Short in ``make test``; the long profile runs 400 sequences of up to 40 steps (``SHALE_MODEL_EXAMPLES`` sets
+another count)."""
+
+
+class KilledError(RuntimeError):
+    """The erase driver killed between its request and its plan."""
+
+
+class KilledBeforePlan:
+    """The metastore as an erase driver sees it, dying when it submits its plan."""
+
+    def __init__(self, service: MetastoreService) -> None:
+        self._service = service
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._service, name)
+
+    def submit(self, command: Any) -> Any:
+        if isinstance(command, PlanErasure):
+            raise KilledError("killed before PlanErasure")
+        return self._service.submit(command)
+
+
+def _write(bucket: Any, group: str, partition: int, start: int, keys: list[bytes], incarnation: str,
+           generation: int = 1) -> BlockMeta:
+    """A level-0 block of ``group`` holding app[partition]@[start, start+len(keys)) of ``incarnation``; a partition
+    block holds every third record quarantined."""
+    count = len(keys)
+    offsets = list(range(start, start + count))
+    rows = {
+        "topic": pa.array([TOPIC] * count),
+        "partition": pa.array([partition] * count, pa.int32()),
+        "offset": pa.array(offsets, pa.int64()),
+        "timestamp": pa.array([BASE_MS + o * 1000 for o in offsets], pa.timestamp("ms", tz="UTC")),
+        "timestamp_type": pa.array([0] * count, pa.int8()),
+        "key": pa.array(keys, pa.binary()),
+        "value": pa.array([_value(partition, o, incarnation) for o in offsets], pa.binary()),
+        "headers": pa.array([[]] * count, BACKUP_SCHEMA.field("headers").type),
+    }
+    block_id = deterministic_block_id(BASE_MS + start * 1000,
+                                      f"{group}/{generation}/{incarnation}/{partition}/{start}")
+    spec = BlockSpec(id=block_id, tenant="acme", group=group, generation=generation, kafka=[
+        KafkaRange(topic=TOPIC, partition=partition, start=start, end=start + count, incarnation=incarnation)])
+    table = pa.table(rows, schema=BACKUP_SCHEMA)
+    if group == "backup":
+        return write_block(bucket, spec, [DatasetInput("records", TOPIC, table, "timestamp",
+                                                       labels=[{"topic": TOPIC}])])
+    bad = pa.array([o % 3 == 0 for o in offsets])
+    good = table.filter(pc.invert(bad))
+    parsed = good.append_column("event_time", good.column("timestamp").cast(pa.timestamp("us", tz="UTC")))
+    parsed = parsed.append_column("dt", pa.array(["2026-11-18"] * good.num_rows))
+    parsed = parsed.append_column("hour", pa.array([None] * good.num_rows, pa.int8()))
+    parsed = parsed.append_column("n", pa.array([str(o) for o in good.column("offset").to_pylist()]))
+    quarantined = table.filter(bad)
+    quarantined = quarantined.append_column("reason", pa.array(["test"] * quarantined.num_rows))
+    quarantined = quarantined.append_column("parser", pa.array(["json"] * quarantined.num_rows))
+    spec.partition_values = {"dt": "2026-11-18"}
+    return write_block(bucket, spec, [
+        DatasetInput("records", TOPIC, parsed.cast(partition_schema(["n"])), "event_time", labels=[{"topic": TOPIC}]),
+        DatasetInput("quarantine", TOPIC, quarantined.cast(QUARANTINE_SCHEMA), "timestamp",
+                     labels=[{"topic": TOPIC}])])
+
+
+def _value(partition: int, offset: int, incarnation: str) -> bytes:
+    """Unique per record across incarnations: a copy of another record's value would be seen."""
+    return f'{{"p": {partition}, "o": {offset}, "i": "{incarnation}"}}'.encode()
+
+
+class ErasureModel(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="erase-model-"))
+        self.clock = Clock()
+        self.bucket = BucketConfig(url=f"memory://erase-model-{uuid.uuid4().hex}")
+        self.store = open_bucket(self.bucket)
+        state = StateMachine(self.dir / "s.db")
+        self.service = MetastoreService(state, SingleNodeLog(state, clock=self.clock), clock=self.clock,
+                                        compaction=CompactionConfig(blocks_per_job=[2, 3]))
+        self.incarnation = "A" * 22
+        self.ends: dict[int, int] = dict.fromkeys(PARTITIONS, 0)
+        self.produced: dict[Record, bytes] = {}
+        """Every record ingested: its key."""
+        self.erased: dict[str, set[Record]] = {}
+        """Per erasure planned, the records it erases."""
+        self.receipts: set[str] = set()
+        self.quarantined: list[tuple[BlockMeta, set[Record]]] = []
+        """Damaged copies repair keeps (outside the index, for ever): each with the records it must still hold."""
+        self.letters: dict[str, tuple[Record, bool]] = {}
+        """Restore dead letters: each object's record, and whether a receipt made it a stub."""
+        self.killed: list[ErasureRequest] = []
+        self.patch = mock.patch.object(erase_api, "high_watermarks", self.high_watermarks)
+        self.patch.start()
+
+    def high_watermarks(self, kafka: KafkaConfig, topics: list[str]) -> list[ErasureWatermark]:
+        """What Kafka answers now: each partition's end in the current incarnation."""
+        return [ErasureWatermark(topic=TOPIC, partition=p, end=self.ends[p], incarnation=self.incarnation)
+                for p in PARTITIONS]
+
+    def teardown(self) -> None:
+        self.patch.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    @rule(partition=st.sampled_from(PARTITIONS), keys=st.lists(st.sampled_from(KEYS), min_size=1, max_size=6))
+    def produce_and_ingest(self, partition: int, keys: list[bytes]) -> None:
+        start = self.ends[partition]
+        blocks = [_write(self.store, group, partition, start, keys, self.incarnation)
+                  for group in ("backup", "partition")]
+        self.service.submit(AddBlocks(blocks=blocks)).raise_for_rejection()
+        self.ends[partition] = start + len(keys)
+        for i, key in enumerate(keys):
+            self.produced[(partition, start + i, self.incarnation)] = key
+
+    @precondition(lambda self: any(self.ends.values()))
+    @rule(partition=st.sampled_from(PARTITIONS), count=st.integers(1, 6))
+    def repair_quarantines_a_copy(self, partition: int, count: int) -> None:
+        """A damaged partition block of another generation whose records exist nowhere else as far as repair can
+        tell: quarantined, its intact objects kept outside the index. It copies the partition's last ``count``
+        records of this incarnation as they were produced (erased ones too: an old copy)."""
+        end = self.ends[partition]
+        start = max(0, end - count)
+        records = [(partition, o, self.incarnation) for o in range(start, end)]
+        if not records or not all(r in self.produced for r in records):
+            return  # nothing produced there, or an incarnation started past the older ones' offsets (recreate_topic)
+        meta = _write(self.store, "partition", partition, start, [self.produced[r] for r in records],
+                      self.incarnation, generation=9 + len(self.quarantined))
+        write_quarantine_mark(self.store, "acme", meta.id, self.clock(), ["records: checksum"], "no other copy")
+        self.quarantined.append((meta, set(records)))
+
+    @precondition(lambda self: any(self.ends.values()))
+    @rule(partition=st.sampled_from(PARTITIONS), count=st.integers(1, 3))
+    def restore_dead_letters(self, partition: int, count: int) -> None:
+        """A restore of the partition's last ``count`` records whose target refused them: each a dead letter in
+        the bucket, key and value verbatim."""
+        end = self.ends[partition]
+        job = f"r{len(self.letters)}"
+        work = PartitionWork(job=job, topic=TOPIC, target_topic=f"{TOPIC}-back", partition=partition, start=0,
+                             end=end, intervals=(), source_partitions=2, target_partitions=2, until_ms=None,
+                             commit_every=100, tenant="acme", max_message_bytes=10, dead_letter=True,
+                             incarnation=self.incarnation)
+        for offset in range(max(0, end - count), end):
+            record = (partition, offset, self.incarnation)
+            if record in self.produced:
+                name = _dead_letter(self.bucket, work, "b", offset, 99, self.produced[record], _value(*record), [],
+                                    1_000)
+                self.letters[name] = (record, False)
+
+    @rule()
+    def compact(self) -> None:
+        """Merge jobs and erase jobs alike, run by the worker's own task code."""
+        _worker(self.service, self.bucket).run(until_idle=True)
+
+    @precondition(lambda self: not self.killed and set(self.erased) <= self.receipts)
+    @rule()
+    def recreate_topic(self) -> None:
+        """The topic deleted and created again: a new incarnation. Kafka starts it at offset 0; here it starts
+        past the older incarnations' offsets, because a partition-group merge of two incarnations' blocks whose
+        offsets overlap cannot tell their rows apart and an erase job removes both
+        (``test_a_merge_of_two_incarnations_..._xfail`` below). Never while an erasure waits for its receipt
+        (or a killed request for its retry): a later record of the key in the new incarnation would block that
+        receipt for ever (``test_a_topic_recreated_after_a_request_..._xfail`` below)."""
+        self.incarnation = chr(ord(self.incarnation[0]) + 1) * 22
+
+    @rule(key=st.sampled_from(KEYS), delay=st.sampled_from([0.0, HOUR]), killed=st.booleans())
+    def request_erasure(self, key: bytes, delay: float, killed: bool) -> None:
+        """Always with Kafka's watermarks: a request without them (``--no-kafka``) is refused its receipt for ever
+        once a record of the key arrives after it (``test_a_request_without_kafka_..._xfail`` below)."""
+        request = ErasureRequest("acme", key, topics=[TOPIC], delete_delay=delay)
+        if killed:
+            try:
+                erase(KilledBeforePlan(self.service), self.bucket, request,  # type: ignore[arg-type]
+                      kafka=KAFKA, dry_run=False, by="model")
+            except KilledError:
+                self.killed.append(request)
+                return
+        self._erase(request)
+
+    @precondition(lambda self: bool(self.killed))
+    @rule()
+    def rerun_killed_request(self) -> None:
+        """The same command again: it resumes the round left ``requested``, with that round's watermarks."""
+        self._erase(self.killed.pop(0))
+
+    def _erase(self, request: ErasureRequest) -> None:
+        report = erase(self.service, self.bucket, request, kafka=KAFKA, dry_run=False, by="model")
+        assert not report.replay
+        self.killed = [r for r in self.killed if r.key != request.key]  # this run resumed that round, if any
+        marks = {(m["partition"], m["incarnation"]): m["end"] for m in report.watermarks}
+        taken = {r for r, k in self.produced.items() if k == request.key
+                 and not (r[2] in {i for _, i in marks} and r[1] >= marks.get((r[0], r[2]), 1 << 62))}
+        self.erased[report.id] = taken
+        # Records an earlier round erased are found again while its rewrite is pending, not once it is done.
+        before = set().union(*(e for i, e in self.erased.items() if i != report.id))
+        assert len(taken - before) <= report.matches <= len(taken)
+
+    @rule(hours=st.sampled_from([0.5, 1.1, 2.1]))
+    def time_passes_and_maintenance_runs(self, hours: float) -> None:
+        """The leader's tombstone collector and its bucket scan's cleaner (a refused rewrite's or merge's output,
+        marked by its worker, is removed by the cleaner)."""
+        self.clock.advance(hours * HOUR)
+        leader = Maintenance(self.service, self.store, RetentionConfig(), delete_delay=2 * HOUR,
+                             is_leader=lambda: True, term=lambda: 1, clock=self.clock, sync_delay=0,
+                             erasure_delay_floor=HOUR)
+        leader.collect_tombstones()
+        leader.scan_bucket()
+
+    @rule()
+    def try_receipts(self) -> None:
+        for erasure in sorted(set(self.erased) - self.receipts):
+            try:
+                receipt = write_receipt(self.service, self.store, erasure)
+            except ReceiptNotReadyError:
+                continue
+            self.receipts.add(erasure)
+            self.quarantined = [(meta, kept - self.erased[erasure]) for meta, kept in self.quarantined]
+            self.letters = {n: (r, stub or r in self.erased[erasure]) for n, (r, stub) in self.letters.items()}
+            scanned = receipt["leftover_scan"]  # what it found before erasing outside the index, and what it erased
+            assert bool(scanned["leftovers"]) == bool(scanned["erased_outside_index"])
+            row = self.service.erasures(erasure)[0]  # the scan again, after the receipt: nothing
+            assert scan_leftovers(self.store, "acme", Needle.of(row)).leftovers == []
+            live = self._live()
+            for group in ("backup", "partition"):
+                assert not [r for r in self.erased[erasure] if live[group][r]], (erasure, group)
+
+    def _live(self) -> dict[str, Counter[Record]]:
+        """Per group, each record's copies in the live blocks, read back from the bucket (checked byte for byte)."""
+        out: dict[str, Counter[Record]] = {"backup": Counter(), "partition": Counter()}
+        for meta in self.service.tenant_blocks("acme"):
+            for d in meta.datasets:
+                t = read_dataset(self.store, meta, d)
+                for p, o, key, value in zip(t.column("partition").to_pylist(), t.column("offset").to_pylist(),
+                                            t.column("key").to_pylist(), t.column("value").to_pylist(),
+                                            strict=True):
+                    incarnation = value.decode().rsplit('"i": "', 1)[1][:-2]
+                    assert value == _value(p, o, incarnation)
+                    assert self.produced[(p, o, incarnation)] == key, (p, o, incarnation)
+                    out[meta.group][(p, o, incarnation)] += 1
+        return out
+
+    @invariant()
+    def a_quarantined_copy_keeps_its_records_not_erased(self) -> None:
+        """A receipt rewrites a quarantined copy without the erasure's records, keeping every other one as it was."""
+        for meta, kept in self.quarantined:
+            rows: Counter[Record] = Counter()
+            for d in meta.datasets:
+                t = pq.read_table(io.BytesIO(self.store.get(block_file_key(meta, d.file))))
+                for p, o, key, value in zip(t.column("partition").to_pylist(), t.column("offset").to_pylist(),
+                                            t.column("key").to_pylist(), t.column("value").to_pylist(),
+                                            strict=True):
+                    record = (p, o, value.decode().rsplit('"i": "', 1)[1][:-2])
+                    assert (key, value) == (self.produced[record], _value(*record))
+                    rows[record] += 1
+            assert set(rows) == kept, meta.id
+            assert max(rows.values(), default=1) == 1
+
+    @invariant()
+    def a_dead_letter_is_verbatim_until_erased(self) -> None:
+        """A dead letter of a record an erasure's receipt covers is a stub (no key, value or headers); every other
+        one holds its record as it was produced."""
+        for name, (record, stub) in self.letters.items():
+            body = json.loads(self.store.get(name))
+            if stub:
+                assert (body["key"], body["value"], body["headers"]) == (None, None, []), name
+            else:
+                assert base64.b64decode(body["key"]) == self.produced[record], name
+                assert base64.b64decode(body["value"]) == _value(*record), name
+
+    @invariant()
+    def every_record_not_erased_is_there_once(self) -> None:
+        erased = set().union(*self.erased.values()) if self.erased else set()
+        live = self._live()
+        for group, copies in live.items():
+            assert {r for r, n in copies.items() if n > 1} == set(), group
+            assert set(self.produced) - erased - set(copies) == set(), group
+
+
+ErasureModel.TestCase.settings = MODEL_SETTINGS
+TestErasureModel = ErasureModel.TestCase
+
+
+def _replay(*steps: tuple[str | Callable[..., None], dict[str, Any]]) -> set[str]:
+    """Run the model through ``steps`` (a rule's name or a function of the model, and its arguments), checking
+    the invariants after each; the erasures that got their receipt."""
+    model = ErasureModel()
+    try:
+        for step, args in steps:
+            (getattr(model, step) if isinstance(step, str) else partial(step, model))(**args)
+            model.every_record_not_erased_is_there_once()
+            model.a_quarantined_copy_keeps_its_records_not_erased()
+            model.a_dead_letter_is_verbatim_until_erased()
+    finally:
+        model.teardown()
+    return model.receipts
+
+
+def test_a_sequence_through_every_rule_ends_in_receipts() -> None:
+    """One fixed walk through every rule, so ``make test`` always passes each (the property draws the others)."""
+    receipts = _replay(
+        ("produce_and_ingest", {"partition": 0, "keys": [KEYS[0], KEYS[1], KEYS[2], KEYS[0]]}),
+        ("produce_and_ingest", {"partition": 0, "keys": [KEYS[1], KEYS[0]]}),
+        ("repair_quarantines_a_copy", {"partition": 0, "count": 6}),
+        ("restore_dead_letters", {"partition": 0, "count": 3}),
+        ("request_erasure", {"key": KEYS[0], "delay": HOUR, "killed": True}),
+        ("compact", {}),
+        ("rerun_killed_request", {}),
+        ("recreate_topic", {}),
+        ("produce_and_ingest", {"partition": 1, "keys": [KEYS[0], KEYS[2]]}),
+        ("request_erasure", {"key": KEYS[0], "delay": 0.0, "killed": False}),  # the next round: the new record
+        ("request_erasure", {"key": KEYS[2], "delay": 0.0, "killed": False}),  # overlapping blocks
+        ("compact", {}),
+        ("time_passes_and_maintenance_runs", {"hours": 1.1}),
+        ("try_receipts", {}),
+        ("time_passes_and_maintenance_runs", {"hours": 2.1}),
+        ("try_receipts", {}))
+    assert len(receipts) == 3
+
+
+@pytest.mark.xfail(strict=True, reason="known bug, reported: a partition-group merge keeps no incarnation column")
+def test_a_merge_of_two_incarnations_keeps_the_other_ones_record_at_the_erased_offset_xfail() -> None:
+    """Found by the model: a request killed before its plan, the topic recreated (offsets from 0 again), its retry
+    erases the new incarnation's record at offset 0 (a topic recreated between a request and its retry is taken
+    as older) from a partition block merged from both incarnations; the older incarnation's record at offset 0,
+    produced after the request, is removed with it: a merged partition dataset does not name its rows'
+    incarnations (``shale.compactor.merge._keeps_incarnations``: backup only) and ``erased_rows`` removes an
+    ambiguous row. The same without a crash: erasing an older incarnation's record removes the newer one's at
+    the same offset, whatever its key."""
+    def recreate_from_zero(model: ErasureModel) -> None:
+        model.incarnation = chr(ord(model.incarnation[0]) + 1) * 22
+        model.ends = dict.fromkeys(PARTITIONS, 0)
+
+    _replay(("request_erasure", {"key": KEYS[0], "delay": 0.0, "killed": True}),
+            ("produce_and_ingest", {"partition": 0, "keys": [KEYS[0], KEYS[0]]}),
+            (recreate_from_zero, {}),
+            ("produce_and_ingest", {"partition": 0, "keys": [KEYS[0]]}),
+            ("compact", {}),
+            ("rerun_killed_request", {}),
+            ("compact", {}))
+
+
+@pytest.mark.xfail(strict=True, reason="known bug, reported: a request without watermarks bounds nothing")
+def test_a_request_without_kafka_gets_its_receipt_after_a_later_record_of_the_key_xfail() -> None:
+    """Found by the model: a request made without Kafka (``--no-kafka``: no watermarks) plans the key's records
+    backed up then; a record of the key ingested after the plan is not rewritten (no position of the erasure),
+    yet the receipt's final scan reads every record of the key as the erasure's (no watermark bounds it) and
+    refuses the receipt for ever (a ShaleError, not a wait)."""
+    def no_kafka_erasure(model: ErasureModel) -> None:
+        request = ErasureRequest("acme", KEYS[1], topics=[TOPIC])
+        report = erase(model.service, model.bucket, request, kafka=None, dry_run=False, by="model")
+        model.erased[report.id] = set()
+
+    _replay((no_kafka_erasure, {}),
+            ("produce_and_ingest", {"partition": 0, "keys": [KEYS[1]]}),
+            ("try_receipts", {}))
+
+
+@pytest.mark.xfail(strict=True, reason="known bug, reported: an incarnation newer than the watermarks is unbounded")
+def test_a_topic_recreated_after_a_request_gets_its_receipt_xfail() -> None:
+    """Found by the model: a request, the topic recreated before its receipt, then a record of the key produced in
+    the new incarnation: it has no position and is not rewritten, yet the receipt's final scan takes it as the
+    erasure's (``Watermarks`` takes an incarnation the watermarks do not name as older, 19.1: nothing bounds a
+    newer one) and refuses the receipt for ever (a ShaleError, not a wait). The same with a killed request run
+    again after the recreation."""
+    def recreate(model: ErasureModel) -> None:
+        model.incarnation = chr(ord(model.incarnation[0]) + 1) * 22
+
+    _replay(("request_erasure", {"key": KEYS[0], "delay": 0.0, "killed": False}),
+            (recreate, {}),
+            ("produce_and_ingest", {"partition": 0, "keys": [KEYS[0]]}),
+            ("try_receipts", {}))
