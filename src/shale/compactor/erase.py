@@ -71,7 +71,17 @@ def erased_rows(meta: BlockMeta, topic: str, table: pa.Table, positions: list[tu
         names = row_incarnation_names(meta, topic, table.take(pa.array(hits))).to_pylist()
         for hit, name in zip(hits, names, strict=True):
             incarnations = wanted[int(part[hit])][int(off[hit])]
-            if name is not None and "" not in incarnations and name not in incarnations:
+            if "" in incarnations:
+                continue
+            if name is None:
+                # The block cannot tell this row's incarnation (a partition-group merge of two incarnations whose
+                # offsets overlap names none per row): it is erased only when every incarnation that may hold it
+                # is wanted. Otherwise it may be another key's record of the other incarnation: it stays, and the
+                # leftover scan (at the position) holds the receipt back rather than a record being lost.
+                covering = {r.incarnation for r in meta.kafka if r.topic == topic and r.partition == int(part[hit])
+                            and r.start <= int(off[hit]) < r.end}
+                mask[hit] = bool(covering) and covering <= incarnations
+            elif name not in incarnations:
                 mask[hit] = False
     return mask
 
