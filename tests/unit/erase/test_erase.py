@@ -64,12 +64,16 @@ def _block(bucket: Bucket, group: str, topic: str, partition: int, start: int, c
     block_id = deterministic_block_id(BASE_MS + start * 1000, f"{group}/{generation}/{topic}/{partition}/{start}")
     spec = BlockSpec(id=block_id, tenant="acme", group=group, generation=generation,
                      kafka=[KafkaRange(topic=topic, partition=partition, start=start, end=start + count)])
-    rows = _rows(topic, partition, start, count)
-    if group == "backup":
-        return write_block(bucket, spec, [DatasetInput("records", topic, pa.table(rows, schema=BACKUP_SCHEMA),
-                                                       "timestamp", labels=[{"topic": topic}])])
-    table = pa.table(rows, schema=BACKUP_SCHEMA)
-    bad = pa.array([o % 3 == 0 for o in rows["offset"].to_pylist()])
+    return write_level0(bucket, spec, topic, pa.table(_rows(topic, partition, start, count), schema=BACKUP_SCHEMA))
+
+
+def write_level0(bucket: Bucket, spec: BlockSpec, topic: str, table: pa.Table) -> BlockMeta:
+    """``spec``'s block of the backup group's ``table`` as it is, or of the partition group: each record's ``n``
+    parsed, every third offset quarantined."""
+    if spec.group == "backup":
+        return write_block(bucket, spec, [DatasetInput("records", topic, table, "timestamp",
+                                                       labels=[{"topic": topic}])])
+    bad = pa.array([o % 3 == 0 for o in table.column("offset").to_pylist()])
     good = table.filter(pa.compute.invert(bad))
     parsed = good.append_column("event_time", good.column("timestamp").cast(pa.timestamp("us", tz="UTC")))
     parsed = parsed.append_column("dt", pa.array(["2026-11-18"] * good.num_rows))

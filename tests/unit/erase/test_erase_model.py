@@ -28,27 +28,24 @@ from typing import Any
 from unittest import mock
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from tests.factories import BASE_MS, Clock
-from tests.unit.erase.test_erase import _worker
+from tests.unit.erase.test_erase import _worker, write_level0
 
 from shale.block import (
     BlockMeta,
     BlockSpec,
-    DatasetInput,
     KafkaRange,
     block_file_key,
     deterministic_block_id,
     read_dataset,
-    write_block,
     write_quarantine_mark,
 )
-from shale.block.schemas import BACKUP_SCHEMA, QUARANTINE_SCHEMA, partition_schema
+from shale.block.schemas import BACKUP_SCHEMA
 from shale.config import BucketConfig, CompactionConfig, KafkaConfig, RetentionConfig
 from shale.erase import ErasureRequest, Needle, ReceiptNotReadyError, erase, scan_leftovers, write_receipt
 from shale.erase import api as erase_api
@@ -114,24 +111,7 @@ def _write(bucket: Any, group: str, partition: int, start: int, keys: list[bytes
                                       f"{group}/{generation}/{incarnation}/{partition}/{start}")
     spec = BlockSpec(id=block_id, tenant="acme", group=group, generation=generation, kafka=[
         KafkaRange(topic=TOPIC, partition=partition, start=start, end=start + count, incarnation=incarnation)])
-    table = pa.table(rows, schema=BACKUP_SCHEMA)
-    if group == "backup":
-        return write_block(bucket, spec, [DatasetInput("records", TOPIC, table, "timestamp",
-                                                       labels=[{"topic": TOPIC}])])
-    bad = pa.array([o % 3 == 0 for o in offsets])
-    good = table.filter(pc.invert(bad))
-    parsed = good.append_column("event_time", good.column("timestamp").cast(pa.timestamp("us", tz="UTC")))
-    parsed = parsed.append_column("dt", pa.array(["2026-11-18"] * good.num_rows))
-    parsed = parsed.append_column("hour", pa.array([None] * good.num_rows, pa.int8()))
-    parsed = parsed.append_column("n", pa.array([str(o) for o in good.column("offset").to_pylist()]))
-    quarantined = table.filter(bad)
-    quarantined = quarantined.append_column("reason", pa.array(["test"] * quarantined.num_rows))
-    quarantined = quarantined.append_column("parser", pa.array(["json"] * quarantined.num_rows))
-    spec.partition_values = {"dt": "2026-11-18"}
-    return write_block(bucket, spec, [
-        DatasetInput("records", TOPIC, parsed.cast(partition_schema(["n"])), "event_time", labels=[{"topic": TOPIC}]),
-        DatasetInput("quarantine", TOPIC, quarantined.cast(QUARANTINE_SCHEMA), "timestamp",
-                     labels=[{"topic": TOPIC}])])
+    return write_level0(bucket, spec, TOPIC, pa.table(rows, schema=BACKUP_SCHEMA))
 
 
 def _value(partition: int, offset: int, incarnation: str) -> bytes:
