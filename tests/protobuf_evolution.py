@@ -440,16 +440,14 @@ def expected_by_name(writer: tuple[Field, ...], columns: tuple[Field, ...], sets
 
 def _own_column(w: Field, f: Field, sets: dict[str, Any]) -> Any:
     """``_column`` by name: a singular field the writer left unset is the writer's unset value (null with presence,
-    else its default as the column holds it, null when it cannot)."""
+    else its default as the column holds it; quarantined when it cannot, as a set value: null is not the writer's
+    meaning)."""
     if (w.name in sets and _written(w, sets[w.name])) or "repeated" in (w.label, f.label) or "map" in (w.label,
                                                                                                        f.label):
         return _column(w, f, sets, "")
     if w.presence:
         return None
-    try:
-        return _convert(w, f, 0 if w.type == "enum" else _unset(w), f.name)
-    except Quarantined:
-        return None
+    return _convert(w, f, 0 if w.type == "enum" else _unset(w), f.name)
 
 
 def _column(w: Field | None, f: Field, sets: dict[str, Any], path: str) -> Any:

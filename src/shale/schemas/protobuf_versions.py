@@ -169,8 +169,9 @@ def _is_map(field: FieldDescriptor) -> bool:
 def _field(written: FieldDescriptor, field: FieldDescriptor, path: str, writers_unset: bool = False) -> Converter:
     """The column ``field``'s value from the writer's field ``written``. Unset on the wire, it takes the column's unset
     value; or, with ``writers_unset`` (by name), the WRITER's (null when the writer's field has presence, else its
-    default converted into the column, null when the column cannot hold it), so that the value does not depend on
-    which version's field types the column."""
+    default converted into the column; a default the column cannot hold is refused, as a set value would be: null
+    is not what a proto3 writer meant), so that the value does not depend on which version's field types the
+    column."""
     name = written.name
     convert: Converter
     unset = _unset(field)
@@ -200,7 +201,8 @@ def _writers_unset(written: FieldDescriptor, one: Converter) -> Converter:
     try:
         value = one(written.default_value)
     except ValueMismatchError:
-        value = None
+        default = written.default_value
+        return lambda _: one(default)  # the same mismatch for every record of this writer
     return lambda _: value
 
 

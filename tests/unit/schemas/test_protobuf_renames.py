@@ -117,6 +117,7 @@ def _stored(versions: Versions, writes: list[tuple[int, dict[str, Any]]], cuts: 
 F1 = Field(1, "f1", "int32", "implicit")
 OPTIONAL_F2 = (F1, Field(2, "f2", "int32", "optional"))
 TEMPERATURE = (Field(1, "device", "string", "implicit"), Field(4, "temp_c", "int32", "implicit"))
+F1_FLOAT_F2 = (Field(1, "f1", "int32", "optional"), Field(2, "f2", "float", "implicit"))
 RENAMED = (Field(1, "device", "string", "implicit"), Field(4, "temp_dc", "int32", "implicit"))
 
 
@@ -129,6 +130,11 @@ RENAMED = (Field(1, "device", "string", "implicit"), Field(4, "temp_dc", "int32"
           [(0, {"f1": 0}), (0, {"f1": 0}), (2, {"f1": 0, "f2": 0})], [1])).via(
     "found by this property: an optional f2 its writer left unset was null in a chunk of its own version and 0 in "
     "one typed by a later version where f2 has no presence (the column's unset value, not the writer's)")
+@example(((F1_FLOAT_F2, (Field(1, "f1", "int32", "optional"),), (Field(1, "f1", "int32", "optional"),
+            Field(2, "f2", "int32", "implicit"), Field(3, "f3", "int32", "optional"))),
+          [(0, {"f2": 0.0}), (2, {"f2": 0})], [1])).via(
+    "found by this property in CI: a float f2 (implicit) removed and added back as int32; the first version's "
+    "unset f2 (0.0 to its writer) was null in the int32 column of the whole chunk, 0.0 in a chunk of its own")
 def test_the_column_a_value_lands_in_does_not_depend_on_the_chunks(case: Case) -> None:
     versions, writes, cuts = case
     note(repr(case))
