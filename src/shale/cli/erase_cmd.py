@@ -60,7 +60,8 @@ def _local_user() -> str:
 @click.option("--value-stdin", is_flag=True, help="With --column: read the value from standard input (keeps it off "
                                                   "the command line; one trailing newline is dropped).")
 @click.option("--no-kafka", is_flag=True, help="Do not ask Kafka for the high watermarks (the topics are gone, or "
-                                               "Kafka cannot be reached): every backed-up record of the key is erased.")
+              "Kafka cannot be reached): every record of the key backed up when the request is made is erased (one "
+              "ingested later is new data: run the request again for it).")
 @click.option("--delete-delay", default=None, help="A shorter delete delay for the replaced blocks' objects "
               "('1h'; default block.delete_delay): at least bucket_index.max_stale_period, block.sync_delay and "
               "metastore.query_timeout, since readers may still use them that long.")

@@ -1,9 +1,12 @@
 """``shale erase``'s driver, also the Python API: commit the request, find its records, plan the rewrites.
 
-1. ``RequestErasure`` is committed first: who, when, the tenant, the topics, the key, and each partition's high
-   watermark and topic incarnation as Kafka reports them now (records produced later are new data, not part of
-   the request). The id is derived from tenant, topics, key and round: the same request again, once the one
-   before is past ``requested``, is the next round (a new erasure with its own watermarks).
+1. ``RequestErasure`` is committed first: who, when, the tenant, the topics, the key, and every partition and
+   topic incarnation it knows: each partition's high watermark of the incarnation Kafka reports now, and every
+   older incarnation the index holds (without Kafka, each incarnation's highest end the index holds). Records
+   produced later, and records of an incarnation it does not name (the topic recreated), are new data, not part
+   of the request (``request_watermarks``). The id is derived from tenant, topics, key and round: the same
+   request again, once the one before is past ``requested``, is the next round (a new erasure with its own
+   watermarks).
 2. The backup group is scanned for the key (``shale.erase.scan``), below those watermarks (each bounds its own
    incarnation: ``shale.metastore.Watermarks``); for an erasure by a typed column's value, the partition group is
    scanned for the value's hash instead (``shale.erase.column``).
@@ -117,6 +120,9 @@ class ErasureReport:
     by: str = ""
     requested_at: int = 0
     watermarks: list[dict[str, Any]] = field(default_factory=list)
+    unnamed: str = "later"
+    """What a record of a partition or topic incarnation the watermarks do not name is (``Watermarks``): ``later``
+    (new data), or ``older`` (the request's: a request of an earlier release)."""
     records: list[dict[str, Any]] = field(default_factory=list)
     """The matching records (one per position; ``copies``: backup blocks holding it)."""
     blocks: list[dict[str, Any]] = field(default_factory=list)
@@ -152,6 +158,35 @@ def high_watermarks(kafka: KafkaConfig, topics: Sequence[str]) -> list[ErasureWa
     ends = offset_bounds(kafka, [(t, p) for t, s in states.items() for p in s.partitions]) if states else {}
     return [ErasureWatermark(topic=t, partition=p, end=end, incarnation=states[t].incarnation)
             for (t, p), (_, end) in sorted(ends.items())]
+
+
+def request_watermarks(blocks: list[BlockMeta], topics: Sequence[str],
+                       kafka: list[ErasureWatermark] | None) -> Watermarks:
+    """What a new request is bounded by (``Watermarks``): every partition and topic incarnation it knows, so that
+    a record of any other is new data. ``kafka``: Kafka's high watermarks of its current incarnations, and each
+    other incarnation the index holds (``blocks``) of ``topics`` whole (``older``: produced before), on every
+    partition of its topic either knows (its records on a partition the index had none of yet are older too).
+    Without Kafka (None: the topics are gone, or Kafka was not asked), each incarnation the index holds, bounded
+    by its highest indexed end per partition: the records backed up when the request was made; one ingested
+    later is the next round's."""
+    indexed: dict[tuple[str, int, str], int] = {}
+    wanted = set(topics)
+    for block in blocks:
+        for r in block.kafka:
+            if r.topic in wanted:
+                at = (r.topic, r.partition, r.incarnation)
+                indexed[at] = max(indexed.get(at, 0), r.end)
+    if kafka is None:
+        return Watermarks([ErasureWatermark(topic=t, partition=p, end=end, incarnation=i)
+                           for (t, p, i), end in sorted(indexed.items())], unnamed="later")
+    named = {(m.topic, m.partition, m.incarnation) for m in kafka}
+    partitions: dict[str, set[int]] = {}
+    for t, p, _ in [*named, *indexed]:
+        partitions.setdefault(t, set()).add(p)
+    older = {(t, p, i) for t, _, i in indexed if i for p in partitions[t]} | {at for at in indexed if not at[2]}
+    return Watermarks([*kafka, *(ErasureWatermark(topic=t, partition=p, end=indexed.get((t, p, i), 0), incarnation=i,
+                                                  older=True) for t, p, i in sorted(older - named))],
+                      unnamed="later")
 
 
 def _topics(request: ErasureRequest, blocks: list[BlockMeta]) -> list[str]:
@@ -215,7 +250,8 @@ def erase(metastore: ErasureMetastore, bucket: BucketConfig, request: ErasureReq
           kafka: KafkaConfig | None = None, dry_run: bool = True, by: str = "") -> ErasureReport:
     """Erase ``request.key`` (or the records whose ``request.column`` holds the value hashed: ``column_request``)
     from the tenant's blocks (``dry_run``: only say what would be erased). ``kafka`` gives the high watermarks;
-    without it (the topic is gone) every backed-up record of the key is erased. A request made again once the
+    without it (the topic is gone) every record of the key backed up when the request is made is erased
+    (``request_watermarks``). A request made again once the
     first is past ``requested`` is a new erasure (its own id and watermarks: the key's records produced since);
     one still ``requested`` (a run killed before its plan) is resumed."""
     blocks = metastore.tenant_blocks(request.tenant)
@@ -223,31 +259,32 @@ def erase(metastore: ErasureMetastore, bucket: BucketConfig, request: ErasureReq
     round_, row = open_round(metastore, request)
     erasure = request.id_at(round_)
     if row is not None:
-        marks = [ErasureWatermark.model_validate(m) for m in row["watermarks"]]
+        marks = Watermarks(row["watermarks"])
     else:
-        marks = high_watermarks(kafka, topics) if kafka is not None and topics else []
+        marks = request_watermarks(blocks, topics, high_watermarks(kafka, topics) if kafka is not None and topics
+                                   else None)
     report = ErasureReport(id=erasure, dry_run=dry_run, state="dry-run" if dry_run else "requested",
                            previous=request.id_at(round_ - 1) if round_ else "",
-                           watermarks=[m.model_dump() for m in marks],
+                           watermarks=[m.model_dump() for m in marks.marks], unnamed=marks.unnamed,
                            delete_delay=row["delete_delay_ms"] / 1000 if row else request.delete_delay)
     if not dry_run:
         answer = metastore_writer(metastore).submit(RequestErasure(
             id=erasure, round=round_, by=by, tenant=request.tenant, topics=sorted(set(request.topics)),
             key=base64.b64encode(request.key).decode(), column=request.column, value_sha256=request.value_sha256,
-            watermarks=marks, delete_delay_ms=int(request.delete_delay * 1000))).raise_for_rejection()
+            watermarks=marks.marks, unnamed=marks.unnamed,
+            delete_delay_ms=int(request.delete_delay * 1000))).raise_for_rejection()
         report.by, report.requested_at = answer.data["by"], answer.data["requested_at"]
         if answer.data["replay"]:  # another run requested this round meanwhile: its watermarks stand
             row = metastore.erasures(erasure)[0]
             if row["state"] != "requested":
                 return _report(row, replay=True)
-            marks = [ErasureWatermark.model_validate(m) for m in row["watermarks"]]
-            report.watermarks = [m.model_dump() for m in marks]
+            marks = Watermarks(row["watermarks"])
+            report.watermarks, report.unnamed = [m.model_dump() for m in marks.marks], marks.unnamed
     reader = open_bucket(bucket)
     if request.column:
-        scan = find_column_matches(reader, blocks, request.column, request.value_sha256,
-                                   request.topics, Watermarks(marks))
+        scan = find_column_matches(reader, blocks, request.column, request.value_sha256, request.topics, marks)
     else:
-        scan = find_matches(reader, blocks, request.key, request.topics, Watermarks(marks))
+        scan = find_matches(reader, blocks, request.key, request.topics, marks)
     report.records, report.blocks = _records(scan), _blocks(reader, scan)
     report.rows_to_remove = by_group(report.blocks, "rows_to_remove")
     report.undecided = [{"topic": m.topic, "partition": m.partition, "offset": m.offset, "block": m.block}
@@ -275,7 +312,8 @@ def _report(row: dict[str, Any], *, replay: bool = False) -> ErasureReport:
                "rows_removed": b["rows_removed"]} for b in row["blocks"]]
     return ErasureReport(
         id=row["id"], dry_run=False, state=row["state"], replay=replay, by=row["by"], requested_at=row["requested_at"],
-        watermarks=row["watermarks"], matches=row["matches"],
+        watermarks=[m.model_dump() for m in Watermarks(row["watermarks"]).marks],
+        unnamed=Watermarks(row["watermarks"]).unnamed, matches=row["matches"],
         blocks=blocks, rows_removed=by_group(blocks, "rows_removed"), jobs=list(row["pending_jobs"]),
         delete_delay=row["delete_delay_ms"] / 1000)
 

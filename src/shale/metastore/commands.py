@@ -168,16 +168,19 @@ class RecordRestore(_Command):
 
 
 class ErasureWatermark(BaseModel):
-    """A partition's high watermark when an erasure was requested, of the topic's incarnation then: its records at
-    or after ``end`` are new data, not part of the request. Every record of another incarnation was produced
-    before (``shale.metastore.erasures.Watermarks`` says which records are new). ``incarnation`` '': a request
-    of a release that did not record it, whose ``end`` applies to every incarnation."""
+    """A partition's high watermark when an erasure was requested, of one topic incarnation: its records at or
+    after ``end`` are new data, not part of the request (``shale.metastore.erasures.Watermarks`` says which
+    records are new). ``older``: an incarnation the index held other than the one Kafka named, every record of
+    which was produced before the request (``end`` is the index's highest end of it then, for the record).
+    ``incarnation`` '': in a request of a release that did not record it, an ``end`` that applies to every
+    incarnation; in a later one, ranges of blocks that could not tell their incarnation."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     topic: str = Field(max_length=249)
     partition: int = Field(ge=0)
     end: int = Field(ge=0)
     incarnation: str = Field(default="", pattern=INCARNATION_PATTERN)
+    older: bool = False
 
 
 class ErasedPosition(BaseModel):
@@ -194,7 +197,8 @@ class ErasedPosition(BaseModel):
 class RequestErasure(_Command):
     """``shale erase``: erase every record of one tenant whose key is ``key`` (base64 of the key's bytes), or whose
     typed ``column`` holds the value of SHA-256 ``value_sha256``, from
-    ``topics`` (empty: all of the tenant's topics), of the records Kafka held when it was asked (``watermarks``).
+    ``topics`` (empty: all of the tenant's topics), of the records Kafka held when it was asked, or without Kafka
+    the index held (``watermarks``, naming every partition and topic incarnation the request knew: ``unnamed``).
     ``id`` is derived from tenant, topics, key and ``round`` (``shale.metastore.erasures.erasure_id``): the same
     command again is a no-op that answers with the first; the same request made again once its erasure is past
     ``requested`` is the next round, a new erasure (refused while the round before is still ``requested``).
@@ -217,6 +221,11 @@ class RequestErasure(_Command):
                               "value; one per kind, sorted and comma-separated, when the column's types differ in "
                               "kind")
     watermarks: list[ErasureWatermark] = Field(default_factory=list)
+    unnamed: Literal["older", "later"] = Field(default="older", description="what a record of a partition or "
+                                               "topic incarnation the watermarks do not name is: later (new data; "
+                                               "the watermarks name every one the request knew, from Kafka and "
+                                               "the index) or older (part of the request: an earlier release's "
+                                               "request, whose watermarks name Kafka's incarnation only)")
     delete_delay_ms: int = Field(default=0, ge=0, description="a shorter delete delay for the replaced blocks' "
                                  "objects (ms; 0: block.delete_delay); the leader never goes below its floor "
                                  "(shale.erase.delete_delay_floor)")

@@ -24,7 +24,7 @@ import base64
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 from shale.block import BlockMeta, block_prefix
 from shale.compaction import ErasePlan, Job, JobUpdate, QueueKey
@@ -51,37 +51,62 @@ class Watermarks:
     """An erasure request's high watermarks (``RequestErasure.watermarks``), and which of the key's records they
     leave out as produced after the request: one rule for the scan, the plan's check and the receipt's final scan.
 
-    A watermark names the topic incarnation Kafka had when it was read, and bounds that incarnation only: a record
-    of another incarnation is of the request whatever its offset (an older incarnation's records were all produced
-    before it; a topic recreated after the request, between a killed request and its retry, is taken as older too:
-    erasing a later record of the key errs on the request's side). A record whose incarnation its block cannot tell
-    ('': written before Shale recorded incarnations, or merged from two without naming its rows) is bounded like
-    the watermark's incarnation: its position would match every incarnation's record at that offset, so erasing
-    it at or past the end could remove another key's record produced later. Such records of the key are reported
-    (``ScanResult.undecided``), not erased. A watermark without an incarnation (a request committed by an
-    earlier release) bounds every incarnation, as it did then."""
+    A request names every partition and topic incarnation it knew (``unnamed`` ``later``, stored as
+    ``{"marks": [...], "unnamed": "later"}``): Kafka's current incarnation bounded by its high watermark, each
+    older incarnation the index held whole (``older``: all of it was produced before), or, without Kafka, each
+    incarnation the index held bounded by its highest indexed end. A record of a partition or an incarnation it
+    does not name is new data: a topic recreated (or first created) after the request. A request of an earlier
+    release (stored as a bare list: ``unnamed`` ``older``) named Kafka's incarnation only and is read as it was
+    then: a record of another incarnation, or of a partition no watermark names, is the request's whatever its
+    offset, and a watermark without an incarnation bounds every incarnation.
 
-    def __init__(self, marks: Iterable[ErasureWatermark | dict[str, Any]]) -> None:
-        self.ends: dict[tuple[str, int], dict[str, int]] = {}
-        for mark in marks:
-            m = mark if isinstance(mark, ErasureWatermark) else ErasureWatermark.model_validate(mark)
-            self.ends.setdefault((m.topic, m.partition), {})[m.incarnation] = m.end
+    A record whose incarnation its block cannot tell ('': written before Shale recorded incarnations, or merged
+    from two without naming its rows) is bounded by the highest bounded end of its partition: its position would
+    match every incarnation's record at that offset, so erasing it at or past that end could remove another key's
+    record produced later. Such records of the key are reported (``ScanResult.undecided``), not erased."""
+
+    def __init__(self, marks: Iterable[ErasureWatermark | dict[str, Any]] | dict[str, Any],
+                 unnamed: str = "older") -> None:
+        if isinstance(marks, dict):  # the stored form of a request naming every incarnation it knew
+            stored: dict[str, Any] = marks
+            marks, unnamed = list(stored["marks"]), str(stored["unnamed"])
+        if unnamed not in ("older", "later"):
+            raise ValueError(f"a request's unnamed incarnations are older or later, not {unnamed!r}")
+        self.unnamed: Literal["older", "later"] = "later" if unnamed == "later" else "older"
+        self.marks = [m if isinstance(m, ErasureWatermark) else ErasureWatermark.model_validate(m) for m in marks]
+        self.ends: dict[tuple[str, int], dict[str, ErasureWatermark]] = {}
+        for m in self.marks:
+            self.ends.setdefault((m.topic, m.partition), {})[m.incarnation] = m
+
+    def stored(self) -> list[dict[str, Any]] | dict[str, Any]:
+        """The JSON form kept in the request's row (and its receipt); ``Watermarks`` reads it back."""
+        marks = [m.model_dump() for m in self.marks]
+        return marks if self.unnamed == "older" else {"marks": marks, "unnamed": self.unnamed}
 
     def produced_later(self, topic: str, partition: int, offset: int, incarnation: str) -> bool:
         """Whether the record at ``topic[partition]@offset`` of ``incarnation`` ('' unknown) is new data."""
         ends = self.ends.get((topic, partition))
-        if not ends:
-            return False  # Kafka had no such partition then (or was not asked): every backed-up record
-        if "" in ends:
-            return offset >= ends[""]
+        if not ends:  # a partition the request did not know: created after it (or, earlier, Kafka was not asked)
+            return self.unnamed == "later"
+        if self.unnamed == "older":
+            if "" in ends:
+                return offset >= ends[""].end
+            if incarnation:
+                return incarnation in ends and offset >= ends[incarnation].end
+            return offset >= max(m.end for m in ends.values())
+        if incarnation and incarnation in ends:
+            mark = ends[incarnation]
+            return not mark.older and offset >= mark.end
         if incarnation:
-            return incarnation in ends and offset >= ends[incarnation]
-        return offset >= max(ends.values())
+            return True  # an incarnation the request did not know: the topic recreated after it
+        bounded = [m.end for m in ends.values() if not m.older]
+        return bool(bounded) and offset >= max(bounded)
 
     def undecided(self, topic: str, partition: int, offset: int, incarnation: str) -> bool:
         """Whether the record is left out only because its incarnation is unknown (see the class)."""
         ends = self.ends.get((topic, partition), {})
-        return not incarnation and "" not in ends and self.produced_later(topic, partition, offset, incarnation)
+        legacy = self.unnamed == "older" and "" in ends
+        return bool(ends) and not incarnation and not legacy and self.produced_later(topic, partition, offset, "")
 
 
 def job_name(erasure: str, block_id: str) -> str:
@@ -115,7 +140,7 @@ def apply_request(w: IndexWriter, cmd: RequestErasure, index: int, time_ms: int)
     store.add_request(w.conn, {
         "id": cmd.id, "seq": index, "by": cmd.by, "tenant": cmd.tenant, "topics": json.dumps(sorted(set(cmd.topics))),
         "key_sha256": cmd.value_sha256 if cmd.column else hashlib.sha256(key).hexdigest(),
-        "watermarks": json.dumps([m.model_dump() for m in cmd.watermarks]), "state": "requested",
+        "watermarks": json.dumps(Watermarks(cmd.watermarks, cmd.unnamed).stored()), "state": "requested",
         "requested_at": time_ms, "planned_at": 0, "ended_at": 0, "matches": 0, "receipt": "",
         "matched_by": f"column:{cmd.column}" if cmd.column else "key", "delete_delay_ms": cmd.delete_delay_ms})
     return Result(ok=True, data={"id": cmd.id, "replay": False, "state": "requested", "requested_at": time_ms,

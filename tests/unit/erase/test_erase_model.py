@@ -29,7 +29,6 @@ from unittest import mock
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -140,7 +139,8 @@ class ErasureModel(RuleBasedStateMachine):
         """Damaged copies repair keeps (outside the index, for ever): each with the records it must still hold."""
         self.letters: dict[str, tuple[Record, bool]] = {}
         """Restore dead letters: each object's record, and whether a receipt made it a stub."""
-        self.killed: list[ErasureRequest] = []
+        self.killed: list[tuple[ErasureRequest, set[Record]]] = []
+        """Requests killed before their plan, each with the records of its key produced before it: its own."""
         self.patch = mock.patch.object(erase_api, "high_watermarks", self.high_watermarks)
         self.patch.start()
 
@@ -202,48 +202,53 @@ class ErasureModel(RuleBasedStateMachine):
         """Merge jobs and erase jobs alike, run by the worker's own task code."""
         _worker(self.service, self.bucket).run(until_idle=True)
 
-    @precondition(lambda self: not self.killed and set(self.erased) <= self.receipts)
     @rule()
     def recreate_topic(self) -> None:
-        """The topic deleted and created again: a new incarnation. Kafka starts it at offset 0; here it starts
-        past the older incarnations' offsets, because a partition-group merge of two incarnations' blocks whose
-        offsets overlap cannot tell their rows apart: the erase job keeps such a row and the receipt waits for ever
-        (``test_a_merge_of_two_incarnations_...`` below). Never while an erasure waits for its receipt
-        (or a killed request for its retry): a later record of the key in the new incarnation would block that
-        receipt for ever (``test_a_topic_recreated_after_a_request_..._xfail`` below)."""
+        """The topic deleted and created again: a new incarnation, at any time (erasures waiting for their
+        receipts, killed requests waiting for their retry: a record of the new incarnation is new data to them).
+        Kafka starts it at offset 0; here it starts past the older incarnations' offsets, because a
+        partition-group merge of two incarnations' blocks whose offsets overlap cannot tell their rows apart: the
+        erase job keeps such a row and the receipt waits for ever (``test_a_merge_of_two_incarnations_...``
+        below)."""
         self.incarnation = chr(ord(self.incarnation[0]) + 1) * 22
 
-    @rule(key=st.sampled_from(KEYS), delay=st.sampled_from([0.0, HOUR]), killed=st.booleans())
-    def request_erasure(self, key: bytes, delay: float, killed: bool) -> None:
-        """Always with Kafka's watermarks: a request without them (``--no-kafka``) is refused its receipt for ever
-        once a record of the key arrives after it (``test_a_request_without_kafka_..._xfail`` below)."""
+    @rule(key=st.sampled_from(KEYS), delay=st.sampled_from([0.0, HOUR]), killed=st.booleans(),
+          with_kafka=st.booleans())
+    def request_erasure(self, key: bytes, delay: float, killed: bool, with_kafka: bool) -> None:
+        """With Kafka's watermarks, or without (``--no-kafka``: bounded by what the index held); either way the
+        request's records are those of its key produced (here: ingested) before it."""
         request = ErasureRequest("acme", key, topics=[TOPIC], delete_delay=delay)
+        before = {r for r, k in self.produced.items() if k == key}
         if killed:
             try:
                 erase(KilledBeforePlan(self.service), self.bucket, request,  # type: ignore[arg-type]
-                      kafka=KAFKA, dry_run=False, by="model")
+                      kafka=KAFKA if with_kafka else None, dry_run=False, by="model")
             except KilledError:
-                self.killed.append(request)
+                if not any(r.key == key for r, _ in self.killed):  # else it resumed that one, and was killed again
+                    self.killed.append((request, before))
                 return
-        self._erase(request)
+        self._erase(request, before, with_kafka)
 
     @precondition(lambda self: bool(self.killed))
-    @rule()
-    def rerun_killed_request(self) -> None:
+    @rule(with_kafka=st.booleans())
+    def rerun_killed_request(self, with_kafka: bool) -> None:
         """The same command again: it resumes the round left ``requested``, with that round's watermarks."""
-        self._erase(self.killed.pop(0))
+        request, before = self.killed[0]
+        self._erase(request, before, with_kafka)
 
-    def _erase(self, request: ErasureRequest) -> None:
-        report = erase(self.service, self.bucket, request, kafka=KAFKA, dry_run=False, by="model")
+    def _erase(self, request: ErasureRequest, before: set[Record], with_kafka: bool) -> None:
+        """Run ``request``; ``before``: its key's records produced before it. A killed round of the same key is
+        resumed (its own records, from its own request)."""
+        resumed = [b for r, b in self.killed if r.key == request.key]
+        taken = resumed[0] if resumed else before
+        report = erase(self.service, self.bucket, request, kafka=KAFKA if with_kafka else None, dry_run=False,
+                       by="model")
         assert not report.replay
-        self.killed = [r for r in self.killed if r.key != request.key]  # this run resumed that round, if any
-        marks = {(m["partition"], m["incarnation"]): m["end"] for m in report.watermarks}
-        taken = {r for r, k in self.produced.items() if k == request.key
-                 and not (r[2] in {i for _, i in marks} and r[1] >= marks.get((r[0], r[2]), 1 << 62))}
+        self.killed = [(r, b) for r, b in self.killed if r.key != request.key]  # this run resumed that round
         self.erased[report.id] = taken
         # Records an earlier round erased are found again while its rewrite is pending, not once it is done.
-        before = set().union(*(e for i, e in self.erased.items() if i != report.id))
-        assert len(taken - before) <= report.matches <= len(taken)
+        earlier = set().union(*(e for i, e in self.erased.items() if i != report.id))
+        assert len(taken - earlier) <= report.matches <= len(taken)
 
     @rule(hours=st.sampled_from([0.5, 1.1, 2.1]))
     def time_passes_and_maintenance_runs(self, hours: float) -> None:
@@ -352,13 +357,13 @@ def test_a_sequence_through_every_rule_ends_in_receipts() -> None:
         ("produce_and_ingest", {"partition": 0, "keys": [KEYS[1], KEYS[0]]}),
         ("repair_quarantines_a_copy", {"partition": 0, "count": 6}),
         ("restore_dead_letters", {"partition": 0, "count": 3}),
-        ("request_erasure", {"key": KEYS[0], "delay": HOUR, "killed": True}),
+        ("request_erasure", {"key": KEYS[0], "delay": HOUR, "killed": True, "with_kafka": True}),
         ("compact", {}),
-        ("rerun_killed_request", {}),
-        ("recreate_topic", {}),
+        ("recreate_topic", {}),  # before the retry: its records are new data to the killed request
         ("produce_and_ingest", {"partition": 1, "keys": [KEYS[0], KEYS[2]]}),
-        ("request_erasure", {"key": KEYS[0], "delay": 0.0, "killed": False}),  # the next round: the new record
-        ("request_erasure", {"key": KEYS[2], "delay": 0.0, "killed": False}),  # overlapping blocks
+        ("rerun_killed_request", {"with_kafka": False}),
+        ("request_erasure", {"key": KEYS[0], "delay": 0.0, "killed": False, "with_kafka": True}),  # the next round
+        ("request_erasure", {"key": KEYS[2], "delay": 0.0, "killed": False, "with_kafka": False}),  # overlapping
         ("compact", {}),
         ("time_passes_and_maintenance_runs", {"hours": 1.1}),
         ("try_receipts", {}),
@@ -367,56 +372,63 @@ def test_a_sequence_through_every_rule_ends_in_receipts() -> None:
     assert len(receipts) == 3
 
 
-def test_a_merge_of_two_incarnations_keeps_the_other_ones_record_at_the_erased_offset() -> None:
-    """Found by the model: a request killed before its plan, the topic recreated (offsets from 0 again), its retry
-    erases the new incarnation's record at offset 0 (a topic recreated between a request and its retry is taken
-    as older) from a partition block merged from both incarnations; the older incarnation's record at offset 0,
-    produced after the request, is removed with it: a merged partition dataset does not name its rows'
-    incarnations (``shale.compactor.merge._keeps_incarnations``: backup only) and ``erased_rows`` removes an
-    ambiguous row. The same without a crash: erasing an older incarnation's record removed the newer one's at
-    the same offset, whatever its key. Now ``erased_rows`` erases a row of unknown incarnation only when every
-    incarnation whose ranges cover it is wanted: the other record stays (the model's invariant), and the leftover
-    scan holds the receipt back while the erased record's partition row stays with it."""
-    def recreate_from_zero(model: ErasureModel) -> None:
-        model.incarnation = chr(ord(model.incarnation[0]) + 1) * 22
-        model.ends = dict.fromkeys(PARTITIONS, 0)
+def _recreate_from_zero(model: ErasureModel) -> None:
+    """The topic recreated as Kafka does it: the new incarnation's offsets start at 0 again."""
+    model.incarnation = chr(ord(model.incarnation[0]) + 1) * 22
+    model.ends = dict.fromkeys(PARTITIONS, 0)
 
-    _replay(("request_erasure", {"key": KEYS[0], "delay": 0.0, "killed": True}),
-            ("produce_and_ingest", {"partition": 0, "keys": [KEYS[0], KEYS[0]]}),
-            (recreate_from_zero, {}),
-            ("produce_and_ingest", {"partition": 0, "keys": [KEYS[0]]}),
+
+def test_a_merge_of_two_incarnations_keeps_the_other_ones_record_at_the_erased_offset() -> None:
+    """Found by the model: a partition block merged from two incarnations whose offsets overlap, then an erasure
+    of the older incarnation's record at offset 0: a merged partition dataset does not name its rows'
+    incarnations (``shale.compactor.merge._keeps_incarnations``: backup only) and ``erased_rows`` removed the
+    ambiguous row, the newer incarnation's record at the same offset with it, whatever its key (first seen as a
+    request killed before its plan whose retry, after the topic was recreated, took the new incarnation as older).
+    Now ``erased_rows`` erases a row of unknown incarnation only when every incarnation whose ranges cover it is
+    wanted: the other record stays (the model's invariant), and the leftover scan holds the receipt back while
+    the erased record's partition row stays with it."""
+    _replay(("produce_and_ingest", {"partition": 0, "keys": [KEYS[0], KEYS[0]]}),
+            (_recreate_from_zero, {}),
+            ("produce_and_ingest", {"partition": 0, "keys": [KEYS[1]]}),
             ("compact", {}),
-            ("rerun_killed_request", {}),
+            ("request_erasure", {"key": KEYS[0], "delay": 0.0, "killed": False, "with_kafka": True}),
             ("compact", {}))
 
 
-@pytest.mark.xfail(strict=True, reason="known bug, reported: a request without watermarks bounds nothing")
-def test_a_request_without_kafka_gets_its_receipt_after_a_later_record_of_the_key_xfail() -> None:
-    """Found by the model: a request made without Kafka (``--no-kafka``: no watermarks) plans the key's records
-    backed up then; a record of the key ingested after the plan is not rewritten (no position of the erasure),
-    yet the receipt's final scan reads every record of the key as the erasure's (no watermark bounds it) and
-    refuses the receipt for ever (a ShaleError, not a wait)."""
-    def no_kafka_erasure(model: ErasureModel) -> None:
-        request = ErasureRequest("acme", KEYS[1], topics=[TOPIC])
-        report = erase(model.service, model.bucket, request, kafka=None, dry_run=False, by="model")
-        model.erased[report.id] = set()
+def test_a_request_without_kafka_gets_its_receipt_after_a_later_record_of_the_key() -> None:
+    """Found by the model: a request made without Kafka (``--no-kafka``) plans the key's records backed up then;
+    a record of the key ingested after the plan is not rewritten (no position of the erasure), yet the receipt's
+    final scan read every record of the key as the erasure's (no watermark bounded it) and refused the receipt
+    for ever (a ShaleError, not a wait). Now the request is bounded by what the index held when it was made (each
+    incarnation's highest indexed end; none: every record is later)."""
+    receipts = _replay(("request_erasure", {"key": KEYS[1], "delay": 0.0, "killed": False, "with_kafka": False}),
+                       ("produce_and_ingest", {"partition": 0, "keys": [KEYS[1]]}),
+                       ("try_receipts", {}),
+                       ("produce_and_ingest", {"partition": 0, "keys": [KEYS[1], KEYS[0]]}),
+                       ("request_erasure", {"key": KEYS[1], "delay": 0.0, "killed": False, "with_kafka": False}),
+                       ("produce_and_ingest", {"partition": 0, "keys": [KEYS[1]]}),
+                       ("compact", {}),
+                       ("time_passes_and_maintenance_runs", {"hours": 2.1}),
+                       ("try_receipts", {}))
+    assert len(receipts) == 2
 
-    _replay((no_kafka_erasure, {}),
-            ("produce_and_ingest", {"partition": 0, "keys": [KEYS[1]]}),
-            ("try_receipts", {}))
 
-
-@pytest.mark.xfail(strict=True, reason="known bug, reported: an incarnation newer than the watermarks is unbounded")
-def test_a_topic_recreated_after_a_request_gets_its_receipt_xfail() -> None:
+def test_a_topic_recreated_after_a_request_gets_its_receipt() -> None:
     """Found by the model: a request, the topic recreated before its receipt, then a record of the key produced in
-    the new incarnation: it has no position and is not rewritten, yet the receipt's final scan takes it as the
-    erasure's (``Watermarks`` takes an incarnation the watermarks do not name as older, 19.1: nothing bounds a
-    newer one) and refuses the receipt for ever (a ShaleError, not a wait). The same with a killed request run
-    again after the recreation."""
-    def recreate(model: ErasureModel) -> None:
-        model.incarnation = chr(ord(model.incarnation[0]) + 1) * 22
-
-    _replay(("request_erasure", {"key": KEYS[0], "delay": 0.0, "killed": False}),
-            (recreate, {}),
-            ("produce_and_ingest", {"partition": 0, "keys": [KEYS[0]]}),
-            ("try_receipts", {}))
+    the new incarnation: it has no position and is not rewritten, yet the receipt's final scan took it as the
+    erasure's (``Watermarks`` took an incarnation the watermarks do not name as older) and refused the receipt
+    for ever (a ShaleError, not a wait). The same with a killed request run again after the recreation. Now a
+    request names every incarnation it knew (Kafka's and the index's): one it does not name is newer."""
+    receipts = _replay(("request_erasure", {"key": KEYS[0], "delay": 0.0, "killed": False, "with_kafka": True}),
+                       ("recreate_topic", {}),
+                       ("produce_and_ingest", {"partition": 0, "keys": [KEYS[0]]}),
+                       ("try_receipts", {}),
+                       ("produce_and_ingest", {"partition": 1, "keys": [KEYS[2], KEYS[0]]}),
+                       ("request_erasure", {"key": KEYS[2], "delay": 0.0, "killed": True, "with_kafka": True}),
+                       ("recreate_topic", {}),
+                       ("produce_and_ingest", {"partition": 1, "keys": [KEYS[2]]}),
+                       ("rerun_killed_request", {"with_kafka": True}),
+                       ("compact", {}),
+                       ("time_passes_and_maintenance_runs", {"hours": 2.1}),
+                       ("try_receipts", {}))
+    assert len(receipts) == 2

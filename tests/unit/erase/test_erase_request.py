@@ -9,6 +9,7 @@ import base64
 import hashlib
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -91,7 +92,8 @@ def test_an_older_incarnations_records_past_the_new_ones_end_are_erased(
     service.submit(AddBlocks(blocks=[_backup(store, 0, 40, OLD), _backup(store, 0, 12, NEW)]))
     kafka_ends["app"] = (10, NEW)  # NEW's offsets 10 and 11 were produced after the request
     report = erase(service, bucket, ErasureRequest("acme", ERASED, topics=["app"]), kafka=KAFKA, dry_run=False)
-    assert report.watermarks == [{"topic": "app", "partition": 0, "end": 10, "incarnation": NEW}]
+    assert report.watermarks == [{"topic": "app", "partition": 0, "end": 10, "incarnation": NEW, "older": False},
+                                 {"topic": "app", "partition": 0, "end": 40, "incarnation": OLD, "older": True}]
     found = {(r["incarnation"], r["offset"]) for r in report.records}
     assert found == {(OLD, o) for o in _keyed(0, 40)} | {(NEW, 3)}  # NEW's 10 is past its end: new data
     _worker(service, bucket).run(until_idle=True)
@@ -153,7 +155,81 @@ def test_a_request_committed_without_incarnations_is_still_read(service: Metasto
              "key": base64.b64encode(ERASED).decode(), "watermarks": [{"topic": "app", "partition": 0, "end": 5}]}
     service.submit(RequestErasure.model_validate(entry)).raise_for_rejection()
     assert service.erasures(request.id)[0]["watermarks"] == [{"topic": "app", "partition": 0, "end": 5,
-                                                              "incarnation": ""}]
+                                                              "incarnation": "", "older": False}]
+    assert erasure_status(service, request.id).unnamed == "older"
+
+
+def _previous_rule(marks: list[dict[str, object]], partition: int, offset: int, incarnation: str) -> bool:
+    """``Watermarks.produced_later`` as the previous release had it (its requests name Kafka's incarnation only)."""
+    ends = {str(m["incarnation"]): int(str(m["end"])) for m in marks if m["partition"] == partition}
+    if not ends:
+        return False
+    if "" in ends:
+        return offset >= ends[""]
+    if incarnation:
+        return incarnation in ends and offset >= ends[incarnation]
+    return offset >= max(ends.values())
+
+
+@given(marks=st.lists(st.fixed_dictionaries({"topic": st.just("app"), "partition": st.integers(0, 1),
+                                             "end": st.integers(0, 30),
+                                             "incarnation": st.sampled_from(["", OLD, NEW])}), max_size=4),
+       partition=st.integers(0, 1), offset=st.integers(0, 30), incarnation=st.sampled_from(["", OLD, NEW]))
+@example(marks=[{"topic": "app", "partition": 0, "end": 10, "incarnation": NEW}], partition=0, offset=20,
+         incarnation=OLD)  # an older incarnation's record: of the request, as then
+def test_a_request_of_the_previous_release_is_read_as_it_was(marks: list[dict[str, object]], partition: int,
+                                                             offset: int, incarnation: str) -> None:
+    """Its stored form (a bare list of watermarks) keeps its meaning: an incarnation or a partition it does not
+    name is the request's (``unnamed`` older), whatever requests of this release do."""
+    unique = list({(m["partition"], m["incarnation"]): m for m in marks}.values())
+    read = Watermarks(unique)
+    assert read.unnamed == "older"
+    assert read.stored() == [m | {"older": False} for m in unique]
+    assert read.produced_later("app", partition, offset, incarnation) == _previous_rule(unique, partition, offset,
+                                                                                      incarnation)
+
+
+@st.composite
+def _histories(draw: st.DrawFn) -> dict[str, object]:
+    """A topic's history around a request, per partition (0, 1): older incarnations (all produced before),
+    the current one (Kafka's end at the request, and records produced after), one created after the request
+    (maybe); and how far the index had ingested each incarnation when the request was made (a lag)."""
+    olds = ["O" * 21 + str(i) for i in range(draw(st.integers(0, 2)))]
+    made: dict[tuple[str, int], tuple[int, int]] = {}  # (incarnation, partition) -> (produced before, after)
+    indexed: dict[tuple[str, int], int] = {}
+    for partition in (0, 1):
+        for inc in olds:
+            made[(inc, partition)] = (draw(st.integers(0, 6)), 0)
+        made[(OLD, partition)] = (draw(st.integers(0, 6)), draw(st.integers(0, 6)))
+        made[(NEW, partition)] = (0, draw(st.integers(0, 6)))
+        for inc in [*olds, OLD]:
+            indexed[(inc, partition)] = draw(st.integers(0, made[(inc, partition)][0]))
+    return {"made": made, "indexed": indexed}
+
+
+@given(history=_histories(), with_kafka=st.booleans())
+@example(history={"made": {(OLD, 0): (0, 0), (NEW, 0): (0, 1), (OLD, 1): (0, 0), (NEW, 1): (0, 0)},
+                  "indexed": {(OLD, 0): 0, (OLD, 1): 0}}, with_kafka=True)  # recreated after the request
+@example(history={"made": {(OLD, 0): (0, 1), (NEW, 0): (0, 0), (OLD, 1): (0, 0), (NEW, 1): (0, 0)},
+                  "indexed": {(OLD, 0): 0, (OLD, 1): 0}}, with_kafka=False)  # no Kafka, nothing indexed
+def test_a_request_names_every_incarnation_it_knew_and_nothing_after_it_is_its(history: dict[str, Any],
+                                                                              with_kafka: bool) -> None:
+    """``request_watermarks`` from the index's blocks (their ranges) and Kafka's answer (the current incarnation,
+    OLD here): with Kafka, exactly the records produced before the request are its own, whatever the index had
+    ingested of them, but for an older incarnation of which the index held nothing (the request cannot know it:
+    its records are taken as newer, erasure.md 19.1); without, exactly the records the index held. A topic
+    recreated after it (NEW) is new data."""
+    made, indexed = history["made"], history["indexed"]
+    blocks = [BlockMeta.model_construct(kafka=[KafkaRange(topic="app", partition=p, start=0, end=end,
+                                                          incarnation=inc)])
+              for (inc, p), end in indexed.items() if end]
+    kafka = [ErasureWatermark(topic="app", partition=p, end=made[(OLD, p)][0], incarnation=OLD) for p in (0, 1)]
+    marks = Watermarks(erase_api.request_watermarks(blocks, ["app"], kafka if with_kafka else None).stored())
+    for (inc, p), (before, after) in made.items():
+        for offset in range(before + after):
+            known = inc == OLD or any(end for (i, _), end in indexed.items() if i == inc)
+            own = offset < before and known if with_kafka else offset < indexed.get((inc, p), 0)
+            assert marks.produced_later("app", p, offset, inc) == (not own), (inc, p, offset)
 
 
 # --- 3. the same request made again -------------------------------------------------------------------------------
@@ -178,7 +254,7 @@ def test_the_same_request_made_again_after_the_first_is_a_new_erasure(
     assert [r["offset"] for r in dry.records] == _keyed(20, 20)
     second = erase(service, bucket, request, kafka=KAFKA, dry_run=False)
     assert (second.id, second.previous, second.records) == (dry.id, first.id, dry.records)
-    assert second.watermarks == [{"topic": "app", "partition": 0, "end": 40, "incarnation": NEW}]
+    assert second.watermarks == [{"topic": "app", "partition": 0, "end": 40, "incarnation": NEW, "older": False}]
     _worker(service, bucket).run(until_idle=True)
     assert erasure_status(service, second.id).state == "rewritten"
     assert erasure_status(service, first.id).matches == len(_keyed(0, 20))  # the first is what it was
