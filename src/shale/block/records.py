@@ -44,6 +44,18 @@ def may_share_records(a: BlockMeta, b: BlockMeta) -> set[RecordScope]:
     return shared
 
 
+def incarnations_overlap(a: BlockMeta, b: BlockMeta) -> bool:
+    """Whether ``a`` and ``b`` hold ranges of two incarnations of a topic whose offsets intersect on a partition:
+    a block merged from both could not tell such rows apart without naming each row's incarnation, which only a
+    backup dataset does (``INCARNATION_COLUMN``), so compaction does not merge such partition blocks."""
+    for ra in a.kafka:
+        for rb in b.kafka:
+            if ((ra.topic, ra.partition) == (rb.topic, rb.partition) and ra.incarnation != rb.incarnation
+                    and ra.start < rb.end and rb.start < ra.end):
+                return True
+    return False
+
+
 def _may_share(a: BlockMeta, b: BlockMeta) -> bool:
     """Whether two blocks could hold one row at all. Blocks of different groups never share a row (a backup row
     and a parsed row differ); the backup group stores the same verbatim record in every generation, so its

@@ -22,11 +22,12 @@ indexed or tombstoned, its sources tombstoned "compacted into" exactly those out
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import Counter, Histogram
 
-from shale.block import BlockMeta, shared_scopes
+from shale.block import BlockMeta, incarnations_overlap, shared_scopes
 from shale.compaction import (
     Assigned,
     AssignJob,
@@ -38,6 +39,7 @@ from shale.compaction import (
     PlanLimits,
     PlanUpdate,
     PollRequest,
+    QueuedBlock,
     QueueKey,
     apply_assignment,
     choose_assignments,
@@ -63,16 +65,40 @@ FIRST_COMPACTION = Histogram("shale_compaction_time_to_first_compaction_seconds"
 POLL_MEMORY_MS = 24 * 3_600_000
 
 
-def prepare_plan(state: CompactionState, request: PollRequest, now_ms: int, limits: PlanLimits) -> PlanUpdate:
+def prepare_plan(state: CompactionState, request: PollRequest, now_ms: int, limits: PlanLimits,
+                 blocks: Callable[[str], BlockMeta | None] | None = None) -> PlanUpdate:
     """Step one: decide, from a read of the state, without changing it. A poll already applied plans nothing:
-    the command answers it from the remembered answer."""
+    the command answers it from the remembered answer. ``blocks`` reads an indexed block's metadata: with it,
+    no job merges partition blocks holding two incarnations' records at the same offsets (``apart``)."""
     if request.request and state.poll_answer(request.worker, request.request) is not None:
         return PlanUpdate()
     jobs = state.jobs()
     limit = state.failure_limit()
-    new = plan_jobs(state.queued(), limits, now_ms, max_jobs=request.capacity)
+    new = plan_jobs(state.queued(), limits, now_ms, max_jobs=request.capacity,
+                    apart=apart(blocks) if blocks is not None else None)
     return PlanUpdate(new_jobs=new, assign=choose_assignments(jobs + new, now_ms, request.capacity, limit),
                       evict=evictions(jobs + new, limits, limit))
+
+
+def apart(blocks: Callable[[str], BlockMeta | None]) -> Callable[[QueuedBlock, QueuedBlock], bool]:
+    """Partition blocks one merge must not hold together: ranges of two incarnations of a topic intersecting
+    (``shale.block.incarnations_overlap``; a topic recreated, its offsets from 0 again). A merged partition
+    dataset does not name its rows' incarnations, so an erasure could not tell such rows apart: it would keep both
+    and its receipt wait for ever. A backup dataset names them, so backup blocks merge whatever their ranges."""
+    metas: dict[str, BlockMeta | None] = {}
+
+    def meta(block_id: str) -> BlockMeta | None:
+        if block_id not in metas:
+            metas[block_id] = blocks(block_id)
+        return metas[block_id]
+
+    def check(a: QueuedBlock, b: QueuedBlock) -> bool:
+        if a.key.group != "partition":
+            return False
+        first, second = meta(a.id), meta(b.id)
+        return first is not None and second is not None and incarnations_overlap(first, second)
+
+    return check
 
 
 def plan_command(plan: PlanUpdate, request: PollRequest, term: int, limits: PlanLimits) -> UpdateCompactionPlan:

@@ -88,7 +88,7 @@ class MetastoreService(IndexReads):
         with self._plan_lock:
             term = self.log.status().term
             plan = prepare_plan(CompactionState(self.state.reader.conn), request, int(self.clock() * 1000),
-                                self.limits)
+                                self.limits, blocks=self.state.reader.get_block)
             result = self.submit(plan_command(plan, request, term, self.limits))
         if not result.ok:
             raise MetastoreUnavailableError(f"compaction plan not applied ({result.reason}): {result.message}; "

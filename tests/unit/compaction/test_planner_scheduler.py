@@ -119,3 +119,29 @@ def test_excluded_jobs_are_never_reassigned_and_are_evicted_over_the_limit() -> 
     assert evictions(jobs, small, failure_limit=3) == ["bad1"]
     assert evictions(jobs, small, failure_limit=3) == ["bad1"]
     assert evictions(jobs, PlanLimits(queue_limit=10), failure_limit=3) == []
+
+
+def _kind(block: QueuedBlock) -> str:
+    return block.id[0]
+
+
+@pytest.mark.parametrize(("ids", "now", "expected"), [
+    # blocks apart from a job's are left for a job of their own kind (a topic recreated: partition blocks of two
+    # incarnations whose offsets overlap)
+    ("ABAABB", 100, [["A0", "A2", "A3"], ["B1", "B4", "B5"]]),
+    # a kind that cannot make a job yet does not hold back another that can
+    ("ABBB", 100, [["B1", "B2", "B3"]]),
+    ("AB", 10**9, []),  # aged, but no two blocks may merge
+    ("AABB", 10**9, [["A0", "A1"], ["B2", "B3"]]),
+])
+def test_blocks_apart_are_never_in_one_job(ids: str, now: int, expected: list[list[str]]) -> None:
+    queued = [QueuedBlock(f"{kind}{i}", KP, 100, i) for i, kind in enumerate(ids)]
+
+    def apart(a: QueuedBlock, b: QueuedBlock) -> bool:
+        return _kind(a) != _kind(b)
+
+    jobs = plan_jobs(queued, LIMITS, now, 10, apart=apart)
+    assert [j.sources for j in jobs] == expected
+    assert plan_jobs(queued, LIMITS, now, 10, apart=apart) == jobs
+    assert [j.sources for j in plan_jobs(queued, LIMITS, now, 10, apart=lambda a, b: False)] == [
+        j.sources for j in plan_jobs(queued, LIMITS, now, 10)]
