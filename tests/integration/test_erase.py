@@ -25,6 +25,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka.admin import AdminClient
 from tests.integration.ingest_helpers import config_of, create_topic, wait_paused, write_config
 from tests.producing import CheckedProducer
 from tests.waiting import eventually
@@ -41,6 +42,7 @@ from shale.iceberg.catalog import SUMMARY_ERASURES, SUMMARY_EXPIRES, identifier
 from shale.iceberg.erasure import receipt_check, snapshot_files
 from shale.iceberg.files import key_of
 from shale.ingest.job import IngestJob
+from shale.kafka import describe_topics
 from shale.metastore import MetastoreService, open_metastore
 from shale.metastore.auth import write_private
 from shale.metastore.maintenance import Maintenance
@@ -315,6 +317,43 @@ def test_a_key_is_erased_from_both_groups_and_every_generation_of_blocks(kafka: 
     assert all(m["incarnation"] for m in again.watermarks)  # each names the topic's id
     CompactionWorker(world.service, world.config.bucket, spark, slots=4, poll_interval=0.3).run(until_idle=True)
     _after(world, erasure, kafka, spark, tmp_path)
+
+
+def test_a_topic_recreated_after_the_request_gets_its_receipt(kafka: Any, spark: Any, world: World) -> None:
+    """The topic deleted and created again (a new topic id, offsets from 0) after the request, before its receipt,
+    and the key produced in it: those records are new data to the erasure (an incarnation it does not name). The
+    receipt is written (it was refused for ever: the final scan took them as the erasure's), and the same request
+    made again erases them."""
+    erasure = _erase(world)
+    config = world.config
+    old = describe_topics(config.kafka, [world.topic])[world.topic].incarnation
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    for future in admin.delete_topics([world.topic]).values():
+        future.result(timeout=30)
+    eventually(lambda: world.topic not in admin.list_topics(timeout=5).topics, 60, "the topic to be deleted")
+    create_topic(kafka.bootstrap_servers, world.topic, PARTITIONS)
+    produce(kafka.bootstrap_servers, world.topic, 0, 60)
+    new = describe_topics(config.kafka, [world.topic])[world.topic].incarnation
+    assert new != old
+    _ingest(config, spark)
+    CompactionWorker(world.service, config.bucket, spark, slots=4, poll_interval=0.3).run(until_idle=True)
+    assert erasure_status(world.service, erasure).state == "rewritten"
+    bucket = open_bucket(config.bucket)
+    Maintenance(world.service, bucket, RetentionConfig(), delete_delay=0, is_leader=lambda: True, term=lambda: 1,
+                sync_delay=0).collect_tombstones()
+
+    receipt = write_receipt(open_metastore(config), bucket, erasure, kafka=config.kafka)
+    assert receipt["final_scan"]["matches"] == 0
+    assert receipt["records"] == len(world.erased)
+    assert receipt["watermarks"]["unnamed"] == "later"
+    assert {m["incarnation"] for m in receipt["watermarks"]["marks"]} == {old}
+    later = {position for position, key in read_keys(kafka.bootstrap_servers, world.topic).items() if key == ERASED}
+    assert later
+    again = erase(world.service, config.bucket, ErasureRequest("default", ERASED, [world.topic]),
+                  kafka=config.kafka, dry_run=True)
+    assert again.previous == erasure
+    assert {(r["partition"], r["offset"], r["incarnation"]) for r in again.records} == {
+        (p, o, new) for p, o in later}
 
 
 def test_the_iceberg_table_gets_one_snapshot_and_keeps_no_snapshot_of_the_key(kafka: Any, spark: Any, world: World,
