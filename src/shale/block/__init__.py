@@ -49,6 +49,7 @@ from shale.block.meta import (
     FileInfo,
     KafkaRange,
     ParserInfo,
+    packed_or_list,
     parse_meta,
 )
 from shale.block.names import (
@@ -59,6 +60,7 @@ from shale.block.names import (
     check_tenant,
     check_topic,
 )
+from shale.block.packed import pack_counted_ranges, unpack_counted_ranges
 from shale.block.reader import BucketFile, backup_rows, may_hold_key, read_dataset, read_footer_meta, read_meta
 from shale.block.records import (
     INCARNATION_COLUMN,
@@ -186,6 +188,8 @@ __all__ = [
     "meta_key",
     "new_block_id",
     "overlaps",
+    "pack_counted_ranges",
+    "packed_or_list",
     "parse_block_key",
     "parse_mark_key",
     "parse_meta",
@@ -206,6 +210,7 @@ __all__ = [
     "spans",
     "tenant_group_prefix",
     "ulid_time_ms",
+    "unpack_counted_ranges",
     "verify_tenant",
     "write_block",
     "write_block_streamed",
