@@ -43,6 +43,7 @@ from shale.block.layout import (
 from shale.block.marks import DeletionMark, QuarantineMark, write_deletion_mark, write_quarantine_mark
 from shale.block.meta import (
     INCARNATION_PATTERN,
+    LISTED,
     BlockMeta,
     Compaction,
     Dataset,
@@ -121,6 +122,7 @@ __all__ = [
     "INCARNATION_COLUMN",
     "INCARNATION_PATTERN",
     "KAFKA_FIELDS",
+    "LISTED",
     "META_FILENAME",
     "MORE_LABEL_SETS",
     "PARTITION_BASE_FIELDS",

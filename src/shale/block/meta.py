@@ -17,6 +17,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    SerializationInfo,
     SerializerFunctionWrapHandler,
     ValidationError,
     field_serializer,
@@ -46,11 +47,15 @@ ERASURE_ID = re.compile(r"[0-9a-f]{16}")
 DatasetKind = Literal["records", "quarantine"]
 
 
-def packed_or_list(value: Sequence[Any], pack: Callable[[Any], str], handler: SerializerFunctionWrapHandler
-                   ) -> object:
+LISTED = {"packed": False}
+"""Serialization context for JSON meant for people (``model_dump(mode="json", context=LISTED)``): lists only."""
+
+
+def packed_or_list(value: Sequence[Any], pack: Callable[[Any], str], handler: SerializerFunctionWrapHandler,
+                   info: SerializationInfo) -> object:
     """A list field's JSON: packed (``shale.block.packed``) from ``PACK_FROM`` items on, else the list itself (and
-    the list too for values past 64-bit integers, which the packed form does not hold)."""
-    if len(value) >= PACK_FROM:
+    the list too for values past 64-bit integers, which the packed form does not hold, or in context ``LISTED``)."""
+    if len(value) >= PACK_FROM and (info.context or {}).get("packed", True):
         try:
             return pack(value)
         except OverflowError:
@@ -121,12 +126,14 @@ class Dataset(_Record):
         return unpack_ints(value) if isinstance(value, str) else value
 
     @field_serializer("row_groups", mode="wrap", when_used="json")
-    def _pack_row_groups(self, value: list[tuple[int, int, int]], handler: SerializerFunctionWrapHandler) -> object:
-        return packed_or_list(value, pack_row_groups, handler)
+    def _pack_row_groups(self, value: list[tuple[int, int, int]], handler: SerializerFunctionWrapHandler,
+                    info: SerializationInfo) -> object:
+        return packed_or_list(value, pack_row_groups, handler, info)
 
     @field_serializer("row_group_partitions", mode="wrap", when_used="json-unless-none")
-    def _pack_partitions(self, value: list[int], handler: SerializerFunctionWrapHandler) -> object:
-        return packed_or_list(value, pack_ints, handler)
+    def _pack_partitions(self, value: list[int], handler: SerializerFunctionWrapHandler,
+                    info: SerializationInfo) -> object:
+        return packed_or_list(value, pack_ints, handler, info)
 
     @field_validator("record")
     @classmethod
@@ -197,8 +204,9 @@ class BlockMeta(_Record):
         return unpack_ranges(value, KafkaRange) if isinstance(value, str) else value
 
     @field_serializer("kafka", mode="wrap", when_used="json")
-    def _pack_kafka(self, value: list[KafkaRange], handler: SerializerFunctionWrapHandler) -> object:
-        return packed_or_list(value, pack_ranges, handler)
+    def _pack_kafka(self, value: list[KafkaRange], handler: SerializerFunctionWrapHandler,
+                    info: SerializationInfo) -> object:
+        return packed_or_list(value, pack_ranges, handler, info)
 
     @model_validator(mode="after")
     def _consistent(self) -> BlockMeta:

@@ -14,6 +14,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializationInfo,
     SerializerFunctionWrapHandler,
     TypeAdapter,
     ValidationError,
@@ -109,8 +110,9 @@ class CommitIngestBatch(_Command):
         return unpack_counted_ranges(value, OffsetRange) if isinstance(value, str) else value
 
     @field_serializer("ranges", mode="wrap", when_used="json")
-    def _pack_ranges(self, value: list[OffsetRange], handler: SerializerFunctionWrapHandler) -> object:
-        return packed_or_list(value, pack_counted_ranges, handler)
+    def _pack_ranges(self, value: list[OffsetRange], handler: SerializerFunctionWrapHandler,
+                     info: SerializationInfo) -> object:
+        return packed_or_list(value, pack_counted_ranges, handler, info)
 
 
 class IngestLeaseCommand(_Command):

@@ -15,7 +15,17 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from tests.factories import BASE_MS
 
-from shale.block import BlockMeta, Compaction, Dataset, FileInfo, KafkaRange, deterministic_block_id, packed, parse_meta
+from shale.block import (
+    LISTED,
+    BlockMeta,
+    Compaction,
+    Dataset,
+    FileInfo,
+    KafkaRange,
+    deterministic_block_id,
+    packed,
+    parse_meta,
+)
 from shale.block.packed import (
     PACK_FROM,
     PACKED_TAG,
@@ -210,3 +220,16 @@ def test_a_block_and_a_commit_of_many_unlike_partitions_take_at_most_32_bytes_a_
     command = CommitIngestBatch(group="backup", ranges=ranges, blocks=[block], lease=1)
     assert len(block.to_json()) / n <= 32
     assert len(encode(command)) / n <= 32
+
+
+def test_json_for_people_lists_every_range() -> None:
+    """``shale bucket inspect`` prints a block's metadata with context ``LISTED``: lists, however many."""
+    n = 3 * PACK_FROM
+    block = _block([KafkaRange(topic="a", partition=p, start=p, end=p + 1) for p in range(n)],
+                   [(1, p, p + 1) for p in range(n)], list(range(n)))
+    shown = block.model_dump(mode="json", context=LISTED)
+    assert isinstance(shown["kafka"], list)
+    assert isinstance(shown["datasets"][0]["row_groups"], list)
+    assert isinstance(shown["datasets"][0]["row_group_partitions"], list)
+    assert BlockMeta.model_validate(shown) == block
+    assert isinstance(block.model_dump(mode="json")["kafka"], str)
