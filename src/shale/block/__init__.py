@@ -43,12 +43,14 @@ from shale.block.layout import (
 from shale.block.marks import DeletionMark, QuarantineMark, write_deletion_mark, write_quarantine_mark
 from shale.block.meta import (
     INCARNATION_PATTERN,
+    LISTED,
     BlockMeta,
     Compaction,
     Dataset,
     FileInfo,
     KafkaRange,
     ParserInfo,
+    packed_or_list,
     parse_meta,
 )
 from shale.block.names import (
@@ -59,6 +61,7 @@ from shale.block.names import (
     check_tenant,
     check_topic,
 )
+from shale.block.packed import pack_counted_ranges, unpack_counted_ranges
 from shale.block.reader import BucketFile, backup_rows, may_hold_key, read_dataset, read_footer_meta, read_meta
 from shale.block.records import (
     INCARNATION_COLUMN,
@@ -120,6 +123,7 @@ __all__ = [
     "INCARNATION_COLUMN",
     "INCARNATION_PATTERN",
     "KAFKA_FIELDS",
+    "LISTED",
     "META_FILENAME",
     "MORE_LABEL_SETS",
     "PARTITION_BASE_FIELDS",
@@ -188,6 +192,8 @@ __all__ = [
     "meta_key",
     "new_block_id",
     "overlaps",
+    "pack_counted_ranges",
+    "packed_or_list",
     "parse_block_key",
     "parse_mark_key",
     "parse_meta",
@@ -208,6 +214,7 @@ __all__ = [
     "spans",
     "tenant_group_prefix",
     "ulid_time_ms",
+    "unpack_counted_ranges",
     "verify_tenant",
     "write_block",
     "write_block_streamed",

@@ -9,12 +9,33 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Literal
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from shale.block.ids import check_block_id, ulid_time_ms
 from shale.block.names import check_label_name, check_record_name, check_tenant, check_topic
+from shale.block.packed import (
+    PACK_FROM,
+    pack_ints,
+    pack_ranges,
+    pack_row_groups,
+    unpack_ints,
+    unpack_ranges,
+    unpack_row_groups,
+)
 from shale.errors import CorruptObjectError
 
 META_VERSION = 1
@@ -24,6 +45,22 @@ GROUPS = ("backup", "partition")
 ERASURE_ID = re.compile(r"[0-9a-f]{16}")
 """An erasure request's id (``shale erase``): 16 hex digits of SHA-256 of what it erases."""
 DatasetKind = Literal["records", "quarantine"]
+
+
+LISTED = {"packed": False}
+"""Serialization context for JSON meant for people (``model_dump(mode="json", context=LISTED)``): lists only."""
+
+
+def packed_or_list(value: Sequence[Any], pack: Callable[[Any], str], handler: SerializerFunctionWrapHandler,
+                   info: SerializationInfo) -> object:
+    """A list field's JSON: packed (``shale.block.packed``) from ``PACK_FROM`` items on, else the list itself (and
+    the list too for values past 64-bit integers, which the packed form does not hold, or in context ``LISTED``)."""
+    if len(value) >= PACK_FROM and (info.context or {}).get("packed", True):
+        try:
+            return pack(value)
+        except OverflowError:
+            pass
+    return handler(value)
 
 
 class _Record(BaseModel):
@@ -77,6 +114,26 @@ class Dataset(_Record):
                                          "of the rows (typed parsers)")
     schema_fingerprint: str | None = Field(default=None, description="fingerprint of the schema the rows are "
                                            "stored under (typed parsers)")
+
+    @field_validator("row_groups", mode="before")
+    @classmethod
+    def _unpack_row_groups(cls, value: object) -> object:
+        return unpack_row_groups(value) if isinstance(value, str) else value
+
+    @field_validator("row_group_partitions", mode="before")
+    @classmethod
+    def _unpack_partitions(cls, value: object) -> object:
+        return unpack_ints(value) if isinstance(value, str) else value
+
+    @field_serializer("row_groups", mode="wrap", when_used="json")
+    def _pack_row_groups(self, value: list[tuple[int, int, int]], handler: SerializerFunctionWrapHandler,
+                    info: SerializationInfo) -> object:
+        return packed_or_list(value, pack_row_groups, handler, info)
+
+    @field_serializer("row_group_partitions", mode="wrap", when_used="json-unless-none")
+    def _pack_partitions(self, value: list[int], handler: SerializerFunctionWrapHandler,
+                    info: SerializationInfo) -> object:
+        return packed_or_list(value, pack_ints, handler, info)
 
     @field_validator("record")
     @classmethod
@@ -140,6 +197,16 @@ class BlockMeta(_Record):
 
     _time_ms: int = PrivateAttr(0)
     _summary: bool = PrivateAttr(False)
+
+    @field_validator("kafka", mode="before")
+    @classmethod
+    def _unpack_kafka(cls, value: object) -> object:
+        return unpack_ranges(value, KafkaRange) if isinstance(value, str) else value
+
+    @field_serializer("kafka", mode="wrap", when_used="json")
+    def _pack_kafka(self, value: list[KafkaRange], handler: SerializerFunctionWrapHandler,
+                    info: SerializationInfo) -> object:
+        return packed_or_list(value, pack_ranges, handler, info)
 
     @model_validator(mode="after")
     def _consistent(self) -> BlockMeta:

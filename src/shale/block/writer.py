@@ -144,6 +144,13 @@ def encode_parquet(table: pa.Table, footer: bytes | None = None, row_group_rows:
     return sink.getvalue()
 
 
+def contiguous(table: pa.Table) -> pa.Table:
+    """``table`` with one chunk per column. Slicing a table costs a walk over its chunks: a block of one row group
+    per partition, from a table of one chunk per partition (as a batch reads them), sliced once per row group, was
+    quadratic in the partitions (27 s to write a block of 10,000 against 0.5 s for 1,000)."""
+    return table.combine_chunks() if any(c.num_chunks > 1 for c in table.columns) else table
+
+
 def micros_schema(schema: pa.Schema) -> pa.Schema:
     """``schema`` with every timestamp column in UTC microseconds."""
     # A timestamp without a time zone (Avro's local-timestamp) stays one: only its unit changes.
@@ -191,6 +198,7 @@ def plan_block(spec: BlockSpec, datasets: list[DatasetInput],
                row_group_rows: int = DEFAULT_ROW_GROUP_ROWS) -> BlockMeta:
     """The block's metadata before its files are written (``files`` is empty)."""
     entries = []
+    datasets = [dataclasses.replace(d, table=contiguous(d.table)) for d in datasets]
     for index, ds in enumerate(datasets):
         slices = ds.slices(row_group_rows)
         partitions = ([int(ds.table.column("partition")[start].as_py()) for start, _ in slices]
@@ -241,7 +249,7 @@ def write_block(bucket: Bucket, spec: BlockSpec, datasets: list[DatasetInput],
     Data objects are overwritten freely while meta.json is absent: nobody trusts a block without it, and a
     repeated write of a deterministic id carries the same rows.
     """
-    datasets = [dataclasses.replace(d, table=in_micros(d.table)) for d in datasets]
+    datasets = [dataclasses.replace(d, table=contiguous(in_micros(d.table))) for d in datasets]
     planned = plan_block(spec, datasets, row_group_rows)
     done = existing_block(bucket, planned)
     if done is not None:

@@ -101,7 +101,7 @@ def ls(ctx: click.Context, tenant: str | None, as_json: bool) -> None:
 @shale_errors
 def inspect(ctx: click.Context, tenant: str, block_id: str) -> None:
     """Print a block's state, objects and metadata as JSON."""
-    from shale.block import check_block_id
+    from shale.block import LISTED, check_block_id
 
     check_block_id(block_id)
     _, fetcher = _fetcher(ctx)
@@ -111,7 +111,7 @@ def inspect(ctx: click.Context, tenant: str, block_id: str) -> None:
     out = {"id": view.id, "state": view.state.value, "age_seconds": round(view.age, 1), "error": view.error,
            "overlapped_by": view.overlapped_by, "mark": view.mark.model_dump() if view.mark else None,
            "objects": [{"key": o.key, "size": o.size, "last_modified": o.last_modified} for o in view.objects],
-           "meta": view.meta.model_dump(mode="json") if view.meta else None}
+           "meta": view.meta.model_dump(mode="json", context=LISTED) if view.meta else None}
     click.echo(json.dumps(out, indent=2))
 
 

@@ -10,9 +10,26 @@ import json
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
 import msgpack
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    TypeAdapter,
+    ValidationError,
+    field_serializer,
+    field_validator,
+)
 
-from shale.block import INCARNATION_PATTERN, RESTORE_JOB_PATTERN, BlockMeta
+from shale.block import (
+    INCARNATION_PATTERN,
+    RESTORE_JOB_PATTERN,
+    BlockMeta,
+    pack_counted_ranges,
+    packed_or_list,
+    unpack_counted_ranges,
+)
 from shale.compaction import AssignJob, JobUpdate, NewJob
 from shale.errors import CommandRejectedError
 
@@ -85,6 +102,17 @@ class CommitIngestBatch(_Command):
     lease: int | None = Field(default=None, ge=1, description=(
         "the fencing token of the writer's ingest lease on (group, generation, shard); required once the shard "
         "has ever been leased (only writers that never lease, such as reprocess jobs, send none)"))
+
+    @field_validator("ranges", mode="before")
+    @classmethod
+    def _unpack_ranges(cls, value: object) -> object:
+        # The packed form (shale.block.packed) of a batch of many partitions; the list form is read as before.
+        return unpack_counted_ranges(value, OffsetRange) if isinstance(value, str) else value
+
+    @field_serializer("ranges", mode="wrap", when_used="json")
+    def _pack_ranges(self, value: list[OffsetRange], handler: SerializerFunctionWrapHandler,
+                     info: SerializationInfo) -> object:
+        return packed_or_list(value, pack_counted_ranges, handler, info)
 
 
 class IngestLeaseCommand(_Command):

@@ -224,3 +224,26 @@ def test_a_filtered_read_gets_its_own_copy_of_the_object_in_arrow_memory(data: b
     assert copy.to_pybytes() == data
     if data:
         assert copy.address != pa.py_buffer(data).address
+
+
+def test_the_parquet_encoder_slices_a_contiguous_table(bucket: ObstoreBucket, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch's table comes in one chunk per partition; slicing it walks the chunks, once per row group: writing a
+    block of 10,000 partitions took 27 s against 0.5 s for 1,000. The writer combines the chunks first."""
+    from shale.block import writer
+    from shale.config import BucketConfig, IngestConfig
+    from shale.encoder.chunks import Chunk, GroupSpec, write_chunks
+
+    chunks_seen: list[int] = []
+    encode = writer.encode_parquet
+
+    def counting(table: pa.Table, *args: object, **kwargs: object) -> bytes:
+        chunks_seen.append(max(c.num_chunks for c in table.columns))
+        return encode(table, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(writer, "encode_parquet", counting)
+    table = pa.concat_tables([backup_table("orders", p, 0, 2) for p in range(12)])
+    spec = GroupSpec("backup", 1, BucketConfig(url="memory://contiguous"), IngestConfig(default_tenant="acme"))
+    (written, *_) = write_chunks(spec, bucket, table, [Chunk("orders", p, "", 0, 2, BASE_MS) for p in range(12)])
+    assert chunks_seen == [1]
+    (block,) = written.blocks
+    assert block.datasets[0].row_group_partitions == list(range(12))
