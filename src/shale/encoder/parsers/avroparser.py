@@ -107,23 +107,18 @@ class AvroParser(RegistryParser):
         dict: resolved into it; ids left out are resolved into ``reader_text``), or why none can be. Without a named
         reader, each version is read with its own field names, typed as their columns (``avro_versions``); a version
         without an Arrow type of its own is left out, its records quarantined with the reason."""
-        try:
-            newest = avro.Decoder(reader_text)
-        except avro.SchemaError as exc:
-            return f"schema id {reader_id}: {exc}"
-        if not pa.types.is_struct(newest.arrow):
-            return f"schema id {reader_id} is not a record schema"
+        newest = self._own(reader_id, reader_text)
+        if isinstance(newest, str):
+            return newest
         if not by_name:
             return newest.arrow, {}
         trees: dict[int, Any] = {}
         for sid, text in usable:
             if self._names.get(sid) != self._names.get(reader_id):
                 continue
-            try:
-                if not pa.types.is_struct(avro.Decoder(text).arrow):
-                    raise avro.SchemaError("it is not a record schema")
-            except avro.SchemaError as exc:
-                self._problems[sid] = f"schema id {sid}: {exc}"
+            own = self._own(sid, text)
+            if isinstance(own, str):
+                self._problems[sid] = own
                 continue
             trees[sid] = avro.tree(avro.parse(text))
         columns = avro.columns_schema(trees)
@@ -135,6 +130,18 @@ class AvroParser(RegistryParser):
         self._warn_of_renames(trees)
         readers = {sid: avro.reader_for(columns, t) for sid, t in trees.items()}
         return arrow, {sid: None if avro.same(trees[sid], r) else r for sid, r in readers.items()}
+
+    def _own(self, sid: int, text: str) -> avro.Decoder | str:
+        """The decoder of a record schema read as itself (cached per id, as every decoder), or why it cannot be."""
+        key = (sid, json.dumps(None))
+        if key not in self._decoders:
+            try:
+                self._decoders[key] = avro.Decoder(text)
+            except avro.SchemaError as exc:
+                return f"schema id {sid}: {exc}"
+        if not pa.types.is_struct(self._decoders[key].arrow):
+            return f"schema id {sid} is not a record schema"
+        return self._decoders[key]
 
     def _warn_of_renames(self, trees: dict[int, Any]) -> None:
         renamed = avro.renames(trees)
