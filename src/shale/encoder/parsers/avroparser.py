@@ -55,6 +55,7 @@ class AvroParser(RegistryParser):
         super().__init__(**options)
         self._decoders: dict[tuple[int, str], avro.Decoder] = {}
         self._chunk: dict[int, avro.Decoder] = {}
+        self._versions: dict[tuple[int, ...], tuple[pa.StructType, dict[int, Any]] | str] = {}
         self._reader_id = 0
         self._problems: dict[int, str] = {}
         self._names: dict[int, str] = {}
@@ -112,7 +113,7 @@ class AvroParser(RegistryParser):
             return newest
         if not by_name:
             return newest.arrow, {}
-        trees: dict[int, Any] = {}
+        texts: dict[int, str] = {}
         for sid, text in usable:
             if self._names.get(sid) != self._names.get(reader_id):
                 continue
@@ -120,7 +121,14 @@ class AvroParser(RegistryParser):
             if isinstance(own, str):
                 self._problems[sid] = own
                 continue
-            trees[sid] = avro.tree(avro.parse(text))
+            texts[sid] = text
+        key = tuple(sorted(texts))
+        if key not in self._versions:  # schemas are immutable: one chunk's versions read as the last one's
+            self._versions[key] = self._by_name({sid: avro.tree(avro.parse(t)) for sid, t in texts.items()})
+        return self._versions[key]
+
+    def _by_name(self, trees: dict[int, Any]) -> tuple[pa.StructType, dict[int, Any]] | str:
+        """The columns of the versions ``trees`` and the reader of each (None: itself), or why none can be."""
         columns = avro.columns_schema(trees)
         try:
             arrow = avro.arrow_type(columns)
