@@ -123,7 +123,7 @@ class AvroParser(RegistryParser):
                 continue
             texts[sid] = text
         key = tuple(sorted(texts))
-        if key not in self._versions:  # schemas are immutable: one chunk's versions read as the last one's
+        if key not in self._versions:  # schemas are immutable: the same versions, the same columns
             self._versions[key] = self._by_name({sid: avro.tree(avro.parse(t)) for sid, t in texts.items()})
         return self._versions[key]
 
