@@ -133,3 +133,33 @@ def test_json_schema_pairs_the_registry_accepts_store_what_the_writer_meant(
     assert second is not None
     rows, reasons = _store(schema_registry, "json_schema", [first, second])
     _check(rows, reasons, meant, stored)
+
+
+def test_an_avro_field_renamed_with_aliases_lands_in_its_writers_column_whatever_the_chunk(
+        schema_registry: SchemaRegistry) -> None:
+    """Issue 59 in Avro, through the real registry: version 2 renames temp_c to temp_dc with `aliases` (BACKWARD
+    accepts it) and adds a field with a default. Each record fills the columns of its writer's field names, stored
+    as one chunk or split: the version-1 records in temp_c (null in temp_dc and in the added field), version 2's in
+    temp_dc."""
+    topic = f"evo-avro-rename-{uuid.uuid4().hex[:6]}"
+    client = SchemaRegistryClient({"url": schema_registry.url})
+    context = SerializationContext(topic, MessageField.VALUE)
+    v1 = {"type": "record", "name": "Reading", "namespace": "tele", "fields": [
+        {"name": "device", "type": "string"}, {"name": "temp_c", "type": "int"}]}
+    v2 = {**v1, "fields": [{"name": "device", "type": "string"},
+                           {"name": "temp_dc", "type": "int", "aliases": ["temp_c"]},
+                           {"name": "site", "type": "string", "default": "-"}]}
+    old = AvroSerializer(client, json.dumps(v1), conf={"auto.register.schemas": True})
+    records = [old({"device": "a", "temp_c": 21}, context), old({"device": "b", "temp_c": 22}, context)]
+    schema_registry.set_compatibility(f"{topic}-value", "BACKWARD")  # the registry checks version 2
+    new = AvroSerializer(client, json.dumps(v2), conf={"auto.register.schemas": True})
+    records.append(new({"device": "c", "temp_dc": 215, "site": "roof"}, context))
+    assert all(r is not None for r in records)
+    framed = [r for r in records if r is not None]
+    wanted = [("a", 21, None, None), ("b", 22, None, None), ("c", None, 215, "roof")]
+    whole, reasons = _store(schema_registry, "avro", framed)
+    assert reasons == {}
+    assert [(r["device"], r["temp_c"], r["temp_dc"], r["site"]) for r in whole] == wanted
+    first, _ = _store(schema_registry, "avro", framed[:1])
+    rest, _ = _store(schema_registry, "avro", framed[1:])
+    assert [(r["device"], r.get("temp_c"), r.get("temp_dc"), r.get("site")) for r in [*first, *rest]] == wanted

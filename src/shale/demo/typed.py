@@ -120,9 +120,9 @@ def show_typed(say: Callable[[str], None], spark: Any, config_file: Path, shale:
     spark_rows = [[row.level, row.lines, row.kb] for row in result.collect()]
     for level, lines, kb in spark_rows:
         say(f"    {level}: {lines} lines, sum(size_kb) = {kb} kB")
-    # v2 rows carry a peer; v1 rows read the default ("unknown") or, in a block with v1 rows only, null
-    versions = spark.sql("SELECT count_if(peer IS NOT NULL AND peer != 'unknown') AS v2, "
-                         "count_if(peer IS NULL OR peer = 'unknown') AS v1 FROM zookeeper").collect()[0]
+    # v2 rows carry a peer; v1 rows have none (null): each record fills the columns of its writer's fields
+    versions = spark.sql("SELECT count_if(peer IS NOT NULL) AS v2, count_if(peer IS NULL) AS v1 "
+                         "FROM zookeeper").collect()[0]
     say(f"  rows written with schema v1: {versions.v1}, with v2 (the added field peer): {versions.v2}")
     return spark_rows
 

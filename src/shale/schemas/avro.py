@@ -49,6 +49,7 @@ import pyarrow as pa
 from fastavro.schema import fingerprint as _fingerprint
 from fastavro.schema import to_parsing_canonical_form
 
+from shale.schemas.avro_versions import columns_schema, reader_for, renames, same, tree
 from shale.schemas.avroresolution import (
     EXACT,
     TIME_CONVERTERS,
@@ -63,7 +64,7 @@ from shale.schemas.avroresolution import (
 from shale.schemas.empty import EMPTY_RECORD, EMPTY_RECORD_VALUE
 
 __all__ = ["MAX_DECIMAL_DIGITS", "PRIMITIVES", "ConversionError", "Decoder", "SchemaError", "aliases", "arrow_type",
-           "fingerprint", "full_name", "parse"]
+           "columns_schema", "fingerprint", "full_name", "parse", "reader_for", "renames", "same", "tree"]
 
 PRIMITIVES: dict[str, pa.DataType] = {
     "null": pa.null(), "boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(), "float": pa.float32(),

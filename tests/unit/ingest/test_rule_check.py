@@ -33,11 +33,18 @@ message Address { string city = 1; }
 message Shipment { int64 id = 1; google.protobuf.Timestamp shipped = 2; string carrier = 3; }
 """
 TELEMETRY = 'syntax = "proto3";\npackage tele;\nmessage Reading { string device = 1; int32 %s = 4; }\n'
-IDS = {("orders-value", 1): 5101, ("orders-value", 2): 5102, ("shipments-value", 1): 5201,
+READING: dict[str, Any] = {"type": "record", "name": "Reading", "namespace": "tele", "fields": [
+    {"name": "device", "type": "string"}, {"name": "temp_c", "type": "int"}]}
+RENAMED: dict[str, Any] = {**READING, "fields": [{"name": "device", "type": "string"},
+                                                 {"name": "temp_dc", "type": "int", "aliases": ["temp_c"]}]}
+IDS = {**{("readings-value", v): 5400 + v for v in (1, 2, 3)},
+       ("orders-value", 1): 5101, ("orders-value", 2): 5102, ("shipments-value", 1): 5201,
        **{("telemetry-value", v): 5300 + v for v in (1, 2, 3)}}
 SUBJECTS: dict[str, dict[int, tuple[str, str]]] = {
     "orders-value": {1: ("AVRO", json.dumps(V1)), 2: ("AVRO", json.dumps(V2))},
     "shipments-value": {1: ("PROTOBUF", PROTO)},
+    "readings-value": {1: ("AVRO", json.dumps(READING)), 2: ("AVRO", json.dumps(READING)),
+                       3: ("AVRO", json.dumps(RENAMED))},
     "telemetry-value": {1: ("PROTOBUF", TELEMETRY % "temp_c"), 2: ("PROTOBUF", TELEMETRY % "temp_c"),
                         3: ("PROTOBUF", TELEMETRY % "temp_dc")}}
 
@@ -169,4 +176,16 @@ def test_a_protobuf_field_renamed_between_versions_is_a_note_naming_the_subject_
     assert result.exit_code == 0, result.output
     assert ("note: topic 'telemetry', subject 'telemetry-value': message tele.Reading field number 4 is 'temp_c' in "
             "version 2 (schema id 5302) and 'temp_dc' from version 3 (schema id 5303): a rename") in result.output
+    assert result.output.count("a rename") == 1  # versions 1 and 2 agree
+
+
+def test_an_avro_field_renamed_with_aliases_is_a_note_naming_the_subject_and_versions(
+        tmp_path: Path, registry_url: str) -> None:
+    """Issue 59 in Avro: version 3 renamed temp_c to temp_dc with `aliases`; each record fills its writer's column,
+    and the check (and the ingest's start, as a warning) says so, with no time field or label to check."""
+    result = _check(_config(tmp_path, registry_url, {}, topics=("readings",)))
+    assert result.exit_code == 0, result.output
+    assert ("note: topic 'readings', subject 'readings-value': record tele.Reading field 'temp_c' of version 2 "
+            "(schema id 5402) is 'temp_dc' (aliases 'temp_c') from version 3 (schema id 5403): a rename") in (
+        result.output)
     assert result.output.count("a rename") == 1  # versions 1 and 2 agree

@@ -101,12 +101,12 @@ def test_any_interleaving_of_types_and_versions_gives_one_dataset_per_type_and_e
         rows = read_dataset(bucket, meta, dataset)
         offsets = rows.column("offset").to_pylist()
         assert {records[o][0] for o in offsets} == {kind}  # only its own type's records
-        # read with the chunk's newest version of this type: its newest field is a column, older rows default
+        # each version fills its own fields' columns: the newest field is a column, null in older rows
         newest = max(v for k, v in records if k == kind)
         assert dataset.schema_ids == sorted({AVRO_IDS[(kind, v)] for k, v in records if k == kind})
         if newest:
             column = rows.column(f"t{kind}_v{newest}").to_pylist()
-            assert column == [f"x{o}" if records[o][1] >= newest else "-" for o in offsets]
+            assert column == [f"x{o}" if records[o][1] >= newest else None for o in offsets]
         seen.setdefault(dataset.record, []).extend(offsets)
     for meta in written.blocks:  # per block: exactly one records dataset per type among its rows
         names = [d.record for d in meta.datasets if d.kind == "records"]

@@ -5,11 +5,13 @@ Per chunk, ``prepare`` reads the schema ids of its records, fetches the schemas 
 newest of them (the highest id) of the chunk's record type as the chunk's reader schema (the type most of its
 records carry, by full name, aliases followed; records of other types are quarantined, unless the option
 ``subject_name_strategy`` is record or topic_record: then ``record_types`` names each record's type and the chunk is
-prepared and parsed once per type): records written with an older compatible version
-are resolved into it (a field added with a default gets its default), so one chunk's rows land in one block under
-one schema, however the producers interleave versions. A record written with a version that cannot be resolved
-into the newest (an incompatible change) is quarantined with the reason, as are records without the magic byte
-and records whose id the registry says does not exist. A registry that does not answer raises
+prepared and parsed once per type). The chunk's columns are every top-level field name its
+versions of that type declare, each typed by the newest version declaring it; each record is read with its WRITER's
+field names (``shale.schemas.avro_versions``), so a field renamed with ``aliases``, removed or added lands in the
+column of its writer's name whatever else the chunk holds (a column its writer does not declare is null), and one
+chunk's rows land in one block, however the producers interleave versions. A record whose value its column's type
+cannot hold (an incompatible change, a long a double does not hold) is quarantined with the reason, as are records
+without the magic byte and records whose id the registry says does not exist. A registry that does not answer raises
 ``RegistryUnavailableError`` out of ``prepare``: the ingest task pauses the partition there (``shale.ingest.task``),
 no record is quarantined for it.
 
@@ -20,6 +22,8 @@ cannot be resolved into it is quarantined with the reason.
 
 from __future__ import annotations
 
+import json
+import logging
 from collections import Counter
 from typing import Any, ClassVar
 
@@ -29,6 +33,8 @@ from pydantic import Field
 from shale.encoder.parsers.base import ParseError
 from shale.encoder.parsers.registryparser import ONE_TYPE, RegistryOptions, RegistryParser
 from shale.schemas import FramingError, avro, id_counts, payload, schema_id
+
+log = logging.getLogger(__name__)
 
 
 class AvroOptions(RegistryOptions):
@@ -47,14 +53,16 @@ class AvroParser(RegistryParser):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        self._decoders: dict[tuple[int, int], avro.Decoder] = {}
+        self._decoders: dict[tuple[int, str], avro.Decoder] = {}
+        self._chunk: dict[int, avro.Decoder] = {}
+        self._versions: dict[tuple[int, ...], tuple[pa.StructType, dict[int, Any]] | str] = {}
         self._reader_id = 0
         self._problems: dict[int, str] = {}
         self._names: dict[int, str] = {}
 
     def prepare(self, headers: list[bytes | None]) -> None:
         """Fix the chunk's reader schema and columns from the schema ids its records carry (see the module)."""
-        self._problems = {}
+        self._problems, self._chunk = {}, {}
         self.clear()
         self._reader_id = 0
         counts = id_counts(headers)
@@ -70,27 +78,88 @@ class AvroParser(RegistryParser):
         if named is None:
             reader_id, reader_text = _main_type(usable, self._names, counts)
         self._reader_id = reader_id
-        try:
-            newest = avro.Decoder(reader_text)
-        except avro.SchemaError as exc:
-            self._problems.update({sid: f"schema id {sid}: {exc}" for sid, _ in usable})
+        readers = self._readers(usable, reader_id, reader_text, named is None)
+        if isinstance(readers, str):
+            self._problems.update({sid: readers for sid, _ in usable if sid not in self._problems})
             return
-        if not pa.types.is_struct(newest.arrow):
-            self._problems.update({sid: f"schema id {sid} is not a record schema" for sid, _ in usable})
-            return
-        problem = self.set_columns(newest.arrow)
+        columns, reader_for = readers
+        problem = self.set_columns(columns)
         if problem is not None:
             self._problems.update({sid: problem for sid, _ in usable})
             return
         self.fingerprint = avro.fingerprint(reader_text)
         for sid, text in usable:
-            key = (sid, reader_id)
+            if sid in self._problems:
+                continue
+            reader = reader_for.get(sid, None if sid == reader_id else reader_text)
+            key = (sid, reader if isinstance(reader, str) else json.dumps(reader, sort_keys=True))
             if key not in self._decoders:
                 try:
-                    self._decoders[key] = newest if sid == reader_id else avro.Decoder(text, reader_text)
+                    self._decoders[key] = avro.Decoder(text) if reader is None else avro.Decoder(text, reader)
                 except avro.SchemaError as exc:
                     self._problems[sid] = f"schema id {sid}: {exc}"
+                    continue
+            self._chunk[sid] = self._decoders[key]
         self.schema_ids = sorted(sid for sid, _ in usable if sid not in self._problems)
+
+    def _readers(self, usable: list[tuple[int, str]], reader_id: int, reader_text: str, by_name: bool) \
+            -> tuple[pa.StructType, dict[int, Any]] | str:
+        """The chunk's columns and what each schema id of its record type is read as (None: as itself; a schema
+        dict: resolved into it; ids left out are resolved into ``reader_text``), or why none can be. Without a named
+        reader, each version is read with its own field names, typed as their columns (``avro_versions``); a version
+        without an Arrow type of its own is left out, its records quarantined with the reason."""
+        newest = self._own(reader_id, reader_text)
+        if isinstance(newest, str):
+            return newest
+        if not by_name:
+            return newest.arrow, {}
+        texts: dict[int, str] = {}
+        for sid, text in usable:
+            if self._names.get(sid) != self._names.get(reader_id):
+                continue
+            own = self._own(sid, text)
+            if isinstance(own, str):
+                self._problems[sid] = own
+                continue
+            texts[sid] = text
+        key = tuple(sorted(texts))
+        if key not in self._versions:  # schemas are immutable: the same versions, the same columns
+            self._versions[key] = self._by_name({sid: avro.tree(avro.parse(t)) for sid, t in texts.items()})
+        return self._versions[key]
+
+    def _by_name(self, trees: dict[int, Any]) -> tuple[pa.StructType, dict[int, Any]] | str:
+        """The columns of the versions ``trees`` and the reader of each (None: itself), or why none can be."""
+        columns = avro.columns_schema(trees)
+        try:
+            arrow = avro.arrow_type(columns)
+        except avro.SchemaError as exc:
+            return f"the columns of schema ids {sorted(trees)} have no Arrow type: {exc}"
+        assert isinstance(arrow, pa.StructType)
+        self._warn_of_renames(trees)
+        readers = {sid: avro.reader_for(columns, t) for sid, t in trees.items()}
+        return arrow, {sid: None if avro.same(trees[sid], r) else r for sid, r in readers.items()}
+
+    def _own(self, sid: int, text: str) -> avro.Decoder | str:
+        """The decoder of a record schema read as itself (cached per id, as every decoder), or why it cannot be."""
+        key = (sid, json.dumps(None))
+        if key not in self._decoders:
+            try:
+                self._decoders[key] = avro.Decoder(text)
+            except avro.SchemaError as exc:
+                return f"schema id {sid}: {exc}"
+        if not pa.types.is_struct(self._decoders[key].arrow):
+            return f"schema id {sid} is not a record schema"
+        return self._decoders[key]
+
+    def _warn_of_renames(self, trees: dict[int, Any]) -> None:
+        renamed = avro.renames(trees)
+        if renamed and renamed not in _WARNED:
+            _WARNED.add(renamed)
+            name = self._names.get(max(trees), "")
+            log.warning(f"avro record {name} has fields renamed with aliases between the schema ids of this chunk ("
+                        f"{'; '.join(renamed)}): each record's values are stored in the columns of its writer's "
+                        "field names, so a renamed field fills one column per name (`shale schemas --fields` "
+                        "lists each schema id's fields)", extra={"avro_record": name, "newest_schema_id": max(trees)})
 
     def types_of(self, headers: list[bytes | None]) -> list[str | None]:
         """Each record's Avro full name (aliases followed, as ``prepare`` names the chunk's type)."""
@@ -105,7 +174,7 @@ class AvroParser(RegistryParser):
         assert value is not None
         if sid in self._problems:
             raise ParseError(self._problems[sid])
-        decoder = self._decoders.get((sid, self._reader_id))
+        decoder = self._chunk.get(sid)
         if decoder is None:
             raise ParseError(f"schema id {sid} was not prepared for this chunk")
         try:
@@ -122,6 +191,10 @@ class AvroParser(RegistryParser):
         if not isinstance(datum, dict):
             raise ParseError(f"schema id {sid} does not describe a record")
         return self.finish(datum, kafka_time_ms)
+
+
+_WARNED: set[tuple[str, ...]] = set()
+"""The renames this process has warned of (a chunk of the same versions is not worth another line)."""
 
 
 def _id_or_none(value: bytes | None) -> int | None:

@@ -11,7 +11,9 @@ milliseconds, each label field exists and is a string (or an enum, stored as one
 version is an error (the records written now would be quarantined); in an older version, a note (its records,
 if any are left in Kafka, would be). Each finding names the topic, the subject, the version and the schema id.
 For a ``protobuf`` rule (with or without fields to check), a top-level field that two consecutive versions declare
-under one number and two names is a note too: a rename, whose records fill two columns (each its writer's name's).
+under one number and two names is a note too: a rename, whose records fill two columns (each its writer's name's);
+for an ``avro`` rule, a top-level field a version declares with an alias naming a field of the version before (a
+rename with ``aliases``), likewise.
 
 Not checked: topics only a ``topic_pattern`` matches (they are not known without Kafka), the ``record`` and
 ``topic_record`` strategies (subjects are named by record type, not by topic), a subject not registered yet (a
@@ -33,7 +35,7 @@ from shale.encoder.parsers import load_parser
 from shale.encoder.parsers.base import ParseError
 from shale.encoder.parsers.registryparser import RegistryParser
 from shale.errors import ConfigError
-from shale.schemas import RegisteredSchema, SchemaError, UnknownSchemaError, frame, protobuf
+from shale.schemas import RegisteredSchema, SchemaError, UnknownSchemaError, avro, frame, protobuf
 
 MAX_MESSAGES = 64
 """A Protobuf file's first top-level messages the check tries (their index fits in one byte)."""
@@ -55,7 +57,7 @@ def check_typed_rules(ingest: IngestConfig, topics: Iterable[str]) -> list[Findi
         if not isinstance(parser, RegistryParser):
             continue
         fields_named = bool(parser.time_path or parser.label_names)
-        if not fields_named and parser.schema_type != "PROTOBUF":
+        if not fields_named and parser.schema_type not in ("PROTOBUF", "AVRO"):
             continue
         parser.bind(ingest)
         if parser.by_record:
@@ -76,6 +78,9 @@ def check_typed_rules(ingest: IngestConfig, topics: Iterable[str]) -> list[Findi
         if parser.schema_type == "PROTOBUF":
             findings.extend(Finding(False, f"topic {topic!r}, subject {subject!r}: {rename}")
                             for rename in protobuf_renames(parser, registered))
+        if parser.schema_type == "AVRO":
+            findings.extend(Finding(False, f"topic {topic!r}, subject {subject!r}: {rename}")
+                            for rename in avro_renames(registered))
     return findings
 
 
@@ -100,6 +105,34 @@ def protobuf_renames(parser: RegistryParser, versions: dict[int, RegisteredSchem
                 notes.append(f"message {message} field number {number} is {was!r} in version {old} (schema id "
                              f"{old_id}) and {name!r} from version {new} (schema id {new_id}): a rename; each record "
                              f"is stored in the column of its writer's field name, so records written with version "
+                             f"{old} fill {was!r} and those written with version {new} fill {name!r} (`shale schemas "
+                             "--fields` lists the fields, the columns, of each schema id)")
+    return notes
+
+
+def avro_renames(versions: dict[int, RegisteredSchema]) -> list[str]:
+    """Each top-level field of a record that a version of a subject (version -> schema) declares with an alias
+    naming a field of the version before, which it does not declare itself: a rename with ``aliases``, whose
+    records are stored in two columns (each record in its writer's name's)."""
+    fields: list[tuple[int, int, str, dict[str, tuple[str, ...]]]] = []
+    for version, registered in sorted(versions.items()):
+        if registered.schema_type != "AVRO":
+            continue
+        try:
+            record = avro.tree(avro.parse(registered.text))
+        except SchemaError:
+            continue
+        declared = record.get("fields") if isinstance(record, dict) else None
+        fields.append((version, registered.id, avro.full_name(registered.text), {
+            str(f["name"]): tuple(map(str, f.get("aliases") or [])) for f in declared or []
+            if isinstance(f, dict) and "name" in f}))
+    notes = []
+    for (old, old_id, _, before), (new, new_id, record, after) in itertools.pairwise(fields):
+        for name, aliases in after.items():
+            for was in (a for a in aliases if a in before and a not in after):
+                notes.append(f"record {record} field {was!r} of version {old} (schema id {old_id}) is {name!r} "
+                             f"(aliases {was!r}) from version {new} (schema id {new_id}): a rename; each record is "
+                             f"stored in the column of its writer's field name, so records written with version "
                              f"{old} fill {was!r} and those written with version {new} fill {name!r} (`shale schemas "
                              "--fields` lists the fields, the columns, of each schema id)")
     return notes
