@@ -84,7 +84,8 @@ class ChangeTableModel(RuleBasedStateMachine):
         self.ends = dict.fromkeys(PARTITIONS, 0)
         self.produced: list[tuple[int, bytes, int | None]] = []
         """Every record in produce order: its Kafka time (ms), key and value."""
-        self.erased: set[bytes] = set()
+        self.sent = 0
+        """Records produced so far: each gets the next millisecond (erased ones included: time never goes back)."""
 
     def teardown(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -93,13 +94,14 @@ class ChangeTableModel(RuleBasedStateMachine):
           changes=st.lists(st.tuples(st.sampled_from(KEYS), st.one_of(st.none(), st.integers(0, 9))), min_size=1,
                            max_size=6))
     def produce_and_ingest(self, partition: int, changes: list[Change]) -> None:
-        start, first_ms = self.ends[partition], BASE_MS + len(self.produced)
+        start, first_ms = self.ends[partition], BASE_MS + self.sent
         table = _records(partition, start, changes, first_ms)
         chunk = Chunk(TOPIC, partition, self.incarnation, start, start + len(changes), first_ms + 10_000)
         blocks = [b for spec in self.specs for b in write_chunk(spec, self.store, table, chunk).blocks]
         self.service.submit(AddBlocks(blocks=blocks)).raise_for_rejection()
         self.ends[partition] = start + len(changes)
         self.produced += [(first_ms + i, k, v) for i, (k, v) in enumerate(changes)]
+        self.sent += len(changes)
 
     @rule()
     def compact(self) -> None:
@@ -188,3 +190,12 @@ def test_a_recreated_topic_and_an_erased_key() -> None:
          ("erase_key", {"key": b"k1"}),
          ("produce_and_ingest", {"partition": 1, "changes": [(b"k2", 4)]}),
          ("erase_key", {"key": b"k0"}))
+
+
+def test_records_after_an_erasure_are_later_than_every_one_before() -> None:
+    """Found by the nightly model (a fault of the model, not of the view): its clock counted the records still
+    stored, so records produced after an erasure took the times of older ones and the replay's order was wrong."""
+    _run(("produce_and_ingest", {"partition": 0, "changes": [(b"k0", None), (b"k2", 6), (b"k0", 5), (b"k2", None)]}),
+         ("produce_and_ingest", {"partition": 1, "changes": [(b"k0", None), (b"k1", 7), (b"k2", 7)]}),
+         ("erase_key", {"key": b"k0"}),
+         ("produce_and_ingest", {"partition": 2, "changes": [(b"k2", 3), (b"k0", None)]}))
