@@ -1,9 +1,9 @@
 """A Debezium change table against real Kafka (docs/design/change-tables.md): the test produces a topic of
 Debezium change events as its JSON converter writes them with ``schemas.enable=true`` (keys and values each
 ``{"schema": ..., "payload": ...}``; a snapshot, creates, updates, a delete followed by its tombstone, a key deleted
-and created again, two partitions), `shale ingest --available-now` stores it, and `shale query --latest` and
-``shale.read(latest=True)`` return one row per key, deletes applied, now and ``--as-of`` a time between two
-rounds of changes."""
+and created again, two partitions), `shale ingest --available-now` stores it, and `shale query --latest`,
+``shale.read(latest=True)`` and the Spark source's ``latest`` option return one row per key, deletes applied, now
+and ``--as-of`` a time between two rounds of changes."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from tests.producing import CheckedProducer
 
 import shale
 from shale.cli import cli
+from shale.query.datasource import register
 
 FIELDS = [{"type": "int32", "optional": False, "field": "id"}, {"type": "string", "optional": True, "field": "name"}]
 KEY_SCHEMA = {"type": "struct", "fields": FIELDS[:1], "optional": False, "name": "shop.public.customers.Key"}
@@ -62,7 +63,7 @@ def _rows(table: Any) -> dict[int, str]:
                     strict=True))
 
 
-def test_a_debezium_topic_reads_as_its_latest_rows(kafka, minio_bucket, tmp_path: Path) -> None:
+def test_a_debezium_topic_reads_as_its_latest_rows(kafka, minio_bucket, spark, tmp_path: Path) -> None:
     topic = f"shop.public.customers-{uuid.uuid4().hex[:6]}"
     create_topic(kafka.bootstrap_servers, topic, 2)
     producer = CheckedProducer({"bootstrap.servers": kafka.bootstrap_servers, "enable.idempotence": True})
@@ -90,6 +91,12 @@ def test_a_debezium_topic_reads_as_its_latest_rows(kafka, minio_bucket, tmp_path
         lines = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
         assert {r["payload_after_id"]: r["payload_after_name"] for r in lines} == want
         assert {r["payload_op"] for r in lines} <= {"r", "c", "u"}
+    register(spark)
+    for as_of, want in ((None, expected), (str(between), earlier)):
+        reader = (spark.read.format("shale").option("config", str(file)).option("tenant", "default")
+                  .option("selector", selector).option("latest", "true"))
+        rows = (reader.option("as_of", as_of) if as_of else reader).load().collect()
+        assert {r["payload_after_id"]: r["payload_after_name"] for r in rows} == want
     # The history is still all there: every change event and tombstone, read as before.
     history = shale.read(file, tenant="default", selector=selector, start="-1h")
     assert history.num_rows == 5 + 4 + 4  # the tombstones are quarantined: they have no value to parse
