@@ -5,8 +5,9 @@ with its incarnation); ``of_debezium_value`` and ``of_op`` say what one Debezium
 reads the history and calls it (``shale query --latest``, ``shale.read(latest=True)``, the Spark source's
 ``latest`` option)."""
 
+from shale.changes.columns import INCARNATION, TableMode, TableRule, key_column
 from shale.changes.envelope import Kind, Meaning, of_debezium_value, of_op
-from shale.changes.view import INCARNATION, TableMode, TableRule, ViewStats, key_column, latest_view
+from shale.changes.view import ViewStats, latest_view
 
 __all__ = [
     "INCARNATION",

@@ -220,3 +220,12 @@ def test_any_history_in_time_order_replays_to_the_view(changes: list[Change], as
             else:
                 expected[record["key"]] = record["value"]
     assert _latest(records, tombstones, as_of=MS + as_of) == expected
+
+
+def test_a_withheld_key_says_its_own_latest_record_s_reason() -> None:
+    rows, q = _tables([{"offset": 1, "key": b"a", "value": b"1"}],
+                      [{"offset": 0, "key": b"a", "value": b"x", "reason": "older, superseded"},
+                       {"offset": 2, "key": b"b", "value": b"y", "reason": "the latest of b"}])
+    _, stats = latest_view(rows, q, lambda _: UPSERT)
+    assert stats.withheld == 1
+    assert stats.withheld_reason.endswith("quarantined: the latest of b")
