@@ -73,11 +73,10 @@ def latest_view(rows: pa.Table, quarantined: pa.Table, rule_for: Callable[[str],
     # An incarnation's rank: its first kept record's Kafka time (then its code, the next key of every sort).
     scopes = topic * (int(incarnation.max()) + 1) + incarnation
     rank = np.full(n, np.iinfo(np.int64).max)
-    firsts: dict[int, int] = {}
-    for scope, ms in zip(scopes[kept].tolist(), kafka_ms[kept].tolist(), strict=True):
-        if ms < firsts.get(scope, ms + 1):
-            firsts[scope] = ms
-    rank[kept] = [firsts[s] for s in scopes[kept].tolist()]
+    _, inverse = np.unique(scopes[kept], return_inverse=True)
+    firsts = np.full(int(inverse.max(initial=-1)) + 1, np.iinfo(np.int64).max)
+    np.minimum.at(firsts, inverse, kafka_ms[kept])
+    rank[kept] = firsts[inverse]
     stats.skipped = int(np.count_nonzero(kept & (kind == SKIP)))
     changes = kept & (kind != SKIP) & (kind != TRUNCATE)
     stats.no_key = int(np.count_nonzero(changes & (key < 0)))
