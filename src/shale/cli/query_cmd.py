@@ -19,6 +19,10 @@ RAW_COLUMNS = ("value", "headers", "timestamp_type")
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from shale.config import ParserRule
+    from shale.objstore import BucketReader
+    from shale.query import BlockSource, Query
+
 
 @click.command()
 @click.argument("selector", default="{}")
@@ -39,11 +43,14 @@ if TYPE_CHECKING:
 @click.option("--source", type=click.Choice(["metastore", "bucket-index"]), default="metastore", show_default=True,
               help="Find blocks through the metastore, or through the tenant's bucket index (one GET).")
 @click.option("--stats", is_flag=True, help="Print what the query read (blocks, objects, bytes, seconds).")
+@click.option("--latest", is_flag=True, help="The latest row per key of change tables (upsert or debezium topics, "
+              "docs/design/change-tables.md), from their whole history: --from and --to are not used.")
+@click.option("--as-of", "as_of", help="With --latest: the rows as they stood at this time (a Kafka record time).")
 @click.pass_context
 @shale_errors
 def query(ctx: click.Context, selector: str, tenant: str, start: str, end: str, group: str, quarantine: bool,
           columns: str | None, limit: int | None, order: str, fmt: str, output: str | None, source: str,
-          stats: bool) -> None:
+          stats: bool, latest: bool, as_of: str | None) -> None:
     """Read records: shale query --tenant acme --from -1h '{topic="app", level="ERROR"}'. Times are printed as
     ISO 8601 in UTC with microseconds (2026-11-25T07:36:05.383971Z) in every format."""
     from shale.block import BASE_COLUMNS
@@ -79,8 +86,11 @@ def query(ctx: click.Context, selector: str, tenant: str, start: str, end: str, 
         if callable(known) and tenant not in (names := known()):
             listed = ", ".join(sorted(names)) or "none"
             raise click.ClickException(f"tenant {tenant!r} has no blocks; tenants: {listed}")
+        if as_of is not None and not latest:
+            raise click.ClickException("--as-of is the time of a latest view: add --latest")
         try:
-            reader = run_query(q, blocks, bucket)
+            reader = _latest(q, blocks, bucket, config.ingest.parsers, as_of) if latest else run_query(q, blocks,
+                                                                                                      bucket)
         except UnknownColumnsError as exc:
             raise click.ClickException(column_outside_window(blocks, q, exc.unknown) or str(exc)) from exc
         if q.stats.blocks == 0 and (miss := unmatched(blocks, q)):
@@ -106,7 +116,10 @@ def query(ctx: click.Context, selector: str, tenant: str, start: str, end: str, 
         if raw:
             click.echo(f"{', '.join(raw)} not shown (--columns or --format json shows them)", err=True)
         _table([n for n in reader.schema.names if n not in raw], batches, shown, output)
-    if (hint := outside_window(blocks, q)) is not None:
+    if latest:
+        if q.stats.rows == 0:  # a latest view reads every time: no window to look outside of
+            click.echo("no key of the selected change tables has a latest row", err=True)
+    elif (hint := outside_window(blocks, q)) is not None:
         click.echo(hint, err=True)
     elif q.stats.rows == 0:
         click.echo("no row matched the selector in the window", err=True)
@@ -115,6 +128,20 @@ def query(ctx: click.Context, selector: str, tenant: str, start: str, end: str, 
         click.echo(f"{s.rows} rows from {s.objects} objects of {s.blocks} blocks, {s.bytes_read} bytes in "
                    f"{s.requests} requests, {time.perf_counter() - started:.3f}s"
                    + (f", {s.duplicates_dropped} duplicates dropped" if s.duplicates_dropped else ""), err=True)
+
+
+def _latest(q: Query, blocks: BlockSource, bucket: BucketReader, parsers: list[ParserRule],
+            as_of: str | None) -> pa.RecordBatchReader:
+    """The latest rows as a stream; keys withheld (their latest record cannot be read) are said on stderr."""
+    import pyarrow as pa
+
+    from shale.query import parse_time, read_latest
+
+    view, view_stats = read_latest(q, blocks, bucket, parsers, None if as_of is None else parse_time(as_of))
+    if view_stats.withheld:
+        click.echo(f"{view_stats.withheld} keys left out: their latest record cannot be read (the first: "
+                   f"{view_stats.withheld_reason}); `shale query --quarantine` shows such records", err=True)
+    return pa.RecordBatchReader.from_batches(view.schema, view.to_batches())
 
 
 def _table(names: list[str], batches: Iterator[pa.RecordBatch], limit: int | None, output: str | None) -> None:

@@ -243,6 +243,13 @@ class ParserRule(_Section):
     parser: str = Field(description="a parser name from the shale.parsers entry points: json, text, msgpack, ...")
     options: dict[str, object] = Field(default_factory=dict, description="the parser's options (per parser: "
                                        "`shale config explain ingest.parsers`)")
+    table: Literal["append", "upsert", "debezium"] = Field(
+        default="append", description="append: every record a row (the history); upsert: also a table of the "
+        "latest row per key, a null value deleting its key (Kafka's log compaction); debezium: the latest row of "
+        "Debezium change events (op c/r/u/d/t, the key from the record key); read with --latest "
+        "(docs/design/change-tables.md)")
+    key: str = Field(default="", description="upsert: what identifies a row: '' = the Kafka record key, or a "
+                     "column path (a parser column such as id, or a struct field such as after.id)")
 
     @field_validator("parser")
     @classmethod
@@ -264,6 +271,15 @@ class ParserRule(_Section):
             raise PydanticCustomError("parser_options", "parser {parser}: {problems}",
                                       {"parser": name, "problems": "; ".join(lines), "lines": lines}) from None
         return value
+
+    @model_validator(mode="after")
+    def _table_key(self) -> ParserRule:
+        if self.key and self.table != "upsert":
+            raise ValueError(f"key {self.key!r} is for table = \"upsert\" (a {self.table} table's key is the Kafka "
+                             "record key): remove it, or set table = \"upsert\"")
+        if self.key and not all(self.key.split(".")):
+            raise ValueError(f"key {self.key!r} is not a column path: names joined by dots, e.g. id or after.id")
+        return self
 
 
 class SchemaRegistryConfig(_Section):

@@ -6,6 +6,7 @@ writers are imported on first use."""
 import typing as _typing
 
 from shale.exports import lazy_exports as _lazy_exports
+from shale.query.latest import read_latest, table_rule
 from shale.query.plan import BlockSource, Part, QueryPlan, UnknownColumnsError, active_intervals, plan_query, row_filter
 from shale.query.reader import Query, QueryStats, execute, run_query
 from shale.query.sources import BucketIndexSource, open_source
@@ -48,9 +49,11 @@ __all__ = [
     "parse_time",
     "plan_query",
     "read",
+    "read_latest",
     "register",
     "row_filter",
     "run_query",
+    "table_rule",
     "text_value",
     "unmatched",
     "write_csv",

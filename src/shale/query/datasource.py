@@ -9,6 +9,11 @@ are options; a ``.where()`` still works, applied by Spark after the read.
 
 One Spark partition per group of blocks (about 128 MB of objects). Blocks that might share records (their Kafka
 ranges intersect, see plan.py) go to the same partition, where duplicates are dropped.
+
+``latest`` (true/false) reads the latest row per key of change tables (docs/design/change-tables.md), as of
+``as_of`` (a time; default: now); ``from`` and ``to`` are then not used. The view is computed on the driver from
+the topics' whole history (``shale.query.latest``) and handed to Spark as one partition: a first slice, bounded by
+the driver's memory.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from shale.config import ShaleConfig, load_config
 from shale.objstore import open_bucket, task_bucket
+from shale.query.latest import history_query, read_latest
 from shale.query.plan import Part, QueryPlan
 from shale.query.reader import Query, execute
 from shale.query.sources import open_source
@@ -172,16 +178,39 @@ class ShaleDataSource(DataSource):
                       kind="quarantine" if options.get("quarantine", "false").lower() == "true" else "records",
                       default_generation=config.ingest.generation)
         bucket = open_bucket(config.bucket)
-        plan = query.plan(open_source(config, options.get("source", "metastore"), bucket))
+        planned = history_query(query) if options.get("latest", "false").lower() == "true" else query
+        plan = planned.plan(open_source(config, options.get("source", "metastore"), bucket))
         return config, query, plan
 
     def schema(self) -> str:
         _, _, plan = self._setup()
         return spark_ddl(plan.schema)
 
-    def reader(self, schema: Any) -> ShaleReader:
+    def reader(self, schema: Any) -> ShaleReader | LatestReader:
         config, query, plan = self._setup()
-        return ShaleReader(config, query, plan)
+        if self.options.get("latest", "false").lower() != "true":
+            if "as_of" in self.options:
+                raise ValueError('the option "as_of" is the time of a latest view: add .option("latest", "true")')
+            return ShaleReader(config, query, plan)
+        bucket = open_bucket(config.bucket)
+        as_of = self.options.get("as_of")
+        view, _ = read_latest(query, open_source(config, self.options.get("source", "metastore"), bucket), bucket,
+                              config.ingest.parsers, None if as_of is None else parse_time(as_of))
+        return LatestReader(view)
+
+
+class LatestReader(DataSourceReader):
+    """A change table's latest rows, computed on the driver, as one partition."""
+
+    def __init__(self, view: pa.Table) -> None:
+        self.view = view
+
+    def partitions(self) -> list[Any]:
+        return [InputPartition(0)]
+
+    def read(self, partition: Any) -> Iterator[pa.RecordBatch]:
+        for batch in self.view.to_batches():
+            yield _for_spark(batch)
 
 
 class ShaleReader(DataSourceReader):

@@ -39,6 +39,7 @@ NOT_SECRET = {
     "bucket.access_key_id": "an access key's public id (AWS shows it in every request's log)",
     "metastore.tokens_file": "a path", "metastore.token_file": "a path", "metastore.tls_key_file": "a path",
     "kafka.ssl_key_file": "a path",
+    "ingest.parsers[].key": "a change table's key: a column path, or '' for the Kafka record key",
 }
 """Fields whose name looks secret but whose value is not one, and why."""
 REST = {"catalog": "rest", "catalog_uri": "http://127.0.0.1:1/catalog"}

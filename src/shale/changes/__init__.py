@@ -1,0 +1,23 @@
+"""Change tables (docs/design/change-tables.md): upsert and Debezium topics read as the latest row per key.
+
+``latest_view`` computes the view from a topic's stored history (its parsed rows and its quarantined records, each
+with its incarnation); ``of_debezium_value`` and ``of_op`` say what one Debezium record means. ``shale.query``
+reads the history and calls it (``shale query --latest``, ``shale.read(latest=True)``, the Spark source's
+``latest`` option)."""
+
+from shale.changes.columns import INCARNATION, TableMode, TableRule, key_column
+from shale.changes.envelope import Kind, Meaning, of_debezium_value, of_op
+from shale.changes.view import ViewStats, latest_view
+
+__all__ = [
+    "INCARNATION",
+    "Kind",
+    "Meaning",
+    "TableMode",
+    "TableRule",
+    "ViewStats",
+    "key_column",
+    "latest_view",
+    "of_debezium_value",
+    "of_op",
+]

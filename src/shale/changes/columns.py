@@ -1,0 +1,169 @@
+"""A history as the view's columns: per stored version its topic, key, scope, offset, times, kind and row, as numpy
+arrays. An upsert topic keyed by its record key is read by Arrow kernels alone (a dictionary encoding of the keys,
+a null test of the values); a Debezium topic's envelopes and a column key are read record by record (the slow
+path: JSON documents and nested values)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shale.changes.envelope import Kind, Meaning, of_debezium_value, of_op
+from shale.errors import ShaleError
+
+TableMode = Literal["append", "upsert", "debezium"]
+INCARNATION = "_incarnation"
+"""The column of both history tables holding each row's incarnation (an ``IncarnationCodes`` code; a negative code
+is a row whose block cannot tell its incarnation)."""
+KINDS: tuple[Kind, ...] = ("row", "delete", "truncate", "skip", "withheld")
+ROW, DELETE, TRUNCATE, SKIP, WITHHELD = range(len(KINDS))
+
+
+@dataclass(frozen=True)
+class TableRule:
+    """A topic's change-table rule: its mode and its key ('' = the Kafka record key, or a column path)."""
+
+    mode: TableMode
+    key: str = ""
+
+
+@dataclass
+class History:
+    """The versions of ``rows`` (indices below ``len(rows)``) then of the quarantined records."""
+
+    topics: list[str]
+    topic: np.ndarray
+    key: np.ndarray
+    """A key's id per version (-1: no key)."""
+    partition: np.ndarray
+    incarnation: np.ndarray
+    offset: np.ndarray
+    kafka_ms: np.ndarray
+    change_ms: np.ndarray
+    kind: np.ndarray
+    rows: int = 0
+    quarantine_reasons: pa.ChunkedArray | None = None
+    reasons: dict[int, str] = field(default_factory=dict)
+    """Why a version is withheld, by its index, where its envelope says (else its quarantine reason)."""
+
+    def where(self, i: int) -> str:
+        return f"topic {self.topics[self.topic[i]]} partition {self.partition[i]} offset {self.offset[i]}"
+
+    def reason(self, i: int) -> str:
+        if i in self.reasons:
+            return self.reasons[i]
+        if i >= self.rows and self.quarantine_reasons is not None:
+            return f"quarantined: {self.quarantine_reasons[i - self.rows].as_py()}"
+        return "withheld"
+
+
+def _hashable(value: Any) -> Any:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS) if isinstance(value, dict | list) else value
+
+
+def key_column(rows: pa.Table, path: str) -> list[Any]:
+    """The values of a key column path: the column of that name with dots as underscores (the json parser's name
+    for a dot path), or a struct column's field (``after.id``)."""
+    flat = path.replace(".", "_")
+    if flat in rows.column_names:
+        return [_hashable(v) for v in rows.column(flat).to_pylist()]
+    head, *rest = path.split(".")
+    if head not in rows.column_names:
+        raise ShaleError(f"the change table's key {path!r} names no column of its rows ({', '.join(rows.column_names)})"
+                         ": fix key in the topic's ingest.parsers rule")
+    values = []
+    for top in rows.column(head).to_pylist():
+        value = top
+        for part in rest:
+            value = value.get(part) if isinstance(value, dict) else None
+        values.append(_hashable(value))
+    return values
+
+
+def _both(rows: pa.Table, quarantined: pa.Table, name: str) -> pa.Array:
+    return pa.chunked_array(rows.column(name).chunks + quarantined.column(name).chunks,
+                            rows.schema.field(name).type).combine_chunks()
+
+
+def _ints(array: pa.Array) -> np.ndarray:
+    return np.asarray(array.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _debezium(history: History, rows: pa.Table, quarantined: pa.Table, values: pa.Array, at: np.ndarray) -> None:
+    """Each Debezium version's meaning (``at``: their indices): from the ``op`` and ``source`` columns when the
+    parser kept them, else from the value's JSON; a quarantined record that would be a row is withheld."""
+    n = rows.num_rows
+    ops = rows.column("op").to_pylist() if "op" in rows.column_names else None
+    sources = rows.column("source").to_pylist() if "source" in rows.column_names else None
+    for i in at.tolist():
+        meaning: Meaning
+        if i < n and ops is not None and ops[i] is not None:
+            source = sources[i] if sources is not None else None
+            meaning = of_op(ops[i], source if isinstance(source, dict) else None)
+        else:
+            meaning = of_debezium_value(values[i].as_py())
+        kind = meaning.kind
+        if i >= n and kind in ("row", "withheld"):
+            kind, meaning = "withheld", Meaning("withheld", meaning.source_ms)  # its quarantine reason says why
+        history.kind[i] = KINDS.index(kind)
+        if meaning.source_ms is not None:
+            history.change_ms[i] = meaning.source_ms
+        if meaning.reason:
+            history.reasons[i] = meaning.reason
+
+
+def _column_keys(history: History, rows: pa.Table, record_keys: list[Any], at: np.ndarray, path: str,
+                 ids: dict[tuple[int, Any], int], base: int) -> None:
+    """Keys of a column-keyed topic's versions (``at``); a quarantined record (a tombstone has no columns) takes
+    the column key of the row its record key named."""
+    n = rows.num_rows
+    values = key_column(rows, path)
+    named: dict[Any, Any] = {}
+    indices = at.tolist()
+    for i in indices:
+        if i < n:
+            named[record_keys[i]] = values[i]
+    for i in indices:
+        value = values[i] if i < n else named.get(record_keys[i])
+        topic = int(history.topic[i])
+        history.key[i] = -1 if value is None else ids.setdefault((topic, value), base + len(ids))
+
+
+def history_columns(rows: pa.Table, quarantined: pa.Table, rule_for: Callable[[str], TableRule]) -> History:
+    """The versions of ``rows`` (parsed records) and ``quarantined`` (the quarantine dataset's), both with
+    ``INCARNATION``, as columns."""
+    n = rows.num_rows
+    topics_encoded = _both(rows, quarantined, "topic").dictionary_encode()
+    topics: list[str] = topics_encoded.dictionary.to_pylist()
+    topic = _ints(topics_encoded.indices)
+    keys_encoded = _both(rows, quarantined, "key").dictionary_encode()
+    key_index = _ints(pc.fill_null(keys_encoded.indices, -1))
+    key = np.where(key_index < 0, -1, topic * (len(keys_encoded.dictionary) + 1) + key_index)
+    values = _both(rows, quarantined, "value")
+    null_value = np.asarray(values.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    quarantine = np.arange(len(topic)) >= n
+    kafka_ms = _ints(_both(rows, quarantined, "timestamp")) // 1000
+    history = History(
+        topics, topic, key, _ints(_both(rows, quarantined, "partition")),
+        _ints(_both(rows, quarantined, INCARNATION)), _ints(_both(rows, quarantined, "offset")), kafka_ms,
+        kafka_ms.copy(), np.where(null_value, DELETE, np.where(quarantine, WITHHELD, ROW)), n,
+        quarantined.column("reason"))
+    ids: dict[tuple[int, Any], int] = {}
+    base = int(key.max(initial=-1)) + 1  # column keys' ids follow the record keys'
+    record_keys: list[Any] | None = None
+    for code, name in enumerate(topics):
+        rule = rule_for(name)
+        at = np.flatnonzero(topic == code)
+        if rule.mode == "debezium":
+            _debezium(history, rows, quarantined, values, at)
+        elif rule.mode == "upsert" and rule.key:
+            if record_keys is None:
+                record_keys = _both(rows, quarantined, "key").to_pylist()
+            _column_keys(history, rows, record_keys, at, rule.key, ids, base)
+    return history
