@@ -47,12 +47,24 @@ def may_share_records(a: BlockMeta, b: BlockMeta) -> set[RecordScope]:
 def incarnations_overlap(a: BlockMeta, b: BlockMeta) -> bool:
     """Whether ``a`` and ``b`` hold ranges of two incarnations of a topic whose offsets intersect on a partition:
     a block merged from both could not tell such rows apart without naming each row's incarnation, which only a
-    backup dataset does (``INCARNATION_COLUMN``), so compaction does not merge such partition blocks."""
-    for ra in a.kafka:
-        for rb in b.kafka:
-            if ((ra.topic, ra.partition) == (rb.topic, rb.partition) and ra.incarnation != rb.incarnation
-                    and ra.start < rb.end and rb.start < ra.end):
+    backup dataset does (``INCARNATION_COLUMN``), so compaction does not merge such partition blocks. One sweep
+    per partition holding two incarnations, not every pair of ranges (a compacted block holds thousands)."""
+    spans: dict[tuple[str, int], list[tuple[int, int, str, int]]] = defaultdict(list)
+    for side, block in enumerate((a, b)):
+        for r in block.kafka:
+            if r.end > r.start:
+                spans[(r.topic, r.partition)].append((r.start, r.end, r.incarnation, side))
+    for ranges in spans.values():
+        if len({(incarnation, side) for _, _, incarnation, side in ranges}) < 2 or len(
+                {incarnation for _, _, incarnation, _ in ranges}) < 2:
+            continue
+        ranges.sort()
+        open_: list[tuple[int, str, int]] = []  # (end, incarnation, side) of the ranges that may still intersect
+        for start, end, incarnation, side in ranges:
+            open_ = [o for o in open_ if o[0] > start]
+            if any(i != incarnation and s != side for _, i, s in open_):
                 return True
+            open_.append((end, incarnation, side))
     return False
 
 
