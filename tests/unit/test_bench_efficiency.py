@@ -1,0 +1,88 @@
+"""The efficiency benchmark's CPU accounting: a process tree's CPU seconds, children that exited included, other
+processes' not."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+from bench.efficiency_cpu import Snapshot, members, parse_stat, snapshot, used
+from hypothesis import given
+from hypothesis import strategies as st
+
+BURN = "import sys, time\nt = time.process_time()\nwhile time.process_time() - t < float(sys.argv[1]): pass\n"
+"""A process that burns the CPU seconds it is given, by its own clock."""
+
+
+@st.composite
+def forests(draw: st.DrawFn) -> tuple[dict[int, int], list[int], list[int]]:
+    """A process table (pid -> parent; parents drawn among earlier pids or absent ones, as init is), roots and
+    excluded pids drawn from it."""
+    size = draw(st.integers(1, 30))
+    parents = {pid: draw(st.sampled_from([0, *range(1, pid)])) for pid in range(1, size + 1)}
+    pids = st.sampled_from(sorted(parents))
+    return parents, draw(st.lists(pids, max_size=4)), draw(st.lists(pids, max_size=3))
+
+
+@given(forests())
+def test_a_tree_is_its_roots_and_every_descendant_not_under_an_excluded_pid(
+        forest: tuple[dict[int, int], list[int], list[int]]) -> None:
+    parents, roots, exclude = forest
+
+    def path(pid: int) -> list[int]:  # the pid and its ancestors
+        out = [pid]
+        while parents.get(out[-1], 0) in parents:
+            out.append(parents[out[-1]])
+        return out
+
+    expected = set()
+    for pid in parents:
+        chain = path(pid)
+        for i, ancestor in enumerate(chain):
+            if ancestor in roots:
+                if not set(chain[: i + 1]) & set(exclude):
+                    expected.add(pid)
+                break
+            if ancestor in exclude:
+                break
+    assert members(parents, roots, exclude) == expected
+
+
+def test_stat_fields_are_read_after_a_command_name_with_spaces_and_parentheses() -> None:
+    fields = ["S", "7", *["0"] * 9, "250", "50", "30", "20", *["0"] * 30]
+    text = "42 (java (x) y) " + " ".join(fields)
+    assert parse_stat(text, 100) == (7, 3.0, 0.5)
+
+
+def test_a_tree_counts_a_child_that_came_and_went_and_not_a_process_outside_it() -> None:
+    """The root waits for a line, then runs a child that burns 0.4 CPU seconds and exits (waited for), burns
+    0.3 s itself and stays alive; a process beside it, not in its tree, burns 1 s in the same window."""
+    root_code = "import subprocess\n" + BURN + textwrap.dedent(f"""
+        sys.stdin.readline()
+        subprocess.run([sys.executable, "-c", {BURN!r}, "0.4"], check=True)
+        t = time.process_time()
+        while time.process_time() - t < 0.3: pass
+        print("done", flush=True)
+        sys.stdin.readline()
+    """)
+    root = subprocess.Popen([sys.executable, "-c", root_code, "0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    assert root.stdin is not None
+    assert root.stdout is not None
+    try:
+        before: Snapshot = snapshot()
+        beside = subprocess.Popen([sys.executable, "-c", BURN, "1.0"])
+        root.stdin.write("go\n")
+        root.stdin.flush()
+        assert root.stdout.readline() == "done\n"
+        beside.wait(60)
+        after = snapshot()
+        cpu = used(before, after, [root.pid])
+        # 0.7 s burnt in the tree (clock ticks round each process's figure), plus the child's interpreter start;
+        # the 1 s beside it is not counted.
+        assert 0.65 <= cpu < 1.6
+        assert used(before, after, [root.pid], exclude=[root.pid]) == 0
+    finally:
+        root.kill()
+        root.wait(10)
