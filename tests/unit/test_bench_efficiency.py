@@ -7,7 +7,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from bench.efficiency_cpu import Snapshot, members, parse_stat, snapshot, used
+from bench.efficiency_profile import Profile, summarize
+from bench.efficiency_shale import kind_of
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -86,3 +89,27 @@ def test_a_tree_counts_a_child_that_came_and_went_and_not_a_process_outside_it()
     finally:
         root.kill()
         root.wait(10)
+
+
+def test_a_profile_adds_up_a_function_over_lines_and_processes_and_keeps_command_lines_whole() -> None:
+    raw = (
+        'process 11:"python -c \nimport x; y";<module> (<string>:1);parse (shale/encoder/records.py:10);'
+        "loads (json/__init__.py:346) 6\n"
+        'process 12:"python -m pyspark.daemon";main (pyspark/daemon.py:3);parse (shale/encoder/records.py:12) 3\n'
+        'process 12:"python -m pyspark.daemon";main (pyspark/daemon.py:3) 1\n'
+    )
+    profile = summarize(raw)
+    assert profile.samples == 10
+    assert profile.self_share == [("loads (json/__init__.py)", 0.6), ("parse (encoder/records.py)", 0.3),
+                                  ("main (pyspark/daemon.py)", 0.1)]
+    assert dict(profile.inclusive_share)["parse (encoder/records.py)"] == 0.9
+    assert summarize("") == Profile(0, [], [])
+
+
+@pytest.mark.parametrize(("command", "kind"), [
+    ("/usr/lib/jvm/bin/java -cp x org.apache.spark.deploy.SparkSubmit", "jvm"),
+    ("/work/main/.venv/bin/python -m shale.spark_daemon pyspark.worker", "python_workers"),
+    ("/work/main/.venv/bin/python -m shale.cli --config f ingest", "drivers"),
+])
+def test_each_process_of_a_deployment_has_a_kind(command: str, kind: str) -> None:
+    assert kind_of(command) == kind
