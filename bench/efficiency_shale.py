@@ -18,6 +18,7 @@ from bench import freshness as fr
 from shale.config import BucketConfig, ShaleConfig, load_config
 from shale.dev import connector_conf
 from shale.kafka import offset_bounds
+from shale.launcher import lower_autogroup_priority
 from shale.metastore import MetastoreClient
 from shale.process import free_port
 
@@ -147,10 +148,13 @@ class Deployment:
             time.sleep(POLL)
 
     def unnice(self) -> None:
-        """Every thread of the deployment at nice 0. ``shale run`` starts the backup group and the compaction
-        workers at ``BACKGROUND_NICE`` so that the partition group wins on a busy machine; on this shared machine
-        the backup group then waited minutes behind other engineers' work for each case. CPU seconds per record do
-        not depend on it. Threads started later inherit their creator's nice."""
+        """Every thread of the deployment, and each service's scheduler autogroup, at nice 0. ``shale run`` starts
+        the backup group and the compaction workers at ``BACKGROUND_NICE`` so that the partition group wins on a
+        busy machine; on this shared machine the backup group then waited minutes behind other engineers' work for
+        each case. CPU seconds per record do not depend on it. Threads started later inherit their creator's nice.
+        """
+        for pid in self.services().values():  # the session's scheduler autogroup, where the kernel has them
+            lower_autogroup_priority(pid, 0)
         snap = cpu.snapshot()
         for pid in cpu.members({p: s.parent for p, s in snap.processes.items()}, self.tree_roots()):
             for task in Path(f"/proc/{pid}/task").glob("*"):
