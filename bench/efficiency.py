@@ -81,7 +81,7 @@ QUICK = os.environ.get("EFFICIENCY_QUICK", "") == "1"
 
 FORMATS = ("json", "avro", "protobuf")
 SIZES = {"130": 130, "1k": 1024}
-RECORDS = {"130": 20_000, "1k": 8_000} if QUICK else {"130": 400_000, "1k": 120_000}
+RECORDS = {"130": 20_000, "1k": 8_000} if QUICK else {"130": 300_000, "1k": 100_000}
 PARTIAL = Path(os.environ.get("EFFICIENCY_PARTIAL", Path(tempfile.gettempdir()) / "shale-bench-efficiency.json"))
 WARM_RECORDS = 2_000 if QUICK else 10_000
 BASE_MS = 1_764_633_600_000  # 2025-12-02T00:00:00Z

@@ -127,12 +127,19 @@ class Deployment:
         return [self.root, *self.services().values()]
 
     def wait_committed(self, topic: str, records: int) -> None:
-        """Until every group's committed offsets of ``topic`` reach the topic's last stable offsets."""
-        ends = {p: end for (_, p), (_, end) in
-                offset_bounds(self.config.kafka, [(topic, p) for p in range(PARTITIONS)]).items()}
-        ends = {p: e for p, e in ends.items() if e}
-        groups = self.config.run.ingest_groups
+        """Until ``topic`` holds ``records`` records up to its last stable offsets (a transaction's commit markers
+        reach the partitions after its producer's commit returns), then until every group's committed offsets of it
+        reach those offsets."""
         deadline = time.monotonic() + TIMEOUT
+        while True:
+            bounds = offset_bounds(self.config.kafka, [(topic, p) for p in range(PARTITIONS)])
+            if sum(end - start for start, end in bounds.values()) >= records:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{topic}: {records:,} records not visible after {TIMEOUT:.0f} s: {bounds}")
+            time.sleep(0.1)
+        ends = {p: end for (_, p), (_, end) in bounds.items() if end}
+        groups = self.config.run.ingest_groups
 
         def behind() -> list[str]:
             try:
@@ -176,6 +183,8 @@ class Deployment:
         self.wait_committed(topic, records)
         after = cpu.snapshot()
         services = {name: round(cpu.used(before, after, [pid]), 2) for name, pid in self.services().items()}
+        if cpu.used(before, after, roots) <= 0:
+            raise RuntimeError(f"{topic}: no CPU seen in shale run's process tree {roots}: is it running?")
         return CaseRun(topic, records, after.at - before.at, cpu.used(before, after, roots), services,
                        _by_kind(before, after, roots), self.roots.apart(before, after))
 
