@@ -113,3 +113,16 @@ def test_a_profile_adds_up_a_function_over_lines_and_processes_and_keeps_command
 ])
 def test_each_process_of_a_deployment_has_a_kind(command: str, kind: str) -> None:
     assert kind_of(command) == kind
+
+
+@given(size=st.integers(100, 4096), count=st.integers(1, 40))
+def test_log_records_fill_their_size_with_loghub_text(size: int, count: int) -> None:
+    from bench.efficiency import json_value, log_records
+
+    records = list(log_records(size, count))
+    assert len(records) == count
+    for record in records:
+        value = json_value(record)
+        assert size - 20 <= len(value) <= size
+        assert record["msg"]
+        assert record["level"] in ("ERROR", "WARN", "INFO", "DEBUG", "FATAL")
