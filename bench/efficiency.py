@@ -81,7 +81,7 @@ QUICK = os.environ.get("EFFICIENCY_QUICK", "") == "1"
 
 FORMATS = ("json", "avro", "protobuf")
 SIZES = {"130": 130, "1k": 1024}
-RECORDS = {"130": 20_000, "1k": 8_000} if QUICK else {"130": 400_000, "1k": 120_000}
+RECORDS = {"130": 20_000, "1k": 8_000} if QUICK else {"130": 300_000, "1k": 100_000}
 PARTIAL = Path(os.environ.get("EFFICIENCY_PARTIAL", Path(tempfile.gettempdir()) / "shale-bench-efficiency.json"))
 WARM_RECORDS = 2_000 if QUICK else 10_000
 BASE_MS = 1_764_633_600_000  # 2025-12-02T00:00:00Z
@@ -195,46 +195,42 @@ def iceberg_sink(work: Path, bootstrap: str, bucket: BucketConfig, topic: str, r
     create_topic(bootstrap, sink.control_topic, 1)
     worker = ConnectWorker(work, bootstrap, bucket, sink)
     table = SinkTable(worker.catalog_db, bucket, sink.table)
-    before = cpu.snapshot()
-    worker.start()
-    assert worker.process is not None
-    pid, started = worker.process.pid, None
     try:
-        def done() -> bool:
-            nonlocal started
-            if started is None and worker.log_path.exists() and \
-                    "Kafka Connect started" in worker.log_path.read_text(errors="replace"):
-                started = cpu.snapshot()
-            return table.committed_records() >= records
-
-        wait_for(done, 1800, "every record in the sink's table", worker)
-        after = cpu.snapshot()
+        with cpu.sampled() as whole:
+            worker.start()
+            assert worker.process is not None
+            pid = worker.process.pid
+            wait_for(lambda: worker.log_path.exists() and
+                     "Kafka Connect started" in worker.log_path.read_text(errors="replace"), 900,
+                     "the worker's 'Kafka Connect started'", worker)
+            with cpu.sampled() as window:
+                wait_for(lambda: table.committed_records() >= records, 1800, "every record in the sink's table",
+                         worker)
     finally:
         worker.stop()
-    if started is None:
-        raise RuntimeError("no 'Kafka Connect started' line in the worker's log")
-    return {"cpu_s": cpu.used(started, after, [pid]), "cpu_s_from_start": cpu.used(before, after, [pid]),
-            "seconds": after.at - started.at, **roots.apart(started, after)}
+    assert window.after is not None
+    return {"cpu_s": window.total([pid]), "cpu_s_from_start": whole.total([pid]),
+            "seconds": window.after.at - window.before.at, **roots.apart(window)}
 
 
 def spark_sink(spark: Any, bootstrap: str, topic: str, path: str, checkpoint: Path, records: int,
                roots: ServiceRoots) -> dict[str, float]:
     """Spark's file sink on the full ``topic`` (``bench.ingest``'s query, to MinIO through S3A): the CPU of this
     process and its descendants but the services."""
-    before = cpu.snapshot()
-    query = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-             .option("subscribe", topic).option("startingOffsets", "earliest").option("includeHeaders", "true")
-             .option("maxOffsetsPerTrigger", "500000").load()
-             .writeStream.format("parquet").option("compression", "zstd")
-             .option("path", path).option("checkpointLocation", str(checkpoint))
-             .trigger(availableNow=True).start())
-    query.awaitTermination()
-    after = cpu.snapshot()
+    with cpu.sampled() as window:
+        query = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+                 .option("subscribe", topic).option("startingOffsets", "earliest").option("includeHeaders", "true")
+                 .option("maxOffsetsPerTrigger", "500000").load()
+                 .writeStream.format("parquet").option("compression", "zstd")
+                 .option("path", path).option("checkpointLocation", str(checkpoint))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+    assert window.after is not None
     stored = spark.read.parquet(path).count()
     if stored != records:
         raise RuntimeError(f"Spark's sink stored {stored} rows of {records}")
-    return {"cpu_s": cpu.used(before, after, [os.getpid()], roots.services), "seconds": after.at - before.at,
-            **roots.apart(before, after)}
+    return {"cpu_s": window.total([os.getpid()], roots.services), "seconds": window.after.at - window.before.at,
+            **roots.apart(window)}
 
 
 def _spark_session(bucket: BucketConfig) -> Any:

@@ -48,10 +48,12 @@ class ServiceRoots:
     def services(self) -> list[int]:
         return list(self.roots.values())
 
-    def apart(self, before: cpu.Snapshot, after: cpu.Snapshot) -> dict[str, float]:
-        """CPU seconds of each service, and the whole machine's busy cores, between the snapshots."""
-        out = {f"cpu_s_{name}": round(cpu.used(before, after, [pid]), 2) for name, pid in self.roots.items()}
-        out["machine_busy_cores"] = round((after.busy - before.busy) / (after.at - before.at), 2)
+    def apart(self, window: cpu.Window) -> dict[str, float]:
+        """CPU seconds of each service, and the whole machine's busy cores, in the window."""
+        assert window.after is not None
+        out = {f"cpu_s_{name}": round(window.total([pid]), 2) for name, pid in self.roots.items()}
+        out["machine_busy_cores"] = round((window.after.busy - window.before.busy) /
+                                          (window.after.at - window.before.at), 2)
         return out
 
 
@@ -76,18 +78,6 @@ class CaseRun:
 
     def as_dict(self) -> dict[str, Any]:
         return {k: round(v, 2) if isinstance(v, float) else v for k, v in asdict(self).items()}
-
-
-def _by_kind(before: cpu.Snapshot, after: cpu.Snapshot, roots: list[int]) -> dict[str, float]:
-    """The tree's CPU seconds by kind of process. A process that exited in the window is counted in the one that
-    reaped it (a Python worker in Spark's Python daemon: the same kind)."""
-    out: dict[str, float] = {}
-    for snap, sign in ((after, 1.0), (before, -1.0)):
-        tree = cpu.members({pid: p.parent for pid, p in snap.processes.items()}, roots)
-        for pid in tree:
-            p = snap.processes[pid]
-            out[kind_of(p.command)] = out.get(kind_of(p.command), 0.0) + sign * (p.own + p.reaped)
-    return {k: round(v, 2) for k, v in sorted(out.items())}
 
 
 @dataclass
@@ -169,24 +159,25 @@ class Deployment:
                     os.setpriority(os.PRIO_PROCESS, int(task.name), 0)
 
     def idle_cores(self, seconds: float) -> float:
-        before = cpu.snapshot()
-        time.sleep(seconds)
-        after = cpu.snapshot()
-        return cpu.used(before, after, self.tree_roots()) / (after.at - before.at)
+        with cpu.sampled() as window:
+            time.sleep(seconds)
+        return window.total(self.tree_roots()) / seconds
 
     def measure(self, topic: str, records: int, commit: Callable[[], object]) -> CaseRun:
         """``commit`` makes the case's records visible; the window ends when both groups committed them."""
         self.unnice()
         roots = self.tree_roots()
-        before = cpu.snapshot()
-        commit()
-        self.wait_committed(topic, records)
-        after = cpu.snapshot()
-        services = {name: round(cpu.used(before, after, [pid]), 2) for name, pid in self.services().items()}
-        if cpu.used(before, after, roots) <= 0:
+        with cpu.sampled() as window:
+            commit()
+            self.wait_committed(topic, records)
+        assert window.after is not None
+        total = window.total(roots)
+        if total <= 0:
             raise RuntimeError(f"{topic}: no CPU seen in shale run's process tree {roots}: is it running?")
-        return CaseRun(topic, records, after.at - before.at, cpu.used(before, after, roots), services,
-                       _by_kind(before, after, roots), self.roots.apart(before, after))
+        services = {name: round(window.total([pid]), 2) for name, pid in self.services().items()}
+        kinds = {k: round(v, 2) for k, v in sorted(window.used(roots, key=lambda p: kind_of(p.command)).items())}
+        return CaseRun(topic, records, window.after.at - window.before.at, total, services, kinds,
+                       self.roots.apart(window))
 
 
 def write_config(work: Path, bootstrap: str, bucket: BucketConfig, registry_url: str, topics: list[str],
