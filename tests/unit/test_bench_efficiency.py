@@ -8,7 +8,7 @@ import sys
 import textwrap
 
 import pytest
-from bench.efficiency_cpu import Snapshot, members, parse_stat, snapshot, used
+from bench.efficiency_cpu import Snapshot, members, parse_stat, sampled, snapshot, used
 from bench.efficiency_profile import Profile, summarize
 from bench.efficiency_shale import kind_of
 from hypothesis import given
@@ -126,3 +126,43 @@ def test_log_records_fill_their_size_with_loghub_text(size: int, count: int) -> 
         assert size - 20 <= len(value) <= size
         assert record["msg"]
         assert record["level"] in ("ERROR", "WARN", "INFO", "DEBUG", "FATAL")
+
+
+def test_a_window_counts_a_child_the_kernel_reaped_for_a_parent_ignoring_sigchld() -> None:
+    """PySpark's daemon ignores SIGCHLD: a worker that exits is reaped by the kernel and its time is added to no
+    parent. The root here does the same with a child that burns 0.6 CPU seconds and exits inside the window."""
+    code = textwrap.dedent("""
+        import os, signal, sys, time
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+        sys.stdin.readline()
+        pid = os.fork()
+        if pid == 0:
+            t = time.process_time()
+            while time.process_time() - t < 0.6: pass
+            os._exit(0)
+        while True:
+            try:
+                os.kill(pid, 0)
+                time.sleep(0.05)
+            except ProcessLookupError:
+                break
+        print("done", flush=True)
+        sys.stdin.readline()
+    """)
+    root = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert root.stdin is not None
+    assert root.stdout is not None
+    try:
+        with sampled(0.1) as window:
+            root.stdin.write("go\n")
+            root.stdin.flush()
+            assert root.stdout.readline() == "done\n"
+        assert window.after is not None
+        assert used(window.before, window.after, [root.pid]) < 0.3  # the child's time went nowhere
+        assert 0.45 <= window.total([root.pid]) < 1.2  # all but its last sample interval (0.1 s), and ticks
+        by_kind = window.used([root.pid], key=lambda p: "python" if "python" in p.command else "other")
+        assert set(by_kind) <= {"python", "other"}
+        assert by_kind.get("python", 0.0) >= 0.45
+    finally:
+        root.kill()
+        root.wait(10)
