@@ -101,6 +101,15 @@ TARGETS = [
     Target("metadata_scale", "ratios.query_plan_1m_vs_10k", "<=", 2,
            "metadata: query planning (one hour, two matchers) at 1,000,000 blocks per tenant against 10,000 "
            "(issue 55)"),
+    Target("efficiency", "figures.mb_per_s_per_core_json_1k", ">=", 40,
+           "efficiency: JSON records of ~1 KB, Kafka to committed blocks in both groups, MB/s per busy core of "
+           "Shale's processes (issue 56; Redpanda Connect's Iceberg output: 38.3 MB/s per vCPU)"),
+    Target("efficiency", "figures.mb_per_s_per_core_avro_1k", ">=", 40,
+           "efficiency: Avro records of ~1 KB, MB/s per busy core (issue 56)"),
+    Target("efficiency", "figures.mb_per_s_per_core_protobuf_1k", ">=", 20,
+           "efficiency: Protobuf records of ~1 KB, MB/s per busy core (issue 56)"),
+    Target("efficiency", "figures.records_per_s_per_core_json_130", ">=", 200_000,
+           "efficiency: JSON records of ~130 bytes, records/s per busy core (issue 56)"),
     Target("restore", "ratios.vs_producer_perf", ">=", 0.5,
            "restore against Kafka's ProducerPerformance, same records and broker (issue 28)"),
     Target("typed_ingest", "ratios.vs_spark_from_avro", ">=", 1.0,
