@@ -31,6 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field
@@ -212,6 +213,38 @@ def _tenants(spec: GroupSpec, table: pa.Table, topic: str) -> tuple[list[str], l
     return tenants, problems
 
 
+def _row_tenants(tenants: list[str], origin: list[int], good: list[int]) -> pa.Array:
+    """The tenant of each parsed row (``good``: rows of the group, ``origin``: their rows in the chunk)."""
+    if len(set(tenants)) == 1:
+        return pa.repeat(pa.scalar(tenants[0], pa.string()), len(good))
+    return pa.array(tenants, pa.string()).take(pa.array(np.asarray(origin, np.int64)[np.asarray(good, np.int64)]))
+
+
+RowGroup = tuple[tuple[str, str, int | None], pa.Array | None, list[tuple[tuple[str, str], ...]]]
+
+
+def _row_groups(parsed: pa.Table, tenants: pa.Array, labels: list[str]) -> list[RowGroup]:
+    """The parsed rows by (tenant, dt, hour), in the order each first appears: the key, its rows (None: every
+    row) and its distinct label sets, sorted (a missing label as ""). Grouped by Arrow, not record by record."""
+    keys = ["tenant", "dt", "hour"]
+    named = [f"label{i}" for i in range(len(labels))]
+    keyed = pa.table({"tenant": tenants, "dt": parsed.column("dt"), "hour": parsed.column("hour"),
+                      **{f"label{i}": pc.fill_null(parsed.column(n).cast(pa.string()), "")
+                         for i, n in enumerate(labels)}})
+    sets: dict[tuple[str, str, int | None], set[tuple[tuple[str, str], ...]]] = defaultdict(set)
+    for row in keyed.group_by(keys + named, use_threads=False).aggregate([]).to_pylist():
+        sets[(row["tenant"], row["dt"], row["hour"])].add(tuple(zip(labels, (row[n] for n in named), strict=True)))
+    if len(sets) == 1:
+        [(key, found)] = sets.items()
+        return [(key, None, sorted(found))]
+    grouped = keyed.select(keys).append_column("row", pa.array(np.arange(keyed.num_rows, dtype=np.int64))).group_by(
+        keys, use_threads=False).aggregate([("row", "list")])
+    lists = grouped.column("row_list").combine_chunks()
+    members = {key: lists[i].values
+               for i, key in enumerate(zip(*(grouped.column(k).to_pylist() for k in keys), strict=True))}
+    return [(key, members[key], sorted(found)) for key, found in sets.items()]
+
+
 def _record_groups(spec: GroupSpec, table: pa.Table,
                    topic: str) -> tuple[list[tuple[str | None, list[int] | None]], list[tuple[int, str]]]:
     """The chunk's record types, each with its rows (None: every row), in name order, and the (row, reason) of
@@ -353,16 +386,12 @@ def _write_topic(spec: GroupSpec, bucket: Bucket, table: pa.Table, chunks: list[
                 quarantine[tenants[origin[row]]][1].append(reason)
             if not parsed.num_rows:
                 continue
-            hours = parsed.column("hour").to_pylist()
-            days = parsed.column("dt").to_pylist()
-            keys = [(tenants[origin[g]], d, h) for g, d, h in zip(good, days, hours, strict=True)]
-            label_cols = {n: parsed.column(n).to_pylist() for n in (parser.labels() if parser else [])}
-            by_key = _by(keys)
-            for (tenant, day, hour), rows in by_key.items():
+            labels_of = parser.labels() if parser else []
+            for (tenant, day, hour), in_block, sets in _row_groups(parsed, _row_tenants(tenants, origin, good),
+                                                                   labels_of):
                 pv = {"dt": day} if hour is None else {"dt": day, "hour": f"{hour:02d}"}
-                sets = sorted({tuple((n, label_cols[n][r] or "") for n in label_cols) for r in rows})
                 labels = [{"topic": topic, **pv, **dict(s)} for s in sets]
-                picked = parsed if len(by_key) == 1 else _take(parsed, rows)  # one day and tenant: no copy
+                picked = parsed if in_block is None else parsed.take(in_block)  # one day and tenant: no copy
                 by_block.setdefault((tenant, day, hour), []).append(
                     DatasetInput("records", topic, picked, "event_time", labels=labels, schema_ids=schema_ids,
                                  schema_fingerprint=fingerprint, record=record, by_partition=by_partition))

@@ -12,6 +12,7 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -177,8 +178,11 @@ def parse_records(parser: Parser | str, table: pa.Table, latest_ms: int,
     if batch is None or len(batch.rows) == 0:
         good, times, arrays, rejected = _parse_records(parser, table, latest_ms, types)
         times_array = pa.array(times, pa.int64())
+    elif len(batch.rows) == table.num_rows:  # every record read at once (the rows are ascending)
+        good, rejected, times_array = list(range(table.num_rows)), [], batch.times.cast(pa.int64())
+        arrays = {name: batch.columns[name].cast(types[name]) for name in types}
     else:
-        rest = pc.indices_nonzero(pc.invert(_member(batch.rows, table.num_rows))).cast(pa.int64())
+        rest = _rest(batch.rows, table.num_rows)
         good, times, arrays, rejected = _parse_records(parser, table.take(rest), latest_ms, types)
         origin = rest.to_pylist()
         good = [origin[g] for g in good]
@@ -204,9 +208,11 @@ def parse_records(parser: Parser | str, table: pa.Table, latest_ms: int,
         good, rejected, parser
 
 
-def _member(rows: pa.Array, n: int) -> pa.Array:
-    """A mask of ``n`` rows, true at ``rows``."""
-    return pc.is_in(pa.array(range(n), pa.int64()) if n else pa.array([], pa.int64()), value_set=rows)
+def _rest(rows: pa.Array, n: int) -> pa.Array:
+    """The rows of ``range(n)`` not in ``rows``."""
+    left = np.ones(n, np.bool_)
+    left[rows.to_numpy()] = False
+    return pa.array(np.flatnonzero(left), pa.int64())
 
 
 def _batch(parser: Parser, table: pa.Table, latest: int, types: dict[str, pa.DataType]) -> BatchParse | None:

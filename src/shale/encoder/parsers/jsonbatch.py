@@ -1,67 +1,66 @@
-"""The ``json`` parser's batch path: a chunk's values read by Arrow's JSON reader (RapidJSON, in C++) in one pass,
-into the same columns ``JsonTimestampParser.parse`` gives record by record.
+"""The ``json`` parser's batch path: a chunk's documents decoded by orjson in one loop, then each column gathered,
+checked and converted to Arrow a column at a time (C-level list passes and Arrow kernels), never record by record
+through ``parse``'s per-field logic. It gives the columns ``JsonTimestampParser.parse`` gives record by record.
 
-The reader is trusted only where it cannot give another value than the per-record path (Python's ``json``, through
-orjson): a record it might read differently is left to ``parse``, which decides it exactly (stores or quarantines
-it with its reason). Left to ``parse``, by rule:
+Exact by construction: the documents are decoded by the same reader ``parse`` tries first (orjson), and a record is
+read here only when every value its columns take is one ``parse`` would store as orjson gave it. Left to ``parse``
+(which decides it exactly: stores it, or quarantines it with its reason):
 
-* a value that is null, empty, all blanks, holds a line break (the values are read as lines), starts with a
-  byte-order mark, or has more than ``MAX_BRACKETS`` brackets (RapidJSON reads any depth; Python refuses past
-  about a thousand levels);
-* every record of a piece the reader refuses: invalid JSON or UTF-8, a value that is not an object, a key given twice
-  on a path the columns read, a column's value of another JSON type than its column's (a number in a string
-  column: ``parse`` writes its JSON text), an integer beyond 64 bits, a lone surrogate; the piece is split in
-  halves, down to ``MIN_PIECE`` records, so that one hostile record does not send its chunk to ``parse``;
-* a missing time, and an ISO 8601 time not in the form both readers read alike (``AWARE``; ``NAIVE`` when the
-  zone is UTC).
+* a value orjson refuses (Python's ``json`` then decides: NaN, a byte-order mark, UTF-16, lone surrogates), a
+  null value, or a document that is not an object;
+* a column's value of another type than the column takes as it is: a string column takes strings (a number, a
+  list or an object is written as JSON text by ``parse``, after reading its numbers exactly), a ``long`` an integer
+  in 64 bits, a ``boolean`` a boolean; a string no UTF-8 holds (a lone surrogate);
+* a missing time, an epoch time that is not an integer (``parse`` rounds fractions and reads numeric strings), and
+  an ISO 8601 time not in the form Arrow's cast and Python's ``fromisoformat`` read alike (``AWARE``, and
+  ``NAIVE`` when the zone is UTC).
 
-Declared types the batch reads: string, long and boolean (a double or a decimal needs its literal's text, a timestamp
-Python's ISO reading: such a configuration is read record by record). A time format other than ISO 8601 and the
-epochs, and a path that is a prefix of another (``a`` and ``a.b``) are read record by record too.
+Declared types read here: string, long and boolean; a ``double``, ``decimal`` or ``timestamp`` column, or a
+strftime time format, sends the whole configuration to ``parse``. Arrow's JSON reader (RapidJSON) was measured
+against this and lost on 1 KB values (docs/design/schemas.md, "The parsing seam").
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.json as pj
 
 from shale.encoder.parsers.base import BatchParse
 
-MAX_BRACKETS = 256
-"""A value with more opening brackets than this may nest deeper than Python reads: left to ``parse``."""
-MIN_PIECE = 32
-"""The smallest piece of a chunk read again after the reader refused a larger one; below it, ``parse``."""
 SIMPLE_TYPES = {"string": pa.string(), "long": pa.int64(), "boolean": pa.bool_()}
+TAKES: dict[str, frozenset[type]] = {"string": frozenset({str, type(None)}), "long": frozenset({int, type(None)}),
+                                     "boolean": frozenset({bool, type(None)})}
+"""The Python types of the values a column of each declared type takes as orjson gave them (``type(x)``: a bool
+is not an int)."""
 EPOCH_UNITS = {"epoch_ms": 1000, "epoch_s": 1_000_000, "epoch_us": 1}
-_LEFT = r"[\n\r]|^[ \t]*$|^\xef\xbb\xbf"
+MAX_EPOCH = 2**53
+"""Epoch times above this (in any unit) are left to ``parse`` (no event time near now is; no overflow here)."""
 _CLOCK = r"\d{4}-\d\d-\d\d[T ](?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d{1,6})?"
 AWARE = "^" + _CLOCK + r"(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d)$"
 """ISO 8601 times with a zone that Arrow's cast and Python's ``fromisoformat`` read alike."""
 NAIVE = "^" + _CLOCK + "$"
 TIME_US = pa.timestamp("us")
 TIME_UTC_US = pa.timestamp("us", "UTC")
-
-
-class RefusedError(Exception):
-    """The reader refused a piece, or read it otherwise than as one row per value."""
+_EMPTY: dict[str, Any] = {}
 
 
 @dataclass(frozen=True)
 class JsonBatch:
-    """How a ``json`` parser's configuration reads a chunk in one pass (``plan`` says whether it can)."""
+    """How a ``json`` parser's configuration reads a chunk at once (``plan`` says whether it can)."""
 
-    schema: pa.Schema
     time_path: list[str]
     epoch_unit: int | None
     """Microseconds per unit of an epoch time; None for ISO 8601."""
     utc: bool
     columns: dict[str, list[str]]
+    declared: dict[str, str]
+    """Each column's declared type name (string, long or boolean)."""
 
     @classmethod
     def plan(cls, time_path: list[str], time_format: str, utc: bool, columns: dict[str, list[str]],
@@ -71,98 +70,112 @@ class JsonBatch:
             return None
         if any(name not in SIMPLE_TYPES for name in declared.values()):
             return None
-        wanted: dict[tuple[str, ...], pa.DataType] = {
-            tuple(path): SIMPLE_TYPES[declared.get(name, "string")] for name, path in columns.items()}
-        time_type = pa.string() if time_format == "iso8601" else pa.int64()
-        if wanted.setdefault(tuple(time_path), time_type) != time_type:
-            return None  # the time field is also a column of another type
-        paths = sorted(wanted)
-        if any(b[:len(a)] == a for a, b in itertools.pairwise(paths)):
-            return None  # ``a`` and ``a.b``: a value and an object at once
-        return cls(_schema(wanted), time_path, EPOCH_UNITS.get(time_format), utc, columns)
+        return cls(time_path, EPOCH_UNITS.get(time_format), utc, columns,
+                   {name: declared.get(name, "string") for name in columns})
 
     def read(self, values: pa.Array) -> BatchParse:
-        """The records of ``values`` (binary) read in pieces; those left out go to ``parse``."""
-        values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
-        brackets = pc.add(pc.count_substring(values, "["), pc.count_substring(values, "{"))
-        simple = pc.and_(pc.invert(pc.match_substring_regex(values, _LEFT)),
-                         pc.less_equal(brackets, MAX_BRACKETS))
-        rows = pc.indices_nonzero(pc.fill_null(simple, False)).cast(pa.int64())
-        parts: list[BatchParse] = []
-        self._read_pieces(values, rows, parts)
-        if not parts:
-            return BatchParse(pa.array([], pa.int64()), pa.array([], pa.int64()),
-                              {name: pa.array([], self._type(path)) for name, path in self.columns.items()})
-        return BatchParse(pa.concat_arrays([p.rows for p in parts]), pa.concat_arrays([p.times for p in parts]),
-                          {name: pa.concat_arrays([p.columns[name] for p in parts]) for name in self.columns})
-
-    def _type(self, path: list[str]) -> pa.DataType:
-        node: Any = self.schema.field(path[0]).type
-        for part in path[1:]:
-            node = node.field(part).type
-        return node
-
-    def _read_pieces(self, values: pa.Array, rows: pa.Array, parts: list[BatchParse]) -> None:
-        if len(rows) == 0:
-            return
-        try:
-            parts.append(self._read(values.take(rows), rows))
-        except (RefusedError, pa.ArrowException):
-            if len(rows) < 2 * MIN_PIECE:
-                return  # every record of the piece to ``parse``
-            half = len(rows) // 2
-            self._read_pieces(values, rows.slice(0, half), parts)
-            self._read_pieces(values, rows.slice(half), parts)
-
-    def _read(self, piece: pa.Array, rows: pa.Array) -> BatchParse:
-        """One piece read; raises when the reader refuses any of it."""
-        piece.cast(pa.string())  # invalid UTF-8 anywhere (the reader skips it in fields no column reads)
-        lines = pc.binary_join_element_wise(piece, pa.scalar(b"", pa.binary()), pa.scalar(b"\n", pa.binary()))
-        offsets = np.frombuffer(lines.buffers()[1], np.int32)
-        start, end = int(offsets[lines.offset]), int(offsets[lines.offset + len(lines)])
-        buffer = lines.buffers()[2].slice(start, end - start)
-        longest = pc.max(pc.binary_length(piece)).as_py() or 0
-        table = pj.read_json(pa.BufferReader(buffer),
-                             read_options=pj.ReadOptions(use_threads=False, block_size=max(1 << 20, 2 * longest + 2)),
-                             parse_options=pj.ParseOptions(explicit_schema=self.schema,
-                                                           unexpected_field_behavior="ignore"))
-        if table.num_rows != len(piece):
-            raise RefusedError(f"{table.num_rows} rows from {len(piece)} values")
-        batch = table.to_struct_array() if table.num_rows else pa.array([], pa.struct(list(self.schema)))
-        if isinstance(batch, pa.ChunkedArray):
-            batch = batch.combine_chunks()
-        raw = _field(batch, self.time_path)
-        if self.epoch_unit is not None:
-            known = pc.is_valid(raw)
-            times = pc.multiply_checked(raw, self.epoch_unit)
+        """The records of ``values`` (binary) this path reads; those left out go to ``parse``."""
+        documents = _documents(values.to_pylist())
+        if {dict}.issuperset(map(type, documents)):
+            keep = [True] * len(documents)
         else:
-            aware = pc.fill_null(pc.match_substring_regex(raw, AWARE), False)
-            naive = pc.fill_null(pc.match_substring_regex(raw, NAIVE), False) if self.utc else pc.and_(aware, False)
-            known = pc.or_(aware, naive)
-            times = pc.coalesce(pc.cast(pc.if_else(aware, raw, None), TIME_UTC_US).cast(pa.int64()),
-                                pc.cast(pc.if_else(naive, raw, None), TIME_US).cast(pa.int64()))
-        keep = pc.indices_nonzero(known)
-        return BatchParse(rows.take(keep), times.take(keep),
-                          {name: _field(batch, path).take(keep) for name, path in self.columns.items()})
+            keep = [type(d) is dict for d in documents]
+            documents = [d if type(d) is dict else _EMPTY for d in documents]
+        columns = {}
+        for name, path in self.columns.items():
+            kind = self.declared[name]
+            columns[name] = _checked(_gather(documents, path), kind, SIMPLE_TYPES[kind], keep)
+        raw = _gather(documents, self.time_path)
+        if self.epoch_unit is not None:
+            fits = [type(t) is int and 0 <= t <= MAX_EPOCH for t in raw]
+            keep = [k and f for k, f in zip(keep, fits, strict=True)]
+            times = pc.multiply(pa.array([t if f else None for t, f in zip(raw, fits, strict=True)], pa.int64()),
+                                self.epoch_unit)
+        else:
+            text = _checked(raw, "string", pa.string(), keep)
+            aware = pc.fill_null(pc.match_substring_regex(text, AWARE), False)
+            naive = pc.fill_null(pc.match_substring_regex(text, NAIVE), False) if self.utc else pc.and_(aware, False)
+            try:
+                times = _iso_times(text, aware, naive)
+            except pa.ArrowInvalid:  # a day no calendar has (2023-02-29): those times are left to ``parse``
+                real = pa.array([_is_date(t) for t in text.to_pylist()], pa.bool_())
+                aware, naive = pc.and_(aware, real), pc.and_(naive, real)
+                times = _iso_times(text, aware, naive)
+            keep = [k and t for k, t in zip(keep, pc.or_(aware, naive).to_pylist(), strict=True)]
+        rows = pc.indices_nonzero(pa.array(keep, pa.bool_())).cast(pa.int64())
+        return BatchParse(rows, times.take(rows), {name: column.take(rows) for name, column in columns.items()})
 
 
-def _field(batch: pa.StructArray, path: list[str]) -> pa.Array:
-    """A column at a dot path: null wherever a struct on the way is."""
-    node: pa.Array = batch
-    for part in path:
-        node = pc.struct_field(node, part)
-    return node
+def _iso_times(text: pa.Array, aware: pa.Array, naive: pa.Array) -> pa.Array:
+    """Microseconds of the ``aware`` and the ``naive`` (UTC) times of ``text``; null elsewhere."""
+    return pc.coalesce(pc.cast(pc.if_else(aware, text, None), TIME_UTC_US).cast(pa.int64()),
+                       pc.cast(pc.if_else(naive, text, None), TIME_US).cast(pa.int64()))
 
 
-def _schema(wanted: dict[tuple[str, ...], pa.DataType]) -> pa.Schema:
-    tree: dict[str, Any] = {}
-    for path, arrow_type in wanted.items():
-        node = tree
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-        node[path[-1]] = arrow_type
+def _is_date(text: str | None) -> bool:
+    try:
+        dt.date.fromisoformat((text or "")[:10])
+    except ValueError:
+        return False
+    return True
 
-    def build(node: dict[str, Any]) -> list[pa.Field]:
-        return [pa.field(k, pa.struct(build(v)) if isinstance(v, dict) else v) for k, v in node.items()]
 
-    return pa.schema(build(tree))
+def _documents(texts: list[bytes | None]) -> list[Any]:
+    """Each value as orjson reads it; None where it refuses one (``parse`` then reads it with ``json``)."""
+    loads, out = orjson.loads, []
+    try:
+        return list(map(loads, texts))  # type: ignore[arg-type]  # a None: TypeError, read one by one below
+    except (orjson.JSONDecodeError, TypeError):
+        pass
+    for text in texts:
+        try:
+            out.append(loads(text))  # type: ignore[arg-type]  # None: TypeError, left to ``parse``
+        except (orjson.JSONDecodeError, TypeError):
+            out.append(None)
+    return out
+
+
+def _gather(documents: list[dict[str, Any]], path: list[str]) -> list[Any]:
+    """Every document's value at a dot path (None where it is missing, or a value on the way is not an object)."""
+    if len(path) == 1:
+        return list(map(dict.get, documents, itertools.repeat(path[0])))
+    out = []
+    for document in documents:
+        node: Any = document
+        for part in path:
+            if type(node) is not dict:
+                node = None
+                break
+            node = node.get(part)
+        out.append(node)
+    return out
+
+
+def _checked(values: list[Any], kind: str, arrow_type: pa.DataType, keep: list[bool]) -> pa.Array:
+    """``values`` as a column of ``arrow_type``; where one is not a value the column takes as it is, its record is
+    left out (``keep`` set false, in place) and the column holds a null."""
+    takes = TAKES[kind]
+    if takes.issuperset(map(type, values)):
+        try:
+            return pa.array(values, arrow_type)
+        except (pa.ArrowException, OverflowError, UnicodeEncodeError, ValueError):
+            pass  # an integer beyond 64 bits, a lone surrogate: found one by one below
+    out = []
+    for i, value in enumerate(values):
+        taken = type(value) in takes and _fits(value, arrow_type)
+        keep[i] = keep[i] and taken
+        out.append(value if taken else None)
+    return pa.array(out, arrow_type)
+
+
+def _fits(value: Any, arrow_type: pa.DataType) -> bool:
+    if value is None:
+        return True
+    if arrow_type == pa.int64():
+        return bool(-2**63 <= value < 2**63)
+    if arrow_type == pa.string():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+    return True
