@@ -150,6 +150,16 @@ def _truncated(columns: dict[str, list[Any]], types: dict[str, pa.DataType]) -> 
     return bad
 
 
+def field_problems(columns: dict[str, list[Any]], labels: list[str],
+                   types: dict[str, pa.DataType]) -> dict[int, str]:
+    """The rows (positions) a typed parser's values may not be stored in: a label that is not a string or is too
+    long, a fraction where the column's type has an integer (the checks the per-record path makes, for a batch
+    path that gathers a typed parser's values itself)."""
+    bad = _field_problems(columns, labels, True) if columns else {}
+    bad.update({k: v for k, v in _truncated(columns, types).items() if k not in bad})
+    return bad
+
+
 def _drop(bad: dict[int, str], rejected: list[tuple[int, str]], good: list[int], times: list[int],
           columns: dict[str, list[Any]]) -> tuple[list[tuple[int, str]], list[int], list[int], dict[str, list[Any]]]:
     """The parsed rows without the ``bad`` ones (positions among them), which join the rejected with their reason."""
