@@ -20,6 +20,7 @@ cannot be resolved into it is quarantined with the reason.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from typing import Any, ClassVar
 
@@ -153,7 +154,7 @@ class AvroParser(RegistryParser):
             if isinstance(datum, dict):
                 rows.append(row)
                 data.append(datum)
-        fields = {name: [d.get(name[len(self.prefix):]) for d in data] for name in columns}
+        fields = {name: list(map(dict.get, data, itertools.repeat(name[len(self.prefix):]))) for name in columns}
         bad = field_problems(fields, self.labels(), columns)
         try:
             arrays = {name: pa.array(v, columns[name]) for name, v in fields.items()}
