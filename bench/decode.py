@@ -145,7 +145,7 @@ def _per_record(parser: Parser) -> None:
     parser.parse_batch = lambda values: None  # type: ignore[method-assign]
 
 
-def _measure(spec: GroupSpec, table: pa.Table, rounds: int = 3) -> tuple[float, float]:
+def _measure(spec: GroupSpec, table: pa.Table, rounds: int = 5) -> tuple[float, float]:
     """The least CPU seconds of ``rounds`` runs of write_chunk, and of parse_records alone."""
     chunk = Chunk("app", 0, "", 0, table.num_rows, BASE_MS + 3_600_000)
     parser = spec.parser_for("app")
@@ -191,7 +191,7 @@ def run() -> dict[str, Any]:
     return write_result(
         "decode", figures=figures, baseline=baseline, ratios=ratios, details=details,
         notes=f"The chunk path alone (no Kafka, no Spark): ``write_chunk`` of {RECORDS:,} Kafka records into the "
-              "partition group's blocks in an in-memory bucket, one process, CPU seconds (the least of three "
+              "partition group's blocks in an in-memory bucket, one process, CPU seconds (the least of five "
               "runs). JSON log events of about 130 bytes and 1 KB (messages from the loghub samples, an ISO 8601 "
               "time, two labels, a long and a boolean column), Avro and Protobuf of about 1 KB. Figures: the "
               "parsers' batch path (issue 56); baseline: every record through the per-record ``parse``, the path "
