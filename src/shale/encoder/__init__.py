@@ -3,8 +3,9 @@ blocks of the backup or partition group, for whoever writes blocks (ingest, repr
 
 The public face: ``write_chunk`` turns one chunk of one Kafka partition's records into blocks (``Written``),
 under a ``GroupSpec``; ``load_parser`` and ``Parser`` are the ``shale.parsers`` plug-in contract (parsers/);
-``normalize`` makes Spark's Kafka rows the backup schema. Spark Python workers import this package: its names
-are imported on first use.
+``normalize`` makes Spark's Kafka rows the backup schema; ``parse_records`` is the parsing seam (a chunk's records
+as Arrow in, typed columns and quarantine reasons out) for whoever needs a parser's columns without blocks. Spark
+Python workers import this package: its names are imported on first use.
 """
 
 import typing as _typing
@@ -26,6 +27,7 @@ if _typing.TYPE_CHECKING:
     from shale.encoder.parsers import ParseError, Parser, load_parser
     from shale.encoder.parsers.registryparser import RegistryParser
     from shale.encoder.parsers.rulecheck import check_typed_rules, raise_for_errors
+    from shale.encoder.parsing import parse_records
     from shale.encoder.records import normalize
     from shale.encoder.tenants import TenantMapper
 
@@ -46,6 +48,7 @@ __getattr__ = _lazy_exports(__name__, {  # each public name's module, imported o
     "check_typed_rules": "parsers.rulecheck",
     "raise_for_errors": "parsers.rulecheck",
     "normalize": "records",
+    "parse_records": "parsing",
     "TenantMapper": "tenants",
 })
 
@@ -63,6 +66,7 @@ __all__ = [
     "encode_written",
     "load_parser",
     "normalize",
+    "parse_records",
     "raise_for_errors",
     "top_reasons",
     "write_chunk",

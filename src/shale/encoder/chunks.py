@@ -25,24 +25,19 @@ time decides the partition, so an event time outside that window is quarantined 
 
 from __future__ import annotations
 
-import datetime as dt
-import itertools
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field
 
 from shale.block import (
-    KAFKA_FIELDS,
-    PARTITION_BASE_FIELDS,
     QUARANTINE_SCHEMA,
-    TIMESTAMP,
-    TIMESTAMP_MS,
     BlockMeta,
     BlockSpec,
     DatasetInput,
@@ -53,7 +48,8 @@ from shale.block import (
     write_block,
 )
 from shale.config import BucketConfig, IngestConfig
-from shale.encoder.parsers import ParseError, Parser, load_parser
+from shale.encoder.parsers import Parser, load_parser
+from shale.encoder.parsing import parse_records
 from shale.encoder.records import header_value
 from shale.encoder.tenants import TenantMapper
 from shale.errors import InvalidNameError
@@ -187,31 +183,8 @@ def top_reasons(reasons: Iterable[tuple[str, int]], top: int = 3) -> dict[str, i
     return {example[kind]: n for kind, n in counts.most_common(top)}
 
 
-HOUR_MS = 3_600_000
-
-
-def _date(ms: int) -> dt.datetime:
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
-
-
-def _hour_partitions(micros: pa.Array, by_hour: bool) -> tuple[pa.Array, pa.Array]:
-    """The ``dt`` (UTC day, YYYY-MM-DD) and ``hour`` (UTC hour, or null unless ``by_hour``) columns of event
-    times in microseconds since the epoch (none negative): one strftime per distinct hour, not per record."""
-    hours = pc.divide(micros, HOUR_MS * 1000).dictionary_encode()
-    starts = [_date(h * HOUR_MS) for h in hours.dictionary.to_pylist()]
-    day = pa.array([d.strftime("%Y-%m-%d") for d in starts], pa.string()).take(hours.indices)
-    hour = pa.array([d.hour if by_hour else None for d in starts], pa.int8()).take(hours.indices)
-    return day, hour
-
-
 def _take(table: pa.Table, rows: list[int]) -> pa.Table:
     return table.take(pa.array(rows, pa.int64()))  # typed: an empty list of indexes must not be null-typed
-
-
-def _values(table: pa.Table, column: str = "value", rows: int = 1024) -> Iterator[bytes | None]:
-    """The record values (or keys) as Python bytes, a slice at a time (not all of a chunk's copied at once)."""
-    for offset in range(0, table.num_rows, rows):
-        yield from table.column(column).slice(offset, rows).to_pylist()
 
 
 def _by(values: list[Any]) -> dict[Any, list[int]]:
@@ -240,198 +213,36 @@ def _tenants(spec: GroupSpec, table: pa.Table, topic: str) -> tuple[list[str], l
     return tenants, problems
 
 
-KEY_HEADER_BYTES = 64
-"""What ``Parser.prepare_keys`` sees of each key: a Schema Registry header and a Protobuf message-index array."""
-MAX_LABEL_VALUE_BYTES = 2048
-"""A label value is kept in the block's metadata and the metastore's index: a record whose label is longer is
-quarantined with the reason (a few megabyte values would make a commit larger than the metastore takes)."""
+def _row_tenants(tenants: list[str], origin: list[int], good: list[int]) -> pa.Array:
+    """The tenant of each parsed row (``good``: rows of the group, ``origin``: their rows in the chunk)."""
+    if len(set(tenants)) == 1:
+        return pa.repeat(pa.scalar(tenants[0], pa.string()), len(good))
+    return pa.array(tenants, pa.string()).take(pa.array(np.asarray(origin, np.int64)[np.asarray(good, np.int64)]))
 
 
-def _field_problem(fields: dict[str, Any], columns: dict[str, list[Any]], labels: list[str],
-                   typed: bool = False) -> str | None:
-    """Why a parser's fields cannot be stored in its columns (string columns, unless the parser is typed), or
-    None. Labels are strings whatever the parser."""
-    for name in labels if typed else columns:
-        value = fields.get(name)
-        if value is not None and not isinstance(value, str):
-            return f"column {name!r}: the parser gave a {type(value).__name__}, not a string"
-    for name in labels:
-        value = fields.get(name)
-        if value is not None and len(value) * 4 > MAX_LABEL_VALUE_BYTES \
-                and len(value.encode("utf-8", "surrogatepass")) > MAX_LABEL_VALUE_BYTES:
-            return (f"label {name!r} is {len(value.encode('utf-8', 'surrogatepass'))} bytes, over the "
-                    f"{MAX_LABEL_VALUE_BYTES}-byte limit of a label value")
-    return None
+RowGroup = tuple[tuple[str, str, int | None], pa.Array | None, list[tuple[tuple[str, str], ...]]]
 
 
-_STR_OR_NONE = frozenset({str, type(None)})
-
-
-def _field_problems(columns: dict[str, list[Any]], labels: list[str], typed: bool) -> dict[int, str]:
-    """The rows (positions) whose fields ``_field_problem`` refuses, with the reason. Checked a column at a time at
-    C speed (the types seen, the longest label); only a column that fails is looked at row by row."""
-    must_be_str = [n for n in (labels if typed else columns) if n in columns]
-    suspect = [n for n in must_be_str if not set(map(type, columns[n])) <= _STR_OR_NONE]
-    suspect += [n for n in labels if n in columns and n not in suspect
-                and max(map(len, filter(None, columns[n])), default=0) * 4 > MAX_LABEL_VALUE_BYTES]
-    if not suspect:
-        return {}
-    bad: dict[int, str] = {}
-    for k in range(len(next(iter(columns.values())))):
-        problem = _field_problem({n: columns[n][k] for n in columns}, columns, labels, typed)
-        if problem is not None:
-            bad[k] = problem
-    return bad
-
-
-def _unstorable(columns: dict[str, list[Any]], types: dict[str, pa.DataType]) -> dict[int, str]:
-    """The rows (positions) whose values cannot be stored in their columns' types, with the reason: strings that
-    are not valid Unicode; for a typed parser, a value its Arrow type does not hold (a decimal past its
-    precision)."""
-    bad: dict[int, str] = {}
-    for name, values in columns.items():
-        for k, value in enumerate(values):
-            if k in bad or value is None:
-                continue
-            if isinstance(value, str):
-                try:
-                    value.encode("utf-8")
-                except UnicodeEncodeError as exc:
-                    bad[k] = f"column {name!r} is not valid Unicode ({exc.reason} at position {exc.start})"
-                    continue
-            if types[name] != pa.string() or not isinstance(value, str):  # a non-string must not fail the chunk
-                try:
-                    pa.array([value], types[name])
-                except (pa.ArrowException, ValueError, TypeError, OverflowError, UnicodeEncodeError) as exc:
-                    bad[k] = f"column {name!r}: the value does not fit {types[name]}: {exc}"[:1000]
-    return bad
-
-
-def _fraction_into_integer(value: Any, arrow_type: pa.DataType) -> bool:
-    """Whether Arrow would store ``value`` in ``arrow_type`` by dropping a fraction: ``pa.array([1.5], pa.int32())``
-    stores 1, silently, for a float anywhere an integer type is (nested ones included)."""
-    if value is None:
-        return False
-    if pa.types.is_integer(arrow_type):
-        return isinstance(value, float) and not value.is_integer()
-    if pa.types.is_struct(arrow_type) and isinstance(value, dict):
-        return any(_fraction_into_integer(value.get(f.name), f.type) for f in arrow_type)
-    if pa.types.is_map(arrow_type) and isinstance(value, list | tuple | dict):
-        pairs = value.items() if isinstance(value, dict) else value
-        return any(isinstance(pair, tuple | list) and len(pair) == 2 and (
-            _fraction_into_integer(pair[0], arrow_type.key_type) or _fraction_into_integer(pair[1],
-                                                                                           arrow_type.item_type))
-            for pair in pairs)
-    if (pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)) and isinstance(value, list | tuple):
-        return any(_fraction_into_integer(v, arrow_type.value_type) for v in value)
-    return False
-
-
-def _has_integers(arrow_type: pa.DataType) -> bool:
-    if pa.types.is_integer(arrow_type):
-        return True
-    return any(_has_integers(arrow_type.field(i).type) for i in range(arrow_type.num_fields))
-
-
-def _truncated(columns: dict[str, list[Any]], types: dict[str, pa.DataType]) -> dict[int, str]:
-    """The rows (positions) holding a fraction where their column's type has an integer: quarantined with the
-    reason, never stored as a different number (a rule over every parser, whatever its own checks)."""
-    bad: dict[int, str] = {}
-    for name, values in columns.items():
-        if not _has_integers(types[name]):
-            continue
-        if pa.types.is_integer(types[name]) and float not in set(map(type, values)):
-            continue  # a flat integer column without a float: checked at C speed, as _field_problems does
-        for k, value in enumerate(values):
-            if k not in bad and _fraction_into_integer(value, types[name]):
-                bad[k] = f"column {name!r}: {value!r} has a fraction, which {types[name]} cannot hold"[:1000]
-    return bad
-
-
-def _drop(bad: dict[int, str], rejected: list[tuple[int, str]], good: list[int], times: list[int],
-          columns: dict[str, list[Any]]) -> tuple[list[tuple[int, str]], list[int], list[int], dict[str, list[Any]]]:
-    """The parsed rows without the ``bad`` ones (positions among them), which join the rejected with their reason."""
-    rejected = sorted([*rejected, *((good[k], reason) for k, reason in bad.items())])
-    keep = [k for k in range(len(good)) if k not in bad]
-    return rejected, [good[k] for k in keep], [times[k] for k in keep], {n: [v[k] for k in keep]
-                                                                          for n, v in columns.items()}
-
-
-def _parse(spec: GroupSpec, table: pa.Table, topic: str,
-           latest_ms: int) -> tuple[pa.Table, list[int], list[tuple[int, str]], Parser | None]:
-    """Parsed rows (with event_time, dt, hour and the parser's columns), their source row indexes, and the
-    (row, reason) of every rejected record."""
-    parser = spec.parser_for(topic)
-    if isinstance(parser, str):
-        return pa.table({}), [], [(i, parser) for i in range(table.num_rows)], None
-    stamps = table.column("timestamp").cast(TIMESTAMP_MS, safe=False).cast(pa.int64()).to_pylist()
-    if table.num_rows:
-        heads = pc.binary_slice(table.column("value"), 0, parser.header_bytes).to_pylist()
-        parser.prepare(heads)  # RetryableError: retry the batch
-        if parser.decodes_keys:
-            parser.prepare_keys(pc.binary_slice(table.column("key"), 0, KEY_HEADER_BYTES).to_pylist())
-    types = {**parser.columns(), **parser.key_columns()}
-    keys = _values(table, "key") if parser.decodes_keys else itertools.repeat(None, table.num_rows)
-    good: list[int] = []
-    times: list[int] = []
-    columns: dict[str, list[Any]] = {name: [] for name in types}
-    parsed: list[dict[str, Any]] = []  # the last few records' fields, moved into ``columns`` a thousand at a time
-
-    def to_columns() -> None:
-        for name, values_of in columns.items():
-            values_of.extend([fields.get(name) for fields in parsed])
-        parsed.clear()
-
-    rejected: list[tuple[int, str]] = []
-    labels = parser.labels()
-    per_ms = 1000 if parser.time_unit == "us" else 1
-    decodes_keys, parse, latest = parser.decodes_keys, parser.parse, latest_ms * per_ms
-    for i, (value, stamp, key) in enumerate(zip(_values(table), stamps, keys, strict=True)):
-        try:
-            event_time, fields = parse(value, stamp)
-            if decodes_keys:
-                fields = {**fields, **parser.parse_key(key)}
-        except ParseError as exc:
-            rejected.append((i, exc.reason))
-            continue
-        except (ValueError, OverflowError, OSError) as exc:  # a Kafka time no calendar holds, for example
-            rejected.append((i, f"the record's time cannot be read ({exc}); Kafka timestamp {stamp}"))
-            continue
-        except Exception as exc:  # a parser's bug on one record quarantines it, never the group
-            rejected.append((i, f"parser {parser.name} failed on this record: {type(exc).__name__}: {exc}"[:1000]))
-            continue
-        if not isinstance(event_time, int) or not 0 <= event_time <= latest:
-            shown = event_time // per_ms if isinstance(event_time, int) else repr(event_time)
-            rejected.append((i, f"event time {shown} ms is outside [1970-01-01, read time + 1 day]"))
-            continue
-        good.append(i)
-        times.append(event_time)
-        parsed.append(fields)
-        if len(parsed) >= 1024:
-            to_columns()
-    to_columns()
-    bad = _field_problems(columns, labels, parser.typed) if columns else {}
-    bad.update({k: v for k, v in _truncated(columns, types).items() if k not in bad})
-    if bad:
-        rejected, good, times, columns = _drop(bad, rejected, good, times, columns)
-    try:
-        arrays = {name: pa.array(vals, types[name]) for name, vals in columns.items()}
-    except (UnicodeEncodeError, pa.ArrowException, ValueError, TypeError, OverflowError):
-        # A lone surrogate (JSON allows "\ud800"), or a typed value its column cannot hold.
-        rejected, good, times, columns = _drop(_unstorable(columns, types), rejected, good, times, columns)
-        arrays = {name: pa.array(vals, types[name]) for name, vals in columns.items()}
-    base = table if len(good) == table.num_rows else _take(table, good)  # usually every record parses: no copy
-    micros = pc.multiply(pa.array(times, pa.int64()), 1000 // per_ms)  # the parser's unit to microseconds
-    day, hour = _hour_partitions(micros, spec.ingest.partition_by_hour)
-    out = pa.table({
-        **{f.name: base.column(f.name) for f in KAFKA_FIELDS},
-        "event_time": micros.cast(TIMESTAMP),
-        "dt": day,
-        "hour": hour,
-        **arrays,
-    })
-    return out.cast(pa.schema([*PARTITION_BASE_FIELDS, *(pa.field(n, t) for n, t in types.items())])), \
-        good, rejected, parser
+def _row_groups(parsed: pa.Table, tenants: pa.Array, labels: list[str]) -> list[RowGroup]:
+    """The parsed rows by (tenant, dt, hour), in the order each first appears: the key, its rows (None: every
+    row) and its distinct label sets, sorted (a missing label as ""). Grouped by Arrow, not record by record."""
+    keys = ["tenant", "dt", "hour"]
+    named = [f"label{i}" for i in range(len(labels))]
+    keyed = pa.table({"tenant": tenants, "dt": parsed.column("dt"), "hour": parsed.column("hour"),
+                      **{f"label{i}": pc.fill_null(parsed.column(n).cast(pa.string()), "")
+                         for i, n in enumerate(labels)}})
+    sets: dict[tuple[str, str, int | None], set[tuple[tuple[str, str], ...]]] = defaultdict(set)
+    for row in keyed.group_by(keys + named, use_threads=False).aggregate([]).to_pylist():
+        sets[(row["tenant"], row["dt"], row["hour"])].add(tuple(zip(labels, (row[n] for n in named), strict=True)))
+    if len(sets) == 1:
+        [(key, found)] = sets.items()
+        return [(key, None, sorted(found))]
+    grouped = keyed.select(keys).append_column("row", pa.array(np.arange(keyed.num_rows, dtype=np.int64))).group_by(
+        keys, use_threads=False).aggregate([("row", "list")])
+    lists = grouped.column("row_list").combine_chunks()
+    members = {key: lists[i].values
+               for i, key in enumerate(zip(*(grouped.column(k).to_pylist() for k in keys), strict=True))}
+    return [(key, members[key], sorted(found)) for key, found in sets.items()]
 
 
 def _record_groups(spec: GroupSpec, table: pa.Table,
@@ -566,7 +377,8 @@ def _write_topic(spec: GroupSpec, bucket: Bucket, table: pa.Table, chunks: list[
         for record, members in groups:
             part = subset if members is None else _take(subset, members)
             origin = valid if members is None else [valid[m] for m in members]  # the group's rows in ``table``
-            parsed, good, rejected, parser = _parse(spec, part, topic, clamp[1])
+            parsed, good, rejected, parser = parse_records(spec.parser_for(topic), part, clamp[1],
+                                                          spec.ingest.partition_by_hour)
             parser_name = parser.name if parser is not None else "-"
             schema_ids, fingerprint = parser.schema_info() if parser is not None else ([], "")
             for row, reason in rejected:
@@ -574,16 +386,12 @@ def _write_topic(spec: GroupSpec, bucket: Bucket, table: pa.Table, chunks: list[
                 quarantine[tenants[origin[row]]][1].append(reason)
             if not parsed.num_rows:
                 continue
-            hours = parsed.column("hour").to_pylist()
-            days = parsed.column("dt").to_pylist()
-            keys = [(tenants[origin[g]], d, h) for g, d, h in zip(good, days, hours, strict=True)]
-            label_cols = {n: parsed.column(n).to_pylist() for n in (parser.labels() if parser else [])}
-            by_key = _by(keys)
-            for (tenant, day, hour), rows in by_key.items():
+            labels_of = parser.labels() if parser else []
+            for (tenant, day, hour), in_block, sets in _row_groups(parsed, _row_tenants(tenants, origin, good),
+                                                                   labels_of):
                 pv = {"dt": day} if hour is None else {"dt": day, "hour": f"{hour:02d}"}
-                sets = sorted({tuple((n, label_cols[n][r] or "") for n in label_cols) for r in rows})
                 labels = [{"topic": topic, **pv, **dict(s)} for s in sets]
-                picked = parsed if len(by_key) == 1 else _take(parsed, rows)  # one day and tenant: no copy
+                picked = parsed if in_block is None else parsed.take(in_block)  # one day and tenant: no copy
                 by_block.setdefault((tenant, day, hour), []).append(
                     DatasetInput("records", topic, picked, "event_time", labels=labels, schema_ids=schema_ids,
                                  schema_fingerprint=fingerprint, record=record, by_partition=by_partition))

@@ -16,7 +16,8 @@ from tests.factories import BASE_MS, backup_table
 
 from shale.block import read_dataset
 from shale.config import BucketConfig, IngestConfig, ParserRule, TenantRule
-from shale.encoder.chunks import Chunk, GroupSpec, _hour_partitions, write_chunk
+from shale.encoder.chunks import Chunk, GroupSpec, write_chunk
+from shale.encoder.parsing import hour_partitions
 from shale.encoder.tenants import TenantMapper
 from shale.errors import ConfigError, MetastoreUnavailableError
 from shale.index import OffsetRow
@@ -282,7 +283,7 @@ def test_available_now_gives_up_after_repeated_batch_failures_and_a_service_keep
 
 @given(st.lists(st.integers(0, 253_402_300_799_999_999), max_size=50), st.booleans())
 def test_each_record_s_dt_and_hour_are_its_own_utc_day_and_hour(micros: list[int], by_hour: bool) -> None:
-    day, hour = _hour_partitions(pa.array(micros, pa.int64()), by_hour)
+    day, hour = hour_partitions(pa.array(micros, pa.int64()), by_hour)
     expected = [dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=m) for m in micros]
     assert day.to_pylist() == [e.strftime("%Y-%m-%d") for e in expected]
     assert hour.to_pylist() == [e.hour if by_hour else None for e in expected]

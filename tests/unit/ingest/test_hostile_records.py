@@ -16,7 +16,8 @@ from tests.factories import BASE_MS, backup_table
 
 from shale.block import read_dataset
 from shale.config import BucketConfig, IngestConfig, ParserRule
-from shale.encoder.chunks import MAX_LABEL_VALUE_BYTES, Chunk, GroupSpec, write_chunk
+from shale.encoder.chunks import Chunk, GroupSpec, write_chunk
+from shale.encoder.parsing import MAX_LABEL_VALUE_BYTES
 from shale.objstore import open_bucket
 
 READ_MS = BASE_MS + 7 * 86_400_000

@@ -10,7 +10,7 @@ import pyarrow as pa
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from shale.encoder.chunks import _fraction_into_integer, _truncated
+from shale.encoder.parsing import _fraction_into_integer, _truncated
 
 numbers = st.one_of(st.none(), st.integers(-2**31, 2**31 - 1), st.floats(-1e9, 1e9, allow_nan=False),
                     st.sampled_from([1.5, 2.0, -0.5, 7.0]))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from shale.config import parser_entry_points
-from shale.encoder.parsers.base import ParseError, Parser, infer_year, to_ms, to_us
+from shale.encoder.parsers.base import BatchParse, ParseError, Parser, infer_year, to_ms, to_us
 from shale.errors import ConfigError
 
 
@@ -33,4 +33,4 @@ def load_parser(name: str, options: dict[str, Any] | None = None) -> Parser:
     return parser
 
 
-__all__ = ["ParseError", "Parser", "available_parsers", "infer_year", "load_parser", "to_ms", "to_us"]
+__all__ = ["BatchParse", "ParseError", "Parser", "available_parsers", "infer_year", "load_parser", "to_ms", "to_us"]

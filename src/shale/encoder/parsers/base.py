@@ -15,6 +15,7 @@ import datetime as dt
 import hashlib
 import json
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
@@ -31,6 +32,16 @@ class ParseError(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+@dataclass(frozen=True)
+class BatchParse:
+    """The records of a chunk a parser read in one native pass (``Parser.parse_batch``): their places in the chunk
+    (ascending), event times (in the parser's ``time_unit``) and every column of ``columns``, one value each."""
+
+    rows: pa.Array
+    times: pa.Array
+    columns: dict[str, pa.Array]
 
 
 class Parser(ABC):
@@ -107,6 +118,13 @@ class Parser(ABC):
     def named_schema_id(self) -> int | None:
         """The registry id of the reader schema the parser was told to read every record as (recorded in the block
         metadata's parser), or None."""
+        return None
+
+    def parse_batch(self, values: pa.Array) -> BatchParse | None:
+        """The chunk's values (binary, as ``parse`` sees them one by one) read at once, in native code: for each
+        record it returns, exactly the time and columns ``parse`` gives it; a record it is not sure of (one ``parse``
+        would quarantine, or might read otherwise) it leaves out, and ``parse`` decides it. None (the default):
+        every record goes to ``parse``. Never called for a parser that ``decodes_keys``."""
         return None
 
     @abstractmethod

@@ -13,7 +13,8 @@ import pyarrow as pa
 from pydantic import Field, field_validator, model_validator
 
 from shale.config import ParserOptions, TimeFormat, TimeZone
-from shale.encoder.parsers.base import ParseError, Parser, infer_year, to_us
+from shale.encoder.parsers.base import BatchParse, ParseError, Parser, infer_year, to_us
+from shale.encoder.parsers.jsonbatch import JsonBatch
 from shale.encoder.parsers.jsontypes import TYPE_HELP, arrow_type, check_type, converter, iso_timestamp
 
 EPOCH_FORMATS = {"epoch_ms": 1000, "epoch_s": 1_000_000, "epoch_us": 1}  # microseconds per unit
@@ -131,6 +132,10 @@ class JsonTimestampParser(Parser):
         self.from_text = [column for column, name in declared.items()
                           if name.startswith("decimal") or (name == "double" and self.approximate)]
         self.decimals = [column for column, name in declared.items() if name.startswith("decimal")]
+        # The batch path reads JSON text: not for a subclass that decodes another format (msgpack).
+        self.batch = (JsonBatch.plan(self.time_path, self.time_format, settings.timezone == "UTC", self.column_paths,
+                                     {p.replace(".", "_"): name for p, name in settings.types.items()})
+                      if type(self).decode is JsonTimestampParser.decode else None)
 
     typed: ClassVar[bool] = True  # its columns have the types ``columns`` says: strings unless declared
 
@@ -139,6 +144,10 @@ class JsonTimestampParser(Parser):
 
     def labels(self) -> list[str]:
         return list(self.label_paths)
+
+    def parse_batch(self, values: pa.Array) -> BatchParse | None:
+        """The values read by Arrow's JSON reader where it reads what ``parse`` would (``jsonbatch``)."""
+        return None if self.batch is None else self.batch.read(values)
 
     approximate: ClassVar[bool] = True
     """Whether ``decode`` may read a number inexactly (orjson: an integer beyond 64 bits becomes a float)."""
