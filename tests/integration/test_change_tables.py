@@ -40,8 +40,7 @@ def _key(row_id: int) -> bytes:
     return json.dumps({"schema": KEY_SCHEMA, "payload": {"id": row_id}}).encode()
 
 
-def _event(op: str, row_id: int, name: str | None) -> bytes:
-    now = int(time.time() * 1000)
+def _event(op: str, row_id: int, name: str | None, now: int) -> bytes:
     row = None if name is None else {"id": row_id, "name": name}
     before = {"id": row_id, "name": None} if op in ("u", "d") else None
     payload = {"before": before, "after": None if op == "d" else row, "op": op, "ts_ms": now,
@@ -49,11 +48,12 @@ def _event(op: str, row_id: int, name: str | None) -> bytes:
     return json.dumps({"schema": VALUE_SCHEMA, "payload": payload}).encode()
 
 
-def _produce(producer: CheckedProducer, topic: str, changes: list[tuple[str, int, str | None]]) -> None:
+def _produce(producer: CheckedProducer, topic: str, changes: list[tuple[str, int, str | None]], at: int) -> None:
+    """The changes as Debezium writes them, their source time and Kafka timestamp ``at`` (ms)."""
     for op, row_id, name in changes:
-        producer.produce(topic, key=_key(row_id), value=_event(op, row_id, name))
+        producer.produce(topic, key=_key(row_id), value=_event(op, row_id, name, at), timestamp=at)
         if op == "d":  # Debezium's tombstone after a delete, for log compaction
-            producer.produce(topic, key=_key(row_id), value=None)  # type: ignore[arg-type]
+            producer.produce(topic, key=_key(row_id), value=None, timestamp=at)  # type: ignore[arg-type]
     producer.producer.flush(60)
     assert producer.errors == []
 
@@ -67,12 +67,11 @@ def test_a_debezium_topic_reads_as_its_latest_rows(kafka, minio_bucket, spark, t
     topic = f"shop.public.customers-{uuid.uuid4().hex[:6]}"
     create_topic(kafka.bootstrap_servers, topic, 2)
     producer = CheckedProducer({"bootstrap.servers": kafka.bootstrap_servers, "enable.idempotence": True})
-    _produce(producer, topic, [("r", i, f"snap{i}") for i in range(1, 6)])
-    _produce(producer, topic, [("c", 6, "six"), ("u", 1, "one"), ("d", 2, None), ("d", 4, None)])
-    time.sleep(0.05)
-    between = int(time.time() * 1000)
-    time.sleep(0.05)
-    _produce(producer, topic, [("c", 4, "four again"), ("u", 6, "six b"), ("d", 5, None), ("u", 3, "three")])
+    now = int(time.time() * 1000)
+    _produce(producer, topic, [("r", i, f"snap{i}") for i in range(1, 6)], now - 3_000)
+    _produce(producer, topic, [("c", 6, "six"), ("u", 1, "one"), ("d", 2, None), ("d", 4, None)], now - 2_000)
+    between = now - 1_000
+    _produce(producer, topic, [("c", 4, "four again"), ("u", 6, "six b"), ("d", 5, None), ("u", 3, "three")], now)
     del producer  # every record is delivered: no client left to reconnect once the broker stops
     expected = {1: "one", 3: "three", 4: "four again", 6: "six b"}
     earlier = {1: "one", 3: "snap3", 5: "snap5", 6: "six"}
