@@ -335,15 +335,16 @@ def _set_message(target: Any, f: Field, value: Any) -> None:
 # --- storing and comparing ---------------------------------------------------------------------------------------
 
 def store_chunk(values_: list[bytes], registry: SchemaRegistryConfig, keys: list[bytes] | None = None,
-                **options: Any) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
-    """Framed records (and keys, when given) through the ``protobuf`` parser into an in-memory bucket, as ingest
-    writes a chunk: the rows stored and the reasons quarantined, by the record's offset."""
+                parser: str = "protobuf", **options: Any) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
+    """Framed records (and keys, when given) through the ``protobuf`` parser (or another registry ``parser``) into
+    an in-memory bucket, as ingest writes a chunk: the rows stored and the reasons quarantined, by the record's
+    offset."""
     table = backup_table("app", 0, 0, len(values_))
     table = table.set_column(table.schema.get_field_index("value"), "value", pa.array(values_, pa.binary()))
     if keys is not None:
         table = table.set_column(table.schema.get_field_index("key"), "key", pa.array(keys, pa.binary()))
     spec = GroupSpec("partition", 1, BucketConfig(url=f"memory://protobuf-{uuid.uuid4().hex}"),
-                     IngestConfig(parsers=[ParserRule(parser="protobuf", options=options)], schema_registry=registry))
+                     IngestConfig(parsers=[ParserRule(parser=parser, options=options)], schema_registry=registry))
     bucket = open_bucket(spec.bucket)
     written = write_chunk(spec, bucket, table, Chunk("app", 0, "", 0, len(values_), READ_MS))
     rows: dict[int, dict[str, Any]] = {}

@@ -11,21 +11,15 @@ from __future__ import annotations
 
 import itertools
 import logging
-import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from hypothesis import example, given, note
 from hypothesis import strategies as st
-from tests.factories import backup_table
-from tests.unit.schemas.test_avro_roundtrip import READ_MS, REGISTRY, _encode, _register
+from tests.protobuf_evolution import store_chunk as stored_chunk
+from tests.unit.schemas.test_avro_roundtrip import REGISTRY, _encode, _register
 
-from shale.block import read_dataset
-from shale.config import BucketConfig, IngestConfig, ParserRule
-from shale.encoder.chunks import Chunk, GroupSpec, write_chunk
-from shale.objstore import open_bucket
 from shale.schemas import frame
 
 PROMOTIONS = ["int", "long", "float", "double"]
@@ -93,25 +87,8 @@ def cases(draw: st.DrawFn) -> Case:
 
 
 def store_chunk(values: list[bytes]) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
-    """Framed records through the ``avro`` parser into an in-memory bucket, as ingest writes a chunk: the rows
-    stored and the reasons quarantined, by the record's offset."""
-    table = backup_table("app", 0, 0, len(values))
-    table = table.set_column(table.schema.get_field_index("value"), "value", pa.array(values, pa.binary()))
-    spec = GroupSpec("partition", 1, BucketConfig(url=f"memory://avro-renames-{uuid.uuid4().hex}"),
-                     IngestConfig(parsers=[ParserRule(parser="avro")], schema_registry=REGISTRY))
-    bucket = open_bucket(spec.bucket)
-    written = write_chunk(spec, bucket, table, Chunk("app", 0, "", 0, len(values), READ_MS))
-    rows: dict[int, dict[str, Any]] = {}
-    reasons: dict[int, str] = {}
-    for meta in written.blocks:
-        for dataset in meta.datasets:
-            found = read_dataset(bucket, meta, dataset).to_pylist()
-            if dataset.kind == "quarantine":
-                reasons.update({r["offset"]: r["reason"] for r in found})
-            elif dataset.kind == "records":
-                rows.update({r["offset"]: r for r in found})
-    assert len(rows) + len(reasons) == len(values)  # nothing lost
-    return rows, reasons
+    """Framed records through the ``avro`` parser into an in-memory bucket, as ingest writes a chunk."""
+    return stored_chunk(values, REGISTRY, parser="avro")
 
 
 def _stored(versions: Versions, writes: list[tuple[int, dict[str, Any]]], cuts: list[int]) -> dict[int, Any]:
