@@ -12,9 +12,11 @@ from tests.factories import BASE_MS
 
 from shale.block import BlockMeta, BlockSpec, DatasetInput, KafkaRange, deterministic_block_id, write_block
 from shale.block.schemas import BACKUP_SCHEMA, QUARANTINE_SCHEMA, partition_schema
+from shale.config import BucketConfig
 from shale.errors import MetastoreUnavailableError
 from shale.metastore import CommitIngestBatch, MetastoreService, OffsetRange, PlanErasure
 from shale.objstore import Bucket
+from shale.restore.task import PartitionWork, _dead_letter
 
 TOPIC = "app"
 PARTITIONS = (0, 1)
@@ -139,3 +141,29 @@ class CutOff:
         if self.down:
             raise MetastoreUnavailableError("the metastore is unreachable (the model's outage)")
         return self._service.submit(command)
+
+
+def records_in(table: pa.Table, produced: dict[Record, bytes]) -> list[Record]:
+    """The records a block's dataset holds, each checked as written: its key, its value byte for byte and, where
+    the dataset has the typed column, its ``customer.id``."""
+    customers = pc.struct_field(table.column("customer"), "id").to_pylist() if "customer" in table.column_names \
+        else [None] * table.num_rows
+    out = []
+    for p, o, key, value, customer in zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(),
+                                          table.column("key").to_pylist(), table.column("value").to_pylist(),
+                                          customers, strict=True):
+        record = (p, o, incarnation_of(value))
+        assert (key, value) == (produced[record], value_of(*record)), record
+        assert "customer" not in table.column_names or customer == customer_of(record), record
+        out.append(record)
+    return out
+
+
+def restore_dead_letter(bucket: BucketConfig, record: Record, key: bytes, job: str) -> str:
+    """A restore's dead letter of ``record`` (its target refused it: too large), key and value verbatim; its key."""
+    partition, offset, incarnation = record
+    work = PartitionWork(job=job, topic=TOPIC, target_topic=f"{TOPIC}-back", partition=partition, start=0,
+                         end=offset + 1, intervals=(), source_partitions=2, target_partitions=2, until_ms=None,
+                         commit_every=100, tenant="acme", max_message_bytes=10, dead_letter=True,
+                         incarnation=incarnation)
+    return _dead_letter(bucket, work, "b", offset, 99, key, value_of(*record), [], 1_000)
