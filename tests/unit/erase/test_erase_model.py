@@ -214,12 +214,13 @@ class ErasureModel(RuleBasedStateMachine):
         """``shale erase --column customer.id --value V``: the request keeps the hash of the value's canonical form
         (``1.0`` is ``1``: the same request); its records are those whose typed column holds it, found in the
         partition group (a record its parser quarantined has no typed column, and is not one of them), erased in
-        both groups by position. Before any partition block is indexed the column is unknown: a clear error."""
-        if not any(b.group == "partition" for b in self.service.tenant_blocks("acme")):
-            with pytest.raises(ColumnValueError, match="no records dataset"):
-                column_request(self.service, "acme", COLUMN, value, [TOPIC])
+        both groups by position. Before the index holds a typed record the column may be unknown: a clear error."""
+        try:
+            request = column_request(self.service, "acme", COLUMN, value, [TOPIC])
+        except ColumnValueError as exc:  # no records dataset: every record so far quarantined by its parser
+            assert "no records dataset" in str(exc)  # noqa: PT017 (a rule, not a test: either outcome may come)
+            assert not [r for r in self._live()["partition"] if parsed(r)]
             return
-        request = column_request(self.service, "acme", COLUMN, value, [TOPIC])
         request = ErasureRequest("acme", topics=request.topics, column=request.column,
                                  value_sha256=request.value_sha256, delete_delay=delay)
         wanted = int(float(value))
@@ -509,3 +510,19 @@ def test_the_known_bug_strands_the_records_and_the_next_round_erases_them() -> N
                        ("time_passes_and_maintenance_runs", {"hours": 2.1}),
                        ("try_receipts", {}))
     assert len(receipts) == 2
+
+
+def test_a_column_erasure_before_any_typed_record_is_refused_then_made() -> None:
+    """Found by the model's long run (a fault of the model's, not Shale's): the only record indexed is one its
+    parser quarantined, so no records dataset has the column and the request is a clear error, nothing
+    committed; once a typed record is indexed the same request is made and gets its receipt."""
+    receipts = _replay(("produce_and_ingest", {"partition": 0, "keys": [KEYS[0]], "reachable": True}),
+                       ("request_erasure_by_column", {"value": "0", "delay": 0.0, "killed": False,
+                                                      "with_kafka": False}),
+                       ("produce_and_ingest", {"partition": 0, "keys": [KEYS[1]] * 3}),
+                       ("request_erasure_by_column", {"value": "0", "delay": 0.0, "killed": False,
+                                                      "with_kafka": False}),
+                       ("compact", {}),
+                       ("time_passes_and_maintenance_runs", {"hours": 2.1}),
+                       ("try_receipts", {}))
+    assert len(receipts) == 1
