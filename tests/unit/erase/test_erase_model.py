@@ -31,7 +31,7 @@ from unittest import mock
 
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from tests.factories import Clock
@@ -153,6 +153,7 @@ class ErasureModel(RuleBasedStateMachine):
                 assert outcome == ("committed" if reachable else "dead-lettered"), outcome
         finally:
             self.cut_off.down = False
+        event(f"commit {'committed' if reachable else 'dead-lettered'}")
         self.ends[partition] = start + len(keys)
         for i, key in enumerate(keys):
             self.produced[(partition, start + i, self.incarnation)] = key
@@ -266,6 +267,7 @@ class ErasureModel(RuleBasedStateMachine):
         self.killed = [(r, b) for r, b in self.killed if r.id != request.id]  # this run resumed that round
         stranded = taken & self._pending()["backup"] if self.stranded_by_known_bug else set()
         self.stranded[report.id], taken = stranded, taken - stranded
+        event("a request's record stranded (known bug)" if stranded else "request planned")
         self.erased[report.id] = taken
         # Records an earlier round erased are found again while its rewrite is pending, not once it is done.
         earlier = set().union(*(e for i, e in self.erased.items() if i != report.id))
@@ -308,8 +310,10 @@ class ErasureModel(RuleBasedStateMachine):
                 live = self._live()["backup"]
                 if not ("final scan found" in str(exc) and [r for r in self.stranded[erasure] if live[r]]):
                     raise
+                event("a receipt refused for the known bug")
                 continue
             self.receipts.add(erasure)
+            event("receipt written")
             self.quarantined = [(meta, kept - self.erased[erasure]) for meta, kept in self.quarantined]
             self.letters = {n: (r, stub or r in self.erased[erasure]) for n, (r, stub) in self.letters.items()}
             scanned = receipt["leftover_scan"]  # what it found before erasing outside the index, and what it erased
