@@ -31,8 +31,10 @@ from unittest import mock
 
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, event, settings
+from hypothesis import HealthCheck, settings
+from hypothesis import event as hypothesis_event
 from hypothesis import strategies as st
+from hypothesis.control import currently_in_test_context
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from tests.factories import Clock
 from tests.unit.erase.model_world import (
@@ -85,6 +87,12 @@ MODEL_SETTINGS = settings(max_examples=int(os.environ.get("SHALE_MODEL_EXAMPLES"
                           suppress_health_check=list(HealthCheck))
 """Short in ``make test``; the long profile runs 400 sequences of up to 40 steps (``SHALE_MODEL_EXAMPLES`` sets
 another count)."""
+
+
+def event(what: str) -> None:
+    """Count ``what`` in ``--hypothesis-show-statistics`` (nothing in a fixed walk: no hypothesis test runs it)."""
+    if currently_in_test_context():
+        hypothesis_event(what)
 
 
 class ErasureModel(RuleBasedStateMachine):
