@@ -1,11 +1,13 @@
-"""The erasure model (DESIGN 19.8): a hypothesis state machine interleaving produce and ingest of both groups,
-compaction, topic recreation, repair quarantining a damaged copy, restore dead letters, erasures (repeated,
-overlapping, killed between request and plan and run again), the passing of time with the leader's maintenance,
-and receipts; against the real metastore service, block writer, compaction worker (``ThreadRunner``), erase
-driver, receipt writer and leftover scan, on an in-memory bucket.
+"""The erasure model (DESIGN 19.8): a hypothesis state machine interleaving produce and ingest of both groups
+(committed by the real ``Committer``, through the dead letter queue in a metastore outage, replayed later),
+compaction, topic recreation, repair quarantining a damaged copy, restore dead letters, erasures by key and by a
+column's value (repeated, overlapping, killed between request and plan and run again), the passing of time with
+the leader's maintenance, and receipts; against the real metastore service, block writer, compaction worker
+(``ThreadRunner``), erase driver, receipt writer and leftover scan, on an in-memory bucket (``model_world``).
 
 Invariants: every record not erased is in the live blocks byte for byte, exactly once per group, after every
-step, in each quarantined copy once, and in each dead letter until an erasure's receipt makes it a stub; after
+step (unless its commit waits in the dead letter queue: then in neither), in each quarantined copy once, and in
+each dead letter until an erasure's receipt makes it a stub; after
 each receipt the leftover scan finds nothing of that erasure, and none of its records is live.
 
 ``make test`` runs a short profile; ``SHALE_HYPOTHESIS_PROFILE=long`` (or the nightly ``HYPOTHESIS_PROFILE=nightly``)
@@ -27,41 +29,57 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import HealthCheck, settings
+from hypothesis import event as hypothesis_event
 from hypothesis import strategies as st
+from hypothesis.control import currently_in_test_context
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from tests.factories import BASE_MS, Clock
-from tests.unit.erase.test_erase import _worker, write_level0
-
-from shale.block import (
-    BlockMeta,
-    BlockSpec,
-    KafkaRange,
-    block_file_key,
-    deterministic_block_id,
-    read_dataset,
-    write_quarantine_mark,
+from tests.factories import Clock
+from tests.unit.erase.model_world import (
+    COLUMN,
+    CUSTOMERS,
+    KEYS,
+    PARTITIONS,
+    TOPIC,
+    CutOff,
+    KilledBeforePlan,
+    KilledError,
+    Record,
+    commit_of,
+    customer_of,
+    parsed,
+    records_in,
+    restore_dead_letter,
+    value_of,
+    write,
 )
-from shale.block.schemas import BACKUP_SCHEMA
+from tests.unit.erase.test_erase import _worker
+
+from shale.block import DLQ_PREFIX, BlockMeta, block_file_key, read_dataset, write_quarantine_mark
 from shale.config import BucketConfig, CompactionConfig, KafkaConfig, RetentionConfig
-from shale.erase import ErasureRequest, Needle, ReceiptNotReadyError, erase, scan_leftovers, write_receipt
+from shale.erase import (
+    ColumnValueError,
+    ErasureRequest,
+    Needle,
+    ReceiptNotReadyError,
+    column_request,
+    erase,
+    scan_leftovers,
+    write_receipt,
+)
 from shale.erase import api as erase_api
-from shale.metastore import AddBlocks, ErasureWatermark, MetastoreService, PlanErasure, SingleNodeLog, StateMachine
+from shale.errors import ShaleError
+from shale.ingest.committer import Committer
+from shale.metastore import DeadLetterQueue, ErasureWatermark, MetastoreService, SingleNodeLog, StateMachine
+from shale.metastore.dlq import REJECTED_PREFIX
 from shale.metastore.maintenance import Maintenance
 from shale.objstore import open_bucket
-from shale.restore.task import PartitionWork, _dead_letter
 
 HOUR = 3600.0
-TOPIC = "app"
-PARTITIONS = (0, 1)
-KEYS = (b"k0", b"k1", b"k1\n")
-"""Three keys, one the prefix of another (a match is by the whole key's hash, never a prefix)."""
 KAFKA = KafkaConfig(bootstrap_servers="127.0.0.1:1")
-
-Record = tuple[int, int, str]
-"""A record's position: partition, offset, incarnation."""
+GROUPS = ("backup", "partition")
 
 _long = os.environ.get("SHALE_HYPOTHESIS_PROFILE") == "long" or os.environ.get("HYPOTHESIS_PROFILE") == "nightly"
 MODEL_SETTINGS = settings(max_examples=int(os.environ.get("SHALE_MODEL_EXAMPLES", "400" if _long else "6")),
@@ -71,54 +89,20 @@ MODEL_SETTINGS = settings(max_examples=int(os.environ.get("SHALE_MODEL_EXAMPLES"
 another count)."""
 
 
-class KilledError(RuntimeError):
-    """The erase driver killed between its request and its plan."""
-
-
-class KilledBeforePlan:
-    """The metastore as an erase driver sees it, dying when it submits its plan."""
-
-    def __init__(self, service: MetastoreService) -> None:
-        self._service = service
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._service, name)
-
-    def submit(self, command: Any) -> Any:
-        if isinstance(command, PlanErasure):
-            raise KilledError("killed before PlanErasure")
-        return self._service.submit(command)
-
-
-def _write(bucket: Any, group: str, partition: int, start: int, keys: list[bytes], incarnation: str,
-           generation: int = 1) -> BlockMeta:
-    """A level-0 block of ``group`` holding app[partition]@[start, start+len(keys)) of ``incarnation``; a partition
-    block holds every third record quarantined."""
-    count = len(keys)
-    offsets = list(range(start, start + count))
-    rows = {
-        "topic": pa.array([TOPIC] * count),
-        "partition": pa.array([partition] * count, pa.int32()),
-        "offset": pa.array(offsets, pa.int64()),
-        "timestamp": pa.array([BASE_MS + o * 1000 for o in offsets], pa.timestamp("ms", tz="UTC")),
-        "timestamp_type": pa.array([0] * count, pa.int8()),
-        "key": pa.array(keys, pa.binary()),
-        "value": pa.array([_value(partition, o, incarnation) for o in offsets], pa.binary()),
-        "headers": pa.array([[]] * count, BACKUP_SCHEMA.field("headers").type),
-    }
-    block_id = deterministic_block_id(BASE_MS + start * 1000,
-                                      f"{group}/{generation}/{incarnation}/{partition}/{start}")
-    spec = BlockSpec(id=block_id, tenant="acme", group=group, generation=generation, kafka=[
-        KafkaRange(topic=TOPIC, partition=partition, start=start, end=start + count, incarnation=incarnation)])
-    return write_level0(bucket, spec, TOPIC, pa.table(rows, schema=BACKUP_SCHEMA))
-
-
-def _value(partition: int, offset: int, incarnation: str) -> bytes:
-    """Unique per record across incarnations: a copy of another record's value would be seen."""
-    return f'{{"p": {partition}, "o": {offset}, "i": "{incarnation}"}}'.encode()
+def event(what: str) -> None:
+    """Count ``what`` in ``--hypothesis-show-statistics`` (nothing in a fixed walk: no hypothesis test runs it)."""
+    if currently_in_test_context():
+        hypothesis_event(what)
 
 
 class ErasureModel(RuleBasedStateMachine):
+    stranded_by_known_bug = True
+    """The known bug the model found (``test_a_record_dead_lettered_before_a_request_is_erased_...`` below): a
+    request's record that is not in the index when its erase driver scans (its commit waits in the dead letter
+    queue) is never erased by it, and once the record is indexed the receipt's final scan refuses the receipt for
+    ever. While True the model expects exactly that of such records (``stranded``); False: what the design
+    promises (the regression test)."""
+
     def __init__(self) -> None:
         super().__init__()
         self.dir = Path(tempfile.mkdtemp(prefix="erase-model-"))
@@ -140,7 +124,15 @@ class ErasureModel(RuleBasedStateMachine):
         self.letters: dict[str, tuple[Record, bool]] = {}
         """Restore dead letters: each object's record, and whether a receipt made it a stub."""
         self.killed: list[tuple[ErasureRequest, set[Record]]] = []
-        """Requests killed before their plan, each with the records of its key produced before it: its own."""
+        """Requests killed before their plan, each with the records it matched when first made: its own."""
+        self.cut_off = CutOff(self.service)
+        self.dlq = DeadLetterQueue(self.store, clock=self.clock)
+        self.committers = {g: Committer(self.cut_off, self.dlq, g, 1) for g in GROUPS}
+        """Each group's ingest driver, committing through the dead letter queue when the metastore is out of reach
+        (``self.cut_off.down``)."""
+        self.batches = 0
+        self.stranded: dict[str, set[Record]] = {}
+        """Per erasure, its records its scan could not see (``stranded_by_known_bug``): not erased by it."""
         self.patch = mock.patch.object(erase_api, "high_watermarks", self.high_watermarks)
         self.patch.start()
 
@@ -153,12 +145,23 @@ class ErasureModel(RuleBasedStateMachine):
         self.patch.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    @rule(partition=st.sampled_from(PARTITIONS), keys=st.lists(st.sampled_from(KEYS), min_size=1, max_size=6))
-    def produce_and_ingest(self, partition: int, keys: list[bytes]) -> None:
+    @rule(partition=st.sampled_from(PARTITIONS), keys=st.lists(st.sampled_from(KEYS), min_size=1, max_size=6),
+          reachable=st.sampled_from([True, True, False]))
+    def produce_and_ingest(self, partition: int, keys: list[bytes], reachable: bool = True) -> None:
+        """Each group's driver writes its block and commits it (``Committer``); with the metastore out of reach
+        (not ``reachable``) the commit goes to the dead letter queue in the bucket, and so does every later one of
+        that driver until its queue is drained (by the driver before its next commit, or by the leader)."""
         start = self.ends[partition]
-        blocks = [_write(self.store, group, partition, start, keys, self.incarnation)
-                  for group in ("backup", "partition")]
-        self.service.submit(AddBlocks(blocks=blocks)).raise_for_rejection()
+        self.cut_off.down = not reachable
+        try:
+            for group in GROUPS:
+                block = write(self.store, group, partition, start, keys, self.incarnation)
+                self.batches += 1
+                outcome = self.committers[group].commit(commit_of(block, f"b{self.batches}"))
+                assert outcome == ("committed" if reachable else "dead-lettered"), outcome
+        finally:
+            self.cut_off.down = False
+        event(f"commit {'committed' if reachable else 'dead-lettered'}")
         self.ends[partition] = start + len(keys)
         for i, key in enumerate(keys):
             self.produced[(partition, start + i, self.incarnation)] = key
@@ -174,7 +177,7 @@ class ErasureModel(RuleBasedStateMachine):
         records = [(partition, o, self.incarnation) for o in range(start, end)]
         if not records or not all(r in self.produced for r in records):
             return  # nothing produced there, or an incarnation started past the older ones' offsets (recreate_topic)
-        meta = _write(self.store, "partition", partition, start, [self.produced[r] for r in records],
+        meta = write(self.store, "partition", partition, start, [self.produced[r] for r in records],
                       self.incarnation, generation=9 + len(self.quarantined))
         write_quarantine_mark(self.store, "acme", meta.id, self.clock(), ["records: checksum"], "no other copy")
         self.quarantined.append((meta, set(records)))
@@ -185,16 +188,10 @@ class ErasureModel(RuleBasedStateMachine):
         """A restore of the partition's last ``count`` records whose target refused them: each a dead letter in
         the bucket, key and value verbatim."""
         end = self.ends[partition]
-        job = f"r{len(self.letters)}"
-        work = PartitionWork(job=job, topic=TOPIC, target_topic=f"{TOPIC}-back", partition=partition, start=0,
-                             end=end, intervals=(), source_partitions=2, target_partitions=2, until_ms=None,
-                             commit_every=100, tenant="acme", max_message_bytes=10, dead_letter=True,
-                             incarnation=self.incarnation)
         for offset in range(max(0, end - count), end):
             record = (partition, offset, self.incarnation)
-            if record in self.produced:
-                name = _dead_letter(self.bucket, work, "b", offset, 99, self.produced[record], _value(*record), [],
-                                    1_000)
+            if record in self.produced and record not in self._pending()["backup"]:  # restored from the index
+                name = restore_dead_letter(self.bucket, record, self.produced[record], f"r{len(self.letters)}")
                 self.letters[name] = (record, False)
 
     @rule()
@@ -216,18 +213,49 @@ class ErasureModel(RuleBasedStateMachine):
           with_kafka=st.booleans())
     def request_erasure(self, key: bytes, delay: float, killed: bool, with_kafka: bool) -> None:
         """With Kafka's watermarks, or without (``--no-kafka``: bounded by what the index held); either way the
-        request's records are those of its key produced (here: ingested) before it."""
+        request's records are those of its key produced before it that it knows of (``_requested``)."""
         request = ErasureRequest("acme", key, topics=[TOPIC], delete_delay=delay)
-        before = {r for r, k in self.produced.items() if k == key}
+        self._request(request, lambda r: self.produced[r] == key, killed, with_kafka)
+
+    @rule(value=st.sampled_from([*map(str, CUSTOMERS), "1.0"]), delay=st.sampled_from([0.0, HOUR]),
+          killed=st.booleans(), with_kafka=st.booleans())
+    def request_erasure_by_column(self, value: str, delay: float, killed: bool, with_kafka: bool) -> None:
+        """``shale erase --column customer.id --value V``: the request keeps the hash of the value's canonical form
+        (``1.0`` is ``1``: the same request); its records are those whose typed column holds it, found in the
+        partition group (a record its parser quarantined has no typed column, and is not one of them), erased in
+        both groups by position. Before the index holds a typed record the column may be unknown: a clear error."""
+        try:
+            request = column_request(self.service, "acme", COLUMN, value, [TOPIC])
+        except ColumnValueError as exc:  # no records dataset: every record so far quarantined by its parser
+            assert "no records dataset" in str(exc)  # noqa: PT017 (a rule, not a test: either outcome may come)
+            assert not [r for r in self._live()["partition"] if parsed(r)]
+            return
+        request = ErasureRequest("acme", topics=request.topics, column=request.column,
+                                 value_sha256=request.value_sha256, delete_delay=delay)
+        wanted = int(float(value))
+        self._request(request, lambda r: parsed(r) and customer_of(r) == wanted, killed, with_kafka)
+
+    def _request(self, request: ErasureRequest, match: Callable[[Record], bool], killed: bool,
+                 with_kafka: bool) -> None:
+        before = self._requested(match, with_kafka)
         if killed:
             try:
                 erase(KilledBeforePlan(self.service), self.bucket, request,  # type: ignore[arg-type]
                       kafka=KAFKA if with_kafka else None, dry_run=False, by="model")
             except KilledError:
-                if not any(r.key == key for r, _ in self.killed):  # else it resumed that one, and was killed again
+                if not any(r.id == request.id for r, _ in self.killed):  # else it resumed that one, killed again
                     self.killed.append((request, before))
                 return
         self._erase(request, before, with_kafka)
+
+    def _requested(self, match: Callable[[Record], bool], with_kafka: bool) -> set[Record]:
+        """The records a request made now is for: those ``match`` takes that it knows of. With Kafka, every one of
+        the current incarnation produced so far (its high watermarks) and of every older incarnation the index
+        holds; without, those the index holds (a commit still in the dead letter queue is not there yet)."""
+        pending = self._pending()["backup"]
+        indexed = {r[2] for r in self.produced if r not in pending}
+        return {r for r in self.produced if match(r) and (
+            r not in pending or (with_kafka and (r[2] == self.incarnation or r[2] in indexed)))}
 
     @precondition(lambda self: bool(self.killed))
     @rule(with_kafka=st.booleans())
@@ -239,12 +267,15 @@ class ErasureModel(RuleBasedStateMachine):
     def _erase(self, request: ErasureRequest, before: set[Record], with_kafka: bool) -> None:
         """Run ``request``; ``before``: its key's records produced before it. A killed round of the same key is
         resumed (its own records, from its own request)."""
-        resumed = [b for r, b in self.killed if r.key == request.key]
+        resumed = [b for r, b in self.killed if r.id == request.id]
         taken = resumed[0] if resumed else before
         report = erase(self.service, self.bucket, request, kafka=KAFKA if with_kafka else None, dry_run=False,
                        by="model")
         assert not report.replay
-        self.killed = [(r, b) for r, b in self.killed if r.key != request.key]  # this run resumed that round
+        self.killed = [(r, b) for r, b in self.killed if r.id != request.id]  # this run resumed that round
+        stranded = taken & self._pending()["backup"] if self.stranded_by_known_bug else set()
+        self.stranded[report.id], taken = stranded, taken - stranded
+        event("a request's record stranded (known bug)" if stranded else "request planned")
         self.erased[report.id] = taken
         # Records an earlier round erased are found again while its rewrite is pending, not once it is done.
         earlier = set().union(*(e for i, e in self.erased.items() if i != report.id))
@@ -258,8 +289,23 @@ class ErasureModel(RuleBasedStateMachine):
         leader = Maintenance(self.service, self.store, RetentionConfig(), delete_delay=2 * HOUR,
                              is_leader=lambda: True, term=lambda: 1, clock=self.clock, sync_delay=0,
                              erasure_delay_floor=HOUR)
-        leader.collect_tombstones()
+        leader.run_once()  # the dead letter queue replayed, then tombstones collected
         leader.scan_bucket()
+
+    @rule()
+    def leader_replays_the_dead_letter_queue(self) -> None:
+        """The leader's replay (every 15 s), with no time passing."""
+        self.dlq.replay(self.service.submit_bytes)
+
+    def _pending(self) -> dict[str, set[Record]]:
+        """Per group, the records of the commits waiting in the dead letter queue (none is ever refused here)."""
+        assert not list(self.store.list(REJECTED_PREFIX))
+        out: dict[str, set[Record]] = {g: set() for g in GROUPS}
+        for queued in self.dlq.queued(DLQ_PREFIX):
+            assert queued.command is not None
+            for r in queued.command.ranges:
+                out[queued.command.group].update((r.partition, o, r.incarnation) for o in range(r.start, r.end))
+        return out
 
     @rule()
     def try_receipts(self) -> None:
@@ -268,7 +314,14 @@ class ErasureModel(RuleBasedStateMachine):
                 receipt = write_receipt(self.service, self.store, erasure)
             except ReceiptNotReadyError:
                 continue
+            except ShaleError as exc:  # refused for ever: only the known bug may do that
+                live = self._live()["backup"]
+                if not ("final scan found" in str(exc) and [r for r in self.stranded[erasure] if live[r]]):
+                    raise
+                event("a receipt refused for the known bug")
+                continue
             self.receipts.add(erasure)
+            event("receipt written")
             self.quarantined = [(meta, kept - self.erased[erasure]) for meta, kept in self.quarantined]
             self.letters = {n: (r, stub or r in self.erased[erasure]) for n, (r, stub) in self.letters.items()}
             scanned = receipt["leftover_scan"]  # what it found before erasing outside the index, and what it erased
@@ -284,14 +337,7 @@ class ErasureModel(RuleBasedStateMachine):
         out: dict[str, Counter[Record]] = {"backup": Counter(), "partition": Counter()}
         for meta in self.service.tenant_blocks("acme"):
             for d in meta.datasets:
-                t = read_dataset(self.store, meta, d)
-                for p, o, key, value in zip(t.column("partition").to_pylist(), t.column("offset").to_pylist(),
-                                            t.column("key").to_pylist(), t.column("value").to_pylist(),
-                                            strict=True):
-                    incarnation = value.decode().rsplit('"i": "', 1)[1][:-2]
-                    assert value == _value(p, o, incarnation)
-                    assert self.produced[(p, o, incarnation)] == key, (p, o, incarnation)
-                    out[meta.group][(p, o, incarnation)] += 1
+                out[meta.group].update(records_in(read_dataset(self.store, meta, d), self.produced))
         return out
 
     @invariant()
@@ -300,13 +346,8 @@ class ErasureModel(RuleBasedStateMachine):
         for meta, kept in self.quarantined:
             rows: Counter[Record] = Counter()
             for d in meta.datasets:
-                t = pq.read_table(io.BytesIO(self.store.get(block_file_key(meta, d.file))))
-                for p, o, key, value in zip(t.column("partition").to_pylist(), t.column("offset").to_pylist(),
-                                            t.column("key").to_pylist(), t.column("value").to_pylist(),
-                                            strict=True):
-                    record = (p, o, value.decode().rsplit('"i": "', 1)[1][:-2])
-                    assert (key, value) == (self.produced[record], _value(*record))
-                    rows[record] += 1
+                rows.update(records_in(pq.read_table(io.BytesIO(self.store.get(block_file_key(meta, d.file)))),
+                                       self.produced))
             assert set(rows) == kept, meta.id
             assert max(rows.values(), default=1) == 1
 
@@ -320,25 +361,30 @@ class ErasureModel(RuleBasedStateMachine):
                 assert (body["key"], body["value"], body["headers"]) == (None, None, []), name
             else:
                 assert base64.b64decode(body["key"]) == self.produced[record], name
-                assert base64.b64decode(body["value"]) == _value(*record), name
+                assert base64.b64decode(body["value"]) == value_of(*record), name
 
     @invariant()
     def every_record_not_erased_is_there_once(self) -> None:
+        """In each group, once, unless its commit waits in the dead letter queue (then in neither group yet)."""
         erased = set().union(*self.erased.values()) if self.erased else set()
-        live = self._live()
+        live, pending = self._live(), self._pending()
+        assert pending["backup"] == pending["partition"]
         for group, copies in live.items():
             assert {r for r, n in copies.items() if n > 1} == set(), group
-            assert set(self.produced) - erased - set(copies) == set(), group
+            assert set(self.produced) - erased - pending[group] - set(copies) == set(), group
+            assert pending[group] & set(copies) == set(), group
 
 
 ErasureModel.TestCase.settings = MODEL_SETTINGS
 TestErasureModel = ErasureModel.TestCase
 
 
-def _replay(*steps: tuple[str | Callable[..., None], dict[str, Any]]) -> set[str]:
+def _replay(*steps: tuple[str | Callable[..., None], dict[str, Any]], known_bug: bool = True) -> set[str]:
     """Run the model through ``steps`` (a rule's name or a function of the model, and its arguments), checking
-    the invariants after each; the erasures that got their receipt."""
+    the invariants after each; the erasures that got their receipt. ``known_bug``: expect the known bug's stranded
+    records (``ErasureModel.stranded_by_known_bug``), or what the design promises."""
     model = ErasureModel()
+    model.stranded_by_known_bug = known_bug
     try:
         for step, args in steps:
             (getattr(model, step) if isinstance(step, str) else partial(step, model))(**args)
@@ -368,8 +414,19 @@ def test_a_sequence_through_every_rule_ends_in_receipts() -> None:
         ("time_passes_and_maintenance_runs", {"hours": 1.1}),
         ("try_receipts", {}),
         ("time_passes_and_maintenance_runs", {"hours": 2.1}),
+        ("try_receipts", {}),
+        ("produce_and_ingest", {"partition": 1, "keys": [KEYS[1]] * 5, "reachable": False}),  # an outage
+        ("produce_and_ingest", {"partition": 0, "keys": [KEYS[1]] * 4}),  # the driver drains its queue first
+        ("request_erasure_by_column", {"value": "1.0", "delay": 0.0, "killed": True, "with_kafka": True}),
+        ("produce_and_ingest", {"partition": 0, "keys": [KEYS[2]] * 3, "reachable": False}),
+        ("leader_replays_the_dead_letter_queue", {}),
+        ("rerun_killed_request", {"with_kafka": True}),
+        ("request_erasure_by_column", {"value": "2", "delay": 0.0, "killed": False, "with_kafka": False}),
+        ("request_erasure", {"key": KEYS[1], "delay": 0.0, "killed": False, "with_kafka": True}),  # overlapping
+        ("compact", {}),
+        ("time_passes_and_maintenance_runs", {"hours": 2.1}),
         ("try_receipts", {}))
-    assert len(receipts) == 3
+    assert len(receipts) == 6
 
 
 def test_a_merge_of_two_incarnations_keeps_the_other_ones_record_at_the_erased_offset() -> None:
@@ -430,3 +487,54 @@ def test_a_topic_recreated_after_a_request_gets_its_receipt() -> None:
                        ("time_passes_and_maintenance_runs", {"hours": 2.1}),
                        ("try_receipts", {}))
     assert len(receipts) == 2
+
+
+STRANDING = (("produce_and_ingest", {"partition": 0, "keys": [KEYS[0], KEYS[1]]}),
+             ("produce_and_ingest", {"partition": 0, "keys": [KEYS[0], KEYS[0]], "reachable": False}),
+             ("request_erasure", {"key": KEYS[0], "delay": 0.0, "killed": False, "with_kafka": True}),
+             ("leader_replays_the_dead_letter_queue", {}),
+             ("compact", {}),
+             ("time_passes_and_maintenance_runs", {"hours": 2.1}),
+             ("try_receipts", {}))
+"""The known bug's walk: a batch of the key dead-lettered, the request, the replay, the rewrite, a receipt tried."""
+
+
+@pytest.mark.xfail(strict=True, reason="known bug, reported: a request's record whose commit waits in the dead "
+                   "letter queue when the erase driver scans is never erased, and its receipt is refused for ever")
+def test_a_record_dead_lettered_before_a_request_is_erased_once_its_commit_is_replayed() -> None:
+    """Found by the model: the metastore out of reach at an ingest commit, so the batch holding two records of
+    the key waits in the dead letter queue; an erasure of the key is requested with Kafka's watermarks (they
+    cover the batch: it was produced before) and scans the index, where the batch is not yet; the queue is
+    replayed and the batch enters the index with no position of the erasure (``cover`` gives erase jobs by
+    position only), so its records are not rewritten, and the receipt's final scan finds them and refuses the
+    receipt (a ShaleError: for ever, not a wait). Any record below the watermarks ingested after the scan (an
+    ingest lag) does the same. Only the request made again (its next round) erases them."""
+    assert len(_replay(*STRANDING, known_bug=False)) == 1
+
+
+def test_the_known_bug_strands_the_records_and_the_next_round_erases_them() -> None:
+    """The same walk as the model expects it today: no receipt for the first round, nothing lost; the same
+    request made again (its next round) erases the stranded records, and both rounds get their receipts (the
+    first one's final scan finds nothing once the second erased them)."""
+    receipts = _replay(*STRANDING,
+                       ("request_erasure", {"key": KEYS[0], "delay": 0.0, "killed": False, "with_kafka": True}),
+                       ("compact", {}),
+                       ("time_passes_and_maintenance_runs", {"hours": 2.1}),
+                       ("try_receipts", {}))
+    assert len(receipts) == 2
+
+
+def test_a_column_erasure_before_any_typed_record_is_refused_then_made() -> None:
+    """Found by the model's long run (a fault of the model's, not Shale's): the only record indexed is one its
+    parser quarantined, so no records dataset has the column and the request is a clear error, nothing
+    committed; once a typed record is indexed the same request is made and gets its receipt."""
+    receipts = _replay(("produce_and_ingest", {"partition": 0, "keys": [KEYS[0]], "reachable": True}),
+                       ("request_erasure_by_column", {"value": "0", "delay": 0.0, "killed": False,
+                                                      "with_kafka": False}),
+                       ("produce_and_ingest", {"partition": 0, "keys": [KEYS[1]] * 3}),
+                       ("request_erasure_by_column", {"value": "0", "delay": 0.0, "killed": False,
+                                                      "with_kafka": False}),
+                       ("compact", {}),
+                       ("time_passes_and_maintenance_runs", {"hours": 2.1}),
+                       ("try_receipts", {}))
+    assert len(receipts) == 1
