@@ -147,8 +147,14 @@ def encode_parquet(table: pa.Table, footer: bytes | None = None, row_group_rows:
 def contiguous(table: pa.Table) -> pa.Table:
     """``table`` with one chunk per column. Slicing a table costs a walk over its chunks: a block of one row group
     per partition, from a table of one chunk per partition (as a batch reads them), sliced once per row group, was
-    quadratic in the partitions (27 s to write a block of 10,000 against 0.5 s for 1,000)."""
-    return table.combine_chunks() if any(c.num_chunks > 1 for c in table.columns) else table
+    quadratic in the partitions (27 s to write a block of 10,000 against 0.5 s for 1,000). Combining copies the
+    table, so only a table of many chunks is combined: a few chunks of large records would double the task's
+    memory (test_large_records_stay_within_the_task_memory_bound)."""
+    return table.combine_chunks() if any(c.num_chunks > MANY_CHUNKS for c in table.columns) else table
+
+
+MANY_CHUNKS = 64
+"""Chunks past which slicing a table costs more than copying it once."""
 
 
 def micros_schema(schema: pa.Schema) -> pa.Schema:

@@ -241,9 +241,9 @@ def test_the_parquet_encoder_slices_a_contiguous_table(bucket: ObstoreBucket, mo
         return encode(table, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(writer, "encode_parquet", counting)
-    table = pa.concat_tables([backup_table("orders", p, 0, 2) for p in range(12)])
+    table = pa.concat_tables([backup_table("orders", p, 0, 2) for p in range(80)])
     spec = GroupSpec("backup", 1, BucketConfig(url="memory://contiguous"), IngestConfig(default_tenant="acme"))
-    (written, *_) = write_chunks(spec, bucket, table, [Chunk("orders", p, "", 0, 2, BASE_MS) for p in range(12)])
+    (written, *_) = write_chunks(spec, bucket, table, [Chunk("orders", p, "", 0, 2, BASE_MS) for p in range(80)])
     assert chunks_seen == [1]
     (block,) = written.blocks
-    assert block.datasets[0].row_group_partitions == list(range(12))
+    assert block.datasets[0].row_group_partitions == list(range(80))
