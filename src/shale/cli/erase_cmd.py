@@ -65,24 +65,29 @@ def _local_user() -> str:
 @click.option("--delete-delay", default=None, help="A shorter delete delay for the replaced blocks' objects "
               "('1h'; default block.delete_delay): at least bucket_index.max_stale_period, block.sync_delay and "
               "metastore.query_timeout, since readers may still use them that long.")
+@click.option("--wait", default="2m", show_default=True, help="How long to wait, before committing the request, "
+              "for the scanned group to index every record below the high watermarks (the backup group commits "
+              "every ingest.backup_trigger_interval; a commit may wait in the dead letter queue); past it, exit 3 "
+              "with nothing committed.")
 @click.option("--yes", is_flag=True, help="Erase. Without it, a dry run: the blocks and records it would erase.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 @shale_errors
 def erase(ctx: click.Context, tenant: str | None, topics: tuple[str, ...], key: str | None, key_hex: str | None,
           key_base64: str | None, key_stdin: bool, column: str | None, value: str | None, value_stdin: bool,
-          no_kafka: bool, delete_delay: str | None, yes: bool, as_json: bool) -> None:
+          no_kafka: bool, delete_delay: str | None, wait: str, yes: bool, as_json: bool) -> None:
     """Erase every record of one key (GDPR article 17): the request is committed to the metastore with the
     Kafka high watermarks, the backup group is scanned for the key, and every block of both groups holding one of
     its records is rewritten without it by the compaction workers (`shale compact`). With --column and --value, the
     records whose typed column holds the value are erased instead: the partition group is scanned for it and the
-    backup group's records at the same Kafka offsets go too. Needs admin. The same request made again once the
-    first is past `requested` is a new erasure (the key's records produced since); a run killed before its plan is
-    resumed. `shale erase status ID` shows the progress."""
+    backup group's records at the same Kafka offsets go too. Before it commits the request, it waits (--wait) until
+    the scanned group has indexed every record below the watermarks; exit 3 if it has not. Needs admin. The same
+    request made again once the first is past `requested` is a new erasure (the key's records produced since); a
+    run killed before its plan is resumed. `shale erase status ID` shows the progress."""
     from dataclasses import replace
 
     from shale.config import parse_duration
-    from shale.erase import ErasureRequest, check_delete_delay, column_request
+    from shale.erase import ErasureNotReadyError, ErasureRequest, check_delete_delay, column_request
     from shale.erase import erase as run_erasure
     from shale.metastore import open_index_view, open_metastore
 
@@ -110,8 +115,13 @@ def erase(ctx: click.Context, tenant: str | None, topics: tuple[str, ...], key: 
         raise click.UsageError("--value needs --column")
     else:
         request = ErasureRequest(tenant=tenant, key=_key(key, key_hex, key_base64, key_stdin), topics=topics)
-    report = run_erasure(metastore, config.bucket, replace(request, delete_delay=delay),
-                         kafka=None if no_kafka else config.kafka, dry_run=not yes, by=_local_user())
+    try:
+        report = run_erasure(metastore, config.bucket, replace(request, delete_delay=delay),
+                             kafka=None if no_kafka else config.kafka, dry_run=not yes, by=_local_user(),
+                             wait=parse_duration(wait))
+    except ErasureNotReadyError as exc:
+        click.echo(f"not requested yet: {exc}", err=True)
+        sys.exit(3)
     click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report_text(report))
 
 
@@ -199,6 +209,7 @@ def audit(ctx: click.Context, erasure: str, tenant: str | None, as_json: bool) -
 def report_text(report: ErasureReport) -> str:
     """The report for people (``--json`` gives every field); times in ISO 8601 UTC."""
     from shale.erase import iso_ms
+    from shale.erase.api import lag_text
 
     head = (f"erasure {report.id}: " + ("dry run, nothing changed" if report.dry_run else report.state)
             + (" (another run made this erasure meanwhile: this is its state)" if report.replay else ""))
@@ -229,6 +240,8 @@ def report_text(report: ErasureReport) -> str:
                      "(asked for; the metastore leader never goes below its floor)")
     if report.jobs:
         lines.append(f"erase jobs waiting for the compaction workers: {len(report.jobs)}")
+    for u in report.unindexed:
+        lines.append(f"  not indexed yet: {lag_text(u)} (the run waits for it before it commits the request)")
     if report.dry_run:
         lines.append("run again with --yes to erase")
     return "\n".join(lines)

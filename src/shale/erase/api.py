@@ -9,7 +9,11 @@
    watermarks).
 2. The backup group is scanned for the key (``shale.erase.scan``), below those watermarks (each bounds its own
    incarnation: ``shale.metastore.Watermarks``); for an erasure by a typed column's value, the partition group is
-   scanned for the value's hash instead (``shale.erase.column``).
+   scanned for the value's hash instead (``shale.erase.column``). The scan waits until the scanned group has
+   committed every partition up to its watermark (``unindexed``): a record below a watermark that is not in the
+   index yet (its group's ingest lags, or its commit waits in the dead letter queue) would otherwise be missed by
+   the scan and found by the receipt's final scan. Past ``wait`` seconds, nothing is committed
+   (``ErasureNotReadyError``): the same command again takes newer watermarks and waits for them.
 3. ``PlanErasure`` records the positions found; the metastore gives every block of either group that holds one an
    erase job, which the compaction workers run under their leases and fencing tokens (DESIGN 19).
 
@@ -21,33 +25,43 @@ watermarks the run would use).
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from shale.block import BlockMeta
+from shale.block import DLQ_PREFIX, BlockMeta
 from shale.compactor import erased_rows
 from shale.config import BucketConfig, KafkaConfig, ShaleConfig
 from shale.erase.column import request_hash
 from shale.erase.scan import Position, ScanResult, column_datasets, find_column_matches, find_matches, read_rows
 from shale.erase.times import iso_ms
+from shale.errors import ShaleError
 from shale.metastore import (
     Commands,
+    DeadLetterQueue,
     ErasedPosition,
     ErasureReads,
     ErasureWatermark,
+    OffsetReads,
     PlanErasure,
+    Queued,
     RequestErasure,
     TenantBlocks,
     Watermarks,
     erasure_id,
 )
-from shale.objstore import BucketReader, open_bucket
+from shale.objstore import Bucket, BucketReader, open_bucket
 
 GROUPS = ("backup", "partition")
 
 
-class ErasureMetastore(TenantBlocks, ErasureReads, Protocol):
+class ErasureNotReadyError(ShaleError):
+    """The scanned group has not committed every partition up to the request's watermarks yet (its ingest lags,
+    or its commits wait in the dead letter queue): nothing of the request was committed; run it again."""
+
+
+class ErasureMetastore(TenantBlocks, ErasureReads, OffsetReads, Protocol):
     """What an erasure reads (any view) and, unless a dry run, writes (``open_metastore`` fits)."""
 
 
@@ -143,6 +157,9 @@ class ErasureReport:
     (``shale.metastore.Watermarks``); ``--no-kafka`` erases them, with every other record of the key."""
     delete_delay: float = 0.0
     """The delete delay asked for the replaced blocks' objects, in seconds (0: ``block.delete_delay``)."""
+    unindexed: list[dict[str, Any]] = field(default_factory=list)
+    """A dry run's partitions the scanned group has not committed up to their watermarks (``unindexed``): the
+    run waits for them before it scans."""
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, and ``requested_at_iso`` beside ``requested_at`` (epoch milliseconds)."""
@@ -187,6 +204,63 @@ def request_watermarks(blocks: list[BlockMeta], topics: Sequence[str],
     return Watermarks([*kafka, *(ErasureWatermark(topic=t, partition=p, end=indexed.get((t, p, i), 0), incarnation=i,
                                                   older=True) for t, p, i in sorted(older - named))],
                       unnamed="later")
+
+
+def unindexed(metastore: OffsetReads, group: str, marks: Watermarks, topics: Sequence[str],
+              queued: Sequence[Queued] = ()) -> list[dict[str, Any]]:
+    """Where ``group`` has not indexed every record below ``marks`` of ``topics``: a scan of the index now would
+    miss them. A partition the group has not committed up to its watermark (its ingest lags; with the group's
+    committed end, the highest of its generations), and a commit of the group in the dead letter queue
+    (``queued``) holding offsets the request covers (the metastore was out of reach: its key). A watermark of an
+    older incarnation, of a partition incarnation the group has moved past (the topic recreated: the old one's
+    commits are final, but for a queued one), or of a topic the group never committed (not ingested: nothing of it
+    in the bucket) is never waited for."""
+    committed: dict[tuple[str, int, str], int] = {}
+    for row in metastore.offsets(group):
+        at = (row.topic, row.partition, row.incarnation)
+        committed[at] = max(committed.get(at, 0), row.committed_end)
+    ingested = {t for t, _, _ in committed}
+    lag: list[dict[str, Any]] = []
+    for m in marks.marks:
+        current = {i: end for (t, p, i), end in committed.items() if (t, p) == (m.topic, m.partition)}
+        moved = bool(m.incarnation) and bool(current) and "" not in current and m.incarnation not in current
+        if m.older or m.end <= 0 or m.topic not in ingested or moved:
+            continue
+        got = max((end for i, end in current.items() if i == m.incarnation or not i or not m.incarnation), default=0)
+        if got < m.end:
+            lag.append({"topic": m.topic, "partition": m.partition, "incarnation": m.incarnation,
+                        "watermark": m.end, "committed": got})
+    wanted = set(topics)
+    for q in queued:
+        if q.command is not None and q.command.group == group and any(
+                r.topic in wanted and r.end > r.start
+                and not marks.produced_later(r.topic, r.partition, r.start, r.incarnation) for r in q.command.ranges):
+            lag.append({"queued": q.key})
+    return lag
+
+
+def lag_text(lag: dict[str, Any]) -> str:
+    """One of ``unindexed``'s entries, for people."""
+    if "queued" in lag:
+        return f"a commit in the dead letter queue ({lag['queued']})"
+    return f"{lag['topic']}[{lag['partition']}] committed {lag['committed']} of {lag['watermark']}"
+
+
+def await_indexed(metastore: OffsetReads, bucket: Bucket, group: str, marks: Watermarks, topics: Sequence[str],
+                  wait: float, *, sleep: Callable[[float], None] = time.sleep,
+                  clock: Callable[[], float] = time.monotonic) -> None:
+    """Return once ``group`` has indexed every record below ``marks`` (``unindexed``), asking every second for up
+    to ``wait`` seconds; then an ``ErasureNotReadyError`` naming what is behind."""
+    deadline = clock() + wait
+    while lag := unindexed(metastore, group, marks, topics, DeadLetterQueue(bucket).queued(DLQ_PREFIX)):
+        if clock() >= deadline:
+            raise ErasureNotReadyError(
+                f"the {group} group has not indexed every record below the request's high watermarks after "
+                f"{wait:g} s ({len(lag)} behind: {', '.join(map(lag_text, lag[:10]))}), so a scan now would miss "
+                f"them. Nothing was committed. Is the {group} group's ingest running, and the metastore leader "
+                "replaying the dead letter queue (`shale metastore status`)? Run the same command again (--wait "
+                "SECONDS waits longer)")
+        sleep(min(1.0, max(0.0, deadline - clock())))
 
 
 def _topics(request: ErasureRequest, blocks: list[BlockMeta]) -> list[str]:
@@ -247,27 +321,37 @@ def open_round(metastore: ErasureReads, request: ErasureRequest) -> tuple[int, d
 
 
 def erase(metastore: ErasureMetastore, bucket: BucketConfig, request: ErasureRequest, *,
-          kafka: KafkaConfig | None = None, dry_run: bool = True, by: str = "") -> ErasureReport:
+          kafka: KafkaConfig | None = None, dry_run: bool = True, by: str = "", wait: float = 120.0,
+          sleep: Callable[[float], None] = time.sleep) -> ErasureReport:
     """Erase ``request.key`` (or the records whose ``request.column`` holds the value hashed: ``column_request``)
     from the tenant's blocks (``dry_run``: only say what would be erased). ``kafka`` gives the high watermarks;
     without it (the topic is gone) every record of the key backed up when the request is made is erased
     (``request_watermarks``). A request made again once the
     first is past ``requested`` is a new erasure (its own id and watermarks: the key's records produced since);
-    one still ``requested`` (a run killed before its plan) is resumed."""
+    one still ``requested`` (a run killed before its plan) is resumed. Before it commits or scans, it waits up to
+    ``wait`` seconds for the scanned group to commit up to the watermarks (``await_indexed``; a dry run reports
+    the partitions behind in ``unindexed`` instead)."""
     blocks = metastore.tenant_blocks(request.tenant)
     topics = _topics(request, blocks)
     round_, row = open_round(metastore, request)
     erasure = request.id_at(round_)
+    scanned = "partition" if request.column else "backup"
     if row is not None:
         marks = Watermarks(row["watermarks"])
+    elif kafka is not None and topics:
+        marks = request_watermarks(blocks, topics, high_watermarks(kafka, topics))
     else:
-        marks = request_watermarks(blocks, topics, high_watermarks(kafka, topics) if kafka is not None and topics
-                                   else None)
+        marks = request_watermarks([b for b in blocks if b.group == scanned], topics, None)
     report = ErasureReport(id=erasure, dry_run=dry_run, state="dry-run" if dry_run else "requested",
                            previous=request.id_at(round_ - 1) if round_ else "",
                            watermarks=[m.model_dump() for m in marks.marks], unnamed=marks.unnamed,
                            delete_delay=row["delete_delay_ms"] / 1000 if row else request.delete_delay)
-    if not dry_run:
+    reader = open_bucket(bucket)
+    if dry_run:
+        report.unindexed = unindexed(metastore, scanned, marks, topics, DeadLetterQueue(reader).queued(DLQ_PREFIX))
+    else:
+        await_indexed(metastore, reader, scanned, marks, topics, wait, sleep=sleep)
+        blocks = metastore.tenant_blocks(request.tenant)  # those the wait saw committed
         answer = metastore_writer(metastore).submit(RequestErasure(
             id=erasure, round=round_, by=by, tenant=request.tenant, topics=sorted(set(request.topics)),
             key=base64.b64encode(request.key).decode(), column=request.column, value_sha256=request.value_sha256,
@@ -280,7 +364,6 @@ def erase(metastore: ErasureMetastore, bucket: BucketConfig, request: ErasureReq
                 return _report(row, replay=True)
             marks = Watermarks(row["watermarks"])
             report.watermarks, report.unnamed = [m.model_dump() for m in marks.marks], marks.unnamed
-    reader = open_bucket(bucket)
     if request.column:
         scan = find_column_matches(reader, blocks, request.column, request.value_sha256, request.topics, marks)
     else:

@@ -50,7 +50,7 @@ from shale.metastore.commands import (
     decode,
     encode,
 )
-from shale.metastore.dlq import DeadLetterQueue
+from shale.metastore.dlq import DeadLetterQueue, Queued
 from shale.metastore.erasures import Watermarks, erased_offsets, erasure_id, every_erasure
 from shale.metastore.fsm import Entry, StateMachine, restore_file
 from shale.metastore.garbage import Claims, unclaimed
@@ -103,6 +103,7 @@ __all__ = [
     "PartitionKey",
     "PlanErasure",
     "QuarantineBlocks",
+    "Queued",
     "RaftLog",
     "RecordErasureReceipt",
     "RecordRestore",

@@ -30,7 +30,6 @@ from typing import Any
 from unittest import mock
 
 import pyarrow.parquet as pq
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import event as hypothesis_event
 from hypothesis import strategies as st
@@ -70,7 +69,7 @@ from shale.erase import (
     write_receipt,
 )
 from shale.erase import api as erase_api
-from shale.errors import ShaleError
+from shale.erase.api import ErasureNotReadyError, open_round
 from shale.ingest.committer import Committer
 from shale.metastore import DeadLetterQueue, ErasureWatermark, MetastoreService, SingleNodeLog, StateMachine
 from shale.metastore.dlq import REJECTED_PREFIX
@@ -96,13 +95,6 @@ def event(what: str) -> None:
 
 
 class ErasureModel(RuleBasedStateMachine):
-    stranded_by_known_bug = True
-    """The known bug the model found (``test_a_record_dead_lettered_before_a_request_is_erased_...`` below): a
-    request's record that is not in the index when its erase driver scans (its commit waits in the dead letter
-    queue) is never erased by it, and once the record is indexed the receipt's final scan refuses the receipt for
-    ever. While True the model expects exactly that of such records (``stranded``); False: what the design
-    promises (the regression test)."""
-
     def __init__(self) -> None:
         super().__init__()
         self.dir = Path(tempfile.mkdtemp(prefix="erase-model-"))
@@ -131,8 +123,6 @@ class ErasureModel(RuleBasedStateMachine):
         """Each group's ingest driver, committing through the dead letter queue when the metastore is out of reach
         (``self.cut_off.down``)."""
         self.batches = 0
-        self.stranded: dict[str, set[Record]] = {}
-        """Per erasure, its records its scan could not see (``stranded_by_known_bug``): not erased by it."""
         self.patch = mock.patch.object(erase_api, "high_watermarks", self.high_watermarks)
         self.patch.start()
 
@@ -241,7 +231,9 @@ class ErasureModel(RuleBasedStateMachine):
         if killed:
             try:
                 erase(KilledBeforePlan(self.service), self.bucket, request,  # type: ignore[arg-type]
-                      kafka=KAFKA if with_kafka else None, dry_run=False, by="model")
+                      kafka=KAFKA if with_kafka else None, dry_run=False, by="model", wait=0)
+            except ErasureNotReadyError:
+                self._refused(request, with_kafka)
             except KilledError:
                 if not any(r.id == request.id for r, _ in self.killed):  # else it resumed that one, killed again
                     self.killed.append((request, before))
@@ -269,13 +261,18 @@ class ErasureModel(RuleBasedStateMachine):
         resumed (its own records, from its own request)."""
         resumed = [b for r, b in self.killed if r.id == request.id]
         taken = resumed[0] if resumed else before
-        report = erase(self.service, self.bucket, request, kafka=KAFKA if with_kafka else None, dry_run=False,
-                       by="model")
+        try:
+            report = erase(self.service, self.bucket, request, kafka=KAFKA if with_kafka else None, dry_run=False,
+                           by="model", wait=0)
+        except ErasureNotReadyError:
+            assert not resumed  # its watermarks were indexed when it was requested: they stay so
+            self._refused(request, with_kafka)
+            return
         assert not report.replay
+        scanned = "partition" if request.column else "backup"
+        assert not (self._unindexed(with_kafka, scanned) if not resumed else taken & self._pending()[scanned])
         self.killed = [(r, b) for r, b in self.killed if r.id != request.id]  # this run resumed that round
-        stranded = taken & self._pending()["backup"] if self.stranded_by_known_bug else set()
-        self.stranded[report.id], taken = stranded, taken - stranded
-        event("a request's record stranded (known bug)" if stranded else "request planned")
+        event("request planned")
         self.erased[report.id] = taken
         # Records an earlier round erased are found again while its rewrite is pending, not once it is done.
         earlier = set().union(*(e for i, e in self.erased.items() if i != report.id))
@@ -297,6 +294,21 @@ class ErasureModel(RuleBasedStateMachine):
         """The leader's replay (every 15 s), with no time passing."""
         self.dlq.replay(self.service.submit_bytes)
 
+    def _unindexed(self, with_kafka: bool, group: str) -> set[Record]:
+        """The records a request made now covers that ``group`` has not indexed: its commits waiting in the dead
+        letter queue, of the current incarnation or one the index holds. Without Kafka a request is bounded by
+        what the index holds: none."""
+        pending = self._pending()[group]
+        indexed = {r[2] for r in self.produced if r not in pending}
+        return {r for r in pending if with_kafka and (r[2] == self.incarnation or r[2] in indexed)}
+
+    def _refused(self, request: ErasureRequest, with_kafka: bool) -> None:
+        """A request refused for its records not indexed yet (``ErasureNotReadyError``): only then, and nothing
+        of it committed."""
+        assert self._unindexed(with_kafka, "partition" if request.column else "backup")
+        assert not self.service.erasures(request.id_at(open_round(self.service, request)[0]))
+        event("a request waits for its records to be indexed")
+
     def _pending(self) -> dict[str, set[Record]]:
         """Per group, the records of the commits waiting in the dead letter queue (none is ever refused here)."""
         assert not list(self.store.list(REJECTED_PREFIX))
@@ -313,12 +325,6 @@ class ErasureModel(RuleBasedStateMachine):
             try:
                 receipt = write_receipt(self.service, self.store, erasure)
             except ReceiptNotReadyError:
-                continue
-            except ShaleError as exc:  # refused for ever: only the known bug may do that
-                live = self._live()["backup"]
-                if not ("final scan found" in str(exc) and [r for r in self.stranded[erasure] if live[r]]):
-                    raise
-                event("a receipt refused for the known bug")
                 continue
             self.receipts.add(erasure)
             event("receipt written")
@@ -379,12 +385,10 @@ ErasureModel.TestCase.settings = MODEL_SETTINGS
 TestErasureModel = ErasureModel.TestCase
 
 
-def _replay(*steps: tuple[str | Callable[..., None], dict[str, Any]], known_bug: bool = True) -> set[str]:
+def _replay(*steps: tuple[str | Callable[..., None], dict[str, Any]]) -> set[str]:
     """Run the model through ``steps`` (a rule's name or a function of the model, and its arguments), checking
-    the invariants after each; the erasures that got their receipt. ``known_bug``: expect the known bug's stranded
-    records (``ErasureModel.stranded_by_known_bug``), or what the design promises."""
+    the invariants after each; the erasures that got their receipt."""
     model = ErasureModel()
-    model.stranded_by_known_bug = known_bug
     try:
         for step, args in steps:
             (getattr(model, step) if isinstance(step, str) else partial(step, model))(**args)
@@ -491,33 +495,40 @@ def test_a_topic_recreated_after_a_request_gets_its_receipt() -> None:
 
 STRANDING = (("produce_and_ingest", {"partition": 0, "keys": [KEYS[0], KEYS[1]]}),
              ("produce_and_ingest", {"partition": 0, "keys": [KEYS[0], KEYS[0]], "reachable": False}),
-             ("request_erasure", {"key": KEYS[0], "delay": 0.0, "killed": False, "with_kafka": True}),
-             ("leader_replays_the_dead_letter_queue", {}),
-             ("compact", {}),
-             ("time_passes_and_maintenance_runs", {"hours": 2.1}),
-             ("try_receipts", {}))
-"""The known bug's walk: a batch of the key dead-lettered, the request, the replay, the rewrite, a receipt tried."""
+             ("request_erasure", {"key": KEYS[0], "delay": 0.0, "killed": False, "with_kafka": True}))
+"""A batch of the key dead-lettered, then the request, while the batch's commit waits in the dead letter queue."""
 
 
-@pytest.mark.xfail(strict=True, reason="known bug, reported: a request's record whose commit waits in the dead "
-                   "letter queue when the erase driver scans is never erased, and its receipt is refused for ever")
-def test_a_record_dead_lettered_before_a_request_is_erased_once_its_commit_is_replayed() -> None:
-    """Found by the model: the metastore out of reach at an ingest commit, so the batch holding two records of
-    the key waits in the dead letter queue; an erasure of the key is requested with Kafka's watermarks (they
-    cover the batch: it was produced before) and scans the index, where the batch is not yet; the queue is
-    replayed and the batch enters the index with no position of the erasure (``cover`` gives erase jobs by
-    position only), so its records are not rewritten, and the receipt's final scan finds them and refuses the
-    receipt (a ShaleError: for ever, not a wait). Any record below the watermarks ingested after the scan (an
-    ingest lag) does the same. Only the request made again (its next round) erases them."""
-    assert len(_replay(*STRANDING, known_bug=False)) == 1
-
-
-def test_the_known_bug_strands_the_records_and_the_next_round_erases_them() -> None:
-    """The same walk as the model expects it today: no receipt for the first round, nothing lost; the same
-    request made again (its next round) erases the stranded records, and both rounds get their receipts (the
-    first one's final scan finds nothing once the second erased them)."""
+def test_a_request_waits_until_its_records_dead_lettered_before_it_are_indexed() -> None:
+    """Found by the model (a known bug until now): the metastore out of reach at an ingest commit, so the batch
+    holding two records of the key waited in the dead letter queue; an erasure of the key requested with Kafka's
+    watermarks (they cover the batch: it was produced before) scanned the index, where the batch was not yet; once
+    the queue was replayed the batch entered the index with no position of the erasure, so its records were never
+    rewritten and the receipt's final scan refused the receipt for ever. Any record below the watermarks ingested
+    after the scan (an ingest lag) did the same. Now the request waits until the scanned group has indexed every
+    record below its watermarks (``await_indexed``): refused meanwhile with nothing committed (the model checks
+    it), made once the queue is replayed, and its receipt covers the batch. The same with a killed request."""
     receipts = _replay(*STRANDING,
+                       ("leader_replays_the_dead_letter_queue", {}),
                        ("request_erasure", {"key": KEYS[0], "delay": 0.0, "killed": False, "with_kafka": True}),
+                       ("produce_and_ingest", {"partition": 1, "keys": [KEYS[1]], "reachable": False}),
+                       ("request_erasure", {"key": KEYS[1], "delay": 0.0, "killed": True, "with_kafka": True}),
+                       ("time_passes_and_maintenance_runs", {"hours": 0.5}),  # the leader replays the queue
+                       ("request_erasure", {"key": KEYS[1], "delay": 0.0, "killed": True, "with_kafka": True}),
+                       ("rerun_killed_request", {"with_kafka": True}),
+                       ("compact", {}),
+                       ("time_passes_and_maintenance_runs", {"hours": 2.1}),
+                       ("try_receipts", {}))
+    assert len(receipts) == 2
+
+
+def test_a_request_without_kafka_is_bounded_by_what_its_scanned_group_indexed() -> None:
+    """``--no-kafka`` bounds the request by the scanned group's highest indexed end: a batch dead-lettered is
+    not the request's, so it does not wait (and the next round erases the batch once indexed)."""
+    receipts = _replay(*STRANDING[:2],
+                       ("request_erasure", {"key": KEYS[0], "delay": 0.0, "killed": False, "with_kafka": False}),
+                       ("leader_replays_the_dead_letter_queue", {}),
+                       ("request_erasure", {"key": KEYS[0], "delay": 0.0, "killed": False, "with_kafka": False}),
                        ("compact", {}),
                        ("time_passes_and_maintenance_runs", {"hours": 2.1}),
                        ("try_receipts", {}))
