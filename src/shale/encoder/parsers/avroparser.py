@@ -22,15 +22,12 @@ cannot be resolved into it is quarantined with the reason.
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 from collections import Counter
 from typing import Any, ClassVar
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pydantic import Field
 
 from shale.encoder.parsers.base import BatchParse, ParseError
@@ -198,16 +195,10 @@ class AvroParser(RegistryParser):
 
     def parse_batch(self, values: pa.Array) -> BatchParse | None:
         """The chunk's records decoded in one loop per writer schema, each column made at once and the event time
-        taken from its column, without ``parse``'s per-record work. Left to ``parse``: a record that does not frame,
-        decode or fit its column as ``parse`` would store it (its reason is ``parse``'s). Only with a top-level
-        time field of a timestamp or an integer type (None otherwise: every record through ``parse``)."""
-        from shale.encoder.parsing import field_problems  # the encoder's per-value rules, the same as ``parse``'s
-
-        columns = self.columns()
-        time_column = self.prefix + self.time_path[0] if len(self.time_path) == 1 else None
-        time_type = columns.get(time_column or "")
-        if time_column is None or time_type is None or not (pa.types.is_timestamp(time_type)
-                                                             or pa.types.is_integer(time_type)):
+        taken from its column (``RegistryParser.batch_of``), without ``parse``'s per-record work. Left to
+        ``parse``: a record that does not frame, decode or fit its column as ``parse`` would store it (its reason
+        is ``parse``'s)."""
+        if not self.batch_time():
             return None
         rows: list[int] = []
         data: list[dict[str, Any]] = []
@@ -223,23 +214,7 @@ class AvroParser(RegistryParser):
             if isinstance(datum, dict):
                 rows.append(row)
                 data.append(datum)
-        fields = {name: list(map(dict.get, data, itertools.repeat(name[len(self.prefix):]))) for name in columns}
-        bad = field_problems(fields, self.labels(), columns)
-        try:
-            arrays = {name: pa.array(v, columns[name]) for name, v in fields.items()}
-            times = arrays[time_column]
-            if pa.types.is_timestamp(time_type):
-                times = times.cast(pa.timestamp("us", time_type.tz)).cast(pa.int64())
-            else:
-                times = pc.multiply_checked(times.cast(pa.int64()), 1000)  # epoch milliseconds
-        except (pa.ArrowException, ValueError, TypeError, OverflowError, UnicodeEncodeError):
-            return None  # a value its column cannot hold: every record through ``parse``, which says which
-        keep = np.ones(len(rows), np.bool_)
-        keep[list(bad)] = False
-        keep &= pc.is_valid(times).to_numpy(zero_copy_only=False)
-        mask = pa.array(keep)
-        return BatchParse(pa.array(rows, pa.int64()).filter(mask), times.filter(mask),
-                          {name: array.filter(mask) for name, array in arrays.items()})
+        return self.batch_of(rows, data)
 
 
 _WARNED: set[tuple[str, ...]] = set()

@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import itertools
 from typing import Any, ClassVar, Literal
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import Field, model_validator
 
 from shale.block import RECORD_LABEL, RESERVED_COLUMNS, check_label_name
 from shale.config import IngestConfig, ParserOptions, SchemaRegistryConfig
-from shale.encoder.parsers.base import ParseError, Parser, to_us
+from shale.encoder.parsers.base import BatchParse, ParseError, Parser, to_us
 from shale.encoder.parsers.keys import KeyDecoder, KeyFormat
 from shale.errors import ConfigError
 from shale.schemas import FramingError, RegisteredSchema, RegistryClient, UnknownSchemaError, schema_id
@@ -222,6 +225,44 @@ class RegistryParser(Parser):
         if self.time_path:
             event_time = self.time_us(datum)
         return event_time, {self.prefix + k: v for k, v in datum.items()} if self.prefix else datum
+
+    def batch_time(self) -> str | None:
+        """The column a batch path takes the event time from: a top-level time field of a timestamp or an integer
+        type; None otherwise (the batch path is not taken: every record through ``parse``)."""
+        column = self.prefix + self.time_path[0] if len(self.time_path) == 1 else None
+        kind = self.columns().get(column or "")
+        return column if kind is not None and (pa.types.is_timestamp(kind) or pa.types.is_integer(kind)) else None
+
+    def batch_of(self, rows: list[int], data: list[dict[str, Any]]) -> BatchParse | None:
+        """The batch of decoded records ``data`` (each a record of the chunk's row in ``rows``, as ``finish``
+        would read it): each column made at once, the event time from ``batch_time``'s column as ``time_us``
+        reads it. A record whose values break the encoder's per-value rules (``field_problems``) or whose time is
+        null is left to ``parse``, which says why; a value its column cannot hold at all makes the whole chunk go
+        through ``parse`` (None)."""
+        from shale.encoder.parsing import field_problems  # the encoder's per-value rules, the same as ``parse``'s
+
+        columns = self.columns()
+        time_column = self.batch_time()
+        if time_column is None:
+            return None
+        fields = {name: list(map(dict.get, data, itertools.repeat(name[len(self.prefix):]))) for name in columns}
+        bad = field_problems(fields, self.labels(), columns)
+        time_type = columns[time_column]
+        try:
+            arrays = {name: pa.array(v, columns[name]) for name, v in fields.items()}
+            times = arrays[time_column]
+            if pa.types.is_timestamp(time_type):
+                times = times.cast(pa.timestamp("us", time_type.tz)).cast(pa.int64())
+            else:
+                times = pc.multiply_checked(times.cast(pa.int64()), 1000)  # epoch milliseconds
+        except (pa.ArrowException, ValueError, TypeError, OverflowError, UnicodeEncodeError):
+            return None  # a value its column cannot hold: every record through ``parse``, which says which
+        keep = np.ones(len(rows), np.bool_)
+        keep[list(bad)] = False
+        keep &= pc.is_valid(times).to_numpy(zero_copy_only=False)
+        mask = pa.array(keep)
+        return BatchParse(pa.array(rows, pa.int64()).filter(mask), times.filter(mask),
+                          {name: array.filter(mask) for name, array in arrays.items()})
 
     def time_us(self, datum: dict[str, Any]) -> int:
         found: Any = datum
