@@ -29,7 +29,7 @@ def minio_bucket() -> Iterator[BucketConfig]:
 @contextmanager
 def kafka_broker() -> Iterator[KafkaBroker]:
     with tempfile.TemporaryDirectory(prefix="shale-bench-kafka-") as tmp:
-        broker = KafkaBroker(Path(tmp)).start()
+        broker = KafkaBroker(Path(tmp), quick_jit=False).start()  # a benchmark measures C2's steady state
         try:
             yield broker
         finally:
