@@ -59,7 +59,7 @@ class IcebergRestCatalog:
                "CATALOG_REST_PORT": str(self.port),
                "AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key,
                "AWS_REGION": self.region}
-        command = [java, "-Xmx256m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+        command = [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
                    "-cp", f"{classpath}:{classpath}/*", REST_LAUNCHER]
         self.process = ManagedProcess("iceberg-rest-catalog", command, self.data_dir / "catalog.log", env=env)
         self.process.start()
