@@ -2,12 +2,14 @@
 ``before`` and ``after`` rows, ``source``, ``op`` and ``ts_ms``; the schema in the registry), parsed by the real
 ``protobuf`` parser (the envelope's top-level fields become columns) and read through ``read_latest``: a snapshot,
 creates, updates, a delete and its tombstone, a truncate, in two partitions; then the same with the rows of a
-newer version of the envelope whose row gained a column (the registry's BACKWARD change)."""
+newer version of the envelope whose row gained a column (the registry's BACKWARD change). And the same events as
+Confluent's JSON Schema converter writes them, through the real ``json_schema`` parser."""
 
 from __future__ import annotations
 
 import base64
 import itertools
+import json
 import uuid
 from pathlib import Path
 
@@ -28,6 +30,7 @@ REGISTRY = SchemaRegistryConfig(url="http://127.0.0.1:1/apis/ccompat/v7", timeou
 _ids = itertools.count(58_000)
 TOPIC = "shop.public.customers"
 RULE = ParserRule(topic_pattern=r"shop\..*", parser="protobuf", table="debezium")
+JSON_RULE = ParserRule(topic_pattern=r"shop\..*", parser="json_schema", table="debezium")
 
 
 def _envelope(row: tuple[Field, ...]) -> tuple[Field, ...]:
@@ -65,10 +68,11 @@ def _b64(data: bytes) -> str:
     return base64.standard_b64encode(data).decode()
 
 
-def _latest(tmp_path: Path, partitions: dict[int, list[tuple[bytes | None, bytes | None]]]) -> tuple[pa.Table, object]:
+def _latest(tmp_path: Path, partitions: dict[int, list[tuple[bytes | None, bytes | None]]],
+            rule: ParserRule = RULE) -> tuple[pa.Table, object]:
     bucket = BucketConfig(url=f"memory://change-protobuf-{uuid.uuid4().hex}")
     store = open_bucket(bucket)
-    spec = GroupSpec("partition", 1, bucket, IngestConfig(default_tenant="acme", parsers=[RULE],
+    spec = GroupSpec("partition", 1, bucket, IngestConfig(default_tenant="acme", parsers=[rule],
                                                           schema_registry=REGISTRY))
     blocks = []
     for partition, changes in partitions.items():
@@ -78,7 +82,7 @@ def _latest(tmp_path: Path, partitions: dict[int, list[tuple[bytes | None, bytes
         blocks += written.blocks
     state = StateMachine(tmp_path / f"{uuid.uuid4().hex}.db")
     MetastoreService(state, SingleNodeLog(state)).submit(AddBlocks(blocks=blocks)).raise_for_rejection()
-    return read_latest(Query("acme", 0, 1, f'{{topic="{TOPIC}"}}'), read_only_index(state.path), store, [RULE])
+    return read_latest(Query("acme", 0, 1, f'{{topic="{TOPIC}"}}'), read_only_index(state.path), store, [rule])
 
 
 def test_a_debezium_protobuf_topic_reads_as_its_latest_rows(tmp_path: Path) -> None:
@@ -110,3 +114,33 @@ def test_rows_of_two_envelope_versions_in_one_chunk(tmp_path: Path) -> None:
     view, _ = _latest(tmp_path, {0: p0})
     rows = {r["id"]: (r["name"], r.get("tier")) for r in view.column("after").to_pylist()}
     assert rows == {1: ("one", None), 2: ("two b", "gold")}
+
+
+ROW_SCHEMA = {"type": ["object", "null"], "properties": {"id": {"type": "integer"},
+                                                        "name": {"type": ["string", "null"]}}}
+JSON_ENVELOPE = {"type": "object", "title": "shop.public.customers.Envelope", "properties": {
+    "before": ROW_SCHEMA, "after": ROW_SCHEMA,
+    "source": {"type": "object", "properties": {"connector": {"type": "string"}, "ts_ms": {"type": "integer"}}},
+    "op": {"type": "string"}, "ts_ms": {"type": ["integer", "null"]}}}
+
+
+def test_a_debezium_json_schema_topic_reads_as_its_latest_rows(tmp_path: Path) -> None:
+    sid = next(_ids)
+    RegistryClient(REGISTRY).remember(RegisteredSchema(sid, "JSON", json.dumps(JSON_ENVELOPE)))
+
+    def event(op: str, row: dict[str, object] | None, ms: int) -> bytes:
+        document = {"before": {"id": row["id"], "name": None} if op in ("u", "d") and row else None,
+                    "after": row if op not in ("d", "t") else None,
+                    "source": {"connector": "postgresql", "ts_ms": ms}, "op": op, "ts_ms": ms + 3}
+        return frame(sid, json.dumps(document).encode())
+
+    ms = BASE_MS
+    p0 = [(b"1", event("r", {"id": 1, "name": "snap1"}, ms)), (b"2", event("r", {"id": 2, "name": "snap2"}, ms)),
+          (b"1", event("u", {"id": 1, "name": "one"}, ms + 10)), (b"2", event("d", {"id": 2}, ms + 11)),
+          (b"2", None), (None, event("t", None, ms + 20)), (b"4", event("c", {"id": 4, "name": "four"}, ms + 30))]
+    p1 = [(b"3", event("c", {"id": 3, "name": "three"}, ms + 5)), (b"5", event("c", {"id": 5, "name": None}, ms + 25)),
+          (b"5", event("u", {"id": 5, "name": "five b"}, ms + 26))]
+    view, stats = _latest(tmp_path, {0: p0, 1: p1}, JSON_RULE)
+    rows = {r["id"]: r["name"] for r in view.column("after").to_pylist()}
+    assert rows == {4: "four", 5: "five b"}
+    assert (stats.deleted, stats.withheld) == (3, 0)  # type: ignore[attr-defined]
