@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any, cast
+from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from shale.block import HEADERS
@@ -83,16 +84,19 @@ class _Partition:
     def batch(self) -> pa.RecordBatch:
         """The messages held, handed on as Arrow columns (and no longer held)."""
         ms, r = self.messages, self.range
-        stamps = [m.timestamp() for m in ms]
-        headers = [cast(list[tuple[str, bytes | None]] | None, m.headers()) for m in ms]
+        kinds, ats = zip(*[m.timestamp() for m in ms], strict=True)
+        headers: list[list[tuple[str, bytes | None]] | None] = [m.headers() for m in ms]  # type: ignore[misc]
+        times = pa.array(ats, pa.int64())
+        if TIMESTAMP_NOT_AVAILABLE in kinds:  # rare: a record without a time has a null one
+            times = pc.if_else(pc.equal(pa.array(kinds, pa.int32()), TIMESTAMP_NOT_AVAILABLE), None, times)
         out = pa.RecordBatch.from_arrays([
             pa.array([m.key() for m in ms], pa.binary()), pa.array([m.value() for m in ms], pa.binary()),
             pa.array([r.topic] * len(ms), pa.string()), pa.array([r.partition] * len(ms), pa.int32()),
             pa.array([m.offset() for m in ms], pa.int64()),
-            pa.array([None if kind == TIMESTAMP_NOT_AVAILABLE else at * 1000 for kind, at in stamps],
-                     pa.timestamp("us", "UTC")),
-            pa.array([TIMESTAMP_TYPES.get(kind, -1) for kind, _ in stamps], pa.int32()),
-            pa.array([[{"key": k, "value": v} for k, v in h] if h else None for h in headers], HEADERS)],
+            pc.multiply_checked(times, 1000).cast(pa.timestamp("us", "UTC")),
+            pa.array([TIMESTAMP_TYPES.get(kind, -1) for kind in kinds], pa.int32()),
+            pa.array([[{"key": k, "value": v} for k, v in h] if h else None for h in headers], HEADERS)
+            if any(headers) else pa.nulls(len(ms), HEADERS)],
             schema=COLUMNS)
         self.messages, self.bytes = [], 0
         return out
@@ -141,28 +145,31 @@ def read_ranges(options: dict[str, Any], ranges: Sequence[PartitionRange], held_
                 waiting = [f"{t}[{p}]" for (t, p) in order if not parts[(t, p)].done]
                 raise RetryableError(f"Kafka gave no record of {', '.join(waiting[:10])} for {stall:.0f} s; the "
                                      "batch is planned again")
-            for m in messages:
+            for m in messages:  # per record: kept to plain calls (no typing.cast, no repeated lookups)
                 error = m.error()
-                x = parts.get((cast(str, m.topic()), cast(int, m.partition())))
+                x = parts.get((m.topic(), m.partition()))  # type: ignore[arg-type]
                 if error is not None:
                     if error.code() != KafkaError._PARTITION_EOF:
                         raise RetryableError(f"Kafka refused the read of {m.topic()}[{m.partition()}]: "
                                              f"{error.str()} (offsets the broker no longer holds are reported by "
                                              "the next plan)")
-                    if x is not None and not x.done and cast(int, m.offset()) >= x.range.end:
+                    if x is not None and not x.done and m.offset() >= x.range.end:  # type: ignore[operator]
                         _finish(consumer, x)
                     continue
                 if x is None or x.done:
                     continue
-                offset = cast(int, m.offset())
-                if offset >= x.range.end:
+                offset: int = m.offset()  # type: ignore[assignment]
+                end = x.range.end
+                if offset >= end:
                     _finish(consumer, x)
                     continue
                 x.messages.append(m)
-                size = len(m) + len(m.key() or b"") + 64  # value, key, and about what the rest of a record takes
+                key = m.key()
+                size = len(m) + (len(key) if key else 0) + 64  # value, key, and about what the rest of a record takes
                 x.bytes += size
-                seen, seen_bytes = seen + 1, seen_bytes + size
-                if offset >= x.range.end - 1:
+                seen += 1
+                seen_bytes += size
+                if offset >= end - 1:
                     _finish(consumer, x)
     except KafkaException as exc:
         raise RetryableError(f"Kafka failed the read: {exc}") from None

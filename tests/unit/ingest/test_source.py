@@ -6,13 +6,20 @@ consumer is exercised by the integration tests (transactions, compacted topics, 
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import TIMESTAMP_CREATE_TIME, KafkaError, TopicPartition
+from confluent_kafka import (
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    TIMESTAMP_NOT_AVAILABLE,
+    KafkaError,
+    TopicPartition,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -49,7 +56,10 @@ class _Message:
         return self._e
 
     def timestamp(self) -> tuple[int, int]:
-        return TIMESTAMP_CREATE_TIME, 1_700_000_000_000 + self._o
+        """Create time mostly, log-append time every seventh record, none every eleventh (librdkafka's -1)."""
+        if self._o % 11 == 10:
+            return TIMESTAMP_NOT_AVAILABLE, -1
+        return (TIMESTAMP_LOG_APPEND_TIME if self._o % 7 == 6 else TIMESTAMP_CREATE_TIME), 1_700_000_000_000 + self._o
 
     def key(self) -> bytes | None:
         return None if self._o % 3 else b"k%d" % self._o
@@ -163,7 +173,11 @@ def test_every_planned_record_is_handed_on_once_in_partition_runs_whatever_the_i
             assert row["value"] == b"v%d" % o * 10
             assert row["key"] == (None if o % 3 else b"k%d" % o)
             assert row["headers"] == ([{"key": "h", "value": b"%d" % o}] if o % 5 == 0 else None)
-            assert row["timestampType"] == 0
+            kind, at = _Message(tp[0], tp[1], o).timestamp()
+            assert row["timestampType"] == {TIMESTAMP_NOT_AVAILABLE: -1, TIMESTAMP_CREATE_TIME: 0,
+                                            TIMESTAMP_LOG_APPEND_TIME: 1}[kind]
+            assert row["timestamp"] == (None if kind == TIMESTAMP_NOT_AVAILABLE
+                                        else dt.datetime.fromtimestamp(at / 1000, dt.UTC))
     assert len(runs) == len(set(runs)), f"a partition was handed on in more than one run: {runs}"
     expected = {(r.topic, r.partition): [o for o in logs[(r.topic, r.partition)][0] if r.start <= o < r.end]
                 for r in ranges}
