@@ -59,8 +59,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def _longest_files_first(items: list[pytest.Item]) -> None:
-    """Integration test files in the order of the seconds they last took in CI (tests/integration/seconds.json: the
-    slowest 40 of a run, per file), then by their number of tests. ``make test`` hands whole files to two workers in
+    """Integration test files in the order of the seconds they last took in a fresh clone's run
+    (tests/integration/seconds.json: the slowest 100 of a run, ``--durations=100``, per file), then by their number
+    of tests. ``make test`` hands whole files to two workers in
     this order (``--dist loadfile --no-loadscope-reorder``), so the longest start first and no long file is left
     to run alone at the end while the other worker idles."""
     import json
