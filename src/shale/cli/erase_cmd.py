@@ -208,8 +208,7 @@ def audit(ctx: click.Context, erasure: str, tenant: str | None, as_json: bool) -
 
 def report_text(report: ErasureReport) -> str:
     """The report for people (``--json`` gives every field); times in ISO 8601 UTC."""
-    from shale.erase import iso_ms
-    from shale.erase.api import lag_text
+    from shale.erase import iso_ms, lag_text
 
     head = (f"erasure {report.id}: " + ("dry run, nothing changed" if report.dry_run else report.state)
             + (" (another run made this erasure meanwhile: this is its state)" if report.replay else ""))

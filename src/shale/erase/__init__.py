@@ -8,6 +8,7 @@ from shale.erase.api import (
     column_request,
     erase,
     erasure_status,
+    lag_text,
 )
 from shale.erase.column import ColumnValueError
 from shale.erase.leftover import Leftover, LeftoverScan, Needle, audit, scan_leftovers
@@ -17,4 +18,4 @@ from shale.erase.times import iso_ms
 
 __all__ = ["ColumnValueError", "ErasureNotReadyError", "ErasureReport", "ErasureRequest", "Leftover", "LeftoverScan",
            "Match", "Needle", "ReceiptNotReadyError", "audit", "check_delete_delay", "column_request", "erase",
-           "erasure_status", "find_matches", "iso_ms", "scan_leftovers", "write_receipt"]
+           "erasure_status", "find_matches", "iso_ms", "lag_text", "scan_leftovers", "write_receipt"]
