@@ -106,7 +106,7 @@ from shale.config import BucketConfig, ShaleConfig, load_config
 from shale.dev import connector_conf
 from shale.errors import ShaleError
 from shale.metastore import MetastoreClient, read_only_index
-from shale.metastore.server import state_path
+from shale.metastore.api.server import state_path
 from shale.objstore import Bucket, BucketReader, open_bucket
 from shale.process import ManagedProcess, free_port
 from shale.query import Query, run_query

@@ -35,7 +35,7 @@ from shale.demo import LOGHUB_FORMATS, loghub_lines
 from shale.iceberg import IcebergPublisher, open_catalog, spark_catalog_conf
 from shale.ingest.job import IngestJob
 from shale.metastore import MetastoreService, SingleNodeLog, StateMachine
-from shale.metastore.commands import Result, TrimBlockChanges
+from shale.metastore.rules.commands import Result, TrimBlockChanges
 from shale.objstore import open_bucket
 from shale.query.datasource import register
 from shale.spark import spark_session

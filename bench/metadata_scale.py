@@ -56,8 +56,8 @@ from shale.index import begin, commit, parse_matchers
 from shale.ingest.committer import batch_commit
 from shale.ingest.plan import PartitionRange
 from shale.metastore import AddBlocks, CommitIngestBatch, MetastoreService, SingleNodeLog, StateMachine
-from shale.metastore.commands import encode
-from shale.metastore.fsm import Entry
+from shale.metastore.rules.commands import encode
+from shale.metastore.rules.fsm import Entry
 from shale.objstore import Bucket, open_bucket
 from shale.query.plan import plan_query
 

@@ -40,7 +40,7 @@ from shale.block import BlockMeta
 from shale.dev.metastore import MetastoreCluster
 from shale.index import match_label_sets, parse_matchers
 from shale.metastore import AddBlocks, MetastoreService, SingleNodeLog, StateMachine
-from shale.metastore.journal import UNSYNCED_BASELINE_ENV
+from shale.metastore.raft.journal import UNSYNCED_BASELINE_ENV
 
 TENANTS, PER_TENANT, DAYS, BATCH = 10, 100_000, 30, 500
 QUERIES = 300

@@ -103,7 +103,7 @@ from bench.services import kafka_broker, minio_bucket
 from shale.config import BucketConfig, load_config
 from shale.iceberg import spark_catalog_conf
 from shale.metastore import MetastoreClient, read_only_index
-from shale.metastore.server import state_path
+from shale.metastore.api.server import state_path
 from shale.objstore import open_bucket
 from shale.process import free_port
 from shale.query import Query, run_query

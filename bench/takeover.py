@@ -31,7 +31,7 @@ from tests.waiting import eventually
 from bench.common import progress, write_result
 from bench.services import kafka_broker, minio_bucket
 from shale.metastore import open_metastore
-from shale.metastore.shards import shard_of
+from shale.metastore.rules.shards import shard_of
 from shale.objstore import open_bucket
 from shale.process import ManagedProcess
 from shale.verify import verify_topic

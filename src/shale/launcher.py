@@ -39,7 +39,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from shale.config import ShaleConfig
 from shale.errors import ConfigError, ShaleError
 from shale.logs import register_secrets
-from shale.metastore import auth, tls_verify
+from shale.metastore import tls_verify
+from shale.metastore.api import auth
 from shale.process import ManagedProcess, free_port
 
 log = logging.getLogger(__name__)

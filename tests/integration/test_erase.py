@@ -44,8 +44,8 @@ from shale.iceberg.files import key_of
 from shale.ingest.job import IngestJob
 from shale.kafka import describe_topics
 from shale.metastore import MetastoreService, open_metastore
-from shale.metastore.auth import write_private
-from shale.metastore.maintenance import Maintenance
+from shale.metastore.api.auth import write_private
+from shale.metastore.api.maintenance import Maintenance
 from shale.objstore import open_bucket
 from shale.process import ManagedProcess
 from shale.restore import RestoreJob, RestoreRequest

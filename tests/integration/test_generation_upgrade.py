@@ -15,7 +15,7 @@ from tests.integration.ingest_helpers import JSON_PARSER, config_of, create_topi
 
 from shale.ingest.job import IngestJob
 from shale.metastore import SetActiveGeneration, open_metastore
-from shale.metastore.generations import OPEN_END
+from shale.metastore.rules.generations import OPEN_END
 from shale.objstore import open_bucket
 from shale.query import Query, run_query
 

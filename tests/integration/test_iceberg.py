@@ -41,7 +41,7 @@ from shale.iceberg import IcebergPublisher, open_catalog, spark_catalog_conf
 from shale.iceberg.catalog import FAILPOINT_BEFORE_CATALOG_COMMIT, SUMMARY_INDEX, identifier
 from shale.iceberg.files import is_copy
 from shale.metastore import MetastoreService, SetActiveGeneration, SingleNodeLog, StateMachine, TruncateIndex
-from shale.metastore.commands import PartitionKey
+from shale.metastore.rules.commands import PartitionKey
 from shale.objstore import open_bucket
 from shale.query.plan import active_intervals
 

@@ -24,7 +24,7 @@ from shale.config import load_config
 from shale.dev import KafkaBroker
 from shale.dev.metastore import MetastoreCluster
 from shale.metastore import open_metastore
-from shale.metastore.auth import write_private
+from shale.metastore.api.auth import write_private
 from shale.objstore import open_bucket
 from shale.verify import verify_topic
 

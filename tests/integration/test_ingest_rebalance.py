@@ -20,8 +20,8 @@ from tests.integration.ingest_helpers import config_of, create_topic, ingest_pro
 from tests.waiting import eventually
 
 from shale.metastore import open_metastore
-from shale.metastore.server import state_path
-from shale.metastore.shards import placement, shard_map, shard_of
+from shale.metastore.api.server import state_path
+from shale.metastore.rules.shards import placement, shard_map, shard_of
 from shale.objstore import open_bucket
 from shale.verify import verify_topic
 

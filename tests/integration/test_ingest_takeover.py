@@ -25,7 +25,7 @@ from tests.integration.ingest_helpers import (
 from tests.waiting import eventually
 
 from shale.metastore import MetastoreService, open_metastore
-from shale.metastore.shards import owner, shard_of
+from shale.metastore.rules.shards import owner, shard_of
 from shale.objstore import open_bucket
 from shale.verify import verify_topic
 

@@ -37,7 +37,7 @@ from tests.waiting import eventually
 from shale.dev.metastore import MetastoreCluster
 from shale.errors import ShaleError
 from shale.metastore import AddBlocks
-from shale.metastore.journal import UNSYNCED_BASELINE_ENV
+from shale.metastore.raft.journal import UNSYNCED_BASELINE_ENV
 
 CUTS = int(os.environ.get("SHALE_POWER_LOSS_CUTS", "5"))
 SEED = int(os.environ.get("SHALE_POWER_LOSS_SEED", "44"))

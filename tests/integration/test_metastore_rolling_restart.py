@@ -17,7 +17,8 @@ from tests.waiting import eventually
 from shale.dev import SparkStandalone, driver_conf
 from shale.dev.metastore import MetastoreCluster
 from shale.errors import MetastoreUnavailableError
-from shale.metastore import MetastoreClient, auth
+from shale.metastore import MetastoreClient
+from shale.metastore.api import auth
 from shale.objstore import open_bucket
 from shale.verify import verify_topic
 

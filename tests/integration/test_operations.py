@@ -26,7 +26,8 @@ from tests.waiting import eventually
 from shale.config import BucketConfig
 from shale.dev import connector_conf
 from shale.launcher import BACKGROUND_NICE
-from shale.metastore import MetastoreClient, auth
+from shale.metastore import MetastoreClient
+from shale.metastore.api import auth
 from shale.process import ManagedProcess, free_port, pid_alive
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -31,8 +31,9 @@ from tests.waiting import eventually
 
 from shale.dev.metastore import MetastoreCluster, TlsFiles
 from shale.errors import AccessDeniedError, MetastoreUnavailableError, QueryTimeoutError, ServiceStartError
-from shale.metastore import AddBlocks, MetastoreClient, raftwire
-from shale.metastore.client import tls_verify
+from shale.metastore import AddBlocks, MetastoreClient
+from shale.metastore.api.client import tls_verify
+from shale.metastore.raft import raftwire
 
 TENANTS = ("acme", "beta")
 

@@ -19,7 +19,7 @@ from shale.cli import cli
 from shale.config import load_config
 from shale.errors import ConfigError
 from shale.launcher import BACKGROUND_NICE, Deployment, lease_held, lower_autogroup_priority
-from shale.metastore import auth
+from shale.metastore.api import auth
 from shale.process import ManagedProcess, free_port
 
 

@@ -1,7 +1,9 @@
 """The layering of docs/DESIGN.md section 1 is the real one: every import in src/shale (function-level imports
-included) goes to the module's own package or to a package on a line above it; and production code never reaches
-into development code: only ``shale.dev`` itself, ``shale.demo`` and the ``shale dev`` command may import
-``shale.dev`` (a cluster deployment has neither Maven nor a development cache)."""
+included) goes to the module's own package or to a package on a line above it, and inside a package split into
+parts (``shale.metastore.rules``, ``raft``, ``api``, one line each) to the module's own part or a part above it,
+through that part's face; and production code never reaches into development code: only ``shale.dev`` itself,
+``shale.demo`` and the ``shale dev`` command may import ``shale.dev`` (a cluster deployment has neither Maven nor
+a development cache)."""
 
 from __future__ import annotations
 
@@ -13,16 +15,38 @@ ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "shale"
 
 
-def layers() -> dict[str, int]:
-    """Package -> its line number in DESIGN section 1's layering block."""
+def _layering_block() -> list[str]:
+    """The names column of each line of DESIGN section 1's layering block, lowest layer first."""
     design = (ROOT / "docs" / "DESIGN.md").read_text()
     section = design[design.index("## 1. Components and layering"):design.index("## 2.")]
     block = section.split("```")[1]
+    return [text.split("  ")[0] for text in block.splitlines() if text.strip()]
+
+
+def layers() -> dict[str, int]:
+    """Package -> its line number in DESIGN section 1's layering block (the last of a package split into parts)."""
     found: dict[str, int] = {}
-    for rank, line in enumerate(text for text in block.splitlines() if text.strip()):
-        for name in re.findall(r"shale\.(\w+)", line.split("  ")[0]):
+    for rank, names in enumerate(_layering_block()):
+        for name in re.findall(r"shale\.(\w+)", names):
             found[name] = rank
     return found
+
+
+def parts() -> dict[str, int]:
+    """Part of a package (``metastore.rules``) -> its line number in the layering block: a package split into
+    parts has a line for each part, lowest first."""
+    found: dict[str, int] = {}
+    for rank, names in enumerate(_layering_block()):
+        for package, part in re.findall(r"shale\.(\w+)\.(\w+)", names):
+            found[f"{package}.{part}"] = rank
+    return found
+
+
+def part_of(path: Path) -> str | None:
+    """``metastore.rules`` for a module of that part; None for a module of a package without parts, or for the
+    package's own face."""
+    names = path.relative_to(SRC).with_suffix("").parts
+    return f"{names[0]}.{names[1]}" if len(names) > 2 and f"{names[0]}.{names[1]}" in parts() else None
 
 
 def package_of(path: Path) -> str:
@@ -66,14 +90,15 @@ NAMESPACES = {
     "shale.index.leases": _STORE,
     "shale.index.offsets": _STORE,
     "shale.index.restores": _STORE,
-    "shale.metastore.auth": "the token file's helpers (digest, new_token, write_private) read as auth.*",
-    "shale.metastore.sessions": "the status page's session cookie (Sessions, cookie_header) reads as sessions.*",
+    "shale.metastore.api.auth": "the token file's helpers (digest, new_token, write_private) read as auth.*",
+    "shale.metastore.api.sessions": "the status page's session cookie (Sessions, cookie_header) reads as sessions.*",
 }
 
 
-def deep_imports(path: Path, own: str, modules: set[str]) -> list[str]:
+def deep_imports(path: Path, own: str, modules: set[str], faces: frozenset[str] = frozenset()) -> list[str]:
     """The modules of a Shale package other than ``own`` that the file's imports name: ``from shale.block.meta
-    import X``, ``import shale.block.meta`` and ``from shale.block import meta`` all name ``shale.block.meta``."""
+    import X``, ``import shale.block.meta`` and ``from shale.block import meta`` all name ``shale.block.meta``.
+    A part's face (in ``faces``: ``shale.metastore.api``) is a door like the package's own."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
@@ -84,7 +109,7 @@ def deep_imports(path: Path, own: str, modules: set[str]) -> list[str]:
             continue
         for name in named:
             parts = name.split(".")
-            if parts[0] == "shale" and len(parts) > 2 and parts[1] != own and name in modules:
+            if parts[0] == "shale" and len(parts) > 2 and parts[1] != own and name in modules and name not in faces:
                 found.add(name)
     return sorted(found)
 
@@ -92,14 +117,78 @@ def deep_imports(path: Path, own: str, modules: set[str]) -> list[str]:
 def test_other_packages_are_imported_through_their_faces() -> None:
     """An import from another Shale package names the package itself (``from shale.block import BlockMeta``),
     never one of its modules: a package's face (its ``__init__`` and ``__all__``) is its contract, so moving or
-    splitting a module inside a package changes no other package. The few modules other packages use as a
+    splitting a module inside a package changes no other package. A package split into parts may also be entered
+    through a part's face (``from shale.metastore.api import auth``). The few modules other packages use as a
     namespace are listed in NAMESPACES with the reason."""
     modules = {_module(p) for p in SRC.rglob("*.py")}
     assert set(NAMESPACES) <= modules
+    faces = frozenset(f"shale.{part}" for part in parts())
     wrong = [f"{path.relative_to(ROOT)} imports {name}" for path in sorted(SRC.rglob("*.py"))
              if package_of(path) not in ("__init__", "__main__")
-             for name in deep_imports(path, package_of(path), modules) if name not in NAMESPACES]
+             for name in deep_imports(path, package_of(path), modules, faces) if name not in NAMESPACES]
     assert wrong == []
+
+
+def test_the_metastore_has_three_parts_in_order() -> None:
+    """The metastore's parts, lowest first: the state machine's rules, replication, the API."""
+    documented = parts()
+    assert sorted((p for p in documented if p.startswith("metastore.")), key=documented.__getitem__) == [
+        "metastore.rules", "metastore.raft", "metastore.api"]
+    own = SRC / "metastore"
+    assert {p.name for p in own.glob("*.py")} == {"__init__.py"}, "every metastore module is in a part"
+
+
+def part_imports(path: Path, own: str, documented: dict[str, int], modules: set[str]) -> list[str]:
+    """The file's imports of other parts of its package that break the order: ``own`` (``metastore.api``) may
+    import its own part's modules, and of a part on a lower line only the face (``from shale.metastore.rules
+    import StateMachine``); never a part above its own, a module behind a face, or the package's own face."""
+    package = own.split(".", maxsplit=1)[0]
+    wrong = []
+    for name in sorted(_imports(path)):
+        names = name.split(".")
+        if len(names) < 3 or names[:2] != ["shale", package]:
+            continue
+        target = f"{package}.{names[2]}"
+        if target == own:
+            continue
+        if target not in documented:
+            wrong.append(f"{name}: the package's face, from inside a part")
+        elif documented[target] >= documented[own]:
+            wrong.append(f"{name}: a part above its own")
+        elif len(names) > 3 and name in modules:
+            wrong.append(f"{name}: a module behind the face of {target}")
+    return wrong
+
+
+def test_parts_import_only_their_own_part_or_lower_ones_through_their_faces() -> None:
+    """The rules know nothing of replication, replication nothing of the API, and each part is entered through
+    its face. Imports of other packages are checked above, as for any module of the package."""
+    documented = parts()
+    modules = {_module(p) for p in SRC.rglob("*.py")}
+    wrong = [f"{path.relative_to(ROOT)} imports {problem}" for path in sorted(SRC.rglob("*.py"))
+             if (own := part_of(path)) is not None for problem in part_imports(path, own, documented, modules)]
+    assert wrong == []
+
+
+def test_the_part_check_catches_an_upward_a_deep_and_a_face_import(tmp_path: Path) -> None:
+    assert part_of(SRC / "metastore" / "rules" / "fsm.py") == "metastore.rules"
+    assert part_of(SRC / "metastore" / "__init__.py") is None
+    assert part_of(SRC / "block" / "meta.py") is None
+    documented = {"metastore.rules": 1, "metastore.raft": 2, "metastore.api": 3}
+    modules = {"shale.metastore.rules.fsm", "shale.metastore.rules", "shale.metastore.api.service"}
+    sample = tmp_path / "sample.py"
+    for own, text, problem in [
+        ("metastore.rules", "def f():\n    from shale.metastore.api import MetastoreService\n", "a part above"),
+        ("metastore.raft", "from shale.metastore.rules.fsm import StateMachine\n", "behind the face"),
+        ("metastore.raft", "from shale.metastore.rules import fsm\n", "behind the face"),
+        ("metastore.raft", "from shale.metastore import StateMachine\n", "the package's face"),
+    ]:
+        sample.write_text(text)
+        found = part_imports(sample, own, documented, modules)
+        assert found, text
+        assert all(problem in f for f in found), (text, found)
+    sample.write_text("from shale.metastore.rules import StateMachine\nfrom shale.metastore.api.service import X\n")
+    assert part_imports(sample, "metastore.api", documented, modules) == []
 
 
 def test_the_face_check_sees_every_form_of_a_deep_import(tmp_path: Path) -> None:

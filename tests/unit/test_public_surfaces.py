@@ -9,8 +9,8 @@ import types
 import pytest
 
 PACKAGES = ["shale.block", "shale.bucketindex", "shale.compaction", "shale.compactor", "shale.encoder", "shale.index",
-            "shale.ingest", "shale.metastore", "shale.objstore", "shale.query", "shale.reprocess",
-            "shale.verify"]
+            "shale.ingest", "shale.metastore", "shale.metastore.api", "shale.metastore.raft", "shale.metastore.rules",
+            "shale.objstore", "shale.query", "shale.reprocess", "shale.verify"]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

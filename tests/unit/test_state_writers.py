@@ -15,9 +15,9 @@ from shale.cli import cli
 SRC = Path(__file__).resolve().parents[2] / "src" / "shale"
 
 STATE_WRITERS = {
-    "shale.metastore.server:open_metastore": "the embedded service, for writers",
-    "shale.metastore.server:MetastoreNode.__init__": "a metastore node applies the log",
-    "shale.metastore.rebuild:rebuild_from_bucket": "writes a new state file from the bucket",
+    "shale.metastore.api.server:open_metastore": "the embedded service, for writers",
+    "shale.metastore.api.server:MetastoreNode.__init__": "a metastore node applies the log",
+    "shale.metastore.raft.rebuild:rebuild_from_bucket": "writes a new state file from the bucket",
     "shale.cli.iceberg_cmd:sync": "publishes and trims the change feed (TrimBlockChanges)",
 }
 OPEN_METASTORE_CALLERS = {

@@ -120,7 +120,7 @@ def create(ctx: click.Context, name: str, role: str, groups: tuple[str, ...], te
     from pydantic import ValidationError
 
     from shale.errors import ConfigError
-    from shale.metastore import auth
+    from shale.metastore.api import auth
 
     path = tokens_file or Path(get_config(ctx).metastore.tokens_file or "")
     if not str(path) or str(path) == ".":

@@ -22,7 +22,8 @@ import httpx
 
 from shale.config import BucketConfig
 from shale.errors import ServiceStartError
-from shale.metastore import MetastoreClient, auth, tls_verify
+from shale.metastore import MetastoreClient, tls_verify
+from shale.metastore.api import auth
 from shale.process import ManagedProcess, free_port
 
 READY_TIMEOUT_S = 60.0

@@ -1,7 +1,7 @@
 """The compaction service's store: the planner's queues, the scheduler's jobs, each worker's last poll answer, and
 settings. The tables are declared here (``DDL`` and the queue's ``QUEUE_INDEX``, created by the index schema)
 beside the only code that reads and writes them; what a plan changes is decided by ``shale.compaction`` (pure)
-and ``shale.metastore.compaction_service``.
+and ``shale.metastore.rules.compaction_service``.
 
 Blocks join the queue when they are added to the index and leave it when a job takes them or when they leave
 the index; a job dropped before it completed (its sources changed) gives its surviving sources back to the queue.

@@ -1,7 +1,7 @@
 """The erasures' store: the ``erasures``, ``erasure_positions`` and ``erasure_blocks`` tables, their reads and their
 writes. One row per erasure request (``shale erase``), the Kafka positions of its records, and each block rewritten
 without them. What a command changes in them (a replayed request, the checks on a plan, when an erasure is
-rewritten) is decided by ``shale.metastore.erasures``, inside the apply transaction; the reads also run on read
+rewritten) is decided by ``shale.metastore.rules.erasures``, inside the apply transaction; the reads also run on read
 connections."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from shale.block import BlockMeta
 from shale.index.records import decode_meta
 
 DDL = """
--- Erasures (``shale erase``, ``shale.metastore.erasures``): each request, the Kafka positions of its records
+-- Erasures (``shale erase``, ``shale.metastore.rules.erasures``): each request, the Kafka positions of its records
 -- (found in the backup group, matched in both), and each block rewritten without them.
 CREATE TABLE IF NOT EXISTS erasures (
     id TEXT PRIMARY KEY,

@@ -1,9 +1,9 @@
 """The generation switches' store: the ``generations`` and ``generation_pins`` tables, their reads and their writes.
 A switch makes a generation the one read for a topic's data over a time range (each topic's switches in order, the
 later one winning where they overlap); a pin is an operator's switch and the newest generation it binds. When
-ingestion switches a generation in, and what an operator's switch binds, is decided by ``shale.metastore.generations``
-inside the apply transaction; ``IndexWriter.add_generation_rule`` records a switch in the change feed with it. The
-reads also run on read connections."""
+ingestion switches a generation in, and what an operator's switch binds, is decided by
+``shale.metastore.rules.generations`` inside the apply transaction; ``IndexWriter.add_generation_rule`` records a
+switch in the change feed with it. The reads also run on read connections."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ CREATE TABLE IF NOT EXISTS generations (
 
 -- An operator's switch (SetActiveGeneration) over [start, end], and the newest generation of the topic it binds
 -- (``binds``: every generation that had committed offsets of the topic when it was made): ingestion never switches
--- one of those generations in over it (``shale.metastore.generations``). A table of its own, created on open, so
+-- one of those generations in over it (``shale.metastore.rules.generations``). A table of its own, created on open, so
 -- a state of the same schema version gains it empty (no switch of before was recorded as an operator's).
 CREATE TABLE IF NOT EXISTS generation_pins (
     tenant TEXT NOT NULL,

@@ -1,8 +1,8 @@
 """The ingest leases' and shard maps' store: the ``ingest_leases``, ``ingest_shards``, ``ingest_placement`` and
 ``ingest_load`` tables, their reads and their writes, and the log's last entry time (the ``state`` key
 ``LOG_TIME``). What a command changes in them (fencing tokens, takeovers, resizes, placement, load windows) is
-decided by ``shale.metastore.leases`` and ``shale.metastore.shards``, inside the apply transaction; the reads also
-run on read connections."""
+decided by ``shale.metastore.rules.leases`` and ``shale.metastore.rules.shards``, inside the apply transaction; the
+reads also run on read connections."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ CREATE TABLE IF NOT EXISTS ingest_shards (
     PRIMARY KEY (grp, generation)
 ) WITHOUT ROWID;
 
--- shale.metastore.shards: each committed partition's shard under the group's current map (the others follow the
+-- shale.metastore.rules.shards: each committed partition's shard under the group's current map (the others follow the
 -- hash), and each partition's load window (bytes per second of log time).
 CREATE TABLE IF NOT EXISTS ingest_placement (
     grp TEXT NOT NULL,
@@ -124,7 +124,8 @@ def save_shard_map(conn: sqlite3.Connection, group: str, generation: int, shards
 
 
 def placement(conn: sqlite3.Connection, group: str, generation: int) -> dict[Key, int]:
-    """The shard of each partition the group's map placed (the others follow ``shale.metastore.shards.shard_of``)."""
+    """The shard of each partition the group's map placed (the others follow
+    ``shale.metastore.rules.shards.shard_of``)."""
     return {(str(t), int(p)): int(s) for t, p, s in conn.execute(
         "SELECT topic, partition, shard FROM ingest_placement WHERE grp = ? AND generation = ?", (group, generation))}
 

@@ -3,7 +3,7 @@ and their writes. Committed offsets are kept per (group, generation, topic, part
 incarnation (its Kafka topic id); when a topic is deleted and recreated, the old incarnation's row moves to
 ``incarnations``. ``commits`` remembers the last committed ranges of each partition (exact replays are recognised by
 them), ``losses`` the offset ranges an operator acknowledged as lost. What a command changes in them (continuity,
-writers, replays) is decided by the metastore's command handlers (``shale.metastore.fsm``), inside the apply
+writers, replays) is decided by the metastore's command handlers (``shale.metastore.rules.fsm``), inside the apply
 transaction; the reads also run on read connections."""
 
 from __future__ import annotations

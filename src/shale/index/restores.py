@@ -1,6 +1,6 @@
 """The restore journal's store: the ``restores`` table, its reads and its writes. One row per run of ``shale
 restore``; what a run's record changes (a replayed start, an end without its start, the ``KEPT`` newest runs) is
-decided by ``shale.metastore.restores``, inside the apply transaction."""
+decided by ``shale.metastore.rules.restores``, inside the apply transaction."""
 
 from __future__ import annotations
 

@@ -143,7 +143,7 @@ class IngestLease:
         """One look at the group's lease rows (a read: nothing is written to the log) and an acquire for each shard
         this process may take that is free (never leased, expired, released, or of an older shard map) or whose
         holder has not renewed for ``SUSPECT`` of a lease (the asks then keep the log's time running, so the lease
-        expires by it: a silent log would bridge it, see ``shale.metastore.leases``). Asks for one shard at most
+        expires by it: a silent log would bridge it, see ``shale.metastore.rules.leases``). Asks for one shard at most
         every ``ask_period``; the shard this process held last comes first. ``now`` is a monotonic clock. Returns
         the granting answer (the lease is then this process's), else None."""
         rows = {int(r["shard"]): r for r in self.metastore.ingest_leases(self.group)

@@ -1,33 +1,51 @@
-"""The metastore (seeds 004 and 003): the replicated service around the index.
+"""The metastore (seeds 004 and 003): the replicated service around the index, in three parts, each importing only
+the ones below it.
 
-Components: ``commands`` (typed records), ``fsm`` (the handler registry and state machine), ``log`` (single node
-or Raft via pysyncobj), ``reads`` (every read, declared once; ``read_only_index``), ``service`` (reads and
-writes), ``http``/``client`` (the API), ``dlq`` (dead letter queue), ``maintenance`` (retention, tombstones),
-``rebuild`` (from the bucket), ``server`` (one process; ``open_metastore`` for writers, ``open_index_view`` for
-readers).
+``rules`` (the state machine: ``commands``, ``fsm`` and the rules of each command family), ``raft`` (replication:
+the command log, single node or Raft via pysyncobj, its journal and wire, ``rebuild`` from the bucket) and ``api``
+(``service``, ``reads``, ``http``/``client``, ``auth``, the dead letter queue, the leader's ``maintenance`` loops,
+``server``: one process; ``open_metastore`` for writers, ``open_index_view`` for readers). Other packages import
+the metastore through this face.
 """
 
 import typing as _typing
 
 from shale.exports import lazy_exports as _lazy_exports
-from shale.metastore.capabilities import (
+from shale.metastore.api import (
     BlockQueries,
     Commands,
+    DeadLetterQueue,
     ErasureReads,
     GenerationRules,
+    IndexReads,
+    MetastoreClient,
+    MetastoreNode,
+    MetastoreService,
     OffsetReads,
+    Queued,
     RestoreReads,
     TenantBlocks,
     Tenants,
+    client_token,
+    open_index_view,
+    open_metastore,
+    read_only_index,
+    remote_client,
+    state_path,
+    tls_verify,
 )
-from shale.metastore.client import MetastoreClient, tls_verify
-from shale.metastore.commands import (
+from shale.metastore.raft import RaftLog, SingleNodeLog
+from shale.metastore.rules import (
+    BRIDGED_SILENCE,
+    LEASE_REASONS,
     AcknowledgeOffsetLoss,
     AcquireIngestLease,
     AddBlocks,
+    Claims,
     Command,
     CommitIngestBatch,
     DeleteTombstones,
+    Entry,
     ErasedPosition,
     ErasureWatermark,
     Noop,
@@ -45,34 +63,25 @@ from shale.metastore.commands import (
     SetActiveGeneration,
     SetCompactionFailureLimit,
     SetIngestShards,
+    StateMachine,
     TrimBlockChanges,
     TruncateIndex,
+    Watermarks,
     decode,
     encode,
+    erased_offsets,
+    erasure_id,
+    every_erasure,
+    restore_file,
+    shard_of,
+    unclaimed,
 )
-from shale.metastore.dlq import DeadLetterQueue, Queued
-from shale.metastore.erasures import Watermarks, erased_offsets, erasure_id, every_erasure
-from shale.metastore.fsm import Entry, StateMachine, restore_file
-from shale.metastore.garbage import Claims, unclaimed
-from shale.metastore.leases import BRIDGED_SILENCE, LEASE_REASONS
-from shale.metastore.log import RaftLog, SingleNodeLog
-from shale.metastore.reads import IndexReads, read_only_index
-from shale.metastore.server import (
-    MetastoreNode,
-    client_token,
-    open_index_view,
-    open_metastore,
-    remote_client,
-    state_path,
-)
-from shale.metastore.service import MetastoreService
-from shale.metastore.shards import shard_of
 
 if _typing.TYPE_CHECKING:
-    from shale.metastore.rebuild import rebuild_from_bucket
+    from shale.metastore.raft import rebuild_from_bucket
 
 __getattr__ = _lazy_exports(__name__, {  # each public name's module, imported on first use
-    "rebuild_from_bucket": "rebuild",
+    "rebuild_from_bucket": "raft",
 })
 
 __all__ = [

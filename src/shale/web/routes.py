@@ -1,5 +1,5 @@
 """The status page's routes, added to the metastore's FastAPI app by ``shale metastore serve``: the page, its JSON,
-and the login form that opens a browser session (``metastore/sessions.py``)."""
+and the login form that opens a browser session (``metastore/api/sessions.py``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from shale.config import ShaleConfig
-from shale.metastore import IndexReads, auth, sessions
+from shale.metastore import IndexReads
+from shale.metastore.api import auth, sessions
 from shale.objstore import BucketReader
 from shale.web.page import login_page, render
 from shale.web.status import collect

@@ -39,7 +39,7 @@ from shale.block.packed import (
     unpack_row_groups,
 )
 from shale.errors import CommandRejectedError, CorruptObjectError
-from shale.metastore.commands import CommitIngestBatch, OffsetRange, decode, encode
+from shale.metastore.rules.commands import CommitIngestBatch, OffsetRange, decode, encode
 
 OLD_FORMS = Path(__file__).parents[2] / "fixtures" / "old_forms"
 INT64 = st.integers(-(2**63), 2**63 - 1)

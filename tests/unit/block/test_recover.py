@@ -18,7 +18,7 @@ from shale.block.recover import recover_meta
 from shale.block.writer import FOOTER_CRC_KEY, FOOTER_META_KEY
 from shale.errors import CorruptObjectError
 from shale.metastore import CommitIngestBatch, MetastoreService, OffsetRange, SingleNodeLog, StateMachine
-from shale.metastore.rebuild import rebuild_from_bucket
+from shale.metastore.raft.rebuild import rebuild_from_bucket
 from shale.objstore import ObstoreBucket, open_bucket_url
 
 

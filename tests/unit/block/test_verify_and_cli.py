@@ -24,7 +24,7 @@ from shale.block import (
 from shale.block.verify import verify_tenant
 from shale.cli import cli
 from shale.metastore import AddBlocks, encode
-from shale.metastore.fsm import Entry, StateMachine
+from shale.metastore.rules.fsm import Entry, StateMachine
 from shale.objstore import ObstoreBucket, open_bucket_url
 
 

@@ -25,8 +25,8 @@ from shale.bucketindex import (
     state_digest,
 )
 from shale.bucketindex.deltas import IndexDelta, follow_chain
-from shale.metastore.commands import AddBlocks, DeleteTombstones, ReplaceBlocks, Result, encode
-from shale.metastore.fsm import Entry, StateMachine
+from shale.metastore.rules.commands import AddBlocks, DeleteTombstones, ReplaceBlocks, Result, encode
+from shale.metastore.rules.fsm import Entry, StateMachine
 from shale.objstore import ObstoreBucket, open_bucket_url
 
 STALE = 3600.0

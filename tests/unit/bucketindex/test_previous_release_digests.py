@@ -13,8 +13,8 @@ from tests.unit.metastore.helpers import meta
 from shale.bucketindex import BucketIndex, IndexDelta, state_digest
 from shale.bucketindex.deltas import follow_chain
 from shale.bucketindex.model import DIGEST_FORM
-from shale.metastore.commands import AddBlocks
-from shale.metastore.fsm import StateMachine
+from shale.metastore.rules.commands import AddBlocks
+from shale.metastore.rules.fsm import StateMachine
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "previous_release"
 TENANT = "default"

@@ -33,8 +33,8 @@ from shale.bucketindex import (
 )
 from shale.config import RetentionConfig
 from shale.metastore import MetastoreService, SingleNodeLog, StateMachine
-from shale.metastore.commands import Command, CommitIngestBatch, OffsetRange, ReplaceBlocks, Result
-from shale.metastore.maintenance import Maintenance
+from shale.metastore.api.maintenance import Maintenance
+from shale.metastore.rules.commands import Command, CommitIngestBatch, OffsetRange, ReplaceBlocks, Result
 from shale.objstore import Bucket, open_bucket_url
 
 DAY_MS = 86_400_000

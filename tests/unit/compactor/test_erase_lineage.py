@@ -17,7 +17,7 @@ from shale.bucketindex.model import BucketIndex, live_blocks
 from shale.compaction import ErasePlan, Job, QueueKey
 from shale.compactor.erase import erase_block
 from shale.config import BucketConfig
-from shale.metastore.erasures import job_name, output_problem
+from shale.metastore.rules.erasures import job_name, output_problem
 from shale.objstore import open_bucket
 
 ERASURE_IDS = st.text("0123456789abcdef", min_size=16, max_size=16)

@@ -33,8 +33,8 @@ from shale.config import BucketConfig, CompactionConfig, RetentionConfig
 from shale.erase import ErasureRequest, ReceiptNotReadyError, erase, erasure_status, write_receipt
 from shale.erase.receipt import final_scan
 from shale.metastore import AddBlocks, MetastoreService, SingleNodeLog, StateMachine
-from shale.metastore.erasures import erasure_of
-from shale.metastore.maintenance import Maintenance
+from shale.metastore.api.maintenance import Maintenance
+from shale.metastore.rules.erasures import erasure_of
 from shale.objstore import Bucket, open_bucket
 
 ERASED = b"customer-42"

@@ -138,7 +138,7 @@ def test_the_receipt_waits_with_exit_3_while_an_orphan_holds_the_key(tmp_path: P
     from shale.compactor.worker import CompactionWorker
     from shale.config import RetentionConfig
     from shale.metastore import MetastoreService
-    from shale.metastore.maintenance import Maintenance
+    from shale.metastore.api.maintenance import Maintenance
 
     config = load_config(env={}, overrides=[s for s in _sets(tmp_path) if s != "--set"])
     store = open_bucket(config.bucket)

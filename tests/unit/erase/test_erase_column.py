@@ -35,7 +35,7 @@ from shale.erase.column import canonical_forms, matching, parse, request_hash, v
 from shale.erase.receipt import final_scan
 from shale.erase.scan import find_column_matches
 from shale.metastore import AddBlocks, MetastoreService, SingleNodeLog, StateMachine
-from shale.metastore.maintenance import Maintenance
+from shale.metastore.api.maintenance import Maintenance
 from shale.objstore import Bucket, open_bucket
 
 INT64 = pa.int64()

@@ -72,8 +72,8 @@ from shale.erase import api as erase_api
 from shale.erase.api import ErasureNotReadyError, open_round
 from shale.ingest.committer import Committer
 from shale.metastore import DeadLetterQueue, ErasureWatermark, MetastoreService, SingleNodeLog, StateMachine
-from shale.metastore.dlq import REJECTED_PREFIX
-from shale.metastore.maintenance import Maintenance
+from shale.metastore.api.dlq import REJECTED_PREFIX
+from shale.metastore.api.maintenance import Maintenance
 from shale.objstore import open_bucket
 
 HOUR = 3600.0
@@ -440,7 +440,7 @@ def test_a_merge_of_two_incarnations_keeps_the_other_ones_record_at_the_erased_o
     only) and ``erased_rows`` removed the ambiguous row, the newer incarnation's record at the same offset with
     it, whatever its key. Then ``erased_rows`` kept a row of unknown incarnation unless every incarnation whose
     ranges cover it is wanted: nothing lost, but the erased record's partition row stayed and the receipt waited
-    for ever. Now compaction does not merge such partition blocks (``shale.metastore.compaction_service.apart``):
+    for ever. Now compaction does not merge such partition blocks (``shale.metastore.rules.compaction_service.apart``):
     each incarnation's rows are told by their block's ranges, and the receipt is written."""
     receipts = _replay(("produce_and_ingest", {"partition": 0, "keys": [KEYS[0], KEYS[0]]}),
                        ("recreate_topic", {"from_zero": True}),

@@ -32,7 +32,7 @@ from shale.erase import ErasureRequest, Needle, ReceiptNotReadyError, erase, sca
 from shale.erase.leftover import Metered, scan_prefixes
 from shale.errors import ShaleError
 from shale.metastore import MetastoreService, Watermarks
-from shale.metastore.maintenance import Maintenance
+from shale.metastore.api.maintenance import Maintenance
 from shale.objstore import Bucket, open_bucket
 from shale.restore import dead_lettered
 from shale.restore.task import PartitionWork, _dead_letter

@@ -30,7 +30,7 @@ from shale.iceberg.catalog import SUMMARY_ERASURES, SUMMARY_EXPIRES, identifier,
 from shale.iceberg.erasure import receipt_check, snapshot_files
 from shale.iceberg.files import key_of
 from shale.metastore import AddBlocks, MetastoreService, SingleNodeLog, StateMachine
-from shale.metastore.maintenance import Maintenance
+from shale.metastore.api.maintenance import Maintenance
 
 TENANT, TOPIC = "acme", "app"
 

@@ -13,7 +13,7 @@ from shale.config import ShaleConfig
 from shale.iceberg import IcebergPublisher
 from shale.iceberg.catalog import SUMMARY_INDEX, identifier
 from shale.metastore import MetastoreService, SetActiveGeneration, TruncateIndex
-from shale.metastore.commands import CommitIngestBatch, OffsetRange, PartitionKey, Result
+from shale.metastore.rules.commands import CommitIngestBatch, OffsetRange, PartitionKey, Result
 from shale.objstore import open_bucket
 
 TENANT, TOPIC = "acme", "app"

@@ -10,7 +10,7 @@ from tests.factories import BASE_MS
 from tests.unit.metastore.helpers import meta
 
 from shale.index.changes import BlockChange, PendingChanges, published_through, read_changes
-from shale.metastore.commands import (
+from shale.metastore.rules.commands import (
     AddBlocks,
     CommitIngestBatch,
     OffsetRange,
@@ -20,7 +20,7 @@ from shale.metastore.commands import (
     TrimBlockChanges,
     encode,
 )
-from shale.metastore.fsm import Entry, StateMachine
+from shale.metastore.rules.fsm import Entry, StateMachine
 
 
 class Log:

@@ -10,8 +10,8 @@ from tests.unit.metastore.helpers import meta
 
 from shale.errors import InvalidNameError, QueryTimeoutError
 from shale.index import parse_matchers
-from shale.metastore.commands import AddBlocks, encode
-from shale.metastore.fsm import Entry, StateMachine
+from shale.metastore.rules.commands import AddBlocks, encode
+from shale.metastore.rules.fsm import Entry, StateMachine
 
 H = 3600 * 1000
 

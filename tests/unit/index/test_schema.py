@@ -18,7 +18,7 @@ from shale.index.compaction_state import CompactionState
 from shale.index.reader import DERIVED_TABLES, HASHED_TABLES
 from shale.index.schema import SCHEMA_VERSION, connect, create
 from shale.metastore import AddBlocks, MetastoreService, SingleNodeLog, StateMachine
-from shale.metastore.commands import ReplaceBlocks
+from shale.metastore.rules.commands import ReplaceBlocks
 
 V2_QUEUE = """
 CREATE TABLE compaction_queue (block_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, shard INTEGER NOT NULL,

@@ -36,7 +36,7 @@ from shale.config import CompactionConfig
 from shale.index import parse_matchers
 from shale.index.leases import shard_maps
 from shale.metastore import MetastoreService, SingleNodeLog, StateMachine, encode
-from shale.metastore.commands import (
+from shale.metastore.rules.commands import (
     AcknowledgeOffsetLoss,
     AcquireIngestLease,
     Command,
@@ -47,9 +47,9 @@ from shale.metastore.commands import (
     Result,
     SetIngestShards,
 )
-from shale.metastore.fsm import Entry
-from shale.metastore.leases import leases
-from shale.metastore.shards import owner, placement
+from shale.metastore.rules.fsm import Entry
+from shale.metastore.rules.leases import leases
+from shale.metastore.rules.shards import owner, placement
 from shale.query.plan import plan_query
 
 SCRATCH = "/dev/shm" if Path("/dev/shm").is_dir() else None  # memory: every step commits (fsync)

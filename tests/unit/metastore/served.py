@@ -16,9 +16,10 @@ from fastapi import FastAPI
 from tests.waiting import eventually
 
 from shale.config import CompactionConfig, ShaleConfig
-from shale.metastore import SingleNodeLog, StateMachine, auth, read_only_index
-from shale.metastore.http import create_app
-from shale.metastore.service import MetastoreService
+from shale.metastore import SingleNodeLog, StateMachine, read_only_index
+from shale.metastore.api import auth
+from shale.metastore.api.http import create_app
+from shale.metastore.api.service import MetastoreService
 from shale.objstore import open_bucket_url
 from shale.process import free_port
 from shale.web import mount

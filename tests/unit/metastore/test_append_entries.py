@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shale.metastore.log import held_entries_skipped
+from shale.metastore.raft.log import held_entries_skipped
 
 Log = list[tuple[bytes, int, int]]
 

@@ -18,8 +18,8 @@ from tests.unit.metastore.helpers import meta
 
 from shale.block import BlockMeta, Compaction, Dataset, FileInfo, KafkaRange, deterministic_block_id
 from shale.bucketindex import state_digest
-from shale.metastore.commands import AddBlocks, CommitIngestBatch, OffsetRange, QuarantineBlocks, ReplaceBlocks
-from shale.metastore.fsm import StateMachine
+from shale.metastore.rules.commands import AddBlocks, CommitIngestBatch, OffsetRange, QuarantineBlocks, ReplaceBlocks
+from shale.metastore.rules.fsm import StateMachine
 
 
 @contextmanager

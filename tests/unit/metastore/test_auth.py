@@ -14,8 +14,9 @@ from tests.unit.metastore.helpers import meta
 from tests.unit.metastore.served import app_for, served
 
 from shale.errors import ConfigError
-from shale.metastore import AddBlocks, CommitIngestBatch, OffsetRange, auth
-from shale.metastore.auth import (
+from shale.metastore import AddBlocks, CommitIngestBatch, OffsetRange
+from shale.metastore.api import auth
+from shale.metastore.api.auth import (
     ADMIN,
     ANY_ROLE,
     COMPACTOR,
@@ -27,7 +28,7 @@ from shale.metastore.auth import (
     ingest,
     read,
 )
-from shale.metastore.service import MetastoreService
+from shale.metastore.api.service import MetastoreService
 
 WHO = {
     "admin": Principal("ops", "admin"),
@@ -255,7 +256,7 @@ def test_a_tokens_file_deleted_or_broken_revokes_its_tokens(tmp_path: Path, brea
     else:
         path.unlink()
         path.mkdir()  # reading a directory fails (as root, a chmod would not)
-    with caplog.at_level("ERROR", logger="shale.metastore.auth"):
+    with caplog.at_level("ERROR", logger="shale.metastore.api.auth"):
         assert table.authenticate(token) is None
         assert table.authenticate(token) is None
     assert [r.message for r in caplog.records].count(caplog.records[0].message) == 1  # said once, not per call

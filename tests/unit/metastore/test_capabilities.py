@@ -1,4 +1,4 @@
-"""Each capability a consumer may need from the metastore is declared once (``shale.metastore.capabilities``): no
+"""Each capability a consumer may need from the metastore is declared once (``shale.metastore.api.capabilities``): no
 other protocol in Shale's source restates one of its methods, except in the packages below the metastore in the
 layering (which cannot import it, docs/DESIGN.md 1); and every metastore answers every capability."""
 
@@ -8,7 +8,8 @@ import ast
 import inspect
 from pathlib import Path
 
-from shale.metastore import IndexReads, MetastoreClient, MetastoreService, capabilities
+from shale.metastore import IndexReads, MetastoreClient, MetastoreService
+from shale.metastore.api import capabilities
 
 SRC = Path(__file__).resolve().parents[3] / "src" / "shale"
 BELOW = ("bucketindex", "compactor", "block", "index")
@@ -23,7 +24,7 @@ def restated(root: Path = SRC) -> list[str]:
     found = []
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root)
-        if rel.parts[0] in BELOW or rel == Path("metastore/capabilities.py"):
+        if rel.parts[0] in BELOW or rel == Path("metastore/api/capabilities.py"):
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.ClassDef) and any(getattr(b, "id", None) == "Protocol" for b in node.bases):

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from tests.unit.metastore.helpers import meta
 
 from shale.compaction.messages import AssignJob, JobUpdate, NewJob
-from shale.metastore.commands import (
+from shale.metastore.rules.commands import (
     COMMAND_KINDS,
     AcknowledgeOffsetLoss,
     AcquireIngestLease,
@@ -43,8 +43,8 @@ from shale.metastore.commands import (
     UpdateCompactionPlan,
     encode,
 )
-from shale.metastore.erasures import erasure_id
-from shale.metastore.fsm import Entry, StateMachine
+from shale.metastore.rules.erasures import erasure_id
+from shale.metastore.rules.fsm import Entry, StateMachine
 
 EXAMPLES = 80
 TENANTS = st.sampled_from(["acme", "beta"])

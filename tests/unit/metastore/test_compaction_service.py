@@ -16,16 +16,16 @@ from shale.config import CompactionConfig, RetentionConfig
 from shale.errors import MetastoreUnavailableError
 from shale.index.compaction_state import CompactionState
 from shale.metastore import AddBlocks, MetastoreService, SingleNodeLog, StateMachine, encode
-from shale.metastore.commands import (
+from shale.metastore.api.maintenance import Maintenance
+from shale.metastore.rules.commands import (
     PartitionKey,
     ReplaceBlocks,
     Result,
     SetCompactionFailureLimit,
     TruncateIndex,
 )
-from shale.metastore.compaction_service import plan_command, prepare_plan
-from shale.metastore.fsm import Entry
-from shale.metastore.maintenance import Maintenance
+from shale.metastore.rules.compaction_service import plan_command, prepare_plan
+from shale.metastore.rules.fsm import Entry
 from shale.objstore import open_bucket_url
 
 

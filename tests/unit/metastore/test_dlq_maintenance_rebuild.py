@@ -36,8 +36,8 @@ from shale.metastore import (
     StateMachine,
     encode,
 )
-from shale.metastore.maintenance import Maintenance, expired_partitions, remove_block_objects
-from shale.metastore.rebuild import rebuild_from_bucket
+from shale.metastore.api.maintenance import Maintenance, expired_partitions, remove_block_objects
+from shale.metastore.raft.rebuild import rebuild_from_bucket
 from shale.objstore import ObstoreBucket, open_bucket_url
 
 DAY = 86_400

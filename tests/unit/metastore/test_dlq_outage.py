@@ -23,8 +23,8 @@ from shale.metastore import (
     SingleNodeLog,
     StateMachine,
 )
-from shale.metastore.dlq import REJECTED_KEEP_SECONDS, REJECTED_PREFIX
-from shale.metastore.maintenance import Maintenance
+from shale.metastore.api.dlq import REJECTED_KEEP_SECONDS, REJECTED_PREFIX
+from shale.metastore.api.maintenance import Maintenance
 from shale.objstore import ObstoreBucket, open_bucket_url
 
 LEASE_MS = 15_000

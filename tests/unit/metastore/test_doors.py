@@ -18,9 +18,10 @@ from tests.unit.metastore.served import app_for, issue, revoke, served, write_to
 
 from shale.config import BucketConfig, CompactionConfig, ShaleConfig
 from shale.errors import AccessDeniedError
-from shale.metastore import AddBlocks, MetastoreClient, MetastoreService, auth
-from shale.metastore import client as client_module
-from shale.metastore.http import PAGE_LIMIT
+from shale.metastore import AddBlocks, MetastoreClient, MetastoreService
+from shale.metastore.api import auth
+from shale.metastore.api import client as client_module
+from shale.metastore.api.http import PAGE_LIMIT
 from shale.objstore import open_bucket
 
 Api = tuple[httpx.Client, MetastoreService, dict[str, str], Path]

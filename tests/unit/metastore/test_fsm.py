@@ -13,7 +13,7 @@ from tests.unit.metastore.helpers import meta
 
 from shale.block import BlockMeta, Compaction, FileInfo
 from shale.bucketindex import state_digest
-from shale.metastore.commands import (
+from shale.metastore.rules.commands import (
     AddBlocks,
     CommitIngestBatch,
     DeleteTombstones,
@@ -29,7 +29,7 @@ from shale.metastore.commands import (
     decode,
     encode,
 )
-from shale.metastore.fsm import Entry, StateMachine
+from shale.metastore.rules.fsm import Entry, StateMachine
 
 
 class Harness:
@@ -406,7 +406,7 @@ def test_retire_refuses_while_the_new_generation_lacks_offsets(tmp_path: Path, n
 @given(spans=st.lists(st.tuples(st.integers(0, 60), st.integers(0, 20)), max_size=6),
        start=st.integers(0, 70), length=st.integers(0, 30))
 def test_first_gap_is_the_first_offset_no_span_covers(spans: list[tuple[int, int]], start: int, length: int) -> None:
-    from shale.metastore.generations import first_gap as _first_gap
+    from shale.metastore.rules.generations import first_gap as _first_gap
 
     ranges = sorted((low, low + size) for low, size in spans)
     covered = {o for low, high in ranges for o in range(low, high)}

@@ -51,7 +51,7 @@ from shale.compaction.scheduler import owns
 from shale.compactor.merge import merge_ranges, output_id
 from shale.index import PARTITION_WINDOW_MS
 from shale.index.compaction_state import CompactionState
-from shale.metastore.commands import (
+from shale.metastore.rules.commands import (
     AddBlocks,
     Command,
     CommitIngestBatch,

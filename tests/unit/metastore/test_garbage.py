@@ -23,10 +23,10 @@ from shale.metastore import (
     ReplaceBlocks,
     SingleNodeLog,
 )
-from shale.metastore.fsm import StateMachine
-from shale.metastore.garbage import Claims, unclaimed
-from shale.metastore.maintenance import Maintenance
-from shale.metastore.rebuild import rebuild_from_bucket
+from shale.metastore.api.maintenance import Maintenance
+from shale.metastore.raft.rebuild import rebuild_from_bucket
+from shale.metastore.rules.fsm import StateMachine
+from shale.metastore.rules.garbage import Claims, unclaimed
 from shale.objstore import ObstoreBucket, open_bucket_url
 
 OLD, NOW, NEW = "AAAAAAAAAAAAAAAAAAAAAA", "BBBBBBBBBBBBBBBBBBBBBB", "CCCCCCCCCCCCCCCCCCCCCC"

@@ -1,6 +1,6 @@
 """A generation upgrade (seed 002): ``ingest.generation`` raised, the new generation ingesting beside the serving one.
 
-The rule under test (``shale.metastore.generations``, DESIGN 10.5): the new generation becomes active only at the
+The rule under test (``shale.metastore.rules.generations``, DESIGN 10.5): the new generation becomes active only at the
 commit that finds it caught up (by offsets, in every partition), from the time after which it holds every offset
 readers see of another generation; never over an operator's switch that binds it. Queries never lose a record in
 between, and an operator's switch back stays.
@@ -24,9 +24,9 @@ from tests.factories import BASE_MS
 from tests.unit.metastore.model import active_generation
 
 from shale.block import BlockMeta, Compaction, Dataset, FileInfo, KafkaRange, deterministic_block_id
-from shale.metastore.commands import CommitIngestBatch, OffsetRange, Result, SetActiveGeneration, encode
-from shale.metastore.fsm import Entry, StateMachine
-from shale.metastore.generations import OPEN_END
+from shale.metastore.rules.commands import CommitIngestBatch, OffsetRange, Result, SetActiveGeneration, encode
+from shale.metastore.rules.fsm import Entry, StateMachine
+from shale.metastore.rules.generations import OPEN_END
 from shale.query.plan import plan_query
 
 TENANT, TOPIC = "acme", "app"

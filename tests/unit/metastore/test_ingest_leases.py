@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from tests.factories import BASE_MS
 from tests.unit.metastore.helpers import meta
 
-from shale.metastore.commands import (
+from shale.metastore.rules.commands import (
     AcquireIngestLease,
     Command,
     CommitIngestBatch,
@@ -22,7 +22,7 @@ from shale.metastore.commands import (
     Result,
     encode,
 )
-from shale.metastore.fsm import Entry, StateMachine
+from shale.metastore.rules.fsm import Entry, StateMachine
 
 SECOND = 1000
 DURATION = 10 * SECOND
@@ -329,7 +329,7 @@ def test_case12_lease_commands_applied_twice_are_applied_once(tmp_path: Path) ->
 
 
 def test_an_ingest_token_of_the_group_may_send_its_lease_commands() -> None:
-    from shale.metastore import auth
+    from shale.metastore.api import auth
 
     for kind in ("AcquireIngestLease", "RenewIngestLease", "ReleaseIngestLease", "CommitIngestBatch"):
         assert auth.command_need(kind, "backup") == auth.ingest("backup")

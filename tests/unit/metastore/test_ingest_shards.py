@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from tests.factories import BASE_MS
 from tests.unit.metastore.helpers import meta
 
-from shale.metastore.commands import (
+from shale.metastore.rules.commands import (
     AcquireIngestLease,
     Command,
     CommitIngestBatch,
@@ -24,9 +24,9 @@ from shale.metastore.commands import (
     SetIngestShards,
     encode,
 )
-from shale.metastore.fsm import Entry, StateMachine
-from shale.metastore.leases import lease_rows
-from shale.metastore.shards import LOAD_WINDOW_MS, jump_hash, loads, place, renumber, shard_map, shard_of
+from shale.metastore.rules.fsm import Entry, StateMachine
+from shale.metastore.rules.leases import lease_rows
+from shale.metastore.rules.shards import LOAD_WINDOW_MS, jump_hash, loads, place, renumber, shard_map, shard_of
 
 DURATION = 10_000
 TOPICS = st.text(alphabet="abcxyz-._", min_size=1, max_size=12)
@@ -249,7 +249,7 @@ def test_an_automatic_group_grows_for_a_joining_driver_and_shrinks_when_one_leav
     assert log.ends == {("app", p): 15 for p in range(16)}  # three batches each, under maps of 2, 3 and 1 shards
 
 
-# -- load-aware placement: shale.metastore.shards.place ------------------------------------------------------------
+# -- load-aware placement: shale.metastore.rules.shards.place ----------------------------------------------------------
 
 WEIGHTS = st.lists(st.one_of(st.integers(1, 10), st.integers(1, 1_000_000)), min_size=0, max_size=60)
 

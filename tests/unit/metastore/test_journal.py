@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pysyncobj.journal import FileJournal
 
-from shale.metastore.journal import MAGIC, DurableJournal
+from shale.metastore.raft.journal import MAGIC, DurableJournal
 
 commands = st.lists(st.binary(max_size=40), min_size=1, max_size=12)
 

@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from shale.metastore.log import _RaftNode
+from shale.metastore.raft.log import _RaftNode
 
 Rule = Any  # (leader, node, message) -> message
 

@@ -13,8 +13,8 @@ from tests.unit.metastore.helpers import meta
 from shale.block import KafkaRange
 from shale.index import connect, create
 from shale.index.schema import SCHEMA_VERSION
-from shale.metastore.commands import AcknowledgeOffsetLoss, CommitIngestBatch, OffsetRange, Result, encode
-from shale.metastore.fsm import Entry, StateMachine
+from shale.metastore.rules.commands import AcknowledgeOffsetLoss, CommitIngestBatch, OffsetRange, Result, encode
+from shale.metastore.rules.fsm import Entry, StateMachine
 
 OLD, NEW = "AAAAAAAAAAAAAAAAAAAAAA", "BBBBBBBBBBBBBBBBBBBBBB"
 

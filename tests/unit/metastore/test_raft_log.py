@@ -15,9 +15,9 @@ from tests.waiting import eventually
 
 from shale.errors import MetastoreUnavailableError, NotLeaderError
 from shale.metastore import AddBlocks, Noop, RaftLog, StateMachine, encode
-from shale.metastore.commands import PartitionKey, TruncateIndex
-from shale.metastore.fsm import Entry
-from shale.metastore.log import LEADER_FALLBACK
+from shale.metastore.raft.log import LEADER_FALLBACK
+from shale.metastore.rules.commands import PartitionKey, TruncateIndex
+from shale.metastore.rules.fsm import Entry
 from shale.process import free_port
 
 SECRET = "unit-test-cluster-secret"

@@ -18,7 +18,8 @@ from tests.unit.metastore.helpers import meta
 from tests.unit.metastore.test_raft_log import SECRET, Cluster
 
 from shale.errors import ConfigError
-from shale.metastore import AddBlocks, RaftLog, StateMachine, encode, raftwire
+from shale.metastore import AddBlocks, RaftLog, StateMachine, encode
+from shale.metastore.raft import raftwire
 from shale.process import free_port
 
 

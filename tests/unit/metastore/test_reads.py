@@ -21,9 +21,9 @@ from shale.metastore import (
     OffsetRange,
     ReplaceBlocks,
     SetActiveGeneration,
-    auth,
 )
-from shale.metastore.reads import Read, served_reads
+from shale.metastore.api import auth
+from shale.metastore.api.reads import Read, served_reads
 
 BLOCKS = [meta(tenant="acme", start=0, labels=[{"topic": "app", "env": "prod"}]),
           meta(tenant="acme", start=100, end=200), meta(tenant="beta", start=0, topic="audit")]

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from tests.factories import BASE_MS
 from tests.unit.metastore.served import app_for, issue, served
 
-from shale.metastore.commands import Command, RecordRestore, Result, encode
-from shale.metastore.fsm import Entry, StateMachine
-from shale.metastore.restores import KEPT, restore_rows
+from shale.metastore.rules.commands import Command, RecordRestore, Result, encode
+from shale.metastore.rules.fsm import Entry, StateMachine
+from shale.metastore.rules.restores import KEPT, restore_rows
 from shale.web.page import render
 from shale.web.status import Status
 

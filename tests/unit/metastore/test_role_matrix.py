@@ -20,8 +20,10 @@ from tests.unit.metastore.helpers import meta
 from tests.unit.metastore.served import ENTRIES, app_for, issue, revoke, served
 
 from shale.iceberg.http import mount_sync
-from shale.metastore import AddBlocks, CommitIngestBatch, OffsetRange, auth, raftwire
-from shale.metastore.auth import Principal
+from shale.metastore import AddBlocks, CommitIngestBatch, OffsetRange
+from shale.metastore.api import auth
+from shale.metastore.api.auth import Principal
+from shale.metastore.raft import raftwire
 
 DESIGN = Path(__file__).resolve().parents[3] / "docs" / "design" / "metastore.md"
 BEGIN, END = "<!-- role-matrix (generated: tests/unit/metastore/test_role_matrix.py) -->", "<!-- /role-matrix -->"

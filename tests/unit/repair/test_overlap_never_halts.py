@@ -19,8 +19,8 @@ from shale.compaction.planner import uncompactable
 from shale.compactor.merge import merge_blocks
 from shale.config import CompactionConfig, RetentionConfig, ShaleConfig
 from shale.metastore import AddBlocks, MetastoreService, SingleNodeLog, StateMachine, read_only_index
-from shale.metastore.commands import ReplaceBlocks
-from shale.metastore.maintenance import Maintenance
+from shale.metastore.api.maintenance import Maintenance
+from shale.metastore.rules.commands import ReplaceBlocks
 from shale.objstore import ObstoreBucket, open_bucket_url
 from shale.web.page import render
 from shale.web.status import collect

@@ -23,7 +23,7 @@ from shale.errors import ShaleError
 from shale.ingest.committer import batch_commit
 from shale.ingest.plan import PartitionRange
 from shale.metastore import AddBlocks, MetastoreService, open_metastore
-from shale.metastore.commands import QuarantineBlocks, ReplaceBlocks, Result
+from shale.metastore.rules.commands import QuarantineBlocks, ReplaceBlocks, Result
 from shale.objstore import ObstoreBucket, open_bucket
 from shale.repair.apply import apply_plan
 from shale.repair.build import LocalBuilder

@@ -11,7 +11,7 @@ from tests.factories import write_backup_block
 from shale.block import BlockFetcher, BlockState
 from shale.cli import cli
 from shale.metastore import AddBlocks, encode
-from shale.metastore.fsm import Entry, StateMachine
+from shale.metastore.rules.fsm import Entry, StateMachine
 from shale.objstore import open_bucket_url
 
 

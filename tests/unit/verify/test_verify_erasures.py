@@ -19,7 +19,7 @@ from shale.metastore import (
     erasure_id,
     every_erasure,
 )
-from shale.metastore.erasures import PAGE
+from shale.metastore.rules.erasures import PAGE
 from shale.restore.job import RestoreJob
 from shale.restore.offsets import erased_source_offsets
 from shale.verify.reconcile import erased_of

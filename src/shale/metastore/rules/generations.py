@@ -31,7 +31,7 @@ from shale.block import BlockMeta
 from shale.index import IndexWriter
 from shale.index import generations as generation_store
 from shale.index import offsets as offset_store
-from shale.metastore.commands import CommitIngestBatch, SetActiveGeneration
+from shale.metastore.rules.commands import CommitIngestBatch, SetActiveGeneration
 
 OPEN_END = 2**62
 """The end of a switch that lasts until a later one (milliseconds; the query path's "no bound")."""

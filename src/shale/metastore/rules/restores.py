@@ -15,7 +15,7 @@ from __future__ import annotations
 from shale.errors import CommandRejectedError
 from shale.index import IndexWriter, restore_rows
 from shale.index import restores as store
-from shale.metastore.commands import RecordRestore, Result
+from shale.metastore.rules.commands import RecordRestore, Result
 
 KEPT = 1000
 __all__ = ["KEPT", "apply_record", "restore_rows"]

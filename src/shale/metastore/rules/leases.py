@@ -37,14 +37,14 @@ from typing import Any
 from shale.errors import CommandRejectedError
 from shale.index import IndexWriter, ShardMap, placement, shard_map, shard_maps
 from shale.index import leases as store
-from shale.metastore.commands import (
+from shale.metastore.rules.commands import (
     AcquireIngestLease,
     CommitIngestBatch,
     ReleaseIngestLease,
     RenewIngestLease,
     Result,
 )
-from shale.metastore.shards import MAX_SHARDS, resize, seed
+from shale.metastore.rules.shards import MAX_SHARDS, resize, seed
 
 LEASE_REASONS = frozenset({"lease-required", "stale-lease", "lease-expired", "no-lease", "resharded"})
 """The reasons a commit or a renewal is refused because its writer does not hold the shard's lease."""
@@ -202,7 +202,7 @@ def apply_acquire(w: IndexWriter, cmd: AcquireIngestLease, index: int, time_ms: 
                       cmd.duration_ms, takeovers)
     _save(w.conn, lease)
     answer = _answer(lease, True, time_ms, current.version, current.shards)
-    # The partitions the map placed (shale.metastore.shards), as [topic, partition, shard]: the driver reads those
+    # The partitions the map placed (shale.metastore.rules.shards), as [topic, partition, shard]: the driver reads those
     # of its shard, and the others that hash to it. They change only with the map's version, which ends this lease.
     placed = placement(w.conn, cmd.group, cmd.generation)
     answer.data["placement"] = [[t, p, s] for (t, p), s in sorted(placed.items())]

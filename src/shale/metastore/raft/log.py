@@ -26,9 +26,8 @@ from pysyncobj import pickle as raft_pickle
 from pysyncobj.transport import TCPTransport
 
 from shale.errors import CommandRejectedError, ConfigError, MetastoreUnavailableError, NotLeaderError, ShaleError
-from shale.metastore import journal, raftwire
-from shale.metastore.commands import Command, Noop, Result, decode, encode
-from shale.metastore.fsm import Entry, StateMachine
+from shale.metastore.raft import journal, raftwire
+from shale.metastore.rules import Command, Entry, Noop, Result, StateMachine, decode, encode
 
 log = logging.getLogger(__name__)
 SNAPSHOT_MAGIC = b"SHALESNAP1"

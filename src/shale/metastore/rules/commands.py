@@ -197,7 +197,7 @@ class RecordRestore(_Command):
 
 class ErasureWatermark(BaseModel):
     """A partition's high watermark when an erasure was requested, of one topic incarnation: its records at or
-    after ``end`` are new data, not part of the request (``shale.metastore.erasures.Watermarks`` says which
+    after ``end`` are new data, not part of the request (``shale.metastore.rules.erasures.Watermarks`` says which
     records are new). ``older``: an incarnation the index held other than the one Kafka named, every record of
     which was produced before the request (``end`` is the index's highest end of it then, for the record).
     ``incarnation`` '': in a request of a release that did not record it, an ``end`` that applies to every
@@ -227,7 +227,7 @@ class RequestErasure(_Command):
     typed ``column`` holds the value of SHA-256 ``value_sha256``, from
     ``topics`` (empty: all of the tenant's topics), of the records Kafka held when it was asked, or without Kafka
     the index held (``watermarks``, naming every partition and topic incarnation the request knew: ``unnamed``).
-    ``id`` is derived from tenant, topics, key and ``round`` (``shale.metastore.erasures.erasure_id``): the same
+    ``id`` is derived from tenant, topics, key and ``round`` (``shale.metastore.rules.erasures.erasure_id``): the same
     command again is a no-op that answers with the first; the same request made again once its erasure is past
     ``requested`` is the next round, a new erasure (refused while the round before is still ``requested``).
     ``by`` is set by the API from the caller's token. Needs admin."""

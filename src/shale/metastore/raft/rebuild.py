@@ -34,7 +34,7 @@ from shale.block import BlockFetcher, BlockMeta, BlockState, recover_meta
 from shale.errors import ConfigError
 from shale.index import begin, commit
 from shale.index import offsets as offset_store
-from shale.metastore.fsm import StateMachine
+from shale.metastore.rules import StateMachine
 from shale.objstore import BucketReader
 
 RunKey = tuple[str, int, str, int, str]

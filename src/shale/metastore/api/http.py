@@ -40,8 +40,10 @@ from shale.errors import (
     NotLeaderError,
     QueryTimeoutError,
 )
-from shale.metastore import auth, openapi, sessions
-from shale.metastore.commands import (
+from shale.metastore.api import auth, openapi, sessions
+from shale.metastore.api.reads import PAGE_LIMIT, Read, served_reads
+from shale.metastore.api.service import MetastoreService
+from shale.metastore.rules import (
     CLIENT_COMMANDS,
     CommitIngestBatch,
     IngestLeaseCommand,
@@ -50,8 +52,6 @@ from shale.metastore.commands import (
     decode,
     encode,
 )
-from shale.metastore.reads import PAGE_LIMIT, Read, served_reads
-from shale.metastore.service import MetastoreService
 
 AUTH_FAILURES = Counter("shale_metastore_auth_failures_total", "API calls refused before they ran, by route and "
                         "reason: missing or unknown token (401), forbidden (403), too-large body (413).",

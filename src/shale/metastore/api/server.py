@@ -19,14 +19,14 @@ from shale.bucketindex import BucketIndexWriter
 from shale.config import MetastoreConfig, ShaleConfig
 from shale.errors import ConfigError, MetastoreUnavailableError, NotLeaderError
 from shale.logs import register_secrets
-from shale.metastore import auth, raftwire
-from shale.metastore.client import MetastoreClient, tls_verify
-from shale.metastore.fsm import StateMachine
-from shale.metastore.http import create_app
-from shale.metastore.log import CommandLog, RaftLog, SingleNodeLog
-from shale.metastore.maintenance import Maintenance
-from shale.metastore.reads import IndexReads, read_only_index
-from shale.metastore.service import MetastoreService
+from shale.metastore.api import auth
+from shale.metastore.api.client import MetastoreClient, tls_verify
+from shale.metastore.api.http import create_app
+from shale.metastore.api.maintenance import Maintenance
+from shale.metastore.api.reads import IndexReads, read_only_index
+from shale.metastore.api.service import MetastoreService
+from shale.metastore.raft import CommandLog, RaftLog, SingleNodeLog, peer_token
+from shale.metastore.rules import StateMachine
 from shale.objstore import open_bucket
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,7 @@ def token_table(m: MetastoreConfig) -> tuple[auth.TokenTable, str]:
     table = auth.TokenTable(Path(m.tokens_file) if m.tokens_file else None)
     source = f"{len(table)} tokens from {m.tokens_file}" if m.tokens_file else "no tokens file"
     for secret in secrets:
-        peer = raftwire.peer_token(secret)
+        peer = peer_token(secret)
         table.add(peer, auth.Principal("metastore-peer", "peer"))
         register_secrets([peer])
     if not m.raft_address:
@@ -165,7 +165,7 @@ class MetastoreNode:
             self.log = self.raft
         else:
             self.log = SingleNodeLog(self.state)
-        peer_headers = {"authorization": f"Bearer {raftwire.peer_token(m.secret.get_secret_value())}"} \
+        peer_headers = {"authorization": f"Bearer {peer_token(m.secret.get_secret_value())}"} \
             if m.raft_address else {}
         self._peer = httpx.Client(timeout=m.request_timeout, headers=peer_headers, verify=tls_verify(m.tls_ca_file))
         self.service = MetastoreService(self.state, self.log, linearize=self._linearize, timeout=m.request_timeout,

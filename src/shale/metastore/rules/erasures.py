@@ -31,7 +31,7 @@ from shale.compaction import ErasePlan, Job, JobUpdate, QueueKey
 from shale.errors import CommandRejectedError
 from shale.index import CompactionState, IndexWriter
 from shale.index import erasures as store
-from shale.metastore.commands import ErasureWatermark, PlanErasure, RecordErasureReceipt, RequestErasure, Result
+from shale.metastore.rules.commands import ErasureWatermark, PlanErasure, RecordErasureReceipt, RequestErasure, Result
 
 JOB_PREFIX = "erasure:"
 """Erase jobs are named ``erasure:<id>/<block>``; no tenant name holds a colon, so no merge job is named so."""

@@ -41,7 +41,7 @@ from shale.errors import CommandRejectedError
 from shale.index import IndexWriter, Key, ShardMap, placement, shard_map
 from shale.index import leases as store
 from shale.index import offsets as offset_store
-from shale.metastore.commands import CommitIngestBatch, Result, SetIngestShards
+from shale.metastore.rules.commands import CommitIngestBatch, Result, SetIngestShards
 
 _MASK = (1 << 64) - 1
 MAX_SHARDS = 1024

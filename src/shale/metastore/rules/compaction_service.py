@@ -49,8 +49,8 @@ from shale.compaction import (
 )
 from shale.errors import CommandRejectedError
 from shale.index import CompactionState, IndexWriter
-from shale.metastore import erasures
-from shale.metastore.commands import Result, SetCompactionFailureLimit, UpdateCompactionPlan
+from shale.metastore.rules import erasures
+from shale.metastore.rules.commands import Result, SetCompactionFailureLimit, UpdateCompactionPlan
 
 REASSIGNED = Counter("shale_compaction_lease_expirations_total", "Jobs reassigned after their lease expired.")
 COMPLETED = Counter("shale_compaction_jobs_completed_total", "Compaction jobs completed, by level.", ["level"])

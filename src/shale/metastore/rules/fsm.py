@@ -34,7 +34,7 @@ from shale.index import (
     rollback,
 )
 from shale.index import offsets as offset_store
-from shale.metastore.commands import (
+from shale.metastore.rules.commands import (
     COMMAND_KINDS,
     AcknowledgeOffsetLoss,
     AcquireIngestLease,
@@ -61,15 +61,15 @@ from shale.metastore.commands import (
     UpdateCompactionPlan,
     decode,
 )
-from shale.metastore.compaction_service import apply_failure_limit, apply_plan
-from shale.metastore.erasures import apply_plan as apply_erasure_plan
-from shale.metastore.erasures import apply_receipt as apply_erasure_receipt
-from shale.metastore.erasures import apply_request as apply_erasure_request
-from shale.metastore.erasures import cover
-from shale.metastore.generations import first_gap, offsets_held, pin_switch, switch_when_caught_up
-from shale.metastore.leases import apply_acquire, apply_release, apply_renew, bridge_silence, check_commit_lease
-from shale.metastore.restores import apply_record
-from shale.metastore.shards import apply_set, check_commit_shard, record_load
+from shale.metastore.rules.compaction_service import apply_failure_limit, apply_plan
+from shale.metastore.rules.erasures import apply_plan as apply_erasure_plan
+from shale.metastore.rules.erasures import apply_receipt as apply_erasure_receipt
+from shale.metastore.rules.erasures import apply_request as apply_erasure_request
+from shale.metastore.rules.erasures import cover
+from shale.metastore.rules.generations import first_gap, offsets_held, pin_switch, switch_when_caught_up
+from shale.metastore.rules.leases import apply_acquire, apply_release, apply_renew, bridge_silence, check_commit_lease
+from shale.metastore.rules.restores import apply_record
+from shale.metastore.rules.shards import apply_set, check_commit_shard, record_load
 
 COMMITS_KEPT_PER_PARTITION = 100
 C = TypeVar("C")

@@ -1,7 +1,7 @@
 """``MetastoreClient``: the HTTP client. It finds and follows the leader, retries what is safe to retry and
 gives up with ``MetastoreUnavailableError`` after its deadline.
 
-Every command is idempotent (see fsm.py), so a write whose answer was lost is simply sent again. Every call
+Every command is idempotent (see rules/fsm.py), so a write whose answer was lost is simply sent again. Every call
 carries the client's token; a refusal (401, 403) is an ``AccessDeniedError``, never retried, with one exception: a
 401 that says the token is *unknown* to the node that answered, in the client's first
 ``TOKEN_PROPAGATION_SECONDS``, is tried on the other nodes and again until that window ends (a new token reaches
@@ -31,8 +31,8 @@ from shale.errors import (
     QueryTimeoutError,
 )
 from shale.index import IncarnationRow, LossRow, OffsetRow
-from shale.metastore.commands import Command, Result, encode
-from shale.metastore.reads import PAGE_LIMIT, RemoteReads
+from shale.metastore.api.reads import PAGE_LIMIT, RemoteReads
+from shale.metastore.rules import Command, Result, encode
 
 log = logging.getLogger(__name__)
 TOKEN_PROPAGATION_SECONDS = 3.0

@@ -41,10 +41,7 @@ from shale.index import (
     copy_state,
     parse_matchers,
 )
-from shale.metastore.compaction_service import job_rows, queue_counts
-from shale.metastore.erasures import erasure_rows
-from shale.metastore.leases import lease_rows
-from shale.metastore.restores import KEPT, restore_rows
+from shale.metastore.rules import KEPT, erasure_rows, job_rows, lease_rows, queue_counts, restore_rows
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -269,7 +266,7 @@ def read_only_index(path: Path, timeout: float | None = None, clock: Callable[[]
     offsets show``, ``verify``, ``ledger``, ``trace``, ``locate``, ``metastore status``, ``bucket cleanup``'s
     protected set, the status page). It has no log and no write path, never creates a state file, and a read cannot
     hold the state's write lock; it reads what is committed when each statement runs. ``open_index_view`` (in
-    ``shale.metastore.server``) gives this view for an embedded metastore and a ``MetastoreClient`` for a remote
+    ``shale.metastore.api.server``) gives this view for an embedded metastore and a ``MetastoreClient`` for a remote
     one. Only writers open a ``StateMachine`` (``tests/unit/test_state_writers.py``)."""
     if not path.exists():
         raise ConfigError(f"no metastore state at {path}: nothing was ingested with this configuration yet "

@@ -30,7 +30,7 @@ from prometheus_client import Counter, Gauge
 
 from shale.block import DLQ_PREFIX, check_tenant
 from shale.errors import CommandRejectedError, MetastoreUnavailableError, NotFoundError, RetryableError
-from shale.metastore.commands import Command, CommitIngestBatch, Result, decode, encode
+from shale.metastore.rules import Command, CommitIngestBatch, Result, decode, encode
 from shale.objstore import Bucket, OrderedNames
 
 log = logging.getLogger(__name__)

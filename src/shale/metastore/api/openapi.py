@@ -12,8 +12,8 @@ from fastapi import FastAPI
 from pydantic import TypeAdapter
 
 from shale.compaction import PollRequest
-from shale.metastore.commands import Command
-from shale.metastore.reads import served_reads
+from shale.metastore.api.reads import served_reads
+from shale.metastore.rules import Command
 
 REF = "#/components/schemas/{model}"
 _ERROR = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"},

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from shale.block import BlockMeta
 from shale.index import OffsetRow
-from shale.metastore.commands import Command, Result
+from shale.metastore.rules import Command, Result
 
 
 class BlockQueries(Protocol):

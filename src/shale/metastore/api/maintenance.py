@@ -39,10 +39,9 @@ from shale.bucketindex import DeltaLink, DeltaWriter
 from shale.compaction import uncompactable
 from shale.config import RetentionConfig, granted_delete_delay
 from shale.index import CompactionState, PartitionRow, TombstoneRow
-from shale.metastore.commands import DeleteTombstones, PartitionKey, TruncateIndex
-from shale.metastore.dlq import Committed, DeadLetterQueue
-from shale.metastore.garbage import Claims, unclaimed
-from shale.metastore.service import MetastoreService
+from shale.metastore.api.dlq import Committed, DeadLetterQueue
+from shale.metastore.api.service import MetastoreService
+from shale.metastore.rules import Claims, DeleteTombstones, PartitionKey, TruncateIndex, unclaimed
 from shale.objstore import Bucket
 
 log = logging.getLogger(__name__)

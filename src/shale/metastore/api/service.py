@@ -19,11 +19,9 @@ from shale.compaction import PlanLimits, PollRequest, PollResponse
 from shale.config import CompactionConfig
 from shale.errors import MetastoreUnavailableError
 from shale.index import CompactionState
-from shale.metastore.commands import Command, Result
-from shale.metastore.compaction_service import plan_command, prepare_plan
-from shale.metastore.fsm import StateMachine
-from shale.metastore.log import CommandLog
-from shale.metastore.reads import IndexReads
+from shale.metastore.api.reads import IndexReads
+from shale.metastore.raft import CommandLog
+from shale.metastore.rules import Command, Result, StateMachine, plan_command, prepare_plan
 
 COMMANDS = Counter("shale_metastore_commands_total", "Commands proposed, by kind and outcome (ok or the "
                    "rejection reason).", ["kind", "outcome"])
