@@ -53,8 +53,15 @@ def test_the_rest_catalog_and_duckdb_are_pinned_and_fetched_when_first_needed() 
 
 
 def test_the_interoperability_engines_are_pinned_and_fetched_only_by_their_script() -> None:
-    assert fetch.NOT_IN_ALL[4:] == ("chdb", "trino")
+    assert fetch.NOT_IN_ALL[4:6] == ("chdb", "trino")
     assert fetch.CHDB_PACKAGES[0] == f"chdb=={fetch.CHDB_VERSION}"
     assert all("==" in p for p in fetch.CHDB_PACKAGES)  # chdb-core, the engine it loads, pinned too
     assert f"io.trino:trino-server:{fetch.TRINO_VERSION}:tar.gz" == fetch.TRINO_ARTIFACT
     assert int(fetch.TRINO_VERSION) >= 476
+
+
+def test_the_production_catalog_is_pinned_by_version_and_digest_and_fetched_only_by_its_test() -> None:
+    assert "nessie" in fetch.NOT_IN_ALL
+    assert f"org.projectnessie.nessie:nessie-quarkus:{fetch.NESSIE_VERSION}:jar:runner" == fetch.NESSIE_ARTIFACT
+    assert len(fetch.NESSIE_SHA256) == 64
+    assert int(fetch.NESSIE_SHA256, 16) >= 0
