@@ -428,8 +428,8 @@ def fetch_chdb(cache: Path | None = None) -> Path:
     return _fetch_venv("chdb", CHDB_VERSION, CHDB_PACKAGES, f"chDB {CHDB_VERSION}", cache)
 
 
-# Trino's server, for the interoperability script only: the release tarball on Maven Central (about 800 MB
-# unpacked, every connector's plugin inside); it runs on Java >= 24.
+# Trino's server, for the interoperability script and the reading guide's test (test_reading_trino.py): the release
+# tarball on Maven Central (about 800 MB unpacked, every connector's plugin inside); it runs on Java >= 24.
 TRINO_VERSION = "476"
 TRINO_ARTIFACT = f"io.trino:trino-server:{TRINO_VERSION}:tar.gz"
 

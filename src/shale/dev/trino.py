@@ -1,11 +1,11 @@
 """Trino 476 with its Iceberg connector on an Iceberg REST catalog, for the interoperability script
-(``bench/interop.py``): the release tarball fetched by ``fetch.py trino``, one coordinator that is also its worker,
-bound to loopback (``node.bind-ip``), on Java 25 (Trino 476 needs Java >= 24) with a 1 GiB heap, loading only the
-Iceberg plugin, and one catalog ``shale``: the text of its file is given (docs/READING.md's, which
-``tests/integration/test_reading_trino.py`` runs as written), or made by ``rest_catalog``: the REST catalog with an
-OAuth2 client credential and the bucket through Trino's native S3 file system (endpoint, path-style). The credentials
-reach the server in environment variables that the file names (``${ENV:...}``), never in a file or on its command
-line.
+(``bench/interop.py``) and the reading guide's test (``tests/integration/test_reading_trino.py``): the release
+tarball fetched by ``fetch.py trino``, one coordinator that is also its worker, bound to loopback
+(``node.bind-ip``), on Java 25 (Trino 476 needs Java >= 24) with a 1 GiB heap, loading only the Iceberg plugin, and
+one catalog ``shale``. Its file's text is given: docs/READING.md's as written, or ``rest_catalog``'s (the REST
+catalog with an OAuth2 client credential, the bucket through Trino's native S3 file system, endpoint and
+path-style). The credentials reach the server in environment variables that the file names (``${ENV:...}``), never
+in a file or on its command line.
 
 Queries go through Trino's HTTP protocol (``POST /v1/statement``, then each ``nextUri``), so no CLI jar is needed."""
 
