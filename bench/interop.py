@@ -57,7 +57,7 @@ from shale.config import BucketConfig
 from shale.dev import MinioServer
 from shale.dev.fetch import CHDB_VERSION, TRINO_VERSION, fetch_chdb
 from shale.dev.iceberg_rest import IcebergRestCatalog
-from shale.dev.trino import TrinoServer
+from shale.dev.trino import TrinoServer, rest_catalog
 
 LOCK = Path("/tmp/shale-integration.lock")
 ENGINES = ("trino", "chdb", "duckdb", "polars")
@@ -187,8 +187,8 @@ def run() -> dict[str, Any]:
             services.append(catalog)
             progress(f"starting Trino {TRINO_VERSION}")
             with timed() as trino_start:
-                trino = TrinoServer(work / "trino", catalog.url, CREDENTIAL, minio.endpoint, minio.access_key,
-                                    minio.secret_key).start()
+                trino = TrinoServer(work / "trino", *rest_catalog(catalog.url, CREDENTIAL, minio.endpoint,
+                                                                  minio.access_key, minio.secret_key)).start()
             services.append(trino)
             w = World(rest_config(bucket, catalog.url, work), work)
             expected: dict[str, Any] = {}

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, settings
 from shale.config import BucketConfig, SparkConfig
 from shale.dev import KafkaBroker, MinioServer, SchemaRegistry, SparkStandalone, connector_conf
 from shale.dev.iceberg_rest import IcebergRestCatalog
+from shale.dev.nessie import NessieServer
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -110,6 +111,17 @@ def iceberg_rest(services_dir: Path, minio: MinioServer) -> Iterator[IcebergRest
                                  minio.access_key, minio.secret_key).start()
     yield catalog
     catalog.stop()
+
+
+@pytest.fixture(scope="session")
+def nessie(services_dir: Path, minio: MinioServer) -> Iterator[NessieServer]:
+    """Project Nessie 0.99.0, a production Iceberg REST catalog, on loopback (shale.dev.nessie), its warehouse in a
+    bucket of the session's MinIO. A server that cannot start raises here, and every test that needs it errors."""
+    minio.create_bucket("nessie")
+    server = NessieServer(services_dir / "nessie", "s3://nessie/warehouse", minio.endpoint, minio.access_key,
+                          minio.secret_key).start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture

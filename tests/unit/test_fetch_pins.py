@@ -26,7 +26,7 @@ def test_promtool_is_pinned_to_a_release_and_fetched_with_the_others() -> None:
     assert fetch.PROMTOOL_MODULE.endswith("/cmd/promtool")
     # what `make deps` (fetch.py all) builds
     assert {n for n in fetch.FETCHERS if n not in fetch.NOT_IN_ALL} == {"kafka", "spark", "iceberg", "minio",
-                                                                         "promtool", "apicurio"}
+                                                                         "promtool", "apicurio", "trino", "nessie"}
 
 
 def test_the_benchmarks_jars_are_fetched_only_by_make_bench() -> None:
@@ -52,9 +52,16 @@ def test_the_rest_catalog_and_duckdb_are_pinned_and_fetched_when_first_needed() 
     assert (fetch.Path(fetch.__file__).parent / "java" / f"{fetch.REST_LAUNCHER}.java").is_file()
 
 
-def test_the_interoperability_engines_are_pinned_and_fetched_only_by_their_script() -> None:
-    assert fetch.NOT_IN_ALL[4:] == ("chdb", "trino")
+def test_the_interoperability_engines_are_pinned_and_fetched_with_the_services() -> None:
+    assert fetch.NOT_IN_ALL[4:] == ("chdb",)  # Trino is in ``all``: the reading guide's test starts it
     assert fetch.CHDB_PACKAGES[0] == f"chdb=={fetch.CHDB_VERSION}"
     assert all("==" in p for p in fetch.CHDB_PACKAGES)  # chdb-core, the engine it loads, pinned too
     assert f"io.trino:trino-server:{fetch.TRINO_VERSION}:tar.gz" == fetch.TRINO_ARTIFACT
     assert int(fetch.TRINO_VERSION) >= 476
+
+
+def test_the_production_catalog_is_pinned_by_version_and_digest_and_fetched_with_the_services() -> None:
+    assert "nessie" not in fetch.NOT_IN_ALL
+    assert f"org.projectnessie.nessie:nessie-quarkus:{fetch.NESSIE_VERSION}:jar:runner" == fetch.NESSIE_ARTIFACT
+    assert len(fetch.NESSIE_SHA256) == 64
+    assert int(fetch.NESSIE_SHA256, 16) >= 0

@@ -27,6 +27,14 @@ What is fetched, and from where (the machines reach Maven Central and the Go mod
   (beside this file) compiled with ``javac`` into the same folder: it runs the server's pieces on a connector bound
   to one address.
 
+* Project Nessie 0.99.0's server, a production Iceberg REST catalog (``fetch.py nessie``, in ``all``: ``make test``
+  fetches it while the unit tests run): ``org.projectnessie.nessie:nessie-quarkus:0.99.0:jar:runner``, one
+  self-contained Quarkus jar (245 MB) that runs on Java 21 or newer (Temurin 25 here), its SHA-256 checked. 0.99.0 is
+  the newest ``nessie-quarkus`` on the Maven Central this project reaches (checked 2026-12-02: 0.110.0's runner jar
+  answers 404). Apache Polaris publishes no runnable server there (``polaris-runtime-service`` is a plain jar, its
+  ``-runner`` 404; the server is a tarball on downloads.apache.org, unreachable) and Lakekeeper is a Rust binary
+  (crates.io's index unreachable).
+
 * DuckDB 1.5.5 with its Iceberg extension, in a virtual environment of its own (``fetch.py duckdb``, not in
   ``all``; the REST tests and ``make demo`` fetch it): ``python -m venv`` and pip from PyPI.
 
@@ -63,6 +71,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import hashlib
 import os
 import shutil
 import subprocess
@@ -342,6 +351,41 @@ def fetch_iceberg_rest(cache: Path | None = None) -> Path:
     return target
 
 
+NESSIE_VERSION = "0.99.0"
+NESSIE_ARTIFACT = f"org.projectnessie.nessie:nessie-quarkus:{NESSIE_VERSION}:jar:runner"
+NESSIE_SHA256 = "ce9fa33e2878bf5ea3981876b9e6204cabc0362b3dd82326b10e47271a78c417"
+
+
+def fetch_nessie(cache: Path | None = None) -> Path:
+    """Project Nessie's runner jar from Maven Central (``fetch.py nessie``, in ``all``), fetched if missing and
+    refused unless its SHA-256 is the pinned one."""
+    target = (cache or cache_dir()) / "nessie" / f"nessie-{NESSIE_VERSION}"
+    jar = target / f"nessie-quarkus-{NESSIE_VERSION}-runner.jar"
+    with _locked(target):
+        if (target / ".complete").exists():
+            return jar
+        if shutil.which("mvn") is None:
+            raise FetchError("mvn is not on PATH: install Maven (Debian package 'maven') and retry")
+        _log(f"fetching Project Nessie {NESSIE_VERSION}'s server from Maven Central (245 MB)")
+        with tempfile.TemporaryDirectory(prefix="shale-mvn-") as work:
+            _run(["mvn", "-q", "-B", "dependency:copy", f"-Dartifact={NESSIE_ARTIFACT}",
+                  f"-DoutputDirectory={work}"], cwd=Path(work))
+            fetched = Path(work) / jar.name
+            digest = hashlib.sha256()
+            with fetched.open("rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(chunk)
+            if digest.hexdigest() != NESSIE_SHA256:
+                raise FetchError(f"{NESSIE_ARTIFACT}: SHA-256 {digest.hexdigest()}, expected {NESSIE_SHA256}")
+            if target.exists():
+                shutil.rmtree(target)
+            target.mkdir(parents=True)
+            shutil.move(fetched, jar)
+        (target / ".complete").write_text(NESSIE_VERSION)
+        _log(f"Nessie ready at {jar}")
+    return jar
+
+
 DUCKDB_VERSION = "1.5.5"
 DUCKDB_PACKAGES = (f"duckdb=={DUCKDB_VERSION}", f"duckdb-extensions=={DUCKDB_VERSION}",
                    *(f"duckdb-extension-{e}=={DUCKDB_VERSION}" for e in ("iceberg", "httpfs", "avro")))
@@ -385,15 +429,15 @@ def fetch_chdb(cache: Path | None = None) -> Path:
     return _fetch_venv("chdb", CHDB_VERSION, CHDB_PACKAGES, f"chDB {CHDB_VERSION}", cache)
 
 
-# Trino's server, for the interoperability script only: the release tarball on Maven Central (about 800 MB
-# unpacked, every connector's plugin inside); it runs on Java >= 24.
+# Trino's server, for the interoperability script and the reading guide's test (test_reading_trino.py): the release
+# tarball on Maven Central (about 800 MB unpacked, every connector's plugin inside); it runs on Java >= 24.
 TRINO_VERSION = "476"
 TRINO_ARTIFACT = f"io.trino:trino-server:{TRINO_VERSION}:tar.gz"
 
 
 def fetch_trino(cache: Path | None = None) -> Path:
-    """Trino's unpacked server (``bin/launcher``, ``lib/``, ``plugin/``) from Maven Central (``fetch.py trino``, not
-    in ``all``), fetched if missing."""
+    """Trino's unpacked server (``bin/launcher``, ``lib/``, ``plugin/``) from Maven Central (``fetch.py trino``, in
+    ``all``), fetched if missing."""
     target = (cache or cache_dir()) / "trino" / f"trino-server-{TRINO_VERSION}"
     with _locked(target):
         if (target / ".complete").exists():
@@ -521,10 +565,12 @@ FETCHERS = {
     "kafka": fetch_kafka, "spark": fetch_spark_connector, "iceberg": fetch_iceberg, "minio": fetch_minio,
     "promtool": fetch_promtool, "apicurio": fetch_apicurio, "iceberg-kafka-connect": fetch_iceberg_kafka_connect,
     "spark-avro": fetch_spark_avro, "iceberg-rest": fetch_iceberg_rest, "duckdb": fetch_duckdb,
-    "chdb": fetch_chdb, "trino": fetch_trino,
+    "chdb": fetch_chdb, "trino": fetch_trino, "nessie": fetch_nessie,
 }
-# Only benchmarks need the first two (make bench-deps); the REST catalog is fetched when first started.
-NOT_IN_ALL = ("iceberg-kafka-connect", "spark-avro", "iceberg-rest", "duckdb", "chdb", "trino")
+# Only benchmarks need the first two (make bench-deps); the REST catalog is fetched when first started. Trino and
+# Nessie are in ``all`` (``make test`` fetches them while the unit tests run: 0.9 GB together, which the two
+# integration tests that start them would otherwise download on the suite's critical path).
+NOT_IN_ALL = ("iceberg-kafka-connect", "spark-avro", "iceberg-rest", "duckdb", "chdb")
 
 
 def fetch_all(names: list[str]) -> None:

@@ -1,9 +1,11 @@
 """Trino 476 with its Iceberg connector on an Iceberg REST catalog, for the interoperability script
-(``bench/interop.py``): the release tarball fetched by ``fetch.py trino``, one coordinator that is also its worker,
-bound to loopback (``node.bind-ip``), on Java 25 (Trino 476 needs Java >= 24) with a 1 GiB heap, loading only the
-Iceberg plugin. Its catalog ``shale`` reads the REST catalog with an OAuth2 client credential and the bucket through
-Trino's native S3 file system (endpoint, path-style). The credentials reach the server in environment variables
-that its properties name (``${ENV:...}``), never in a file or on its command line.
+(``bench/interop.py``) and the reading guide's test (``tests/integration/test_reading_trino.py``): the release
+tarball fetched by ``fetch.py trino``, one coordinator that is also its worker, bound to loopback
+(``node.bind-ip``), on Java 25 (Trino 476 needs Java >= 24) with a 1 GiB heap, loading only the Iceberg plugin, and
+one catalog ``shale``. Its file's text is given: docs/READING.md's as written, or ``rest_catalog``'s (the REST
+catalog with an OAuth2 client credential, the bucket through Trino's native S3 file system, endpoint and
+path-style). The credentials reach the server in environment variables that the file names (``${ENV:...}``), never
+in a file or on its command line.
 
 Queries go through Trino's HTTP protocol (``POST /v1/statement``, then each ``nextUri``), so no CLI jar is needed."""
 
@@ -12,7 +14,8 @@ from __future__ import annotations
 import json
 import os
 import urllib.request
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,17 +33,28 @@ class TrinoQueryError(RuntimeError):
     """Trino answered a statement with an error; the message is Trino's."""
 
 
+def rest_catalog(catalog_uri: str, credential: str, s3_endpoint: str, access_key: str, secret_key: str,
+                 region: str = "us-east-1") -> tuple[str, dict[str, str]]:
+    """The catalog file of an Iceberg REST catalog (``credential`` is its OAuth2 client credential, ``id:secret``)
+    and the bucket, and the environment holding the secrets the file names."""
+    text = "\n".join([
+        "connector.name=iceberg", "iceberg.catalog.type=rest", f"iceberg.rest-catalog.uri={catalog_uri}",
+        "iceberg.rest-catalog.security=OAUTH2", "iceberg.rest-catalog.case-insensitive-name-matching=true",
+        "iceberg.rest-catalog.oauth2.credential=${ENV:SHALE_TRINO_CATALOG_CREDENTIAL}",
+        "fs.native-s3.enabled=true", f"s3.endpoint={s3_endpoint}", f"s3.region={region}",
+        "s3.path-style-access=true", "s3.aws-access-key=${ENV:SHALE_TRINO_S3_ACCESS_KEY}",
+        "s3.aws-secret-key=${ENV:SHALE_TRINO_S3_SECRET_KEY}", ""])
+    return text, {"SHALE_TRINO_CATALOG_CREDENTIAL": credential, "SHALE_TRINO_S3_ACCESS_KEY": access_key,
+                  "SHALE_TRINO_S3_SECRET_KEY": secret_key}
+
+
 @dataclass
 class TrinoServer:
     data_dir: Path
-    catalog_uri: str
-    """The Iceberg REST catalog's base URL."""
-    credential: str
-    """The catalog's OAuth2 client credential, ``client_id:secret``."""
-    s3_endpoint: str
-    access_key: str
-    secret_key: str
-    region: str = "us-east-1"
+    catalog: str
+    """The text of the catalog file ``etc/catalog/shale.properties``."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """The environment variables the catalog file reads (``${ENV:NAME}``): its secrets."""
     heap: str = "1G"
     port: int = 0
     process: ManagedProcess | None = None
@@ -65,16 +79,8 @@ class TrinoServer:
             "node.bind-ip=127.0.0.1", "node.internal-address=127.0.0.1",
             f"plugin.dir={plugins}", f"catalog.config-dir={etc / 'catalog'}",
             "query.max-memory=512MB", "query.max-memory-per-node=256MB", ""]))
-        (etc / "catalog" / f"{CATALOG}.properties").write_text("\n".join([
-            "connector.name=iceberg", "iceberg.catalog.type=rest", f"iceberg.rest-catalog.uri={self.catalog_uri}",
-            "iceberg.rest-catalog.security=OAUTH2", "iceberg.rest-catalog.case-insensitive-name-matching=true",
-            "iceberg.rest-catalog.oauth2.credential=${ENV:SHALE_TRINO_CATALOG_CREDENTIAL}",
-            "fs.native-s3.enabled=true", f"s3.endpoint={self.s3_endpoint}", f"s3.region={self.region}",
-            "s3.path-style-access=true", "s3.aws-access-key=${ENV:SHALE_TRINO_S3_ACCESS_KEY}",
-            "s3.aws-secret-key=${ENV:SHALE_TRINO_S3_SECRET_KEY}", ""]))
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-               "SHALE_TRINO_CATALOG_CREDENTIAL": self.credential,
-               "SHALE_TRINO_S3_ACCESS_KEY": self.access_key, "SHALE_TRINO_S3_SECRET_KEY": self.secret_key}
+        (etc / "catalog" / f"{CATALOG}.properties").write_text(self.catalog)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **self.env}
         java = JAVA_25 if Path(JAVA_25).exists() else "java"
         command = [java, f"-Xmx{self.heap}", "-XX:+UseG1GC", "-XX:+ExitOnOutOfMemoryError",
                    "-Djdk.attach.allowAttachSelf=true", f"-Dconfig={etc / 'config.properties'}",

@@ -9,6 +9,7 @@ name see the same tables. pyiceberg creates the two tables when they are absent;
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -114,13 +115,36 @@ def open_catalog(config: ShaleConfig) -> Any:
 
 def _rest_catalog(config: ShaleConfig) -> Any:
     from pyiceberg.catalog.rest import RestCatalog
+    from pyiceberg.table.update import AddSchemaUpdate
 
     class ShaleRestCatalog(RestCatalog):
-        """pyiceberg's REST catalog with the failpoint before the commit request (the catalog writes the metadata)."""
+        """pyiceberg's REST catalog with the failpoint before the commit request (the catalog writes the metadata),
+        and each ``add-schema`` update sent with its ``last-column-id``. The REST specification made that field
+        optional (deprecated) and pyiceberg 0.12 no longer sends it, but Project Nessie (0.99.0 and later; its
+        issue 11341) refuses an update without it: HTTP 400, "Cannot build AddSchema, some of required attributes
+        are not set [lastColumnId]". The value sent is the table's, never lower (a dropped column's id stays used).
+        Not thread-safe, as the publisher that commits is not: the session's ``post`` is wrapped for one call."""
 
         def commit_table(self, table: Any, requirements: Any, updates: Any) -> Any:
             failpoint(FAILPOINT_BEFORE_CATALOG_COMMIT)
-            return super().commit_table(table, requirements, updates)
+            added = [u for u in updates if isinstance(u, AddSchemaUpdate)]
+            if not added:
+                return super().commit_table(table, requirements, updates)
+            last = max([table.metadata.last_column_id, *(u.schema_.highest_field_id for u in added)])
+            post = self._session.post
+
+            def post_with_last_column_id(url: str, data: bytes, **kwargs: Any) -> Any:
+                body = json.loads(data)
+                for update in body.get("updates", []):
+                    if update.get("action") == "add-schema":
+                        update.setdefault("last-column-id", last)
+                return post(url, data=json.dumps(body).encode(), **kwargs)
+
+            self._session.post = post_with_last_column_id  # type: ignore[method-assign,assignment]
+            try:
+                return super().commit_table(table, requirements, updates)
+            finally:
+                del self._session.post  # the session's own method again
 
     return ShaleRestCatalog(config.iceberg.catalog_name, **rest_properties(config))
 
