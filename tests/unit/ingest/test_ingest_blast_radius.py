@@ -10,15 +10,11 @@ from __future__ import annotations
 import decimal
 from typing import Any
 
-import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.factories import backup_table
-from tests.unit.schemas.test_avro_roundtrip import READ_MS, _encode, _register, _spec
+from tests.protobuf_evolution import store_chunk
+from tests.unit.schemas.test_avro_roundtrip import REGISTRY, _encode, _register
 
-from shale.block import read_dataset
-from shale.encoder.chunks import Chunk, write_chunk
-from shale.objstore import open_bucket
 from shale.schemas import frame
 
 GOOD = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
@@ -61,21 +57,7 @@ def test_one_odd_record_affects_itself_alone(kind: str, good: int, at: int) -> N
     at = min(at, good)
     values: list[bytes | None] = [frame(good_id, _encode(GOOD, {"id": i, "name": f"n{i}"})) for i in range(good)]
     values.insert(at, frame(newer_id, _encode(newer, {"id": -1, "name": "odd", "extra": value})))
-    table = backup_table("app", 0, 0, len(values))
-    table = table.set_column(table.schema.get_field_index("value"), "value", pa.array(values, pa.binary()))
-    spec = _spec()
-    bucket = open_bucket(spec.bucket)
-    written = write_chunk(spec, bucket, table, Chunk("app", 0, "", 0, len(values), READ_MS))
-    rows: dict[int, dict[str, Any]] = {}
-    reasons: dict[int, str] = {}
-    for meta in written.blocks:
-        for dataset in meta.datasets:
-            found = read_dataset(bucket, meta, dataset).to_pylist()
-            if dataset.kind == "quarantine":
-                reasons.update({r["offset"]: r["reason"] for r in found})
-            else:
-                rows.update({r["offset"]: r for r in found})
-    assert len(rows) + len(reasons) == len(values)
+    rows, reasons = store_chunk(values, REGISTRY, parser="avro")  # as an ingest task writes it
     assert set(reasons) <= {at}, reasons  # only the odd record may be quarantined
     assert all(reasons.values())
     goods = [o for o in range(len(values)) if o != at]
