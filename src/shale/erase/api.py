@@ -215,14 +215,15 @@ def unindexed(metastore: OffsetReads, group: str, marks: Watermarks, topics: Seq
     older incarnation, of a partition incarnation the group has moved past (the topic recreated: the old one's
     commits are final, but for a queued one), or of a topic the group never committed (not ingested: nothing of it
     in the bucket) is never waited for."""
-    committed: dict[tuple[str, int, str], int] = {}
+    committed: dict[tuple[str, int], dict[str, int]] = {}
+    """Per partition, each incarnation's committed end (one pass: the rows are read once, not per watermark)."""
     for row in metastore.offsets(group):
-        at = (row.topic, row.partition, row.incarnation)
-        committed[at] = max(committed.get(at, 0), row.committed_end)
-    ingested = {t for t, _, _ in committed}
+        ends = committed.setdefault((row.topic, row.partition), {})
+        ends[row.incarnation] = max(ends.get(row.incarnation, 0), row.committed_end)
+    ingested = {t for t, _ in committed}
     lag: list[dict[str, Any]] = []
     for m in marks.marks:
-        current = {i: end for (t, p, i), end in committed.items() if (t, p) == (m.topic, m.partition)}
+        current = committed.get((m.topic, m.partition), {})
         moved = bool(m.incarnation) and bool(current) and "" not in current and m.incarnation not in current
         if m.older or m.end <= 0 or m.topic not in ingested or moved:
             continue
