@@ -12,7 +12,7 @@ BENCHMARKS = ["fetcher_sync", "metastore", "ingest", "compaction", "bucket_index
               "peers", "erase", "scale", "metadata_scale", "efficiency", "decode"]
 # Run by name only (``python -m bench interop``): its engines' downloads are large, and it answers questions rather
 # than measuring speed.
-BY_NAME_ONLY = ["interop"]
+BY_NAME_ONLY = ["interop", "spark_versions"]
 
 
 def main(argv: list[str]) -> int:

@@ -33,7 +33,7 @@ Records are the freshness benchmark's: JSON of about 130 bytes (``ts``, ``level`
   lease taken), to the last record committed. Shale's wait for its Iceberg table to catch up (every change up to
   the last commit published) comes after the timed part.
 * Correctness, through Spark SQL (``bench/peers_tables.py``): both systems' tables are read as Iceberg tables by
-  Apache Iceberg's own Spark runtime (``iceberg-spark-runtime-4.0_2.13`` 1.11.0, ``iceberg-aws-bundle`` and the
+  Apache Iceberg's own Spark runtime (``iceberg-spark-runtime-4.1_2.13`` 1.12.0, ``iceberg-aws-bundle`` and the
   SQLite JDBC driver; a local Spark session in the benchmark process, started after every timed phase): the
   sink's through a ``SparkCatalog`` on the JDBC catalog its worker wrote (``KafkaMetadataTransform`` puts each
   record's partition and offset in the table), Shale's through ``shale.iceberg.spark_catalog_conf`` on the catalog

@@ -1,5 +1,5 @@
 """The peer benchmark's correctness check through Spark SQL: both systems' tables read as Iceberg tables by Apache
-Iceberg's own Spark runtime (``iceberg-spark-runtime-4.0_2.13``, ``iceberg-aws-bundle`` for S3FileIO at MinIO and
+Iceberg's own Spark runtime (``iceberg-spark-runtime-4.1_2.13``, ``iceberg-aws-bundle`` for S3FileIO at MinIO and
 the SQLite JDBC driver: ``shale.dev.fetch.iceberg_jars()``), each through a ``SparkCatalog`` with Iceberg's
 ``JdbcCatalog`` on the SQLite file its writer used.
 

@@ -37,15 +37,15 @@ from shale.signals import keep_handler
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-# Spark's Kafka connector for the pinned pyspark (4.0.0, Scala 2.13). Spark's resolver adds what its pom
-# declares: spark-token-provider-kafka-0-10_2.13 4.0.0, kafka-clients 3.9.0 and commons-pool2 2.12.0, and seven
-# libraries pyspark 4.0.0 already ships in the very same versions, excluded so that no class is on the classpath
-# twice: the resolved set is the same four jars as the development cache's (docs/DEPLOY.md).
-KAFKA_CONNECTOR_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.0.0"
+# Spark's Kafka connector for the pinned pyspark (4.1.1, Scala 2.13). Spark's resolver adds what its pom
+# declares: spark-token-provider-kafka-0-10_2.13 4.1.1, kafka-clients 3.9.1 and commons-pool2 2.12.1, and eight
+# libraries pyspark 4.1.1 already ships, excluded so that no class is on the classpath twice: the resolved set is
+# the same four jars as the development cache's (docs/DEPLOY.md).
+KAFKA_CONNECTOR_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1"
 KAFKA_CONNECTOR_EXCLUDES = ",".join([
     "org.apache.hadoop:hadoop-client-api", "org.apache.hadoop:hadoop-client-runtime", "org.lz4:lz4-java",
     "org.xerial.snappy:snappy-java", "org.slf4j:slf4j-api", "com.google.code.findbugs:jsr305",
-    "org.scala-lang.modules:scala-parallel-collections_2.13"])
+    "org.scala-lang.modules:scala-parallel-collections_2.13", "org.apache.spark:spark-tags_2.13"])
 LOOPBACK = "127.0.0.1"
 CLASS_ARCHIVE_ENV = "SHALE_SPARK_CLASS_ARCHIVE"
 """Names a class data sharing archive of Spark's classes the driver JVM maps (``shale.dev.spark_classes``, for the

@@ -4,7 +4,8 @@ Python worker's path (``pyspark.zip``, py4j's zip and spark-core's jar).
 
 Why: before every task, a pyspark worker calls ``importlib.invalidate_caches()``, and every zip importer on the
 path then reads its archive's directory again, in Python. With those three archives that is 80 ms of CPU per task
-(measured on this project's machine, Python 3.11, pyspark 4.0.0): an eighth of a backup-ingest task's Python time.
+(measured on this project's machine, Python 3.11, pyspark 4.0.0; pyspark 4.1's worker still calls it): an eighth of
+a backup-ingest task's Python time.
 Without the archives the path holds directories only, whose caches are dropped for free. When pyspark or py4j
 cannot be imported without them (a Spark distribution's own ``python/lib``), the path is left as it is.
 

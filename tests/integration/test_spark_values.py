@@ -1,7 +1,7 @@
 """Shale's Spark data source gives the writer's values, with their meaning, in a session whose time zone is not UTC:
 a zone-less timestamp (Avro ``local-timestamp-*``) is a ``timestamp_ntz`` showing the time written; a time of day is
-its microseconds since midnight (Spark 4.0 has no time type), a decimal of more than 38 digits its exact text, a null
-column ``void``, an empty record ``struct<>``. Hypothesis properties hold ``shale.read`` and
+its microseconds since midnight (Spark: no time type by default), a decimal of more than 38 digits its exact
+text, a null column ``void``, an empty record ``struct<>``. Hypothesis properties hold ``shale.read`` and
 ``spark.read.format("shale")`` to the writer's values over generated Avro schemas (logical types, nulls, empty
 records, the widest decimals), JSON Schema documents and Protobuf messages: ``SHALE_SPARK_VALUES_EXAMPLES``
 examples each (5 in ``make test``; the long profile, 200 Avro examples in 7 minutes on 2 shared cores, is

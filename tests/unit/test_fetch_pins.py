@@ -26,7 +26,8 @@ def test_promtool_is_pinned_to_a_release_and_fetched_with_the_others() -> None:
     assert fetch.PROMTOOL_MODULE.endswith("/cmd/promtool")
     # what `make deps` (fetch.py all) builds
     assert {n for n in fetch.FETCHERS if n not in fetch.NOT_IN_ALL} == {"kafka", "spark", "iceberg", "minio",
-                                                                         "promtool", "apicurio", "trino", "nessie"}
+                                                                         "promtool", "apicurio", "trino", "nessie",
+                                                                         "spark-cluster-oldest"}
 
 
 def test_the_benchmarks_jars_are_fetched_only_by_make_bench() -> None:
@@ -43,8 +44,8 @@ def test_the_benchmarks_jars_are_fetched_only_by_make_bench() -> None:
 def test_the_rest_catalog_and_duckdb_are_pinned_and_fetched_when_first_needed() -> None:
     assert fetch.NOT_IN_ALL[2:4] == ("iceberg-rest", "duckdb")
     pins = {(g, a, c): v for g, a, v, c, _ in fetch.ICEBERG_REST_ARTIFACTS}
-    assert pins[("org.apache.iceberg", "iceberg-open-api", "test-fixtures")] == fetch.ICEBERG_VERSION
-    assert pins[("org.apache.iceberg", "iceberg-core", "tests")] == fetch.ICEBERG_VERSION
+    # the server's own pieces of one Iceberg release (1.11: its test fixtures are the newest published)
+    assert {v for (g, _, _), v in pins.items() if g == "org.apache.iceberg"} == {fetch.ICEBERG_REST_VERSION}
     assert pins[("org.xerial", "sqlite-jdbc", "")] == fetch.SQLITE_JDBC_VERSION
     assert all(v == fetch.JETTY_VERSION for (g, _, _), v in pins.items() if g.startswith("org.eclipse.jetty"))
     assert re.fullmatch(r"12\.1\.\d+", fetch.JETTY_VERSION)
@@ -65,3 +66,15 @@ def test_the_production_catalog_is_pinned_by_version_and_digest_and_fetched_with
     assert f"org.projectnessie.nessie:nessie-quarkus:{fetch.NESSIE_VERSION}:jar:runner" == fetch.NESSIE_ARTIFACT
     assert len(fetch.NESSIE_SHA256) == 64
     assert int(fetch.NESSIE_SHA256, 16) >= 0
+
+
+def test_spark_s_connector_runtime_and_oldest_cluster_follow_the_pinned_pyspark() -> None:
+    assert pyspark.__version__ == fetch.SPARK_VERSION
+    pins = {a: v for _, a, v in fetch.SPARK_CONNECTOR_ARTIFACTS}
+    assert pins["spark-sql-kafka-0-10_2.13"] == pins["spark-token-provider-kafka-0-10_2.13"] == fetch.SPARK_VERSION
+    minor = ".".join(fetch.SPARK_VERSION.split(".")[:2])
+    [runtime] = [a for _, a, _ in fetch.ICEBERG_ARTIFACTS if a.startswith("iceberg-spark-runtime-")]
+    assert runtime == f"iceberg-spark-runtime-{minor}_2.13"  # Iceberg's runtime for this Spark minor release
+    # a cluster may run an older patch release of the same minor release only (docs/DEPLOY.md)
+    assert fetch.SPARK_CLUSTER_OLDEST_VERSION.startswith(f"{minor}.")
+    assert fetch.SPARK_CLUSTER_OLDEST_VERSION != fetch.SPARK_VERSION

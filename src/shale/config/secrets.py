@@ -27,7 +27,7 @@ SECRET_KEY_PATTERN = (r"password|passwd|secret|jaas|token|key|credential|authori
 pattern is written so that Java reads it the same way (Spark's ``spark.redaction.regex``)."""
 _SECRET_KEY = re.compile(SECRET_KEY_PATTERN, re.IGNORECASE)
 SPARK_DEFAULT_REDACTION = r"(?i)secret|password|token|access[.]?key"
-"""Spark 4.0's default ``spark.redaction.regex``: it misses ``credential`` and ``header.Authorization``."""
+"""Spark's default ``spark.redaction.regex`` (4.0 and 4.1.1): it misses ``credential`` and ``header.Authorization``."""
 
 
 def _as_text(value: object) -> object:

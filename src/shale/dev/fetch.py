@@ -15,7 +15,7 @@ What is fetched, and from where (the machines reach Maven Central and the Go mod
 * MinIO: ``go install github.com/minio/minio@<pinned pseudo-version>``.
 * promtool, Prometheus's rule checker and rule unit-test runner (the tests run the alert rules with it):
   ``go install github.com/prometheus/prometheus/cmd/promtool@<pinned version>``.
-* Apache Iceberg's Spark runtime for Spark 4.0, its AWS bundle (S3FileIO) and the SQLite JDBC driver, three jars
+* Apache Iceberg's Spark runtime for Spark 4.1, its AWS bundle (S3FileIO) and the SQLite JDBC driver, three jars
   and nothing else, so that Spark SQL reads the Iceberg tables Shale publishes (JDBC catalog on SQLite, S3FileIO).
 
 * Apache Iceberg's REST catalog server, for Iceberg tables published through a REST catalog (``fetch.py
@@ -34,6 +34,10 @@ What is fetched, and from where (the machines reach Maven Central and the Go mod
   answers 404). Apache Polaris publishes no runnable server there (``polaris-runtime-service`` is a plain jar, its
   ``-runner`` 404; the server is a tarball on downloads.apache.org, unreachable) and Lakekeeper is a Rust binary
   (crates.io's index unreachable).
+
+* pyspark at the oldest version an existing Spark cluster may run (``SPARK_CLUSTER_OLDEST_VERSION``, 4.1.0), in a
+  virtual environment of its own (``fetch.py spark-cluster-oldest``, in ``all``): the cluster-versions test starts a
+  master and a worker from its distribution under a driver of the pinned pyspark.
 
 * DuckDB 1.5.5 with its Iceberg extension, in a virtual environment of its own (``fetch.py duckdb``, not in
   ``all``; the REST tests and ``make demo`` fetch it): ``python -m venv`` and pip from PyPI.
@@ -84,11 +88,15 @@ from pathlib import Path
 
 KAFKA_VERSION = "4.1.1"
 SLF4J_VERSION = "1.7.36"  # kafka_2.13 4.1 depends on slf4j-api 1.7.x; the binding must match it.
-# The connector must match pyspark exactly. 4.0.0 is the newest release whose four connector jars are all
-# published on the Maven Central this project can reach (checked 2026-11-22; see docs/DESIGN.md).
-SPARK_VERSION = "4.0.0"
-SPARK_KAFKA_CLIENTS_VERSION = "3.9.0"  # as declared by spark-sql-kafka-0-10_2.13:4.0.0
-SPARK_COMMONS_POOL2_VERSION = "2.12.0"  # as declared by spark-sql-kafka-0-10_2.13:4.0.0
+# The connector must match pyspark exactly. 4.1.1 is the newest Spark whose wheel (PyPI), four Kafka connector jars
+# and Iceberg Spark runtime all resolve on the registries this project reaches (checked 2026-12-02; 4.2.0 has no
+# Iceberg runtime, 4.2.1 and 4.3.0 no Kafka connector on Maven Central; see docs/DESIGN.md).
+SPARK_VERSION = "4.1.1"
+SPARK_KAFKA_CLIENTS_VERSION = "3.9.1"  # as declared by spark-sql-kafka-0-10_2.13:4.1.1
+SPARK_COMMONS_POOL2_VERSION = "2.12.1"  # as declared by spark-sql-kafka-0-10_2.13:4.1.1
+# The oldest Spark an existing cluster may run under a 4.1.1 driver (docs/DEPLOY.md): its master's and workers'
+# Spark, pyspark's distribution in a virtual environment of its own (``fetch.py spark-cluster-oldest``).
+SPARK_CLUSTER_OLDEST_VERSION = "4.1.0"
 MINIO_MODULE = "github.com/minio/minio"
 MINIO_VERSION = "v0.0.0-20260212201848-7aac2a2c5b7c"
 PROMTOOL_MODULE = "github.com/prometheus/prometheus/cmd/promtool"
@@ -97,25 +105,28 @@ PROMTOOL_MODULE = "github.com/prometheus/prometheus/cmd/promtool"
 # 2026-11-23), its go.mod has no replace or exclude directive (`go install module@version` refuses those), and it
 # asks for go 1.26.7, which the Go on these machines satisfies.
 PROMTOOL_VERSION = "v0.316.0"
-# 1.11.0 is the newest iceberg-spark-runtime-4.0_2.13 on Maven Central (checked 2026-11-23; 1.12.0 exists for the
-# AWS bundle only). The AWS bundle must be the same Iceberg version as the runtime.
-ICEBERG_VERSION = "1.11.0"
+# Iceberg 1.12.0's Spark runtime for Spark 4.1 (the newest on Maven Central, checked 2026-12-02). The AWS bundle must
+# be the same Iceberg version as the runtime.
+ICEBERG_VERSION = "1.12.0"
 SQLITE_JDBC_VERSION = "3.54.1.0"
 ICEBERG_ARTIFACTS = (
-    ("org.apache.iceberg", "iceberg-spark-runtime-4.0_2.13", ICEBERG_VERSION),
+    ("org.apache.iceberg", "iceberg-spark-runtime-4.1_2.13", ICEBERG_VERSION),
     ("org.apache.iceberg", "iceberg-aws-bundle", ICEBERG_VERSION),
     ("org.xerial", "sqlite-jdbc", SQLITE_JDBC_VERSION),
 )
 
-# The REST catalog server's classpath. Jetty 12.1 is what iceberg-open-api 1.11's test fixtures are built against
-# (org.eclipse.jetty.ee10 servlets, org.eclipse.jetty.compression); 12.1.14 is its newest release (2026-11-27).
+# The REST catalog server: Iceberg 1.11.0's, since iceberg-open-api publishes its ``test-fixtures`` (the server) up to
+# 1.11.0 only (checked 2026-12-02: 1.12.0 has none); a 1.11 server and 1.12 clients speak the same REST protocol.
+# Jetty 12.1 is what those fixtures are built against (org.eclipse.jetty.ee10 servlets,
+# org.eclipse.jetty.compression); 12.1.14 is its newest release (2026-11-27).
+ICEBERG_REST_VERSION = "1.11.0"
 JETTY_VERSION = "12.1.14"
 ICEBERG_REST_ARTIFACTS = (  # (group, artifact, version, classifier, with its dependencies)
-    ("org.apache.iceberg", "iceberg-open-api", ICEBERG_VERSION, "test-fixtures", False),
-    ("org.apache.iceberg", "iceberg-core", ICEBERG_VERSION, "", True),
-    ("org.apache.iceberg", "iceberg-core", ICEBERG_VERSION, "tests", False),
-    ("org.apache.iceberg", "iceberg-aws", ICEBERG_VERSION, "", False),
-    ("org.apache.iceberg", "iceberg-aws-bundle", ICEBERG_VERSION, "", False),
+    ("org.apache.iceberg", "iceberg-open-api", ICEBERG_REST_VERSION, "test-fixtures", False),
+    ("org.apache.iceberg", "iceberg-core", ICEBERG_REST_VERSION, "", True),
+    ("org.apache.iceberg", "iceberg-core", ICEBERG_REST_VERSION, "tests", False),
+    ("org.apache.iceberg", "iceberg-aws", ICEBERG_REST_VERSION, "", False),
+    ("org.apache.iceberg", "iceberg-aws-bundle", ICEBERG_REST_VERSION, "", False),
     ("dev.failsafe", "failsafe", "3.3.2", "", False),  # iceberg-aws's retries, as its pom declares
     ("org.eclipse.jetty.ee10", "jetty-ee10-servlet", JETTY_VERSION, "", True),
     ("org.eclipse.jetty.compression", "jetty-compression-server", JETTY_VERSION, "", True),
@@ -130,8 +141,8 @@ APICURIO_VERSION = "3.0.9"
 APICURIO_ARTIFACT = f"io.apicurio:apicurio-registry-app:{APICURIO_VERSION}:zip:all"
 
 KAFKA_TOOLS_ARTIFACTS = (("org.apache.kafka", "kafka-tools", KAFKA_VERSION),)
-HADOOP_VERSION = "3.4.1"  # pyspark 4.0.0 ships hadoop-client-api and hadoop-client-runtime 3.4.1
-AWS_SDK_BUNDLE_VERSION = "2.24.6"  # as declared by hadoop-aws 3.4.1
+HADOOP_VERSION = "3.4.2"  # pyspark 4.1.1 ships hadoop-client-api and hadoop-client-runtime 3.4.2
+AWS_SDK_BUNDLE_VERSION = "2.29.52"  # as declared by hadoop-aws 3.4.2
 S3A_ARTIFACTS = (
     ("org.apache.hadoop", "hadoop-aws", HADOOP_VERSION),
     ("software.amazon.awssdk", "bundle", AWS_SDK_BUNDLE_VERSION),
@@ -159,8 +170,8 @@ ICEBERG_KC_ARTIFACTS = (
 # (NoClassDefFoundError: com/fasterxml/jackson/annotation/JsonSerializeAs): one Jackson for all, the sink's.
 ICEBERG_KC_BOMS = (("com.fasterxml.jackson", "jackson-bom", "2.22.2"),)
 
-# spark-avro_2.13 4.0.0's runtime dependencies (spark-tags, scala-parallel-collections, tukaani's xz; Avro 1.12.0
-# through Spark's core) are all inside pyspark 4.0.0: the one jar.
+# spark-avro_2.13 4.1.1's runtime dependencies (spark-tags, tukaani's xz; Avro through Spark's core) are all inside
+# pyspark 4.1.1: the one jar.
 SPARK_AVRO_ARTIFACTS = (("org.apache.spark", "spark-avro_2.13", SPARK_VERSION),)
 
 SPARK_CONNECTOR_ARTIFACTS = (
@@ -330,7 +341,7 @@ def iceberg_jars(cache: Path | None = None) -> list[Path]:
 
 
 def iceberg_rest_dir(cache: Path | None = None) -> Path:
-    return (cache or cache_dir()) / "jars" / f"iceberg-rest-{ICEBERG_VERSION}"
+    return (cache or cache_dir()) / "jars" / f"iceberg-rest-{ICEBERG_REST_VERSION}"
 
 
 def fetch_iceberg_rest(cache: Path | None = None) -> Path:
@@ -341,12 +352,12 @@ def fetch_iceberg_rest(cache: Path | None = None) -> Path:
             return target
         if shutil.which("javac") is None:
             raise FetchError("javac is not on PATH: install a JDK 17 (Debian package 'openjdk-17-jdk-headless')")
-        _log(f"fetching Apache Iceberg {ICEBERG_VERSION}'s REST catalog server from Maven Central")
+        _log(f"fetching Apache Iceberg {ICEBERG_REST_VERSION}'s REST catalog server from Maven Central")
         _maven_copy(target, [_dependency(g, a, v, exclude_all=not deps, classifier=c)
                              for g, a, v, c, deps in ICEBERG_REST_ARTIFACTS])
         source = Path(__file__).resolve().parent / "java" / f"{REST_LAUNCHER}.java"
         _run(["javac", "--release", "17", "-d", str(target), "-cp", f"{target}/*", str(source)])
-        (target / ".complete").write_text(ICEBERG_VERSION)
+        (target / ".complete").write_text(ICEBERG_REST_VERSION)
         _log(f"REST catalog server ready in {target}")
     return target
 
@@ -421,6 +432,18 @@ def _fetch_venv(name: str, version: str, packages: tuple[str, ...], what: str, c
         (target / ".complete").write_text(version)
         _log(f"{what} ready in {target}")
     return python
+
+
+def fetch_spark_cluster_oldest(cache: Path | None = None) -> Path:
+    """The Spark distribution folder (``bin/spark-class``, ``jars/``) of pyspark at the oldest version an existing
+    cluster may run (``SPARK_CLUSTER_OLDEST_VERSION``), in a virtual environment of its own (``fetch.py
+    spark-cluster-oldest``, in ``all``; tests/integration/test_spark_cluster_versions.py starts a cluster from it)."""
+    python = _fetch_venv("pyspark", SPARK_CLUSTER_OLDEST_VERSION, (f"pyspark=={SPARK_CLUSTER_OLDEST_VERSION}",),
+                         f"pyspark {SPARK_CLUSTER_OLDEST_VERSION} (an older Spark cluster)", cache)
+    found = sorted(python.parent.parent.glob("lib/python*/site-packages/pyspark"))
+    if not found:
+        raise FetchError(f"no pyspark package under {python.parent.parent}: delete the folder and fetch again")
+    return found[0]
 
 
 def fetch_chdb(cache: Path | None = None) -> Path:
@@ -566,9 +589,10 @@ FETCHERS = {
     "promtool": fetch_promtool, "apicurio": fetch_apicurio, "iceberg-kafka-connect": fetch_iceberg_kafka_connect,
     "spark-avro": fetch_spark_avro, "iceberg-rest": fetch_iceberg_rest, "duckdb": fetch_duckdb,
     "chdb": fetch_chdb, "trino": fetch_trino, "nessie": fetch_nessie,
+    "spark-cluster-oldest": fetch_spark_cluster_oldest,
 }
-# Only benchmarks need the first two (make bench-deps); the REST catalog is fetched when first started. Trino and
-# Nessie are in ``all`` (``make test`` fetches them while the unit tests run: 0.9 GB together, which the two
+# Only benchmarks need the first two (make bench-deps); the REST catalog is fetched when first started. Trino, Nessie
+# and the older Spark are in ``all`` (``make test`` fetches them while the unit tests run: 1.3 GB together, which the
 # integration tests that start them would otherwise download on the suite's critical path).
 NOT_IN_ALL = ("iceberg-kafka-connect", "spark-avro", "iceberg-rest", "duckdb", "chdb")
 

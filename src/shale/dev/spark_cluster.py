@@ -86,9 +86,11 @@ def _get_json(url: str) -> Any:
 
 @dataclass
 class SparkStandalone:
-    """A master and ``workers`` workers with ``cores`` cores and ``memory`` each."""
+    """A master and ``workers`` workers with ``cores`` cores and ``memory`` each, run from ``home`` (a Spark
+    distribution's folder; default: the installed pyspark's, the driver's own Spark)."""
 
     directory: Path
+    home: Path | None = None
     workers: int = 2
     cores: int = 1
     memory: str = "1g"
@@ -106,14 +108,15 @@ class SparkStandalone:
         return f"http://{MASTER_HOST}:{self.ui_port}"
 
     def _env(self, host: str) -> dict[str, str]:
-        env = dict(os.environ, SPARK_HOME=str(spark_home()), SPARK_LOCAL_IP=host, SPARK_DAEMON_MEMORY=DAEMON_MEMORY,
-                   SPARK_LOG_DIR=str(self.directory / "logs"), SPARK_NO_DAEMONIZE="1")
+        env = dict(os.environ, SPARK_HOME=str(self.home or spark_home()), SPARK_LOCAL_IP=host,
+                   SPARK_DAEMON_MEMORY=DAEMON_MEMORY, SPARK_LOG_DIR=str(self.directory / "logs"),
+                   SPARK_NO_DAEMONIZE="1")
         for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SHALE_FAILPOINTS", "SHALE_FAILPOINT_DIR"):
             env.pop(name, None)  # executors get these from each application, never from the worker's environment
         return env
 
     def _spark_class(self) -> str:
-        return str(spark_home() / "bin" / "spark-class")
+        return str((self.home or spark_home()) / "bin" / "spark-class")
 
     def start(self, timeout: float = READY_TIMEOUT_S) -> SparkStandalone:
         self.directory.mkdir(parents=True, exist_ok=True)

@@ -4,8 +4,9 @@ Options: ``tenant`` (required), ``from`` and ``to`` (as in ``shale query``), ``s
 ``group`` (partition or backup), ``quarantine`` (true/false), ``config`` (a Shale TOML file; default: the
 usual lookup) and ``source`` (metastore or bucket-index). Tenant, time range and labels are applied where the
 blocks are chosen (the index) and as Parquet row filters (row-group statistics), so Spark only receives
-matching rows. **Spark 4.0's Python data sources cannot take pushed-down filters from ``.where()``**, so those
-are options; a ``.where()`` still works, applied by Spark after the read.
+matching rows. **This source takes no pushed-down filters from ``.where()``** (Spark 4.0's Python data sources
+could not; 4.1's ``pushFilters`` is not used yet), so those are options; a ``.where()`` still works, applied by
+Spark after the read.
 
 One Spark partition per group of blocks (about 128 MB of objects). Blocks that might share records (their Kafka
 ranges intersect, see plan.py) go to the same partition, where duplicates are dropped.
@@ -39,13 +40,13 @@ SPARK_MAX_DECIMAL_DIGITS = 38
 
 
 def _spark_arrow(t: pa.DataType) -> pa.DataType:
-    """The Arrow type Spark 4.0 takes for ``t``, holding the same values with the same meaning:
+    """The Arrow type Spark 4.1 takes for ``t``, holding the same values with the same meaning:
 
     * a timestamp with a zone: microseconds, UTC (Spark's ``timestamp``, an instant); one without a zone (Avro's
       ``local-timestamp-*``): microseconds, no zone (``timestamp_ntz``, a wall-clock time that no session time zone
       moves);
-    * a time of day (Avro's ``time-millis``/``-micros``; Spark 4.0 has no time type): microseconds since midnight,
-      ``bigint`` (as in Shale's Iceberg tables);
+    * a time of day (Avro's ``time-millis``/``-micros``; Spark 4.1's time type is off by default): microseconds
+      since midnight, ``bigint`` (as in Shale's Iceberg tables);
     * a decimal of more than 38 digits (Spark's most): its exact text, ``string``;
     * unsigned integers, which Spark has not, as the next signed type, uint64 as decimal(20,0);
     * a null column (Avro ``null``): ``void``;
