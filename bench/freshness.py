@@ -304,10 +304,16 @@ def _toml(value: Any) -> str:
     return json.dumps(value)
 
 
+JSON_LOGS = ['[[ingest.parsers]]', 'parser = "json"',
+             'options = {time_field = "ts", time_format = "epoch_ms", label_fields = ["level"], fields = ["msg"]}']
+"""The benchmark records' parser rule, as TOML lines."""
+
+
 def write_config(work: Path, bootstrap: str, bucket: BucketConfig, topic: str, port: int,
-                 profile: dict[str, dict[str, Any]]) -> Path:
-    """The deployment's config: where things are, the topic and its parser, and the profile's settings. The
-    bucket's secret key is not in it (the children get it through their environment)."""
+                 profile: dict[str, dict[str, Any]], parser: Sequence[str] = JSON_LOGS) -> Path:
+    """The deployment's config: where things are, the topic and its parser (``parser``: the rule's TOML lines), and
+    the profile's settings. The bucket's secret key is not in it (the children get it through their
+    environment)."""
     sections: dict[str, dict[str, Any]] = {
         "bucket": {"url": bucket.url, "endpoint": bucket.endpoint, "access_key_id": bucket.access_key_id,
                    "allow_http": True},
@@ -323,8 +329,7 @@ def write_config(work: Path, bootstrap: str, bucket: BucketConfig, topic: str, p
         lines.append(f"[{section}]")
         lines += [f"{key} = {_toml(value)}" for key, value in values.items()]
     lines += ["[spark.conf]", f'"spark.jars" = {_toml(connector_conf()["spark.jars"])}',  # cached, no Maven
-              "[[ingest.parsers]]", 'parser = "json"',
-              'options = {time_field = "ts", time_format = "epoch_ms", label_fields = ["level"], fields = ["msg"]}']
+              *parser]
     path = work / "shale.toml"
     path.write_text("\n".join(lines) + "\n")
     path.chmod(0o600)
@@ -508,13 +513,14 @@ class ProfileResult:
 
 
 def _prepare(name: str, profile: dict[str, dict[str, Any]], bootstrap: str, bucket: BucketConfig,
-             work: Path, partitions: int = PARTITIONS) -> tuple[str, int, Path, str, ShaleConfig, Bucket]:
+             work: Path, partitions: int = PARTITIONS,
+             parser: Sequence[str] = JSON_LOGS) -> tuple[str, int, Path, str, ShaleConfig, Bucket]:
     """The run's topic, status-page port, config file, bucket secret, configuration and bucket."""
     work.mkdir(parents=True)
     topic = f"fresh-{name}"
     create_topic(bootstrap, topic, partitions)
     port = free_port()
-    file = write_config(work, bootstrap, bucket, topic, port, profile)
+    file = write_config(work, bootstrap, bucket, topic, port, profile, parser)
     secret = bucket.secret_access_key.get_secret_value()
     config = load_config(file, env={SECRET_ENV: secret})
     return topic, port, file, secret, config, open_bucket(config.bucket)

@@ -112,6 +112,14 @@ TARGETS = [
            "efficiency: Protobuf records of ~1 KB, MB/s per busy core (issue 56)"),
     Target("efficiency", "figures.records_per_s_per_core_json_130", ">=", 200_000,
            "efficiency: JSON records of ~130 bytes, records/s per busy core (issue 56)"),
+    Target("change_tables", "figures.p99_ms_latest_shale_read", "<=", 10_000,
+           "change tables: p99 from an upsert produced to its key's latest row readable through `shale.read`, 20,000 "
+           "changes/s over 1,000,000 keys, 10 % deletes, defaults, ms (issue 57)"),
+    Target("change_tables", "figures.p99_ms_latest_iceberg", "<=", 30_000,
+           "change tables: the same through the topic's Iceberg table of latest rows, ms (issue 57)"),
+    Target("change_tables", "ratios.vs_spark_merge_into", ">=", 2.0,
+           "change tables: a replay of 10,000,000 changes against Spark Structured Streaming's `foreachBatch` + "
+           "`MERGE INTO` an Iceberg table (issue 57)"),
     Target("restore", "ratios.vs_producer_perf", ">=", 0.5,
            "restore against Kafka's ProducerPerformance, same records and broker (issue 28)"),
     Target("typed_ingest", "ratios.vs_spark_from_avro", ">=", 1.0,
