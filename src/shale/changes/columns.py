@@ -145,8 +145,9 @@ def history_columns(rows: pa.Table, quarantined: pa.Table, rule_for: Callable[[s
     keys_encoded = _both(rows, quarantined, "key").dictionary_encode()
     key_index = _ints(pc.fill_null(keys_encoded.indices, -1))
     key = np.where(key_index < 0, -1, topic * (len(keys_encoded.dictionary) + 1) + key_index)
-    values = _both(rows, quarantined, "value")
-    null_value = np.asarray(values.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    values = pa.chunked_array(rows.column("value").chunks + quarantined.column("value").chunks,
+                              rows.schema.field("value").type)  # not combined: only Debezium envelopes read it
+    null_value = np.asarray(values.is_null().to_numpy(), dtype=bool)
     quarantine = np.arange(len(topic)) >= n
     kafka_ms = _ints(_both(rows, quarantined, "timestamp")) // 1000
     history = History(
@@ -157,11 +158,13 @@ def history_columns(rows: pa.Table, quarantined: pa.Table, rule_for: Callable[[s
     ids: dict[tuple[int, Any], int] = {}
     base = int(key.max(initial=-1)) + 1  # column keys' ids follow the record keys'
     record_keys: list[Any] | None = None
+    combined: pa.Array | None = None
     for code, name in enumerate(topics):
         rule = rule_for(name)
         at = np.flatnonzero(topic == code)
         if rule.mode == "debezium":
-            _debezium(history, rows, quarantined, values, at)
+            combined = values.combine_chunks() if combined is None else combined
+            _debezium(history, rows, quarantined, combined, at)
         elif rule.mode == "upsert" and rule.key:
             if record_keys is None:
                 record_keys = _both(rows, quarantined, "key").to_pylist()

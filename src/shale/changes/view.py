@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from shale.changes.columns import DELETE, INCARNATION, SKIP, TRUNCATE, WITHHELD, TableRule, history_columns
+from shale.changes.columns import DELETE, INCARNATION, ROW, SKIP, TRUNCATE, WITHHELD, TableRule, history_columns
 from shale.errors import ShaleError
 
 
@@ -94,6 +94,18 @@ def latest_view(rows: pa.Table, quarantined: pa.Table, rule_for: Callable[[str],
     for t in np.flatnonzero(kept & (kind == TRUNCATE)).tolist():
         position = tuple(int(column[t]) for column in order)
         cut[int(topic[t])] = max(cut.get(int(topic[t]), position), position)
+    if not cut:  # no truncate: each key's latest version decides alone, by its kind
+        kinds = kind[latest]
+        stats.deleted = int(np.count_nonzero(kinds == DELETE))
+        withheld = latest[kinds == WITHHELD]
+        stats.withheld = len(withheld)
+        if stats.withheld:
+            first_withheld = int(withheld[0])
+            stats.withheld_reason = f"{h.where(first_withheld)}: {h.reason(first_withheld)}"
+        chosen = np.sort(latest[kinds == ROW])
+        stats.rows = len(chosen)
+        view = rows.take(pa.array(chosen, pa.int64())) if len(chosen) else rows.slice(0, 0)
+        return view.drop_columns([INCARNATION]), stats
     taken = []
     for i in latest.tolist():
         truncate = cut.get(int(topic[i]))
