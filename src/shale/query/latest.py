@@ -43,20 +43,37 @@ def history_query(query: Query, kind: Kind = "records") -> Query:
     return Query(query.tenant, *EVER, selector, kind=kind, default_generation=query.default_generation)
 
 
-def _history(query: Query, kind: Kind, source: BlockSource, bucket: BucketReader,
-             codes: IncarnationCodes) -> pa.Table:
-    """Every stored row of ``kind`` of the selected topics, at any time, with its incarnation's code."""
+VIEW_COLUMNS = {"topic", "key", "partition", "offset", "timestamp", "value", "reason", "op", "source"}
+"""The history's columns the view itself reads (``shale.changes.columns``), whatever the query asks for."""
+
+
+def needed_columns(query: Query, parsers: Sequence[ParserRule]) -> set[str] | None:
+    """The history's columns a latest read needs: the view's, the query's columns and matchers, and the change
+    tables' key columns; None (every column) when the query names no columns."""
+    if not query.columns:
+        return None
+    keys = {name for r in parsers if r.table == "upsert" and r.key
+            for name in (r.key.replace(".", "_"), r.key.split(".")[0])}
+    return VIEW_COLUMNS | set(query.columns) | {m.name for m in query.matchers} | keys
+
+
+def _history(query: Query, kind: Kind, source: BlockSource, bucket: BucketReader, codes: IncarnationCodes,
+             needed: set[str] | None = None) -> pa.Table:
+    """Every stored row of ``kind`` of the selected topics, at any time, with its incarnation's code; only the
+    ``needed`` columns (None: all) are read and kept."""
     q = history_query(query, kind)
     plan = q.plan(source)
+    schema = plan.schema if needed is None else pa.schema([f for f in plan.schema if f.name in needed])
     tables = []
     for part in plan.parts:
-        table = read_dataset(bucket, part.block, part.dataset, whole_object=None)
+        wanted = None if needed is None else [c for c in [*plan.base_columns, *part.dataset.columns] if c in needed]
+        table = read_dataset(bucket, part.block, part.dataset, columns=wanted, whole_object=None)
         incarnations = row_incarnations(part.block, part.dataset.topic, table.column("partition"),
                                         table.column("offset"), codes)
-        tables.append(_conform(table, plan.schema, part).append_column(INCARNATION, pa.array(incarnations)))
+        tables.append(_conform(table, schema, part).append_column(INCARNATION, pa.array(incarnations)))
         query.stats.objects += 1
     query.stats.blocks += q.stats.blocks
-    schema = plan.schema.append(pa.field(INCARNATION, pa.int64()))
+    schema = schema.append(pa.field(INCARNATION, pa.int64()))
     return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
@@ -69,8 +86,9 @@ def read_latest(query: Query, source: BlockSource, bucket: BucketReader, parsers
         raise ValueError("latest rows are read from the partition group's records (not --quarantine or the backup "
                          "group)")
     codes = IncarnationCodes()
-    rows = _history(query, "records", source, bucket, codes)
-    quarantined = _history(query, "quarantine", source, bucket, codes)
+    needed = needed_columns(query, parsers)
+    rows = _history(query, "records", source, bucket, codes, needed)
+    quarantined = _history(query, "quarantine", source, bucket, codes, needed)
     rules: dict[str, TableRule] = {}
     for topic in {*rows.column("topic").to_pylist(), *quarantined.column("topic").to_pylist()}:
         rules[topic] = table_rule(parsers, topic)
