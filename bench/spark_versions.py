@@ -5,7 +5,8 @@ its folder; e.g. a clone of the commit before the upgrade, after ``make venv``);
 benchmark of ``SHALE_BENCH_SPARK`` (default ``ingest compaction cluster iceberg``) runs in each, one after the other
 on the same machine and the same cached services (each in a process of its own, ``python -m bench <name>``), and
 its figures are compared, after over before. Each checkout writes its own ``bench/results/<name>.json``; this one's
-is then the benchmark's committed result on the new Spark."""
+is then the benchmark's committed result on the new Spark. ``SHALE_BENCH_SPARK_RUN=0`` runs nothing and compares the
+results the two checkouts last wrote (a run cut short after some pairs: each pair's results are already written)."""
 
 from __future__ import annotations
 
@@ -27,10 +28,11 @@ def _pyspark(checkout: Path) -> str:
                           text=True, check=True).stdout.strip()
 
 
-def _run(checkout: Path, name: str) -> dict[str, Any]:
+def _run(checkout: Path, name: str, run: bool) -> dict[str, Any]:
     python = checkout / ".venv" / "bin" / "python"
-    progress(f"{name} in {checkout} (pyspark {_pyspark(checkout)})")
-    subprocess.run([str(python), "-m", "bench", name], cwd=checkout, check=True)
+    if run:
+        progress(f"{name} in {checkout} (pyspark {_pyspark(checkout)})")
+        subprocess.run([str(python), "-m", "bench", name], cwd=checkout, check=True)
     result: dict[str, Any] = json.loads((checkout / "bench" / "results" / f"{name}.json").read_text())
     return result
 
@@ -46,7 +48,8 @@ def run() -> dict[str, Any]:
     ratios: dict[str, float] = {}
     runs: dict[str, dict[str, Any]] = {}
     for name in names:
-        before, after = _run(before_root, name), _run(ROOT, name)
+        run = os.environ.get("SHALE_BENCH_SPARK_RUN", "1") != "0"
+        before, after = _run(before_root, name, run), _run(ROOT, name, run)
         runs[name] = {"before": {"date": before["date"], "machine": before["machine"], "figures": before["figures"]},
                       "after": {"date": after["date"], "machine": after["machine"], "figures": after["figures"]}}
         for key, value in after["figures"].items():
