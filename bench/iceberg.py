@@ -82,8 +82,9 @@ class _Publisher(IcebergPublisher):
 
     visible: dict[str, float]
 
-    def _commit(self, key: Any, state: Any, index: int, remove: list[str], add: list[Any]) -> int:
-        done = super()._commit(key, state, index, remove, add)
+    def _commit(self, key: Any, state: Any, index: int, remove: list[str], add: list[Any],
+                erased: Any = None) -> int:
+        done = super()._commit(key, state, index, remove, add, erased)
         now = time.monotonic()
         for spec in add:
             self.visible.setdefault(spec.block_id, now)
