@@ -60,8 +60,9 @@ def run() -> dict[str, Any]:
                 if old:
                     ratios[f"{name}.{key}"] = round(value / old, 3)
     notes = (f"The benchmarks a Spark upgrade could move, run on pyspark {versions['before']} (baseline, another "
-             f"checkout) and {versions['after']} (figures), one after the other in one run (`bench/spark_versions.py`"
-             "). A ratio is after over before: above 1 is more of that figure (for seconds and bytes, more is "
-             "worse).")
+             f"checkout) and {versions['after']} (figures), each benchmark's two runs one after the other on the same "
+             "machine (`bench/spark_versions.py`; each figure is one run's, so a few percent either way is this "
+             "machine's spread). A ratio is after over before: above 1 is more of that figure (for seconds and "
+             "bytes, more is worse). Each run's date is in the result's `runs`.")
     return write_result("spark_versions", figures, baseline, ratios, notes,
                         details={"pyspark": versions, "runs": runs})
