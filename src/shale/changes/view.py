@@ -94,31 +94,21 @@ def latest_view(rows: pa.Table, quarantined: pa.Table, rule_for: Callable[[str],
     for t in np.flatnonzero(kept & (kind == TRUNCATE)).tolist():
         position = tuple(int(column[t]) for column in order)
         cut[int(topic[t])] = max(cut.get(int(topic[t]), position), position)
-    if not cut:  # no truncate: each key's latest version decides alone, by its kind
-        kinds = kind[latest]
-        stats.deleted = int(np.count_nonzero(kinds == DELETE))
-        withheld = latest[kinds == WITHHELD]
-        stats.withheld = len(withheld)
-        if stats.withheld:
-            first_withheld = int(withheld[0])
-            stats.withheld_reason = f"{h.where(first_withheld)}: {h.reason(first_withheld)}"
-        chosen = np.sort(latest[kinds == ROW])
-        stats.rows = len(chosen)
-        view = rows.take(pa.array(chosen, pa.int64())) if len(chosen) else rows.slice(0, 0)
-        return view.drop_columns([INCARNATION]), stats
-    taken = []
-    for i in latest.tolist():
-        truncate = cut.get(int(topic[i]))
-        here = tuple(int(column[i]) for column in order) if truncate is not None else ()
-        truncated = truncate is not None and (here[4] < truncate[4] if here[2:4] == truncate[2:4] else
-                                              here < truncate)
-        if truncated or kind[i] == DELETE:
-            stats.deleted += 1
-        elif kind[i] == WITHHELD:
-            stats.withheld += 1
-            stats.withheld_reason = stats.withheld_reason or f"{h.where(i)}: {h.reason(i)}"
-        else:
-            taken.append(i)  # a row version's index is its row
-    stats.rows = len(taken)
-    view = rows.take(pa.array(sorted(taken), pa.int64())) if taken else rows.slice(0, 0)
+    truncated = np.zeros(len(latest), dtype=bool)  # per key: its latest version precedes a truncate of its topic
+    if cut:
+        for j, i in enumerate(latest.tolist()):
+            truncate = cut.get(int(topic[i]))
+            if truncate is not None:
+                here = tuple(int(column[i]) for column in order)
+                truncated[j] = here[4] < truncate[4] if here[2:4] == truncate[2:4] else here < truncate
+    kinds = kind[latest]
+    stats.deleted = int(np.count_nonzero(truncated | (kinds == DELETE)))
+    withheld = latest[~truncated & (kinds == WITHHELD)]
+    stats.withheld = len(withheld)
+    if stats.withheld:
+        one = int(withheld[0])
+        stats.withheld_reason = f"{h.where(one)}: {h.reason(one)}"
+    chosen = np.sort(latest[~truncated & (kinds == ROW)])  # a row version's index is its row
+    stats.rows = len(chosen)
+    view = rows.take(pa.array(chosen, pa.int64())) if len(chosen) else rows.slice(0, 0)
     return view.drop_columns([INCARNATION]), stats

@@ -4,9 +4,9 @@ Options: ``tenant`` (required), ``from`` and ``to`` (as in ``shale query``), ``s
 ``group`` (partition or backup), ``quarantine`` (true/false), ``config`` (a Shale TOML file; default: the
 usual lookup) and ``source`` (metastore or bucket-index). Tenant, time range and labels are applied where the
 blocks are chosen (the index) and as Parquet row filters (row-group statistics), so Spark only receives
-matching rows. **This source takes no pushed-down filters from ``.where()``** (Spark 4.0's Python data sources
-could not; 4.1's ``pushFilters`` is not used yet), so those are options; a ``.where()`` still works, applied by
-Spark after the read.
+matching rows. **This source takes no pushed-down filters from ``.where()``** (Spark 4.1's ``pushFilters`` is
+off by default, ``spark.sql.python.filterPushdown.enabled``, and not used), so those are options; a ``.where()``
+still works, applied by Spark after the read.
 
 One Spark partition per group of blocks (about 128 MB of objects). Blocks that might share records (their Kafka
 ranges intersect, see plan.py) go to the same partition, where duplicates are dropped.
