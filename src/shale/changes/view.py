@@ -52,13 +52,41 @@ def latest_view(rows: pa.Table, quarantined: pa.Table, rule_for: Callable[[str],
     """The latest row per key of ``rows`` (parsed records, with ``INCARNATION``) and ``quarantined`` (the
     quarantine dataset's records, with ``INCARNATION``), with the module's order; ``rows``' columns, without
     ``INCARNATION``. Raises ShaleError when a row's incarnation is unknown (its order cannot be told)."""
+    view, stats, _ = _view(rows, quarantined, rule_for, as_of_ms)
+    return view, stats
+
+
+@dataclass
+class Versions:
+    """The versions of a history that decide its view, whatever is added to it: per key and scope (partition and
+    incarnation) the last, every truncate, and each scope's first record (its rank). The view of these plus any
+    more records is the view of the whole history plus those records (``latest_view_and_versions``)."""
+
+    rows: pa.Table
+    quarantined: pa.Table
+
+
+def latest_view_and_versions(rows: pa.Table, quarantined: pa.Table,
+                             rule_for: Callable[[str], TableRule]) -> tuple[pa.Table, ViewStats, Versions]:
+    """``latest_view`` now, and the versions that decide it (for a column key, every version: a tombstone's key
+    is found through the rows its record key named, which the versions would not keep). The stats count the
+    records given: past versions they stand in for are not counted again."""
+    view, stats, keep = _view(rows, quarantined, rule_for, None)
+    n = rows.num_rows
+    return view, stats, Versions(rows.take(pa.array(keep[keep < n], pa.int64())),
+                                 quarantined.take(pa.array(keep[keep >= n] - n, pa.int64())))
+
+
+def _view(rows: pa.Table, quarantined: pa.Table, rule_for: Callable[[str], TableRule],
+          as_of_ms: int | None) -> tuple[pa.Table, ViewStats, np.ndarray]:
+    """The view, its stats and the indices of the versions that decide it (``Versions``)."""
     stats = ViewStats()
     h = history_columns(rows, quarantined, rule_for)
     n = len(h.topic)
     topic, key, partition, incarnation, offset = h.topic, h.key, h.partition, h.incarnation, h.offset
     kafka_ms, change_ms, kind = h.kafka_ms, h.change_ms, h.kind
     if not n:
-        return rows.slice(0, 0).drop_columns([INCARNATION]), stats
+        return rows.slice(0, 0).drop_columns([INCARNATION]), stats, np.zeros(0, dtype=np.int64)
     # One version per record (the first read), none after as_of.
     first = _last_per_group(np.lexsort((-np.arange(n), offset, incarnation, partition, topic)), topic, partition,
                             incarnation, offset)
@@ -111,4 +139,12 @@ def latest_view(rows: pa.Table, quarantined: pa.Table, rule_for: Callable[[str],
     chosen = np.sort(latest[~truncated & (kinds == ROW)])  # a row version's index is its row
     stats.rows = len(chosen)
     view = rows.take(pa.array(chosen, pa.int64())) if len(chosen) else rows.slice(0, 0)
-    return view.drop_columns([INCARNATION]), stats
+    # What decides the view whatever comes: per key and scope the last version (a later record of a scope can
+    # supersede its key's latest, and another scope's last must then decide), every truncate, each scope's first.
+    column_keyed = [code for code, name in enumerate(h.topics) if rule_for(name).key]
+    ranked = np.flatnonzero(kept)
+    ranked = ranked[np.lexsort((-kafka_ms[ranked], scopes[ranked]))]
+    keep = np.unique(np.concatenate([lasts, np.flatnonzero(kept & (kind == TRUNCATE)),
+                                     _last_per_group(ranked, scopes),
+                                     np.flatnonzero(kept & np.isin(topic, column_keyed))]))
+    return view.drop_columns([INCARNATION]), stats, keep

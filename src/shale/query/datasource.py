@@ -27,7 +27,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from shale.config import ShaleConfig, load_config
 from shale.objstore import open_bucket, task_bucket
-from shale.query.latest import history_query, read_latest
+from shale.query.latest import PROCESS_READS, history_query, read_latest, store_name
 from shale.query.plan import Part, QueryPlan
 from shale.query.reader import Query, execute
 from shale.query.sources import open_source
@@ -196,7 +196,8 @@ class ShaleDataSource(DataSource):
         bucket = open_bucket(config.bucket)
         as_of = self.options.get("as_of")
         view, _ = read_latest(query, open_source(config, self.options.get("source", "metastore"), bucket), bucket,
-                              config.ingest.parsers, None if as_of is None else parse_time(as_of))
+                              config.ingest.parsers, None if as_of is None else parse_time(as_of), PROCESS_READS,
+                              store_name(config))
         return LatestReader(view)
 
 

@@ -10,18 +10,22 @@ Each topic's mode and key come from its ``ingest.parsers`` rule (``table``, ``ke
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from shale.block import RECORD_LABEL, IncarnationCodes, read_dataset, row_incarnations
-from shale.changes import INCARNATION, TableRule, ViewStats, latest_view
-from shale.config import ParserRule
+from shale.changes import INCARNATION, TableRule, Versions, ViewStats, latest_view, latest_view_and_versions
+from shale.config import ParserRule, ShaleConfig
 from shale.objstore import BucketReader
-from shale.query.plan import BlockSource, Kind, _label_expression
+from shale.query.plan import BlockSource, Kind, Part, QueryPlan, _label_expression
 from shale.query.reader import Query, _conform
 
 EVER = (0, 2**62)
+KINDS: tuple[Kind, ...] = ("records", "quarantine")
 SELECTING = ("topic", RECORD_LABEL)
 """Matchers that choose which topics' histories are read; any other names a column of the latest rows."""
 
@@ -57,42 +61,131 @@ def needed_columns(query: Query, parsers: Sequence[ParserRule]) -> set[str] | No
     return VIEW_COLUMNS | set(query.columns) | {m.name for m in query.matchers} | keys
 
 
-def _history(query: Query, kind: Kind, source: BlockSource, bucket: BucketReader, codes: IncarnationCodes,
-             needed: set[str] | None = None) -> pa.Table:
-    """Every stored row of ``kind`` of the selected topics, at any time, with its incarnation's code; only the
-    ``needed`` columns (None: all) are read and kept."""
-    q = history_query(query, kind)
-    plan = q.plan(source)
-    schema = plan.schema if needed is None else pa.schema([f for f in plan.schema if f.name in needed])
+@dataclass
+class _Read:
+    """A latest read's history, kept for the next read of the same tables in this process: its versions
+    (``shale.changes.Versions``, each row with its incarnation's code in ``codes``), the blocks it read (kind and
+    id), their level-0 sources with their generations, the erasures their records were written without, and the
+    schemas it read them in."""
+
+    codes: IncarnationCodes
+    blocks: set[tuple[Kind, str]]
+    sources: set[tuple[int, str]]
+    erasures: set[str]
+    schemas: dict[Kind, pa.Schema]
+    versions: Versions
+
+
+class LatestReads:
+    """The versions of the change tables a process read last (at most ``size`` reads), so that its next latest
+    read of the same tables (one tenant, selector and columns, one store) reads only the blocks stored since:
+    a block whose level-0 sources were all read is a compaction of records read, and is not read again. The
+    history is read again in full when what was read may have changed: an erasure the versions do not know
+    of, records gone without a block holding them (retention, a repair), a generation switch or a schema change
+    (docs/design/change-tables.md 20.3)."""
+
+    def __init__(self, size: int = 4) -> None:
+        self.size = size
+        self._reads: OrderedDict[Hashable, _Read] = OrderedDict()
+
+    def get(self, key: Hashable) -> _Read | None:
+        read = self._reads.get(key)
+        if read is not None:
+            self._reads.move_to_end(key)
+        return read
+
+    def put(self, key: Hashable, read: _Read) -> None:
+        self._reads[key] = read
+        self._reads.move_to_end(key)
+        while len(self._reads) > self.size:
+            self._reads.popitem(last=False)
+
+
+PROCESS_READS = LatestReads()
+"""The reads of this process (``shale.read(latest=True)`` and the Spark source's driver)."""
+
+
+def store_name(config: ShaleConfig) -> str:
+    """The bucket ``config`` names, as ``LatestReads`` tells stores apart (no secret in it)."""
+    return f"{config.bucket.endpoint} {config.bucket.url}"
+
+
+def _new_parts(plans: dict[Kind, QueryPlan], schemas: dict[Kind, pa.Schema],
+               earlier: _Read | None) -> dict[Kind, list[Part]] | None:
+    """The parts not read by ``earlier``; None when the whole history must be read again."""
+    parts = [(kind, p) for kind, plan in plans.items() for p in plan.parts]
+    if earlier is None or earlier.schemas != schemas or any(p.intervals is not None for _, p in parts):
+        return None
+    sources = {(p.block.generation, s) for _, p in parts for s in p.block.compaction.sources}
+    if not earlier.sources <= sources:  # records read are gone: retention, a repair, a generation switched
+        return None
+    if any(not set(p.block.erased or ()) <= earlier.erasures for _, p in parts):  # an erasure since
+        return None
+    new: dict[Kind, list[Part]] = {kind: [] for kind in plans}
+    for kind, p in parts:
+        if (kind, p.block.id) not in earlier.blocks and not {
+                (p.block.generation, s) for s in p.block.compaction.sources} <= earlier.sources:
+            new[kind].append(p)
+    return new
+
+
+def _history(query: Query, plan: QueryPlan, parts: list[Part], schema: pa.Schema, bucket: BucketReader,
+             codes: IncarnationCodes) -> pa.Table:
+    """The rows of ``parts`` of ``plan`` in ``schema`` (the plan's, or its needed columns), each with its
+    incarnation's code."""
     tables = []
-    for part in plan.parts:
-        wanted = None if needed is None else [c for c in [*plan.base_columns, *part.dataset.columns] if c in needed]
+    for part in parts:
+        wanted = [c for c in [*plan.base_columns, *part.dataset.columns] if c in schema.names]
         table = read_dataset(bucket, part.block, part.dataset, columns=wanted, whole_object=None)
         incarnations = row_incarnations(part.block, part.dataset.topic, table.column("partition"),
                                         table.column("offset"), codes)
         tables.append(_conform(table, schema, part).append_column(INCARNATION, pa.array(incarnations)))
         query.stats.objects += 1
-    query.stats.blocks += q.stats.blocks
-    schema = schema.append(pa.field(INCARNATION, pa.int64()))
-    return pa.concat_tables(tables) if tables else schema.empty_table()
+    return pa.concat_tables(tables) if tables else schema.append(pa.field(INCARNATION, pa.int64())).empty_table()
 
 
 def read_latest(query: Query, source: BlockSource, bucket: BucketReader, parsers: Sequence[ParserRule],
-                as_of: int | None = None) -> tuple[pa.Table, ViewStats]:
+                as_of: int | None = None, reads: LatestReads | None = None,
+                store: str = "") -> tuple[pa.Table, ViewStats]:
     """The latest row per key of the topics ``query`` selects, as they stood at ``as_of`` (epoch milliseconds of
     the Kafka record time; None: now), in the columns ``query.columns`` names (all by default), at most
-    ``query.limit`` rows. ``query``'s window is not used: a latest row may have been written at any time."""
+    ``query.limit`` rows. ``query``'s window is not used: a latest row may have been written at any time.
+    ``reads`` (with ``store``, the bucket's name) keeps the versions read for the next read of the same tables,
+    which then reads only what was stored since (not with ``as_of``); the stats count the records read."""
     if query.kind != "records" or query.group != "partition":
         raise ValueError("latest rows are read from the partition group's records (not --quarantine or the backup "
                          "group)")
-    codes = IncarnationCodes()
     needed = needed_columns(query, parsers)
-    rows = _history(query, "records", source, bucket, codes, needed)
-    quarantined = _history(query, "quarantine", source, bucket, codes, needed)
+    plans: dict[Kind, QueryPlan] = {}
+    for kind in KINDS:
+        q = history_query(query, kind)
+        plans[kind] = q.plan(source)
+        query.stats.blocks += q.stats.blocks
+    schemas = {kind: plan.schema if needed is None else pa.schema([f for f in plan.schema if f.name in needed])
+               for kind, plan in plans.items()}
+    key = (store, query.tenant, tuple(sorted(str(m) for m in query.matchers if m.name in SELECTING)),
+           None if needed is None else tuple(sorted(needed)),
+           tuple((r.topic_pattern, r.table, r.key) for r in parsers))
+    earlier = reads.get(key) if reads is not None and as_of is None else None
+    new = _new_parts(plans, schemas, earlier)
+    codes = earlier.codes if earlier is not None and new is not None else IncarnationCodes()
+    read = {kind: _history(query, plans[kind], plans[kind].parts if new is None else new[kind], schemas[kind],
+                           bucket, codes) for kind in KINDS}
+    if earlier is not None and new is not None:
+        read = {"records": pa.concat_tables([earlier.versions.rows, read["records"]]),
+                "quarantine": pa.concat_tables([earlier.versions.quarantined, read["quarantine"]])}
+    rows, quarantined = read["records"], read["quarantine"]
     rules: dict[str, TableRule] = {}
-    for topic in {*rows.column("topic").to_pylist(), *quarantined.column("topic").to_pylist()}:
+    for topic in {*pc.unique(rows.column("topic")).to_pylist(), *pc.unique(quarantined.column("topic")).to_pylist()}:
         rules[topic] = table_rule(parsers, topic)
-    view, stats = latest_view(rows, quarantined, rules.__getitem__, as_of)
+    if reads is None or as_of is not None:
+        view, stats = latest_view(rows, quarantined, rules.__getitem__, as_of)
+    else:
+        view, stats, versions = latest_view_and_versions(rows, quarantined, rules.__getitem__)
+        parts = [(kind, p) for kind, plan in plans.items() for p in plan.parts]
+        reads.put(key, _Read(codes, {(kind, p.block.id) for kind, p in parts},
+                             {(p.block.generation, s) for _, p in parts for s in p.block.compaction.sources},
+                             {e for _, p in parts for e in p.block.erased or ()}, schemas, versions))
     for matcher in query.matchers:
         if matcher.name in SELECTING:
             continue

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from shale.config import ShaleConfig, load_config
 from shale.objstore import open_bucket
-from shale.query.latest import read_latest
+from shale.query.latest import PROCESS_READS, read_latest, store_name
 from shale.query.reader import Query, run_query
 from shale.query.sources import open_source
 from shale.query.times import parse_time
@@ -55,6 +55,6 @@ def read(config: ShaleConfig | str | Path | None = None, *, tenant: str, selecto
     bucket = open_bucket(loaded.bucket)
     if latest:
         view, _ = read_latest(query, open_source(loaded, source, bucket), bucket, loaded.ingest.parsers,
-                              None if as_of is None else _ms(as_of))
+                              None if as_of is None else _ms(as_of), PROCESS_READS, store_name(loaded))
         return view
     return run_query(query, open_source(loaded, source, bucket), bucket).read_all()

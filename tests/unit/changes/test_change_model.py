@@ -34,6 +34,7 @@ from shale.erase import api as erase_api
 from shale.metastore import AddBlocks, ErasureWatermark, MetastoreService, SingleNodeLog, StateMachine, read_only_index
 from shale.objstore import open_bucket
 from shale.query import Query, read_latest
+from shale.query.latest import LatestReads
 
 TOPIC = "customers"
 PARTITIONS = (0, 1, 2)
@@ -84,6 +85,8 @@ class ChangeTableModel(RuleBasedStateMachine):
         self.ends = dict.fromkeys(PARTITIONS, 0)
         self.produced: list[tuple[int, bytes, int | None]] = []
         """Every record in produce order: its Kafka time (ms), key and value."""
+        self.reads = LatestReads()
+        """This process's earlier latest reads: a read through them reads only what was stored since."""
         self.sent = 0
         """Records produced so far: each gets the next millisecond (erased ones included: time never goes back)."""
 
@@ -125,20 +128,30 @@ class ChangeTableModel(RuleBasedStateMachine):
         _worker(self.service, self.bucket).run(until_idle=True)
         self.produced = [(t, k, v) for t, k, v in self.produced if k != key]
 
-    def _view(self, as_of: int | None = None) -> dict[bytes, bytes]:
-        view, stats = read_latest(Query("acme", 0, 1, f'{{topic="{TOPIC}"}}'), read_only_index(self.state.path),
-                                  self.store, RULES, as_of)
+    def _read(self, as_of: int | None = None, columns: list[str] | None = None,
+              reads: LatestReads | None = None) -> tuple[dict[bytes, bytes], Query, list[str]]:
+        query = Query("acme", 0, 1, f'{{topic="{TOPIC}"}}', columns=columns)
+        view, stats = read_latest(query, read_only_index(self.state.path), self.store, RULES, as_of, reads, "model")
         assert stats.withheld == 0
-        rows = {k: json.loads(v)["v"].encode() for k, v in zip(view.column("key").to_pylist(),
-                                                                view.column("value").to_pylist(), strict=True)}
-        if "v" not in view.column_names:  # nothing parsed stored yet: no column to name
-            return rows
-        # Naming columns reads only those the view needs (not the values): the same rows.
-        projected, _ = read_latest(Query("acme", 0, 1, f'{{topic="{TOPIC}"}}', columns=["key", "v"]),
-                                   read_only_index(self.state.path), self.store, RULES, as_of)
-        assert projected.column_names == ["key", "v"]
-        assert {k: v.encode() for k, v in zip(projected.column("key").to_pylist(), projected.column("v").to_pylist(),
-                                              strict=True)} == rows
+        if columns:
+            assert view.column_names == columns
+            return {k: v.encode() for k, v in zip(view.column("key").to_pylist(), view.column("v").to_pylist(),
+                                                  strict=True)}, query, view.column_names
+        return {k: json.loads(v)["v"].encode() for k, v in zip(view.column("key").to_pylist(),
+                                                               view.column("value").to_pylist(), strict=True)}, query, \
+            view.column_names
+
+    def _view(self, as_of: int | None = None) -> dict[bytes, bytes]:
+        """The view read in full and, now, through this process's earlier reads (only the blocks stored since,
+        then none at all when nothing was); naming columns reads only those the view needs: the same rows."""
+        rows, _, names = self._read(as_of)
+        if as_of is None:
+            assert self._read(reads=self.reads)[0] == rows
+            again, query, _ = self._read(reads=self.reads)
+            assert (again, query.stats.objects) == (rows, 0)
+        if "v" in names:  # nothing parsed stored yet: no column to name
+            for reads in (None, self.reads):
+                assert self._read(as_of, ["key", "v"], reads)[0] == rows
         return rows
 
     def _replay(self, as_of: int | None = None) -> dict[bytes, bytes]:

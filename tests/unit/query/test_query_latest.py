@@ -18,7 +18,7 @@ from shale.config import load_config
 from shale.encoder.chunks import Chunk, GroupSpec, write_chunk
 from shale.ingest.committer import batch_commit
 from shale.ingest.plan import PartitionRange
-from shale.metastore import open_metastore
+from shale.metastore import QuarantineBlocks, open_metastore
 from shale.objstore import open_bucket
 
 CHANGES: list[tuple[bytes, bytes | None]] = [
@@ -70,6 +70,24 @@ def test_the_cli_and_shale_read_give_the_latest_rows(config_file: Path) -> None:
     assert _latest(errors.stdout) == {"c": "ERROR"}
     as_of = CliRunner().invoke(cli, [*args, "--as-of", str(BASE_MS + 1000), '{topic="app"}'])
     assert _latest(as_of.stdout) == {"a": "ERROR", "b": "INFO"}  # backup_table: one record per second
+
+
+def test_records_gone_without_a_block_holding_them_are_gone_from_the_next_read(config_file: Path) -> None:
+    """``shale.read`` keeps its versions for the next read (which then reads only what was stored since); a block
+    a repair quarantines leaves no block holding its records: the next read reads the history again."""
+    config = load_config(config_file, env={})
+    metastore = open_metastore(config)
+    first = [b.id for b in metastore.query_blocks(["acme"], 0, 2**62, '{topic="app"}', group="partition")]
+    count = len(CHANGES)
+    table = backup_table("app", 0, count, 1)
+    table = table.set_column(table.schema.get_field_index("value"), "value", pa.array([b'{"ts": 9}'], pa.binary()))
+    written = write_chunk(GroupSpec("partition", 1, config.bucket, config.ingest), open_bucket(config.bucket), table,
+                          Chunk("app", 0, "", count, count + 1, BASE_MS + 86_400_000))
+    metastore.submit(batch_commit([written], [PartitionRange("app", 0, "", count, count + 1)], group="partition",
+                                  generation=1, writer="ingest", batch="more")).raise_for_rejection()
+    assert shale.read(config, tenant="acme", selector='{topic="app"}', latest=True).num_rows == 4
+    metastore.submit(QuarantineBlocks(tenant="acme", block_ids=first)).raise_for_rejection()
+    assert shale.read(config, tenant="acme", selector='{topic="app"}', latest=True).num_rows == 1
 
 
 def test_an_append_topic_and_as_of_without_latest_are_refused(config_file: Path) -> None:
