@@ -94,6 +94,9 @@ class LatestReads:
             self._reads.move_to_end(key)
         return read
 
+    def clear(self) -> None:
+        self._reads.clear()
+
     def put(self, key: Hashable, read: _Read) -> None:
         self._reads[key] = read
         self._reads.move_to_end(key)
