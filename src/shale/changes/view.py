@@ -99,12 +99,11 @@ def _view(rows: pa.Table, quarantined: pa.Table, rule_for: Callable[[str], Table
                          "belongs to (a merge of two incarnations whose offsets overlap), so its order among the "
                          "key's versions is unknown; read the history instead")
     # An incarnation's rank: its first kept record's Kafka time (then its code, the next key of every sort).
-    scopes = topic * (int(incarnation.max()) + 1) + incarnation
+    scopes = topic * (int(incarnation.max()) + 1) + incarnation  # few: topics times incarnations
     rank = np.full(n, np.iinfo(np.int64).max)
-    _, inverse = np.unique(scopes[kept], return_inverse=True)
-    firsts = np.full(int(inverse.max(initial=-1)) + 1, np.iinfo(np.int64).max)
-    np.minimum.at(firsts, inverse, kafka_ms[kept])
-    rank[kept] = firsts[inverse]
+    firsts = np.full(int(scopes.max()) + 1, np.iinfo(np.int64).max)
+    np.minimum.at(firsts, scopes[kept], kafka_ms[kept])
+    rank[kept] = firsts[scopes[kept]]
     stats.skipped = int(np.count_nonzero(kept & (kind == SKIP)))
     changes = kept & (kind != SKIP) & (kind != TRUNCATE)
     stats.no_key = int(np.count_nonzero(changes & (key < 0)))
@@ -142,9 +141,10 @@ def _view(rows: pa.Table, quarantined: pa.Table, rule_for: Callable[[str], Table
     # What decides the view whatever comes: per key and scope the last version (a later record of a scope can
     # supersede its key's latest, and another scope's last must then decide), every truncate, each scope's first.
     column_keyed = [code for code, name in enumerate(h.topics) if rule_for(name).key]
-    ranked = np.flatnonzero(kept)
-    ranked = ranked[np.lexsort((-kafka_ms[ranked], scopes[ranked]))]
-    keep = np.unique(np.concatenate([lasts, np.flatnonzero(kept & (kind == TRUNCATE)),
-                                     _last_per_group(ranked, scopes),
-                                     np.flatnonzero(kept & np.isin(topic, column_keyed))]))
-    return view.drop_columns([INCARNATION]), stats, keep
+    keep = kept & ((kind == TRUNCATE) | np.isin(topic, column_keyed))
+    keep[lasts] = True
+    first_of_scope = np.full(len(firsts), -1)  # per scope, a kept record of its first time
+    at_first = np.flatnonzero(kept & (kafka_ms == rank))
+    first_of_scope[scopes[at_first]] = at_first
+    keep[first_of_scope[first_of_scope >= 0]] = True
+    return view.drop_columns([INCARNATION]), stats, np.flatnonzero(keep)
