@@ -1,7 +1,8 @@
 """A history as the view's columns: per stored version its topic, key, scope, offset, times, kind and row, as numpy
 arrays. An upsert topic keyed by its record key is read by Arrow kernels alone (a dictionary encoding of the keys,
-a null test of the values); a Debezium topic's envelopes and a column key are read record by record (the slow
-path: JSON documents and nested values)."""
+a null test of the values), and so are the ``op`` and ``source`` columns a registry parser keeps of a Debezium
+envelope; the JSON converter's envelopes (the op inside the value), quarantined Debezium records and a column key
+are read record by record (the slow path: JSON documents and nested values)."""
 
 from __future__ import annotations
 
@@ -95,6 +96,32 @@ def _ints(array: pa.Array) -> np.ndarray:
     return np.asarray(array.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
+OPS = pa.array(["c", "u", "r", "d", "t", "m"])
+OP_KINDS = np.array([ROW, ROW, ROW, DELETE, TRUNCATE, SKIP])
+"""``envelope.of_op``'s kinds of the known ops, for the rows whose parser kept an ``op`` column."""
+
+
+def _debezium_columns(history: History, rows: pa.Table, at: np.ndarray) -> np.ndarray:
+    """The meaning of the rows among ``at`` whose ``op`` column holds a known op, by Arrow kernels (their source
+    time from a ``source`` struct's integer ``ts_ms``, as ``of_op`` reads it); the indices left for ``_debezium``."""
+    n = rows.num_rows
+    if "op" not in rows.column_names or not pa.types.is_string(rows.schema.field("op").type):
+        return at
+    code = _ints(pc.fill_null(pc.index_in(rows.column("op"), value_set=OPS), -1))
+    in_rows = at[at < n]
+    known = in_rows[code[in_rows] >= 0]
+    history.kind[known] = OP_KINDS[code[known]]
+    source = rows.schema.field("source").type if "source" in rows.column_names else None
+    if isinstance(source, pa.StructType) and source.get_field_index("ts_ms") >= 0 \
+            and pa.types.is_integer(source.field("ts_ms").type):
+        ts = pc.struct_field(rows.column("source"), "ts_ms")
+        ms = _ints(pc.fill_null(ts, 0))
+        said = np.asarray(ts.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        with_time = known[said[known]]
+        history.change_ms[with_time] = ms[with_time]
+    return np.setdiff1d(at, known, assume_unique=True)
+
+
 def _debezium(history: History, rows: pa.Table, quarantined: pa.Table, values: pa.Array, at: np.ndarray) -> None:
     """Each Debezium version's meaning (``at``: their indices): from the ``op`` and ``source`` columns when the
     parser kept them, else from the value's JSON; a quarantined record that would be a row is withheld."""
@@ -163,8 +190,10 @@ def history_columns(rows: pa.Table, quarantined: pa.Table, rule_for: Callable[[s
         rule = rule_for(name)
         at = np.flatnonzero(topic == code)
         if rule.mode == "debezium":
-            combined = values.combine_chunks() if combined is None else combined
-            _debezium(history, rows, quarantined, combined, at)
+            at = _debezium_columns(history, rows, at)
+            if len(at):
+                combined = values.combine_chunks() if combined is None else combined
+                _debezium(history, rows, quarantined, combined, at)
         elif rule.mode == "upsert" and rule.key:
             if record_keys is None:
                 record_keys = _both(rows, quarantined, "key").to_pylist()

@@ -105,7 +105,8 @@ class LatestReads:
 
 
 PROCESS_READS = LatestReads()
-"""The reads of this process (``shale.read(latest=True)`` and the Spark source's driver)."""
+"""The reads of this process: ``shale.read(latest=True)``'s, and the Spark source's in the Python process Spark
+plans a read in (a new one, as Spark may start for any read, reads the whole history)."""
 
 
 def store_name(config: ShaleConfig) -> str:
