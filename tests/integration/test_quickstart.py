@@ -21,7 +21,7 @@ def blocks() -> list[str]:
 def test_the_quickstart_has_the_first_hour_in_it() -> None:
     script = "\n".join(blocks())
     for step in ("shale dev up --env", "shale config check", "shale ingest --group partition --available-now",
-                 "shale verify", "shale query", "shale dev down"):
+                 "shale verify", "shale query", "shale query --tenant default --latest", "shale dev down"):
         assert step in script, step
 
 
@@ -56,4 +56,10 @@ def test_every_quickstart_command_runs_as_written(tmp_path: Path) -> None:
     assert "python rows 200" in out
     assert "duckdb [('INFO', 100), ('WARN', 100)]" in out
     assert "spark rows 200" in out
+    # The change table: one row per key as it is now (c1's second record, c2 deleted by its tombstone).
+    for row in (r"│ c1\s+│ Ada\s+│ pro\s+│", r"│ c3\s+│ Cy\s+│ team\s+│"):
+        assert re.search(row, out), out
+    assert not re.search(r"│ c2\s", out), out
+    assert "latest duckdb [('Ada', 'pro'), ('Cy', 'team')]" in out
+    assert "latest spark [('Ada', 'pro'), ('Cy', 'team')]" in out
     assert "stopped: kafka, minio" in out
