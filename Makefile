@@ -9,6 +9,8 @@ export SHALE_CACHE_DIR ?= $(CURDIR)/.cache
 # The integration tests wait on real services far more than they compute: two workers, each test file whole on one
 # (its module fixtures and its services with it), the longest files first (tests/conftest.py).
 INTEGRATION_WORKERS ?= -n 2 --dist loadfile --no-loadscope-reorder
+# The unit tests wait too (threads, sockets, subprocesses): two workers take 2:47 where one takes 4:53 (2026-12-03).
+UNIT_WORKERS ?= -n 2
 
 .PHONY: demo demo-env demo-deps bench-deps spark-classes test checks unit integration lint typecheck bench env deps venv browser fuse clean
 
@@ -34,10 +36,10 @@ test:
 checks: venv
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
-	$(BIN)/pytest tests/unit
+	$(BIN)/pytest $(UNIT_WORKERS) tests/unit
 
 unit: venv
-	$(BIN)/pytest tests/unit
+	$(BIN)/pytest $(UNIT_WORKERS) tests/unit
 
 integration: env spark-classes
 	$(BIN)/pytest $(INTEGRATION_WORKERS) tests/integration
