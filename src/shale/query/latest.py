@@ -114,16 +114,24 @@ def store_name(config: ShaleConfig) -> str:
     return f"{config.bucket.endpoint} {config.bucket.url}"
 
 
-def _new_parts(plans: dict[Kind, QueryPlan], schemas: dict[Kind, pa.Schema],
-               earlier: _Read | None) -> dict[Kind, list[Part]] | None:
-    """The parts not read by ``earlier``; None when the whole history must be read again."""
+def _held(plans: dict[Kind, QueryPlan]) -> tuple[set[tuple[Kind, str]], set[tuple[int, str]], set[str]]:
+    """What the planned parts hold: their blocks (kind and id), level-0 sources with generations, and erasures."""
+    parts = [(kind, p) for kind, plan in plans.items() for p in plan.parts]
+    return ({(kind, p.block.id) for kind, p in parts},
+            {(p.block.generation, s) for _, p in parts for s in p.block.compaction.sources},
+            {e for _, p in parts for e in p.block.erased or ()})
+
+
+def _new_parts(plans: dict[Kind, QueryPlan], schemas: dict[Kind, pa.Schema], sources: set[tuple[int, str]],
+               erasures: set[str], earlier: _Read | None) -> dict[Kind, list[Part]] | None:
+    """The parts not read by ``earlier`` (``sources`` and ``erasures``: what the plans hold); None when the whole
+    history must be read again."""
     parts = [(kind, p) for kind, plan in plans.items() for p in plan.parts]
     if earlier is None or earlier.schemas != schemas or any(p.intervals is not None for _, p in parts):
         return None
-    sources = {(p.block.generation, s) for _, p in parts for s in p.block.compaction.sources}
     if not earlier.sources <= sources:  # records read are gone: retention, a repair, a generation switched
         return None
-    if any(not set(p.block.erased or ()) <= earlier.erasures for _, p in parts):  # an erasure since
+    if not erasures <= earlier.erasures:  # an erasure since
         return None
     new: dict[Kind, list[Part]] = {kind: [] for kind in plans}
     for kind, p in parts:
@@ -171,7 +179,8 @@ def read_latest(query: Query, source: BlockSource, bucket: BucketReader, parsers
            None if needed is None else tuple(sorted(needed)),
            tuple((r.topic_pattern, r.table, r.key) for r in parsers))
     earlier = reads.get(key) if reads is not None and as_of is None else None
-    new = _new_parts(plans, schemas, earlier)
+    blocks, sources, erasures = _held(plans)
+    new = _new_parts(plans, schemas, sources, erasures, earlier)
     codes = earlier.codes if earlier is not None and new is not None else IncarnationCodes()
     read = {kind: _history(query, plans[kind], plans[kind].parts if new is None else new[kind], schemas[kind],
                            bucket, codes) for kind in KINDS}
@@ -186,10 +195,7 @@ def read_latest(query: Query, source: BlockSource, bucket: BucketReader, parsers
         view, stats = latest_view(rows, quarantined, rules.__getitem__, as_of)
     else:
         view, stats, versions = latest_view_and_versions(rows, quarantined, rules.__getitem__)
-        parts = [(kind, p) for kind, plan in plans.items() for p in plan.parts]
-        reads.put(key, _Read(codes, {(kind, p.block.id) for kind, p in parts},
-                             {(p.block.generation, s) for _, p in parts for s in p.block.compaction.sources},
-                             {e for _, p in parts for e in p.block.erased or ()}, schemas, versions))
+        reads.put(key, _Read(codes, blocks, sources, erasures, schemas, versions))
     for matcher in query.matchers:
         if matcher.name in SELECTING:
             continue
