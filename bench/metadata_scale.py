@@ -9,7 +9,7 @@ fed synthetic commits, at 100, 1,000 and 10,000 partitions per topic and in tena
   id (applying reads metadata only, and writing a block of 10,000 partitions takes seconds).
   The command's JSON is what a Raft log entry holds (``raft_entry_bytes_*``); one node's ``StateMachine.apply`` of
   those bytes, as a Raft follower applies an entry (decoding included), is the apply time (``apply_*``: the best of
-  the commits, as the machine is shared). ``meta_bytes_*``: the written block's meta.json. Its partitions are all
+  the commits, as the machine is shared; the counts' commits applied in turns, so a passing load weighs on each). ``meta_bytes_*``: the written block's meta.json. Its partitions are all
   alike (the same offsets and times), which the packed form (``shale.block.packed``) compresses to almost nothing:
   ``*_bytes_per_partition_varied_*`` are the same figures for a block and commit whose partitions differ as a real
   topic's do (``_varied_commit``: offsets around 3e9, each partition's its own, lengths and times apart). Then
@@ -149,32 +149,36 @@ def _partitions(work: Path, counts: tuple[int, ...]
     state = StateMachine(work / "partitions.db")
     out: dict[int, dict[str, float]] = {}
     firsts: dict[int, CommitIngestBatch] = {}
+    writes: dict[int, float] = {}
     for p in counts:
-        tenant, topic = f"p{p}", f"topic-{p}"
-        firsts[p], write_s = _commit_of(bucket, bucket_config, tenant, topic, p, 0)
-        meta_bytes = statistics.median(len(bucket.get(meta_key(b))) for b in firsts[p].blocks)
-        applies, entries = [], []
-        for c in range(COMMITS):
+        firsts[p], writes[p] = _commit_of(bucket, bucket_config, f"p{p}", f"topic-{p}", p, 0)
+    applies: dict[int, list[float]] = {p: [] for p in counts}
+    entries: dict[int, list[int]] = {p: [] for p in counts}
+    for c in range(COMMITS):  # the sizes in turns: a load that comes and goes weighs on each alike
+        for p in counts:
             data = encode(_later_commit(firsts[p], c) if c else firsts[p])
             index = state.applied()[0] + 1
             with timed() as t:
                 result = state.apply(Entry(index, 1, BASE_MS + index), data)
             assert result.ok, result
-            applies.append(t[0])
-            entries.append(len(data))
+            applies[p].append(t[0])
+            entries[p].append(len(data))
             progress(f"  {p:,} partitions, commit {c + 1}/{COMMITS}: entry {len(data):,} bytes, applied in "
-                     f"{t[0]:.3f} s" + (f" (its block written in {write_s:.2f} s)" if not c else ""))
+                     f"{t[0]:.3f} s" + (f" (its block written in {writes[p]:.2f} s)" if not c else ""))
+    for p in counts:
+        tenant = f"p{p}"
+        meta_bytes = statistics.median(len(bucket.get(meta_key(b))) for b in firsts[p].blocks)
         BucketIndexWriter(bucket, state.reader, BucketIndexConfig()).write_tenant(tenant)
         index_bytes = len(bucket.get(bucket_index_key(tenant)))
         blocks = state.reader.count_blocks(tenant)
-        apply_s = min(applies)
+        apply_s = min(applies[p])
         varied = _varied_commit(firsts[p])
         out[p] = {"apply_s": apply_s, "apply_us_per_partition": apply_s / p * 1e6,
-                  "raft_entry_bytes_per_partition": statistics.median(entries) / p,
+                  "raft_entry_bytes_per_partition": statistics.median(entries[p]) / p,
                   "meta_bytes_per_partition": meta_bytes / p,
                   "raft_entry_bytes_per_partition_varied": len(encode(varied)) / p,
                   "meta_bytes_per_partition_varied": statistics.median(len(b.to_json()) for b in varied.blocks) / p,
-                  "index_bytes_per_block": index_bytes / blocks, "block_write_s": write_s}
+                  "index_bytes_per_block": index_bytes / blocks, "block_write_s": writes[p]}
     state.close()
     return out, firsts
 

@@ -1,25 +1,29 @@
-"""The scale benchmark's report: each ratio is its two figures' quotient, present only when both were measured, and
-each target of issue 40 is stated met, missed or not measured from the ratios, never assumed."""
+"""The scale benchmark's report: each ratio is its two figures' quotient, present only when both were measured (the
+targets are judged from the ratios by bench/targets.py, as every benchmark's)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from bench.scale import TARGETS, _goals, ratios_of
+from bench.scale import ratios_of
 from hypothesis import given
 from hypothesis import strategies as st
 
 FIGURES = ("objects_per_hour_l0_shale_{n}", "entries_per_hour_shale_{n}", "objects_per_hour_iceberg_kc_{n}",
            "p99_ms_shale_{n}", "p99_ms_shale_low_latency_{n}", "p99_ms_iceberg_kc_{n}",
-           "seconds_to_last_commit_shale_{n}", "seconds_to_last_commit_iceberg_kc_{n}")
+           "seconds_to_last_commit_shale_{n}", "seconds_to_last_commit_iceberg_kc_{n}", "p99_ms_kafka_consumer_{n}")
 
 
-@given(values=st.dictionaries(st.sampled_from([f.format(n=n) for f in FIGURES for n in (8, 256)]),
+@given(values=st.dictionaries(st.sampled_from([f.format(n=n) for f in FIGURES for n in (8, 256, 2048)]),
                               st.integers(1, 10**6)))
 def test_a_ratio_is_the_quotient_of_two_measured_figures(values: dict[str, Any]) -> None:
     ratios = ratios_of(values)
     expected = {"objects_256_vs_8": ("objects_per_hour_l0_shale_256", "objects_per_hour_l0_shale_8"),
                 "entries_256_vs_8": ("entries_per_hour_shale_256", "entries_per_hour_shale_8"),
+                "objects_2048_vs_8": ("objects_per_hour_l0_shale_2048", "objects_per_hour_l0_shale_8"),
+                "entries_2048_vs_8": ("entries_per_hour_shale_2048", "entries_per_hour_shale_8"),
+                "p99_vs_kafka_consumer_2048": ("p99_ms_shale_2048", "p99_ms_kafka_consumer_2048"),
+                "p99_vs_iceberg_kc_2048": ("p99_ms_shale_2048", "p99_ms_iceberg_kc_2048"),
                 "objects_vs_iceberg_kc_256": ("objects_per_hour_l0_shale_256", "objects_per_hour_iceberg_kc_256"),
                 "p99_vs_iceberg_kc_256": ("p99_ms_shale_256", "p99_ms_iceberg_kc_256"),
                 "p99_low_latency_vs_iceberg_kc_8": ("p99_ms_shale_low_latency_8", "p99_ms_iceberg_kc_8"),
@@ -32,17 +36,3 @@ def test_a_ratio_is_the_quotient_of_two_measured_figures(values: dict[str, Any])
             assert ratios[name] == round(values[a] / values[b], 3)
         else:
             assert name not in ratios
-
-
-@given(ratios=st.dictionaries(st.sampled_from([p.format(big=256, small=8) for p in TARGETS]),
-                              st.floats(0.01, 10)))
-def test_each_target_is_met_exactly_when_its_ratio_says_so(ratios: dict[str, float]) -> None:
-    lines = _goals(ratios)
-    assert len(lines) == len(TARGETS)
-    for line, (pattern, (op, target)) in zip(lines, TARGETS.items(), strict=True):
-        value = ratios.get(pattern.format(big=256, small=8))
-        if value is None:
-            assert line.endswith("**not measured**.")
-        else:
-            assert line.endswith("**met**." if (value <= target if op == "<=" else value >= target)
-                                 else "**missed**.")
