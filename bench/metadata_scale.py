@@ -9,8 +9,9 @@ fed synthetic commits, at 100, 1,000 and 10,000 partitions per topic and in tena
   id (applying reads metadata only, and writing a block of 10,000 partitions takes seconds).
   The command's JSON is what a Raft log entry holds (``raft_entry_bytes_*``); one node's ``StateMachine.apply`` of
   those bytes, as a Raft follower applies an entry (decoding included), is the apply time (``apply_*``: the best of
-  the commits, as the machine is shared; the counts' commits applied in turns, so a passing load weighs on each). ``meta_bytes_*``: the written block's meta.json. Its partitions are all
-  alike (the same offsets and times), which the packed form (``shale.block.packed``) compresses to almost nothing:
+  the commits, as the machine is shared; the counts' commits applied in turns, so a passing load weighs on each).
+  ``meta_bytes_*``: the written block's meta.json. Its partitions are all alike (the same offsets and times), which
+  the packed form (``shale.block.packed``) compresses to almost nothing:
   ``*_bytes_per_partition_varied_*`` are the same figures for a block and commit whose partitions differ as a real
   topic's do (``_varied_commit``: offsets around 3e9, each partition's its own, lengths and times apart). Then
   the real ``BucketIndexWriter`` writes the tenant's bucket index (the commits' blocks) to the bucket:

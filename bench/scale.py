@@ -41,6 +41,7 @@ from __future__ import annotations
 import os
 import signal
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -60,50 +61,59 @@ def measure_count(root: Path, bootstrap: str, bucket: BucketConfig, n: int) -> d
     def sub(name: str) -> BucketConfig:
         return bucket.model_copy(update={"url": f"{bucket.url}/{name}-{n}"})
 
-    out: dict[str, Any] = {"loadavg": [os.getloadavg()[0]], "errors": {}}
+    out: dict[str, Any] = {"loadavg": [os.getloadavg()[0]], "errors": {}, "tried": []}
+
+    def phase(key: str, what: str, measure: Callable[[], Any]) -> None:
+        """One phase's result in ``out[key]``; one that fails is reported, not hidden: the others stand."""
+        progress(f"{n} partitions: {what}")
+        try:
+            out[key] = measure()
+        except RuntimeError as exc:
+            out["errors"][key] = str(exc)[:2000]
+            progress(f"{n} partitions: {what} failed: {exc}")
+        out["loadavg"].append(os.getloadavg()[0])
+
     topic = f"scale-full-{n}"
     progress(f"{n} partitions: filling {topic} with {peers.RECORDS:,} records")
     ends = peers.fill_topic(bootstrap, topic, peers.RECORDS, n)
-    out["kc_full"], out["tried"] = peers.lowest_working_interval(root, bootstrap, bucket, topic, ends)
-    interval = out["kc_full"]["interval"]
+    try:
+        out["kc_full"], out["tried"] = peers.lowest_working_interval(root, bootstrap, bucket, topic, ends)
+    except RuntimeError as exc:  # no interval worked: the sink's steady load is not run
+        out["errors"]["kc_full"] = str(exc)[:2000]
     out["loadavg"].append(os.getloadavg()[0])
-    progress(f"{n} partitions: Shale on defaults on the full topic")
-    out["shale_full"] = peers.shale_full_topic(root / f"shale-full-{n}", bootstrap, sub("shale-full"), topic, ends,
-                                               kill=False)
-    out["loadavg"].append(os.getloadavg()[0])
-    progress(f"{n} partitions: steady load, the sink at {interval} ms")
-    out["kc_fresh"] = peers.kc_freshness(root / f"kc-fresh-{n}", bootstrap, sub("kc-fresh"), interval,
-                                         partitions=n)
+    phase("shale_full", "Shale on defaults on the full topic",
+          lambda: peers.shale_full_topic(root / f"shale-full-{n}", bootstrap, sub("shale-full"), topic, ends,
+                                         kill=False))
+    if "kc_full" in out:
+        interval = out["kc_full"]["interval"]
+        phase("kc_fresh", f"steady load, the sink at {interval} ms",
+              lambda: peers.kc_freshness(root / f"kc-fresh-{n}", bootstrap, sub("kc-fresh"), interval, partitions=n))
     for key, profile in (("shale_fresh", {}), ("shale_fresh_low", cast(dict[str, dict[str, Any]], fr.LOW_LATENCY))):
-        out["loadavg"].append(os.getloadavg()[0])
-        progress(f"{n} partitions: steady load, Shale ({key})")
         name = f"scale-{key.replace('_', '-')}-{n}"
-        try:
-            out[key] = peers.shale_freshness(name, profile, root / name, bootstrap, sub(key), n, settle=False)
-        except RuntimeError as exc:  # reported, not hidden: the other phases stand
-            out["errors"][key] = str(exc)[:2000]
-            progress(f"{name} failed: {exc}")
-    out["loadavg"].append(os.getloadavg()[0])
+        phase(key, f"steady load, Shale ({key})",
+              lambda name=name, profile=profile, key=key: peers.shale_freshness(
+                  name, profile, root / name, bootstrap, sub(key), n, settle=False))
     return out
 
 
 def figures_of(n: int, out: dict[str, Any]) -> dict[str, Any]:
-    """One partition count's figures, named ``..._N``."""
+    """One partition count's figures, named ``..._N``: those of the phases that ran."""
     per_hour = 3600 / (peers.FRESH_WARMUP + peers.FRESH_DURATION)
-    kc, sh, kc_fresh = out["kc_full"], out["shale_full"], out["kc_fresh"]
-    sink = kc_fresh["books"]["sink"].summary()
-    figures: dict[str, Any] = {
-        f"iceberg_kc_lowest_working_interval_ms_{n}": kc["interval"],
-        f"seconds_to_last_commit_shale_{n}": round(sh["seconds"], 1),
-        f"seconds_to_last_commit_both_groups_shale_{n}": round(sh["all_groups_s"], 1),
-        f"seconds_to_last_commit_iceberg_kc_{n}": round(kc["seconds"], 1),
-        f"records_per_s_shale_{n}": round(peers.RECORDS / sh["seconds"]),
-        f"records_per_s_iceberg_kc_{n}": round(peers.RECORDS / kc["seconds"]),
-        f"l0_objects_full_topic_shale_{n}": sh["objects"]["l0_objects"],
-        f"objects_per_hour_iceberg_kc_{n}": round(kc_fresh["objects"] * per_hour),
-        f"p50_ms_iceberg_kc_{n}": sink["p50"], f"p99_ms_iceberg_kc_{n}": sink["p99"],
-        f"p99_ms_kafka_consumer_iceberg_kc_run_{n}": kc_fresh["books"]["kafka"].summary()["p99"],
-    }
+    figures: dict[str, Any] = {}
+    if kc := out.get("kc_full"):
+        figures |= {f"iceberg_kc_lowest_working_interval_ms_{n}": kc["interval"],
+                    f"seconds_to_last_commit_iceberg_kc_{n}": round(kc["seconds"], 1),
+                    f"records_per_s_iceberg_kc_{n}": round(peers.RECORDS / kc["seconds"])}
+    if sh := out.get("shale_full"):
+        figures |= {f"seconds_to_last_commit_shale_{n}": round(sh["seconds"], 1),
+                    f"seconds_to_last_commit_both_groups_shale_{n}": round(sh["all_groups_s"], 1),
+                    f"records_per_s_shale_{n}": round(peers.RECORDS / sh["seconds"]),
+                    f"l0_objects_full_topic_shale_{n}": sh["objects"]["l0_objects"]}
+    if kc_fresh := out.get("kc_fresh"):
+        sink = kc_fresh["books"]["sink"].summary()
+        figures |= {f"objects_per_hour_iceberg_kc_{n}": round(kc_fresh["objects"] * per_hour),
+                    f"p50_ms_iceberg_kc_{n}": sink["p50"], f"p99_ms_iceberg_kc_{n}": sink["p99"],
+                    f"p99_ms_kafka_consumer_iceberg_kc_run_{n}": kc_fresh["books"]["kafka"].summary()["p99"]}
     for key, suffix in (("shale_fresh", ""), ("shale_fresh_low", "_low_latency")):
         if key not in out:
             continue
@@ -142,11 +152,13 @@ def ratios_of(f: dict[str, Any]) -> dict[str, float]:
 def _notes(runs: dict[int, dict[str, Any]]) -> str:
     notes = [__doc__ or "", "In this run:", ""]
     for n, out in runs.items():
-        notes.append(f"* {n} partitions: commit intervals tried for the sink: {'; '.join(out['tried'])}. 1-minute "
-                     f"load average at the phases' ends {', '.join(f'{v:.1f}' for v in out['loadavg'])}. Cores busy "
-                     f"on the machine in the full-topic runs: the sink {out['kc_full']['load']['busy_cores']}, Shale "
-                     f"{out['shale_full']['load']['busy_cores']}; in the sink's steady window "
-                     f"{out['kc_fresh']['busy_cores']}.")
+        busy = {"the sink": out.get("kc_full", {}).get("load", {}).get("busy_cores"),
+                "Shale": out.get("shale_full", {}).get("load", {}).get("busy_cores")}
+        notes.append(f"* {n} partitions: commit intervals tried for the sink: {'; '.join(out['tried']) or 'none'}. "
+                     f"1-minute load average at the phases' ends {', '.join(f'{v:.1f}' for v in out['loadavg'])}. "
+                     f"Cores busy on the machine in the full-topic runs: "
+                     f"{', '.join(f'{k} {v}' for k, v in busy.items() if v is not None)}; in the sink's steady "
+                     f"window {out.get('kc_fresh', {}).get('busy_cores')}.")
         for key in ("shale_fresh", "shale_fresh_low"):
             if key in out:
                 r: fr.ProfileResult = out[key]
@@ -154,8 +166,7 @@ def _notes(runs: dict[int, dict[str, Any]]) -> str:
                              f"{r.breakdown['batches']:.0f} partition-group batches of "
                              f"{r.breakdown['records']:,.0f} records on average, Spark batch "
                              f"{r.breakdown['spark_s']:.2f} s; cores by process {r.cores}.")
-            else:
-                notes.append(f"  * {key} failed: {out['errors'][key][:600]}")
+        notes += [f"  * {key} failed: {error[:600]}" for key, error in out["errors"].items()]
     return "\n".join(notes)
 
 
