@@ -27,9 +27,9 @@ def minio_bucket() -> Iterator[BucketConfig]:
 
 
 @contextmanager
-def kafka_broker() -> Iterator[KafkaBroker]:
+def kafka_broker(heap: str = KafkaBroker.heap) -> Iterator[KafkaBroker]:
     with tempfile.TemporaryDirectory(prefix="shale-bench-kafka-") as tmp:
-        broker = KafkaBroker(Path(tmp), quick_jit=False).start()  # a benchmark measures C2's steady state
+        broker = KafkaBroker(Path(tmp), heap=heap, quick_jit=False).start()  # a benchmark measures C2's steady state
         try:
             yield broker
         finally:
