@@ -197,7 +197,14 @@ def test_a_topic_recreated_while_both_groups_and_compaction_run(kafka, minio_buc
             rows = [o for g in GROUPS for o in metastore.offsets(g, 1) if o.topic == topic]
             return all(o.incarnation == new for o in rows) and all(committed(g) == 200 for g in GROUPS)
 
-        eventually(caught_up, 300, "both groups to commit the new incarnation's 200")
+        def state() -> str:  # what each group committed, for a failure's message (a stall seen once, 2026-12-04)
+            rows = [(g, o.partition, o.committed_end, "new" if o.incarnation == new else o.incarnation)
+                    for g in GROUPS for o in metastore.offsets(g, 1) if o.topic == topic]
+            return (f"both groups to commit the new incarnation's 200 (incarnation {new}, before {old}); committed "
+                    f"(group, partition, end, incarnation): {rows}; threads alive: "
+                    f"{[t.name for t in threads if t.is_alive()]}")
+
+        eventually(caught_up, 300, state)
     finally:
         stop.set()
         for thread in threads:
