@@ -25,6 +25,7 @@ from tests.waiting import eventually
 
 from shale.block import read_dataset
 from shale.compactor.worker import CompactionWorker
+from shale.index import OffsetRow
 from shale.ingest.committer import IngestConflictError
 from shale.ingest.job import IngestJob
 from shale.ingest.plan import Loss
@@ -193,15 +194,17 @@ def test_a_topic_recreated_while_both_groups_and_compaction_run(kafka, minio_buc
         new = describe_topics(config.kafka, [topic])[topic].incarnation
         assert new != old
 
+        def rows() -> list[tuple[str, OffsetRow]]:
+            return [(g, o) for g in GROUPS for o in metastore.offsets(g, 1) if o.topic == topic]
+
         def caught_up() -> bool:
-            rows = [o for g in GROUPS for o in metastore.offsets(g, 1) if o.topic == topic]
-            return all(o.incarnation == new for o in rows) and all(committed(g) == 200 for g in GROUPS)
+            return all(o.incarnation == new for _, o in rows()) and all(committed(g) == 200 for g in GROUPS)
 
         def state() -> str:  # what each group committed, for a failure's message (a stall seen once, 2026-12-04)
-            rows = [(g, o.partition, o.committed_end, "new" if o.incarnation == new else o.incarnation)
-                    for g in GROUPS for o in metastore.offsets(g, 1) if o.topic == topic]
+            held = [(g, o.partition, o.committed_end, "new" if o.incarnation == new else o.incarnation)
+                    for g, o in rows()]
             return (f"both groups to commit the new incarnation's 200 (incarnation {new}, before {old}); committed "
-                    f"(group, partition, end, incarnation): {rows}; threads alive: "
+                    f"(group, partition, end, incarnation): {held}; threads alive: "
                     f"{[t.name for t in threads if t.is_alive()]}")
 
         eventually(caught_up, 300, state)
