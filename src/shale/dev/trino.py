@@ -7,12 +7,19 @@ catalog with an OAuth2 client credential, the bucket through Trino's native S3 f
 path-style). The credentials reach the server in environment variables that the file names (``${ENV:...}``), never
 in a file or on its command line.
 
-Queries go through Trino's HTTP protocol (``POST /v1/statement``, then each ``nextUri``), so no CLI jar is needed."""
+Queries go through Trino's HTTP protocol (``POST /v1/statement``, then each ``nextUri``), so no CLI jar is needed.
+
+Trino says it has started (``GET /v1/info``) before its node has announced itself and its catalog to its own
+discovery service; a query in between fails with ``NO_NODES_AVAILABLE`` (a CI run of 2026-12-04 did). So the server
+is ready only once a query on the catalog's ``information_schema`` answers, and a query that fails with
+``NO_NODES_AVAILABLE`` (refused before any task ran) is sent again for up to ``NO_NODES_RETRY_S``: the failure
+detector can mark the node gone for a moment on a loaded machine."""
 
 from __future__ import annotations
 
 import json
 import os
+import time
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,6 +30,7 @@ from shale.dev.fetch import TRINO_VERSION, fetch_trino
 from shale.process import ManagedProcess, free_port
 
 READY_TIMEOUT_S = 300.0
+NO_NODES_RETRY_S = 60.0
 JAVA_25 = "/usr/lib/jvm/temurin-25-jdk-amd64/bin/java"
 CATALOG = "shale"
 # PARAMETRIC_DATETIME: a client that does not declare it gets every timestamp rounded to milliseconds.
@@ -93,11 +101,24 @@ class TrinoServer:
 
     def _ready(self) -> bool:
         with urllib.request.urlopen(f"{self.url}/v1/info", timeout=2) as response:  # noqa: S310 - loopback URL
-            return json.loads(response.read()).get("starting") is False
+            if json.loads(response.read()).get("starting") is not False:
+                return False
+        self._query_once(f"SELECT count(*) FROM {CATALOG}.information_schema.schemata")
+        return True
 
     def query(self, sql: str) -> tuple[list[dict[str, Any]], list[list[Any]]]:
         """The columns (name, type) and rows of ``sql``, as Trino's protocol gives them (JSON values: a decimal
         or a timestamp as text)."""
+        deadline = time.monotonic() + NO_NODES_RETRY_S
+        while True:
+            try:
+                return self._query_once(sql)
+            except TrinoQueryError as error:
+                if not str(error).startswith("NO_NODES_AVAILABLE") or time.monotonic() > deadline:
+                    raise
+            time.sleep(1.0)
+
+    def _query_once(self, sql: str) -> tuple[list[dict[str, Any]], list[list[Any]]]:
         request = urllib.request.Request(  # noqa: S310 - loopback URL
             f"{self.url}/v1/statement", data=sql.encode(), method="POST",
             headers={**HEADERS, "X-Trino-Catalog": CATALOG})
