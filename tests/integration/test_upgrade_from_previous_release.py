@@ -8,6 +8,11 @@ uncompacted blocks, a JSON topic with records no parser accepts and an Avro topi
 README says how to write it again). It is stored rather than written at test time: the old code would need the
 old dependencies and git history at test time, and four services and three Spark runs for bytes that never
 change; the objects are the release's own, byte for byte.
+
+The previous release wrote every block's Kafka ranges and row groups as lists; this release writes them packed
+(``shale.block.packed``) from ``PACK_FROM`` items on. So this release also ingests a topic of ``WIDE`` partitions
+into the upgraded bucket before compacting: its blocks' meta.json is packed, compaction merges them with the
+previous release's into packed blocks, and both stay exactly once.
 """
 
 from __future__ import annotations
@@ -22,21 +27,27 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from tests.integration.ingest_helpers import config_of, publish_to_iceberg, toml_value
+from tests.integration.ingest_helpers import config_of, produce_json, publish_to_iceberg, toml_value, write_config
 from tests.integration.kafka_world import create_topic, stored
 from tests.integration.test_restore import read_topic
 
 from shale.block import BlockFetcher, BlockMeta, read_dataset
 from shale.block.layout import LAYOUT, LEGACY_LAYOUT, block_prefix, tenant_group_prefix
+from shale.block.packed import PACK_FROM, PACKED_TAG
 from shale.cli import cli
 from shale.compactor.worker import CompactionWorker
 from shale.dev import KafkaBroker, MinioServer
+from shale.ingest.job import IngestJob
 from shale.metastore import MetastoreService, open_metastore
 from shale.objstore import open_bucket
 from shale.restore import RestoreJob, RestoreRequest
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "previous_release"
 TENANT = "default"
+WIDE = 3 * PACK_FROM
+"""Partitions of the topic this release ingests beside the previous release's blocks: enough for its blocks' Kafka
+ranges and row groups to be written packed (the previous release wrote lists only), however Spark's two task slots
+split them."""
 
 
 def _records() -> list[dict[str, Any]]:
@@ -94,8 +105,14 @@ def _exactly_once(service: MetastoreService, file: Path) -> None:
             assert held == _offsets(topic), (group, topic)
 
 
+def _packed(bucket: Any, meta: BlockMeta) -> bool:
+    """Whether the block's meta.json in the bucket holds its Kafka ranges in the packed form."""
+    kafka = json.loads(bucket.get(block_prefix(meta) + "meta.json"))["kafka"]
+    return isinstance(kafka, str) and kafka.startswith(PACKED_TAG)
+
+
 def test_a_bucket_of_the_previous_release_is_read_verified_compacted_restored_and_published(
-        upgraded: Path, kafka: KafkaBroker, spark: Any) -> None:
+        upgraded: Path, kafka: KafkaBroker, spark: Any, tmp_path: Path) -> None:
     config = config_of(upgraded)
     bucket = open_bucket(config.bucket)
     service = open_metastore(config)
@@ -118,7 +135,32 @@ def test_a_bucket_of_the_previous_release_is_read_verified_compacted_restored_an
     out = CliRunner().invoke(cli, ["--config", str(upgraded), "bucket", "verify"])
     assert out.exit_code == 0, out.output
 
-    # Compacted: the previous release's blocks are merged into blocks under their group's prefix.
+    # This release writes beside them: a topic of WIDE partitions, both groups, its blocks' metadata packed.
+    wide = f"wide-{uuid.uuid4().hex[:6]}"
+    create_topic(kafka.bootstrap_servers, wide, WIDE)
+    produce_json(kafka.bootstrap_servers, wide, 40 * WIDE)
+    (tmp_path / "wide").mkdir()
+    wide_config = config_of(write_config(tmp_path / "wide", kafka.bootstrap_servers, config.bucket, [wide]))
+    for group in ("backup", "partition"):
+        IngestJob(wide_config, group, spark=spark, metastore=service).run(available_now=True)
+    wide_blocks = [m for m in _live(service) if any(k.topic == wide for k in m.kafka)]
+    assert {m.group for m in wide_blocks} == {"backup", "partition"}
+    shapes = [(m.group, len(m.kafka), _packed(bucket, m)) for m in wide_blocks]
+    assert all(packed == (ranges >= PACK_FROM) for _, ranges, packed in shapes), shapes
+    assert {group for group, _, packed in shapes if packed} == {"backup", "partition"}, shapes
+
+    def wide_exactly_once() -> None:
+        for group in ("backup", "partition"):
+            held = stored(service, bucket, group, wide)
+            assert set(held.values()) == {1}, group
+            assert len(held) == 40 * WIDE, group
+            for partition in range(WIDE):  # each partition's offsets from 0 on, without a gap
+                offsets = {o for p, o in held if p == partition}
+                assert offsets == set(range(len(offsets))), (group, partition)
+    wide_exactly_once()
+
+    # Compacted: the previous release's blocks are merged into blocks under their group's prefix, with this
+    # release's packed ones.
     CompactionWorker(service, config.bucket, spark, slots=2, poll_interval=0.2).run(until_idle=True)
     after = _live(service)
     new = [m for m in after if m.layout == LAYOUT]
@@ -131,6 +173,9 @@ def test_a_bucket_of_the_previous_release_is_read_verified_compacted_restored_an
     days = {block_prefix(m).split("/")[2] for m in new if m.group == "partition"}
     assert any(d.startswith("dt=2026-11-") for d in days), days  # compaction kept the outputs' day
     _exactly_once(service, upgraded)
+    wide_exactly_once()
+    assert any(_packed(bucket, m) for m in new if any(k.topic != wide for k in m.kafka)
+               and any(k.topic == wide for k in m.kafka)), "no merge of old and packed blocks"
     out = CliRunner().invoke(cli, ["--config", str(upgraded), "bucket", "verify"])
     assert out.exit_code == 0, out.output
 
