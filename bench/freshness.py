@@ -424,7 +424,8 @@ def cpu_use(before: CpuSnapshot, after: CpuSnapshot, services: dict[int, str]) -
 
 def batch_breakdown(log: Path, start: float, end: float) -> dict[str, float]:
     """Means over the partition group's batches that committed in [start, end] (epoch seconds), from its JSON log
-    lines: records, the gap before the batch (trigger wait and plan), the Spark batch and the commit."""
+    lines: records, the gap before the batch (trigger wait and plan), the plan alone, the Spark batch, and after it
+    the commit step (the metastore's commit, ``metastore_commit_s``, and the bookkeeping around it)."""
     batches = []
     for line in log.read_text(errors="replace").splitlines():
         if not line.startswith("{"):
@@ -432,17 +433,20 @@ def batch_breakdown(log: Path, start: float, end: float) -> dict[str, float]:
         entry = json.loads(line)
         if entry.get("msg") == "batch committed":
             batches.append((dt.datetime.fromisoformat(entry["ts"]).timestamp(), entry))
-    gaps, spark, commit, records = [], [], [], []
+    sums: dict[str, float] = {"gap_s": 0.0, "plan_s": 0.0, "spark_s": 0.0, "commit_s": 0.0,
+                              "metastore_commit_s": 0.0, "records": 0.0}
+    n = 0
     for (prev_end, _), (ended, entry) in itertools.pairwise(batches):
         if not start <= ended <= end:
             continue
-        gaps.append(ended - entry["seconds"] - prev_end)
-        spark.append(entry["write_seconds"])
-        commit.append(entry["seconds"] - entry["write_seconds"])
-        records.append(entry["records"])
-    n = max(1, len(gaps))
-    return {"batches": len(gaps), "records": sum(records) / n, "gap_s": sum(gaps) / n, "spark_s": sum(spark) / n,
-            "commit_s": sum(commit) / n}
+        n += 1
+        sums["gap_s"] += ended - entry["seconds"] - prev_end
+        sums["plan_s"] += entry.get("plan_seconds", 0.0)
+        sums["spark_s"] += entry["write_seconds"]
+        sums["commit_s"] += entry["seconds"] - entry["write_seconds"]
+        sums["metastore_commit_s"] += entry.get("commit_seconds", 0.0)
+        sums["records"] += entry["records"]
+    return {"batches": n, **{k: v / max(1, n) for k, v in sums.items()}}
 
 
 def log_entries(log: Path) -> list[dict[str, Any]]:

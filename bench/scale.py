@@ -182,8 +182,12 @@ def _notes(runs: dict[int, dict[str, Any]]) -> str:
                 r: fr.ProfileResult = out[key]
                 notes.append(f"  * {key}: written from the producer's start to the last sample visible {r.written}; "
                              f"{r.breakdown['batches']:.0f} partition-group batches of "
-                             f"{r.breakdown['records']:,.0f} records on average, Spark batch "
-                             f"{r.breakdown['spark_s']:.2f} s; cores by process {r.cores}.")
+                             f"{r.breakdown['records']:,.0f} records on average in the window, each a gap of "
+                             f"{r.breakdown['gap_s']:.2f} s before it (the plan {r.breakdown['plan_s']:.2f} s), Spark "
+                             f"batch {r.breakdown['spark_s']:.2f} s, commit step {r.breakdown['commit_s']:.2f} s "
+                             f"(the metastore's commit {r.breakdown['metastore_commit_s']:.2f} s); a reader's poll "
+                             f"{', '.join(f'{k} {v:.3f} s' for k, v in r.poll_s.items())}; cores by process "
+                             f"{r.cores}.")
         notes += [f"  * {key} failed: {error[:600]}" for key, error in out["errors"].items()]
     return "\n".join(notes)
 

@@ -92,6 +92,8 @@ class IngestJob:
         self.record_bytes: dict[TopicPartition, float] = {}
         self.starts: dict[TopicPartition, int] = {}
         self.last_plan: BatchPlan | None = None
+        self.plan_seconds = 0.0
+        """How long the last plan took (Kafka's offsets asked, the batch sized): the batch log line says it."""
         # Stale-tolerant bucket index: tell readers about committed blocks before the index writer does.
         self.deltas = DeltaWriter(self.bucket) if config.bucket_index.deltas else None
         self.summary = IngestSummary(group, ingest.quarantine_warn_share)
@@ -149,7 +151,8 @@ class IngestJob:
             self.record_bytes.update(value_bytes_per_offset(kafka, unknown))
             plan = plan_batch(incarnations, bounds, self.committer.committed, starts, limits, now, targets, held)
         self.report.plan(plan)
-        metrics.BATCH_SECONDS.labels(self.group, "plan").inc(time.perf_counter() - started)
+        self.plan_seconds = time.perf_counter() - started
+        metrics.BATCH_SECONDS.labels(self.group, "plan").inc(self.plan_seconds)
         return plan
 
     # -- one batch ----------------------------------------------------------------------------------------
@@ -176,7 +179,9 @@ class IngestJob:
             "ranges": [[r.topic, r.partition, r.start, r.end] for r in command.ranges],
             "block_ids": [b.id for b in command.blocks]})
         failpoint("ingest.before-commit")
+        committing = time.perf_counter()
         outcome = self.committer.commit(command) if ranges else "paused"
+        committed = time.perf_counter()
         if ranges:
             self.orphans.record(command)
         if outcome in ("committed", "replayed"):  # a lost batch's blocks hold these offsets too: mark them now
@@ -196,7 +201,8 @@ class IngestJob:
             "group": self.group, "batch": command.batch, "outcome": outcome, "blocks": len(command.blocks),
             "records": sum(w.records for w in written), "partitions": len(command.ranges),
             "offsets": sum(r.end - r.start for r in ranges), "paused": len(paused),
-            "write_seconds": round(wrote - started, 3),
+            "plan_seconds": round(self.plan_seconds, 3), "write_seconds": round(wrote - started, 3),
+            "commit_seconds": round(committed - committing, 3),
             "seconds": round(time.perf_counter() - started, 3), "task_seconds": phase_sums(written)})
         self.summary.batch(written)
         return outcome
