@@ -33,11 +33,29 @@ def read_meta(bucket: BucketReader, block: Placed) -> BlockMeta:
     return parse_meta(bucket.get(key), where=key, block_id=block.id)
 
 
+READ_BLOCK = 1 << 20
+"""A ranged read fetches whole aligned blocks of this many bytes (what one request costs in bytes, about)."""
+READ_AHEAD_BLOCKS = 16
+"""The most blocks a ranged read fetches past what it was asked for, once reads go forward block after block."""
+KEPT_BLOCKS = 32
+"""The blocks a ``BucketFile`` keeps, least recently used dropped first: its memory, at most."""
+
+
 class BucketFile(io.RawIOBase):
-    """A read-only, seekable file over one object, reading byte ranges on demand (for pyarrow)."""
+    """A read-only, seekable file over one object, reading byte ranges on demand (for pyarrow), in blocks.
+
+    Parquet asks for each wanted column chunk of each row group on its own, several columns' chunks in turn: a
+    level-0 object holds a row group per Kafka partition, so a query of three columns on a block of 2,048
+    partitions asked 8,194 ranges, a request each (73 s for six such blocks on MinIO; issue 55). So reads fetch
+    whole aligned ``READ_BLOCK``-byte blocks and keep the last ``KEPT_BLOCKS``: the column chunks of neighbouring
+    row groups come from the same blocks. A miss fetches the run of missing blocks it spans in one request, and
+    while reads go forward (the block before the miss is kept) as many blocks again past it, doubling up to
+    ``READ_AHEAD_BLOCKS``; a jump elsewhere fetches only what it spans."""
 
     def __init__(self, bucket: BucketReader, key: str, size: int) -> None:
         self._bucket, self._key, self._size, self._pos = bucket, key, size, 0
+        self._blocks: OrderedDict[int, bytes] = OrderedDict()
+        self._ahead = 0
         self.bytes_read = 0
         self.requests = 0
 
@@ -56,16 +74,56 @@ class BucketFile(io.RawIOBase):
         return self._pos
 
     def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer)
-        end = min(self._size, self._pos + len(view))
-        if end <= self._pos:
+        view = memoryview(buffer).cast("B")
+        start, end = self._pos, min(self._size, self._pos + len(view))
+        if end <= start:
             return 0
-        data = self._bucket.get_range(self._key, self._pos, end)
-        view[: len(data)] = data
-        self._pos += len(data)
-        self.bytes_read += len(data)
-        self.requests += 1
-        return len(data)
+        first, last = start // READ_BLOCK, (end - 1) // READ_BLOCK
+        blocks = {b: self._blocks[b] for b in range(first, last + 1) if b in self._blocks}
+        for b in blocks:
+            self._blocks.move_to_end(b)
+        missing = [b for b in range(first, last + 1) if b not in blocks]
+        if missing:
+            self._ahead = min(READ_AHEAD_BLOCKS, max(1, self._ahead * 2)) if first - 1 in self._blocks else 0
+            blocks |= self._fetch(missing)
+        written = 0
+        for b in range(first, last + 1):
+            piece = blocks[b][max(start, b * READ_BLOCK) - b * READ_BLOCK:min(end, (b + 1) * READ_BLOCK)
+                              - b * READ_BLOCK]
+            view[written:written + len(piece)] = piece
+            written += len(piece)
+        self._pos = end
+        return written
+
+    def _fetch(self, missing: list[int]) -> dict[int, bytes]:
+        """The missing blocks (and the read-ahead past the last), a request per run of consecutive ones."""
+        count = -(-self._size // READ_BLOCK)
+        tail = missing[-1]
+        while tail + 1 < count and tail + 1 - missing[-1] <= self._ahead and tail + 1 not in self._blocks:
+            tail += 1
+        wanted = missing + list(range(missing[-1] + 1, tail + 1))
+        fetched: dict[int, bytes] = {}
+        runs: list[list[int]] = []
+        for b in wanted:
+            if runs and runs[-1][-1] == b - 1:
+                runs[-1].append(b)
+            else:
+                runs.append([b])
+        for run in runs:
+            begin, stop = run[0] * READ_BLOCK, min(self._size, (run[-1] + 1) * READ_BLOCK)
+            data = self._bucket.get_range(self._key, begin, stop)
+            if len(data) != stop - begin:
+                raise OSError(f"{self._key}: asked bytes [{begin}, {stop}) of a {self._size}-byte object, got "
+                              f"{len(data)}")
+            self.bytes_read += len(data)
+            self.requests += 1
+            for b in run:
+                fetched[b] = data[(b - run[0]) * READ_BLOCK:(b - run[0] + 1) * READ_BLOCK]
+        for b, data in fetched.items():
+            self._blocks[b] = data
+        while len(self._blocks) > KEPT_BLOCKS:
+            self._blocks.popitem(last=False)
+        return fetched
 
 
 def _dataset(meta: BlockMeta, dataset: str | Dataset) -> Dataset:

@@ -84,7 +84,7 @@ def test_small_objects_are_read_whole_and_large_ones_by_range(bucket: ObstoreBuc
     bucket.calls.reset()
     assert read_dataset(bucket, meta, "records/app", columns=["offset", "value"], whole_object=None).equals(table)
     assert bucket.calls.snapshot()["get"] == 0
-    assert bucket.calls.snapshot()["get_range"] >= 2
+    assert bucket.calls.snapshot()["get_range"] >= 1  # by range (Parquet's footer read spans this small object)
 
 
 def test_row_group_table_of_contents(bucket: ObstoreBucket) -> None:
