@@ -310,17 +310,24 @@ def _block_key(spec: GroupSpec, chunks: list[Chunk]) -> str:
 
 def _tally(table: pa.Table, chunks: list[Chunk], blocks: list[BlockMeta],
            quarantined: list[tuple[int, str]]) -> list[Written]:
-    """One ``Written`` per range: its records, quarantined records, value bytes and reasons."""
+    """One ``Written`` per range: its records, quarantined records, value bytes and reasons. Counted per
+    partition in one pass over the rows (a mask per range was rows x partitions: 0.5 s of a 2,048-partition
+    chunk's 2.5 s)."""
     lengths = pc.fill_null(pc.binary_length(table.column("value")), 0).to_numpy() if table.num_rows else None
     partitions = table.column("partition").to_numpy() if table.num_rows else None
     reasons: dict[int, list[str]] = defaultdict(list)
     for row, why in quarantined:
         reasons[int(partitions[row]) if len(chunks) > 1 and partitions is not None else chunks[0].partition].append(why)
+    if len(chunks) == 1 or partitions is None or lengths is None:
+        counts = {chunks[0].partition: table.num_rows}
+        sizes = {chunks[0].partition: 0 if lengths is None else int(lengths.sum())}
+    else:  # partitions are small non-negative numbers; sums of byte lengths in float64 are exact below 2**53
+        by_count, by_size = np.bincount(partitions), np.bincount(partitions, weights=lengths)
+        counts = {c.partition: int(by_count[c.partition]) for c in chunks if c.partition < len(by_count)}
+        sizes = {c.partition: int(by_size[c.partition]) for c in chunks if c.partition < len(by_size)}
     out = []
     for c in chunks:
-        mask = None if len(chunks) == 1 or partitions is None else partitions == c.partition
-        records = table.num_rows if mask is None else int(mask.sum())
-        size = 0 if lengths is None else int(lengths.sum() if mask is None else lengths[mask].sum())
+        records, size = counts.get(c.partition, 0), sizes.get(c.partition, 0)
         out.append(Written(topic=c.topic, partition=c.partition, incarnation=c.incarnation, start=c.start,
                            end=c.end, records=records, quarantined=len(reasons[c.partition]), bytes=size,
                            blocks=blocks, reasons=top_reasons(((r, 1) for r in reasons[c.partition]), top=5)))

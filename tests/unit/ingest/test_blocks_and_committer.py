@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.factories import BASE_MS, backup_table
 
 from shale.block import read_dataset
 from shale.config import BucketConfig, IngestConfig, ParserRule, TenantRule
-from shale.encoder.chunks import Chunk, GroupSpec, write_chunk
+from shale.encoder.chunks import Chunk, GroupSpec, write_chunk, write_chunks
 from shale.encoder.parsing import hour_partitions
 from shale.encoder.tenants import TenantMapper
 from shale.errors import ConfigError, MetastoreUnavailableError
@@ -287,3 +287,22 @@ def test_each_record_s_dt_and_hour_are_its_own_utc_day_and_hour(micros: list[int
     expected = [dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=m) for m in micros]
     assert day.to_pylist() == [e.strftime("%Y-%m-%d") for e in expected]
     assert hour.to_pylist() == [e.hour if by_hour else None for e in expected]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.lists(st.one_of(st.none(), st.binary(max_size=20)), max_size=6)),
+                min_size=2, max_size=8, unique_by=lambda pair: pair[0]))
+def test_each_range_of_a_chunk_of_several_partitions_counts_its_own_records_and_bytes(
+        partitions: list[tuple[int, list[bytes | None]]]) -> None:
+    """``write_chunks``' ``Written`` per range against a count by hand: records and value bytes of its partition
+    only (counted in one pass since 2026-12-04; a partition with no record counts 0)."""
+    config = BucketConfig(url=f"memory://tally-{uuid.uuid4().hex}")
+    tables = []
+    for partition, values in partitions:
+        table = backup_table("app", partition, 0, len(values))
+        tables.append(table.set_column(table.schema.get_field_index("value"), "value", pa.array(values, pa.binary())))
+    chunks = [Chunk("app", p, "", 0, max(1, len(values)), READ_MS) for p, values in partitions]
+    written = write_chunks(GroupSpec("backup", 1, config, IngestConfig()), open_bucket(config),
+                           pa.concat_tables(tables), chunks)
+    assert [(w.partition, w.records, w.bytes) for w in written] == [
+        (p, len(values), sum(len(v) for v in values if v is not None)) for p, values in partitions]
