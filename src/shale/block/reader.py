@@ -198,9 +198,9 @@ def arrow_owned(data: bytes) -> pa.Buffer:
 
 
 def footer_bytes(bucket: BucketReader, key: str, size: int) -> tuple[bytes, bool]:
-    """The block metadata embedded in a data object's Parquet footer (two small ranged reads), and whether it
-    carries its CRC32 (objects written before the footer had one do not). A CRC that does not match is a
-    ``CorruptObjectError``."""
+    """The block metadata embedded in a data object's Parquet footer (a ranged read of its last 1 MiB block or
+    two), and whether it carries its CRC32 (objects written before the footer had one do not). A CRC that does not
+    match is a ``CorruptObjectError``."""
     metadata = pq.read_metadata(BucketFile(bucket, key, size)).metadata or {}
     raw = metadata.get(FOOTER_META_KEY)
     if raw is None:

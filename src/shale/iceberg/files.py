@@ -4,7 +4,8 @@ timestamps (blocks written before Shale's timestamps became microseconds), unsig
 (``shale.iceberg.types``).
 
 The data file entries are built by pyiceberg from the Parquet footer (column sizes, counts, bounds), exactly as
-its ``add_files`` does; the footer is read with two ranged GETs through Shale's bucket.
+its ``add_files`` does; the footer is read through Shale's bucket with one ranged GET of the object's last 1 MiB
+block or two (``BucketFile``), a second only when the footer reaches further back.
 """
 
 from __future__ import annotations
