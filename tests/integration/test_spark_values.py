@@ -1,20 +1,28 @@
-"""Shale's Spark data source gives the writer's values, with their meaning, in a session whose time zone is not UTC:
-a zone-less timestamp (Avro ``local-timestamp-*``) is a ``timestamp_ntz`` showing the time written; a time of day is
+"""Every reader gives the writer's values, with their meaning, in a Spark session whose time zone is not UTC: a
+zone-less timestamp (Avro ``local-timestamp-*``) is a ``timestamp_ntz`` showing the time written; a time of day is
 its microseconds since midnight (Spark: no time type by default), a decimal of more than 38 digits its exact
-text, a null column ``void``, an empty record ``struct<>``. Hypothesis properties hold ``shale.read`` and
-``spark.read.format("shale")`` to the writer's values over generated Avro schemas (logical types, nulls, empty
-records, the widest decimals), JSON Schema documents and Protobuf messages: ``SHALE_SPARK_VALUES_EXAMPLES``
-examples each (5 in ``make test``; the long profile, 200 Avro examples in 7 minutes on 2 shared cores, is
-``SHALE_SPARK_VALUES_EXAMPLES=200 pytest tests/integration/test_spark_values.py``)."""
+text, a null column ``void``, an empty record ``struct<>``. Hypothesis properties hold ``shale.read``,
+``spark.read.format("shale")`` and the topic's Iceberg table (published by the Iceberg publisher to a SQLite
+catalog, read by Spark through Iceberg's runtime and by DuckDB's Iceberg extension) to the writer's values over
+generated Avro schemas (logical types, nulls, empty records, the widest decimals), JSON Schema documents and
+Protobuf messages; a block holding a type no Iceberg table can (a decimal of more than 38 digits) is left out of its
+table, logged and counted, never published as another value. ``SHALE_SPARK_VALUES_EXAMPLES`` examples each (5 in
+``make test``; the long profile, 200 Avro examples, is ``SHALE_SPARK_VALUES_EXAMPLES=200 pytest
+tests/integration/test_spark_values.py``)."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import tempfile
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -41,12 +49,52 @@ from tests.unit.schemas.test_protobuf_roundtrip import values as proto_values
 
 import shale
 from shale.config import BucketConfig, ShaleConfig
+from shale.dev.fetch import fetch_duckdb
+from shale.iceberg import IcebergPublisher, open_catalog, spark_catalog_conf
 from shale.metastore import MetastoreService, open_metastore
+from shale.objstore import open_bucket
 from shale.query.datasource import register
 from shale.schemas import arrow_type, read_type
 
 ZONE = "America/Los_Angeles"
 EXAMPLES = int(os.environ.get("SHALE_SPARK_VALUES_EXAMPLES", "5"))
+CATALOG = "spark_values"
+DUCKDB_SCRIPT = Path(__file__).resolve().parents[2] / "src" / "shale" / "dev" / "duckdb_iceberg.py"
+
+
+@dataclass
+class Tables:
+    config: ShaleConfig
+    publisher: IcebergPublisher
+
+
+def _beyond_iceberg(t: pa.DataType) -> bool:
+    """Whether a column of Shale's read type ``t`` holds a type no Iceberg table can (a decimal of more than 38
+    digits, nested or not)."""
+    if pa.types.is_decimal(t):
+        return bool(t.precision > 38)
+    if pa.types.is_struct(t):
+        return any(_beyond_iceberg(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_map(t):
+        return _beyond_iceberg(t.key_type) or _beyond_iceberg(t.item_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _beyond_iceberg(t.value_type)
+    return False
+
+
+def duckdb_scan(metadata_location: str, names: list[str]) -> list[dict[str, Any]]:
+    """The columns ``names`` of an Iceberg table read by DuckDB's Iceberg extension (``iceberg_scan`` of its
+    metadata file), by offset, as DuckDB writes them to Parquet (its own types, compared exactly)."""
+    columns = ", ".join('"' + n.replace('"', '""') + '"' for n in names)
+    with tempfile.TemporaryDirectory(prefix="shale-duckdb-") as tmp:
+        out = Path(tmp) / "rows.parquet"
+        spec = {"copies": {str(out): f"SELECT {columns} FROM iceberg_scan('{metadata_location}') "
+                                     f'ORDER BY "offset"'}}
+        done = subprocess.run([str(fetch_duckdb()), str(DUCKDB_SCRIPT)], input=json.dumps(spec), capture_output=True,
+                              text=True, timeout=300, check=False)
+        assert done.returncode == 0, done.stderr[-4000:]
+        rows: list[dict[str, Any]] = pq.read_table(out).to_pylist()
+        return rows
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +104,20 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[MetastoreService, B
     service = open_metastore(ShaleConfig(bucket=bucket, metastore={"data_dir": str(tmp / "ms")}))  # type: ignore[arg-type]
     assert isinstance(service, MetastoreService)
     return service, bucket, config_file(tmp, bucket, tmp / "ms")
+
+
+@pytest.fixture(scope="module")
+def tables(world: tuple[MetastoreService, BucketConfig, Path], spark: Any) -> Tables:
+    """The world's topics published as Iceberg tables (a SQLite catalog beside it), read by Spark through Iceberg's
+    own runtime and by DuckDB's Iceberg extension."""
+    service, bucket, file = world
+    config = ShaleConfig.model_validate({
+        "bucket": {"url": bucket.url}, "metastore": {"data_dir": str(file.parent / "ms")},
+        "iceberg": {"enabled": True, "catalog_name": CATALOG,
+                    "catalog_uri": f"sqlite:///{file.parent}/catalog-{CATALOG}.db"}})
+    for key, value in spark_catalog_conf(config).items():
+        spark.conf.set(key, value)
+    return Tables(config, IcebergPublisher(config, service.state.reader, service.submit, open_bucket(bucket)))
 
 
 @pytest.fixture
@@ -73,25 +135,48 @@ def _frame(spark: Any, file: Path, topic: str) -> Any:
             .option("selector", f'{{topic="{topic}"}}').load())
 
 
-def _same_values(schema: dict[str, Any], datums: list[Any], file: Path, spark: Any, topic: str) -> None:
-    """``shale.read`` and Spark give the writer's values of Avro datums (compared in ``canonical`` form)."""
+def _same_values(schema: dict[str, Any], datums: list[Any], file: Path, spark: Any, topic: str,
+                 tables: Tables | None = None) -> None:
+    """Every reader gives the writer's values of Avro datums (compared in ``canonical`` form)."""
     types = {f["name"]: read_type(arrow_type(schema).field(f["name"]).type) for f in schema["fields"]}
-    _readers_give(types, writer_rows(schema, datums), file, spark, topic)
+    _readers_give(types, writer_rows(schema, datums), file, spark, topic, tables=tables)
 
 
 def _readers_give(types: dict[str, pa.DataType], rows: list[dict[str, Any]], file: Path, spark: Any, topic: str,
-                  same: Callable[[Any], Any] = lambda rows: rows) -> None:
-    """``shale.read`` and Spark give ``rows`` (each side put through ``same``: Protobuf maps have no order)."""
+                  same: Callable[[Any], Any] = lambda rows: rows, tables: Tables | None = None) -> None:
+    """``shale.read``, Spark and (with ``tables``) the topic's Iceberg table through Spark and DuckDB give ``rows``
+    (each side put through ``same``: Protobuf maps have no order)."""
     names = list(types)
-    wanted = same([{n: canonical(types[n], row[n]) for n in names} for row in rows])
+
+    def canon(got: list[dict[str, Any]]) -> Any:
+        return same([{n: canonical(types[n], row[n]) for n in names} for row in got])
+
+    wanted = canon(rows)
     read = shale.read(file, tenant=TENANT, selector=f'{{topic="{topic}"}}', start=BASE_MS - 1,
                       end=BASE_MS + 3_600_000).sort_by("offset")
-    assert same([{n: canonical(types[n], row[n]) for n in names} for row in read.select(names).to_pylist()]) == wanted
+    assert canon(read.select(names).to_pylist()) == wanted
     sparked = _frame(spark, file, topic).orderBy("offset").select(*(f"`{n}`" for n in names)).toArrow()
-    assert same([{n: canonical(types[n], row[n]) for n in names} for row in sparked.to_pylist()]) == wanted
+    assert canon(sparked.to_pylist()) == wanted
+    if tables is None:
+        return
+    refused = tables.publisher.refused
+    tables.publisher.sync()
+    assert not [row for row in tables.publisher.status()["failing_tables"] if row["topic"] == topic]
+    if any(_beyond_iceberg(types[n]) for n in names):
+        # No Iceberg type holds the column: the block is left out of the table, logged and counted (never a
+        # different value), and the publisher goes on with every other table.
+        assert tables.publisher.refused == refused + 1
+        return
+    assert tables.publisher.refused == refused
+    table = f"{CATALOG}.{TENANT}.`{topic}`"
+    iceberged = spark.table(table).orderBy("offset").select(*(f"`{n}`" for n in names)).toArrow()
+    assert canon(iceberged.to_pylist()) == wanted
+    location = open_catalog(tables.config).load_table((TENANT, topic)).metadata_location
+    ducked = duckdb_scan(location, names)
+    assert canon(ducked) == wanted
 
 
-def test_every_kind_of_avro_value_keeps_its_meaning_in_a_session_outside_utc(world, outside_utc) -> None:
+def test_every_kind_of_avro_value_keeps_its_meaning_in_a_session_outside_utc(world, tables, outside_utc) -> None:
     service, bucket, file = world
     topic = store(service, bucket, EVERY_KIND, EVERY_KIND_DATA)
     frame = _frame(outside_utc, file, topic)
@@ -110,34 +195,42 @@ def test_every_kind_of_avro_value_keeps_its_meaning_in_a_session_outside_utc(wor
     assert shown[2] == "2026-11-24 00:30:00"  # an instant: 08:30 UTC is 00:30 in Los Angeles
     assert (shown[3], shown[4]) == (86_399_999_999, 1000)
     assert shown[5] == "-" + "9" * 66 + "." + "9" * 10
-    _same_values(EVERY_KIND, EVERY_KIND_DATA, file, outside_utc, topic)
+    _same_values(EVERY_KIND, EVERY_KIND_DATA, file, outside_utc, topic, tables)  # refused by Iceberg: 76 digits
+    # Every other kind through the Iceberg table too (Spark and DuckDB): the same record without its wide decimals.
+    narrow = json.loads(json.dumps(EVERY_KIND))
+    narrow["fields"] = [f for f in narrow["fields"] if f["name"] != "wide"]
+    narrow["fields"][-1]["type"]["fields"].pop()  # nested.wide
+    data = [{k: v for k, v in d.items() if k != "wide"}
+            | {"nested": {k: v for k, v in d["nested"].items() if k != "wide"}} for d in EVERY_KIND_DATA]
+    _same_values(narrow, data, file, outside_utc, store(service, bucket, narrow, data), tables)
 
 
 @settings(max_examples=EXAMPLES, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(st.data())
-def test_shale_read_and_spark_give_the_writers_values(world, outside_utc, draw: st.DataObject) -> None:
+def test_shale_read_and_spark_give_the_writers_values(world, tables, outside_utc, draw: st.DataObject) -> None:
     service, bucket, file = world
     schema = draw.draw(SCHEMAS)
     datums = draw.draw(st.lists(data(schema), min_size=1, max_size=3))
-    _same_values(schema, datums, file, outside_utc, store(service, bucket, schema, datums))
+    _same_values(schema, datums, file, outside_utc, store(service, bucket, schema, datums), tables)
 
 
 @settings(max_examples=EXAMPLES, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(st.data())
-def test_json_schema_documents_too(world, outside_utc, draw: st.DataObject) -> None:
+def test_json_schema_documents_too(world, tables, outside_utc, draw: st.DataObject) -> None:
     service, bucket, file = world
     schema, arrow = draw.draw(ROOTS)
     pairs = draw.draw(st.lists(json_values(schema), min_size=1, max_size=3))
     topic = store_json_schema(service, bucket, schema, [document for document, _ in pairs])
-    _readers_give({f.name: f.type for f in arrow}, [want for _, want in pairs], file, outside_utc, topic)
+    _readers_give({f.name: f.type for f in arrow}, [want for _, want in pairs], file, outside_utc, topic,
+                  tables=tables)
 
 
 @settings(max_examples=EXAMPLES, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(st.data())
-def test_protobuf_messages_too(world, outside_utc, draw: st.DataObject) -> None:
+def test_protobuf_messages_too(world, tables, outside_utc, draw: st.DataObject) -> None:
     service, bucket, file = world
     spec = draw.draw(message_specs())
     built = Built(spec)
@@ -148,7 +241,8 @@ def test_protobuf_messages_too(world, outside_utc, draw: st.DataObject) -> None:
         set_fields(message, sets)
         messages.append(message)
     topic = store_protobuf(service, bucket, as_b64(built.file), messages)
-    _readers_give(declared(spec), [want for _, want in pairs], file, outside_utc, topic, same=unordered)
+    _readers_give(declared(spec), [want for _, want in pairs], file, outside_utc, topic, same=unordered,
+                  tables=tables)
 
 
 def test_a_column_name_spark_would_misread_is_quoted() -> None:

@@ -7,7 +7,9 @@ object on stdin, so that no credential is on a command line:
      "queries": {"name": "SELECT ... FROM shale.tenant.topic", ...}}
 
 and prints ``{"name": [[value, ...], ...], ...}``: the catalog is attached as ``shale``; decimals print as text,
-timestamps in ISO 8601. Without ``catalog``, queries read tables directly (``iceberg_scan('s3://.../x.metadata.json')``).
+timestamps in ISO 8601. Without ``catalog``, queries read tables directly (``iceberg_scan('s3://.../x.metadata.json')``;
+without ``s3``, tables in local folders). ``"copies": {"path": "SELECT ..."}`` writes each query's answer to a
+Parquet file at its path instead (every value in DuckDB's own type, for a caller to compare exactly).
 """
 
 from __future__ import annotations
@@ -44,10 +46,11 @@ def main() -> int:
     for extension in ("httpfs", "avro", "iceberg"):
         import_extension(extension, con=con)
         con.execute(f"LOAD {extension}")
-    s3 = spec["s3"]
-    con.execute(f"CREATE SECRET s3 (TYPE S3, KEY_ID {_quote(s3['key_id'])}, SECRET {_quote(s3['secret'])}, "
-                f"REGION {_quote(s3['region'])}, ENDPOINT {_quote(s3['endpoint'])}, URL_STYLE 'path', "
-                f"USE_SSL {str(s3.get('use_ssl', False)).lower()})")
+    s3 = spec.get("s3")
+    if s3:
+        con.execute(f"CREATE SECRET s3 (TYPE S3, KEY_ID {_quote(s3['key_id'])}, SECRET {_quote(s3['secret'])}, "
+                    f"REGION {_quote(s3['region'])}, ENDPOINT {_quote(s3['endpoint'])}, URL_STYLE 'path', "
+                    f"USE_SSL {str(s3.get('use_ssl', False)).lower()})")
     if spec.get("catalog"):
         auth = "AUTHORIZATION_TYPE 'none'"
         if spec.get("client_id"):
@@ -57,8 +60,10 @@ def main() -> int:
             auth = "SECRET catalog"
         con.execute(f"ATTACH {_quote(spec.get('warehouse') or 'warehouse')} AS shale (TYPE ICEBERG, "
                     f"ENDPOINT {_quote(spec['catalog'])}, {auth}, ACCESS_DELEGATION_MODE 'none')")
+    for path, sql in spec.get("copies", {}).items():
+        con.execute(f"COPY ({sql}) TO {_quote(path)} (FORMAT parquet)")
     out = {name: [_plain(list(row)) for row in con.execute(sql).fetchall()]
-           for name, sql in spec["queries"].items()}
+           for name, sql in spec.get("queries", {}).items()}
     json.dump(out, sys.stdout)
     return 0
 

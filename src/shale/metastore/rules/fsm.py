@@ -121,11 +121,25 @@ def _batch_digest(cmd: CommitIngestBatch) -> str:
 
 def _check_files(meta: BlockMeta) -> None:
     """A block's data file names become object keys under the block's prefix: one path segment each, never
-    meta.json (a name with ``/`` would make its tombstone's deletion fail on every pass)."""
-    for name in {f.name for f in meta.files} | {d.file for d in meta.datasets}:
-        if "/" in name or "\\" in name or name in ("", ".", "..", META_FILENAME) or len(name) > 200:
-            raise CommandRejectedError(f"block {meta.id} names a data file {name[:200]!r}: a file name is one "
-                                       f"path segment, not {META_FILENAME}", reason="malformed")
+    meta.json (a name with ``/`` would make its tombstone's deletion fail on every pass). Names passed once are
+    remembered (blocks repeat a few names: this runs for every block the metastore adds)."""
+    for f in meta.files:
+        if f.name not in _GOOD_NAMES:
+            _check_name(meta, f.name)
+    for d in meta.datasets:
+        if d.file not in _GOOD_NAMES:
+            _check_name(meta, d.file)
+
+
+_GOOD_NAMES: set[str] = set()
+
+
+def _check_name(meta: BlockMeta, name: str) -> None:
+    if "/" in name or "\\" in name or name in ("", ".", "..", META_FILENAME) or len(name) > 200:
+        raise CommandRejectedError(f"block {meta.id} names a data file {name[:200]!r}: a file name is one "
+                                   f"path segment, not {META_FILENAME}", reason="malformed")
+    if len(_GOOD_NAMES) < 4096:
+        _GOOD_NAMES.add(name)
 
 
 def _check_batch(cmd: CommitIngestBatch) -> None:
