@@ -40,6 +40,9 @@ from shale.restore.task import record_size
 ROOT = Path(__file__).resolve().parents[2]
 T0 = (int(time.time()) - 3600) * 1000  # within the broker's retention (7 days by default)
 PARTITIONS = 3
+"""Partitions the test records are produced to."""
+SOURCE_PARTITIONS = PARTITIONS + 1
+"""The source topic's partitions: its last one never holds a record."""
 COUNT = 3000
 Record = tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int]
 
@@ -103,7 +106,7 @@ def backed_up(kafka: Any, minio: Any, spark: Any, tmp_path_factory: pytest.TempP
     bucket = BucketConfig(url=f"s3://{name}", endpoint=minio.endpoint, access_key_id=minio.access_key,
                           secret_access_key=minio.secret_key, allow_http=True)
     topic = f"orders-{uuid.uuid4().hex[:6]}"
-    create_topic(kafka.bootstrap_servers, topic, PARTITIONS)
+    create_topic(kafka.bootstrap_servers, topic, SOURCE_PARTITIONS)
     produce(kafka.bootstrap_servers, topic)
     records = read_topic(kafka.bootstrap_servers, topic, PARTITIONS)
     assert sum(len(r) for r in records.values()) == COUNT
@@ -139,6 +142,10 @@ def test_a_deleted_topic_is_restored_record_for_record(kafka: Any, spark: Any, b
     report = restore(backed_up, spark, backed_up.topic, commit_every=700)
     assert report.ok, report
     assert report.plan["records"] == COUNT
+    # The source is gone: its partition count is what ingestion committed, the last one that never held a record
+    # included (issue 54, point 14: it was missed), so the recreated topic has every partition it had.
+    assert (report.plan["source_partitions"], report.plan["source_partitions_from"]) == (SOURCE_PARTITIONS, "metastore")
+    assert len(admin.list_topics(backed_up.topic, timeout=10).topics[backed_up.topic].partitions) == SOURCE_PARTITIONS
     assert report.warnings == []
     assert [g for p in report.plan["partitions"] for g in p["gaps"]] == []
     assert read_topic(kafka.bootstrap_servers, backed_up.topic, PARTITIONS) == backed_up.records
@@ -263,7 +270,7 @@ def test_a_gap_is_reported_before_anything_is_sent_and_stops_only_its_partition(
     assert again.warnings == [f"the target topic {target} already holds records: a restore adds to them only with "
                               "--into-existing (a consumer would read both)"]
     text = report_text(again)
-    assert f"-> {target} (exists, {PARTITIONS} partitions)" in text
+    assert f"-> {target} (exists, {SOURCE_PARTITIONS} partitions)" in text
     assert f"[{held},{held + 500}) " in text
     assert text.splitlines()[-1].startswith("warning: the target topic")
 
@@ -319,7 +326,7 @@ def test_a_record_over_the_target_s_max_message_bytes_stops_its_partition_there(
     limit = max(max(s) for s in sizes.values()) - 1
     assert any(limit in s for s in sizes.values())  # some records are exactly at the limit
     target = f"{backed_up.topic}-small"
-    create_topic_with(kafka.bootstrap_servers, target, PARTITIONS, **{"max.message.bytes": str(limit)})
+    create_topic_with(kafka.bootstrap_servers, target, SOURCE_PARTITIONS, **{"max.message.bytes": str(limit)})
     report = restore(backed_up, spark, target, commit_every=300)
     assert not report.ok
     got = read_topic(kafka.bootstrap_servers, target, PARTITIONS)
@@ -336,7 +343,7 @@ def test_oversized_records_go_to_the_bucket_when_asked_and_progress_is_reported(
     sizes = _sizes(backed_up)
     limit = max(max(s) for s in sizes.values()) - 1
     target = f"{backed_up.topic}-dead"
-    create_topic_with(kafka.bootstrap_servers, target, PARTITIONS, **{"max.message.bytes": str(limit)})
+    create_topic_with(kafka.bootstrap_servers, target, SOURCE_PARTITIONS, **{"max.message.bytes": str(limit)})
     lines: list[ProgressLine] = []
     job = restore_job(backed_up, spark, target, dead_letter=True)
     job.on_progress, job.progress_interval = (lambda _, line: lines.append(line)), 0.5
@@ -371,7 +378,7 @@ def test_oversized_records_go_to_the_bucket_when_asked_and_progress_is_reported(
 def test_a_log_append_time_target_is_refused_before_anything_is_sent(kafka: Any, spark: Any,
                                                                       backed_up: BackedUp) -> None:
     target = f"{backed_up.topic}-appendtime"
-    create_topic_with(kafka.bootstrap_servers, target, PARTITIONS, **{"message.timestamp.type": "LogAppendTime"})
+    create_topic_with(kafka.bootstrap_servers, target, SOURCE_PARTITIONS, **{"message.timestamp.type": "LogAppendTime"})
     report = restore(backed_up, spark, target)
     assert not report.executed
     assert "LogAppendTime" in report.why_not

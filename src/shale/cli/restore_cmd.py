@@ -80,8 +80,9 @@ def _offsets(text: str) -> dict[int, tuple[int, int]]:
 @click.option("--incarnation-at", default=None, help="The incarnation that was live at this time.")
 @click.option("--partitions", type=int, default=None, help="Partitions of a target topic the restore creates.")
 @click.option("--source-partitions", type=click.IntRange(min=1), default=None,
-              help="The source topic's partition count, when it is gone and its last partitions never held a "
-                   "record (default: the live source topic's, else the partitions the metastore saw records of).")
+              help="The source topic's partition count, when it is gone (default: the live source topic's, else "
+                   "the partitions the backup group committed; a topic backed up before 2026-12-04 lacks its last "
+                   "partitions that never held a record).")
 @click.option("--job", default="", help="Name of the restore job (default: derived from what it restores).")
 @click.option("--commit-every", type=click.IntRange(min=1), default=20_000, show_default=True,
               help="Records per Kafka transaction.")
@@ -213,8 +214,9 @@ def offsets_cmd(ctx: click.Context, tenant: str, topic: str, target_topic: str |
 
 _COUNTED = {
     "kafka": "the source topic's own count", "operator": "--source-partitions",
-    "metastore": "the partitions records were backed up from: the source topic is not on the target's cluster; a "
-                 "last partition that never held a record is not counted, give --source-partitions if it had one",
+    "metastore": "the partitions the backup group committed: the source topic is not on the target's cluster; a "
+                 "topic backed up before 2026-12-04 lacks a last partition that never held a record, give "
+                 "--source-partitions if it had one",
 }
 
 

@@ -52,10 +52,11 @@ class LeaseLostError(IngestConflictError):
 
 def batch_commit(written: Sequence[Written], ranges: Sequence[PartitionRange], *, group: str, generation: int,
                  writer: Literal["ingest", "reprocess"], batch: str, lease: int | None = None,
-                 shard: int = 0) -> CommitIngestBatch:
+                 shard: int = 0, quiet: Sequence[PartitionRange] = ()) -> CommitIngestBatch:
     """The one command that commits a batch: every planned range, exactly, with every block its chunks wrote.
     The chunks of each partition must tile its planned range (a retried task rewrites the same chunks). ``lease``
-    is the writer's ingest lease token on ``shard`` (None only for writers that never lease: reprocess jobs)."""
+    is the writer's ingest lease token on ``shard`` (None only for writers that never lease: reprocess jobs).
+    ``quiet``: empty ranges of partitions never committed (``BatchPlan.quiet``), committed as they are."""
     by_partition: dict[tuple[str, int], list[Written]] = defaultdict(list)
     for w in written:
         by_partition[(w.topic, w.partition)].append(w)
@@ -73,6 +74,10 @@ def batch_commit(written: Sequence[Written], ranges: Sequence[PartitionRange], *
                                    incarnation=r.incarnation, stored=sum(c.records for c in chunks),
                                    bytes=sum(c.bytes for c in chunks)))
         blocks += [b for c in chunks for b in c.blocks]
+    planned = {(r.topic, r.partition) for r in ranges}
+    offsets += [OffsetRange(topic=q.topic, partition=q.partition, start=q.start, end=q.start,
+                            incarnation=q.incarnation, stored=0, bytes=0)
+                for q in quiet if (q.topic, q.partition) not in planned]
     blocks = list({b.id: b for b in blocks}.values())  # a chunk's block of several partitions is named by each
     if by_partition:
         raise IngestConflictError(f"tasks wrote partitions the batch did not plan: {sorted(by_partition)}")

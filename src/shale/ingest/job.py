@@ -162,8 +162,9 @@ class IngestJob:
         paused on the Schema Registry and there was nothing to commit)."""
         started = time.perf_counter()
         written, paused = self.spark.read(plan)
-        topics = describe_topics(self.config.kafka, {r.topic for r in plan.ranges}, client=self.kafka_admin)
-        changed = recreated(plan.ranges, {name: t.incarnation for name, t in topics.items()})
+        topics = describe_topics(self.config.kafka, {r.topic for r in plan.ranges + plan.quiet},
+                                 client=self.kafka_admin)
+        changed = recreated(plan.ranges + plan.quiet, {name: t.incarnation for name, t in topics.items()})
         if changed:  # the blocks written stay orphans, removed by the bucket cleaner's rule
             raise RetryableError(f"topics {changed} were deleted and recreated while this batch read them; it is "
                                  "not committed and is planned again for the new incarnation")
@@ -172,7 +173,7 @@ class IngestJob:
         ranges = commit_ranges(plan.ranges, paused)
         command = batch_commit(written, ranges, group=self.group, generation=self.generation, writer="ingest",
                                batch=f"{self.run_id}/{self.batches}", lease=self.lease.token,
-                               shard=self.lease.shard)
+                               shard=self.lease.shard, quiet=plan.quiet if ranges else ())
         # What the commit holds, for a history check of the commits (the partition tests read it from the log).
         log.debug("batch commit", extra={
             "group": self.group, "batch": command.batch, "lease": command.lease, "shard": command.shard,

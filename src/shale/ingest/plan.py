@@ -81,6 +81,10 @@ class BatchPlan:
     """Offsets between each partition's start and Kafka's end (what is left after this plan: lag - planned)."""
     held: list[TopicPartition] = field(default_factory=list)
     """Partitions with records to read that this plan leaves out because the caller holds them."""
+    quiet: list[PartitionRange] = field(default_factory=list)
+    """Partitions of a topic's current incarnation never committed and with nothing to read now, as empty ranges
+    ``[start, start)``: a batch commits them with its ranges, so the metastore knows every partition of the topic,
+    those that never held a record too (restore counts a source's partitions from what ingestion committed)."""
 
     @property
     def offsets(self) -> int:
@@ -132,6 +136,8 @@ def plan_batch(incarnations: Mapping[str, str], bounds: Mapping[TopicPartition, 
                 continue
         else:
             start = max(earliest, min(end, starts.get(tp, earliest)))
+            if start == end:
+                plan.quiet.append(PartitionRange(topic, partition, incarnation, start, start))
         stop = min(end, targets[tp]) if targets is not None and tp in targets else end
         plan.lag[tp] = max(0, end - start)
         if stop > start and tp in held:

@@ -83,8 +83,8 @@ class RestorePlan:
     partitions: list[PartitionPlan]
     counted_from: str = "metastore"
     """Where the source's partition count comes from: ``kafka`` (the source topic itself, same incarnation),
-    ``operator`` (``--source-partitions``) or ``metastore`` (the partitions ingestion committed: a last partition
-    that never held a record is not among them)."""
+    ``operator`` (``--source-partitions``) or ``metastore`` (the partitions ingestion committed: every one since
+    ingestion commits a partition that never held a record as an empty range, ``BatchPlan.quiet``)."""
 
     @property
     def oldest_ms(self) -> int:
@@ -215,7 +215,8 @@ def build_plan(blocks: Sequence[BlockMeta], *, tenant: str, topic: str, incarnat
     source's). The source's partition count is ``counted`` when known (from Kafka, ``source_count``, or the
     operator: ``counted_from``), else one more than the highest partition of the incarnation that ingestion ever
     committed (``recorded``, ``recorded_partitions``) or that a block holds: a partition whose blocks retention
-    removed, or that has been quiet since, still counts; one that never held a record leaves no such fact. A count
+    removed, or that has been quiet since, still counts; so does one that never held a record (committed as an empty
+    range), except in a topic backed up before ingestion did so. A count
     below those facts is refused (it would put records in partitions the topic does not have)."""
     per: dict[int, list[Interval]] = defaultdict(list)
     for meta in blocks:

@@ -79,3 +79,31 @@ def test_a_topic_recreated_while_its_batch_read_it_is_not_committed() -> None:
               PartitionRange("web", 0, old, 0, 3), PartitionRange("legacy", 0, "", 0, 3)]
     assert recreated(ranges, {"app": new, "web": old, "legacy": new}) == ["app"]
     assert recreated(ranges, {"app": old, "web": old}) == []  # gone after the read: what it read was the old topic
+
+
+def test_partitions_that_never_held_a_record_are_committed_once_as_empty_ranges(tmp_path) -> None:
+    """Issue 54, point 14: a partition with nothing to read that was never committed is carried by the plan as an
+    empty range, committed with the batch's ranges: the metastore then knows every partition of the topic, and a
+    restore counts the source's partitions from it when the source topic is gone (none of them held a record)."""
+    from shale.ingest.committer import batch_commit
+    from shale.metastore import MetastoreService, SingleNodeLog, StateMachine
+    from shale.restore.plan import recorded_partitions
+
+    bounds = {("t", 0): (0, 10), ("t", 1): (0, 0), ("t", 2): (5, 5), ("t", 3): (0, 7)}
+    plan = plan_batch({"t": A}, bounds, {("t", 3): (7, A)}, {}, ROOMY, 1)
+    assert plan.ranges == [PartitionRange("t", 0, A, 0, 10)]
+    assert plan.quiet == [PartitionRange("t", 1, A, 0, 0), PartitionRange("t", 2, A, 5, 5)]  # not 3: committed
+    assert plan.offsets == 10
+    command = batch_commit([], [], group="backup", generation=1, writer="ingest", batch="b", quiet=plan.quiet)
+    assert [(r.partition, r.start, r.end, r.stored) for r in command.ranges] == [(1, 0, 0, 0), (2, 5, 5, 0)]
+    state = StateMachine(tmp_path / "state.db")
+    service = MetastoreService(state, SingleNodeLog(state))
+    assert service.submit(command).ok
+    rows = service.offsets("backup", 1)
+    assert sorted((r.partition, r.committed_end) for r in rows) == [(1, 0), (2, 5)]
+    assert recorded_partitions(rows, "t", A) == {1, 2}
+    # Committed: the next plans carry them no more, and a record arriving later is read from where they stood.
+    committed = {("t", r.partition): (r.committed_end, r.incarnation) for r in rows}
+    later = plan_batch({"t": A}, {**bounds, ("t", 2): (5, 8)}, committed, {}, ROOMY, 1)
+    assert later.quiet == []
+    assert PartitionRange("t", 2, A, 5, 8) in later.ranges

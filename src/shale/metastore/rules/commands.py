@@ -86,7 +86,9 @@ class AddBlocks(_Command):
 
 class CommitIngestBatch(_Command):
     """Atomically add one batch's blocks and advance its committed offsets. Accepted only when every range
-    starts at its partition's committed end, or when the whole batch is an exact replay (a no-op)."""
+    starts at its partition's committed end, or when the whole batch is an exact replay (a no-op). An empty range
+    ``[s, s)`` records a partition never committed before at ``s`` (one that never held a record: restore counts
+    a topic's partitions from the committed ones) and is otherwise ignored."""
 
     from_clients = True
 

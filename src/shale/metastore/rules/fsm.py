@@ -251,6 +251,10 @@ def _commit_ingest_batch(w: IndexWriter, cmd: CommitIngestBatch, entry: Entry) -
         incarnation = (offset_store.committed(conn, *group, r.topic, r.partition) or (0, "", ""))[1]
         offset_store.record_commit(conn, *group, r.topic, r.partition, r.incarnation or incarnation, r.start, r.end,
                                    digest, entry.time_ms, COMMITS_KEPT_PER_PARTITION)
+    for r in cmd.ranges:  # a partition never committed, with nothing to read (``BatchPlan.quiet``): now known
+        if r.end == r.start and offset_store.committed(conn, *group, r.topic, r.partition) is None:
+            offset_store.set_committed_end(conn, *group, r.topic, r.partition, r.end, 0, entry.time_ms,
+                                           incarnation=r.incarnation, writer=cmd.writer, skipped=0)
     record_load(w, cmd, entry.time_ms)
     # After the offsets: whether the generation has caught up is decided by what this commit brings too.
     switches = switch_when_caught_up(w, cmd) if cmd.group == "partition" and cmd.writer == "ingest" else {}
