@@ -69,9 +69,10 @@ WHOLE_OBJECT_BYTES = 1 << 20
 ICEBERG_COPIES_DIR = "iceberg-copies"
 """``shale.iceberg.files.COPIES_DIR``: the erase package cannot import the Iceberg one (layering)."""
 NOT_SEARCHED = (
-    "Iceberg metadata under the catalog's warehouse (manifests keep each data file's column bounds, truncated to "
-    "16 bytes: a key or value of the erased records may remain in the bounds of a manifest no retained snapshot "
-    "names)",
+    "Iceberg metadata under the catalog's warehouse of files registered before 2026-12-04 (manifests then kept "
+    "each data file's column bounds, a value's first 16 bytes, also in the DELETED entry of the snapshot that "
+    "removes the file: a key or value of the erased records may remain there; tables keep no bounds of record "
+    "contents since)",
     "the metastore's Raft journal until its next snapshot (the request's log entry carries the key)",
 )
 """What Shale writes that this scan does not read, named in every receipt."""

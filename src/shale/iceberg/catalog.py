@@ -40,6 +40,16 @@ TABLE_PROPERTIES = {
     "commit.manifest-merge.enabled": "true",
     "shale.owner": "shale",
 }
+METRICS_PROPERTIES = {
+    # Manifests keep no bounds of a record's contents (key, value, headers, the parser's columns): a bound is a
+    # value's first 16 bytes, and a data file's entry (its DELETED entry too, in the snapshot that removes it)
+    # would keep an erased key or value in metadata no erasure rewrites. Counts only, except for the columns
+    # engines prune by, which hold no content (docs/design/erasure.md 19.6).
+    "write.metadata.metrics.default": "counts",
+    **{f"write.metadata.metrics.column.{c}": "full"
+       for c in ("topic", "partition", "offset", "timestamp", "timestamp_type", "event_time", "dt", "hour")},
+}
+TABLE_PROPERTIES.update(METRICS_PROPERTIES)
 TABLE_OWNER = "shale.owner"
 """The property marking a table Shale created: a table without it is never written."""
 FAILPOINT_BEFORE_CATALOG_COMMIT = "iceberg.before-catalog-commit"

@@ -41,6 +41,7 @@ from shale.block import BlockMeta, block_file_key, decode_column_types
 from shale.config import ShaleConfig, granted_delete_delay
 from shale.errors import NotFoundError, ShaleError
 from shale.iceberg.catalog import (
+    METRICS_PROPERTIES,
     SUMMARY_DELETE_DELAY,
     SUMMARY_ERASURES,
     SUMMARY_EXPIRES,
@@ -652,6 +653,9 @@ class IcebergPublisher:
         if released:
             properties[SUMMARY_RELEASED] = json.dumps(released)
         with table.transaction() as tx:
+            stale = {k: v for k, v in METRICS_PROPERTIES.items() if tx.table_metadata.properties.get(k) != v}
+            if stale:  # a table created before them: files registered from now on keep no content bounds
+                tx.set_properties(stale)
             add = self._evolve(key, tx, add)
             if not remove and not add:
                 return 0  # every file refused (logged): nothing to commit

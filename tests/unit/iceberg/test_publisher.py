@@ -144,3 +144,28 @@ def test_case9_an_upgrade_changes_the_table_only_when_the_new_generation_has_cau
     assert after == query_rows(service, bucket, TENANT, TOPIC, *everything)
     assert sum(after.values()) == 400
     assert all("-g2-" in str(row) for row in after)
+
+
+def test_a_table_created_before_the_metrics_properties_gets_them_with_its_next_snapshot(setup) -> None:
+    """Manifests keep no bounds of a record's contents (an erased key would stay in them): a table of an earlier
+    release, which kept every column's bounds, gets the properties with its next snapshot, and the files registered
+    from then on keep bounds of the columns engines prune by only."""
+    from shale.iceberg.catalog import METRICS_PROPERTIES
+
+    config, service, publisher = setup
+    bucket = open_bucket(config.bucket)
+    commit(service, [write_records_block(bucket, TENANT, TOPIC, 0, 0, 10, T0)])
+    assert publisher.run_once() == 1
+    table = publisher.catalog.load_table(identifier(TENANT, TOPIC))
+    with table.transaction() as tx:  # as an earlier release created it
+        tx.remove_properties(*METRICS_PROPERTIES)
+    fresh = publisher_setup(Path(config.bucket.url.removeprefix("file://")).parent)[2]  # a new process: no cache
+    commit(service, [write_records_block(bucket, TENANT, TOPIC, 0, 10, 10, T0 + 1000)])
+    assert fresh.run_once() == 1
+    table = publisher.catalog.load_table(identifier(TENANT, TOPIC))
+    assert {k: table.properties.get(k) for k in METRICS_PROPERTIES} == METRICS_PROPERTIES
+    newest = max(table.scan().plan_files(), key=lambda t: t.file.file_path.split("/")[-2]).file
+    names = {f.field_id: f.name for f in table.schema().fields}
+    assert {names[i] for i in newest.upper_bounds} <= {"topic", "partition", "offset", "timestamp",
+                                                        "timestamp_type", "event_time", "dt", "hour"}
+    assert "offset" in {names[i] for i in newest.upper_bounds}
