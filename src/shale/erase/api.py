@@ -25,6 +25,7 @@ watermarks the run would use).
 from __future__ import annotations
 
 import base64
+import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -89,9 +90,20 @@ class ErasureRequest:
         """The request's first erasure's id (``id_at(0)``)."""
         return self.id_at(0)
 
+    @property
+    def key_sha256(self) -> str:
+        """What a request by key sends in place of the key (``RequestErasure.key_sha256``); '' by column."""
+        return "" if self.column else hashlib.sha256(self.key).hexdigest()
+
     def id_at(self, round_: int) -> str:
         """The id of the request's erasure ``round_`` (0: the first; each later one a request made again once the
         one before was past ``requested``)."""
+        return erasure_id(self.tenant, self.topics, b"" if self.column else self.key, self.column,
+                          self.value_sha256, round_, self.key_sha256)
+
+    def legacy_id_at(self, round_: int) -> str:
+        """The id a release before 2026-12-04 gave round ``round_`` of a request by key (named by the key itself;
+        the same as ``id_at`` by column)."""
         return erasure_id(self.tenant, self.topics, self.key, self.column, self.value_sha256, round_)
 
 
@@ -321,6 +333,19 @@ def open_round(metastore: ErasureReads, request: ErasureRequest) -> tuple[int, d
     return round_, None
 
 
+def legacy_round(metastore: ErasureReads, request: ErasureRequest) -> tuple[int, dict[str, Any]] | None:
+    """A round of a request by key that a release before 2026-12-04 requested (named by the key) and that is still
+    ``requested`` (killed before its plan): resumed as it was named, so it never stays requested."""
+    if request.column:
+        return None
+    round_ = 0
+    while rows := metastore.erasures(request.legacy_id_at(round_)):
+        if rows[0]["state"] == "requested":
+            return round_, rows[0]
+        round_ += 1
+    return None
+
+
 def erase(metastore: ErasureMetastore, bucket: BucketConfig, request: ErasureRequest, *,
           kafka: KafkaConfig | None = None, dry_run: bool = True, by: str = "", wait: float = 120.0,
           sleep: Callable[[float], None] = time.sleep) -> ErasureReport:
@@ -334,8 +359,9 @@ def erase(metastore: ErasureMetastore, bucket: BucketConfig, request: ErasureReq
     the partitions behind in ``unindexed`` instead)."""
     blocks = metastore.tenant_blocks(request.tenant)
     topics = _topics(request, blocks)
-    round_, row = open_round(metastore, request)
-    erasure = request.id_at(round_)
+    legacy = legacy_round(metastore, request)
+    round_, row = legacy or open_round(metastore, request)
+    erasure = (request.legacy_id_at if legacy else request.id_at)(round_)
     scanned = "partition" if request.column else "backup"
     if row is not None:
         marks = Watermarks(row["watermarks"])
@@ -344,7 +370,7 @@ def erase(metastore: ErasureMetastore, bucket: BucketConfig, request: ErasureReq
     else:
         marks = request_watermarks([b for b in blocks if b.group == scanned], topics, None)
     report = ErasureReport(id=erasure, dry_run=dry_run, state="dry-run" if dry_run else "requested",
-                           previous=request.id_at(round_ - 1) if round_ else "",
+                           previous=(request.legacy_id_at if legacy else request.id_at)(round_ - 1) if round_ else "",
                            watermarks=[m.model_dump() for m in marks.marks], unnamed=marks.unnamed,
                            delete_delay=row["delete_delay_ms"] / 1000 if row else request.delete_delay)
     reader = open_bucket(bucket)
@@ -355,7 +381,10 @@ def erase(metastore: ErasureMetastore, bucket: BucketConfig, request: ErasureReq
         blocks = metastore.tenant_blocks(request.tenant)  # those the wait saw committed
         answer = metastore_writer(metastore).submit(RequestErasure(
             id=erasure, round=round_, by=by, tenant=request.tenant, topics=sorted(set(request.topics)),
-            key=base64.b64encode(request.key).decode(), column=request.column, value_sha256=request.value_sha256,
+            # Only the key's hash reaches the metastore's log (a round an earlier release requested is resumed
+            # with the key it was named by).
+            key=base64.b64encode(request.key).decode() if legacy else "",
+            key_sha256="" if legacy else request.key_sha256, column=request.column, value_sha256=request.value_sha256,
             watermarks=marks.marks, unnamed=marks.unnamed,
             delete_delay_ms=int(request.delete_delay * 1000))).raise_for_rejection()
         report.by, report.requested_at = answer.data["by"], answer.data["requested_at"]

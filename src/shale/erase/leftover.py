@@ -73,7 +73,8 @@ NOT_SEARCHED = (
     "each data file's column bounds, a value's first 16 bytes, also in the DELETED entry of the snapshot that "
     "removes the file: a key or value of the erased records may remain there; tables keep no bounds of record "
     "contents since)",
-    "the metastore's Raft journal until its next snapshot (the request's log entry carries the key)",
+    "the metastore's Raft journal until its next snapshot, for requests made before 2026-12-04 (their log "
+    "entries carry the key; requests since carry its SHA-256 only)",
 )
 """What Shale writes that this scan does not read, named in every receipt."""
 

@@ -151,12 +151,14 @@ def test_a_watermark_bounds_its_own_incarnation_and_a_legacy_one_every_incarnati
 def test_a_request_committed_without_incarnations_is_still_read(service: MetastoreService) -> None:
     """The previous release's log entry and row: watermarks without incarnation."""
     request = ErasureRequest("acme", ERASED, topics=["app"])
-    entry = {"kind": "RequestErasure", "id": request.id, "tenant": "acme", "topics": ["app"],
+    legacy = request.legacy_id_at(0)  # named by the key, as the previous release did
+    entry = {"kind": "RequestErasure", "id": legacy, "tenant": "acme", "topics": ["app"],
              "key": base64.b64encode(ERASED).decode(), "watermarks": [{"topic": "app", "partition": 0, "end": 5}]}
     service.submit(RequestErasure.model_validate(entry)).raise_for_rejection()
-    assert service.erasures(request.id)[0]["watermarks"] == [{"topic": "app", "partition": 0, "end": 5,
-                                                              "incarnation": "", "older": False}]
-    assert erasure_status(service, request.id).unnamed == "older"
+    assert service.erasures(legacy)[0]["watermarks"] == [{"topic": "app", "partition": 0, "end": 5,
+                                                          "incarnation": "", "older": False}]
+    assert service.erasures(legacy)[0]["key_sha256"] == request.key_sha256
+    assert erasure_status(service, legacy).unnamed == "older"
 
 
 def _previous_rule(marks: list[dict[str, object]], partition: int, offset: int, incarnation: str) -> bool:
@@ -261,20 +263,45 @@ def test_the_same_request_made_again_after_the_first_is_a_new_erasure(
     assert not [o for b in service.tenant_blocks("acme") for o in _stored_keyed(store, b)]
 
 
+@pytest.mark.parametrize("legacy", [False, True])
 def test_a_request_killed_before_its_plan_is_resumed_with_its_own_watermarks(
-        service: MetastoreService, bucket: BucketConfig, kafka_ends: dict[str, tuple[int, str]]) -> None:
+        service: MetastoreService, bucket: BucketConfig, kafka_ends: dict[str, tuple[int, str]], legacy: bool) -> None:
+    """``legacy``: the request was made by the previous release (named by the key, carrying it) and killed before
+    its plan; this release resumes it under that name, so it never stays requested."""
     store = open_bucket(bucket)
     service.submit(AddBlocks(blocks=[_backup(store, 0, 20, NEW)]))
     request = ErasureRequest("acme", ERASED, topics=["app"])
     marks = [ErasureWatermark(topic="app", partition=0, end=11, incarnation=NEW)]
-    service.submit(RequestErasure(id=request.id, tenant="acme", topics=["app"],
-                                  key=base64.b64encode(ERASED).decode(), watermarks=marks)).raise_for_rejection()
+    named = request.legacy_id_at(0) if legacy else request.id
+    what = {"key": base64.b64encode(ERASED).decode()} if legacy else {"key_sha256": request.key_sha256}
+    service.submit(RequestErasure(id=named, tenant="acme", topics=["app"], watermarks=marks,
+                                  **what)).raise_for_rejection()
     kafka_ends["app"] = (20, NEW)  # Kafka is further now: the recorded watermarks stand
     for dry_run in (True, False):
         report = erase(service, bucket, request, kafka=KAFKA, dry_run=dry_run)
-        assert (report.id, report.previous) == (request.id, "")
+        assert (report.id, report.previous) == (named, "")
         assert [r["offset"] for r in report.records] == [3, 10]
-    assert erasure_status(service, request.id).state == "rewriting"
+    assert erasure_status(service, named).state == "rewriting"
+
+
+def test_no_command_an_erasure_by_key_sends_holds_the_key(service: MetastoreService, bucket: BucketConfig) -> None:
+    """The metastore's Raft log keeps its entries until the next snapshot: a request names the key by its SHA-256
+    only (before 2026-12-04 every request's entry carried the key, base64)."""
+    store = open_bucket(bucket)
+    service.submit(AddBlocks(blocks=[_backup(store, 0, 20, NEW)]))
+    sent: list[bytes] = []
+    submit = service.submit
+
+    def recorded(command: Any) -> Any:
+        sent.append(command.model_dump_json().encode())
+        return submit(command)
+
+    service.submit = recorded  # type: ignore[method-assign]
+    report = erase(service, bucket, ErasureRequest("acme", ERASED, topics=["app"]), dry_run=False)
+    assert report.records
+    assert sent
+    assert not [c for c in sent if ERASED in c or base64.b64encode(ERASED) in c]
+    assert service.erasures(report.id)[0]["key_sha256"] == hashlib.sha256(ERASED).hexdigest()
 
 
 def test_a_round_is_requested_once_and_only_after_the_one_before(service: MetastoreService) -> None:
@@ -282,7 +309,7 @@ def test_a_round_is_requested_once_and_only_after_the_one_before(service: Metast
 
     def command(round_: int) -> RequestErasure:
         return RequestErasure(id=request.id_at(round_), round=round_, tenant="acme", topics=["app"],
-                              key=base64.b64encode(ERASED).decode())
+                              key_sha256=request.key_sha256)
 
     with pytest.raises(CommandRejectedError, match="not requested"):
         service.submit(command(1)).raise_for_rejection()
@@ -294,3 +321,6 @@ def test_a_round_is_requested_once_and_only_after_the_one_before(service: Metast
     with pytest.raises(CommandRejectedError, match="does not name"):
         service.submit(wrong).raise_for_rejection()
     assert len({request.id_at(r) for r in range(50)}) == 50
+    both = command(0).model_copy(update={"key": base64.b64encode(ERASED).decode()})
+    with pytest.raises(CommandRejectedError, match="not both"):
+        service.submit(both).raise_for_rejection()

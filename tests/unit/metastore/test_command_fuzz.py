@@ -6,6 +6,7 @@ replicas fed the same entries agree. Budget: ``EXAMPLES`` sequences of up to 12 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import tempfile
 from pathlib import Path
@@ -52,6 +53,7 @@ GROUPS = st.sampled_from(["backup", "partition"])
 SMALL = st.integers(min_value=0, max_value=5)
 HOLDERS = st.sampled_from(["d1", "d2"])
 TOKENS = st.none() | st.integers(min_value=1, max_value=12)  # a token is a log index: at most the batch's length
+K1_SHA256 = hashlib.sha256(b"k1").hexdigest()
 OFFSET = st.integers(min_value=0, max_value=40).map(lambda x: x * 10)
 
 
@@ -110,9 +112,11 @@ def commands(draw: st.DrawFn) -> Any:
         "AcknowledgeOffsetLoss": lambda: AcknowledgeOffsetLoss(
             group=group, generation=1, topic="app", partition=0, start=draw(OFFSET), end=draw(OFFSET)),
         "TrimBlockChanges": lambda: TrimBlockChanges(through=draw(st.integers(0, 20))),
-        "RequestErasure": lambda: RequestErasure(
-            id=draw(st.sampled_from([erasure_id(tenant, [], b"k1"), "0123456789abcdef"])), tenant=tenant,
-            key=base64.b64encode(b"k1").decode()),
+        "RequestErasure": lambda: draw(st.sampled_from([
+            RequestErasure(id=draw(st.sampled_from([erasure_id(tenant, [], b"k1"), "0123456789abcdef"])),
+                           tenant=tenant, key=base64.b64encode(b"k1").decode()),
+            RequestErasure(id=draw(st.sampled_from([erasure_id(tenant, [], b"", key_sha256=K1_SHA256),
+                                                    "0123456789abcdef"])), tenant=tenant, key_sha256=K1_SHA256)])),
         "PlanErasure": lambda: PlanErasure(
             id=draw(st.sampled_from([erasure_id(tenant, [], b"k1"), "0123456789abcdef"])),
             positions=[ErasedPosition(topic="app", partition=0, offset=draw(OFFSET))

@@ -225,7 +225,8 @@ class ErasedPosition(BaseModel):
 
 
 class RequestErasure(_Command):
-    """``shale erase``: erase every record of one tenant whose key is ``key`` (base64 of the key's bytes), or whose
+    """``shale erase``: erase every record of one tenant whose key has SHA-256 ``key_sha256`` (or is ``key``, base64
+    of the key's bytes, as requests of releases before 2026-12-04 named it), or whose
     typed ``column`` holds the value of SHA-256 ``value_sha256``, from
     ``topics`` (empty: all of the tenant's topics), of the records Kafka held when it was asked, or without Kafka
     the index held (``watermarks``, naming every partition and topic incarnation the request knew: ``unnamed``).
@@ -243,7 +244,10 @@ class RequestErasure(_Command):
     by: str = Field(default="", max_length=200)
     tenant: str = Field(max_length=200)
     topics: list[str] = Field(default_factory=list, max_length=10_000)
-    key: str = Field(max_length=1_400_000, description="the record key's bytes, base64 ('' with column)")
+    key: str = Field(default="", max_length=1_400_000, description="the record key's bytes, base64 ('' with "
+                     "column or key_sha256: requests of releases before 2026-12-04 carry it)")
+    key_sha256: str = Field(default="", pattern=r"^([0-9a-f]{64})?$", description="the SHA-256 of the record "
+                            "key's bytes, in place of key: what the erasure matches, so no log entry holds the key")
     column: str = Field(default="", max_length=1000, description="erase by a typed column's value instead of a "
                         "key: the column's path in the partition group (customer.id)")
     value_sha256: str = Field(default="", pattern=r"^([0-9a-f]{64}(,[0-9a-f]{64}){0,7})?$", description="with "

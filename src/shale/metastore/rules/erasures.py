@@ -38,11 +38,15 @@ JOB_PREFIX = "erasure:"
 
 
 def erasure_id(tenant: str, topics: Iterable[str], key: bytes, column: str = "", value_sha256: str = "",
-               round_: int = 0) -> str:
+               round_: int = 0, key_sha256: str = "") -> str:
     """What names an erasure: the same tenant, topics and key (or column and value hash) are one request, and
     ``round_`` counts the times it was made again after the one before got past ``requested`` (round 0 is named
-    as before rounds existed)."""
-    what: list[object] = [base64.b64encode(key).decode()] if not column else ["column", column, value_sha256]
+    as before rounds existed). A request by ``key_sha256`` (the key's SHA-256, in place of the key: since
+    2026-12-04) is named by that hash, so the metastore checks its id without ever holding the key."""
+    if key_sha256 and not column:
+        what: list[object] = ["key-sha256", key_sha256]
+    else:
+        what = [base64.b64encode(key).decode()] if not column else ["column", column, value_sha256]
     text = json.dumps([tenant, sorted(set(topics)), *what, *([round_] if round_ else [])])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -120,9 +124,11 @@ def erasure_of(job: str) -> str | None:
 
 def apply_request(w: IndexWriter, cmd: RequestErasure, index: int, time_ms: int) -> Result:
     key = _key_bytes(cmd.key)
-    if cmd.column and (key or not cmd.value_sha256):
+    if cmd.column and (key or not cmd.value_sha256 or cmd.key_sha256):
         raise CommandRejectedError("an erasure by column names the value's SHA-256 and no key", reason="malformed")
-    if erasure_id(cmd.tenant, cmd.topics, key, cmd.column, cmd.value_sha256, cmd.round) != cmd.id:
+    if cmd.key_sha256 and key:
+        raise CommandRejectedError("an erasure names its key or the key's SHA-256, not both", reason="malformed")
+    if erasure_id(cmd.tenant, cmd.topics, key, cmd.column, cmd.value_sha256, cmd.round, cmd.key_sha256) != cmd.id:
         raise CommandRejectedError(f"erasure id {cmd.id} does not name tenant {cmd.tenant}, these topics, key and "
                                    f"round {cmd.round}", reason="malformed")
     row = store.request(w.conn, cmd.id)
@@ -131,7 +137,7 @@ def apply_request(w: IndexWriter, cmd: RequestErasure, index: int, time_ms: int)
                                      "by": row[2]})
     if cmd.round:  # one round at a time: the one before must exist and be past ``requested``
         before = store.request(w.conn, erasure_id(cmd.tenant, cmd.topics, key, cmd.column, cmd.value_sha256,
-                                                  cmd.round - 1))
+                                                  cmd.round - 1, cmd.key_sha256))
         if before is None or before[0] == "requested":
             raise CommandRejectedError(
                 f"erasure round {cmd.round} of this request comes after round {cmd.round - 1}, which is "
@@ -139,7 +145,7 @@ def apply_request(w: IndexWriter, cmd: RequestErasure, index: int, time_ms: int)
                 reason="not-next")
     store.add_request(w.conn, {
         "id": cmd.id, "seq": index, "by": cmd.by, "tenant": cmd.tenant, "topics": json.dumps(sorted(set(cmd.topics))),
-        "key_sha256": cmd.value_sha256 if cmd.column else hashlib.sha256(key).hexdigest(),
+        "key_sha256": cmd.value_sha256 if cmd.column else cmd.key_sha256 or hashlib.sha256(key).hexdigest(),
         "watermarks": json.dumps(Watermarks(cmd.watermarks, cmd.unnamed).stored()), "state": "requested",
         "requested_at": time_ms, "planned_at": 0, "ended_at": 0, "matches": 0, "receipt": "",
         "matched_by": f"column:{cmd.column}" if cmd.column else "key", "delete_delay_ms": cmd.delete_delay_ms})
