@@ -4,6 +4,8 @@ truncation, record and byte limits, --available-now targets)."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shale.ingest.plan import PROBE_RECORDS, Ahead, Limits, Loss, PartitionRange, plan_batch, recreated
 
@@ -107,3 +109,27 @@ def test_partitions_that_never_held_a_record_are_committed_once_as_empty_ranges(
     later = plan_batch({"t": A}, {**bounds, ("t", 2): (5, 8)}, committed, {}, ROOMY, 1)
     assert later.quiet == []
     assert PartitionRange("t", 2, A, 5, 8) in later.ranges
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.integers(0, 7), st.tuples(st.integers(0, 50), st.integers(0, 50)), min_size=1),
+       st.dictionaries(st.integers(0, 7), st.tuples(st.integers(0, 60), st.sampled_from([A, B, ""]))),
+       st.dictionaries(st.integers(0, 7), st.integers(0, 60)))
+def test_a_partition_is_quiet_exactly_when_never_committed_here_and_nothing_is_to_read(
+        spans: dict[int, tuple[int, int]], done: dict[int, tuple[int, str]], pinned: dict[int, int]) -> None:
+    """Quiet: no committed end in the topic's current incarnation and its start (the caller's, within Kafka's
+    bounds) at Kafka's end; a quiet partition is never also read, lost or ahead, and starts where it would."""
+    bounds = {("t", p): (min(a, b), max(a, b)) for p, (a, b) in spans.items()}
+    committed = {("t", p): c for p, c in done.items()}
+    starts = {("t", p): s for p, s in pinned.items()}
+    plan = plan_batch({"t": A}, bounds, committed, starts, ROOMY, 1)
+    quiet = {r.partition: r for r in plan.quiet}
+    for (_, p), (earliest, end) in bounds.items():
+        here = committed.get(("t", p))
+        fresh = here is None or (here[1] != "" and here[1] != A)
+        start = max(earliest, min(end, starts.get(("t", p), earliest)))
+        assert (p in quiet) == (fresh and start == end), (p, here, start, end)
+        if p in quiet:
+            assert (quiet[p].start, quiet[p].end, quiet[p].incarnation) == (start, start, A)
+    busy = {r.partition for r in plan.ranges} | {x.partition for x in plan.losses} | {x.partition for x in plan.ahead}
+    assert not busy & set(quiet)
