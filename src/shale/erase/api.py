@@ -322,28 +322,18 @@ def by_group(blocks: list[dict[str, Any]], field_: str) -> dict[str, int]:
     return {g: sum(int(b[field_]) for b in blocks if b["group"] == g) for g in GROUPS}
 
 
-def open_round(metastore: ErasureReads, request: ErasureRequest) -> tuple[int, dict[str, Any] | None]:
+def open_round(metastore: ErasureReads, request: ErasureRequest,
+               id_at: Callable[[int], str] | None = None) -> tuple[int, dict[str, Any] | None]:
     """The round a run of ``request`` makes or resumes, and that round's row if it was requested: the first round
-    still ``requested`` (killed before its plan: resumed with its watermarks), else the round after the last."""
+    still ``requested`` (killed before its plan: resumed with its watermarks), else the round after the last.
+    ``id_at`` names the rounds (default ``request.id_at``)."""
+    id_at = id_at or request.id_at
     round_ = 0
-    while rows := metastore.erasures(request.id_at(round_)):
+    while rows := metastore.erasures(id_at(round_)):
         if rows[0]["state"] == "requested":
             return round_, rows[0]
         round_ += 1
     return round_, None
-
-
-def legacy_round(metastore: ErasureReads, request: ErasureRequest) -> tuple[int, dict[str, Any]] | None:
-    """A round of a request by key that a release before 2026-12-04 requested (named by the key) and that is still
-    ``requested`` (killed before its plan): resumed as it was named, so it never stays requested."""
-    if request.column:
-        return None
-    round_ = 0
-    while rows := metastore.erasures(request.legacy_id_at(round_)):
-        if rows[0]["state"] == "requested":
-            return round_, rows[0]
-        round_ += 1
-    return None
 
 
 def erase(metastore: ErasureMetastore, bucket: BucketConfig, request: ErasureRequest, *,
@@ -359,9 +349,13 @@ def erase(metastore: ErasureMetastore, bucket: BucketConfig, request: ErasureReq
     the partitions behind in ``unindexed`` instead)."""
     blocks = metastore.tenant_blocks(request.tenant)
     topics = _topics(request, blocks)
-    legacy = legacy_round(metastore, request)
-    round_, row = legacy or open_round(metastore, request)
-    erasure = (request.legacy_id_at if legacy else request.id_at)(round_)
+    # A round of a request by key that a release before 2026-12-04 requested (named by the key) and that is still
+    # requested is resumed as it was named, so it never stays requested; otherwise rounds are named by the hash.
+    older = (0, None) if request.column else open_round(metastore, request, request.legacy_id_at)
+    legacy = older[1] is not None
+    name = request.legacy_id_at if legacy else request.id_at
+    round_, row = older if legacy else open_round(metastore, request)
+    erasure = name(round_)
     scanned = "partition" if request.column else "backup"
     if row is not None:
         marks = Watermarks(row["watermarks"])
@@ -370,7 +364,7 @@ def erase(metastore: ErasureMetastore, bucket: BucketConfig, request: ErasureReq
     else:
         marks = request_watermarks([b for b in blocks if b.group == scanned], topics, None)
     report = ErasureReport(id=erasure, dry_run=dry_run, state="dry-run" if dry_run else "requested",
-                           previous=(request.legacy_id_at if legacy else request.id_at)(round_ - 1) if round_ else "",
+                           previous=name(round_ - 1) if round_ else "",
                            watermarks=[m.model_dump() for m in marks.marks], unnamed=marks.unnamed,
                            delete_delay=row["delete_delay_ms"] / 1000 if row else request.delete_delay)
     reader = open_bucket(bucket)

@@ -162,9 +162,9 @@ class IngestJob:
         paused on the Schema Registry and there was nothing to commit)."""
         started = time.perf_counter()
         written, paused = self.spark.read(plan)
-        topics = describe_topics(self.config.kafka, {r.topic for r in plan.ranges + plan.quiet},
-                                 client=self.kafka_admin)
-        changed = recreated(plan.ranges + plan.quiet, {name: t.incarnation for name, t in topics.items()})
+        named = plan.ranges + plan.quiet
+        topics = describe_topics(self.config.kafka, {r.topic for r in named}, client=self.kafka_admin)
+        changed = recreated(named, {name: t.incarnation for name, t in topics.items()})
         if changed:  # the blocks written stay orphans, removed by the bucket cleaner's rule
             raise RetryableError(f"topics {changed} were deleted and recreated while this batch read them; it is "
                                  "not committed and is planned again for the new incarnation")

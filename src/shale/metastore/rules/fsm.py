@@ -11,6 +11,7 @@ The applied index is written in the same transaction as the change. A rejected c
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import sqlite3
 import threading
@@ -121,25 +122,17 @@ def _batch_digest(cmd: CommitIngestBatch) -> str:
 
 def _check_files(meta: BlockMeta) -> None:
     """A block's data file names become object keys under the block's prefix: one path segment each, never
-    meta.json (a name with ``/`` would make its tombstone's deletion fail on every pass). Names passed once are
-    remembered (blocks repeat a few names: this runs for every block the metastore adds)."""
-    for f in meta.files:
-        if f.name not in _GOOD_NAMES:
-            _check_name(meta, f.name)
-    for d in meta.datasets:
-        if d.file not in _GOOD_NAMES:
-            _check_name(meta, d.file)
+    meta.json (a name with ``/`` would make its tombstone's deletion fail on every pass)."""
+    for name in [*(f.name for f in meta.files), *(d.file for d in meta.datasets)]:
+        if _bad_file_name(name):
+            raise CommandRejectedError(f"block {meta.id} names a data file {name[:200]!r}: a file name is one "
+                                       f"path segment, not {META_FILENAME}", reason="malformed")
 
 
-_GOOD_NAMES: set[str] = set()
-
-
-def _check_name(meta: BlockMeta, name: str) -> None:
-    if "/" in name or "\\" in name or name in ("", ".", "..", META_FILENAME) or len(name) > 200:
-        raise CommandRejectedError(f"block {meta.id} names a data file {name[:200]!r}: a file name is one "
-                                   f"path segment, not {META_FILENAME}", reason="malformed")
-    if len(_GOOD_NAMES) < 4096:
-        _GOOD_NAMES.add(name)
+@functools.lru_cache(maxsize=4096)
+def _bad_file_name(name: str) -> bool:
+    """Cached: blocks repeat a few names, and this runs for every block the metastore adds."""
+    return "/" in name or "\\" in name or name in ("", ".", "..", META_FILENAME) or len(name) > 200
 
 
 def _check_batch(cmd: CommitIngestBatch) -> None:
