@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import re
+import threading
+import time
+from pathlib import Path
 
 import pyspark
+import pytest
 
 from shale.dev import fetch
 
@@ -78,3 +82,28 @@ def test_spark_s_connector_runtime_and_oldest_cluster_follow_the_pinned_pyspark(
     # a cluster may run an older patch release of the same minor release only (docs/DEPLOY.md)
     assert fetch.SPARK_CLUSTER_OLDEST_VERSION.startswith(f"{minor}.")
     assert fetch.SPARK_CLUSTER_OLDEST_VERSION != fetch.SPARK_VERSION
+
+
+def test_maven_runs_one_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Maven 3.8 writes ~/.m2 without locks: two fetches resolving the same artifact at once fail on each other's
+    partial file (a fresh machine's first `make test` failed so, 2026-12-04). Concurrent fetches run Maven in turn."""
+    running: list[int] = []
+    overlaps: list[int] = []
+
+    def slow_maven(cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
+        assert cmd[0] == "mvn"
+        running.append(1)
+        overlaps.append(len(running))
+        time.sleep(0.05)
+        running.pop()
+
+    monkeypatch.setattr(fetch, "_run", slow_maven)
+    monkeypatch.setattr(fetch.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(fetch.Path, "home", lambda: tmp_path)
+    threads = [threading.Thread(target=fetch._mvn, args=(["dependency:copy"], tmp_path)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert overlaps == [1, 1, 1, 1]
+    assert (tmp_path / ".m2" / ".shale-mvn.lock").exists()

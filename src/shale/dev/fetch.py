@@ -234,6 +234,19 @@ def _run(cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = N
         raise FetchError(f"command failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}")
 
 
+def _mvn(args: list[str], cwd: Path) -> None:
+    """``mvn args`` in ``cwd``, one at a time on this machine: Maven 3.8 writes its local repository (~/.m2) without
+    locks, and two runs downloading the same artifact at once fail on each other's partial file (a fresh machine's
+    first `make test`: every fetch resolves the same dependency plugin)."""
+    if shutil.which("mvn") is None:
+        raise FetchError("mvn is not on PATH: install Maven (Debian package 'maven') and retry")
+    lock_file = Path.home() / ".m2" / ".shale-mvn.lock"
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_file, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _run(["mvn", "-q", "-B", *args], cwd=cwd)
+
+
 def _dependency(group: str, artifact: str, version: str, exclude_all: bool, classifier: str = "") -> str:
     exclusions = (
         "<exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion></exclusions>"
@@ -250,8 +263,6 @@ def _dependency(group: str, artifact: str, version: str, exclude_all: bool, clas
 def _maven_copy(target: Path, dependencies: list[str], boms: tuple[tuple[str, str, str], ...] = ()) -> None:
     """Resolve ``dependencies`` from Maven Central (versions of what ``boms`` name taken from them) and copy their
     runtime jars into ``target``."""
-    if shutil.which("mvn") is None:
-        raise FetchError("mvn is not on PATH: install Maven (Debian package 'maven') and retry")
     managed = [f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version>"
                "<type>pom</type><scope>import</scope></dependency>" for g, a, v in boms]
     pom = (
@@ -263,13 +274,7 @@ def _maven_copy(target: Path, dependencies: list[str], boms: tuple[tuple[str, st
     with tempfile.TemporaryDirectory(prefix="shale-mvn-") as work:
         Path(work, "pom.xml").write_text(pom)
         staging = Path(work, "jars")
-        _run(
-            [
-                "mvn", "-q", "-B", "dependency:copy-dependencies",
-                "-DincludeScope=runtime", f"-DoutputDirectory={staging}",
-            ],
-            cwd=Path(work),
-        )
+        _mvn(["dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={staging}"], Path(work))
         if target.exists():
             shutil.rmtree(target)
         shutil.copytree(staging, target)
@@ -375,12 +380,9 @@ def fetch_nessie(cache: Path | None = None) -> Path:
     with _locked(target):
         if (target / ".complete").exists():
             return jar
-        if shutil.which("mvn") is None:
-            raise FetchError("mvn is not on PATH: install Maven (Debian package 'maven') and retry")
         _log(f"fetching Project Nessie {NESSIE_VERSION}'s server from Maven Central (245 MB)")
         with tempfile.TemporaryDirectory(prefix="shale-mvn-") as work:
-            _run(["mvn", "-q", "-B", "dependency:copy", f"-Dartifact={NESSIE_ARTIFACT}",
-                  f"-DoutputDirectory={work}"], cwd=Path(work))
+            _mvn(["dependency:copy", f"-Dartifact={NESSIE_ARTIFACT}", f"-DoutputDirectory={work}"], Path(work))
             fetched = Path(work) / jar.name
             digest = hashlib.sha256()
             with fetched.open("rb") as f:
@@ -465,12 +467,9 @@ def fetch_trino(cache: Path | None = None) -> Path:
     with _locked(target):
         if (target / ".complete").exists():
             return target
-        if shutil.which("mvn") is None:
-            raise FetchError("mvn is not on PATH: install Maven (Debian package 'maven') and retry")
         _log(f"fetching Trino {TRINO_VERSION}'s server from Maven Central")
         with tempfile.TemporaryDirectory(prefix="shale-mvn-") as work:
-            _run(["mvn", "-q", "-B", "dependency:copy", f"-Dartifact={TRINO_ARTIFACT}",
-                  f"-DoutputDirectory={work}"], cwd=Path(work))
+            _mvn(["dependency:copy", f"-Dartifact={TRINO_ARTIFACT}", f"-DoutputDirectory={work}"], Path(work))
             archives = sorted(Path(work).glob("*.tar.gz"))
             if len(archives) != 1:
                 raise FetchError(f"expected one tar.gz from {TRINO_ARTIFACT}, got {archives}")
@@ -535,12 +534,9 @@ def fetch_apicurio(cache: Path | None = None) -> Path:
     with _locked(target):
         if (target / ".complete").exists():
             return target
-        if shutil.which("mvn") is None:
-            raise FetchError("mvn is not on PATH: install Maven (Debian package 'maven') and retry")
         _log(f"fetching Apicurio Registry {APICURIO_VERSION} from Maven Central")
         with tempfile.TemporaryDirectory(prefix="shale-mvn-") as work:
-            _run(["mvn", "-q", "-B", "dependency:copy", f"-Dartifact={APICURIO_ARTIFACT}",
-                  f"-DoutputDirectory={work}"], cwd=Path(work))
+            _mvn(["dependency:copy", f"-Dartifact={APICURIO_ARTIFACT}", f"-DoutputDirectory={work}"], Path(work))
             zips = sorted(Path(work).glob("*.zip"))
             if len(zips) != 1:
                 raise FetchError(f"expected one zip from {APICURIO_ARTIFACT}, got {zips}")
