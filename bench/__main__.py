@@ -10,7 +10,7 @@ import sys
 BENCHMARKS = ["fetcher_sync", "metastore", "ingest", "compaction", "bucket_index", "query", "reprocess", "iceberg",
               "cluster", "freshness", "typed_decode", "typed_ingest", "restore", "takeover", "recovery",
               "peers", "erase", "scale", "metadata_scale", "efficiency", "decode",
-              "change_tables"]
+              "change_tables", "cost"]
 # Run by name only (``python -m bench interop``): its engines' downloads are large, and it answers questions rather
 # than measuring speed.
 BY_NAME_ONLY = ["interop", "spark_versions"]

@@ -30,9 +30,8 @@ For each partition count, in this order:
   what an hour of this load writes when the deployment keeps up, and more than that per hour of producing when it
   falls behind (the drain's batches are counted, not its time). The sink's ``objects_per_hour_iceberg_kc_N``
   counts every object it wrote (data files, manifests, manifest lists, table metadata) the same way. Shale's
-  compactor runs during the run; the count does not wait for it to finish. ``objects_per_hour_l0_forecast_N`` is
-  what docs/OPERATING.md's cost page forecasts for it (``forecast_l0_objects_per_hour``), and
-  ``objects_vs_forecast_N`` the measured count against it.
+  compactor runs during the run; the count does not wait for it to finish. The cost page's forecast is checked
+  against a steady window by ``bench/cost.py``.
 
 A phase that fails (the sink finding no working commit interval, a sample of Shale's not visible within 10
 minutes) is reported in the notes and leaves its figures out; the others stand. The broker has a 2 GiB heap (the
@@ -52,7 +51,7 @@ from bench import freshness as fr
 from bench import peers
 from bench.common import progress, write_result
 from bench.services import kafka_broker, minio_bucket
-from shale.config import BucketConfig, IngestConfig
+from shale.config import BucketConfig
 
 COUNTS = tuple(int(n) for n in os.environ.get("SCALE_PARTITIONS", "8,256,2048").split(","))
 """The partition counts compared: the first is the reference every other is compared with."""
@@ -99,17 +98,6 @@ def measure_count(root: Path, bootstrap: str, bucket: BucketConfig, n: int) -> d
     return out
 
 
-def forecast_l0_objects_per_hour(partitions: int) -> int:
-    """Level-0 objects an hour on defaults as docs/OPERATING.md ("What the bucket costs") forecasts them: per group
-    ``N_g x k x X x (d + 1)``, with ``N_g = 3600 / trigger``, ``k = min(partitions, cores)`` (each group's Spark
-    application has the machine's cores), ``X = 1`` (one topic and tenant, a steady stream) and ``d = 1`` (records
-    that parse)."""
-    fields = IngestConfig.model_fields
-    k = min(partitions, os.cpu_count() or 1)
-    return sum(round(3600 / cast(float, fields[name].default)) * k * 1 * (1 + 1)
-               for name in ("trigger_interval", "backup_trigger_interval"))
-
-
 def figures_of(n: int, out: dict[str, Any]) -> dict[str, Any]:
     """One partition count's figures, named ``..._N``: those of the phases that ran."""
     per_hour = 3600 / (peers.FRESH_WARMUP + peers.FRESH_DURATION)
@@ -140,8 +128,6 @@ def figures_of(n: int, out: dict[str, Any]) -> dict[str, Any]:
                     f"blocks_per_hour_l0_shale{suffix}_{n}": round(run.written["l0_blocks"] * per_hour),
                     f"entries_per_hour_shale{suffix}_{n}": round(run.written["l0_entries"] * per_hour),
                     f"produce_records_per_s{suffix}_{n}": round(run.produced["sent"] / run.produced["elapsed"])}
-    if "shale_fresh" in out:
-        figures[f"objects_per_hour_l0_forecast_{n}"] = forecast_l0_objects_per_hour(n)
     return figures
 
 
@@ -155,8 +141,6 @@ def ratios_of(f: dict[str, Any]) -> dict[str, float]:
             *((f"entries_{n}_vs_{small}", f"entries_per_hour_shale_{n}", f"entries_per_hour_shale_{small}")
               for n in COUNTS[1:]),
             *((f"objects_vs_iceberg_kc_{n}", f"objects_per_hour_l0_shale_{n}", f"objects_per_hour_iceberg_kc_{n}")
-              for n in COUNTS),
-            *((f"objects_vs_forecast_{n}", f"objects_per_hour_l0_shale_{n}", f"objects_per_hour_l0_forecast_{n}")
               for n in COUNTS),
             *((f"p99_vs_iceberg_kc_{n}", f"p99_ms_shale_{n}", f"p99_ms_iceberg_kc_{n}") for n in COUNTS),
             *((f"p99_low_latency_vs_iceberg_kc_{n}", f"p99_ms_shale_low_latency_{n}", f"p99_ms_iceberg_kc_{n}")

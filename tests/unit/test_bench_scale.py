@@ -4,16 +4,14 @@ targets are judged from the ratios by bench/targets.py, as every benchmark's).""
 from __future__ import annotations
 
 from typing import Any
-from unittest import mock
 
-from bench.scale import forecast_l0_objects_per_hour, ratios_of
+from bench.scale import ratios_of
 from hypothesis import given
 from hypothesis import strategies as st
 
 FIGURES = ("objects_per_hour_l0_shale_{n}", "entries_per_hour_shale_{n}", "objects_per_hour_iceberg_kc_{n}",
            "p99_ms_shale_{n}", "p99_ms_shale_low_latency_{n}", "p99_ms_iceberg_kc_{n}",
-           "seconds_to_last_commit_shale_{n}", "seconds_to_last_commit_iceberg_kc_{n}", "p99_ms_kafka_consumer_{n}",
-           "objects_per_hour_l0_forecast_{n}")
+           "seconds_to_last_commit_shale_{n}", "seconds_to_last_commit_iceberg_kc_{n}", "p99_ms_kafka_consumer_{n}")
 
 
 @given(values=st.dictionaries(st.sampled_from([f.format(n=n) for f in FIGURES for n in (8, 256, 2048)]),
@@ -24,7 +22,6 @@ def test_a_ratio_is_the_quotient_of_two_measured_figures(values: dict[str, Any])
                 "entries_256_vs_8": ("entries_per_hour_shale_256", "entries_per_hour_shale_8"),
                 "objects_2048_vs_8": ("objects_per_hour_l0_shale_2048", "objects_per_hour_l0_shale_8"),
                 "entries_2048_vs_8": ("entries_per_hour_shale_2048", "entries_per_hour_shale_8"),
-                "objects_vs_forecast_8": ("objects_per_hour_l0_shale_8", "objects_per_hour_l0_forecast_8"),
                 "p99_vs_kafka_consumer_2048": ("p99_ms_shale_2048", "p99_ms_kafka_consumer_2048"),
                 "p99_vs_iceberg_kc_2048": ("p99_ms_shale_2048", "p99_ms_iceberg_kc_2048"),
                 "objects_vs_iceberg_kc_256": ("objects_per_hour_l0_shale_256", "objects_per_hour_iceberg_kc_256"),
@@ -40,10 +37,3 @@ def test_a_ratio_is_the_quotient_of_two_measured_figures(values: dict[str, Any])
         else:
             assert name not in ratios
 
-
-def test_the_forecast_is_the_cost_pages_on_defaults() -> None:
-    """OPERATING.md: on defaults, 8 partitions on 2 cores per group, 2,880 level-0 objects an hour in the partition
-    group and 480 in the backup group."""
-    with mock.patch("os.cpu_count", return_value=2):
-        assert forecast_l0_objects_per_hour(8) == 2_880 + 480
-        assert forecast_l0_objects_per_hour(1) == (2_880 + 480) // 2

@@ -1,4 +1,4 @@
-"""``shale config check | show | explain``."""
+"""``shale config check | show | explain | cost``."""
 
 from __future__ import annotations
 
@@ -65,6 +65,58 @@ def explain(key: str, markdown: bool) -> None:
 def show(ctx: click.Context) -> None:
     """Print the effective configuration as JSON (secrets masked)."""
     click.echo(json.dumps(masked(get_config(ctx)), indent=2))
+
+
+@config.command()
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True), required=True, help="records a second")
+@click.option("--record-bytes", type=click.IntRange(min=1), default=1024, show_default=True,
+              help="a record's size as Kafka holds it (key, value and headers)")
+@click.option("--partitions", type=click.IntRange(min=1), required=True, help="partitions of every topic together")
+@click.option("--topics", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--tenants", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--cores", type=click.IntRange(min=1), default=None,
+              help="Spark cores of each ingest group's application [default: this machine's]")
+@click.option("--quarantine", is_flag=True, help="some records of every partition-group chunk do not parse")
+@click.option("--batch-seconds", "batch_seconds", multiple=True, metavar="GROUP=SECONDS",
+              help="a group that is behind: its measured batch time (shale_ingest_batch_seconds), used where it "
+                   "is longer than the trigger; repeatable")
+@click.option("--json", "as_json", is_flag=True, help="print the lines as JSON")
+@click.pass_context
+@shale_errors
+def cost(ctx: click.Context, rate: float, record_bytes: int, partitions: int, topics: int, tenants: int,
+         cores: int | None, quarantine: bool, batch_seconds: tuple[str, ...], as_json: bool) -> None:
+    """Forecast the objects and bucket requests an hour of this configuration under a steady stream, by kind of
+    object (docs/OPERATING.md, "What the bucket costs"). Readers' requests and the metastore's bucket scan are not
+    included."""
+    import os
+
+    from shale.cost import Load, forecast, total
+
+    measured: dict[str, float] = {}
+    for item in batch_seconds:
+        group, _, value = item.partition("=")
+        try:
+            measured[group] = float(value)
+        except ValueError:
+            raise click.BadParameter(f"{item!r}: write GROUP=SECONDS, e.g. partition=9.5",
+                                     param_hint="--batch-seconds") from None
+        if group not in ("partition", "backup"):
+            raise click.BadParameter(f"{group!r} is not an ingest group (partition, backup)",
+                                     param_hint="--batch-seconds")
+    try:
+        load = Load(rate, record_bytes, partitions, cores or os.cpu_count() or 1, topics, tenants, quarantine)
+        lines = forecast(get_config(ctx), load, measured)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    lines.append(total(lines))
+    if as_json:
+        click.echo(json.dumps([line.as_dict() for line in lines], indent=2))
+        return
+    width = max(len(line.kind) for line in lines)
+    click.echo(f"{'an hour':<{width}}  {'objects':>9} {'PUT':>9} {'GET':>9} {'LIST':>7} {'DELETE':>9}")
+    for line in lines:
+        click.echo(f"{line.kind:<{width}}  {line.objects:>9,.0f} {line.put:>9,.0f} {line.get:>9,.0f} "
+                   f"{line.list:>7,.0f} {line.delete:>9,.0f}")
 
 
 _RULE_LISTS = ("ingest.parsers", "ingest.tenants", "metastore.members")
