@@ -8,6 +8,7 @@ import decimal
 import io
 import itertools
 import json
+import subprocess
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -18,7 +19,7 @@ import pyarrow as pa
 
 from shale.block import BlockMeta, BlockSpec, DatasetInput, KafkaRange, deterministic_block_id, write_block
 from shale.block.schemas import TIMESTAMP, partition_schema
-from shale.config import IngestConfig, ParserRule, SchemaRegistryConfig, ShaleConfig
+from shale.config import BucketConfig, IngestConfig, ParserRule, SchemaRegistryConfig, ShaleConfig
 from shale.encoder.chunks import Chunk, GroupSpec, write_chunk
 from shale.iceberg import IcebergPublisher
 from shale.metastore import (
@@ -244,3 +245,32 @@ def record_type_blocks(config: ShaleConfig, bucket: Bucket, start: int, end: int
     written = write_chunk(spec, bucket, table, Chunk("shop", 0, "", start, end, T0 + 86_400_000))
     assert written.quarantined == 0
     return [m for m in written.blocks if m.datasets]
+
+
+DUCKDB_SCRIPT = Path(__file__).resolve().parents[1] / "src" / "shale" / "dev" / "duckdb_iceberg.py"
+
+
+def run_duckdb(spec: dict[str, Any], secret: str = "") -> str:
+    """Shale's DuckDB script (``shale.dev.duckdb_iceberg``) in DuckDB's own environment, ``spec`` on its stdin (no
+    credential on a command line): its stdout. The test fails on an error, or when ``secret`` is in its stderr."""
+    from shale.dev.fetch import fetch_duckdb
+
+    done = subprocess.run([str(fetch_duckdb()), str(DUCKDB_SCRIPT)], input=json.dumps(spec), capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert not secret or secret not in done.stderr
+    return done.stdout
+
+
+def duckdb_catalog_queries(bucket: BucketConfig, catalog_url: str, credential: str,
+                           queries: dict[str, str]) -> dict[str, list[list[Any]]]:
+    """DuckDB's rows for ``queries``, the REST catalog at ``catalog_url`` attached as ``shale`` with
+    ``credential`` (``client-id:secret``) and the bucket's keys."""
+    client_id, client_secret = credential.split(":", 1)
+    secret = bucket.secret_access_key.get_secret_value()
+    spec = {"catalog": catalog_url, "client_id": client_id, "client_secret": client_secret,
+            "s3": {"endpoint": bucket.endpoint.removeprefix("http://"), "key_id": bucket.access_key_id,
+                   "secret": secret, "region": bucket.region},
+            "queries": queries}
+    result: dict[str, list[list[Any]]] = json.loads(run_duckdb(spec, secret))
+    return result

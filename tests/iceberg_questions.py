@@ -11,8 +11,6 @@ one)."""
 from __future__ import annotations
 
 import decimal
-import json
-import subprocess
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -22,7 +20,6 @@ import pyarrow as pa
 from shale.block import BlockMeta
 from shale.compactor.merge import merge_blocks
 from shale.config import BucketConfig, ShaleConfig
-from shale.dev.fetch import fetch_duckdb
 from shale.iceberg import IcebergPublisher, open_catalog
 from shale.metastore import MetastoreService, ReplaceBlocks, SingleNodeLog, StateMachine
 from shale.objstore import open_bucket
@@ -32,6 +29,7 @@ from tests.iceberg_helpers import (
     T0,
     commit,
     compact,
+    duckdb_catalog_queries,
     record_type_blocks,
     typed_block,
     v1_columns,
@@ -166,21 +164,8 @@ def plain(answers: dict[str, list[list[Any]]]) -> dict[str, Any]:
 
 
 def run_duckdb(w: World, catalog_url: str, queries: dict[str, str]) -> dict[str, list[list[Any]]]:
-    """DuckDB's rows for ``queries``, the catalog attached as ``shale`` (its own environment, a subprocess; the
-    credentials on its stdin)."""
-    bucket = w.config.bucket
-    client_id, client_secret = CREDENTIAL.split(":", 1)
-    spec = {"catalog": catalog_url, "client_id": client_id, "client_secret": client_secret,
-            "s3": {"endpoint": bucket.endpoint.removeprefix("http://"), "key_id": bucket.access_key_id,
-                   "secret": bucket.secret_access_key.get_secret_value(), "region": bucket.region},
-            "queries": queries}
-    script = ROOT / "src" / "shale" / "dev" / "duckdb_iceberg.py"
-    done = subprocess.run([str(fetch_duckdb()), str(script)], input=json.dumps(spec), capture_output=True,
-                          text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert bucket.secret_access_key.get_secret_value() not in done.stderr
-    result: dict[str, list[list[Any]]] = json.loads(done.stdout)
-    return result
+    """DuckDB's rows for ``queries``, the catalog attached as ``shale``."""
+    return duckdb_catalog_queries(w.config.bucket, catalog_url, CREDENTIAL, queries)
 
 
 def duckdb_answers(w: World, catalog_url: str, evolved: bool) -> dict[str, Any]:

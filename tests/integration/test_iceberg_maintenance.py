@@ -15,17 +15,15 @@ Shale's bucket holds exactly the same objects before and after every one of thes
 from __future__ import annotations
 
 import json
-import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.iceberg_helpers import HOUR, T0, commit, query_rows, write_records_block
+from tests.iceberg_helpers import HOUR, T0, commit, duckdb_catalog_queries, query_rows, write_records_block
 
 from shale.config import BucketConfig, ShaleConfig
 from shale.dev import MinioServer
-from shale.dev.fetch import fetch_duckdb
 from shale.dev.iceberg_rest import IcebergRestCatalog
 from shale.iceberg import IcebergPublisher, open_catalog, spark_catalog_conf
 from shale.iceberg.catalog import SUMMARY_INDEX
@@ -162,17 +160,7 @@ def test_spark_maintenance_procedures_on_a_shale_table(world: World, maint_spark
 
 
 def _duckdb(w: World, catalog: IcebergRestCatalog, queries: dict[str, str]) -> dict[str, list[list[Any]]]:
-    bucket = w.config.bucket
-    client_id, client_secret = CREDENTIAL.split(":", 1)
-    spec = {"catalog": catalog.url, "client_id": client_id, "client_secret": client_secret,
-            "s3": {"endpoint": bucket.endpoint.removeprefix("http://"), "key_id": bucket.access_key_id,
-                   "secret": bucket.secret_access_key.get_secret_value(), "region": bucket.region},
-            "queries": queries}
-    done = subprocess.run([str(fetch_duckdb()), str(ROOT / "src" / "shale" / "dev" / "duckdb_iceberg.py")],
-                          input=json.dumps(spec), capture_output=True, text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr[-4000:]
-    result: dict[str, list[list[Any]]] = json.loads(done.stdout)
-    return result
+    return duckdb_catalog_queries(w.config.bucket, catalog.url, CREDENTIAL, queries)
 
 
 def test_a_duckdb_delete_stops_publishing_that_table_and_deletes_nothing_of_shale(

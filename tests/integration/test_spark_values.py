@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from tests.avro_values import (
     writer_rows,
 )
 from tests.factories import BASE_MS
+from tests.iceberg_helpers import run_duckdb
 from tests.unit.query.test_avro_values import EVERY_KIND, EVERY_KIND_DATA
 from tests.unit.schemas.test_avro_roundtrip import SCHEMAS, data
 from tests.unit.schemas.test_jsonschema_roundtrip import ROOTS
@@ -49,7 +49,6 @@ from tests.unit.schemas.test_protobuf_roundtrip import values as proto_values
 
 import shale
 from shale.config import BucketConfig, ShaleConfig
-from shale.dev.fetch import fetch_duckdb
 from shale.iceberg import IcebergPublisher, open_catalog, spark_catalog_conf
 from shale.metastore import MetastoreService, open_metastore
 from shale.objstore import open_bucket
@@ -59,7 +58,6 @@ from shale.schemas import arrow_type, read_type
 ZONE = "America/Los_Angeles"
 EXAMPLES = int(os.environ.get("SHALE_SPARK_VALUES_EXAMPLES", "5"))
 CATALOG = "spark_values"
-DUCKDB_SCRIPT = Path(__file__).resolve().parents[2] / "src" / "shale" / "dev" / "duckdb_iceberg.py"
 
 
 @dataclass
@@ -88,11 +86,8 @@ def duckdb_scan(metadata_location: str, names: list[str]) -> list[dict[str, Any]
     columns = ", ".join('"' + n.replace('"', '""') + '"' for n in names)
     with tempfile.TemporaryDirectory(prefix="shale-duckdb-") as tmp:
         out = Path(tmp) / "rows.parquet"
-        spec = {"copies": {str(out): f"SELECT {columns} FROM iceberg_scan('{metadata_location}') "
-                                     f'ORDER BY "offset"'}}
-        done = subprocess.run([str(fetch_duckdb()), str(DUCKDB_SCRIPT)], input=json.dumps(spec), capture_output=True,
-                              text=True, timeout=300, check=False)
-        assert done.returncode == 0, done.stderr[-4000:]
+        run_duckdb({"copies": {str(out): f"SELECT {columns} FROM iceberg_scan('{metadata_location}') "
+                                         f'ORDER BY "offset"'}})
         rows: list[dict[str, Any]] = pq.read_table(out).to_pylist()
         return rows
 
