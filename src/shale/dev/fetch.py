@@ -14,7 +14,7 @@ What is fetched, and from where (the machines reach Maven Central and the Go mod
   else (everything else is inside pyspark), passed to Spark with ``spark.jars``.
 * MinIO: ``go install github.com/minio/minio@<pinned pseudo-version>``.
 * promtool, Prometheus's rule checker and rule unit-test runner (the tests run the alert rules with it):
-  ``go install github.com/prometheus/prometheus/cmd/promtool@<pinned version>``.
+  ``go install -tags remove_all_sd github.com/prometheus/prometheus/cmd/promtool@<pinned version>``.
 * Apache Iceberg's Spark runtime for Spark 4.1, its AWS bundle (S3FileIO) and the SQLite JDBC driver, three jars
   and nothing else, so that Spark SQL reads the Iceberg tables Shale publishes (JDBC catalog on SQLite, S3FileIO).
 
@@ -552,8 +552,9 @@ def promtool_binary(cache: Path | None = None) -> Path:
     return (cache or cache_dir()) / "bin" / f"promtool-{PROMTOOL_VERSION}" / "promtool"
 
 
-def _go_install(binary: Path, module: str, version: str, what: str) -> Path:
-    """Build ``module@version`` with ``go install`` into ``binary``'s folder, unless a completed build is there."""
+def _go_install(binary: Path, module: str, version: str, what: str, tags: str = "") -> Path:
+    """Build ``module@version`` with ``go install`` (and the build ``tags``) into ``binary``'s folder, unless a
+    completed build is there."""
     with _locked(binary.parent):
         if binary.exists() and (binary.parent / ".complete").exists():
             return binary
@@ -562,7 +563,7 @@ def _go_install(binary: Path, module: str, version: str, what: str) -> Path:
         _log(f"building {what} {version} with go install (minutes on a fresh machine)")
         binary.parent.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, GOBIN=str(binary.parent), CGO_ENABLED="0")
-        _run(["go", "install", f"{module}@{version}"], env=env)
+        _run(["go", "install", *(["-tags", tags] if tags else []), f"{module}@{version}"], env=env)
         if not binary.exists():
             raise FetchError(f"go install finished but {binary} is missing")
         (binary.parent / ".complete").write_text(version)
@@ -576,8 +577,10 @@ def fetch_minio(cache: Path | None = None) -> Path:
 
 
 def fetch_promtool(cache: Path | None = None) -> Path:
-    """Prometheus's promtool, built with ``go install`` at the pinned version if missing."""
-    return _go_install(promtool_binary(cache), PROMTOOL_MODULE, PROMTOOL_VERSION, "promtool")
+    """Prometheus's promtool, built with ``go install`` at the pinned version if missing, without Prometheus's
+    service discovery providers (``remove_all_sd``, Prometheus 3.10+: Kubernetes, the clouds' SDKs): the tests use
+    its rule checks only, and the build takes 179 s instead of 467 s on a cold Go build cache (2026-12-04)."""
+    return _go_install(promtool_binary(cache), PROMTOOL_MODULE, PROMTOOL_VERSION, "promtool", tags="remove_all_sd")
 
 
 FETCHERS = {
