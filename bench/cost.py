@@ -4,10 +4,11 @@ docs/OPERATING.md's "What the bucket costs") says a deployment writes and asks o
 
 For each count in ``COST_PARTITIONS`` (default ``8,256,2048``): a fresh deployment and topic, the freshness
 benchmark's producer (JSON records of about 130 bytes, ``COST_RATE`` records/s, default 20,000, round-robin over
-the partitions), ``COST_WARMUP`` s (30) of producing before a window of ``COST_WINDOW`` s (120). At the window's
-two ends the benchmark counts the level-0 objects in the bucket (data objects and meta.json of both groups) and
-reads ``shale_objstore_requests_total`` from every service's metrics endpoint (the metastore, both ingest drivers
-with their Spark tasks' requests, the compaction worker); the differences, scaled to an hour, are the measured
+the partitions), ``COST_WARMUP`` s (30) of producing before a window of ``COST_WINDOW`` s (240: a group behind its
+trigger runs batches of 40 s at 2,048 partitions, and a window counts whole batches). At the window's two ends the
+benchmark counts the level-0 objects in the bucket (data objects and meta.json of both groups) and reads
+``shale_objstore_requests_total`` from every service's metrics endpoint (the metastore, both ingest drivers with
+their Spark tasks' requests, the compaction worker); the differences, scaled to an hour, are the measured
 figures. The forecast is given the same load (rate, the records' mean size as Kafka holds them, partitions, the
 Spark cores of a group's application) and, for a group whose batches took longer than its trigger in the window,
 their mean time from its log (plan, Spark job and commit), as ``--batch-seconds`` gives it: a group that is behind
@@ -16,7 +17,7 @@ runs fewer, larger batches, and the forecast's trigger-based count would not app
 ``objects_vs_forecast_N`` is level-0 objects measured against forecast; ``ingest_puts_vs_forecast_N`` and
 ``ingest_gets_vs_forecast_N`` the ingest drivers' requests (level-0 blocks and bucket-index deltas) against the
 forecast of those lines; ``index_puts_vs_forecast_N`` the metastore's bucket-index writes. Compaction's requests in
-a two-minute window are a few jobs' (a job closes at 20 level-0 blocks), reported but not compared.
+a four-minute window are a few jobs' (a job closes at 20 level-0 blocks), reported but not compared.
 ``kept_up_N`` says whether both groups' batches fitted their triggers."""
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from shale.metastore import MetastoreClient
 COUNTS = tuple(int(n) for n in os.environ.get("COST_PARTITIONS", "8,256,2048").split(","))
 RATE = int(os.environ.get("COST_RATE", "20000"))
 WARMUP = float(os.environ.get("COST_WARMUP", "30"))
-WINDOW = float(os.environ.get("COST_WINDOW", "120"))
+WINDOW = float(os.environ.get("COST_WINDOW", "240"))
 RECORD_BYTES = len(b'{"ts": 1764806400000, "level": "INFO", "msg": "%s"}' % (b"x" * 80))
 """The producer's records as Kafka holds them: no key, no headers, this value (``fr.produce_steadily``)."""
 

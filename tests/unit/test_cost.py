@@ -36,7 +36,7 @@ def test_the_cost_pages_example_on_defaults() -> None:
     assert level1.get == pytest.approx(1_680 + 84)  # every source data object, and each job's meta.json
     jobs = 84 + 8.4 + 0.84  # levels 1, 2 and 3 (compaction.max_level)
     assert line(lines, "bucket-index delta").put == pytest.approx(840 + jobs)  # and a compaction report's each
-    assert line(lines, "bucket index").put == 720  # debounced at 5 s: at most 720 rewrites an hour
+    assert line(lines, "bucket index").put == 360  # one look every 5 s, a write every two looks
     assert line(lines, "deletion mark").put == pytest.approx(1_680 + 84 + 8.4)  # every replaced block's mark
     assert not any(x.kind.startswith("Iceberg") for x in lines)
 

@@ -5,8 +5,9 @@ holds every tenant's blocks and tombstones, so the leader writes the index witho
 
 When a tenant is written (``run_once``): its version (the log index of its last change) differs from the one
 last written and ``debounce`` seconds have passed since that change was first seen — a burst of ingest commits
-makes one write, and a steady stream still one write per ``debounce`` — or ``rewrite_interval`` has passed since
-its last write, so an index's ``updated_at`` stays fresh while nothing changes.
+makes one write, and a steady stream one write per two of the server's looks (it looks every ``debounce``: a
+change is first seen at one look and written at the next) — or ``rewrite_interval`` has passed since its last
+write, so an index's ``updated_at`` stays fresh while nothing changes.
 
 One write, in this order:
 
