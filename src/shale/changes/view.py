@@ -13,10 +13,11 @@ with one Arrow ``take``."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from shale.changes.columns import DELETE, INCARNATION, ROW, SKIP, TRUNCATE, WITHHELD, TableRule, history_columns
 from shale.errors import ShaleError
@@ -60,10 +61,22 @@ def latest_view(rows: pa.Table, quarantined: pa.Table, rule_for: Callable[[str],
 class Versions:
     """The versions of a history that decide its view, whatever is added to it: per key and scope (partition and
     incarnation) the last, every truncate, and each scope's first record (its rank). The view of these plus any
-    more records is the view of the whole history plus those records (``latest_view_and_versions``)."""
+    more records is the view of the whole history plus those records (``latest_view_and_versions``).
+
+    With them, what a later view needs of this one (``latest_view_after``): the view itself, the versions any
+    recomputation must include (``pinned_*``: truncates, each scope's first record, every version of a
+    column-keyed topic), the keys deleted and withheld (with the reason), and each scope's first Kafka time."""
 
     rows: pa.Table
     quarantined: pa.Table
+    view: pa.Table | None = None
+    """None: a later view recomputes the whole (a column-keyed topic: a tombstone finds its row through others)."""
+    pinned_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    pinned_quarantined: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    deleted: pa.Array = field(default_factory=lambda: pa.array([], pa.binary()))
+    withheld: pa.Table = field(default_factory=lambda: pa.table({"key": pa.array([], pa.binary()),
+                                                                  "reason": pa.array([], pa.string())}))
+    firsts: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
 def latest_view_and_versions(rows: pa.Table, quarantined: pa.Table,
@@ -71,22 +84,115 @@ def latest_view_and_versions(rows: pa.Table, quarantined: pa.Table,
     """``latest_view`` now, and the versions that decide it (for a column key, every version: a tombstone's key
     is found through the rows its record key named, which the versions would not keep). The stats count the
     records given: past versions they stand in for are not counted again."""
-    view, stats, keep = _view(rows, quarantined, rule_for, None)
+    view, stats, o = _view(rows, quarantined, rule_for, None)
     n = rows.num_rows
-    return view, stats, Versions(rows.take(pa.array(keep[keep < n], pa.int64())),
-                                 quarantined.take(pa.array(keep[keep >= n] - n, pa.int64())))
+    keys = _both_keys(rows, quarantined)
+    pinned = np.zeros(n + quarantined.num_rows, dtype=bool)
+    pinned[o.pinned] = True
+    keep = o.keep
+    versions = Versions(rows.take(pa.array(keep[keep < n], pa.int64())),
+                        quarantined.take(pa.array(keep[keep >= n] - n, pa.int64())),
+                        None if o.column_keyed else view, pinned[keep[keep < n]], pinned[keep[keep >= n]],
+                        keys.take(pa.array(o.deleted, pa.int64())),
+                        pa.table({"key": keys.take(pa.array(o.withheld, pa.int64())),
+                                  "reason": pa.array(o.reasons, pa.string())}), o.firsts)
+    return view, stats, versions
+
+
+def latest_view_after(earlier: Versions, rows: pa.Table, quarantined: pa.Table,
+                      rule_for: Callable[[str], TableRule]) -> tuple[pa.Table, ViewStats, Versions]:
+    """``latest_view_and_versions`` of the history ``earlier`` stands for plus ``rows`` and ``quarantined``,
+    recomputing only the keys those records name: the earlier view's other rows stand, and the keys they name are
+    recomputed from their kept versions, the pinned ones and the new records. The whole is recomputed instead when
+    the new records could change another key's row: a truncate, a column-keyed topic, a row whose incarnation is
+    unknown, or a record older than its scope's first (which ranks the scope). The stats count the new records
+    (skipped, no key) and the whole view (rows, deleted, withheld)."""
+    def whole() -> tuple[pa.Table, ViewStats, Versions]:
+        return latest_view_and_versions(pa.concat_tables([earlier.rows, rows]),
+                                        pa.concat_tables([earlier.quarantined, quarantined]), rule_for)
+
+    if earlier.view is None:
+        return whole()
+    new = history_columns(rows, quarantined, rule_for)
+    if any(rule_for(name).key for name in new.topics) or (new.kind == TRUNCATE).any() or (new.incarnation < 0).any():
+        return whole()
+    for (code, incarnation), ms in _scope_firsts(new.topic, new.incarnation, new.kafka_ms).items():
+        if ms < earlier.firsts.get((new.topics[code], incarnation), ms):
+            return whole()
+    touched = pc.unique(_both_keys(rows, quarantined)).drop_null()
+    mask_rows = np.asarray(pc.is_in(earlier.rows.column("key"), value_set=touched).fill_null(False), dtype=bool)
+    mask_quarantined = np.asarray(pc.is_in(earlier.quarantined.column("key"), value_set=touched)
+                                  .fill_null(False), dtype=bool)
+    mask_rows |= earlier.pinned_rows
+    mask_quarantined |= earlier.pinned_quarantined
+    part_rows = pa.concat_tables([earlier.rows.filter(pa.array(mask_rows)), rows])
+    part_quarantined = pa.concat_tables([earlier.quarantined.filter(pa.array(mask_quarantined)), quarantined])
+    view, stats, versions = latest_view_and_versions(part_rows, part_quarantined, rule_for)
+    assert versions.view is not None
+
+    def named(table: pa.Table, column: str = "key") -> pa.Array:
+        return pc.fill_null(pc.is_in(table.column(column), value_set=touched), False)
+
+    view = pa.concat_tables([earlier.view.filter(pc.invert(named(earlier.view))), view.filter(named(view))])
+    deleted = pa.concat_arrays([earlier.deleted.filter(pc.invert(pc.is_in(earlier.deleted, value_set=touched))),
+                                versions.deleted.filter(pc.is_in(versions.deleted, value_set=touched))])
+    withheld = pa.concat_tables([earlier.withheld.filter(pc.invert(named(earlier.withheld))),
+                                 versions.withheld.filter(named(versions.withheld))])
+    kept_rows, kept_quarantined = earlier.rows.filter(pa.array(~mask_rows)), earlier.quarantined.filter(
+        pa.array(~mask_quarantined))
+    after = Versions(pa.concat_tables([kept_rows, versions.rows]),
+                     pa.concat_tables([kept_quarantined, versions.quarantined]), view,
+                     np.concatenate([np.zeros(kept_rows.num_rows, dtype=bool), versions.pinned_rows]),
+                     np.concatenate([np.zeros(kept_quarantined.num_rows, dtype=bool), versions.pinned_quarantined]),
+                     deleted, withheld, {**earlier.firsts, **versions.firsts})
+    stats.rows, stats.deleted, stats.withheld = view.num_rows, len(deleted), withheld.num_rows
+    stats.withheld_reason = withheld.column("reason")[0].as_py() if withheld.num_rows else ""
+    stats.skipped = int(np.count_nonzero(new.kind == SKIP))
+    stats.no_key = int(np.count_nonzero((new.kind != SKIP) & (new.key < 0)))
+    return view, stats, after
+
+
+def _both_keys(rows: pa.Table, quarantined: pa.Table) -> pa.Array:
+    """The record keys of ``rows`` then ``quarantined``, as one array."""
+    return pa.chunked_array(rows.column("key").chunks + quarantined.column("key").chunks,
+                            rows.schema.field("key").type).combine_chunks()
+
+
+def _scope_firsts(topic: np.ndarray, incarnation: np.ndarray, kafka_ms: np.ndarray) -> dict[tuple[int, int], int]:
+    """Each scope's (topic code, incarnation) first Kafka time."""
+    firsts: dict[tuple[int, int], int] = {}
+    for t, i, ms in zip(topic.tolist(), incarnation.tolist(), kafka_ms.tolist(), strict=True):
+        if ms < firsts.get((t, i), ms + 1):
+            firsts[(t, i)] = ms
+    return firsts
+
+
+@dataclass
+class _Outcome:
+    """What ``_view`` found beside the view: the versions to keep, those of them pinned, the keys' latest versions
+    that delete or are withheld (with the reasons), each scope's first time, and whether a topic is column-keyed."""
+
+    keep: np.ndarray
+    pinned: np.ndarray
+    deleted: np.ndarray
+    withheld: np.ndarray
+    reasons: list[str]
+    firsts: dict[tuple[str, int], int]
+    column_keyed: bool
 
 
 def _view(rows: pa.Table, quarantined: pa.Table, rule_for: Callable[[str], TableRule],
-          as_of_ms: int | None) -> tuple[pa.Table, ViewStats, np.ndarray]:
-    """The view, its stats and the indices of the versions that decide it (``Versions``)."""
+          as_of_ms: int | None) -> tuple[pa.Table, ViewStats, _Outcome]:
+    """The view, its stats and what decides it (``_Outcome``: the indices of the versions that decide it, those
+    pinned, the keys deleted and withheld, the scopes' first times)."""
     stats = ViewStats()
     h = history_columns(rows, quarantined, rule_for)
     n = len(h.topic)
     topic, key, partition, incarnation, offset = h.topic, h.key, h.partition, h.incarnation, h.offset
     kafka_ms, change_ms, kind = h.kafka_ms, h.change_ms, h.kind
+    none = np.zeros(0, dtype=np.int64)
     if not n:
-        return rows.slice(0, 0).drop_columns([INCARNATION]), stats, np.zeros(0, dtype=np.int64)
+        return rows.slice(0, 0).drop_columns([INCARNATION]), stats, _Outcome(none, none, none, none, [], {}, False)
     # One version per record (the first read), none after as_of.
     first = _last_per_group(np.lexsort((-np.arange(n), offset, incarnation, partition, topic)), topic, partition,
                             incarnation, offset)
@@ -141,10 +247,18 @@ def _view(rows: pa.Table, quarantined: pa.Table, rule_for: Callable[[str], Table
     # What decides the view whatever comes: per key and scope the last version (a later record of a scope can
     # supersede its key's latest, and another scope's last must then decide), every truncate, each scope's first.
     column_keyed = [code for code, name in enumerate(h.topics) if rule_for(name).key]
-    keep = kept & ((kind == TRUNCATE) | np.isin(topic, column_keyed))
-    keep[lasts] = True
+    pinned = kept & ((kind == TRUNCATE) | np.isin(topic, column_keyed))
     first_of_scope = np.full(len(firsts), -1)  # per scope, a kept record of its first time
     at_first = np.flatnonzero(kept & (kafka_ms == rank))
     first_of_scope[scopes[at_first]] = at_first
-    keep[first_of_scope[first_of_scope >= 0]] = True
-    return view.drop_columns([INCARNATION]), stats, np.flatnonzero(keep)
+    pinned[first_of_scope[first_of_scope >= 0]] = True
+    keep = pinned.copy()
+    keep[lasts] = True
+    bound = int(incarnation.max()) + 1
+    scope_firsts = {(h.topics[code // bound], code % bound): int(ms) for code, ms in enumerate(firsts.tolist())
+                    if ms != np.iinfo(np.int64).max}
+    deleted = latest[truncated | (kinds == DELETE)]
+    outcome = _Outcome(np.flatnonzero(keep), np.flatnonzero(pinned), deleted, withheld,
+                       [f"{h.where(int(i))}: {h.reason(int(i))}" for i in withheld.tolist()], scope_firsts,
+                       bool(column_keyed))
+    return view.drop_columns([INCARNATION]), stats, outcome

@@ -18,7 +18,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shale.block import RECORD_LABEL, IncarnationCodes, read_dataset, row_incarnations
-from shale.changes import INCARNATION, TableRule, Versions, ViewStats, latest_view, latest_view_and_versions
+from shale.changes import (
+    INCARNATION,
+    TableRule,
+    Versions,
+    ViewStats,
+    latest_view,
+    latest_view_after,
+    latest_view_and_versions,
+)
 from shale.config import ParserRule, ShaleConfig
 from shale.objstore import BucketReader
 from shale.query.plan import BlockSource, Kind, Part, QueryPlan, _label_expression
@@ -184,17 +192,18 @@ def read_latest(query: Query, source: BlockSource, bucket: BucketReader, parsers
     codes = earlier.codes if earlier is not None and new is not None else IncarnationCodes()
     read = {kind: _history(query, plans[kind], plans[kind].parts if new is None else new[kind], schemas[kind],
                            bucket, codes) for kind in KINDS}
-    if earlier is not None and new is not None:
-        read = {"records": pa.concat_tables([earlier.versions.rows, read["records"]]),
-                "quarantine": pa.concat_tables([earlier.versions.quarantined, read["quarantine"]])}
     rows, quarantined = read["records"], read["quarantine"]
     rules: dict[str, TableRule] = {}
-    for topic in {*pc.unique(rows.column("topic")).to_pylist(), *pc.unique(quarantined.column("topic")).to_pylist()}:
+    tables = [rows, quarantined, *([earlier.versions.rows, earlier.versions.quarantined] if earlier else [])]
+    for topic in {t for table in tables for t in pc.unique(table.column("topic")).to_pylist()}:
         rules[topic] = table_rule(parsers, topic)
     if reads is None or as_of is not None:
         view, stats = latest_view(rows, quarantined, rules.__getitem__, as_of)
     else:
-        view, stats, versions = latest_view_and_versions(rows, quarantined, rules.__getitem__)
+        if earlier is not None and new is not None:  # the earlier view, its keys the new records name recomputed
+            view, stats, versions = latest_view_after(earlier.versions, rows, quarantined, rules.__getitem__)
+        else:
+            view, stats, versions = latest_view_and_versions(rows, quarantined, rules.__getitem__)
         reads.put(key, _Read(codes, blocks, sources, erasures, schemas, versions))
     for matcher in query.matchers:
         if matcher.name in SELECTING:

@@ -11,7 +11,7 @@ import pyarrow as pa
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from shale.changes import INCARNATION, TableRule, latest_view, latest_view_and_versions
+from shale.changes import INCARNATION, TableRule, latest_view, latest_view_after, latest_view_and_versions
 
 MS = 1_795_000_000_000
 TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -22,8 +22,14 @@ OPS = ("c", "u", "d", "t", "m")
 # (topic, partition, incarnation, key, what, ms, part): ``what`` is a value (0-4), a tombstone (5), a withheld
 # record (6) or a Debezium op (its index in OPS, for the Debezium topic); ``part`` says which of three reads stores it.
 Event = tuple[str, int, int, int, int, int, int]
-events = st.lists(st.tuples(st.sampled_from(sorted(RULES)), st.integers(0, 2), st.integers(0, 1), st.integers(0, 3),
-                            st.integers(0, 6), st.integers(0, 20), st.integers(0, 2)), max_size=50)
+
+
+def events_of(topics: list[str]) -> st.SearchStrategy[list[Event]]:
+    return st.lists(st.tuples(st.sampled_from(topics), st.integers(0, 2), st.integers(0, 1), st.integers(0, 3),
+                              st.integers(0, 6), st.integers(0, 20), st.integers(0, 2)), max_size=50)
+
+
+events = events_of(sorted(RULES))
 
 
 def _table(records: list[dict[str, Any]], quarantine: bool) -> pa.Table:
@@ -100,3 +106,41 @@ def test_the_versions_of_what_was_read_plus_what_is_new_give_the_whole_view(hist
     view, _, versions = latest_view_and_versions(rows, quarantined, RULES.__getitem__)
     assert _rows(view) == _rows(whole)
     assert versions.rows.num_rows + versions.quarantined.num_rows <= rows.num_rows + quarantined.num_rows
+
+
+def _after_each_read(parts: list[tuple[pa.Table, pa.Table]]) -> tuple[pa.Table, Any]:
+    """The view through ``latest_view_after``: the first read's versions, then each later read added to them."""
+    view, stats, versions = latest_view_and_versions(*parts[0], RULES.__getitem__)
+    for later_rows, later_quarantined in parts[1:]:
+        view, stats, versions = latest_view_after(versions, later_rows, later_quarantined, RULES.__getitem__)
+    return view, stats
+
+
+@given(events_of(["dbz", "up"]))
+@example([("up", 0, 0, 1, 0, 5, 0), ("up", 1, 0, 1, 1, 9, 1), ("up", 0, 0, 2, 5, 3, 2)])  # another key untouched
+@example([("dbz", 0, 0, 0, 0, 5, 0), ("dbz", 0, 0, 1, 0, 6, 0), ("dbz", 1, 0, 0, 3, 9, 1)])  # a truncate later
+@example([("up", 0, 1, 0, 0, 10, 0), ("up", 0, 0, 1, 0, 12, 0), ("up", 0, 1, 1, 0, 2, 1)])  # an older first record
+@example([("up", 0, 0, 0, 6, 1, 0), ("up", 0, 0, 1, 6, 2, 0), ("up", 0, 0, 1, 0, 3, 2)])  # withheld, then not
+def test_a_view_recomputed_for_the_keys_read_now_is_the_whole_view(history: list[Event]) -> None:
+    """``latest_view_after``: only the keys the new records name are recomputed, the earlier view's other rows
+    stand; the view and its counts (rows, deleted, withheld) are the whole history's, whatever the split. The
+    examples: a key no later read names keeps its row; a truncate read later deletes keys it does not name (the
+    whole is recomputed); a record older than its scope's first re-ranks the scope (likewise); a withheld key
+    is said until a later record makes it a row."""
+    parts = _parts(history)
+    whole, whole_stats = latest_view(pa.concat_tables([p[0] for p in parts]), pa.concat_tables([p[1] for p in parts]),
+                                     RULES.__getitem__)
+    view, stats = _after_each_read(parts)
+    assert _rows(view) == _rows(whole)
+    assert view.num_rows == len(_rows(view))  # one row a key
+    assert (stats.rows, stats.deleted, stats.withheld) == (whole_stats.rows, whole_stats.deleted,
+                                                           whole_stats.withheld)
+    assert bool(stats.withheld_reason) == bool(whole_stats.withheld)
+
+
+@given(events)
+def test_a_column_keyed_topic_recomputes_the_whole_view(history: list[Event]) -> None:
+    parts = _parts(history)
+    whole = latest_view(pa.concat_tables([p[0] for p in parts]), pa.concat_tables([p[1] for p in parts]),
+                        RULES.__getitem__)[0]
+    assert _rows(_after_each_read(parts)[0]) == _rows(whole)
