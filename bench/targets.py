@@ -88,12 +88,42 @@ TARGETS = [
            "scale: p99 produce-to-queryable at 256 partitions against the sink, defaults (issue 40)"),
     Target("scale", "ratios.throughput_vs_iceberg_kc_256", ">=", 1.0,
            "scale: a full topic of 1,000,000 records over 256 partitions against the sink (issue 40)"),
-    Target("scale", "ratios.objects_vs_forecast_8", "<=", 1.1,
-           "scale: level-0 objects per hour at 8 partitions against OPERATING.md's forecast, at most 10 % over "
-           "(issue 59)"),
-    Target("scale", "ratios.objects_vs_forecast_8", ">=", 0.9,
-           "scale: level-0 objects per hour at 8 partitions against OPERATING.md's forecast, at most 10 % under "
-           "(issue 59)"),
+    Target("cost", "ratios.objects_vs_forecast_8", "<=", 1.1,
+           "cost: level-0 objects an hour at 8 partitions against `shale config cost`, "
+           "at most 10 % over (issue 59)"),
+    Target("cost", "ratios.objects_vs_forecast_8", ">=", 0.9,
+           "cost: level-0 objects an hour at 8 partitions against `shale config cost`, "
+           "at most 10 % under (issue 59)"),
+    Target("cost", "ratios.ingest_puts_vs_forecast_8", "<=", 1.1,
+           "cost: the ingest drivers' PUTs an hour at 8 partitions against `shale config cost`, "
+           "at most 10 % over (issue 59)"),
+    Target("cost", "ratios.ingest_puts_vs_forecast_8", ">=", 0.9,
+           "cost: the ingest drivers' PUTs an hour at 8 partitions against `shale config cost`, "
+           "at most 10 % under (issue 59)"),
+    Target("cost", "ratios.objects_vs_forecast_256", "<=", 1.1,
+           "cost: level-0 objects an hour at 256 partitions against `shale config cost`, "
+           "at most 10 % over (issue 59)"),
+    Target("cost", "ratios.objects_vs_forecast_256", ">=", 0.9,
+           "cost: level-0 objects an hour at 256 partitions against `shale config cost`, "
+           "at most 10 % under (issue 59)"),
+    Target("cost", "ratios.ingest_puts_vs_forecast_256", "<=", 1.1,
+           "cost: the ingest drivers' PUTs an hour at 256 partitions against `shale config cost`, "
+           "at most 10 % over (issue 59)"),
+    Target("cost", "ratios.ingest_puts_vs_forecast_256", ">=", 0.9,
+           "cost: the ingest drivers' PUTs an hour at 256 partitions against `shale config cost`, "
+           "at most 10 % under (issue 59)"),
+    Target("cost", "ratios.objects_vs_forecast_2048", "<=", 1.1,
+           "cost: level-0 objects an hour at 2048 partitions against `shale config cost`, "
+           "at most 10 % over (issue 59)"),
+    Target("cost", "ratios.objects_vs_forecast_2048", ">=", 0.9,
+           "cost: level-0 objects an hour at 2048 partitions against `shale config cost`, "
+           "at most 10 % under (issue 59)"),
+    Target("cost", "ratios.ingest_puts_vs_forecast_2048", "<=", 1.1,
+           "cost: the ingest drivers' PUTs an hour at 2048 partitions against `shale config cost`, "
+           "at most 10 % over (issue 59)"),
+    Target("cost", "ratios.ingest_puts_vs_forecast_2048", ">=", 0.9,
+           "cost: the ingest drivers' PUTs an hour at 2048 partitions against `shale config cost`, "
+           "at most 10 % under (issue 59)"),
     Target("metadata_scale", "ratios.apply_per_partition_10000_vs_100", "<=", 1.5,
            "metadata: one ingest commit's apply time per partition at 10,000 partitions against 100 (issue 55)"),
     Target("metadata_scale", "figures.raft_entry_bytes_per_partition_varied_10000", "<=", 32,
