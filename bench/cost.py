@@ -50,9 +50,9 @@ RECORD_BYTES = len(b'{"ts": 1764806400000, "level": "INFO", "msg": "%s"}' % (b"x
 """The producer's records as Kafka holds them: no key, no headers, this value (``fr.produce_steadily``)."""
 
 
-def requests_by_service(work: Path) -> dict[str, dict[str, float]]:
+def requests_by_service(work: Path, peaks: dict[str, float] | None = None) -> dict[str, dict[str, float]]:
     """``shale_objstore_requests_total`` of every service of the deployment, by operation (both ``by`` values and
-    every outcome summed)."""
+    every outcome summed); with ``peaks``, each ingest group's last batch's task peak memory put in it."""
     services = json.loads((work / "logs" / "deployment.json").read_text())["services"]
     out: dict[str, dict[str, float]] = {}
     for name, service in services.items():
@@ -63,6 +63,8 @@ def requests_by_service(work: Path) -> dict[str, dict[str, float]]:
                 if sample.name == "shale_objstore_requests_total":
                     op = sample.labels["operation"]
                     counted[op] = counted.get(op, 0.0) + sample.value
+                elif sample.name == "shale_ingest_task_peak_rss_bytes" and peaks is not None:
+                    peaks[sample.labels["group"]] = sample.value
     return out
 
 
@@ -94,7 +96,8 @@ def measure(root: Path, bootstrap: str, bucket: BucketConfig, n: int) -> dict[st
         time.sleep(WARMUP)
         began, objects_before, before = time.time(), fr.count_objects(store), requests_by_service(work)
         time.sleep(WINDOW)
-        ended, objects_after, after = time.time(), fr.count_objects(store), requests_by_service(work)
+        peaks: dict[str, float] = {}
+        ended, objects_after, after = time.time(), fr.count_objects(store), requests_by_service(work, peaks)
         produced = fr._producer_report(producer)
     seconds = ended - began
     per_hour = 3600 / seconds
@@ -110,6 +113,11 @@ def measure(root: Path, bootstrap: str, bucket: BucketConfig, n: int) -> dict[st
     commits = sum(batches_per_hour(config, g, behind) for g in groups)  # a bucket-index delta each (one tenant)
     return {"commits_forecast": commits, "seconds": seconds, "produced": produced, "requests": requests,
             "behind": behind, "batches": {g: len(bs) for g, bs in batches.items()}, "batch_seconds": batch_seconds,
+            "blocks_per_batch": {g: sum(b["blocks"] for b in bs) / len(bs) for g, bs in batches.items() if bs},
+            "records_per_batch": {g: sum(b["records"] for b in bs) / len(bs) for g, bs in batches.items() if bs},
+            "task_peak_rss_mib": {g: round(v / 2**20) for g, v in peaks.items()},
+            "blocks_per_batch_forecast": {g: _sum(lines, f"level-0 block ({g}", "objects") / 2
+                                          / batches_per_hour(config, g, behind) for g in groups},
             "l0_objects": (objects_after["l0_objects"] - objects_before["l0_objects"]) * per_hour,
             "forecast": [line.as_dict() for line in lines], "lines": lines}
 
@@ -155,7 +163,11 @@ def _notes(runs: dict[int, dict[str, Any]]) -> str:
         notes.append(f"* {n} partitions: window {out['seconds']:.0f} s, {out['produced']['sent']:,} records produced; "
                      f"batches in the window {out['batches']}, their mean time (s) "
                      f"{ {g: round(s, 2) for g, s in out['batch_seconds'].items()} }; "
-                     f"behind: {sorted(out['behind']) or 'none'}; requests an hour by service "
+                     f"behind: {sorted(out['behind']) or 'none'}; level-0 blocks a batch "
+                     f"{ {g: round(v, 2) for g, v in out['blocks_per_batch'].items()} } (forecast "
+                     f"{ {g: round(v, 2) for g, v in out['blocks_per_batch_forecast'].items()} }), records a batch "
+                     f"{ {g: round(v) for g, v in out['records_per_batch'].items()} }, the last batch's task peak "
+                     f"memory (MiB) {out['task_peak_rss_mib']}; requests an hour by service "
                      f"{ {s: {op: round(v) for op, v in ops.items()} for s, ops in out['requests'].items()} }.")
     return "\n".join(notes)
 
