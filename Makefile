@@ -69,9 +69,12 @@ env:
 
 venv: $(STAMP)
 
+# uv installs the pinned set with parallel downloads: cold, 41 s where pip took 141 s on a quiet machine, and the
+# same packages (2026-12-04); on a fresh machine's first `make test` this runs beside the Go builds.
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt uv
+	$(BIN)/uv pip install -q --python $(BIN)/python -c constraints.txt -e '.[dev]'
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
