@@ -113,7 +113,8 @@ def cost(ctx: click.Context, rate: float, record_bytes: int, partitions: int, to
         click.echo(json.dumps([line.as_dict() for line in lines], indent=2))
         return
     width = max(len(line.kind) for line in lines)
-    click.echo(f"{'an hour':<{width}}  {'objects':>9} {'PUT':>9} {'GET':>9} {'LIST':>7} {'DELETE':>9}")
+    # The requests by the operation names of shale_objstore_requests_total.
+    click.echo(f"{'an hour':<{width}}  {'objects':>9} {'put':>9} {'get':>9} {'list':>7} {'delete':>9}")
     for line in lines:
         click.echo(f"{line.kind:<{width}}  {line.objects:>9,.0f} {line.put:>9,.0f} {line.get:>9,.0f} "
                    f"{line.list:>7,.0f} {line.delete:>9,.0f}")
