@@ -87,7 +87,7 @@ def key_column(rows: pa.Table, path: str) -> list[Any]:
     return values
 
 
-def _both(rows: pa.Table, quarantined: pa.Table, name: str) -> pa.Array:
+def both(rows: pa.Table, quarantined: pa.Table, name: str) -> pa.Array:
     return pa.chunked_array(rows.column(name).chunks + quarantined.column(name).chunks,
                             rows.schema.field(name).type).combine_chunks()
 
@@ -166,20 +166,20 @@ def history_columns(rows: pa.Table, quarantined: pa.Table, rule_for: Callable[[s
     """The versions of ``rows`` (parsed records) and ``quarantined`` (the quarantine dataset's), both with
     ``INCARNATION``, as columns."""
     n = rows.num_rows
-    topics_encoded = _both(rows, quarantined, "topic").dictionary_encode()
+    topics_encoded = both(rows, quarantined, "topic").dictionary_encode()
     topics: list[str] = topics_encoded.dictionary.to_pylist()
     topic = _ints(topics_encoded.indices)
-    keys_encoded = _both(rows, quarantined, "key").dictionary_encode()
+    keys_encoded = both(rows, quarantined, "key").dictionary_encode()
     key_index = _ints(pc.fill_null(keys_encoded.indices, -1))
     key = np.where(key_index < 0, -1, topic * (len(keys_encoded.dictionary) + 1) + key_index)
     values = pa.chunked_array(rows.column("value").chunks + quarantined.column("value").chunks,
                               rows.schema.field("value").type)  # not combined: only Debezium envelopes read it
     null_value = np.asarray(values.is_null().to_numpy(), dtype=bool)
     quarantine = np.arange(len(topic)) >= n
-    kafka_ms = _ints(_both(rows, quarantined, "timestamp")) // 1000
+    kafka_ms = _ints(both(rows, quarantined, "timestamp")) // 1000
     history = History(
-        topics, topic, key, _ints(_both(rows, quarantined, "partition")),
-        _ints(_both(rows, quarantined, INCARNATION)), _ints(_both(rows, quarantined, "offset")), kafka_ms,
+        topics, topic, key, _ints(both(rows, quarantined, "partition")),
+        _ints(both(rows, quarantined, INCARNATION)), _ints(both(rows, quarantined, "offset")), kafka_ms,
         kafka_ms.copy(), np.where(null_value, DELETE, np.where(quarantine, WITHHELD, ROW)), n,
         quarantined.column("reason"))
     ids: dict[tuple[int, Any], int] = {}
@@ -196,6 +196,6 @@ def history_columns(rows: pa.Table, quarantined: pa.Table, rule_for: Callable[[s
                 _debezium(history, rows, quarantined, combined, at)
         elif rule.mode == "upsert" and rule.key:
             if record_keys is None:
-                record_keys = _both(rows, quarantined, "key").to_pylist()
+                record_keys = both(rows, quarantined, "key").to_pylist()
             _column_keys(history, rows, record_keys, at, rule.key, ids, base)
     return history

@@ -19,7 +19,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shale.changes.columns import DELETE, INCARNATION, ROW, SKIP, TRUNCATE, WITHHELD, TableRule, history_columns
+from shale.changes.columns import (
+    DELETE,
+    INCARNATION,
+    ROW,
+    SKIP,
+    TRUNCATE,
+    WITHHELD,
+    TableRule,
+    both,
+    history_columns,
+)
 from shale.errors import ShaleError
 
 
@@ -86,7 +96,7 @@ def latest_view_and_versions(rows: pa.Table, quarantined: pa.Table,
     records given: past versions they stand in for are not counted again."""
     view, stats, o = _view(rows, quarantined, rule_for, None)
     n = rows.num_rows
-    keys = _both_keys(rows, quarantined)
+    keys = both(rows, quarantined, "key")
     pinned = np.zeros(n + quarantined.num_rows, dtype=bool)
     pinned[o.pinned] = True
     keep = o.keep
@@ -119,7 +129,7 @@ def latest_view_after(earlier: Versions, rows: pa.Table, quarantined: pa.Table,
     for (code, incarnation), ms in _scope_firsts(new.topic, new.incarnation, new.kafka_ms).items():
         if ms < earlier.firsts.get((new.topics[code], incarnation), ms):
             return whole()
-    touched = pc.unique(_both_keys(rows, quarantined)).drop_null()
+    touched = pc.unique(both(rows, quarantined, "key")).drop_null()
     mask_rows = np.asarray(pc.is_in(earlier.rows.column("key"), value_set=touched).fill_null(False), dtype=bool)
     mask_quarantined = np.asarray(pc.is_in(earlier.quarantined.column("key"), value_set=touched)
                                   .fill_null(False), dtype=bool)
@@ -150,12 +160,6 @@ def latest_view_after(earlier: Versions, rows: pa.Table, quarantined: pa.Table,
     stats.skipped = int(np.count_nonzero(new.kind == SKIP))
     stats.no_key = int(np.count_nonzero((new.kind != SKIP) & (new.key < 0)))
     return view, stats, after
-
-
-def _both_keys(rows: pa.Table, quarantined: pa.Table) -> pa.Array:
-    """The record keys of ``rows`` then ``quarantined``, as one array."""
-    return pa.chunked_array(rows.column("key").chunks + quarantined.column("key").chunks,
-                            rows.schema.field("key").type).combine_chunks()
 
 
 def _scope_firsts(topic: np.ndarray, incarnation: np.ndarray, kafka_ms: np.ndarray) -> dict[tuple[int, int], int]:
