@@ -18,11 +18,12 @@ until every probe key shows its last update (600 s at most). Then the view is ch
 consumer replays every record into a dictionary (the key's last value; a tombstone removes it), and the latest
 rows must equal it, key for key and value for value.
 
-What this slice does not measure yet: the Iceberg table of latest rows (``figures.p99_ms_latest_iceberg``: Shale
-does not publish one yet) and the replay of 10 million changes against Spark Structured Streaming's ``foreachBatch``
-+ ``MERGE INTO`` (``ratios.vs_spark_merge_into``). Both are issue 57's and are left out of the result rather than
-estimated. ``CHANGE_TABLES_RATE``, ``CHANGE_TABLES_KEYS`` and ``CHANGE_TABLES_DURATION`` set smaller runs for
-development; the committed result is on the defaults."""
+Then the replay (``bench/change_replay.py``, below): a full topic of 10 million changes into the latest rows, by
+Shale and by Spark's ``foreachBatch`` + ``MERGE INTO`` (``ratios.vs_spark_merge_into``). What this benchmark does
+not measure yet: the Iceberg table of latest rows (``figures.p99_ms_latest_iceberg``: Shale does not publish one
+yet), left out of the result rather than estimated. ``CHANGE_TABLES_RATE``, ``CHANGE_TABLES_KEYS``,
+``CHANGE_TABLES_DURATION`` and ``CHANGE_TABLES_REPLAY`` set smaller runs for development; the committed result is
+on the defaults."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from tests.producing import CheckedProducer
 
+from bench import change_replay
 from bench.common import ROOT, cpu_snapshot, progress, write_result
 from bench.freshness import TENANT, _prepare, _service_sessions, _wait, count_objects, cpu_use, deployment, percentile
 from bench.services import kafka_broker, minio_bucket
@@ -223,6 +225,9 @@ def run() -> dict[str, Any]:
                     wrong = [k for k in expected.keys() | got.keys() if got.get(k) != expected.get(k)]
                     raise RuntimeError(f"the latest rows read {how} differ from the topic's replay at {len(wrong)} "
                                        f"keys, e.g. {sorted(wrong)[:5]}")
+        progress(f"the replay of {change_replay.CHANGES:,} changes against Spark's foreachBatch + MERGE INTO")
+        replayed = change_replay.run(bootstrap, bucket, Path(tmp) / "replay", PARSER, PARTITIONS, KEYS,
+                                     lambda name: replay(bootstrap, name))
     latencies = reader.latencies([tuple(s) for s in produced["samples"]])
     seconds = [s for _, _, _, s in reader.reads]
     in_window = [r for r in reader.reads if r[0] >= (began + WARMUP) * 1000]
@@ -235,17 +240,31 @@ def run() -> dict[str, Any]:
                "read_seconds_mean": round(sum(seconds) / len(seconds), 2),
                "read_seconds_last": round(seconds[-1], 2), "read_seconds_cold": round(cold_seconds, 2),
                "objects_per_hour_l0": round(objects["l0_objects"] * per_hour),
-               "objects_live_per_hour": round(objects["live_objects"] * per_hour)}
-    ratios = {"p99_latest_shale_read_vs_target": round(figures["p99_ms_latest_shale_read"] / TARGET_P99_MS, 2)}
+               "objects_live_per_hour": round(objects["live_objects"] * per_hour),
+               "replay_changes_per_s": round(change_replay.CHANGES / replayed["shale"]["seconds"])}
+    ratios = {"p99_latest_shale_read_vs_target": round(figures["p99_ms_latest_shale_read"] / TARGET_P99_MS, 2),
+              "vs_spark_merge_into": replayed["ratio"]}
+    baseline = {"target_p99_ms_latest_shale_read": TARGET_P99_MS,
+                "replay_changes_per_s_spark_merge_into": round(change_replay.CHANGES / replayed["spark"]["seconds"])}
     notes = (f"{__doc__}\n\nIn this run: {len(in_window)} reads in the window, the first "
              f"{in_window[0][3] if in_window else float('nan'):.1f} s, the last {seconds[-1]:.1f} s ({rows:,} rows: "
              f"each read adds what was stored since the read before to the versions it kept); a cold read of the "
              f"whole history at the end (a new process's) took {cold_seconds:.1f} s; "
              f"the producer fell at most {produced['max_behind_s']:.2f} s behind its schedule. Cores used in the "
              f"window: {', '.join(f'{k} {v:.2f}' for k, v in cores.items() if v >= 0.005)}. The latest rows equalled "
-             f"the topic's replay: {len(expected):,} keys.")
-    return write_result("change_tables", figures, {"target_p99_ms_latest_shale_read": TARGET_P99_MS}, ratios, notes,
-                        details={"reader_errors": reader.errors[:3], "cores": cores})
+             f"the topic's replay: {len(expected):,} keys.\n\n{change_replay.__doc__}\n\n{_replay_note(replayed)}")
+    return write_result("change_tables", figures, baseline, ratios, notes,
+                        details={"reader_errors": reader.errors[:3], "cores": cores, "replay": replayed})
+
+
+def _replay_note(replayed: dict[str, Any]) -> str:
+    shale, spark = replayed["shale"], replayed["spark"]
+    return (f"In this run the replay of {shale['changes']:,} changes ({shale['deletes']:,} tombstones, "
+            f"{shale['rows']:,} latest rows): Shale {shale['seconds']:.0f} s (its services started after "
+            f"{shale['started_s']:.0f} s, the partition group had committed the topic after {shale['committed_s']:.0f}"
+            f" s, the cold latest read took {shale['read_s']:.0f} s), Spark's foreachBatch + MERGE INTO "
+            f"{spark['seconds']:.0f} s ({spark['batches']} batches): {replayed['ratio']}x. Both tables equalled the "
+            "topic's replay.")
 
 
 if __name__ == "__main__":
