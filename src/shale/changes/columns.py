@@ -1,8 +1,9 @@
 """A history as the view's columns: per stored version its topic, key, scope, offset, times, kind and row, as numpy
 arrays. An upsert topic keyed by its record key is read by Arrow kernels alone (a dictionary encoding of the keys,
-a null test of the values), and so are the ``op`` and ``source`` columns a registry parser keeps of a Debezium
-envelope; the JSON converter's envelopes (the op inside the value), quarantined Debezium records and a column key
-are read record by record (the slow path: JSON documents and nested values)."""
+a null test of the values), and so are a key column of integers, strings or bytes and the ``op`` and ``source``
+columns a registry parser keeps of a Debezium envelope; the JSON converter's envelopes (the op inside the value),
+quarantined Debezium records and key columns of other types are read record by record (the slow path: JSON
+documents, nested values and floats)."""
 
 from __future__ import annotations
 
@@ -128,13 +129,13 @@ def _debezium(history: History, rows: pa.Table, quarantined: pa.Table, values: p
     n = rows.num_rows
     ops = rows.column("op").to_pylist() if "op" in rows.column_names else None
     sources = rows.column("source").to_pylist() if "source" in rows.column_names else None
-    for i in at.tolist():
+    for i, value in zip(at.tolist(), values.take(pa.array(at, pa.int64())).to_pylist(), strict=True):
         meaning: Meaning
         if i < n and ops is not None and ops[i] is not None:
             source = sources[i] if sources is not None else None
             meaning = of_op(ops[i], source if isinstance(source, dict) else None)
         else:
-            meaning = of_debezium_value(values[i].as_py())
+            meaning = of_debezium_value(value)
         kind = meaning.kind
         if i >= n and kind in ("row", "withheld"):
             kind, meaning = "withheld", Meaning("withheld", meaning.source_ms)  # its quarantine reason says why
@@ -145,21 +146,63 @@ def _debezium(history: History, rows: pa.Table, quarantined: pa.Table, values: p
             history.reasons[i] = meaning.reason
 
 
-def _column_keys(history: History, rows: pa.Table, record_keys: list[Any], at: np.ndarray, path: str,
-                 ids: dict[tuple[int, Any], int], base: int) -> None:
-    """Keys of a column-keyed topic's versions (``at``); a quarantined record (a tombstone has no columns) takes
-    the column key of the row its record key named."""
+def _column_key_array(rows: pa.Table, path: str) -> pa.ChunkedArray | None:
+    """A key column path's values as Arrow values, for the kernels: the column of that name with dots as
+    underscores, or a field of nested struct columns (a null struct gives a null key, as ``key_column`` reads it);
+    None where ``key_column`` must read it record by record (another shape, or a type whose Python values compare
+    otherwise than Arrow's: floats' NaN and -0.0, nested values as JSON)."""
+    flat = path.replace(".", "_")
+    if flat in rows.column_names:
+        column = rows.column(flat)
+    else:
+        head, *rest = path.split(".")
+        if head not in rows.column_names:
+            return None
+        column = rows.column(head)
+        for part in rest:
+            if not isinstance(column.type, pa.StructType) or column.type.get_field_index(part) < 0:
+                return None
+            column = pc.struct_field(column, part)
+    plain = (pa.types.is_integer, pa.types.is_string, pa.types.is_large_string, pa.types.is_binary,
+             pa.types.is_large_binary)
+    return column if any(kind(column.type) for kind in plain) else None
+
+
+def _column_keys(history: History, rows: pa.Table, record_key: np.ndarray, at: np.ndarray, path: str,
+                 next_id: int) -> int:
+    """Keys of a column-keyed topic's versions (``at``, ascending); a quarantined record (a tombstone has no
+    columns) takes the column key of the last row its record key (``record_key``: a record key's id, -1 for none)
+    named. The key ids from ``next_id`` on; returns the next free one."""
+    n = rows.num_rows
+    in_rows = at[at < n]
+    array = _column_key_array(rows, path)
+    if array is None:
+        return _column_keys_by_record(history, rows, record_key, at, path, next_id)
+    encoded = array.take(pa.array(in_rows, pa.int64())).combine_chunks().dictionary_encode()
+    row_code = _ints(pc.fill_null(encoded.indices, -1))
+    last = np.full(int(record_key.max(initial=-1)) + 2, -1, dtype=np.int64)  # per record key (+1): its last row
+    np.maximum.at(last, record_key[in_rows] + 1, np.arange(len(in_rows)))
+    named = last[record_key[at[len(in_rows):]] + 1]  # -1 (none): the -1 appended below
+    code = np.concatenate([row_code, np.append(row_code, -1)[named]])
+    history.key[at] = np.where(code < 0, -1, next_id + code)
+    return next_id + len(encoded.dictionary)
+
+
+def _column_keys_by_record(history: History, rows: pa.Table, record_key: np.ndarray, at: np.ndarray, path: str,
+                           next_id: int) -> int:
+    """``_column_keys`` record by record, for the key columns the kernels do not read."""
     n = rows.num_rows
     values = key_column(rows, path)
-    named: dict[Any, Any] = {}
+    named: dict[int, Any] = {}
     indices = at.tolist()
     for i in indices:
         if i < n:
-            named[record_keys[i]] = values[i]
+            named[int(record_key[i])] = values[i]
+    ids: dict[Any, int] = {}
     for i in indices:
-        value = values[i] if i < n else named.get(record_keys[i])
-        topic = int(history.topic[i])
-        history.key[i] = -1 if value is None else ids.setdefault((topic, value), base + len(ids))
+        value = values[i] if i < n else named.get(int(record_key[i]))
+        history.key[i] = -1 if value is None else ids.setdefault(value, next_id + len(ids))
+    return next_id + len(ids)
 
 
 def history_columns(rows: pa.Table, quarantined: pa.Table, rule_for: Callable[[str], TableRule]) -> History:
@@ -182,9 +225,7 @@ def history_columns(rows: pa.Table, quarantined: pa.Table, rule_for: Callable[[s
         _ints(both(rows, quarantined, INCARNATION)), _ints(both(rows, quarantined, "offset")), kafka_ms,
         kafka_ms.copy(), np.where(null_value, DELETE, np.where(quarantine, WITHHELD, ROW)), n,
         quarantined.column("reason"))
-    ids: dict[tuple[int, Any], int] = {}
-    base = int(key.max(initial=-1)) + 1  # column keys' ids follow the record keys'
-    record_keys: list[Any] | None = None
+    next_id = int(key.max(initial=-1)) + 1  # column keys' ids follow the record keys'
     combined: pa.Array | None = None
     for code, name in enumerate(topics):
         rule = rule_for(name)
@@ -195,7 +236,5 @@ def history_columns(rows: pa.Table, quarantined: pa.Table, rule_for: Callable[[s
                 combined = values.combine_chunks() if combined is None else combined
                 _debezium(history, rows, quarantined, combined, at)
         elif rule.mode == "upsert" and rule.key:
-            if record_keys is None:
-                record_keys = both(rows, quarantined, "key").to_pylist()
-            _column_keys(history, rows, record_keys, at, rule.key, ids, base)
+            next_id = _column_keys(history, rows, key_index, at, rule.key, next_id)
     return history

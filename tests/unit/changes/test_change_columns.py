@@ -51,3 +51,49 @@ def test_the_op_and_source_columns_mean_what_each_record_means(kept: list[Any], 
     assert history.kind.tolist() == by_record.kind.tolist()
     assert history.change_ms.tolist() == by_record.change_ms.tolist()
     assert history.reasons == by_record.reasons
+
+
+record_keys = st.sampled_from([None, b"a", b"b", b"c"])
+keyed_rows = st.lists(st.tuples(st.sampled_from(["t", "u"]), record_keys, st.one_of(st.none(), st.integers(-2, 2)),
+                                st.booleans()), max_size=30)
+keyed_quarantine = st.lists(st.tuples(st.sampled_from(["t", "u"]), record_keys), max_size=10)
+
+
+def _keyed(rows: list[Any], quarantine: list[Any], shape: str) -> tuple[pa.Table, pa.Table]:
+    def table(records: list[Any], extra: dict[str, Any]) -> pa.Table:
+        n = len(records)
+        return pa.table({
+            "topic": pa.array([r[0] for r in records], pa.string()), "partition": pa.array([0] * n, pa.int32()),
+            "offset": pa.array(range(n), pa.int64()),
+            "timestamp": pa.array([MS * 1000] * n, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            "key": pa.array([r[1] for r in records], pa.binary()), "value": pa.array([b"v"] * n, pa.binary()),
+            **extra, INCARNATION: pa.array([0] * n, pa.int64())})
+    ids = [r[2] for r in rows]
+    column = {"int": {"id": pa.array(ids, pa.int64())},
+              "string": {"id": pa.array([None if v is None else str(v) for v in ids], pa.string())},
+              "struct": {"after": pa.array([None if null else {"id": v} for _, _, v, null in rows],
+                                           pa.struct([("id", pa.int64())]))}}[shape]
+    return table(rows, column), table(quarantine, {"reason": pa.array(["why"] * len(quarantine), pa.string())})
+
+
+def _partition(ids: list[Any]) -> list[int]:
+    """Each id's first position: equal for the versions of one key, -1 for no key."""
+    first: dict[Any, int] = {}
+    return [-1 if v is None or v == -1 else first.setdefault(v, i) for i, v in enumerate(ids)]
+
+
+@given(keyed_rows, keyed_quarantine, st.sampled_from(["int", "string", "struct"]))
+def test_a_key_column_read_by_kernels_names_the_keys_each_record_names(rows: list[Any], quarantine: list[Any],
+                                                                       shape: str) -> None:
+    """A version's key is its topic and its column's value (a null struct's field is null: no key); a quarantined
+    record's is the value of the last row of its topic with its record key (the slow path's rule, here written
+    out)."""
+    kept, q = _keyed(rows, quarantine, shape)
+    history = c.history_columns(kept, q, lambda _: TableRule("upsert", "after.id" if shape == "struct" else "id"))
+    value = [None if shape == "struct" and null else v for _, _, v, null in rows]
+    named: dict[tuple[str, Any], Any] = {}
+    for (topic, record_key, _, _), v in zip(rows, value, strict=True):
+        named[topic, record_key] = v
+    expected = [(topic, v) for (topic, _, _, _), v in zip(rows, value, strict=True)] + \
+        [(topic, named.get((topic, record_key))) for topic, record_key in quarantine]
+    assert _partition(history.key.tolist()) == _partition([None if v is None else (t, v) for t, v in expected])
