@@ -67,7 +67,13 @@ def produce_all(bootstrap: str, topic: str, changes: int, keys: int) -> int:
     return deletes
 
 
-def _check(got: dict[Any, Any], expected: dict[bytes, str], who: str) -> None:
+def rows_of(table: Any) -> dict[Any, Any]:
+    """A latest read's rows as key -> ``v``."""
+    return dict(zip(table.column("key").to_pylist(), table.column("v").to_pylist(), strict=True))
+
+
+def check_rows(got: dict[Any, Any], expected: dict[bytes, str], who: str) -> None:
+    """Raises unless the latest rows ``who`` read (key -> ``v``) equal the topic's replay."""
     if got != expected:
         wrong = [k for k in expected.keys() | got.keys() if got.get(k) != expected.get(k)]
         raise RuntimeError(f"{who}'s latest rows differ from the topic's replay at {len(wrong)} keys, e.g. "
@@ -95,7 +101,7 @@ def shale_replay(bootstrap: str, bucket: BucketConfig, work: Path, parser: list[
         table = read(file, tenant=TENANT, latest=True, columns=["key", "v"])
         seconds = time.monotonic() - began
         read_seconds = seconds - committed
-    _check(dict(zip(table.column("key").to_pylist(), table.column("v").to_pylist(), strict=True)), expected, "Shale")
+    check_rows(rows_of(table), expected, "Shale")
     return {"seconds": round(seconds, 1), "started_s": round(started, 1), "committed_s": round(committed, 1),
             "read_s": round(read_seconds, 1), "changes": changes, "deletes": deletes, "rows": table.num_rows,
             "topic": topic, "expected": expected}
@@ -148,7 +154,7 @@ def spark_merge_replay(bootstrap: str, bucket: BucketConfig, work: Path, topic: 
         rows = {r["key"].encode(): r["v"] for r in spark.table("merge.bench.latest").collect()}
     finally:
         spark.stop()
-    _check(rows, expected, "Spark's MERGE INTO")
+    check_rows(rows, expected, "Spark's MERGE INTO")
     return {"seconds": round(seconds, 1), "changes": changes, "rows": len(rows), "batches": batches}
 
 

@@ -220,11 +220,7 @@ def run() -> dict[str, Any]:
                 table = read(file, tenant=TENANT, latest=True, columns=["key", "v"])
                 cold_seconds = time.monotonic() - began_read
                 rows = table.num_rows
-                got = dict(zip(table.column("key").to_pylist(), table.column("v").to_pylist(), strict=True))
-                if got != expected:
-                    wrong = [k for k in expected.keys() | got.keys() if got.get(k) != expected.get(k)]
-                    raise RuntimeError(f"the latest rows read {how} differ from the topic's replay at {len(wrong)} "
-                                       f"keys, e.g. {sorted(wrong)[:5]}")
+                change_replay.check_rows(change_replay.rows_of(table), expected, f"Shale (read {how})")
         progress(f"the replay of {change_replay.CHANGES:,} changes against Spark's foreachBatch + MERGE INTO")
         replayed = change_replay.run(bootstrap, bucket, Path(tmp) / "replay", PARSER, PARTITIONS, KEYS,
                                      lambda name: replay(bootstrap, name))
